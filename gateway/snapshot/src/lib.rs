@@ -1,0 +1,13 @@
+//! The Switchboard snapshot: one versioned schema, shared by the operator (which renders it from
+//! Kubernetes resources) and the gateway (which serves it). A standalone config file is the same
+//! schema with secrets given inline, from the environment or from files.
+
+pub mod key_hash;
+pub mod load;
+pub mod model;
+pub mod names;
+pub mod secret;
+
+pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
+pub use model::*;
+pub use secret::{SecretLookup, SecretSource, SystemLookup};

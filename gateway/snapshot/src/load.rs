@@ -1,0 +1,493 @@
+//! Reading a snapshot from text, resolving its secrets, and validating it. Every problem is
+//! reported with the path of the field that holds it, e.g.
+//! `servers[2].auth.header: "X Token" is not a valid header name`.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use crate::key_hash::{hash_key, parse_hash};
+use crate::model::{SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
+use crate::names::{is_dns_label, is_header_name, is_header_value};
+use crate::secret::{SecretLookup, SecretSource};
+
+/// One problem in one field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Everything wrong with a snapshot; the caller keeps its previous good one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SnapshotError {
+    pub errors: Vec<FieldError>,
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.errors.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+impl SnapshotError {
+    fn one(path: impl Into<String>, message: impl Into<String>) -> Self {
+        SnapshotError {
+            errors: vec![FieldError {
+                path: path.into(),
+                message: message.into(),
+            }],
+        }
+    }
+}
+
+/// Parses YAML (JSON is YAML too) into a snapshot, without resolving or validating it.
+pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
+    // Through a generic tree so that serde_path_to_error can name the field that failed.
+    let tree: serde_json::Value =
+        serde_saphyr::from_str(text).map_err(|e| SnapshotError::one("", format!("{e}")))?;
+    let tree = if tree.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        tree
+    };
+    serde_path_to_error::deserialize(tree).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        SnapshotError::one(path, e.into_inner().to_string())
+    })
+}
+
+/// Parses, resolves and validates: the whole path from a file's text to a snapshot a gateway
+/// can apply.
+pub fn load(text: &str, lookup: &dyn SecretLookup) -> Result<Snapshot, SnapshotError> {
+    let mut snapshot = parse(text)?;
+    resolve_secrets(&mut snapshot, lookup)?;
+    validate(&snapshot)?;
+    Ok(snapshot)
+}
+
+/// Replaces every `env`/`file` secret with its value, and every key secret with its hash, so
+/// the result holds no indirection and no key material.
+pub fn resolve_secrets(
+    snapshot: &mut Snapshot,
+    lookup: &dyn SecretLookup,
+) -> Result<(), SnapshotError> {
+    let mut errors = Vec::new();
+    let mut resolve = |source: &mut SecretSource, path: String| match source.resolve(lookup) {
+        Ok(value) => *source = SecretSource::Value { value },
+        Err(message) => errors.push(FieldError { path, message }),
+    };
+    if let Some(key) = snapshot.gateway.session_key.as_mut() {
+        resolve(key, "gateway.sessionKey".into());
+    }
+    for (i, server) in snapshot.servers.iter_mut().enumerate() {
+        for (j, header) in server.headers.static_headers.iter_mut().enumerate() {
+            resolve(&mut header.value, format!("servers[{i}].headers.static[{j}].value"));
+        }
+        if let Some(secret) = auth_secret_mut(&mut server.auth) {
+            resolve(secret, format!("servers[{i}].auth.secret"));
+        }
+    }
+    for (i, key) in snapshot.keys.iter_mut().enumerate() {
+        if let Some(secret) = key.secret.take() {
+            match (&key.hash, secret.resolve(lookup)) {
+                (Some(_), _) => errors.push(FieldError {
+                    path: format!("keys[{i}]"),
+                    message: "give either hash or secret, not both".into(),
+                }),
+                (None, Ok(value)) if value.is_empty() => errors.push(FieldError {
+                    path: format!("keys[{i}].secret"),
+                    message: "is empty".into(),
+                }),
+                (None, Ok(value)) => key.hash = Some(hash_key(&value)),
+                (None, Err(message)) => errors.push(FieldError {
+                    path: format!("keys[{i}].secret"),
+                    message,
+                }),
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(SnapshotError { errors })
+    }
+}
+
+fn auth_secret_mut(auth: &mut UpstreamAuth) -> Option<&mut SecretSource> {
+    match auth {
+        UpstreamAuth::None => None,
+        UpstreamAuth::ApiKey { secret, .. }
+        | UpstreamAuth::Bearer { secret, .. }
+        | UpstreamAuth::Basic { secret }
+        | UpstreamAuth::Token { secret, .. }
+        | UpstreamAuth::Authorization { secret } => Some(secret),
+    }
+}
+
+/// The resolved value of a secret (after [`resolve_secrets`]); `None` before resolution.
+pub fn resolved_value(source: &SecretSource) -> Option<&str> {
+    match source {
+        SecretSource::Plain(v) | SecretSource::Value { value: v } => Some(v),
+        SecretSource::Env { .. } | SecretSource::File { .. } => None,
+    }
+}
+
+/// Checks a resolved snapshot. Collects every problem rather than stopping at the first, so a
+/// person fixes a file in one pass.
+pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
+    let mut v = Validator::default();
+    if snapshot.version != SCHEMA_VERSION {
+        v.err(
+            "version",
+            format!(
+                "schema version {} is not supported (expected {SCHEMA_VERSION})",
+                snapshot.version
+            ),
+        );
+    }
+    let g = &snapshot.gateway;
+    if g.max_body_bytes == 0 {
+        v.err("gateway.maxBodyBytes", "must be greater than 0");
+    }
+    if g.listing_page_cap == 0 {
+        v.err("gateway.listingPageCap", "must be greater than 0");
+    }
+    if g.session_ttl.is_zero() {
+        v.err("gateway.sessionTtl", "must be greater than 0");
+    }
+    if let Some(key) = &g.session_key {
+        match resolved_value(key) {
+            Some(k) if k.len() < 16 => {
+                v.err("gateway.sessionKey", "must be at least 16 characters")
+            }
+            Some(_) => {}
+            None => v.err("gateway.sessionKey", "secret was not resolved"),
+        }
+    }
+
+    let mut ids: HashMap<&str, usize> = HashMap::new();
+    let mut prefixes: HashMap<&str, usize> = HashMap::new();
+    for (i, server) in snapshot.servers.iter().enumerate() {
+        v.server(i, server);
+        if let Some(first) = ids.insert(server.id(), i) {
+            v.err(
+                format!("servers[{i}].id"),
+                format!("{:?} is already used by servers[{first}]", server.id()),
+            );
+        }
+        if let Some(first) = prefixes.insert(server.prefix(), i) {
+            v.err(
+                format!("servers[{i}].toolPrefix"),
+                format!("{:?} is already used by servers[{first}]", server.prefix()),
+            );
+        }
+    }
+
+    let mut hashes: HashSet<&str> = HashSet::new();
+    let mut key_names: HashSet<(&str, &str)> = HashSet::new();
+    for (i, key) in snapshot.keys.iter().enumerate() {
+        let path = format!("keys[{i}]");
+        if key.name.is_empty() {
+            v.err(format!("{path}.name"), "must not be empty");
+        }
+        if !key_names.insert((&key.namespace, &key.name)) {
+            v.err(
+                format!("{path}.name"),
+                format!("{:?} appears twice in namespace {:?}", key.name, key.namespace),
+            );
+        }
+        match &key.hash {
+            None => v.err(format!("{path}.hash"), "a key needs a hash or a secret"),
+            Some(h) if parse_hash(h).is_none() => v.err(
+                format!("{path}.hash"),
+                "must be sha256: followed by 64 hex digits",
+            ),
+            Some(h) => {
+                if !hashes.insert(h) {
+                    v.err(
+                        format!("{path}.hash"),
+                        "another key has the same secret; every key must be unique",
+                    );
+                }
+            }
+        }
+        if let Some(at) = &key.expires_at
+            && humantime::parse_rfc3339_weak(at).is_err()
+        {
+            v.err(
+                format!("{path}.expiresAt"),
+                format!("{at:?} is not an RFC 3339 time (e.g. 2027-01-01T00:00:00Z)"),
+            );
+        }
+        v.filter(&format!("{path}.tools"), &key.tools);
+    }
+    v.finish()
+}
+
+#[derive(Default)]
+struct Validator {
+    errors: Vec<FieldError>,
+}
+
+impl Validator {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn finish(self) -> Result<(), SnapshotError> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(SnapshotError {
+                errors: self.errors,
+            })
+        }
+    }
+
+    fn header_name(&mut self, path: String, name: &str) {
+        if !is_header_name(name) {
+            self.err(path, format!("{name:?} is not a valid header name"));
+        }
+    }
+
+    fn secret_value(&mut self, path: String, source: &SecretSource, header_bound: bool) {
+        match resolved_value(source) {
+            None => self.err(path, "secret was not resolved"),
+            Some(value) if header_bound && !is_header_value(value) => {
+                self.err(path, "must not contain CR, LF or NUL")
+            }
+            Some(value) if value.is_empty() => self.err(path, "is empty"),
+            Some(_) => {}
+        }
+    }
+
+    fn filter(&mut self, path: &str, filter: &crate::model::ToolFilter) {
+        for name in &filter.allow {
+            if filter.deny.contains(name) {
+                self.err(
+                    format!("{path}.deny"),
+                    format!("{name:?} is both allowed and denied"),
+                );
+            }
+        }
+    }
+
+    fn server(&mut self, i: usize, server: &ServerSpec) {
+        let path = format!("servers[{i}]");
+        if !is_dns_label(&server.name) {
+            self.err(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a DNS-1123 label (lower-case letters, digits, '-')",
+                    server.name
+                ),
+            );
+        }
+        if let Some(prefix) = &server.tool_prefix
+            && !is_dns_label(prefix)
+        {
+            self.err(
+                format!("{path}.toolPrefix"),
+                format!(
+                    "{prefix:?} is not a DNS-1123 label (lower-case letters, digits, '-'; no '_')"
+                ),
+            );
+        }
+        match url::Url::parse(&server.url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            Ok(u) => self.err(
+                format!("{path}.url"),
+                format!("{:?}: scheme must be http or https with a host (got {:?})", server.url, u.scheme()),
+            ),
+            Err(e) => self.err(format!("{path}.url"), format!("{:?}: {e}", server.url)),
+        }
+        if server.timeout.is_zero() {
+            self.err(format!("{path}.timeout"), "must be greater than 0");
+        }
+        for (j, header) in server.headers.static_headers.iter().enumerate() {
+            self.header_name(format!("{path}.headers.static[{j}].name"), &header.name);
+            self.secret_value(
+                format!("{path}.headers.static[{j}].value"),
+                &header.value,
+                true,
+            );
+        }
+        for (j, name) in server.headers.forward.iter().enumerate() {
+            self.header_name(format!("{path}.headers.forward[{j}]"), name);
+        }
+        self.filter(&format!("{path}.tools"), &server.tools);
+        let auth = format!("{path}.auth");
+        match &server.auth {
+            UpstreamAuth::None => {}
+            UpstreamAuth::ApiKey {
+                secret,
+                header,
+                prefix,
+            } => {
+                self.header_name(format!("{auth}.header"), header);
+                self.secret_value(format!("{auth}.secret"), secret, true);
+                if let Some(p) = prefix
+                    && !is_header_value(p)
+                {
+                    self.err(format!("{auth}.prefix"), "must not contain CR, LF or NUL");
+                }
+            }
+            UpstreamAuth::Bearer {
+                secret,
+                upstream_token_header,
+            }
+            | UpstreamAuth::Token {
+                secret,
+                upstream_token_header,
+            } => {
+                self.secret_value(format!("{auth}.secret"), secret, true);
+                if let Some(h) = upstream_token_header {
+                    self.header_name(format!("{auth}.upstreamTokenHeader"), h);
+                }
+            }
+            UpstreamAuth::Basic { secret } | UpstreamAuth::Authorization { secret } => {
+                self.secret_value(format!("{auth}.secret"), secret, true);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoLookup;
+    impl SecretLookup for NoLookup {
+        fn env(&self, name: &str) -> Option<String> {
+            (name == "TOKEN").then(|| "from-env".to_string())
+        }
+        fn file(&self, _: &str) -> std::io::Result<String> {
+            Err(std::io::Error::other("no files in tests"))
+        }
+    }
+
+    fn load_str(text: &str) -> Result<Snapshot, SnapshotError> {
+        load(text, &NoLookup)
+    }
+
+    #[test]
+    fn minimal_file_loads_with_defaults() {
+        let s = load_str("servers:\n- name: a\n  url: http://127.0.0.1:1/mcp\n").unwrap();
+        assert_eq!(s.servers[0].id(), "a");
+        assert_eq!(s.servers[0].prefix(), "a");
+        assert_eq!(s.servers[0].namespace, "default");
+    }
+
+    #[test]
+    fn bad_header_name_names_the_field() {
+        let text = "servers:\n- name: a\n  url: http://x/mcp\n- name: b\n  url: http://x/mcp\n- name: c\n  url: http://x/mcp\n  auth: {type: apiKey, secret: s, header: \"X Token\"}\n";
+        let err = load_str(text).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "servers[2].auth.header: \"X Token\" is not a valid header name"
+        );
+    }
+
+    #[test]
+    fn unknown_field_names_its_path() {
+        let err = load_str("servers:\n- name: a\n  url: http://x/mcp\n  timout: 3s\n").unwrap_err();
+        assert!(err.to_string().starts_with("servers[0]"), "{err}");
+        assert!(err.to_string().contains("timout"), "{err}");
+    }
+
+    #[test]
+    fn bad_duration_names_its_path() {
+        let err = load_str("servers:\n- name: a\n  url: http://x/mcp\n  timeout: soon\n").unwrap_err();
+        assert!(err.to_string().starts_with("servers[0].timeout"), "{err}");
+    }
+
+    #[test]
+    fn url_scheme_prefix_and_duplicates_are_checked() {
+        let text = "servers:\n- name: a\n  url: ftp://x/mcp\n- name: b\n  url: http://x/mcp\n  toolPrefix: a\n- name: c\n  url: http://x\n  toolPrefix: a_b\n";
+        let err = load_str(text).unwrap_err().to_string();
+        assert!(err.contains("servers[0].url"), "{err}");
+        assert!(err.contains("servers[1].toolPrefix: \"a\" is already used by servers[0]"), "{err}");
+        assert!(err.contains("servers[2].toolPrefix"), "{err}");
+    }
+
+    #[test]
+    fn key_secrets_become_hashes_and_env_secrets_resolve() {
+        let text = "servers:\n- name: a\n  url: http://x/mcp\n  auth: {type: bearer, secret: {env: TOKEN}}\nkeys:\n- name: k\n  secret: sk-1\n";
+        let s = load_str(text).unwrap();
+        assert_eq!(s.keys[0].secret, None);
+        assert_eq!(s.keys[0].hash.as_deref(), Some(hash_key("sk-1").as_str()));
+        match &s.servers[0].auth {
+            UpstreamAuth::Bearer { secret, .. } => {
+                assert_eq!(resolved_value(secret), Some("from-env"))
+            }
+            other => panic!("unexpected auth {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_env_names_the_field() {
+        let text = "servers:\n- name: a\n  url: http://x/mcp\n  auth: {type: bearer, secret: {env: NOPE}}\n";
+        let err = load_str(text).unwrap_err().to_string();
+        assert_eq!(err, "servers[0].auth.secret: environment variable NOPE is not set");
+    }
+
+    #[test]
+    fn header_values_reject_line_breaks() {
+        let text = "servers:\n- name: a\n  url: http://x/mcp\n  headers:\n    static:\n    - name: X-A\n      value: \"a\\r\\nX-B: 1\"\n";
+        let err = load_str(text).unwrap_err().to_string();
+        assert!(err.contains("servers[0].headers.static[0].value: must not contain CR, LF or NUL"), "{err}");
+    }
+
+    #[test]
+    fn allow_and_deny_of_one_name_is_rejected() {
+        let text = "servers:\n- name: a\n  url: http://x/mcp\n  tools: {allow: [x], deny: [x]}\n";
+        let err = load_str(text).unwrap_err().to_string();
+        assert!(err.contains("servers[0].tools.deny"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_key_secret_is_rejected() {
+        let text = "keys:\n- name: a\n  secret: same\n- name: b\n  secret: same\n";
+        let err = load_str(text).unwrap_err().to_string();
+        assert!(err.contains("keys[1].hash"), "{err}");
+    }
+
+    #[test]
+    fn listing_budget_is_the_larger_bound() {
+        let s = load_str("servers:\n- name: a\n  url: http://x/mcp\n  timeout: 2s\n  listingTimeout: 10s\n- name: b\n  url: http://x/mcp\n  timeout: 5s\n  listingTimeout: 1s\n").unwrap();
+        assert_eq!(s.servers[0].listing_budget().as_secs(), 10);
+        assert_eq!(s.servers[1].listing_budget().as_secs(), 5);
+    }
+
+    #[test]
+    fn glob_filter() {
+        use crate::model::{ToolFilter, glob_match};
+        assert!(glob_match("a*", "abc"));
+        assert!(glob_match("*c", "abc"));
+        assert!(glob_match("a*c", "abc"));
+        assert!(!glob_match("a*d", "abc"));
+        assert!(glob_match("*", ""));
+        let f = ToolFilter {
+            allow: vec!["get_*".into()],
+            deny: vec!["get_secret".into()],
+        };
+        assert!(f.admits("get_weather"));
+        assert!(!f.admits("get_secret"));
+        assert!(!f.admits("set_x"));
+    }
+}

@@ -1,0 +1,288 @@
+//! The snapshot schema: what a gateway needs to serve, and nothing it has to ask anyone for.
+//!
+//! The operator renders this from `McpServer`/`McpKey` resources with secrets resolved; a person
+//! writes the same schema as a standalone config file, with secrets inline or taken from the
+//! environment or files (see [`crate::secret::SecretSource`]).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::secret::SecretSource;
+
+/// The schema version this crate reads and writes. Bumped on incompatible changes only.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The namespace a server or key belongs to when the file does not say (standalone mode).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Snapshot {
+    /// Schema version; must be [`SCHEMA_VERSION`].
+    #[serde(default = "default_schema_version")]
+    pub version: u32,
+    /// Monotonic revision set by whoever produced the snapshot (the operator, or 0 for a file).
+    #[serde(default)]
+    pub generation: u64,
+    #[serde(default)]
+    pub gateway: GatewaySettings,
+    #[serde(default)]
+    pub servers: Vec<ServerSpec>,
+    #[serde(default)]
+    pub keys: Vec<KeySpec>,
+}
+
+fn default_schema_version() -> u32 {
+    SCHEMA_VERSION
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewaySettings {
+    /// Key that seals legacy-era `Mcp-Session-Id` values. Every replica that shares it accepts
+    /// the others' sessions. Any string; it is stretched with SHA-256 to a 256-bit key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<SecretSource>,
+    /// How long a sealed legacy session stays valid.
+    #[serde(default = "default_session_ttl", with = "humantime_serde")]
+    pub session_ttl: Duration,
+    /// Largest request body accepted from a client, in bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// Most pages one upstream listing walk follows before it stops with what it has.
+    #[serde(default = "default_listing_page_cap")]
+    pub listing_page_cap: u32,
+    /// `Host` names (with optional port) accepted besides loopback; protects against DNS rebinding.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// `Origin` values accepted from browsers besides loopback origins.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// How long a tool listing of one server stays fresh before a list request refreshes it.
+    #[serde(default = "default_listing_ttl", with = "humantime_serde")]
+    pub listing_ttl: Duration,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            session_key: None,
+            session_ttl: default_session_ttl(),
+            max_body_bytes: default_max_body_bytes(),
+            listing_page_cap: default_listing_page_cap(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            listing_ttl: default_listing_ttl(),
+        }
+    }
+}
+
+fn default_session_ttl() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+fn default_max_body_bytes() -> usize {
+    4 * 1024 * 1024
+}
+fn default_listing_page_cap() -> u32 {
+    100
+}
+fn default_listing_ttl() -> Duration {
+    Duration::from_secs(60)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerSpec {
+    /// Name, unique within the namespace; a DNS-1123 label.
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Identity used for routing and scope. The operator sets `<namespace>/<name>`; a file may
+    /// leave it out, and it then is the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Streamable HTTP endpoint of the upstream MCP server.
+    pub url: String,
+    /// Prefix of this server's names on the aggregate endpoint; defaults to the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Bound on every single upstream request, the handshake included.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Bound on a whole paginated listing; the effective budget is `max(timeout, listingTimeout)`.
+    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub listing_timeout: Option<Duration>,
+    #[serde(default)]
+    pub access_groups: Vec<String>,
+    /// Namespaces besides its own whose keys this server admits (`*` admits every namespace).
+    #[serde(default)]
+    pub allowed_namespaces: Vec<String>,
+    /// Every admitted key reaches this server, whatever its `servers`/`accessGroups` say.
+    #[serde(default)]
+    pub allow_all_keys: bool,
+    #[serde(default)]
+    pub tools: ToolFilter,
+    #[serde(default)]
+    pub headers: HeaderSettings,
+    #[serde(default)]
+    pub auth: UpstreamAuth,
+}
+
+fn default_namespace() -> String {
+    DEFAULT_NAMESPACE.to_string()
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl ServerSpec {
+    /// The routing identity (see invariant 1 in DESIGN.md).
+    pub fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or(&self.name)
+    }
+    pub fn prefix(&self) -> &str {
+        self.tool_prefix.as_deref().unwrap_or(&self.name)
+    }
+    /// The one deadline a full paginated listing of this server gets.
+    pub fn listing_budget(&self) -> Duration {
+        self.listing_timeout.map_or(self.timeout, |l| l.max(self.timeout))
+    }
+}
+
+/// Names a filter admits: `allow` empty means everything; `deny` always wins. Entries are exact
+/// names or globs with `*`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolFilter {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl ToolFilter {
+    pub fn admits(&self, name: &str) -> bool {
+        let allowed = self.allow.is_empty() || self.allow.iter().any(|p| glob_match(p, name));
+        allowed && !self.deny.iter().any(|p| glob_match(p, name))
+    }
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let Some((head, rest)) = pattern.split_once('*') else {
+        return pattern == name;
+    };
+    let Some(mut remaining) = name.strip_prefix(head) else {
+        return false;
+    };
+    let mut parts = rest.split('*').peekable();
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            return remaining.ends_with(part);
+        }
+        match remaining.find(part) {
+            Some(at) => remaining = &remaining[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderSettings {
+    /// Headers the gateway adds to every upstream request of this server.
+    #[serde(default, rename = "static", skip_serializing_if = "Vec::is_empty")]
+    pub static_headers: Vec<StaticHeader>,
+    /// Caller request headers copied upstream by name (never the gateway key's header).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forward: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticHeader {
+    pub name: String,
+    pub value: SecretSource,
+}
+
+/// How the gateway authenticates to the upstream.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+pub enum UpstreamAuth {
+    #[default]
+    None,
+    /// `<header>: <prefix><secret>`; header defaults to `X-API-Key`, prefix to none.
+    #[serde(rename_all = "camelCase")]
+    ApiKey {
+        secret: SecretSource,
+        #[serde(default = "default_api_key_header")]
+        header: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+    },
+    /// `Authorization: Bearer <secret>` (a secret that already says `Bearer` is not prefixed again).
+    #[serde(rename_all = "camelCase")]
+    Bearer {
+        secret: SecretSource,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_token_header: Option<String>,
+    },
+    /// `Authorization: Basic <base64(user:pass)>`; the secret is `user:pass` or already encoded.
+    Basic { secret: SecretSource },
+    /// `Authorization: Token <secret>`.
+    #[serde(rename_all = "camelCase")]
+    Token {
+        secret: SecretSource,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_token_header: Option<String>,
+    },
+    /// `Authorization: <secret>`, verbatim.
+    Authorization { secret: SecretSource },
+}
+
+fn default_api_key_header() -> String {
+    "X-API-Key".to_string()
+}
+
+impl UpstreamAuth {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            UpstreamAuth::None => "none",
+            UpstreamAuth::ApiKey { .. } => "apiKey",
+            UpstreamAuth::Bearer { .. } => "bearer",
+            UpstreamAuth::Basic { .. } => "basic",
+            UpstreamAuth::Token { .. } => "token",
+            UpstreamAuth::Authorization { .. } => "authorization",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeySpec {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// `sha256:<hex>` of the key. The operator writes only this; a file may give `secret`
+    /// instead and it is hashed on load (the secret itself is never kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<SecretSource>,
+    /// Server ids (or names within the key's namespace) this key reaches.
+    #[serde(default)]
+    pub servers: Vec<String>,
+    /// Reaches every server sharing one of these groups.
+    #[serde(default)]
+    pub access_groups: Vec<String>,
+    /// Filter over prefixed tool names (`<prefix>__<tool>`).
+    #[serde(default)]
+    pub tools: ToolFilter,
+    /// RFC 3339 instant after which the key is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
