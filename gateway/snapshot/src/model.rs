@@ -33,6 +33,18 @@ pub struct Snapshot {
     pub keys: Vec<KeySpec>,
 }
 
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            version: SCHEMA_VERSION,
+            generation: 0,
+            gateway: GatewaySettings::default(),
+            servers: Vec::new(),
+            keys: Vec::new(),
+        }
+    }
+}
+
 fn default_schema_version() -> u32 {
     SCHEMA_VERSION
 }

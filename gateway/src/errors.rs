@@ -1,0 +1,284 @@
+//! Every error a client can see, and the one place where each becomes an HTTP status, a REST
+//! body, or a JSON-RPC error (DESIGN.md section 5).
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// JSON-RPC codes from the JSON-RPC 2.0 specification.
+pub mod codes {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// Gateway codes in the implementation-defined server error range.
+    pub const UPSTREAM_TIMEOUT: i64 = -32001;
+    pub const UPSTREAM_UNAVAILABLE: i64 = -32002;
+    pub const UPSTREAM_AUTH: i64 = -32003;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    #[error("the key may not use server {server:?}")]
+    AccessDenied { server: String },
+    #[error("unknown server {server:?}")]
+    ServerNotFound { server: String },
+    #[error("unknown tool: {name}")]
+    ToolNotFound { name: String },
+    #[error("tool name {name:?} is served by several servers; use one of the prefixed names")]
+    AmbiguousTool { name: String, candidates: Vec<String> },
+    #[error("unknown {kind}: {name}")]
+    NotFound { kind: &'static str, name: String },
+    #[error("upstream {server:?} did not answer within {}", humantime::format_duration(*budget))]
+    UpstreamTimeout { server: String, budget: Duration },
+    #[error("upstream {server:?} is unavailable: {detail}")]
+    UpstreamUnavailable { server: String, detail: String },
+    #[error("upstream {server:?} rejected the gateway's credential (HTTP 401)")]
+    UpstreamUnauthorized {
+        server: String,
+        /// The upstream's `WWW-Authenticate`, kept for relaying (caller-credential servers).
+        challenge: Option<String>,
+    },
+    #[error("upstream {server:?} refused the request (HTTP 403)")]
+    UpstreamForbidden { server: String },
+    #[error("parse error: {0}")]
+    Parse(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("session not found; initialize a new session")]
+    SessionNotFound,
+    #[error("session belongs to another key")]
+    SessionForbidden,
+    #[error("host or origin not allowed")]
+    ForbiddenOrigin,
+    #[error("{message}")]
+    Protocol {
+        /// A code the MCP specification assigns (e.g. the 2026-07-28 header mismatch codes).
+        code: i64,
+        message: String,
+        status: StatusCode,
+        data: Option<Value>,
+    },
+}
+
+impl GatewayError {
+    pub fn http_status(&self) -> StatusCode {
+        use GatewayError::*;
+        match self {
+            Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            AccessDenied { .. } | SessionForbidden | ForbiddenOrigin => StatusCode::FORBIDDEN,
+            ServerNotFound { .. } | ToolNotFound { .. } | NotFound { .. } | SessionNotFound => {
+                StatusCode::NOT_FOUND
+            }
+            AmbiguousTool { .. } => StatusCode::CONFLICT,
+            UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            UpstreamUnavailable { .. } | UpstreamUnauthorized { .. } | UpstreamForbidden { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+            Parse(_) | InvalidRequest(_) | InvalidParams(_) | MethodNotFound(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Protocol { status, .. } => *status,
+        }
+    }
+
+    /// The stable string code of the REST API.
+    pub fn rest_code(&self) -> &'static str {
+        use GatewayError::*;
+        match self {
+            Unauthenticated(_) => "unauthenticated",
+            AccessDenied { .. } => "access_denied",
+            ServerNotFound { .. } => "server_not_found",
+            ToolNotFound { .. } => "tool_not_found",
+            AmbiguousTool { .. } => "ambiguous_tool",
+            NotFound { .. } => "not_found",
+            UpstreamTimeout { .. } => "upstream_timeout",
+            UpstreamUnavailable { .. } => "upstream_unavailable",
+            UpstreamUnauthorized { .. } => "upstream_auth_failed",
+            UpstreamForbidden { .. } => "upstream_forbidden",
+            Parse(_) | InvalidRequest(_) | InvalidParams(_) | MethodNotFound(_) | Protocol { .. } => {
+                "bad_request"
+            }
+            PayloadTooLarge { .. } => "payload_too_large",
+            SessionNotFound => "session_not_found",
+            SessionForbidden | ForbiddenOrigin => "forbidden",
+        }
+    }
+
+    /// The JSON-RPC `error` object for MCP clients.
+    pub fn jsonrpc_error(&self) -> Value {
+        use GatewayError::*;
+        let (code, data) = match self {
+            Unauthenticated(_) | SessionForbidden | ForbiddenOrigin => (codes::INVALID_REQUEST, None),
+            // On MCP a server the caller cannot reach is invisible: the same answer as a tool
+            // that does not exist (invariant 4). Callers map AccessDenied to ToolNotFound first;
+            // this arm only guards against a path that forgets to.
+            AccessDenied { .. } | ServerNotFound { .. } => (codes::INVALID_PARAMS, None),
+            ToolNotFound { .. } | NotFound { .. } => (codes::INVALID_PARAMS, None),
+            AmbiguousTool { candidates, .. } => {
+                (codes::INVALID_PARAMS, Some(json!({ "candidates": candidates })))
+            }
+            UpstreamTimeout { server, budget } => (
+                codes::UPSTREAM_TIMEOUT,
+                Some(json!({ "server": server, "timeoutMs": budget.as_millis() as u64 })),
+            ),
+            UpstreamUnavailable { server, .. } => {
+                (codes::UPSTREAM_UNAVAILABLE, Some(json!({ "server": server })))
+            }
+            UpstreamUnauthorized { server, .. } | UpstreamForbidden { server } => {
+                (codes::UPSTREAM_AUTH, Some(json!({ "server": server })))
+            }
+            Parse(_) => (codes::PARSE_ERROR, None),
+            InvalidRequest(_) | PayloadTooLarge { .. } => (codes::INVALID_REQUEST, None),
+            InvalidParams(_) => (codes::INVALID_PARAMS, None),
+            MethodNotFound(_) => (codes::METHOD_NOT_FOUND, None),
+            // The HTTP status (404) is what clients act on to re-initialize.
+            SessionNotFound => (codes::INVALID_REQUEST, None),
+            Protocol { code, data, .. } => (*code, data.clone()),
+        };
+        let mut error = json!({ "code": code, "message": self.to_string() });
+        if let Some(data) = data {
+            error["data"] = data;
+        }
+        error
+    }
+
+    /// The HTTP status an MCP response carrying this error gets. JSON-RPC-level failures ride
+    /// on 200 (the request itself was fine); transport-level ones keep their HTTP meaning so
+    /// clients act on them (401 re-authenticates, 404 re-initializes a session, 413 shrinks).
+    pub fn mcp_http_status(&self) -> StatusCode {
+        use GatewayError::*;
+        match self {
+            Unauthenticated(_) | SessionNotFound | SessionForbidden | ForbiddenOrigin
+            | PayloadTooLarge { .. } | Parse(_) | InvalidRequest(_) | Protocol { .. } => {
+                self.http_status()
+            }
+            _ => StatusCode::OK,
+        }
+    }
+
+    /// The REST body: `{"error": {"code", "message", ...}}`.
+    pub fn rest_body(&self) -> Value {
+        let mut body = json!({ "error": { "code": self.rest_code(), "message": self.to_string() } });
+        match self {
+            GatewayError::AmbiguousTool { candidates, .. } => {
+                body["error"]["candidates"] = json!(candidates);
+            }
+            GatewayError::UpstreamTimeout { server, budget } => {
+                body["error"]["server"] = json!(server);
+                body["error"]["timeoutMs"] = json!(budget.as_millis() as u64);
+            }
+            GatewayError::UpstreamUnavailable { server, .. }
+            | GatewayError::UpstreamUnauthorized { server, .. }
+            | GatewayError::UpstreamForbidden { server }
+            | GatewayError::AccessDenied { server }
+            | GatewayError::ServerNotFound { server } => {
+                body["error"]["server"] = json!(server);
+            }
+            _ => {}
+        }
+        body
+    }
+
+    /// What the `WWW-Authenticate` header says when this error is a 401 from the gateway itself.
+    pub fn www_authenticate(&self) -> Option<HeaderValue> {
+        match self {
+            GatewayError::Unauthenticated(_) => Some(HeaderValue::from_static(
+                "Bearer realm=\"switchboard\", error=\"invalid_token\"",
+            )),
+            _ => None,
+        }
+    }
+
+    /// A short label for metrics (never a payload, never a secret).
+    pub fn outcome(&self) -> &'static str {
+        self.rest_code()
+    }
+}
+
+/// Wraps an error for the REST endpoints.
+pub struct RestError(pub GatewayError);
+
+impl From<GatewayError> for RestError {
+    fn from(e: GatewayError) -> Self {
+        RestError(e)
+    }
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let mut response = (self.0.http_status(), axum::Json(self.0.rest_body())).into_response();
+        if let Some(value) = self.0.www_authenticate() {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+}
+
+/// An MCP JSON-RPC error response for request `id` (`null` when the request had none).
+pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "error": error.jsonrpc_error() });
+    let mut response = (error.mcp_http_status(), axum::Json(body)).into_response();
+    if let Some(value) = error.www_authenticate() {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_table_statuses() {
+        let cases: Vec<(GatewayError, u16, &str)> = vec![
+            (GatewayError::Unauthenticated("no key"), 401, "unauthenticated"),
+            (GatewayError::AccessDenied { server: "a".into() }, 403, "access_denied"),
+            (GatewayError::ServerNotFound { server: "a".into() }, 404, "server_not_found"),
+            (GatewayError::ToolNotFound { name: "t".into() }, 404, "tool_not_found"),
+            (
+                GatewayError::AmbiguousTool { name: "t".into(), candidates: vec!["a__t".into()] },
+                409,
+                "ambiguous_tool",
+            ),
+            (
+                GatewayError::UpstreamTimeout { server: "a".into(), budget: Duration::from_secs(1) },
+                504,
+                "upstream_timeout",
+            ),
+            (
+                GatewayError::UpstreamUnavailable { server: "a".into(), detail: "x".into() },
+                502,
+                "upstream_unavailable",
+            ),
+            (GatewayError::PayloadTooLarge { limit: 1 }, 413, "payload_too_large"),
+        ];
+        for (error, status, code) in cases {
+            assert_eq!(error.http_status().as_u16(), status, "{error}");
+            assert_eq!(error.rest_code(), code);
+        }
+    }
+
+    #[test]
+    fn mcp_errors_name_what_the_caller_sent() {
+        let e = GatewayError::ToolNotFound { name: "w__nope".into() };
+        assert_eq!(e.jsonrpc_error()["code"], -32602);
+        assert!(e.jsonrpc_error()["message"].as_str().unwrap().contains("w__nope"));
+        let t = GatewayError::UpstreamTimeout { server: "slow".into(), budget: Duration::from_secs(1) };
+        assert_eq!(t.jsonrpc_error()["message"], "upstream \"slow\" did not answer within 1s");
+        assert_eq!(t.jsonrpc_error()["data"]["timeoutMs"], 1000);
+        assert_eq!(t.mcp_http_status(), StatusCode::OK);
+    }
+}

@@ -1,0 +1,122 @@
+//! The HTTP router: MCP, REST, health and metrics, behind DNS-rebinding protection.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::errors::{GatewayError, RestError};
+use crate::mcp::endpoint;
+use crate::rest;
+use crate::state::Gateway;
+
+/// Hard ceiling on any request body, above every configurable limit; the per-snapshot
+/// `gateway.maxBodyBytes` is enforced by the handlers.
+const BODY_CEILING: usize = 64 * 1024 * 1024;
+
+pub fn router(gw: Arc<Gateway>) -> Router {
+    Router::new()
+        .route(
+            "/mcp",
+            post(endpoint::aggregate)
+                .get(endpoint::method_not_allowed)
+                .delete(endpoint::method_not_allowed),
+        )
+        .route(
+            "/mcp/{prefix}",
+            post(endpoint::single)
+                .get(endpoint::method_not_allowed)
+                .delete(endpoint::method_not_allowed),
+        )
+        .route("/mcp-rest/tools/list", get(rest::list_tools))
+        .route("/mcp-rest/tools/call", post(rest::call_tool))
+        .layer(middleware::from_fn_with_state(gw.clone(), check_host_and_origin))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(BODY_CEILING))
+        .with_state(gw)
+}
+
+async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    if gw.is_ready() {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "no snapshot loaded yet").into_response()
+    }
+}
+
+async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        gw.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// DNS-rebinding protection: `Host` must be loopback or a configured name, and a browser's
+/// `Origin`, when present, must be loopback or configured.
+async fn check_host_and_origin(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    let table = gw.table();
+    let settings = &table.settings;
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    let host_ok = host.is_some_and(|h| is_loopback_host(h) || matches_allowed(h, &settings.allowed_hosts));
+    let origin_ok = match request.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+        None => true,
+        Some(origin) => {
+            let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+            is_loopback_host(origin_host)
+                || settings.allowed_origins.iter().any(|o| o == origin)
+                || matches_allowed(origin_host, &settings.allowed_hosts)
+        }
+    };
+    if host_ok && origin_ok {
+        next.run(request).await
+    } else {
+        RestError(GatewayError::ForbiddenOrigin).into_response()
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) { h } else { host }
+    })
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let bare = strip_port(host);
+    bare == "localhost"
+        || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A configured entry matches the host with or without its port.
+fn matches_allowed(host: &str, allowed: &[String]) -> bool {
+    allowed.iter().any(|a| a == "*" || a == host || a == strip_port(host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_and_configured_hosts() {
+        assert!(is_loopback_host("127.0.0.1:8080"));
+        assert!(is_loopback_host("localhost"));
+        assert!(is_loopback_host("[::1]:80"));
+        assert!(!is_loopback_host("evil.example:80"));
+        let allowed = vec!["switchboard-gateway.ns.svc".to_string()];
+        assert!(matches_allowed("switchboard-gateway.ns.svc:8080", &allowed));
+        assert!(!matches_allowed("other.svc", &allowed));
+    }
+}

@@ -1,0 +1,25 @@
+//! Switchboard gateway: serves MCP to clients from a configuration snapshot, routes every call
+//! to exactly one upstream by its server id, and enforces each key's scope before any I/O.
+//!
+//! Map of the crate:
+//! - [`table`]: the immutable routing table built from one snapshot; [`state`] swaps it.
+//! - [`scope`], [`route`]: who the caller is, what it reaches, where a name goes.
+//! - [`mcp`]: the client-facing MCP endpoint (eras, sessions, methods, merged listings).
+//! - [`rest`]: the REST face. [`errors`]: every error and its HTTP/JSON-RPC mapping.
+//! - [`upstream`]: talking to upstream MCP servers (headers, eras, pagination).
+//! - [`catalog`]: cached listings and the tool-ownership map.
+//! - [`config_file`]: standalone mode's file source. [`http`]: the router.
+
+pub mod catalog;
+pub mod config_file;
+pub mod errors;
+pub mod http;
+pub mod mcp;
+pub mod metrics;
+pub mod rest;
+pub mod route;
+pub mod scope;
+pub mod session;
+pub mod state;
+pub mod table;
+pub mod upstream;

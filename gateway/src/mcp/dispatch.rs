@@ -1,0 +1,195 @@
+//! What each MCP method does, whatever era and endpoint it arrived on. The endpoint module
+//! handles HTTP, eras and sessions; this module turns one method call into upstream requests.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::errors::GatewayError;
+use crate::mcp::aggregate;
+use crate::route::prefixed_name;
+use crate::scope::{Caller, Resolution, decide_owner, resolve_prefixed};
+use crate::state::Gateway;
+use crate::table::Server;
+use crate::upstream::client::RpcOutcome;
+use crate::upstream::listing::ListKind;
+
+/// Which endpoint a request came in on.
+pub enum Target {
+    /// `POST /mcp`: every server in the caller's scope, prefixed names.
+    Aggregate,
+    /// `POST /mcp/{prefix}`: one server, its own names, routed by the path alone.
+    Single(Arc<Server>),
+}
+
+/// Why a method produced no result.
+#[derive(Debug)]
+pub enum Failure {
+    Gateway(GatewayError),
+    /// The upstream's own JSON-RPC error object, passed on unchanged.
+    Upstream(Value),
+}
+
+impl From<GatewayError> for Failure {
+    fn from(e: GatewayError) -> Self {
+        Failure::Gateway(e)
+    }
+}
+
+/// The methods that name one object, and the parameter that names it.
+fn named_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
+
+pub async fn dispatch(
+    gw: &Gateway,
+    caller: &Caller,
+    target: &Target,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Value, Failure> {
+    match target {
+        Target::Aggregate => aggregate_method(gw, caller, method, params).await,
+        Target::Single(server) => single_method(gw, caller, server, method, params).await,
+    }
+}
+
+async fn aggregate_method(
+    gw: &Gateway,
+    caller: &Caller,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Value, Failure> {
+    if let Some(kind) = ListKind::from_method(method) {
+        let cursor = params
+            .as_ref()
+            .and_then(|p| p.get("cursor"))
+            .and_then(Value::as_str);
+        return Ok(aggregate::list(gw, caller, kind, cursor).await?);
+    }
+    let Some(field) = named_field(method) else {
+        return Err(GatewayError::MethodNotFound(method.to_string()).into());
+    };
+    let mut params = params.unwrap_or_else(|| json!({}));
+    let name = params
+        .get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
+        .to_string();
+    let (server, upstream_name) = route_name(gw, caller, method, &name).await?;
+    params[field] = Value::from(upstream_name);
+    forward(gw, caller, &server, method, Some(params)).await
+}
+
+/// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the
+/// snapshot; an unprefixed tool name is judged by the ownership map within the caller's scope.
+pub async fn route_name(
+    gw: &Gateway,
+    caller: &Caller,
+    method: &str,
+    name: &str,
+) -> Result<(Arc<Server>, String), GatewayError> {
+    let scope = caller.servers_in_scope();
+    let not_found = || match method {
+        "tools/call" => GatewayError::ToolNotFound { name: name.to_string() },
+        "prompts/get" => GatewayError::NotFound { kind: "prompt", name: name.to_string() },
+        _ => GatewayError::NotFound { kind: "resource", name: name.to_string() },
+    };
+    match resolve_prefixed(&scope, name) {
+        Resolution::Routed(server, rest) => {
+            if method == "tools/call" && !caller.sees_tool(&server, &rest) {
+                return Err(not_found());
+            }
+            Ok((server, rest))
+        }
+        Resolution::Unprefixed if method == "tools/call" => {
+            let owners = unprefixed_owners(gw, caller, &scope, name).await;
+            decide_owner(name, owners)
+        }
+        Resolution::Unprefixed => Err(not_found()),
+    }
+}
+
+/// Servers in scope whose tool listing has `name`. Servers never listed on this replica are
+/// listed first, with this caller's headers, so a cold replica answers like a warm one.
+async fn unprefixed_owners(
+    gw: &Gateway,
+    caller: &Caller,
+    scope: &[Arc<Server>],
+    name: &str,
+) -> Vec<Arc<Server>> {
+    let cold: Vec<&Arc<Server>> = scope.iter().filter(|s| !gw.catalog.has_tools_of(s)).collect();
+    futures_util::future::join_all(
+        cold.iter()
+            .map(|s| gw.listing(caller, s, ListKind::Tools)),
+    )
+    .await;
+    let owners = gw.catalog.owners_of(name);
+    scope
+        .iter()
+        .filter(|s| owners.contains(s.id()) && caller.sees_tool(s, name))
+        .cloned()
+        .collect()
+}
+
+async fn single_method(
+    gw: &Gateway,
+    caller: &Caller,
+    server: &Arc<Server>,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Value, Failure> {
+    if method == "tools/call" {
+        let name = params
+            .as_ref()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| GatewayError::InvalidParams("params.name must be a string".into()))?;
+        if !caller.sees_tool(server, name) {
+            return Err(GatewayError::ToolNotFound { name: name.to_string() }.into());
+        }
+    }
+    let mut result = forward(gw, caller, server, method, params).await?;
+    if method == "tools/list"
+        && let Some(Value::Array(tools)) = result.get_mut("tools")
+    {
+        tools.retain(|t| {
+            t.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| caller.sees_tool(server, n))
+        });
+    }
+    Ok(result)
+}
+
+/// Sends the method upstream and unwraps its answer. An upstream 403 on a tool call stays a
+/// tool error (only 401 means re-authenticate): DESIGN.md invariant 6.
+async fn forward(
+    gw: &Gateway,
+    caller: &Caller,
+    server: &Server,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Value, Failure> {
+    match gw.forward(caller, server, method, params).await {
+        Ok(RpcOutcome::Result(result)) => Ok(result),
+        Ok(RpcOutcome::Error(error)) => Err(Failure::Upstream(error)),
+        Err(GatewayError::UpstreamForbidden { server: id }) if method == "tools/call" => {
+            tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
+            Ok(json!({
+                "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
+                "isError": true,
+            }))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The name a REST or aggregate caller sees for a server's tool.
+pub fn public_tool_name(server: &Server, tool: &str) -> String {
+    prefixed_name(server.prefix(), tool)
+}

@@ -1,0 +1,144 @@
+//! Prometheus metrics. Labels are bounded and never carry a payload or a secret: endpoint and
+//! method come from fixed lists, servers by id.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::errors::GatewayError;
+use crate::table::RoutingTable;
+use crate::upstream::client::RpcOutcome;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: &'static str,
+    method: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    server: String,
+    outcome: &'static str,
+}
+
+type HistogramFamily = Family<ServerLabels, Histogram, fn() -> Histogram>;
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    upstream_requests: Family<UpstreamLabels, Counter>,
+    upstream_latency: HistogramFamily,
+    listing_failures: Family<ServerLabels, Counter>,
+    snapshot_generation: Gauge,
+    snapshot_applies: Counter,
+    snapshot_rejections: Counter,
+    servers: Gauge,
+    keys: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~52 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("switchboard_gateway");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("requests", "Client requests by endpoint, method and outcome", requests.clone());
+        let upstream_requests = Family::<UpstreamLabels, Counter>::default();
+        registry.register("upstream_requests", "Upstream requests by server and outcome", upstream_requests.clone());
+        let upstream_latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "upstream_request_duration_seconds",
+            "Upstream request latency by server",
+            upstream_latency.clone(),
+        );
+        let listing_failures = Family::<ServerLabels, Counter>::default();
+        registry.register("listing_failures", "Upstream listings that failed, by server", listing_failures.clone());
+        let snapshot_generation = Gauge::default();
+        registry.register("snapshot_generation", "Generation of the snapshot being served", snapshot_generation.clone());
+        let snapshot_applies = Counter::default();
+        registry.register("snapshot_applies", "Snapshots applied", snapshot_applies.clone());
+        let snapshot_rejections = Counter::default();
+        registry.register("snapshot_rejections", "Snapshots rejected as invalid", snapshot_rejections.clone());
+        let servers = Gauge::default();
+        registry.register("servers", "Servers in the snapshot being served", servers.clone());
+        let keys = Gauge::default();
+        registry.register("keys", "Keys in the snapshot being served", keys.clone());
+        Metrics {
+            registry,
+            requests,
+            upstream_requests,
+            upstream_latency,
+            listing_failures,
+            snapshot_generation,
+            snapshot_applies,
+            snapshot_rejections,
+            servers,
+            keys,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn request(&self, endpoint: &'static str, method: &'static str, outcome: &'static str) {
+        self.requests
+            .get_or_create(&RequestLabels { endpoint, method, outcome })
+            .inc();
+    }
+
+    pub fn upstream_call(
+        &self,
+        server: &str,
+        outcome: &Result<RpcOutcome, GatewayError>,
+        elapsed: Duration,
+    ) {
+        let outcome = match outcome {
+            Ok(RpcOutcome::Result(_)) => "ok",
+            Ok(RpcOutcome::Error(_)) => "rpc_error",
+            Err(e) => e.outcome(),
+        };
+        self.upstream_requests
+            .get_or_create(&UpstreamLabels { server: server.to_string(), outcome })
+            .inc();
+        self.upstream_latency
+            .get_or_create(&ServerLabels { server: server.to_string() })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn listing_failed(&self, server: &str) {
+        self.listing_failures
+            .get_or_create(&ServerLabels { server: server.to_string() })
+            .inc();
+    }
+
+    pub fn snapshot_applied(&self, table: &RoutingTable) {
+        self.snapshot_generation.set(table.generation as i64);
+        self.snapshot_applies.inc();
+        self.servers.set(table.servers.len() as i64);
+        self.keys.set(table.key_count() as i64);
+    }
+
+    pub fn snapshot_rejected(&self) {
+        self.snapshot_rejections.inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

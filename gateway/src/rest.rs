@@ -1,0 +1,145 @@
+//! The REST face: `GET /mcp-rest/tools/list[?server_id=]` and `POST /mcp-rest/tools/call`
+//! (`{name, server_id, arguments}`), with the statuses of DESIGN.md section 5.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::errors::{GatewayError, RestError};
+use crate::mcp::aggregate;
+use crate::mcp::dispatch::route_name;
+use crate::route::split_prefixed;
+use crate::scope::{Caller, authenticate};
+use crate::state::Gateway;
+use crate::table::Server;
+use crate::upstream::client::RpcOutcome;
+use crate::upstream::listing::ListKind;
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    server_id: Option<String>,
+}
+
+pub async fn list_tools(
+    State(gw): State<Arc<Gateway>>,
+    Query(query): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let result = list_tools_inner(&gw, query, headers).await;
+    finish(&gw, "tools/list", result)
+}
+
+async fn list_tools_inner(
+    gw: &Gateway,
+    query: ListQuery,
+    headers: HeaderMap,
+) -> Result<Value, GatewayError> {
+    let caller = authenticate(gw.table(), headers)?;
+    let servers: Vec<Arc<Server>> = match &query.server_id {
+        Some(id) => vec![caller.server_for_rest(id)?],
+        None => caller.servers_in_scope(),
+    };
+    let mut merged = aggregate::merge(gw, &caller, &servers, ListKind::Tools).await;
+    if query.server_id.is_some()
+        && let Some((_, error)) = merged.failures.pop()
+    {
+        // The one server asked for failed: so did the request.
+        return Err(error);
+    }
+    let errors = merged.errors_json();
+    Ok(json!({ "tools": merged.items, "errors": errors, "warnings": merged.warnings }))
+}
+
+#[derive(Deserialize)]
+struct CallBody {
+    name: String,
+    server_id: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+pub async fn call_tool(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    let result = call_tool_inner(&gw, headers, body).await;
+    finish(&gw, "tools/call", result)
+}
+
+async fn call_tool_inner(gw: &Gateway, headers: HeaderMap, body: Bytes) -> Result<Value, GatewayError> {
+    let table = gw.table();
+    let limit = table.settings.max_body_bytes;
+    if body.len() > limit {
+        return Err(GatewayError::PayloadTooLarge { limit });
+    }
+    let caller = authenticate(table, headers)?;
+    let call: CallBody = serde_json::from_slice(&body)
+        .map_err(|e| GatewayError::InvalidRequest(format!("body: {e}")))?;
+    let (server, tool) = match &call.server_id {
+        Some(id) => routed_by_id(&caller, id, &call.name)?,
+        None => route_name(gw, &caller, "tools/call", &call.name).await?,
+    };
+    let mut params = json!({ "name": tool });
+    if let Some(arguments) = call.arguments {
+        params["arguments"] = arguments;
+    }
+    match gw.forward(&caller, &server, "tools/call", Some(params)).await {
+        Ok(RpcOutcome::Result(result)) => Ok(result),
+        Ok(RpcOutcome::Error(error)) => Err(upstream_rpc_error(&server, &call.name, error)),
+        Err(GatewayError::UpstreamForbidden { server: id }) => {
+            tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
+            Ok(json!({
+                "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
+                "isError": true,
+            }))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// With `server_id`, the name may carry that server's prefix or none; scope is checked before
+/// anything goes upstream.
+fn routed_by_id(caller: &Caller, id: &str, name: &str) -> Result<(Arc<Server>, String), GatewayError> {
+    let server = caller.server_for_rest(id)?;
+    let tool = match split_prefixed(name) {
+        Some((prefix, rest)) if prefix == server.prefix() => rest,
+        _ => name,
+    };
+    if !caller.sees_tool(&server, tool) {
+        return Err(GatewayError::ToolNotFound { name: name.to_string() });
+    }
+    Ok((server, tool.to_string()))
+}
+
+/// An upstream JSON-RPC error on REST: an unknown tool is a 404 like ours; anything else keeps
+/// the upstream's error object.
+fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> GatewayError {
+    let code = error.get("code").and_then(Value::as_i64);
+    let message = error.get("message").and_then(Value::as_str).unwrap_or_default();
+    let lower = message.to_ascii_lowercase();
+    if code == Some(-32602) && (lower.contains("unknown tool") || lower.contains("not found")) {
+        return GatewayError::ToolNotFound { name: name.to_string() };
+    }
+    GatewayError::Protocol {
+        code: code.unwrap_or(-32603),
+        message: format!("upstream {:?} returned an error: {message}", server.id()),
+        status: axum::http::StatusCode::BAD_GATEWAY,
+        data: Some(error),
+    }
+}
+
+fn finish(gw: &Gateway, method: &'static str, result: Result<Value, GatewayError>) -> Response {
+    match result {
+        Ok(v) => {
+            gw.metrics.request("rest", method, "ok");
+            Json(v).into_response()
+        }
+        Err(e) => {
+            gw.metrics.request("rest", method, e.outcome());
+            RestError(e).into_response()
+        }
+    }
+}

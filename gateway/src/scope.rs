@@ -1,0 +1,187 @@
+//! Who is calling and what they may reach. Every path asks here before any upstream I/O
+//! (DESIGN.md invariant 4).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::http::{HeaderMap, header};
+
+use crate::errors::GatewayError;
+use crate::route::{prefixed_name, split_prefixed};
+use crate::table::{Key, RoutingTable, Server};
+
+/// An authenticated request: the key, the routing table it started with, and its headers.
+pub struct Caller {
+    pub key: Arc<Key>,
+    pub table: Arc<RoutingTable>,
+    pub headers: HeaderMap,
+}
+
+/// The gateway key from `Authorization: Bearer <key>`.
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim()).filter(|k| !k.is_empty())
+}
+
+pub fn authenticate(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
+    let presented = presented_key(&headers)
+        .ok_or(GatewayError::Unauthenticated("missing gateway key (Authorization: Bearer <key>)"))?;
+    let key = table
+        .authenticate(presented)
+        .cloned()
+        .ok_or(GatewayError::Unauthenticated("unknown gateway key"))?;
+    if key.is_expired(SystemTime::now()) {
+        return Err(GatewayError::Unauthenticated("the gateway key has expired"));
+    }
+    Ok(Caller {
+        key,
+        table,
+        headers,
+    })
+}
+
+impl Caller {
+    pub fn reaches(&self, server: &Server) -> bool {
+        self.key.reaches(&server.spec)
+    }
+
+    /// Whether `tool` (the upstream's own name) of `server` is visible to this caller: the
+    /// server's filter and the key's filter both admit it.
+    pub fn sees_tool(&self, server: &Server, tool: &str) -> bool {
+        server.spec.tools.admits(tool) && self.key.admits_tool(&server.spec, tool)
+    }
+
+    /// The servers this caller reaches on the aggregate endpoint, in snapshot order, narrowed
+    /// (never widened) by `X-MCP-Servers: a,b` (prefixes or ids).
+    pub fn servers_in_scope(&self) -> Vec<Arc<Server>> {
+        let narrow: Option<Vec<&str>> = self
+            .headers
+            .get("x-mcp-servers")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect());
+        self.table
+            .servers
+            .iter()
+            .filter(|s| self.reaches(s))
+            .filter(|s| {
+                narrow
+                    .as_ref()
+                    .is_none_or(|n| n.iter().any(|x| *x == s.prefix() || *x == s.id()))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// A server by id for REST: 404 when it does not exist, 403 when it is out of scope.
+    pub fn server_for_rest(&self, id: &str) -> Result<Arc<Server>, GatewayError> {
+        let server = self
+            .table
+            .server_by_id(id)
+            .ok_or_else(|| GatewayError::ServerNotFound { server: id.to_string() })?;
+        if !self.reaches(server) {
+            return Err(GatewayError::AccessDenied { server: id.to_string() });
+        }
+        Ok(server.clone())
+    }
+
+    /// The single-server endpoint's server; one the caller cannot reach does not exist for it.
+    pub fn server_for_path(&self, prefix: &str) -> Result<Arc<Server>, GatewayError> {
+        self.table
+            .server_by_prefix(prefix)
+            .filter(|s| self.reaches(s))
+            .cloned()
+            .ok_or_else(|| GatewayError::NotFound {
+                kind: "server",
+                name: prefix.to_string(),
+            })
+    }
+}
+
+/// Where a name on the aggregate endpoint goes.
+pub enum Resolution {
+    /// Routed by its prefix (or unambiguously by ownership): the server and the upstream name.
+    Routed(Arc<Server>, String),
+    /// No prefix that names a server in scope: the ownership map decides.
+    Unprefixed,
+}
+
+/// Resolves a prefixed name by parsing it against the snapshot: no listing involved.
+pub fn resolve_prefixed(scope: &[Arc<Server>], name: &str) -> Resolution {
+    if let Some((prefix, rest)) = split_prefixed(name)
+        && let Some(server) = scope.iter().find(|s| s.prefix() == prefix)
+    {
+        return Resolution::Routed(server.clone(), rest.to_string());
+    }
+    Resolution::Unprefixed
+}
+
+/// Decides an unprefixed name among the servers in scope that own it.
+pub fn decide_owner(
+    name: &str,
+    owners: Vec<Arc<Server>>,
+) -> Result<(Arc<Server>, String), GatewayError> {
+    match owners.len() {
+        0 => Err(GatewayError::ToolNotFound { name: name.to_string() }),
+        1 => Ok((owners[0].clone(), name.to_string())),
+        _ => Err(GatewayError::AmbiguousTool {
+            name: name.to_string(),
+            candidates: owners.iter().map(|s| prefixed_name(s.prefix(), name)).collect(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    fn caller(yaml: &str, key: &str, narrow: Option<&str>) -> Caller {
+        let table = Arc::new(RoutingTable::build(&load(yaml, &SystemLookup).unwrap()).unwrap());
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {key}")).unwrap());
+        if let Some(n) = narrow {
+            headers.insert("x-mcp-servers", HeaderValue::from_str(n).unwrap());
+        }
+        authenticate(table, headers).ok().expect("key authenticates")
+    }
+
+    const TWO: &str = "servers:\n- {name: a, url: 'http://x/mcp', allowAllKeys: true}\n- {name: b, url: 'http://x/mcp', allowAllKeys: true}\n- {name: c, url: 'http://x/mcp'}\nkeys:\n- {name: k, secret: s1}\n";
+
+    #[test]
+    fn narrowing_never_widens() {
+        let c = caller(TWO, "s1", None);
+        let ids: Vec<_> = c.servers_in_scope().iter().map(|s| s.id().to_string()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        let c = caller(TWO, "s1", Some("a, c"));
+        let ids: Vec<_> = c.servers_in_scope().iter().map(|s| s.id().to_string()).collect();
+        assert_eq!(ids, ["a"], "c is out of scope and stays so");
+    }
+
+    #[test]
+    fn prefixed_names_route_by_parse_and_unprefixed_by_owners() {
+        let c = caller(TWO, "s1", None);
+        let scope = c.servers_in_scope();
+        match resolve_prefixed(&scope, "b__get__x") {
+            Resolution::Routed(s, rest) => assert_eq!((s.id(), rest.as_str()), ("b", "get__x")),
+            Resolution::Unprefixed => panic!("should route"),
+        }
+        assert!(matches!(resolve_prefixed(&scope, "c__x"), Resolution::Unprefixed));
+        let err = decide_owner("t", scope.clone()).err().unwrap();
+        match err {
+            GatewayError::AmbiguousTool { candidates, .. } => assert_eq!(candidates, ["a__t", "b__t"]),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(decide_owner("t", vec![]), Err(GatewayError::ToolNotFound { .. })));
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer  k1 "));
+        assert_eq!(presented_key(&h), Some("k1"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
+        assert_eq!(presented_key(&h), None);
+    }
+}

@@ -1,0 +1,162 @@
+//! Legacy-era MCP sessions live in the `Mcp-Session-Id` itself, sealed with a key from the
+//! snapshot, so any replica that holds the same snapshot serves any session (DESIGN.md
+//! invariant 2). The sealed id is small: 12-byte nonce + 17-byte payload + 16-byte tag, in
+//! unpadded base64url: 60 characters.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chacha20poly1305::aead::{Aead, KeyInit};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use sha2::{Digest, Sha256};
+
+/// What a session id carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// First 8 bytes of the opening key's digest: a session only continues with that key.
+    pub key_tag: [u8; 8],
+    /// Index into [`crate::mcp::era::LEGACY_VERSIONS`] of the negotiated protocol version.
+    pub version_index: u8,
+    /// Unix seconds after which the session is refused.
+    pub expires_at: u64,
+}
+
+const PAYLOAD_LEN: usize = 8 + 1 + 8;
+const NONCE_LEN: usize = 12;
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum UnsealError {
+    /// Not ours, tampered with, sealed under another key, or expired: the client re-initializes.
+    Invalid,
+    /// Valid, but opened with another gateway key.
+    WrongKey,
+}
+
+pub struct SessionSealer {
+    cipher: ChaCha20Poly1305,
+    ttl: Duration,
+}
+
+impl SessionSealer {
+    /// `secret` is `gateway.sessionKey`. Without one, a random key is made: sessions then only
+    /// continue on this process (the gateway warns about it at start).
+    pub fn new(secret: Option<&str>, ttl: Duration) -> SessionSealer {
+        let key_bytes: [u8; 32] = match secret {
+            Some(s) => Sha256::new()
+                .chain_update(b"switchboard session key v1\0")
+                .chain_update(s.as_bytes())
+                .finalize()
+                .into(),
+            None => rand::random(),
+        };
+        SessionSealer {
+            cipher: ChaCha20Poly1305::new(Key::from_slice(&key_bytes)),
+            ttl,
+        }
+    }
+
+    pub fn seal(&self, key_digest: &[u8; 32], version_index: u8, now: SystemTime) -> String {
+        let mut payload = [0u8; PAYLOAD_LEN];
+        payload[..8].copy_from_slice(&key_digest[..8]);
+        payload[8] = version_index;
+        let expires_at = unix_secs(now) + self.ttl.as_secs();
+        payload[9..].copy_from_slice(&expires_at.to_be_bytes());
+        let nonce: [u8; NONCE_LEN] = rand::random();
+        // Encrypting a fixed-size buffer with a valid key cannot fail.
+        let sealed = self
+            .cipher
+            .encrypt(Nonce::from_slice(&nonce), payload.as_slice())
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        URL_SAFE_NO_PAD.encode(out)
+    }
+
+    pub fn unseal(
+        &self,
+        id: &str,
+        key_digest: &[u8; 32],
+        now: SystemTime,
+    ) -> Result<Session, UnsealError> {
+        if id.len() > 128 {
+            return Err(UnsealError::Invalid);
+        }
+        let raw = URL_SAFE_NO_PAD
+            .decode(id)
+            .map_err(|_| UnsealError::Invalid)?;
+        if raw.len() <= NONCE_LEN {
+            return Err(UnsealError::Invalid);
+        }
+        let (nonce, sealed) = raw.split_at(NONCE_LEN);
+        let payload = self
+            .cipher
+            .decrypt(Nonce::from_slice(nonce), sealed)
+            .map_err(|_| UnsealError::Invalid)?;
+        if payload.len() != PAYLOAD_LEN {
+            return Err(UnsealError::Invalid);
+        }
+        let mut expires = [0u8; 8];
+        expires.copy_from_slice(&payload[9..]);
+        let session = Session {
+            key_tag: payload[..8].try_into().map_err(|_| UnsealError::Invalid)?,
+            version_index: payload[8],
+            expires_at: u64::from_be_bytes(expires),
+        };
+        if unix_secs(now) >= session.expires_at {
+            return Err(UnsealError::Invalid);
+        }
+        if session.key_tag != key_digest[..8] {
+            return Err(UnsealError::WrongKey);
+        }
+        Ok(session)
+    }
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALICE: [u8; 32] = [1; 32];
+    const BOB: [u8; 32] = [2; 32];
+
+    fn sealer() -> SessionSealer {
+        SessionSealer::new(Some("a shared session key"), Duration::from_secs(60))
+    }
+
+    #[test]
+    fn another_replica_with_the_same_key_opens_it() {
+        let now = SystemTime::now();
+        let id = sealer().seal(&ALICE, 2, now);
+        assert!(id.len() < 200, "{} bytes", id.len());
+        let session = sealer().unseal(&id, &ALICE, now).unwrap();
+        assert_eq!(session.version_index, 2);
+    }
+
+    #[test]
+    fn another_gateway_key_is_refused() {
+        let now = SystemTime::now();
+        let id = sealer().seal(&ALICE, 0, now);
+        assert_eq!(sealer().unseal(&id, &BOB, now), Err(UnsealError::WrongKey));
+    }
+
+    #[test]
+    fn tampered_foreign_and_expired_ids_are_invalid() {
+        let now = SystemTime::now();
+        let id = sealer().seal(&ALICE, 0, now);
+        let mut bytes = id.clone().into_bytes();
+        bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(bytes).unwrap();
+        assert_eq!(sealer().unseal(&tampered, &ALICE, now), Err(UnsealError::Invalid));
+        let other = SessionSealer::new(Some("another session key!!"), Duration::from_secs(60));
+        assert_eq!(other.unseal(&id, &ALICE, now), Err(UnsealError::Invalid));
+        let later = now + Duration::from_secs(61);
+        assert_eq!(sealer().unseal(&id, &ALICE, later), Err(UnsealError::Invalid));
+        assert_eq!(sealer().unseal("not base64!", &ALICE, now), Err(UnsealError::Invalid));
+    }
+}

@@ -1,0 +1,283 @@
+//! The routing table: an immutable, indexed view of one snapshot. A new snapshot builds a new
+//! table that is swapped in whole; a request keeps the table it started with until it ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use switchboard_snapshot::{
+    FieldError, GatewaySettings, KeySpec, ServerSpec, Snapshot, SnapshotError, ToolFilter,
+    key_hash, resolved_value,
+};
+
+use crate::session::SessionSealer;
+use crate::upstream::credentials::UpstreamHeaders;
+
+/// One upstream server as the gateway routes to it.
+#[derive(Debug)]
+pub struct Server {
+    pub spec: ServerSpec,
+    pub url: url::Url,
+    /// Credential, static and forwarded headers, composed once.
+    pub headers: UpstreamHeaders,
+    /// Changes whenever anything about how we talk to the upstream changes (URL, auth,
+    /// headers); caches keyed by it forget a server's old incarnation by themselves.
+    pub revision: u64,
+}
+
+impl Server {
+    pub fn id(&self) -> &str {
+        self.spec.id()
+    }
+    pub fn prefix(&self) -> &str {
+        self.spec.prefix()
+    }
+}
+
+/// A client key, as the gateway knows it: never the key itself.
+#[derive(Debug)]
+pub struct Key {
+    pub name: String,
+    pub namespace: String,
+    pub digest: [u8; 32],
+    pub fingerprint: String,
+    pub servers: Vec<String>,
+    pub access_groups: Vec<String>,
+    pub tools: ToolFilter,
+    pub expires_at: Option<SystemTime>,
+}
+
+impl Key {
+    fn from_spec(spec: &KeySpec) -> Option<Key> {
+        let digest = key_hash::parse_hash(spec.hash.as_deref()?)?;
+        Some(Key {
+            name: spec.name.clone(),
+            namespace: spec.namespace.clone(),
+            fingerprint: key_hash::fingerprint(&digest),
+            digest,
+            servers: spec.servers.clone(),
+            access_groups: spec.access_groups.clone(),
+            tools: spec.tools.clone(),
+            expires_at: spec
+                .expires_at
+                .as_deref()
+                .and_then(|t| humantime::parse_rfc3339_weak(t).ok()),
+        })
+    }
+
+    pub fn is_expired(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|at| now >= at)
+    }
+
+    /// Whether this key reaches `server` (DESIGN.md invariant 4): the server's owner must admit
+    /// the key's namespace, and then the server must be open to all keys or named by the key
+    /// (by id, or by name within the key's namespace) or share an access group with it.
+    pub fn reaches(&self, server: &ServerSpec) -> bool {
+        let admitted = server.namespace == self.namespace
+            || server
+                .allowed_namespaces
+                .iter()
+                .any(|ns| ns == "*" || *ns == self.namespace);
+        if !admitted {
+            return false;
+        }
+        server.allow_all_keys
+            || self.servers.iter().any(|s| {
+                s == server.id() || (server.namespace == self.namespace && *s == server.name)
+            })
+            || self
+                .access_groups
+                .iter()
+                .any(|g| server.access_groups.contains(g))
+    }
+
+    /// Whether this key may use the tool `tool` of `server` (key filters see prefixed names).
+    pub fn admits_tool(&self, server: &ServerSpec, tool: &str) -> bool {
+        if self.tools.allow.is_empty() && self.tools.deny.is_empty() {
+            return true;
+        }
+        self.tools
+            .admits(&crate::route::prefixed_name(server.prefix(), tool))
+    }
+}
+
+pub struct RoutingTable {
+    pub generation: u64,
+    pub settings: GatewaySettings,
+    /// In the snapshot's order, which is the deterministic order of merged listings.
+    pub servers: Vec<Arc<Server>>,
+    by_prefix: HashMap<String, usize>,
+    by_id: HashMap<String, usize>,
+    keys: HashMap<[u8; 32], Arc<Key>>,
+    pub sealer: SessionSealer,
+}
+
+impl std::fmt::Debug for RoutingTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutingTable")
+            .field("generation", &self.generation)
+            .field("servers", &self.servers.len())
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl RoutingTable {
+    /// Builds the table from a snapshot that has passed `switchboard_snapshot::validate`; what
+    /// only composing the upstream headers can find (e.g. a `basic` secret without `:`) is
+    /// reported with the field path too.
+    pub fn build(snapshot: &Snapshot) -> Result<RoutingTable, SnapshotError> {
+        let mut errors = Vec::new();
+        let mut servers: Vec<Arc<Server>> = Vec::with_capacity(snapshot.servers.len());
+        for (i, spec) in snapshot.servers.iter().enumerate() {
+            let url = url::Url::parse(&spec.url);
+            let headers = UpstreamHeaders::for_server(spec);
+            match (url, headers) {
+                (Ok(url), Ok(headers)) => servers.push(Arc::new(Server {
+                    revision: spec_revision(spec),
+                    spec: spec.clone(),
+                    url,
+                    headers,
+                })),
+                (Err(e), _) => errors.push(FieldError {
+                    path: format!("servers[{i}].url"),
+                    message: e.to_string(),
+                }),
+                (_, Err(e)) => errors.push(FieldError {
+                    path: format!("servers[{i}].{}", e.field),
+                    message: e.message,
+                }),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(SnapshotError { errors });
+        }
+        let by_prefix = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.prefix().to_string(), i))
+            .collect();
+        let by_id = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id().to_string(), i))
+            .collect();
+        let keys = snapshot
+            .keys
+            .iter()
+            .filter_map(Key::from_spec)
+            .map(|k| (k.digest, Arc::new(k)))
+            .collect();
+        let session_secret = snapshot
+            .gateway
+            .session_key
+            .as_ref()
+            .and_then(resolved_value)
+            .map(str::to_owned);
+        Ok(RoutingTable {
+            generation: snapshot.generation,
+            settings: snapshot.gateway.clone(),
+            servers,
+            by_prefix,
+            by_id,
+            keys,
+            sealer: SessionSealer::new(session_secret.as_deref(), snapshot.gateway.session_ttl),
+        })
+    }
+
+    pub fn server_by_prefix(&self, prefix: &str) -> Option<&Arc<Server>> {
+        self.by_prefix.get(prefix).map(|&i| &self.servers[i])
+    }
+
+    pub fn server_by_id(&self, id: &str) -> Option<&Arc<Server>> {
+        self.by_id.get(id).map(|&i| &self.servers[i])
+    }
+
+    /// Finds the key a caller presented. The map lookup is by SHA-256 digest, so timing reveals
+    /// nothing about stored keys; the final comparison is constant-time all the same.
+    pub fn authenticate(&self, presented: &str) -> Option<&Arc<Key>> {
+        let digest = key_hash::key_digest(presented);
+        let key = self.keys.get(&digest)?;
+        bool::from(key.digest.ct_eq(&digest)).then_some(key)
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn listing_ttl(&self) -> Duration {
+        self.settings.listing_ttl
+    }
+}
+
+/// A hash of everything in a server's spec: two specs with equal revisions talk to the upstream
+/// identically.
+fn spec_revision(spec: &ServerSpec) -> u64 {
+    let bytes = serde_json::to_vec(spec).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    u64::from_le_bytes(digest[..8].try_into().unwrap_or([0; 8]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    fn table(yaml: &str) -> RoutingTable {
+        RoutingTable::build(&load(yaml, &SystemLookup).expect("valid test config")).unwrap()
+    }
+
+    const TENANCY: &str = r#"
+servers:
+- {name: own, namespace: team-a, url: "http://x/mcp", accessGroups: [g]}
+- {name: shared, namespace: team-b, url: "http://x/mcp", allowedNamespaces: [team-a], allowAllKeys: true}
+- {name: closed, namespace: team-b, url: "http://x/mcp", allowAllKeys: true}
+- {name: grouped, namespace: team-b, url: "http://x/mcp", accessGroups: [g]}
+keys:
+- {name: a, namespace: team-a, secret: key-a, accessGroups: [g]}
+"#;
+
+    #[test]
+    fn tenancy_admits_own_namespace_and_listed_ones_only() {
+        let t = table(TENANCY);
+        let key = t.authenticate("key-a").expect("key-a authenticates");
+        let reach = |id: &str| key.reaches(&t.server_by_id(id).unwrap().spec);
+        assert!(reach("own"), "own namespace, shared group");
+        assert!(reach("shared"), "other namespace that admits team-a");
+        assert!(!reach("closed"), "other namespace that does not admit team-a");
+        assert!(!reach("grouped"), "shared group does not override tenancy");
+    }
+
+    #[test]
+    fn unknown_and_expired_keys() {
+        let t = table(
+            "keys:\n- {name: old, secret: k-old, expiresAt: '2001-01-01T00:00:00Z'}\n- {name: new, secret: k-new}\n",
+        );
+        assert!(t.authenticate("nope").is_none());
+        assert!(t.authenticate("k-old").unwrap().is_expired(SystemTime::now()));
+        assert!(!t.authenticate("k-new").unwrap().is_expired(SystemTime::now()));
+    }
+
+    #[test]
+    fn key_tool_filter_sees_prefixed_names() {
+        let t = table(
+            "servers:\n- {name: w, url: 'http://x/mcp', allowAllKeys: true}\nkeys:\n- {name: k, secret: s, tools: {allow: ['w__get_*']}}\n",
+        );
+        let key = t.authenticate("s").unwrap();
+        let w = &t.server_by_prefix("w").unwrap().spec;
+        assert!(key.admits_tool(w, "get_weather"));
+        assert!(!key.admits_tool(w, "set_weather"));
+    }
+
+    #[test]
+    fn revision_changes_with_the_spec() {
+        let a = table("servers:\n- {name: w, url: 'http://x/mcp'}\n");
+        let b = table("servers:\n- {name: w, url: 'http://y/mcp'}\n");
+        assert_ne!(
+            a.server_by_id("w").unwrap().revision,
+            b.server_by_id("w").unwrap().revision
+        );
+    }
+}

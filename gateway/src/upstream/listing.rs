@@ -1,0 +1,179 @@
+//! Walking an upstream's paginated listing under one deadline (DESIGN.md invariant 7).
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::errors::GatewayError;
+use crate::mcp::era::Era;
+use crate::table::Server;
+use crate::upstream::client::{RpcCall, RpcOutcome, Upstreams};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListKind {
+    Tools,
+    Prompts,
+    Resources,
+    ResourceTemplates,
+}
+
+impl ListKind {
+    pub fn method(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools/list",
+            ListKind::Prompts => "prompts/list",
+            ListKind::Resources => "resources/list",
+            ListKind::ResourceTemplates => "resources/templates/list",
+        }
+    }
+    /// The result field that holds the items.
+    pub fn field(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources => "resources",
+            ListKind::ResourceTemplates => "resourceTemplates",
+        }
+    }
+    pub fn from_method(method: &str) -> Option<ListKind> {
+        [ListKind::Tools, ListKind::Prompts, ListKind::Resources, ListKind::ResourceTemplates]
+            .into_iter()
+            .find(|k| k.method() == method)
+    }
+}
+
+/// Everything one server lists of one kind, with how the walk went.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub items: Vec<Value>,
+    /// Why the walk stopped early, if it did (repeated cursor, page cap, deadline).
+    pub warnings: Vec<String>,
+    /// Smallest `ttlMs` any page gave; `None` when no page gave one.
+    pub ttl_ms: Option<u64>,
+    /// Whether any page was `cacheScope: "private"` (or gave no scope: assume private).
+    pub private: bool,
+}
+
+/// Follows `nextCursor` until the upstream ends the list, the cursor repeats, the page cap is
+/// reached or the deadline passes; each of the last three returns what was collected with a
+/// warning. A failure before the first page is an error.
+pub async fn walk(
+    upstreams: &Upstreams,
+    server: &Server,
+    caller_headers: &axum::http::HeaderMap,
+    kind: ListKind,
+    page_cap: u32,
+) -> Result<Listing, GatewayError> {
+    let budget = server.spec.listing_budget();
+    let deadline = Instant::now() + budget;
+    let mut listing = Listing::default();
+    let mut seen = HashSet::new();
+    let mut cursor: Option<String> = None;
+    for page in 0..page_cap {
+        let page_deadline = deadline.min(Instant::now() + server.spec.timeout);
+        let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+        let call = RpcCall {
+            server,
+            caller_headers,
+            method: kind.method(),
+            params,
+            deadline: page_deadline,
+            budget: if page_deadline == deadline { budget } else { server.spec.timeout },
+        };
+        let result = match upstreams.call(call).await {
+            Ok(RpcOutcome::Result(r)) => r,
+            Ok(RpcOutcome::Error(e)) if page == 0 => {
+                return Err(GatewayError::UpstreamUnavailable {
+                    server: server.id().to_string(),
+                    detail: format!(
+                        "{} failed: {}",
+                        kind.method(),
+                        e.get("message").and_then(Value::as_str).unwrap_or("error")
+                    ),
+                });
+            }
+            Err(e) if page == 0 => return Err(e),
+            Ok(RpcOutcome::Error(_)) | Err(_) if Instant::now() >= deadline => {
+                listing.warnings.push(format!(
+                    "listing stopped at the {} deadline after {page} pages",
+                    humantime::format_duration(budget)
+                ));
+                return Ok(listing);
+            }
+            Ok(RpcOutcome::Error(_)) | Err(_) => {
+                listing
+                    .warnings
+                    .push(format!("listing stopped after {page} pages: a later page failed"));
+                return Ok(listing);
+            }
+        };
+        absorb_page(&mut listing, &result, kind);
+        let era = upstreams.era_of(server);
+        match next_cursor(&result, era) {
+            None => return Ok(listing),
+            Some(next) if !seen.insert(next.clone()) => {
+                listing.warnings.push(format!(
+                    "upstream repeated cursor {next:?}; returning the {} items listed so far",
+                    listing.items.len()
+                ));
+                return Ok(listing);
+            }
+            Some(next) => cursor = Some(next),
+        }
+    }
+    listing.warnings.push(format!(
+        "listing stopped at the page cap ({page_cap} pages); returning the {} items listed so far",
+        listing.items.len()
+    ));
+    Ok(listing)
+}
+
+fn absorb_page(listing: &mut Listing, result: &Value, kind: ListKind) {
+    if let Some(items) = result.get(kind.field()).and_then(Value::as_array) {
+        listing.items.extend(items.iter().cloned());
+    }
+    if let Some(ttl) = result.get("ttlMs").and_then(Value::as_u64) {
+        listing.ttl_ms = Some(listing.ttl_ms.map_or(ttl, |t| t.min(ttl)));
+    }
+    let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
+    listing.private |= !public;
+}
+
+/// The cursor of the next page, if there is one. In the 2026-07-28 revision only an absent or
+/// null `nextCursor` ends a list: `""` is a valid cursor. Legacy revisions predate that rule and
+/// several legacy SDKs serialize "no more pages" as `""`, so from a legacy upstream an empty
+/// string ends the walk; following it would re-request page one and end on the
+/// repeated-cursor guard anyway, one request later.
+fn next_cursor(result: &Value, era: Option<Era>) -> Option<String> {
+    let next = result.get("nextCursor")?.as_str()?;
+    if next.is_empty() && era != Some(Era::Modern) {
+        return None;
+    }
+    Some(next.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_cursor_is_a_cursor_only_in_the_modern_era() {
+        let r = json!({"tools": [], "nextCursor": ""});
+        assert_eq!(next_cursor(&r, Some(Era::Modern)), Some(String::new()));
+        assert_eq!(next_cursor(&r, Some(Era::Legacy)), None);
+        assert_eq!(next_cursor(&json!({"nextCursor": null}), Some(Era::Modern)), None);
+        assert_eq!(next_cursor(&json!({}), Some(Era::Modern)), None);
+    }
+
+    #[test]
+    fn cache_hints_merge_to_smallest_ttl_and_private_if_any() {
+        let mut l = Listing::default();
+        absorb_page(&mut l, &json!({"tools": [1], "ttlMs": 5000, "cacheScope": "public"}), ListKind::Tools);
+        assert!(!l.private);
+        absorb_page(&mut l, &json!({"tools": [2], "ttlMs": 100, "cacheScope": "private"}), ListKind::Tools);
+        assert_eq!(l.ttl_ms, Some(100));
+        assert!(l.private);
+        assert_eq!(l.items.len(), 2);
+    }
+}

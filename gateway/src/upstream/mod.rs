@@ -1,0 +1,6 @@
+//! MCP towards upstream servers.
+
+pub mod client;
+pub mod credentials;
+pub mod listing;
+pub mod wire;
