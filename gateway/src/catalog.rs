@@ -90,7 +90,10 @@ impl Catalog {
             let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
             withdraw(&mut owners, server.id());
             for name in names {
-                owners.entry(name).or_default().insert(server.id().to_string());
+                owners
+                    .entry(name)
+                    .or_default()
+                    .insert(server.id().to_string());
             }
         }
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
@@ -156,15 +159,23 @@ mod tests {
 
     #[test]
     fn a_listing_replaces_its_servers_rows_only() {
-        let t = table("servers:\n- {name: a, url: 'http://x/mcp'}\n- {name: b, url: 'http://x/mcp', tools: {deny: [hidden]}}\n");
+        let t = table(
+            "servers:\n- {name: a, url: 'http://x/mcp'}\n- {name: b, url: 'http://x/mcp', tools: {deny: [hidden]}}\n",
+        );
         let (a, b) = (t.server_by_id("a").unwrap(), t.server_by_id("b").unwrap());
         let c = Catalog::default();
         c.store(a, ListKind::Tools, tools(&["x", "y"]));
         c.store(b, ListKind::Tools, tools(&["y", "hidden"]));
         assert_eq!(c.owners_of("y").len(), 2);
-        assert!(c.owners_of("hidden").is_empty(), "the server's filter applies to routing");
+        assert!(
+            c.owners_of("hidden").is_empty(),
+            "the server's filter applies to routing"
+        );
         c.store(a, ListKind::Tools, tools(&["y"]));
-        assert!(c.owners_of("x").is_empty(), "a tool a stopped serving stops routing");
+        assert!(
+            c.owners_of("x").is_empty(),
+            "a tool a stopped serving stops routing"
+        );
         assert_eq!(c.owners_of("y").len(), 2);
         c.retain(|id, _| id != "b");
         assert_eq!(c.owners_of("y").into_iter().collect::<Vec<_>>(), vec!["a"]);

@@ -31,7 +31,10 @@ pub enum GatewayError {
     #[error("unknown tool: {name}")]
     ToolNotFound { name: String },
     #[error("tool name {name:?} is served by several servers; use one of the prefixed names")]
-    AmbiguousTool { name: String, candidates: Vec<String> },
+    AmbiguousTool {
+        name: String,
+        candidates: Vec<String>,
+    },
     #[error("unknown {kind}: {name}")]
     NotFound { kind: &'static str, name: String },
     #[error("upstream {server:?} did not answer within {}", humantime::format_duration(*budget))]
@@ -108,9 +111,11 @@ impl GatewayError {
             UpstreamUnavailable { .. } => "upstream_unavailable",
             UpstreamUnauthorized { .. } => "upstream_auth_failed",
             UpstreamForbidden { .. } => "upstream_forbidden",
-            Parse(_) | InvalidRequest(_) | InvalidParams(_) | MethodNotFound(_) | Protocol { .. } => {
-                "bad_request"
-            }
+            Parse(_)
+            | InvalidRequest(_)
+            | InvalidParams(_)
+            | MethodNotFound(_)
+            | Protocol { .. } => "bad_request",
             PayloadTooLarge { .. } => "payload_too_large",
             SessionNotFound => "session_not_found",
             SessionForbidden | ForbiddenOrigin => "forbidden",
@@ -121,22 +126,26 @@ impl GatewayError {
     pub fn jsonrpc_error(&self) -> Value {
         use GatewayError::*;
         let (code, data) = match self {
-            Unauthenticated(_) | SessionForbidden | ForbiddenOrigin => (codes::INVALID_REQUEST, None),
+            Unauthenticated(_) | SessionForbidden | ForbiddenOrigin => {
+                (codes::INVALID_REQUEST, None)
+            }
             // On MCP a server the caller cannot reach is invisible: the same answer as a tool
             // that does not exist (invariant 4). Callers map AccessDenied to ToolNotFound first;
             // this arm only guards against a path that forgets to.
             AccessDenied { .. } | ServerNotFound { .. } => (codes::INVALID_PARAMS, None),
             ToolNotFound { .. } | NotFound { .. } => (codes::INVALID_PARAMS, None),
-            AmbiguousTool { candidates, .. } => {
-                (codes::INVALID_PARAMS, Some(json!({ "candidates": candidates })))
-            }
+            AmbiguousTool { candidates, .. } => (
+                codes::INVALID_PARAMS,
+                Some(json!({ "candidates": candidates })),
+            ),
             UpstreamTimeout { server, budget } => (
                 codes::UPSTREAM_TIMEOUT,
                 Some(json!({ "server": server, "timeoutMs": budget.as_millis() as u64 })),
             ),
-            UpstreamUnavailable { server, .. } => {
-                (codes::UPSTREAM_UNAVAILABLE, Some(json!({ "server": server })))
-            }
+            UpstreamUnavailable { server, .. } => (
+                codes::UPSTREAM_UNAVAILABLE,
+                Some(json!({ "server": server })),
+            ),
             UpstreamUnauthorized { server, .. } | UpstreamForbidden { server } => {
                 (codes::UPSTREAM_AUTH, Some(json!({ "server": server })))
             }
@@ -161,17 +170,22 @@ impl GatewayError {
     pub fn mcp_http_status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
-            Unauthenticated(_) | SessionNotFound | SessionForbidden | ForbiddenOrigin
-            | PayloadTooLarge { .. } | Parse(_) | InvalidRequest(_) | Protocol { .. } => {
-                self.http_status()
-            }
+            Unauthenticated(_)
+            | SessionNotFound
+            | SessionForbidden
+            | ForbiddenOrigin
+            | PayloadTooLarge { .. }
+            | Parse(_)
+            | InvalidRequest(_)
+            | Protocol { .. } => self.http_status(),
             _ => StatusCode::OK,
         }
     }
 
     /// The REST body: `{"error": {"code", "message", ...}}`.
     pub fn rest_body(&self) -> Value {
-        let mut body = json!({ "error": { "code": self.rest_code(), "message": self.to_string() } });
+        let mut body =
+            json!({ "error": { "code": self.rest_code(), "message": self.to_string() } });
         match self {
             GatewayError::AmbiguousTool { candidates, .. } => {
                 body["error"]["candidates"] = json!(candidates);
@@ -221,7 +235,9 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let mut response = (self.0.http_status(), axum::Json(self.0.rest_body())).into_response();
         if let Some(value) = self.0.www_authenticate() {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
         }
         response
     }
@@ -232,7 +248,9 @@ pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
     let body = json!({ "jsonrpc": "2.0", "id": id, "error": error.jsonrpc_error() });
     let mut response = (error.mcp_http_status(), axum::Json(body)).into_response();
     if let Some(value) = error.www_authenticate() {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
     }
     response
 }
@@ -244,26 +262,55 @@ mod tests {
     #[test]
     fn error_table_statuses() {
         let cases: Vec<(GatewayError, u16, &str)> = vec![
-            (GatewayError::Unauthenticated("no key"), 401, "unauthenticated"),
-            (GatewayError::AccessDenied { server: "a".into() }, 403, "access_denied"),
-            (GatewayError::ServerNotFound { server: "a".into() }, 404, "server_not_found"),
-            (GatewayError::ToolNotFound { name: "t".into() }, 404, "tool_not_found"),
             (
-                GatewayError::AmbiguousTool { name: "t".into(), candidates: vec!["a__t".into()] },
+                GatewayError::Unauthenticated("no key"),
+                401,
+                "unauthenticated",
+            ),
+            (
+                GatewayError::AccessDenied { server: "a".into() },
+                403,
+                "access_denied",
+            ),
+            (
+                GatewayError::ServerNotFound { server: "a".into() },
+                404,
+                "server_not_found",
+            ),
+            (
+                GatewayError::ToolNotFound { name: "t".into() },
+                404,
+                "tool_not_found",
+            ),
+            (
+                GatewayError::AmbiguousTool {
+                    name: "t".into(),
+                    candidates: vec!["a__t".into()],
+                },
                 409,
                 "ambiguous_tool",
             ),
             (
-                GatewayError::UpstreamTimeout { server: "a".into(), budget: Duration::from_secs(1) },
+                GatewayError::UpstreamTimeout {
+                    server: "a".into(),
+                    budget: Duration::from_secs(1),
+                },
                 504,
                 "upstream_timeout",
             ),
             (
-                GatewayError::UpstreamUnavailable { server: "a".into(), detail: "x".into() },
+                GatewayError::UpstreamUnavailable {
+                    server: "a".into(),
+                    detail: "x".into(),
+                },
                 502,
                 "upstream_unavailable",
             ),
-            (GatewayError::PayloadTooLarge { limit: 1 }, 413, "payload_too_large"),
+            (
+                GatewayError::PayloadTooLarge { limit: 1 },
+                413,
+                "payload_too_large",
+            ),
         ];
         for (error, status, code) in cases {
             assert_eq!(error.http_status().as_u16(), status, "{error}");
@@ -273,11 +320,24 @@ mod tests {
 
     #[test]
     fn mcp_errors_name_what_the_caller_sent() {
-        let e = GatewayError::ToolNotFound { name: "w__nope".into() };
+        let e = GatewayError::ToolNotFound {
+            name: "w__nope".into(),
+        };
         assert_eq!(e.jsonrpc_error()["code"], -32602);
-        assert!(e.jsonrpc_error()["message"].as_str().unwrap().contains("w__nope"));
-        let t = GatewayError::UpstreamTimeout { server: "slow".into(), budget: Duration::from_secs(1) };
-        assert_eq!(t.jsonrpc_error()["message"], "upstream \"slow\" did not answer within 1s");
+        assert!(
+            e.jsonrpc_error()["message"]
+                .as_str()
+                .unwrap()
+                .contains("w__nope")
+        );
+        let t = GatewayError::UpstreamTimeout {
+            server: "slow".into(),
+            budget: Duration::from_secs(1),
+        };
+        assert_eq!(
+            t.jsonrpc_error()["message"],
+            "upstream \"slow\" did not answer within 1s"
+        );
         assert_eq!(t.jsonrpc_error()["data"]["timeoutMs"], 1000);
         assert_eq!(t.mcp_http_status(), StatusCode::OK);
     }

@@ -34,7 +34,10 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/mcp-rest/tools/list", get(rest::list_tools))
         .route("/mcp-rest/tools/call", post(rest::call_tool))
-        .layer(middleware::from_fn_with_state(gw.clone(), check_host_and_origin))
+        .layer(middleware::from_fn_with_state(
+            gw.clone(),
+            check_host_and_origin,
+        ))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -52,7 +55,10 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         gw.metrics.encode(),
     )
         .into_response()
@@ -60,7 +66,11 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
 
 /// DNS-rebinding protection: `Host` must be loopback or a configured name, and a browser's
 /// `Origin`, when present, must be loopback or configured.
-async fn check_host_and_origin(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+async fn check_host_and_origin(
+    State(gw): State<Arc<Gateway>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let table = gw.table();
     let settings = &table.settings;
     let host = request
@@ -68,8 +78,13 @@ async fn check_host_and_origin(State(gw): State<Arc<Gateway>>, request: Request,
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .or_else(|| request.uri().authority().map(|a| a.as_str()));
-    let host_ok = host.is_some_and(|h| is_loopback_host(h) || matches_allowed(h, &settings.allowed_hosts));
-    let origin_ok = match request.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+    let host_ok =
+        host.is_some_and(|h| is_loopback_host(h) || matches_allowed(h, &settings.allowed_hosts));
+    let origin_ok = match request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+    {
         None => true,
         Some(origin) => {
             let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
@@ -90,19 +105,27 @@ fn strip_port(host: &str) -> &str {
         return rest.split(']').next().unwrap_or(rest);
     }
     host.rsplit_once(':').map_or(host, |(h, port)| {
-        if port.chars().all(|c| c.is_ascii_digit()) { h } else { host }
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
     })
 }
 
 fn is_loopback_host(host: &str) -> bool {
     let bare = strip_port(host);
     bare == "localhost"
-        || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A configured entry matches the host with or without its port.
 fn matches_allowed(host: &str, allowed: &[String]) -> bool {
-    allowed.iter().any(|a| a == "*" || a == host || a == strip_port(host))
+    allowed
+        .iter()
+        .any(|a| a == "*" || a == host || a == strip_port(host))
 }
 
 #[cfg(test)]

@@ -15,7 +15,11 @@ enum LogFormat {
 }
 
 #[derive(Parser)]
-#[command(name = "switchboard-gateway", version, about = "MCP gateway: serves MCP tool servers from one snapshot")]
+#[command(
+    name = "switchboard-gateway",
+    version,
+    about = "MCP gateway: serves MCP tool servers from one snapshot"
+)]
 struct Args {
     /// Config file (the snapshot schema in YAML); re-read on change and on SIGHUP.
     #[arg(long, env = "SWITCHBOARD_CONFIG")]
@@ -24,21 +28,31 @@ struct Args {
     #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
     /// Log format.
-    #[arg(long, env = "SWITCHBOARD_LOG_FORMAT", value_enum, default_value = "text")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     log_format: LogFormat,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let gw = Arc::new(Gateway::new());
     if !config_file::reload(&gw, &args.config) {
-        anyhow::bail!("the config file {} is not valid (see the error above)", args.config.display());
+        anyhow::bail!(
+            "the config file {} is not valid (see the error above)",
+            args.config.display()
+        );
     }
     tokio::spawn(config_file::watch(gw.clone(), args.config.clone()));
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
@@ -64,7 +78,9 @@ async fn shutdown() {
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

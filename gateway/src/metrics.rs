@@ -56,9 +56,17 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("switchboard_gateway");
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("requests", "Client requests by endpoint, method and outcome", requests.clone());
+        registry.register(
+            "requests",
+            "Client requests by endpoint, method and outcome",
+            requests.clone(),
+        );
         let upstream_requests = Family::<UpstreamLabels, Counter>::default();
-        registry.register("upstream_requests", "Upstream requests by server and outcome", upstream_requests.clone());
+        registry.register(
+            "upstream_requests",
+            "Upstream requests by server and outcome",
+            upstream_requests.clone(),
+        );
         let upstream_latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
         registry.register(
             "upstream_request_duration_seconds",
@@ -66,15 +74,35 @@ impl Default for Metrics {
             upstream_latency.clone(),
         );
         let listing_failures = Family::<ServerLabels, Counter>::default();
-        registry.register("listing_failures", "Upstream listings that failed, by server", listing_failures.clone());
+        registry.register(
+            "listing_failures",
+            "Upstream listings that failed, by server",
+            listing_failures.clone(),
+        );
         let snapshot_generation = Gauge::default();
-        registry.register("snapshot_generation", "Generation of the snapshot being served", snapshot_generation.clone());
+        registry.register(
+            "snapshot_generation",
+            "Generation of the snapshot being served",
+            snapshot_generation.clone(),
+        );
         let snapshot_applies = Counter::default();
-        registry.register("snapshot_applies", "Snapshots applied", snapshot_applies.clone());
+        registry.register(
+            "snapshot_applies",
+            "Snapshots applied",
+            snapshot_applies.clone(),
+        );
         let snapshot_rejections = Counter::default();
-        registry.register("snapshot_rejections", "Snapshots rejected as invalid", snapshot_rejections.clone());
+        registry.register(
+            "snapshot_rejections",
+            "Snapshots rejected as invalid",
+            snapshot_rejections.clone(),
+        );
         let servers = Gauge::default();
-        registry.register("servers", "Servers in the snapshot being served", servers.clone());
+        registry.register(
+            "servers",
+            "Servers in the snapshot being served",
+            servers.clone(),
+        );
         let keys = Gauge::default();
         registry.register("keys", "Keys in the snapshot being served", keys.clone());
         Metrics {
@@ -95,7 +123,11 @@ impl Default for Metrics {
 impl Metrics {
     pub fn request(&self, endpoint: &'static str, method: &'static str, outcome: &'static str) {
         self.requests
-            .get_or_create(&RequestLabels { endpoint, method, outcome })
+            .get_or_create(&RequestLabels {
+                endpoint,
+                method,
+                outcome,
+            })
             .inc();
     }
 
@@ -111,16 +143,23 @@ impl Metrics {
             Err(e) => e.outcome(),
         };
         self.upstream_requests
-            .get_or_create(&UpstreamLabels { server: server.to_string(), outcome })
+            .get_or_create(&UpstreamLabels {
+                server: server.to_string(),
+                outcome,
+            })
             .inc();
         self.upstream_latency
-            .get_or_create(&ServerLabels { server: server.to_string() })
+            .get_or_create(&ServerLabels {
+                server: server.to_string(),
+            })
             .observe(elapsed.as_secs_f64());
     }
 
     pub fn listing_failed(&self, server: &str) {
         self.listing_failures
-            .get_or_create(&ServerLabels { server: server.to_string() })
+            .get_or_create(&ServerLabels {
+                server: server.to_string(),
+            })
             .inc();
     }
 

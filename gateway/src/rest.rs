@@ -64,12 +64,20 @@ struct CallBody {
     arguments: Option<Value>,
 }
 
-pub async fn call_tool(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn call_tool(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let result = call_tool_inner(&gw, headers, body).await;
     finish(&gw, "tools/call", result)
 }
 
-async fn call_tool_inner(gw: &Gateway, headers: HeaderMap, body: Bytes) -> Result<Value, GatewayError> {
+async fn call_tool_inner(
+    gw: &Gateway,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Value, GatewayError> {
     let table = gw.table();
     let limit = table.settings.max_body_bytes;
     if body.len() > limit {
@@ -86,7 +94,10 @@ async fn call_tool_inner(gw: &Gateway, headers: HeaderMap, body: Bytes) -> Resul
     if let Some(arguments) = call.arguments {
         params["arguments"] = arguments;
     }
-    match gw.forward(&caller, &server, "tools/call", Some(params)).await {
+    match gw
+        .forward(&caller, &server, "tools/call", Some(params))
+        .await
+    {
         Ok(RpcOutcome::Result(result)) => Ok(result),
         Ok(RpcOutcome::Error(error)) => Err(upstream_rpc_error(&server, &call.name, error)),
         Err(GatewayError::UpstreamForbidden { server: id }) => {
@@ -102,14 +113,20 @@ async fn call_tool_inner(gw: &Gateway, headers: HeaderMap, body: Bytes) -> Resul
 
 /// With `server_id`, the name may carry that server's prefix or none; scope is checked before
 /// anything goes upstream.
-fn routed_by_id(caller: &Caller, id: &str, name: &str) -> Result<(Arc<Server>, String), GatewayError> {
+fn routed_by_id(
+    caller: &Caller,
+    id: &str,
+    name: &str,
+) -> Result<(Arc<Server>, String), GatewayError> {
     let server = caller.server_for_rest(id)?;
     let tool = match split_prefixed(name) {
         Some((prefix, rest)) if prefix == server.prefix() => rest,
         _ => name,
     };
     if !caller.sees_tool(&server, tool) {
-        return Err(GatewayError::ToolNotFound { name: name.to_string() });
+        return Err(GatewayError::ToolNotFound {
+            name: name.to_string(),
+        });
     }
     Ok((server, tool.to_string()))
 }
@@ -118,10 +135,15 @@ fn routed_by_id(caller: &Caller, id: &str, name: &str) -> Result<(Arc<Server>, S
 /// the upstream's error object.
 fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> GatewayError {
     let code = error.get("code").and_then(Value::as_i64);
-    let message = error.get("message").and_then(Value::as_str).unwrap_or_default();
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let lower = message.to_ascii_lowercase();
     if code == Some(-32602) && (lower.contains("unknown tool") || lower.contains("not found")) {
-        return GatewayError::ToolNotFound { name: name.to_string() };
+        return GatewayError::ToolNotFound {
+            name: name.to_string(),
+        };
     }
     GatewayError::Protocol {
         code: code.unwrap_or(-32603),

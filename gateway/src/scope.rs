@@ -21,12 +21,16 @@ pub struct Caller {
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, key) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim()).filter(|k| !k.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| key.trim())
+        .filter(|k| !k.is_empty())
 }
 
 pub fn authenticate(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
-    let presented = presented_key(&headers)
-        .ok_or(GatewayError::Unauthenticated("missing gateway key (Authorization: Bearer <key>)"))?;
+    let presented = presented_key(&headers).ok_or(GatewayError::Unauthenticated(
+        "missing gateway key (Authorization: Bearer <key>)",
+    ))?;
     let key = table
         .authenticate(presented)
         .cloned()
@@ -59,7 +63,12 @@ impl Caller {
             .headers
             .get("x-mcp-servers")
             .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect());
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            });
         self.table
             .servers
             .iter()
@@ -78,9 +87,13 @@ impl Caller {
         let server = self
             .table
             .server_by_id(id)
-            .ok_or_else(|| GatewayError::ServerNotFound { server: id.to_string() })?;
+            .ok_or_else(|| GatewayError::ServerNotFound {
+                server: id.to_string(),
+            })?;
         if !self.reaches(server) {
-            return Err(GatewayError::AccessDenied { server: id.to_string() });
+            return Err(GatewayError::AccessDenied {
+                server: id.to_string(),
+            });
         }
         Ok(server.clone())
     }
@@ -122,11 +135,16 @@ pub fn decide_owner(
     owners: Vec<Arc<Server>>,
 ) -> Result<(Arc<Server>, String), GatewayError> {
     match owners.len() {
-        0 => Err(GatewayError::ToolNotFound { name: name.to_string() }),
+        0 => Err(GatewayError::ToolNotFound {
+            name: name.to_string(),
+        }),
         1 => Ok((owners[0].clone(), name.to_string())),
         _ => Err(GatewayError::AmbiguousTool {
             name: name.to_string(),
-            candidates: owners.iter().map(|s| prefixed_name(s.prefix(), name)).collect(),
+            candidates: owners
+                .iter()
+                .map(|s| prefixed_name(s.prefix(), name))
+                .collect(),
         }),
     }
 }
@@ -140,11 +158,14 @@ mod tests {
     fn caller(yaml: &str, key: &str, narrow: Option<&str>) -> Caller {
         let table = Arc::new(RoutingTable::build(&load(yaml, &SystemLookup).unwrap()).unwrap());
         let mut headers = HeaderMap::new();
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {key}")).unwrap());
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {key}")).unwrap(),
+        );
         if let Some(n) = narrow {
             headers.insert("x-mcp-servers", HeaderValue::from_str(n).unwrap());
         }
-        authenticate(table, headers).ok().expect("key authenticates")
+        authenticate(table, headers).expect("key authenticates")
     }
 
     const TWO: &str = "servers:\n- {name: a, url: 'http://x/mcp', allowAllKeys: true}\n- {name: b, url: 'http://x/mcp', allowAllKeys: true}\n- {name: c, url: 'http://x/mcp'}\nkeys:\n- {name: k, secret: s1}\n";
@@ -152,10 +173,18 @@ mod tests {
     #[test]
     fn narrowing_never_widens() {
         let c = caller(TWO, "s1", None);
-        let ids: Vec<_> = c.servers_in_scope().iter().map(|s| s.id().to_string()).collect();
+        let ids: Vec<_> = c
+            .servers_in_scope()
+            .iter()
+            .map(|s| s.id().to_string())
+            .collect();
         assert_eq!(ids, ["a", "b"]);
         let c = caller(TWO, "s1", Some("a, c"));
-        let ids: Vec<_> = c.servers_in_scope().iter().map(|s| s.id().to_string()).collect();
+        let ids: Vec<_> = c
+            .servers_in_scope()
+            .iter()
+            .map(|s| s.id().to_string())
+            .collect();
         assert_eq!(ids, ["a"], "c is out of scope and stays so");
     }
 
@@ -167,19 +196,30 @@ mod tests {
             Resolution::Routed(s, rest) => assert_eq!((s.id(), rest.as_str()), ("b", "get__x")),
             Resolution::Unprefixed => panic!("should route"),
         }
-        assert!(matches!(resolve_prefixed(&scope, "c__x"), Resolution::Unprefixed));
+        assert!(matches!(
+            resolve_prefixed(&scope, "c__x"),
+            Resolution::Unprefixed
+        ));
         let err = decide_owner("t", scope.clone()).err().unwrap();
         match err {
-            GatewayError::AmbiguousTool { candidates, .. } => assert_eq!(candidates, ["a__t", "b__t"]),
+            GatewayError::AmbiguousTool { candidates, .. } => {
+                assert_eq!(candidates, ["a__t", "b__t"])
+            }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(decide_owner("t", vec![]), Err(GatewayError::ToolNotFound { .. })));
+        assert!(matches!(
+            decide_owner("t", vec![]),
+            Err(GatewayError::ToolNotFound { .. })
+        ));
     }
 
     #[test]
     fn bearer_parsing() {
         let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer  k1 "));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  k1 "),
+        );
         assert_eq!(presented_key(&h), Some("k1"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
         assert_eq!(presented_key(&h), None);

@@ -152,11 +152,20 @@ mod tests {
         let mut bytes = id.clone().into_bytes();
         bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
         let tampered = String::from_utf8(bytes).unwrap();
-        assert_eq!(sealer().unseal(&tampered, &ALICE, now), Err(UnsealError::Invalid));
+        assert_eq!(
+            sealer().unseal(&tampered, &ALICE, now),
+            Err(UnsealError::Invalid)
+        );
         let other = SessionSealer::new(Some("another session key!!"), Duration::from_secs(60));
         assert_eq!(other.unseal(&id, &ALICE, now), Err(UnsealError::Invalid));
         let later = now + Duration::from_secs(61);
-        assert_eq!(sealer().unseal(&id, &ALICE, later), Err(UnsealError::Invalid));
-        assert_eq!(sealer().unseal("not base64!", &ALICE, now), Err(UnsealError::Invalid));
+        assert_eq!(
+            sealer().unseal(&id, &ALICE, later),
+            Err(UnsealError::Invalid)
+        );
+        assert_eq!(
+            sealer().unseal("not base64!", &ALICE, now),
+            Err(UnsealError::Invalid)
+        );
     }
 }

@@ -83,7 +83,8 @@ impl Gateway {
                 budget,
             })
             .await;
-        self.metrics.upstream_call(server.id(), &outcome, started.elapsed());
+        self.metrics
+            .upstream_call(server.id(), &outcome, started.elapsed());
         outcome
     }
 

@@ -246,7 +246,10 @@ keys:
         let reach = |id: &str| key.reaches(&t.server_by_id(id).unwrap().spec);
         assert!(reach("own"), "own namespace, shared group");
         assert!(reach("shared"), "other namespace that admits team-a");
-        assert!(!reach("closed"), "other namespace that does not admit team-a");
+        assert!(
+            !reach("closed"),
+            "other namespace that does not admit team-a"
+        );
         assert!(!reach("grouped"), "shared group does not override tenancy");
     }
 
@@ -256,8 +259,16 @@ keys:
             "keys:\n- {name: old, secret: k-old, expiresAt: '2001-01-01T00:00:00Z'}\n- {name: new, secret: k-new}\n",
         );
         assert!(t.authenticate("nope").is_none());
-        assert!(t.authenticate("k-old").unwrap().is_expired(SystemTime::now()));
-        assert!(!t.authenticate("k-new").unwrap().is_expired(SystemTime::now()));
+        assert!(
+            t.authenticate("k-old")
+                .unwrap()
+                .is_expired(SystemTime::now())
+        );
+        assert!(
+            !t.authenticate("k-new")
+                .unwrap()
+                .is_expired(SystemTime::now())
+        );
     }
 
     #[test]

@@ -6,7 +6,10 @@ pub const HASH_PREFIX: &str = "sha256:";
 
 /// `sha256:<hex>` of a key: what the snapshot holds instead of the key.
 pub fn hash_key(secret: &str) -> String {
-    format!("{HASH_PREFIX}{}", hex::encode(Sha256::digest(secret.as_bytes())))
+    format!(
+        "{HASH_PREFIX}{}",
+        hex::encode(Sha256::digest(secret.as_bytes()))
+    )
 }
 
 /// The raw 32 digest bytes of a key, for the gateway's lookup on each request.

@@ -93,7 +93,10 @@ pub fn resolve_secrets(
     }
     for (i, server) in snapshot.servers.iter_mut().enumerate() {
         for (j, header) in server.headers.static_headers.iter_mut().enumerate() {
-            resolve(&mut header.value, format!("servers[{i}].headers.static[{j}].value"));
+            resolve(
+                &mut header.value,
+                format!("servers[{i}].headers.static[{j}].value"),
+            );
         }
         if let Some(secret) = auth_secret_mut(&mut server.auth) {
             resolve(secret, format!("servers[{i}].auth.secret"));
@@ -205,7 +208,10 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         if !key_names.insert((&key.namespace, &key.name)) {
             v.err(
                 format!("{path}.name"),
-                format!("{:?} appears twice in namespace {:?}", key.name, key.namespace),
+                format!(
+                    "{:?} appears twice in namespace {:?}",
+                    key.name, key.namespace
+                ),
             );
         }
         match &key.hash {
@@ -271,7 +277,7 @@ impl Validator {
             Some(value) if header_bound && !is_header_value(value) => {
                 self.err(path, "must not contain CR, LF or NUL")
             }
-            Some(value) if value.is_empty() => self.err(path, "is empty"),
+            Some("") => self.err(path, "is empty"),
             Some(_) => {}
         }
     }
@@ -312,7 +318,11 @@ impl Validator {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
             Ok(u) => self.err(
                 format!("{path}.url"),
-                format!("{:?}: scheme must be http or https with a host (got {:?})", server.url, u.scheme()),
+                format!(
+                    "{:?}: scheme must be http or https with a host (got {:?})",
+                    server.url,
+                    u.scheme()
+                ),
             ),
             Err(e) => self.err(format!("{path}.url"), format!("{:?}: {e}", server.url)),
         }
@@ -412,7 +422,8 @@ mod tests {
 
     #[test]
     fn bad_duration_names_its_path() {
-        let err = load_str("servers:\n- name: a\n  url: http://x/mcp\n  timeout: soon\n").unwrap_err();
+        let err =
+            load_str("servers:\n- name: a\n  url: http://x/mcp\n  timeout: soon\n").unwrap_err();
         assert!(err.to_string().starts_with("servers[0].timeout"), "{err}");
     }
 
@@ -421,7 +432,10 @@ mod tests {
         let text = "servers:\n- name: a\n  url: ftp://x/mcp\n- name: b\n  url: http://x/mcp\n  toolPrefix: a\n- name: c\n  url: http://x\n  toolPrefix: a_b\n";
         let err = load_str(text).unwrap_err().to_string();
         assert!(err.contains("servers[0].url"), "{err}");
-        assert!(err.contains("servers[1].toolPrefix: \"a\" is already used by servers[0]"), "{err}");
+        assert!(
+            err.contains("servers[1].toolPrefix: \"a\" is already used by servers[0]"),
+            "{err}"
+        );
         assert!(err.contains("servers[2].toolPrefix"), "{err}");
     }
 
@@ -443,14 +457,20 @@ mod tests {
     fn missing_env_names_the_field() {
         let text = "servers:\n- name: a\n  url: http://x/mcp\n  auth: {type: bearer, secret: {env: NOPE}}\n";
         let err = load_str(text).unwrap_err().to_string();
-        assert_eq!(err, "servers[0].auth.secret: environment variable NOPE is not set");
+        assert_eq!(
+            err,
+            "servers[0].auth.secret: environment variable NOPE is not set"
+        );
     }
 
     #[test]
     fn header_values_reject_line_breaks() {
         let text = "servers:\n- name: a\n  url: http://x/mcp\n  headers:\n    static:\n    - name: X-A\n      value: \"a\\r\\nX-B: 1\"\n";
         let err = load_str(text).unwrap_err().to_string();
-        assert!(err.contains("servers[0].headers.static[0].value: must not contain CR, LF or NUL"), "{err}");
+        assert!(
+            err.contains("servers[0].headers.static[0].value: must not contain CR, LF or NUL"),
+            "{err}"
+        );
     }
 
     #[test]

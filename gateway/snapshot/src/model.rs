@@ -125,7 +125,11 @@ pub struct ServerSpec {
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
     /// Bound on a whole paginated listing; the effective budget is `max(timeout, listingTimeout)`.
-    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub listing_timeout: Option<Duration>,
     #[serde(default)]
     pub access_groups: Vec<String>,
@@ -160,7 +164,8 @@ impl ServerSpec {
     }
     /// The one deadline a full paginated listing of this server gets.
     pub fn listing_budget(&self) -> Duration {
-        self.listing_timeout.map_or(self.timeout, |l| l.max(self.timeout))
+        self.listing_timeout
+            .map_or(self.timeout, |l| l.max(self.timeout))
     }
 }
 

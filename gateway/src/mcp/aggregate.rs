@@ -31,11 +31,14 @@ pub struct Merged {
     pub private: bool,
 }
 
-pub async fn merge(gw: &Gateway, caller: &Caller, servers: &[Arc<Server>], kind: ListKind) -> Merged {
-    let listings = futures_util::future::join_all(
-        servers.iter().map(|s| gw.listing(caller, s, kind)),
-    )
-    .await;
+pub async fn merge(
+    gw: &Gateway,
+    caller: &Caller,
+    servers: &[Arc<Server>],
+    kind: ListKind,
+) -> Merged {
+    let listings =
+        futures_util::future::join_all(servers.iter().map(|s| gw.listing(caller, s, kind))).await;
     let mut merged = Merged {
         items: Vec::new(),
         failures: Vec::new(),
@@ -65,10 +68,18 @@ impl Merged {
     }
 }
 
-fn absorb(merged: &mut Merged, caller: &Caller, server: &Server, kind: ListKind, listing: &Listing) {
+fn absorb(
+    merged: &mut Merged,
+    caller: &Caller,
+    server: &Server,
+    kind: ListKind,
+    listing: &Listing,
+) {
     for message in &listing.warnings {
         tracing::warn!(server = server.id(), kind = kind.method(), %message, "partial listing");
-        merged.warnings.push(json!({ "server": server.id(), "message": message }));
+        merged
+            .warnings
+            .push(json!({ "server": server.id(), "message": message }));
     }
     merged.ttl_ms = merged.ttl_ms.min(listing.ttl_ms.unwrap_or(0));
     merged.private |= listing.private;
@@ -113,7 +124,11 @@ pub async fn list(
     let mut result = Map::new();
     let offset = offset.min(merged.items.len());
     let end = (offset + PAGE_SIZE).min(merged.items.len());
-    let page: Vec<Value> = merged.items.get(offset..end).map(<[Value]>::to_vec).unwrap_or_default();
+    let page: Vec<Value> = merged
+        .items
+        .get(offset..end)
+        .map(<[Value]>::to_vec)
+        .unwrap_or_default();
     result.insert(kind.field().into(), Value::Array(page));
     if end < merged.items.len() {
         result.insert("nextCursor".into(), Value::from(encode_cursor(end)));
@@ -125,7 +140,10 @@ pub async fn list(
     );
     let mut meta = Map::new();
     if !merged.failures.is_empty() {
-        meta.insert(META_LISTING_ERRORS.into(), Value::Array(merged.errors_json()));
+        meta.insert(
+            META_LISTING_ERRORS.into(),
+            Value::Array(merged.errors_json()),
+        );
     }
     if !merged.warnings.is_empty() {
         meta.insert(META_LISTING_WARNINGS.into(), Value::Array(merged.warnings));
@@ -142,7 +160,11 @@ fn encode_cursor(offset: usize) -> String {
 
 fn decode_cursor(cursor: &str) -> Option<usize> {
     let raw = URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    std::str::from_utf8(&raw).ok()?.strip_prefix("sb1:")?.parse().ok()
+    std::str::from_utf8(&raw)
+        .ok()?
+        .strip_prefix("sb1:")?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

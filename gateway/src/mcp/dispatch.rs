@@ -95,9 +95,17 @@ pub async fn route_name(
 ) -> Result<(Arc<Server>, String), GatewayError> {
     let scope = caller.servers_in_scope();
     let not_found = || match method {
-        "tools/call" => GatewayError::ToolNotFound { name: name.to_string() },
-        "prompts/get" => GatewayError::NotFound { kind: "prompt", name: name.to_string() },
-        _ => GatewayError::NotFound { kind: "resource", name: name.to_string() },
+        "tools/call" => GatewayError::ToolNotFound {
+            name: name.to_string(),
+        },
+        "prompts/get" => GatewayError::NotFound {
+            kind: "prompt",
+            name: name.to_string(),
+        },
+        _ => GatewayError::NotFound {
+            kind: "resource",
+            name: name.to_string(),
+        },
     };
     match resolve_prefixed(&scope, name) {
         Resolution::Routed(server, rest) => {
@@ -122,12 +130,12 @@ async fn unprefixed_owners(
     scope: &[Arc<Server>],
     name: &str,
 ) -> Vec<Arc<Server>> {
-    let cold: Vec<&Arc<Server>> = scope.iter().filter(|s| !gw.catalog.has_tools_of(s)).collect();
-    futures_util::future::join_all(
-        cold.iter()
-            .map(|s| gw.listing(caller, s, ListKind::Tools)),
-    )
-    .await;
+    let cold: Vec<&Arc<Server>> = scope
+        .iter()
+        .filter(|s| !gw.catalog.has_tools_of(s))
+        .collect();
+    futures_util::future::join_all(cold.iter().map(|s| gw.listing(caller, s, ListKind::Tools)))
+        .await;
     let owners = gw.catalog.owners_of(name);
     scope
         .iter()
@@ -150,7 +158,10 @@ async fn single_method(
             .and_then(Value::as_str)
             .ok_or_else(|| GatewayError::InvalidParams("params.name must be a string".into()))?;
         if !caller.sees_tool(server, name) {
-            return Err(GatewayError::ToolNotFound { name: name.to_string() }.into());
+            return Err(GatewayError::ToolNotFound {
+                name: name.to_string(),
+            }
+            .into());
         }
     }
     let mut result = forward(gw, caller, server, method, params).await?;

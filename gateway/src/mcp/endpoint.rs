@@ -60,7 +60,9 @@ fn parse_message(body: &[u8]) -> Result<Option<Message>, GatewayError> {
         ));
     };
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(GatewayError::InvalidRequest("jsonrpc must be \"2.0\"".into()));
+        return Err(GatewayError::InvalidRequest(
+            "jsonrpc must be \"2.0\"".into(),
+        ));
     }
     let Some(method) = obj.remove("method") else {
         // A response to a server-to-client request; the gateway sends none.
@@ -72,7 +74,9 @@ fn parse_message(body: &[u8]) -> Result<Option<Message>, GatewayError> {
         .to_string();
     let params = obj.remove("params");
     if params.as_ref().is_some_and(|p| !p.is_object()) {
-        return Err(GatewayError::InvalidRequest("params must be an object".into()));
+        return Err(GatewayError::InvalidRequest(
+            "params must be an object".into(),
+        ));
     }
     Ok(Some(Message {
         id: obj.remove("id"),
@@ -82,7 +86,11 @@ fn parse_message(body: &[u8]) -> Result<Option<Message>, GatewayError> {
 }
 
 async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: Bytes) -> Response {
-    let endpoint = if prefix.is_some() { "mcp_single" } else { "mcp" };
+    let endpoint = if prefix.is_some() {
+        "mcp_single"
+    } else {
+        "mcp"
+    };
     let table = gw.table();
     let limit = table.settings.max_body_bytes;
     let fail = |id: &Value, e: GatewayError, method: &'static str| {
@@ -116,7 +124,12 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
     };
     let version_header = header_str(&caller.headers, "mcp-protocol-version");
     let has_session = caller.headers.contains_key("mcp-session-id");
-    let era = era::classify(&message.method, message.params.as_ref(), version_header, has_session);
+    let era = era::classify(
+        &message.method,
+        message.params.as_ref(),
+        version_header,
+        has_session,
+    );
     let prepared = match era {
         Era::Modern => check_modern(&caller.headers, &message),
         Era::Legacy => check_legacy(&caller, &message),
@@ -184,15 +197,18 @@ fn check_modern(headers: &HeaderMap, message: &Message) -> Result<Prepared, Gate
     else {
         return Err(protocol_error(
             codes::INVALID_PARAMS,
-            format!("params._meta must carry {META_PROTOCOL_VERSION} and {META_CLIENT_CAPABILITIES}"),
+            format!(
+                "params._meta must carry {META_PROTOCOL_VERSION} and {META_CLIENT_CAPABILITIES}"
+            ),
             None,
         ));
     };
-    let mismatch = |what: &str| {
-        protocol_error(HEADER_MISMATCH, format!("Header mismatch: {what}"), None)
-    };
+    let mismatch =
+        |what: &str| protocol_error(HEADER_MISMATCH, format!("Header mismatch: {what}"), None);
     if header_str(headers, "mcp-protocol-version") != Some(version) {
-        return Err(mismatch("MCP-Protocol-Version header must equal _meta protocolVersion"));
+        return Err(mismatch(
+            "MCP-Protocol-Version header must equal _meta protocolVersion",
+        ));
     }
     if header_str(headers, "mcp-method") != Some(message.method.as_str()) {
         return Err(mismatch("Mcp-Method header must equal the body's method"));
@@ -243,7 +259,11 @@ fn check_legacy(caller: &Caller, message: &Message) -> Result<Prepared, GatewayE
             },
             "serverInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
         });
-        let mut response = rpc_response(message.id.as_ref().unwrap_or(&Value::Null), "result", result);
+        let mut response = rpc_response(
+            message.id.as_ref().unwrap_or(&Value::Null),
+            "result",
+            result,
+        );
         if let Ok(value) = HeaderValue::from_str(&session) {
             response.headers_mut().insert("mcp-session-id", value);
         }
@@ -311,7 +331,8 @@ fn discover_result(target: &Target) -> Value {
 /// Every 2026-07-28 result carries `resultType`; a legacy upstream's answer gets `complete`.
 fn stamp_modern_result(result: &mut Value) {
     if let Value::Object(m) = result {
-        m.entry("resultType").or_insert_with(|| Value::from("complete"));
+        m.entry("resultType")
+            .or_insert_with(|| Value::from("complete"));
     }
 }
 
@@ -323,7 +344,10 @@ fn rpc_response(id: &Value, kind: &str, payload: Value) -> Response {
     let bytes = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         bytes,
     )
         .into_response()
@@ -349,5 +373,9 @@ fn metric_method(method: &str) -> &'static str {
         "resources/templates/list",
         "completion/complete",
     ];
-    KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other")
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
 }

@@ -32,7 +32,12 @@ pub enum Era {
 }
 
 /// Which era a POST speaks.
-pub fn classify(method: &str, params: Option<&Value>, version_header: Option<&str>, has_session: bool) -> Era {
+pub fn classify(
+    method: &str,
+    params: Option<&Value>,
+    version_header: Option<&str>,
+    has_session: bool,
+) -> Era {
     if method == "initialize" {
         return Era::Legacy;
     }
@@ -52,7 +57,10 @@ pub fn classify(method: &str, params: Option<&Value>, version_header: Option<&st
 }
 
 pub fn legacy_version_index(version: &str) -> Option<u8> {
-    LEGACY_VERSIONS.iter().position(|v| *v == version).map(|i| i as u8)
+    LEGACY_VERSIONS
+        .iter()
+        .position(|v| *v == version)
+        .map(|i| i as u8)
 }
 
 /// The version a legacy `initialize` negotiates: the client's if we serve it, else our latest.
@@ -66,7 +74,10 @@ pub fn negotiate_legacy(requested: Option<&str>) -> &'static str {
 /// Decodes a 2026-07-28 header value (`=?base64?...?=` or plain).
 pub fn decode_header_value(raw: &str) -> Option<String> {
     use base64::Engine;
-    match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+    match raw
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
         Some(b64) => base64::engine::general_purpose::STANDARD
             .decode(b64)
             .ok()
@@ -83,10 +94,22 @@ mod tests {
     #[test]
     fn body_decides_before_headers() {
         let modern = json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
-        assert_eq!(classify("tools/list", Some(&modern), None, false), Era::Modern);
-        assert_eq!(classify("initialize", Some(&modern), None, false), Era::Legacy);
-        assert_eq!(classify("tools/list", None, Some("2025-06-18"), true), Era::Legacy);
-        assert_eq!(classify("tools/list", None, Some("2026-07-28"), false), Era::Modern);
+        assert_eq!(
+            classify("tools/list", Some(&modern), None, false),
+            Era::Modern
+        );
+        assert_eq!(
+            classify("initialize", Some(&modern), None, false),
+            Era::Legacy
+        );
+        assert_eq!(
+            classify("tools/list", None, Some("2025-06-18"), true),
+            Era::Legacy
+        );
+        assert_eq!(
+            classify("tools/list", None, Some("2026-07-28"), false),
+            Era::Modern
+        );
         assert_eq!(classify("tools/list", None, None, false), Era::Legacy);
     }
 
@@ -94,7 +117,10 @@ mod tests {
     fn negotiation_and_header_decoding() {
         assert_eq!(negotiate_legacy(Some("2025-03-26")), "2025-03-26");
         assert_eq!(negotiate_legacy(Some("2026-07-28")), "2025-11-25");
-        assert_eq!(decode_header_value("=?base64?aMOpbGxv?="), Some("héllo".into()));
+        assert_eq!(
+            decode_header_value("=?base64?aMOpbGxv?="),
+            Some("héllo".into())
+        );
         assert_eq!(decode_header_value("add"), Some("add".into()));
     }
 }

@@ -12,7 +12,7 @@
 //! The answer is cached per server revision, so a modern upstream costs exactly one request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use crate::errors::GatewayError;
 use crate::mcp::era::{
-    LATEST_LEGACY_VERSION, MODERN_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
-    META_PROTOCOL_VERSION,
+    LATEST_LEGACY_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
+    MODERN_VERSION,
 };
 use crate::table::Server;
 use crate::upstream::wire::response_from_body;
@@ -182,7 +182,10 @@ impl Upstreams {
             }
         }
         let body = rpc_body(&id, call.method, params);
-        let reply = self.post(call, headers, body).await.map_err(Attempt::Failed)?;
+        let reply = self
+            .post(call, headers, body)
+            .await
+            .map_err(Attempt::Failed)?;
         let modern_error = reply.rpc_error_code().is_some_and(is_modern_error_code);
         match reply.status {
             s if s.is_success() => reply.outcome(call.server, &id).map_err(Attempt::Failed),
@@ -255,9 +258,16 @@ impl Upstreams {
             "clientInfo": self.client_info,
         });
         let reply = self
-            .post(call, HeaderMap::new(), rpc_body(&id, "initialize", Some(params)))
+            .post(
+                call,
+                HeaderMap::new(),
+                rpc_body(&id, "initialize", Some(params)),
+            )
             .await?;
-        if matches!(reply.status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        if matches!(
+            reply.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        ) {
             return Err(reply.auth_error(call.server));
         }
         let session_id = reply.headers.get("mcp-session-id").cloned();
@@ -279,13 +289,20 @@ impl Upstreams {
             version,
         });
         let mut headers = HeaderMap::new();
-        headers.insert(HeaderName::from_static("mcp-protocol-version"), session.version.clone());
+        headers.insert(
+            HeaderName::from_static("mcp-protocol-version"),
+            session.version.clone(),
+        );
         if let Some(sid) = &session.id {
             headers.insert(HeaderName::from_static("mcp-session-id"), sid.clone());
         }
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        self.post(call, headers, serde_json::to_vec(&initialized).unwrap_or_default())
-            .await?;
+        self.post(
+            call,
+            headers,
+            serde_json::to_vec(&initialized).unwrap_or_default(),
+        )
+        .await?;
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -299,7 +316,10 @@ impl Upstreams {
         body: Vec<u8>,
     ) -> Result<Reply, GatewayError> {
         headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         call.server.headers.apply(call.caller_headers, &mut headers);
         let body = bytes::Bytes::from(body);
         let mut url = call.server.url.clone();
@@ -329,12 +349,12 @@ impl Upstreams {
                 continue;
             }
             let response_headers = response.headers().clone();
-            let bytes = read_limited(response)
-                .await
-                .map_err(|detail| GatewayError::UpstreamUnavailable {
+            let bytes = read_limited(response).await.map_err(|detail| {
+                GatewayError::UpstreamUnavailable {
                     server: call.server.id().to_string(),
                     detail,
-                })?;
+                }
+            })?;
             return Ok(Reply {
                 status,
                 headers: response_headers,
@@ -382,7 +402,9 @@ impl Reply {
 
     fn rpc_error_code(&self) -> Option<i64> {
         let v: Value = if self.content_type().starts_with("text/event-stream") {
-            crate::upstream::wire::sse_messages(&self.body).into_iter().next()?
+            crate::upstream::wire::sse_messages(&self.body)
+                .into_iter()
+                .next()?
         } else {
             serde_json::from_slice(&self.body).ok()?
         };
@@ -398,7 +420,10 @@ impl Reply {
             })
             .ok_or_else(|| GatewayError::UpstreamUnavailable {
                 server: server.id().to_string(),
-                detail: format!("HTTP {}: the body is not a JSON-RPC response", self.status.as_u16()),
+                detail: format!(
+                    "HTTP {}: the body is not a JSON-RPC response",
+                    self.status.as_u16()
+                ),
             })?;
         match message {
             Value::Object(mut m) => {
@@ -518,12 +543,10 @@ fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
 /// A header value as the 2026-07-28 transport sends it: plain when it is safe visible ASCII,
 /// else `=?base64?...?=` (so is a plain value that looks like that sentinel).
 pub fn encode_header_value(value: &str) -> String {
-    let plain = !value.is_empty()
-        && value.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && !value.starts_with(' ')
-        && !value.ends_with(' ')
-        && !(value.starts_with("=?base64?") && value.ends_with("?="));
-    if plain {
+    let visible_ascii = value.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let padded = value.starts_with(' ') || value.ends_with(' ');
+    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
+    if !value.is_empty() && visible_ascii && !padded && !looks_encoded {
         value.to_string()
     } else {
         format!("=?base64?{}?=", STANDARD.encode(value.as_bytes()))

@@ -225,7 +225,8 @@ mod tests {
             ));
             assert_eq!(composed(&h, &[])["authorization"], "Bearer abc", "{secret}");
         }
-        let h = headers_for("{name: a, url: 'http://x/mcp', auth: {type: token, secret: 'Token t1'}}");
+        let h =
+            headers_for("{name: a, url: 'http://x/mcp', auth: {type: token, secret: 'Token t1'}}");
         assert_eq!(composed(&h, &[])["authorization"], "Token t1");
     }
 
@@ -237,11 +238,15 @@ mod tests {
 
     #[test]
     fn basic_encodes_once() {
-        let plain = headers_for("{name: a, url: 'http://x/mcp', auth: {type: basic, secret: 'u:p'}}");
+        let plain =
+            headers_for("{name: a, url: 'http://x/mcp', auth: {type: basic, secret: 'u:p'}}");
         assert_eq!(composed(&plain, &[])["authorization"], "Basic dTpw");
-        let encoded = headers_for("{name: a, url: 'http://x/mcp', auth: {type: basic, secret: 'Basic dTpw'}}");
+        let encoded = headers_for(
+            "{name: a, url: 'http://x/mcp', auth: {type: basic, secret: 'Basic dTpw'}}",
+        );
         assert_eq!(composed(&encoded, &[])["authorization"], "Basic dTpw");
-        let text = "servers:\n- {name: a, url: 'http://x/mcp', auth: {type: basic, secret: nocolon}}\n";
+        let text =
+            "servers:\n- {name: a, url: 'http://x/mcp', auth: {type: basic, secret: nocolon}}\n";
         let snapshot = load(text, &SystemLookup).unwrap();
         assert!(UpstreamHeaders::for_server(&snapshot.servers[0]).is_err());
     }
@@ -253,13 +258,20 @@ mod tests {
         );
         let out = composed(
             &h,
-            &[("x-api-key", "from-caller"), ("x-tenant", "t1"), ("authorization", "Bearer gateway-key")],
+            &[
+                ("x-api-key", "from-caller"),
+                ("x-tenant", "t1"),
+                ("authorization", "Bearer gateway-key"),
+            ],
         );
         assert_eq!(out.get_all("x-api-key").iter().count(), 1);
         assert_eq!(out["x-api-key"], "k1");
         assert_eq!(out["x-static"], "s");
         assert_eq!(out["x-tenant"], "t1");
-        assert!(out.get("authorization").is_none(), "the gateway key never goes upstream");
+        assert!(
+            out.get("authorization").is_none(),
+            "the gateway key never goes upstream"
+        );
     }
 
     #[test]
@@ -274,7 +286,9 @@ mod tests {
 
     #[test]
     fn api_key_prefix_is_not_doubled() {
-        let h = headers_for("{name: a, url: 'http://x/mcp', auth: {type: apiKey, secret: 'Key k', prefix: 'Key '}}");
+        let h = headers_for(
+            "{name: a, url: 'http://x/mcp', auth: {type: apiKey, secret: 'Key k', prefix: 'Key '}}",
+        );
         assert_eq!(composed(&h, &[])["x-api-key"], "Key k");
     }
 }

@@ -37,9 +37,14 @@ impl ListKind {
         }
     }
     pub fn from_method(method: &str) -> Option<ListKind> {
-        [ListKind::Tools, ListKind::Prompts, ListKind::Resources, ListKind::ResourceTemplates]
-            .into_iter()
-            .find(|k| k.method() == method)
+        [
+            ListKind::Tools,
+            ListKind::Prompts,
+            ListKind::Resources,
+            ListKind::ResourceTemplates,
+        ]
+        .into_iter()
+        .find(|k| k.method() == method)
     }
 }
 
@@ -79,7 +84,11 @@ pub async fn walk(
             method: kind.method(),
             params,
             deadline: page_deadline,
-            budget: if page_deadline == deadline { budget } else { server.spec.timeout },
+            budget: if page_deadline == deadline {
+                budget
+            } else {
+                server.spec.timeout
+            },
         };
         let result = match upstreams.call(call).await {
             Ok(RpcOutcome::Result(r)) => r,
@@ -102,9 +111,9 @@ pub async fn walk(
                 return Ok(listing);
             }
             Ok(RpcOutcome::Error(_)) | Err(_) => {
-                listing
-                    .warnings
-                    .push(format!("listing stopped after {page} pages: a later page failed"));
+                listing.warnings.push(format!(
+                    "listing stopped after {page} pages: a later page failed"
+                ));
                 return Ok(listing);
             }
         };
@@ -162,16 +171,27 @@ mod tests {
         let r = json!({"tools": [], "nextCursor": ""});
         assert_eq!(next_cursor(&r, Some(Era::Modern)), Some(String::new()));
         assert_eq!(next_cursor(&r, Some(Era::Legacy)), None);
-        assert_eq!(next_cursor(&json!({"nextCursor": null}), Some(Era::Modern)), None);
+        assert_eq!(
+            next_cursor(&json!({"nextCursor": null}), Some(Era::Modern)),
+            None
+        );
         assert_eq!(next_cursor(&json!({}), Some(Era::Modern)), None);
     }
 
     #[test]
     fn cache_hints_merge_to_smallest_ttl_and_private_if_any() {
         let mut l = Listing::default();
-        absorb_page(&mut l, &json!({"tools": [1], "ttlMs": 5000, "cacheScope": "public"}), ListKind::Tools);
+        absorb_page(
+            &mut l,
+            &json!({"tools": [1], "ttlMs": 5000, "cacheScope": "public"}),
+            ListKind::Tools,
+        );
         assert!(!l.private);
-        absorb_page(&mut l, &json!({"tools": [2], "ttlMs": 100, "cacheScope": "private"}), ListKind::Tools);
+        absorb_page(
+            &mut l,
+            &json!({"tools": [2], "ttlMs": 100, "cacheScope": "private"}),
+            ListKind::Tools,
+        );
         assert_eq!(l.ttl_ms, Some(100));
         assert!(l.private);
         assert_eq!(l.items.len(), 2);

@@ -20,7 +20,8 @@ pub fn response_from_body(content_type: &str, body: &[u8], id: &Value) -> Option
 }
 
 fn is_response_to(message: &Value, id: &Value) -> bool {
-    message.get("id") == Some(id) && (message.get("result").is_some() || message.get("error").is_some())
+    message.get("id") == Some(id)
+        && (message.get("result").is_some() || message.get("error").is_some())
 }
 
 /// Every `data:` payload of an SSE body that parses as JSON, in order. Multi-line data fields
@@ -68,7 +69,11 @@ mod tests {
 
     #[test]
     fn json_bodies() {
-        let r = response_from_body("application/json", br#"{"jsonrpc":"2.0","id":1,"result":{}}"#, &json!(1));
+        let r = response_from_body(
+            "application/json",
+            br#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            &json!(1),
+        );
         assert!(r.is_some());
         assert!(response_from_body("application/json", b"<html>", &json!(1)).is_none());
     }
