@@ -47,6 +47,22 @@ impl Catalog {
             .is_some_and(|e| e.revision == server.revision)
     }
 
+    /// The input schema of one of the server's tools, from its last listing (any age).
+    pub fn tool_schema(&self, server: &Server, tool: &str) -> Option<Value> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.get(&(server.id().to_string(), ListKind::Tools))?;
+        if entry.revision != server.revision {
+            return None;
+        }
+        entry
+            .listing
+            .items
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))?
+            .get("inputSchema")
+            .cloned()
+    }
+
     /// The server's listing, from cache when younger than `ttl`, else walked afresh.
     pub async fn listing(
         &self,

@@ -10,11 +10,15 @@ use tokio::time::Instant;
 
 use crate::catalog::Catalog;
 use crate::errors::GatewayError;
+use crate::mcp::era::HEADER_MISMATCH;
 use crate::metrics::Metrics;
 use crate::scope::Caller;
 use crate::table::{RoutingTable, Server};
 use crate::upstream::client::{RpcCall, RpcOutcome, Upstreams};
 use crate::upstream::listing::{ListKind, Listing};
+use crate::upstream::param_headers;
+use axum::http::HeaderMap;
+use std::time::Duration;
 
 pub struct Gateway {
     table: ArcSwap<RoutingTable>,
@@ -63,12 +67,73 @@ impl Gateway {
     }
 
     /// One request to a server's upstream under its `timeout`, measured.
+    ///
+    /// A tool call from a caller that sent no `Mcp-Param-*` headers gets the ones the tool's
+    /// schema calls for; if the upstream still answers HeaderMismatch (its schema changed, or
+    /// this replica never listed it), the tools are listed afresh and the call repeats once.
     pub async fn forward(
         &self,
         caller: &Caller,
         server: &Server,
         method: &str,
         params: Option<Value>,
+    ) -> Result<RpcOutcome, GatewayError> {
+        let derive = method == "tools/call" && !param_headers::caller_sent_any(&caller.headers);
+        if !derive {
+            return self
+                .forward_once(caller, server, method, params, None)
+                .await;
+        }
+        let tool = params
+            .as_ref()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let derived = || {
+            let arguments = params.as_ref().and_then(|p| p.get("arguments"));
+            self.catalog
+                .tool_schema(server, &tool)
+                .map(|schema| param_headers::derive(&schema, arguments))
+        };
+        let headers = derived();
+        let outcome = self
+            .forward_once(caller, server, method, params.clone(), headers.as_ref())
+            .await;
+        let mismatch = matches!(&outcome, Ok(RpcOutcome::Error(e))
+            if e.get("code").and_then(Value::as_i64) == Some(HEADER_MISMATCH));
+        if !mismatch {
+            return outcome;
+        }
+        let settings = &caller.table.settings;
+        let relisted = self
+            .catalog
+            .listing(
+                &self.upstreams,
+                server,
+                &caller.headers,
+                ListKind::Tools,
+                Duration::ZERO,
+                settings.listing_page_cap,
+            )
+            .await;
+        match relisted {
+            Ok(_) => {
+                let headers = derived();
+                self.forward_once(caller, server, method, params, headers.as_ref())
+                    .await
+            }
+            Err(_) => outcome,
+        }
+    }
+
+    async fn forward_once(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        method: &str,
+        params: Option<Value>,
+        param_headers: Option<&HeaderMap>,
     ) -> Result<RpcOutcome, GatewayError> {
         let budget = server.spec.timeout;
         let started = Instant::now();
@@ -77,6 +142,7 @@ impl Gateway {
             .call(RpcCall {
                 server,
                 caller_headers: &caller.headers,
+                param_headers,
                 method,
                 params,
                 deadline: started + budget,

@@ -1,1 +1,167 @@
-fn main() {}
+//! `switchboard-example-upstream`: a small, fast MCP server (Streamable HTTP, JSON-RPC over
+//! POST) that speaks both protocol eras on one endpoint and can be told, by URL path, to
+//! misbehave. It is the upstream for Switchboard's tests, demos and benchmarks. This comment
+//! is the reference the tests are written against.
+//!
+//! # Running
+//!
+//! ```text
+//! switchboard-example-upstream [--listen 127.0.0.1:8931] [--record 200]
+//! ```
+//!
+//! When ready it prints exactly one line to stdout, `listening on http://ADDR`, with the real
+//! port (so `--listen 127.0.0.1:0` works). `--record N` sets how many recent requests
+//! `/_requests` keeps (0 turns recording off; counters stay on). Nothing is logged per request.
+//!
+//! # Endpoints
+//!
+//! | path | what |
+//! |---|---|
+//! | `POST /mcp` | the normal server (both eras) |
+//! | `POST /v/{opts}/mcp` | the same server with the options below |
+//! | `GET /_stats` | `{"requests": N, "by_method": {"tools/call": N, ...}, "by_path": {"/mcp": N, ...}}` counting every POST to an MCP endpoint (an unparsable body counts as method `<invalid>`) |
+//! | `GET /_requests` | the last `--record` POSTs, oldest first: `[{"path", "method", "tool", "headers": {lower-case name: value}, "session"}]` (`tool` only for `tools/call`, `session` is the `Mcp-Session-Id` the request carried; absent values are `null`) |
+//! | `POST /_reset` | clears counters and recorded requests (204) |
+//! | `GET /.well-known/oauth-protected-resource[/{path}]` | RFC 9728 metadata: `resource` (`http://HOST/mcp`, or `http://HOST/{path}`), `authorization_servers: ["http://HOST/oauth"]`, `scopes_supported: ["mcp"]` |
+//!
+//! Every request reaching an MCP endpoint is counted and recorded *before* any fault applies,
+//! so tests can see what reached a failing server (e.g. which credentials).
+//!
+//! # Variant options: `/v/{opts}/mcp`
+//!
+//! `{opts}` is a comma-separated list (percent-decoded; a value cannot contain `,` or `/`,
+//! encode a space as `%20`). Unknown or malformed options answer HTTP 400 with a message.
+//!
+//! | option | effect |
+//! |---|---|
+//! | `era=legacy` | handshake revisions only. 2026-style requests are treated like any sessionless request: 400 `{"code":-32600,"message":"Bad Request: Missing session ID"}` (no modern error code), or 400 "Unsupported protocol version" when a session is given with `MCP-Protocol-Version: 2026-07-28` |
+//! | `era=2026` | 2026-07-28 only: `initialize` → HTTP 400 `-32022` with `data: {"supported": ["2026-07-28"], "requested": <its protocolVersion>}`; GET/DELETE → 405; `Mcp-Session-Id` is ignored |
+//! | `era=dual` | the default |
+//! | `sse` | answer requests with `text/event-stream`: one `event: message` carrying the response, preceded by a `notifications/progress` event when the request has `_meta.progressToken` (sent before the work, e.g. before `slow` sleeps). 2026-07-28 errors without a prior progress event are sent as JSON with their HTTP status |
+//! | `tools=N` | serve generated tools `tool_0..tool_{N-1}` *instead of* the base tools (`tool_i` answers `"tool_i ok"` with structuredContent `{"tool", "arguments"}`) |
+//! | `page=N` | `tools/list` pages of N with opaque cursors (`nextCursor` absent on the last page); a bad cursor → -32602 "Invalid cursor" |
+//! | `cursor=repeat` | page 1 has `nextCursor` C; every page after it returns tools N..2N and `nextCursor` C again, forever |
+//! | `cursor=endless` | every page has a new `nextCursor`; past the real tools come generated `tool_{i}` (callable) forever |
+//! | `cursor=empty` | page 1 has `nextCursor: ""`; `cursor: ""` returns the rest with no `nextCursor` (the 2026-07-28 rule: `""` is a valid cursor) |
+//! | | the `cursor=` modes use `page=2` unless `page=` is given; without `page=`/`cursor=` listings are one page and any cursor is invalid |
+//! | `status=NNN` | every request (400..=599) gets that status with a JSON body. `401` adds `WWW-Authenticate: Bearer resource_metadata="http://HOST/.well-known/oauth-protected-resource", error="invalid_token"`; `403` adds the same with `error="insufficient_scope", scope="mcp:admin"` |
+//! | `garbage` | 200, `Content-Type: application/json`, body `<<< this is not JSON >>>` |
+//! | `hang` | accept every request and never answer (other requests are unaffected) |
+//! | `hang=list` | hang only `tools/list` |
+//! | `delay=MS` | every response is delayed by MS milliseconds (also before faults) |
+//! | `require=HEADER:VALUE` | 401 (with the challenge above; `error="invalid_token"` only if the header was sent) unless HEADER (case-insensitive) has exactly VALUE (split at the first `:`). Repeat the option to require several headers, e.g. `require=authorization:Bearer%20good,require=x-team:blue` |
+//! | `name=X` | `serverInfo.name` (default `example-upstream`); every tool, prompt and resource description mentions `(server X)` |
+//! | `ttl=MS`, `cache=public\|private` | cache hints on 2026-07-28 cacheable results (default `ttlMs: 0`, `cacheScope: "private"`) |
+//!
+//! # Catalog
+//!
+//! Tools (base set, in listing order): `add(a: int, b: int)` → text sum and structuredContent
+//! `{"result": sum}` (has an outputSchema); `echo(text, tag?)` → the text (`tag` carries
+//! `"x-mcp-header": "Tag"`: in 2026-07-28 a `Mcp-Param-Tag` header must mirror it, else
+//! -32020); `request_headers()` → structuredContent and text JSON of every HTTP header received
+//! (lower-case names, repeats joined by `, `); `slow(ms)` sleeps (max 600000) then answers;
+//! `fail()` → `isError: true`; `confirm(message)` → 2026-07-28 multi-round-trip: the first call
+//! returns `resultType: "input_required"` with an `elicitation/create` input request keyed
+//! `confirm` and `requestState` (or -32021 if the client did not declare `elicitation`); the
+//! retry with `inputResponses.confirm` and the same `requestState` answers "confirmed"/"declined"
+//! (legacy era: a tool error). Bad arguments are tool errors (`isError: true`).
+//! Unknown tool → -32602 `Unknown tool: NAME`; unknown method → -32601.
+//!
+//! Prompt `greet(name)` (`prompts/list`, `prompts/get`). Resources `example://readme`
+//! (`resources/list`, `resources/read`) and the template `example://items/{id}`
+//! (`resources/templates/list`; reading `example://items/42` works). An unknown resource is
+//! -32002 in the legacy era and -32602 in 2026-07-28.
+//!
+//! # Legacy era (2025-03-26, 2025-06-18, 2025-11-25)
+//!
+//! `initialize` → InitializeResult echoing the client's `protocolVersion` when it is one of
+//! those three (else `2025-11-25`) and an `Mcp-Session-Id` response header. Sessions belong to
+//! the endpoint path that created them. Later requests need the header: missing → 400, unknown
+//! (or another path's) → 404, both with JSON-RPC error -32600. An `MCP-Protocol-Version` header
+//! outside the three → 400. Notifications and posted responses → 202. `ping` → `{}`.
+//! GET → 405. DELETE with a known session → 200 and the session is forgotten. JSON-RPC errors
+//! are HTTP 200. `Accept` and `Content-Type` are not enforced.
+//!
+//! # 2026-07-28 era (stateless)
+//!
+//! On the default endpoint a POST is modern if its `params._meta` has
+//! `io.modelcontextprotocol/protocolVersion`; otherwise `initialize` or an `Mcp-Session-Id` makes
+//! it legacy, an `MCP-Protocol-Version` outside the handshake versions makes it modern, and
+//! `server/discover` is modern. Modern requests are checked in this order, each failure a JSON
+//! error with HTTP 400: duplicated `MCP-Protocol-Version`/`Mcp-Method`/`Mcp-Name` (-32020);
+//! `_meta` lacking `protocolVersion` or `clientCapabilities` (-32602); `MCP-Protocol-Version`
+//! missing or ≠ `_meta` version, `Mcp-Method` missing or ≠ method, `Mcp-Name` missing or ≠
+//! `params.name` (`tools/call`, `prompts/get`) / `params.uri` (`resources/read`), after
+//! `=?base64?…?=` decoding (-32020); version other than `2026-07-28` (-32022, `data:
+//! {"supported": ["2026-07-28"], "requested"}`). Then: unknown method (including `ping`,
+//! `initialize`) → 404 -32601; other JSON-RPC errors use 400 for -32602/-32021, else 200.
+//! Every result has `resultType` (`"complete"` unless MRTR) and
+//! `_meta["io.modelcontextprotocol/serverInfo"]`; `server/discover`, the four lists and
+//! `resources/read` carry `ttlMs`/`cacheScope`. `server/discover` lists `supportedVersions`
+//! (`2026-07-28` plus the legacy three on a dual endpoint), capabilities and instructions.
+//! Notifications → 202 (400 -32022 if their `MCP-Protocol-Version` is not 2026-07-28).
+//! `subscriptions/listen` is not implemented (-32601).
+
+mod catalog;
+mod dispatch;
+mod http;
+mod pagination;
+mod protocol;
+mod sessions;
+mod stats;
+mod variants;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Example MCP upstream (both eras) with switchable faults"
+)]
+struct Cli {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8931")]
+    listen: SocketAddr,
+    /// How many recent requests `/_requests` keeps (0 disables recording).
+    #[arg(long, default_value_t = 200)]
+    record: usize,
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let cli = Cli::parse();
+    let listener = tokio::net::TcpListener::bind(cli.listen).await?;
+    let listen = listener.local_addr()?;
+    let app = Arc::new(http::App {
+        stats: stats::Stats::new(cli.record),
+        sessions: sessions::Sessions::default(),
+        listen,
+        default_variant: Arc::new(variants::Variant::default()),
+    });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening on http://{listen}")?;
+    out.flush()?;
+    drop(out);
+    // No graceful drain: `hang` variants hold requests forever, so a signal just exits.
+    tokio::select! {
+        served = axum::serve(listener, http::router(app)) => served,
+        () = shutdown() => Ok(()),
+    }
+}
+
+async fn shutdown() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        return;
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

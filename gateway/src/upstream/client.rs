@@ -42,6 +42,8 @@ const ERA_LEGACY: u8 = 2;
 pub struct RpcCall<'a> {
     pub server: &'a Server,
     pub caller_headers: &'a HeaderMap,
+    /// `Mcp-Param-*` headers the gateway derived for a caller that sent none.
+    pub param_headers: Option<&'a HeaderMap>,
     pub method: &'a str,
     /// Parameters as they go upstream (names already without the gateway prefix).
     pub params: Option<Value>,
@@ -180,6 +182,9 @@ impl Upstreams {
             if name.as_str().starts_with("mcp-param-") {
                 headers.append(name.clone(), value.clone());
             }
+        }
+        if let Some(derived) = call.param_headers {
+            headers.extend(derived.clone());
         }
         let body = rpc_body(&id, call.method, params);
         let reply = self

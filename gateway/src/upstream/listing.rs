@@ -81,6 +81,7 @@ pub async fn walk(
         let call = RpcCall {
             server,
             caller_headers,
+            param_headers: None,
             method: kind.method(),
             params,
             deadline: page_deadline,

@@ -3,4 +3,5 @@
 pub mod client;
 pub mod credentials;
 pub mod listing;
+pub mod param_headers;
 pub mod wire;

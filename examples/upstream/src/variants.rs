@@ -1,0 +1,219 @@
+//! Fault variants: the `{opts}` segment of `/v/{opts}/mcp`, parsed into a [`Variant`].
+//!
+//! The syntax is documented in the crate docs (`main.rs`); this module only parses it.
+
+/// Default `serverInfo.name` when no `name=` option is given.
+pub const DEFAULT_NAME: &str = "example-upstream";
+
+/// Page size used by the `cursor=` modes when `page=` is not given.
+const DEFAULT_CURSOR_PAGE: usize = 2;
+
+/// Which protocol eras a variant serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Era {
+    /// Both: legacy handshake and 2026-07-28 stateless on the same endpoint.
+    #[default]
+    Dual,
+    /// Handshake revisions only (`era=legacy`).
+    Legacy,
+    /// 2026-07-28 only (`era=2026`).
+    Modern,
+}
+
+/// How `tools/list` cursors behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CursorMode {
+    #[default]
+    Normal,
+    /// The second page returns the same `nextCursor` forever.
+    Repeat,
+    /// Every page has a new `nextCursor`; generated tools keep coming.
+    Endless,
+    /// Page one returns `nextCursor: ""`; the cursor `""` returns the rest.
+    Empty,
+}
+
+/// When the server accepts a request and never answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hang {
+    #[default]
+    Never,
+    All,
+    /// Only `tools/list`.
+    List,
+}
+
+/// One "server" served by this process, selected by the URL path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variant {
+    pub era: Era,
+    pub sse: bool,
+    /// `tools=N`: serve `tool_0..tool_{N-1}` instead of the base tools.
+    pub tools: Option<usize>,
+    pub page: Option<usize>,
+    pub cursor: CursorMode,
+    /// `status=NNN`: every request to the endpoint gets this HTTP status.
+    pub status: Option<u16>,
+    pub garbage: bool,
+    pub hang: Hang,
+    pub delay_ms: u64,
+    /// `require=HEADER:VALUE` (repeatable): lower-case header name and exact value.
+    pub require: Vec<(String, String)>,
+    pub name: String,
+    /// Cache hints on 2026-07-28 cacheable results.
+    pub ttl_ms: u64,
+    pub public: bool,
+}
+
+impl Default for Variant {
+    fn default() -> Self {
+        Self {
+            era: Era::Dual,
+            sse: false,
+            tools: None,
+            page: None,
+            cursor: CursorMode::Normal,
+            status: None,
+            garbage: false,
+            hang: Hang::Never,
+            delay_ms: 0,
+            require: Vec::new(),
+            name: DEFAULT_NAME.to_owned(),
+            ttl_ms: 0,
+            public: false,
+        }
+    }
+}
+
+impl Variant {
+    /// The `tools/list` page size, if listings are paginated at all.
+    pub fn page_size(&self) -> Option<usize> {
+        match (self.page, self.cursor) {
+            (Some(n), _) => Some(n),
+            (None, CursorMode::Normal) => None,
+            (None, _) => Some(DEFAULT_CURSOR_PAGE),
+        }
+    }
+}
+
+/// Parses a comma-separated option list (already percent-decoded).
+pub fn parse(opts: &str) -> Result<Variant, String> {
+    let mut v = Variant::default();
+    for item in opts.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (key, value) = match item.split_once('=') {
+            Some((k, val)) => (k, Some(val)),
+            None => (item, None),
+        };
+        match (key, value) {
+            ("era", Some("legacy")) => v.era = Era::Legacy,
+            ("era", Some("2026" | "2026-07-28")) => v.era = Era::Modern,
+            ("era", Some("dual")) => v.era = Era::Dual,
+            ("sse", None) => v.sse = true,
+            ("tools", Some(n)) => v.tools = Some(number(key, n, 0, 1_000_000)?),
+            ("page", Some(n)) => v.page = Some(number(key, n, 1, 1_000_000)?),
+            ("cursor", Some("repeat")) => v.cursor = CursorMode::Repeat,
+            ("cursor", Some("endless")) => v.cursor = CursorMode::Endless,
+            ("cursor", Some("empty")) => v.cursor = CursorMode::Empty,
+            ("status", Some(n)) => v.status = Some(number(key, n, 400, 599)?),
+            ("garbage", None) => v.garbage = true,
+            ("hang", None) => v.hang = Hang::All,
+            ("hang", Some("list")) => v.hang = Hang::List,
+            ("delay", Some(n)) => v.delay_ms = number(key, n, 0, 600_000)?,
+            ("require", Some(spec)) => v.require.push(requirement(spec)?),
+            ("name", Some(n)) if !n.is_empty() => v.name = n.to_owned(),
+            ("ttl", Some(n)) => v.ttl_ms = number(key, n, 0, u64::from(u32::MAX))?,
+            ("cache", Some("public")) => v.public = true,
+            ("cache", Some("private")) => v.public = false,
+            _ => return Err(format!("unknown or malformed variant option `{item}`")),
+        }
+    }
+    Ok(v)
+}
+
+fn number<T: TryFrom<u64>>(key: &str, raw: &str, min: u64, max: u64) -> Result<T, String> {
+    let n: u64 = raw
+        .parse()
+        .map_err(|_| format!("option `{key}` needs a number, got `{raw}`"))?;
+    if !(min..=max).contains(&n) {
+        return Err(format!("option `{key}` must be in {min}..={max}, got {n}"));
+    }
+    T::try_from(n).map_err(|_| format!("option `{key}` is out of range"))
+}
+
+fn requirement(spec: &str) -> Result<(String, String), String> {
+    let (name, value) = spec
+        .split_once(':')
+        .ok_or_else(|| format!("option `require` needs HEADER:VALUE, got `{spec}`"))?;
+    let name = name.trim().to_ascii_lowercase();
+    if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(format!("option `require` names an invalid header `{name}`"));
+    }
+    Ok((name, value.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_default() {
+        assert_eq!(parse("").unwrap(), Variant::default());
+        assert_eq!(parse(",,").unwrap(), Variant::default());
+    }
+
+    #[test]
+    fn parses_every_option() {
+        let v = parse(
+            "era=legacy,sse,tools=7,page=3,cursor=repeat,status=401,garbage,hang=list,delay=25,\
+             require=Authorization:Bearer a:b,require=X-Key:k,name=alpha,ttl=500,cache=public",
+        )
+        .unwrap();
+        assert_eq!(v.era, Era::Legacy);
+        assert!(v.sse && v.garbage && v.public);
+        assert_eq!(v.tools, Some(7));
+        assert_eq!(v.page, Some(3));
+        assert_eq!(v.cursor, CursorMode::Repeat);
+        assert_eq!(v.status, Some(401));
+        assert_eq!(v.hang, Hang::List);
+        assert_eq!(v.delay_ms, 25);
+        assert_eq!(
+            v.require,
+            vec![
+                ("authorization".to_owned(), "Bearer a:b".to_owned()),
+                ("x-key".to_owned(), "k".to_owned())
+            ]
+        );
+        assert_eq!(v.name, "alpha");
+        assert_eq!(v.ttl_ms, 500);
+        assert_eq!(parse("era=2026").unwrap().era, Era::Modern);
+        assert_eq!(parse("hang").unwrap().hang, Hang::All);
+    }
+
+    #[test]
+    fn rejects_bad_options() {
+        for bad in [
+            "bogus",
+            "era=1999",
+            "tools=x",
+            "page=0",
+            "status=200",
+            "status=600",
+            "require=novalue",
+            "require=bad header:x",
+            "cursor=sideways",
+            "sse=1",
+            "name=",
+            "delay=-1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn cursor_modes_imply_a_page_size() {
+        assert_eq!(parse("").unwrap().page_size(), None);
+        assert_eq!(parse("cursor=endless").unwrap().page_size(), Some(2));
+        assert_eq!(parse("cursor=empty,page=5").unwrap().page_size(), Some(5));
+        assert_eq!(parse("page=4").unwrap().page_size(), Some(4));
+    }
+}

@@ -1,0 +1,507 @@
+//! Starts the real binary on port 0 and talks HTTP/1.1 to it over loopback.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Upstream {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Upstream {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard-example-upstream"))
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn upstream");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .expect("ready line")
+        .to_owned();
+    Upstream { child, addr }
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+    /// The `data:` payloads of an SSE body.
+    fn events(&self) -> Vec<Value> {
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).expect("event json"))
+            .collect()
+    }
+}
+
+impl Upstream {
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Reply {
+        let mut stream = TcpStream::connect(&self.addr).await.expect("connect");
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n",
+            self.addr
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+        stream.write_all(req.as_bytes()).await.expect("write");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.expect("read");
+        let text = String::from_utf8(raw).expect("utf8");
+        let (head, body) = text.split_once("\r\n\r\n").expect("head");
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .expect("status");
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
+            .collect();
+        let chunked = headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v == "chunked");
+        let body = if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn post(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Reply {
+        self.request("POST", path, headers, &body.to_string()).await
+    }
+
+    /// A 2026-07-28 request with the `_meta` envelope and routing headers.
+    async fn modern(&self, path: &str, method: &str, mut params: Value) -> Reply {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let mut headers = vec![
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", method),
+        ];
+        if !name.is_empty() {
+            headers.push(("mcp-name", &name));
+        }
+        self.post(
+            path,
+            &headers,
+            json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params }),
+        )
+        .await
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
+}
+
+fn rpc(id: u64, method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+#[tokio::test]
+async fn legacy_session_lifecycle() {
+    let up = start();
+    let init = up
+        .post(
+            "/mcp",
+            &[],
+            rpc(
+                1,
+                "initialize",
+                json!({ "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": { "name": "t", "version": "0" } }),
+            ),
+        )
+        .await;
+    assert_eq!(init.status, 200);
+    assert_eq!(init.json()["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(
+        init.json()["result"]["serverInfo"]["name"],
+        "example-upstream"
+    );
+    let sid = init
+        .header("mcp-session-id")
+        .expect("session id")
+        .to_owned();
+    let with_sid = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+
+    let note = up
+        .post(
+            "/mcp",
+            &with_sid,
+            json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+        )
+        .await;
+    assert_eq!((note.status, note.body.as_str()), (202, ""));
+    let call = up
+        .post(
+            "/mcp",
+            &with_sid,
+            rpc(
+                2,
+                "tools/call",
+                json!({ "name": "add", "arguments": { "a": 2, "b": 3 } }),
+            ),
+        )
+        .await;
+    assert_eq!(call.status, 200);
+    assert_eq!(call.json()["result"]["content"][0]["text"], "5");
+    assert_eq!(
+        call.json()["result"]["structuredContent"],
+        json!({ "result": 5 })
+    );
+    assert!(call.json()["result"].get("resultType").is_none());
+
+    let unknown = up
+        .post(
+            "/mcp",
+            &with_sid,
+            rpc(3, "tools/call", json!({ "name": "nope" })),
+        )
+        .await;
+    assert_eq!(unknown.json()["error"]["code"], -32602);
+    assert!(
+        unknown.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nope")
+    );
+    assert_eq!(
+        up.post("/mcp", &with_sid, rpc(4, "bogus/method", json!({})))
+            .await
+            .json()["error"]["code"],
+        -32601
+    );
+
+    assert_eq!(
+        up.post("/mcp", &[], rpc(5, "tools/list", json!({})))
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        up.post(
+            "/mcp",
+            &[("mcp-session-id", "deadbeef")],
+            rpc(6, "tools/list", json!({}))
+        )
+        .await
+        .status,
+        404
+    );
+    assert_eq!(
+        up.post("/v/sse/mcp", &with_sid, rpc(6, "tools/list", json!({})))
+            .await
+            .status,
+        404,
+        "sessions are per path"
+    );
+    assert_eq!(up.request("GET", "/mcp", &[], "").await.status, 405);
+    assert_eq!(
+        up.request("DELETE", "/mcp", &with_sid, "").await.status,
+        200
+    );
+    assert_eq!(
+        up.post("/mcp", &with_sid, rpc(7, "ping", json!({})))
+            .await
+            .status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn modern_stateless_requests() {
+    let up = start();
+    let call = up
+        .modern(
+            "/mcp",
+            "tools/call",
+            json!({ "name": "add", "arguments": { "a": 40, "b": 2 } }),
+        )
+        .await;
+    assert_eq!(call.status, 200, "{}", call.body);
+    assert!(call.header("mcp-session-id").is_none());
+    let result = &call.json()["result"];
+    assert_eq!(result["structuredContent"]["result"], 42);
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "example-upstream"
+    );
+
+    let discover = up.modern("/mcp", "server/discover", json!({})).await.json();
+    assert!(
+        discover["result"]["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28"))
+    );
+    assert_eq!(discover["result"]["cacheScope"], "private");
+
+    // routing header disagrees with the body
+    let body = rpc(
+        8,
+        "tools/call",
+        json!({ "name": "add", "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } }),
+    );
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "echo"),
+    ];
+    let mismatch = up.post("/mcp", &headers, body).await;
+    assert_eq!(
+        (mismatch.status, mismatch.json()["error"]["code"].clone()),
+        (400, json!(-32020))
+    );
+
+    let not_found = up.modern("/mcp", "ping", json!({})).await;
+    assert_eq!(
+        (not_found.status, not_found.json()["error"]["code"].clone()),
+        (404, json!(-32601))
+    );
+
+    // a 2026-only server refuses the handshake naming its versions; a legacy-only one has no modern errors
+    let init = rpc(
+        1,
+        "initialize",
+        json!({ "protocolVersion": "2025-11-25", "capabilities": {} }),
+    );
+    let refused = up.post("/v/era=2026/mcp", &[], init).await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"]["code"], -32022);
+    assert_eq!(
+        refused.json()["error"]["data"]["supported"],
+        json!(["2026-07-28"])
+    );
+    let legacy_only = up
+        .modern("/v/era=legacy/mcp", "server/discover", json!({}))
+        .await;
+    assert_eq!(
+        (
+            legacy_only.status,
+            legacy_only.json()["error"]["code"].clone()
+        ),
+        (400, json!(-32600))
+    );
+
+    // SSE with a progress token: progress event first, then the response
+    let mut params = json!({ "name": "slow", "arguments": { "ms": 20 } });
+    params["_meta"] = json!({ "progressToken": "p1", "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {} });
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "slow"),
+    ];
+    let sse = up
+        .post("/v/sse/mcp", &headers, rpc(9, "tools/call", params))
+        .await;
+    assert_eq!(sse.header("content-type"), Some("text/event-stream"));
+    let events = sse.events();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["method"], "notifications/progress");
+    assert_eq!(events[1]["result"]["content"][0]["text"], "slept 20 ms");
+}
+
+#[tokio::test]
+async fn paged_listing_walk() {
+    let up = start();
+    for (path, pages) in [("/v/page=2/mcp", 3), ("/v/cursor=empty,page=4/mcp", 2)] {
+        let mut names = Vec::new();
+        let mut cursor: Option<Value> = None;
+        let mut seen = 0;
+        loop {
+            let params = cursor
+                .as_ref()
+                .map_or(json!({}), |c| json!({ "cursor": c }));
+            let page = up.modern(path, "tools/list", params).await.json();
+            let result = &page["result"];
+            names.extend(
+                result["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["name"].clone()),
+            );
+            seen += 1;
+            match result.get("nextCursor") {
+                Some(c) => cursor = Some(c.clone()),
+                None => break,
+            }
+            assert!(seen < 10, "walk did not end");
+        }
+        assert_eq!(seen, pages, "{path}");
+        assert_eq!(
+            names,
+            json!(["add", "echo", "request_headers", "slow", "fail", "confirm"])
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+    }
+    let bad = up
+        .modern(
+            "/v/page=2/mcp",
+            "tools/list",
+            json!({ "cursor": "garbage" }),
+        )
+        .await;
+    assert_eq!(
+        (bad.status, bad.json()["error"]["code"].clone()),
+        (400, json!(-32602))
+    );
+}
+
+#[tokio::test]
+async fn auth_faults_and_headers() {
+    let up = start();
+    let denied = up
+        .modern("/v/status=401/mcp", "tools/list", json!({}))
+        .await;
+    assert_eq!(denied.status, 401);
+    let www = denied.header("www-authenticate").expect("challenge");
+    assert_eq!(
+        www,
+        format!(
+            "Bearer resource_metadata=\"http://{}/.well-known/oauth-protected-resource\", error=\"invalid_token\"",
+            up.addr
+        )
+    );
+    let prm = up
+        .request("GET", "/.well-known/oauth-protected-resource", &[], "")
+        .await
+        .json();
+    assert!(!prm["authorization_servers"].as_array().unwrap().is_empty());
+
+    let gated = "/v/require=authorization:Bearer%20good/mcp";
+    assert_eq!(up.modern(gated, "tools/list", json!({})).await.status, 401);
+    let params = json!({ "name": "request_headers", "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } });
+    let headers = [
+        ("authorization", "Bearer good"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "request_headers"),
+    ];
+    let seen = up.post(gated, &headers, rpc(1, "tools/call", params)).await;
+    assert_eq!(seen.status, 200, "{}", seen.body);
+    assert_eq!(
+        seen.json()["result"]["structuredContent"]["authorization"],
+        "Bearer good"
+    );
+}
+
+#[tokio::test]
+async fn stats_count_and_hang_does_not_block() {
+    let up = start();
+    let hung = {
+        let addr = up.addr.clone();
+        tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let body = rpc(1, "tools/list", json!({})).to_string();
+            let req = format!(
+                "POST /v/hang/mcp HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut buf = [0u8; 16];
+            tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf))
+                .await
+                .is_err()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(up.request("POST", "/_reset", &[], "").await.status, 204);
+    up.modern("/mcp", "tools/list", json!({})).await;
+    up.modern(
+        "/mcp",
+        "tools/call",
+        json!({ "name": "add", "arguments": { "a": 1, "b": 1 } }),
+    )
+    .await;
+    up.modern("/v/name=beta/mcp", "tools/list", json!({})).await;
+    up.request("POST", "/mcp", &[], "not json").await;
+    let stats = up.request("GET", "/_stats", &[], "").await.json();
+    assert_eq!(stats["requests"], 4);
+    assert_eq!(
+        stats["by_method"],
+        json!({ "tools/list": 2, "tools/call": 1, "<invalid>": 1 })
+    );
+    assert_eq!(
+        stats["by_path"],
+        json!({ "/mcp": 3, "/v/name=beta/mcp": 1 })
+    );
+    let recent = up.request("GET", "/_requests", &[], "").await.json();
+    assert_eq!(recent[1]["tool"], "add");
+    assert_eq!(recent[1]["headers"]["mcp-method"], "tools/call");
+    assert!(hung.await.unwrap(), "the hung request must stay unanswered");
+}
