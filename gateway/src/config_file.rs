@@ -15,22 +15,30 @@ use crate::table::RoutingTable;
 /// How often the file is checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Reads, resolves, validates and indexes the file: a table ready to swap in.
-pub fn load_table(path: &Path) -> Result<RoutingTable, SnapshotError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SnapshotError {
+/// Resolves, validates and indexes a file's content: a table ready to swap in.
+pub fn load_table(content: &[u8]) -> Result<RoutingTable, SnapshotError> {
+    let text = std::str::from_utf8(content).map_err(|_| SnapshotError {
+        errors: vec![switchboard_snapshot::FieldError {
+            path: String::new(),
+            message: "the file is not UTF-8".into(),
+        }],
+    })?;
+    let snapshot = load(text, &SystemLookup)?;
+    RoutingTable::build(&snapshot)
+}
+
+/// Reads the file and applies it; on error, logs it and keeps what is served. Returns the
+/// content read, whether or not it applied.
+pub fn reload(gw: &Gateway, path: &Path) -> Result<Vec<u8>, SnapshotError> {
+    let content = std::fs::read(path).map_err(|e| SnapshotError {
         errors: vec![switchboard_snapshot::FieldError {
             path: String::new(),
             message: format!("cannot read {}: {e}", path.display()),
         }],
-    })?;
-    let snapshot = load(&text, &SystemLookup)?;
-    RoutingTable::build(&snapshot)
-}
-
-/// Loads the file into the gateway; on error, logs it and keeps what is served.
-pub fn reload(gw: &Gateway, path: &Path) -> bool {
-    match load_table(path) {
-        Ok(table) => {
+    });
+    let result = content.and_then(|c| load_table(&c).map(|t| (t, c)));
+    match result {
+        Ok((table, content)) => {
             if table.settings.session_key.is_none() {
                 tracing::warn!(
                     "gateway.sessionKey is not set: legacy sessions only continue on this process"
@@ -43,26 +51,37 @@ pub fn reload(gw: &Gateway, path: &Path) -> bool {
                 "config applied"
             );
             gw.apply(table);
-            true
+            Ok(content)
         }
         Err(e) => {
             gw.metrics.snapshot_rejected();
             tracing::error!(file = %path.display(), error = %e, "config rejected; the previous config keeps serving");
-            false
+            Err(e)
         }
     }
 }
 
-/// Watches the file for the life of the process.
-pub async fn watch(gw: Arc<Gateway>, path: PathBuf) {
-    let mut last = std::fs::read(&path).ok();
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+/// Watches the file for the life of the process. `applied` is the content the gateway serves
+/// now (read once by the caller, so an edit right after start is never missed) and `hangup`
+/// the SIGHUP stream, registered before the gateway announced itself.
+pub async fn watch(
+    gw: Arc<Gateway>,
+    path: PathBuf,
+    applied: Option<Vec<u8>>,
+    mut hangup: Option<tokio::signal::unix::Signal>,
+) {
+    let mut last = applied;
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let forced = tokio::select! {
             _ = tick.tick() => false,
-            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+            Some(()) = async {
+                match hangup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => true,
         };
         let current = std::fs::read(&path).ok();
         if forced || current != last {
@@ -70,7 +89,8 @@ pub async fn watch(gw: Arc<Gateway>, path: PathBuf) {
                 tracing::info!("SIGHUP: reloading config");
             }
             last = current;
-            reload(&gw, &path);
+            // A rejected edit was logged by reload; the previous table keeps serving.
+            let _ = reload(&gw, &path);
         }
     }
 }

@@ -48,13 +48,16 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let gw = Arc::new(Gateway::new());
-    if !config_file::reload(&gw, &args.config) {
+    // Registered before the first load, so a SIGHUP at any time reloads rather than kills.
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let Ok(applied) = config_file::reload(&gw, &args.config) else {
         anyhow::bail!(
             "the config file {} is not valid (see the error above)",
             args.config.display()
         );
-    }
-    tokio::spawn(config_file::watch(gw.clone(), args.config.clone()));
+    };
+    let watcher = config_file::watch(gw.clone(), args.config.clone(), Some(applied), hangup);
+    tokio::spawn(watcher);
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening");
@@ -78,8 +81,10 @@ async fn shutdown() {
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -88,7 +88,10 @@ async fn call_tool_inner(
         .map_err(|e| GatewayError::InvalidRequest(format!("body: {e}")))?;
     let (server, tool) = match &call.server_id {
         Some(id) => routed_by_id(&caller, id, &call.name)?,
-        None => route_name(gw, &caller, "tools/call", &call.name).await?,
+        None => {
+            denied_by_prefix(&caller, &call.name)?;
+            route_name(gw, &caller, "tools/call", &call.name).await?
+        }
     };
     let mut params = json!({ "name": tool });
     if let Some(arguments) = call.arguments {
@@ -129,6 +132,19 @@ fn routed_by_id(
         });
     }
     Ok((server, tool.to_string()))
+}
+
+/// REST says 403 for a prefixed name whose server exists but is out of scope (MCP hides it).
+fn denied_by_prefix(caller: &Caller, name: &str) -> Result<(), GatewayError> {
+    if let Some((prefix, _)) = split_prefixed(name)
+        && let Some(server) = caller.table.server_by_prefix(prefix)
+        && !caller.reaches(server)
+    {
+        return Err(GatewayError::AccessDenied {
+            server: server.id().to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// An upstream JSON-RPC error on REST: an unknown tool is a 404 like ours; anything else keeps

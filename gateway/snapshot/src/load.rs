@@ -54,8 +54,10 @@ impl SnapshotError {
 /// Parses YAML (JSON is YAML too) into a snapshot, without resolving or validating it.
 pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     // Through a generic tree so that serde_path_to_error can name the field that failed.
-    let tree: serde_json::Value =
-        serde_saphyr::from_str(text).map_err(|e| SnapshotError::one("", format!("{e}")))?;
+    // The YAML error is reported without its source excerpt: the offending line may hold a
+    // secret, and errors are logged.
+    let tree: serde_json::Value = serde_saphyr::from_str(text)
+        .map_err(|e| SnapshotError::one("", e.without_snippet().to_string()))?;
     let tree = if tree.is_null() {
         serde_json::Value::Object(Default::default())
     } else {
@@ -64,8 +66,32 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     serde_path_to_error::deserialize(tree).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { String::new() } else { path };
-        SnapshotError::one(path, e.into_inner().to_string())
+        SnapshotError::one(path, redact_values(&e.into_inner().to_string()))
     })
+}
+
+/// serde quotes the offending value in type errors (`invalid type: string "...", expected
+/// u32`); a secret typed into the wrong field must not reach the logs, so quoted string values
+/// are blanked. Field and variant names (in backticks) stay: they are what a person needs.
+fn redact_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("string \"") {
+        let (head, tail) = rest.split_at(at + "string \"".len());
+        out.push_str(head);
+        match tail.find('"') {
+            Some(end) => {
+                out.push_str("<redacted>\"");
+                rest = &tail[end + 1..];
+            }
+            None => {
+                out.push_str("<redacted>");
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Parses, resolves and validates: the whole path from a file's text to a snapshot a gateway
@@ -314,17 +340,17 @@ impl Validator {
                 ),
             );
         }
+        // The URL is not echoed: it may carry credentials (user:pass@ or a query token).
         match url::Url::parse(&server.url) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
             Ok(u) => self.err(
                 format!("{path}.url"),
                 format!(
-                    "{:?}: scheme must be http or https with a host (got {:?})",
-                    server.url,
+                    "scheme must be http or https, with a host (got {:?})",
                     u.scheme()
                 ),
             ),
-            Err(e) => self.err(format!("{path}.url"), format!("{:?}: {e}", server.url)),
+            Err(e) => self.err(format!("{path}.url"), format!("not a valid URL: {e}")),
         }
         if server.timeout.is_zero() {
             self.err(format!("{path}.timeout"), "must be greater than 0");
@@ -418,6 +444,20 @@ mod tests {
         let err = load_str("servers:\n- name: a\n  url: http://x/mcp\n  timout: 3s\n").unwrap_err();
         assert!(err.to_string().starts_with("servers[0]"), "{err}");
         assert!(err.to_string().contains("timout"), "{err}");
+    }
+
+    #[test]
+    fn errors_do_not_echo_values() {
+        let err = load_str("gateway:\n  maxBodyBytes: sk-secret-value\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("gateway.maxBodyBytes"), "{err}");
+        assert!(!err.contains("sk-secret-value"), "{err}");
+        let err =
+            load_str("servers:\n- name: a\n  auth: {type: bearer, secret: \"sk-secret-value\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(!err.contains("sk-secret-value"), "{err}");
     }
 
     #[test]

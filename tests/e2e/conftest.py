@@ -1,0 +1,89 @@
+"""Fixtures for the end-to-end tests. The building blocks live in harness.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import (
+    GatewayFactory,
+    ProcessGroup,
+    Upstream,
+    start_python_upstream,
+    start_rust_upstream,
+)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Tests marked `last` (the log grep for secrets) see the logs of everything that ran before.
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def _dump_logs_on_failure(request: pytest.FixtureRequest, group: ProcessGroup) -> None:
+    failed = any(
+        getattr(request.node, f"rep_{when}", None) is not None and getattr(request.node, f"rep_{when}").failed
+        for when in ("setup", "call")
+    )
+    if failed:
+        for proc in group.procs:
+            print(f"\n===== {proc.name} =====\n{proc.describe(tail=6000)}")
+
+
+@pytest.fixture
+def procs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProcessGroup]:
+    """Processes of one test; logs under the test's tmp dir; all killed at teardown."""
+    group = ProcessGroup(tmp_path / "logs")
+    try:
+        yield group
+    finally:
+        group.stop_all()
+        _dump_logs_on_failure(request, group)
+
+
+@pytest.fixture(scope="session")
+def session_procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessGroup]:
+    """Long-lived processes shared by the whole session (upstreams without per-test state)."""
+    group = ProcessGroup(tmp_path_factory.mktemp("session-logs"))
+    try:
+        yield group
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture
+def gateways(procs: ProcessGroup, tmp_path: Path) -> GatewayFactory:
+    """Starts gateway processes for one test: `gateways.start(config_dict)`."""
+    return GatewayFactory(procs, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def rust_upstream(session_procs: ProcessGroup) -> Upstream:
+    """The bundled Rust example upstream (target/debug/switchboard-example-upstream)."""
+    return start_rust_upstream(session_procs, "rust")
+
+
+@pytest.fixture(scope="session")
+def python_upstream(session_procs: ProcessGroup) -> Upstream:
+    """Python SDK upstream: legacy stateful sessions + 2026-07-28, SSE replies."""
+    return start_python_upstream(session_procs, "py")
+
+
+@pytest.fixture(scope="session")
+def python_upstream_stateless(session_procs: ProcessGroup) -> Upstream:
+    """Python SDK upstream: legacy stateless (no session ids) + 2026-07-28, JSON replies."""
+    return start_python_upstream(session_procs, "py-stateless", stateless=True, json_response=True)
+
+
+@pytest.fixture(params=["python", "python-stateless", "rust"])
+def any_upstream(request: pytest.FixtureRequest) -> Upstream:
+    """Each kind of upstream in turn."""
+    name = {"python": "python_upstream", "python-stateless": "python_upstream_stateless", "rust": "rust_upstream"}
+    return request.getfixturevalue(name[request.param])

@@ -1,0 +1,910 @@
+"""Pieces the end-to-end tests are built from: processes, config files, a round-robin balancer,
+and MCP clients (the official SDK one and a raw JSON-RPC one for exact wire checks).
+
+Every wait here has a bound; every process started here is killed at teardown (see `ProcessGroup`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import os
+import re
+import secrets as _secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+E2E_DIR = Path(__file__).resolve().parent
+PYTHON_UPSTREAM = E2E_DIR / "upstreams" / "python_upstream.py"
+
+GATEWAY_BIN = "switchboard-gateway"
+EXAMPLE_UPSTREAM_BIN = "switchboard-example-upstream"
+
+LEGACY_VERSION = "2025-11-25"
+MODERN_VERSION = "2026-07-28"
+ERAS = ("legacy", MODERN_VERSION)
+
+# JSON-RPC / gateway error codes the tests assert (DESIGN.md section 5 and the gateway contract).
+INVALID_PARAMS = -32602
+UPSTREAM_TIMEOUT = -32001
+UPSTREAM_UNAVAILABLE = -32002
+LISTING_ERRORS_META = "switchboard.dev/listingErrors"
+LISTING_WARNINGS_META = "switchboard.dev/listingWarnings"
+
+READY_RE = re.compile(r"listening on http://(\S+)")
+
+# Everything the tests put in a config as a secret, and every gateway log file of this run; the
+# last test of the session greps the latter for the former (acceptance item 8).
+SECRETS_USED: set[str] = set()
+GATEWAY_LOGS: list[Path] = []
+
+
+def new_secret(label: str) -> str:
+    """A distinctive secret value, remembered for the end-of-run log grep."""
+    value = f"sbx-{label}-{_secrets.token_hex(12)}"
+    SECRETS_USED.add(value)
+    return value
+
+
+def target_dir() -> Path:
+    return Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target"))
+
+
+def binary(name: str) -> Path:
+    """A debug binary of the workspace; a missing one fails the test (never skips it)."""
+    path = target_dir() / "debug" / name
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(
+            f"{path} is missing: run `cargo build --workspace --bins` first (tests/run-all.sh does it)",
+            pytrace=False,
+        )
+    return path
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
+    """Polls `predicate` until it returns something truthy, at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - keep polling, report the last failure
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_exc!r})" if last_exc else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+class Proc:
+    """One child process; stdout is teed to a file and scanned for the ready line, stderr goes
+    to a file. `addr` is the `host:port` from `listening on http://ADDR`."""
+
+    def __init__(self, name: str, argv: list[str], logdir: Path, env: dict[str, str] | None = None):
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.stdout_path = _unique(logdir / f"{name}.stdout.log")
+        self.stderr_path = _unique(logdir / f"{name}.stderr.log")
+        self.addr: str | None = None
+        self._ready = threading.Event()
+        self._stdout_file = open(self.stdout_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._stderr_file = open(self.stderr_path, "wb")  # noqa: SIM115
+        full_env = dict(os.environ)
+        full_env.setdefault("RUST_BACKTRACE", "1")
+        full_env.update(env or {})
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr_file,
+            env=full_env,
+            cwd=REPO_ROOT,
+            start_new_session=True,  # own process group: teardown kills children too
+        )
+        self._reader = threading.Thread(target=self._read_stdout, name=f"{name}-stdout", daemon=True)
+        self._reader.start()
+
+    def _read_stdout(self) -> None:
+        assert self.popen.stdout is not None
+        for line in iter(self.popen.stdout.readline, b""):
+            self._stdout_file.write(line)
+            self._stdout_file.flush()
+            if not self._ready.is_set():
+                m = READY_RE.search(line.decode("utf-8", "replace"))
+                if m:
+                    self.addr = m.group(1).rstrip("/")
+                    self._ready.set()
+        self._ready.set()  # EOF: wake a waiter; it sees addr is None
+
+    def wait_ready(self, timeout: float = 20.0) -> str:
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise AssertionError(
+                f"{self.name} printed no 'listening on http://ADDR' line within {timeout}s\n{self.describe()}"
+            )
+        if self.addr is None:
+            self.stop()
+            raise AssertionError(f"{self.name} exited before it was ready\n{self.describe()}")
+        return self.addr
+
+    @property
+    def url(self) -> str:
+        assert self.addr, f"{self.name} is not ready"
+        return f"http://{self.addr}"
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            self.popen.send_signal(sig)
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(grace)
+        self._reader.join(grace)
+        for f in (self._stdout_file, self._stderr_file):
+            if not f.closed:
+                f.close()
+
+    def log_text(self) -> str:
+        """Everything the process wrote so far, stdout then stderr."""
+        out = []
+        for p in (self.stdout_path, self.stderr_path):
+            with contextlib.suppress(FileNotFoundError):
+                out.append(p.read_text("utf-8", "replace"))
+        return "\n".join(out)
+
+    def describe(self, tail: int = 4000) -> str:
+        text = self.log_text()
+        return (
+            f"command: {' '.join(self.argv)}\nexit code: {self.popen.poll()}\n"
+            f"logs ({self.stdout_path.parent}):\n{text[-tail:]}"
+        )
+
+
+def _unique(path: Path) -> Path:
+    if not path.exists():
+        return path
+    for i in itertools.count(2):
+        candidate = path.with_name(f"{path.stem.rsplit('.', 1)[0]}-{i}.{path.name.split('.', 1)[1]}")
+        if not candidate.exists():
+            return candidate
+    raise AssertionError("unreachable")
+
+
+class ProcessGroup:
+    """Owns the processes of one fixture scope and stops all of them at teardown."""
+
+    def __init__(self, logdir: Path):
+        self.logdir = logdir
+        self.procs: list[Proc] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, ready_timeout: float = 20.0) -> Proc:
+        proc = Proc(name, argv, self.logdir, env)
+        self.procs.append(proc)
+        proc.wait_ready(ready_timeout)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Upstreams
+
+
+@dataclass
+class Upstream:
+    proc: Proc
+    kind: str  # "python" or "rust"
+
+    @property
+    def base(self) -> str:
+        return self.proc.url
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base}/mcp"
+
+    def variant_url(self, variant: str) -> str:
+        """The Rust example upstream's fault variants live under /v/<variant>/mcp."""
+        assert self.kind == "rust", "variants are a feature of the Rust example upstream"
+        return f"{self.base}/v/{variant}/mcp"
+
+    def stats(self) -> dict:
+        """`GET /_stats`: {"requests", "by_method", "by_path", ...} counting every MCP POST."""
+        r = httpx.get(f"{self.base}/_stats", timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def reset(self) -> None:
+        httpx.post(f"{self.base}/_reset", timeout=5).raise_for_status()
+
+    def recent_requests(self) -> list[dict]:
+        """Rust example upstream only: `GET /_requests`, the last POSTs with their headers."""
+        assert self.kind == "rust"
+        r = httpx.get(f"{self.base}/_requests", timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+
+def start_python_upstream(
+    group: ProcessGroup, name: str = "py", *, stateless: bool = False, json_response: bool = False
+) -> Upstream:
+    argv = [sys.executable, str(PYTHON_UPSTREAM), "--port", "0", "--name", name]
+    if stateless:
+        argv.append("--stateless")
+    if json_response:
+        argv.append("--json")
+    return Upstream(group.start(f"upstream-{name}", argv, ready_timeout=30), "python")
+
+
+def start_rust_upstream(group: ProcessGroup, name: str = "ex") -> Upstream:
+    argv = [binary(EXAMPLE_UPSTREAM_BIN), "--listen", "127.0.0.1:0"]
+    return Upstream(group.start(f"upstream-{name}", argv), "rust")
+
+
+# --------------------------------------------------------------------------------------------
+# Gateway config and processes
+
+
+def collect_secrets(config: dict) -> set[str]:
+    """Every literal secret value in a gateway config dict (inline, `{value: ..}`)."""
+    found: set[str] = set()
+
+    def secret_value(v: Any) -> None:
+        if isinstance(v, str):
+            found.add(v)
+        elif isinstance(v, dict) and isinstance(v.get("value"), str):
+            found.add(v["value"])
+
+    gw = config.get("gateway") or {}
+    if "sessionKey" in gw:
+        secret_value(gw["sessionKey"])
+    for server in config.get("servers") or []:
+        auth = server.get("auth") or {}
+        if "secret" in auth:
+            secret_value(auth["secret"])
+        for h in (server.get("headers") or {}).get("static") or []:
+            secret_value(h.get("value"))
+    for key in config.get("keys") or []:
+        if "secret" in key:
+            secret_value(key["secret"])
+    return {s for s in found if s}
+
+
+def write_config(path: Path, config: dict, *, atomic: bool = True) -> None:
+    """Writes a gateway config (the snapshot schema, camelCase YAML) and remembers its secrets."""
+    SECRETS_USED.update(collect_secrets(config))
+    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    write_text(path, text, atomic=atomic)
+
+
+def write_text(path: Path, text: str, *, atomic: bool = True) -> None:
+    if atomic:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    else:
+        path.write_text(text)
+
+
+class Gateway:
+    def __init__(self, proc: Proc, config_path: Path):
+        self.proc = proc
+        self.config_path = config_path
+
+    @property
+    def url(self) -> str:
+        return self.proc.url
+
+    def mcp_url(self, prefix: str | None = None) -> str:
+        return f"{self.url}/mcp" + (f"/{prefix}" if prefix else "")
+
+    def write_config(self, config: dict, *, atomic: bool = True) -> None:
+        write_config(self.config_path, config, atomic=atomic)
+
+    def logs(self) -> str:
+        return self.proc.log_text()
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+class GatewayFactory:
+    """Starts gateway processes (`--listen 127.0.0.1:0`), each with its own config file."""
+
+    def __init__(self, group: ProcessGroup, workdir: Path):
+        self.group = group
+        self.workdir = workdir
+        self.count = 0
+
+    def config_path(self, name: str) -> Path:
+        return self.workdir / f"{name}.yaml"
+
+    def start(
+        self,
+        config: dict | None = None,
+        *,
+        name: str | None = None,
+        config_path: Path | None = None,
+        env: dict[str, str] | None = None,
+        log_format: str | None = None,
+        ready_timeout: float = 20.0,
+    ) -> Gateway:
+        """Starts one gateway. Give `config` (written to a fresh file) or an existing `config_path`
+        (several gateways can share one file)."""
+        self.count += 1
+        name = name or f"gateway{self.count}"
+        if config_path is None:
+            assert config is not None
+            config_path = self.config_path(name)
+            write_config(config_path, config)
+        argv = [binary(GATEWAY_BIN), "--config", config_path, "--listen", "127.0.0.1:0"]
+        if log_format:
+            argv += ["--log-format", log_format]
+        proc = Proc(name, argv, self.group.logdir, env)
+        self.group.procs.append(proc)
+        GATEWAY_LOGS.extend([proc.stdout_path, proc.stderr_path])
+        proc.wait_ready(ready_timeout)
+        return Gateway(proc, config_path)
+
+
+def server(name: str, url: str, **extra: Any) -> dict:
+    """A `servers[]` entry."""
+    return {"name": name, "url": url, **extra}
+
+
+def key(name: str, secret: str, servers: Iterable[str] = (), **extra: Any) -> dict:
+    """A `keys[]` entry with an inline secret."""
+    return {"name": name, "secret": secret, "servers": list(servers), **extra}
+
+
+def gateway_config(servers: list[dict], keys: list[dict], **gateway: Any) -> dict:
+    settings = {"sessionKey": new_secret("session-key"), **gateway}
+    return {"gateway": settings, "servers": servers, "keys": keys}
+
+
+# --------------------------------------------------------------------------------------------
+# Raw JSON-RPC client over Streamable HTTP, both eras
+
+
+@dataclass
+class Reply:
+    """One HTTP exchange: the status, headers, and the JSON-RPC messages of the body (one for a
+    JSON body; every `data:` event for SSE, in order)."""
+
+    status: int
+    headers: httpx.Headers
+    messages: list[Any]
+    elapsed: float
+    raw: bytes = b""
+
+    @property
+    def message(self) -> dict:
+        """The JSON-RPC response (the last message carrying an `id` and a result or error)."""
+        for m in reversed(self.messages):
+            if isinstance(m, dict) and ("result" in m or "error" in m):
+                return m
+        raise AssertionError(f"no JSON-RPC response in HTTP {self.status} body: {self.raw[:2000]!r}")
+
+    @property
+    def result(self) -> dict:
+        m = self.message
+        assert "result" in m, f"expected a result, got {json.dumps(m)[:2000]}"
+        return m["result"]
+
+    @property
+    def error(self) -> dict:
+        m = self.message
+        assert "error" in m, f"expected a JSON-RPC error, got {json.dumps(m)[:2000]}"
+        return m["error"]
+
+    def json(self) -> Any:
+        return json.loads(self.raw)
+
+
+def parse_body(content_type: str, raw: bytes) -> list[Any]:
+    if not raw.strip():
+        return []
+    if content_type.startswith("text/event-stream"):
+        return [json.loads(data) for data in sse_data(raw.decode("utf-8"))]
+    return [json.loads(raw)]
+
+
+def sse_data(text: str) -> list[str]:
+    """The `data` of each SSE event, in order (comments and empty events skipped)."""
+    events: list[str] = []
+    data: list[str] = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if line == "":
+            if data:
+                events.append("\n".join(data))
+            data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    if data:
+        events.append("\n".join(data))
+    return events
+
+
+def encode_header_value(value: str) -> str:
+    """The 2026-07-28 rule for Mcp-Name and friends: non-ASCII, control characters or edge
+    whitespace go as =?base64?...?=."""
+    plain = value.isascii() and value.isprintable() and value == value.strip()
+    if plain and not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    return "=?base64?" + base64.b64encode(value.encode()).decode() + "?="
+
+
+class RawMcp:
+    """Speaks MCP JSON-RPC over HTTP by hand, so tests see statuses, headers and `_meta` exactly.
+
+    era "legacy": `initialize` (protocol 2025-11-25) on first use, then the sealed
+    `Mcp-Session-Id` on every request. era "2026-07-28": every request carries the per-request
+    `_meta` envelope and the `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` headers.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        key: str | None,
+        era: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float = 15.0,
+        client: httpx.Client | None = None,
+    ):
+        assert era in ERAS, era
+        self.url = url
+        self.era = era
+        self.session_id: str | None = None
+        self.init_result: dict | None = None
+        self._ids = itertools.count(1)
+        self.headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        if key is not None:
+            self.headers["Authorization"] = f"Bearer {key}"
+        self.headers.update(headers or {})
+        self._own_client = client is None
+        self.client = client or httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+
+    def __enter__(self) -> RawMcp:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- low level
+
+    def post(self, body: Any, headers: dict[str, str] | None = None) -> Reply:
+        h = dict(self.headers)
+        h.update(headers or {})
+        start = time.monotonic()
+        r = self.client.post(self.url, content=json.dumps(body).encode(), headers=h)
+        elapsed = time.monotonic() - start
+        try:
+            messages = parse_body(r.headers.get("content-type", ""), r.content)
+        except ValueError:
+            messages = []
+        return Reply(r.status_code, r.headers, messages, elapsed, r.content)
+
+    def envelope_headers(self, method: str, params: dict | None) -> dict[str, str]:
+        h = {"MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": method}
+        params = params or {}
+        if method in ("tools/call", "prompts/get") and "name" in params:
+            h["Mcp-Name"] = encode_header_value(str(params["name"]))
+        elif method == "resources/read" and "uri" in params:
+            h["Mcp-Name"] = encode_header_value(str(params["uri"]))
+        return h
+
+    def request(self, method: str, params: dict | None = None, headers: dict[str, str] | None = None) -> Reply:
+        """Sends one request in this client's era (initializing a legacy session first)."""
+        params = dict(params or {})
+        h: dict[str, str] = {}
+        if self.era == MODERN_VERSION:
+            meta = dict(params.get("_meta") or {})
+            meta.setdefault("io.modelcontextprotocol/protocolVersion", MODERN_VERSION)
+            meta.setdefault("io.modelcontextprotocol/clientCapabilities", {})
+            meta.setdefault("io.modelcontextprotocol/clientInfo", {"name": "switchboard-e2e", "version": "0"})
+            params["_meta"] = meta
+            h.update(self.envelope_headers(method, params))
+        else:
+            if self.session_id is None:
+                self.initialize()
+            h["MCP-Protocol-Version"] = LEGACY_VERSION
+            h["Mcp-Session-Id"] = self.session_id or ""
+        h.update(headers or {})
+        body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
+        return self.post(body, h)
+
+    def initialize(self, protocol_version: str = LEGACY_VERSION) -> Reply:
+        assert self.era == "legacy"
+        body = {
+            "jsonrpc": "2.0",
+            "id": next(self._ids),
+            "method": "initialize",
+            "params": {
+                "protocolVersion": protocol_version,
+                "capabilities": {},
+                "clientInfo": {"name": "switchboard-e2e", "version": "0"},
+            },
+        }
+        reply = self.post(body)
+        assert reply.status == 200, f"initialize: HTTP {reply.status} {reply.raw[:1000]!r}"
+        self.init_result = reply.result
+        sid = reply.headers.get("mcp-session-id")
+        assert sid, f"initialize answered without an Mcp-Session-Id header: {dict(reply.headers)}"
+        self.session_id = sid
+        note = self.post(
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"Mcp-Session-Id": sid, "MCP-Protocol-Version": protocol_version},
+        )
+        assert note.status in (200, 202), f"notifications/initialized: HTTP {note.status} {note.raw[:500]!r}"
+        return reply
+
+    # -- conveniences
+
+    def call_tool(self, name: str, arguments: dict | None = None, headers: dict[str, str] | None = None) -> Reply:
+        return self.request("tools/call", {"name": name, "arguments": arguments or {}}, headers)
+
+    def list_tools(self, cursor: str | None = None, headers: dict[str, str] | None = None) -> Reply:
+        return self.request("tools/list", {"cursor": cursor} if cursor is not None else {}, headers)
+
+    def list_all_tools(
+        self, headers: dict[str, str] | None = None, max_pages: int = 50
+    ) -> tuple[list[dict], list[dict]]:
+        """Follows the gateway's cursors. Returns (tools, the `_meta` of every page)."""
+        tools: list[dict] = []
+        metas: list[dict] = []
+        cursor = None
+        for _ in range(max_pages):
+            reply = self.list_tools(cursor, headers)
+            assert reply.status == 200, f"tools/list: HTTP {reply.status} {reply.raw[:2000]!r}"
+            result = reply.result
+            tools.extend(result.get("tools", []))
+            metas.append(result.get("_meta") or {})
+            cursor = result.get("nextCursor")
+            if cursor is None:
+                return tools, metas
+        raise AssertionError(f"tools/list did not end within {max_pages} pages")
+
+
+def tool_names(tools: list[dict]) -> list[str]:
+    return [t["name"] for t in tools]
+
+
+def call_result_value(result: dict) -> Any:
+    """The value a tool returned: `structuredContent` (unwrapping the SDK's {"result": x} for
+    scalars), else the first text content parsed as JSON when it is JSON, else the text."""
+    assert not result.get("isError"), f"tool returned an error: {json.dumps(result)[:2000]}"
+    sc = result.get("structuredContent")
+    if isinstance(sc, dict):
+        if set(sc) == {"result"}:
+            return sc["result"]
+        return sc
+    if sc is not None:
+        return sc
+    for c in result.get("content", []):
+        if c.get("type") == "text":
+            try:
+                return json.loads(c["text"])
+            except ValueError:
+                return c["text"]
+    raise AssertionError(f"tool result has no value: {json.dumps(result)[:2000]}")
+
+
+def headers_seen(result: dict) -> dict[str, str]:
+    """What `request_headers` reported (names lower-cased). Accepts a flat map or {"headers": map}."""
+    value = call_result_value(result)
+    if isinstance(value, dict) and isinstance(value.get("headers"), (dict, list)):
+        value = value["headers"]
+    if isinstance(value, list):  # [[name, value], ...] or [{"name":..,"value":..}]
+        pairs = [(p["name"], p["value"]) if isinstance(p, dict) else (p[0], p[1]) for p in value]
+        value = dict(pairs)
+    assert isinstance(value, dict), f"request_headers returned {value!r}"
+    return {str(k).lower(): str(v) for k, v in value.items()}
+
+
+def listing_meta(metas: list[dict], meta_key: str) -> list[dict]:
+    out: list[dict] = []
+    for m in metas:
+        out.extend(m.get(meta_key) or [])
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# REST
+
+
+def rest_list(gateway: Gateway, key: str | None, server_id: str | None = None) -> httpx.Response:
+    params = {"server_id": server_id} if server_id else None
+    return httpx.get(f"{gateway.url}/mcp-rest/tools/list", params=params, headers=_auth(key), timeout=15)
+
+
+def rest_call(
+    gateway: Gateway, key: str | None, name: str, arguments: dict | None = None, server_id: str | None = None
+) -> httpx.Response:
+    body: dict[str, Any] = {"name": name, "arguments": arguments or {}}
+    if server_id is not None:
+        body["server_id"] = server_id
+    return httpx.post(f"{gateway.url}/mcp-rest/tools/call", json=body, headers=_auth(key), timeout=15)
+
+
+def rest_tool_names(response: httpx.Response) -> list[str]:
+    """Names from a REST tools/list body: {"tools": [names or tool objects]}."""
+    assert response.status_code == 200, f"REST tools/list: HTTP {response.status_code} {response.text[:2000]}"
+    return [t if isinstance(t, str) else t["name"] for t in response.json()["tools"]]
+
+
+def _auth(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+# --------------------------------------------------------------------------------------------
+# The official Python SDK client
+
+
+def sdk_client(
+    url: str, key: str | None, era: str, *, headers: dict[str, str] | None = None, record: list | None = None
+):
+    """An async context manager yielding a connected `mcp.Client` for `url`.
+
+    era "legacy" runs the initialize handshake; "2026-07-28" pins the stateless revision (no
+    probe); "auto" probes `server/discover` first. `record`, when given, receives
+    (method, url, status, response headers) for every HTTP exchange.
+    """
+    import httpx2
+    from mcp import Client, Implementation
+    from mcp.client.streamable_http import streamable_http_client
+
+    h = dict(headers or {})
+    if key is not None:
+        h["Authorization"] = f"Bearer {key}"
+
+    async def on_response(response: Any) -> None:
+        if record is not None:
+            record.append(
+                (response.request.method, str(response.request.url), response.status_code, dict(response.headers))
+            )
+
+    @contextlib.asynccontextmanager
+    async def connect():
+        async with httpx2.AsyncClient(
+            headers=h, timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [on_response]}
+        ) as http:
+            async with Client(
+                streamable_http_client(url, http_client=http),
+                mode=era,
+                client_info=Implementation(name="switchboard-e2e", version="0"),
+                cache=None,
+            ) as client:
+                yield client
+
+    return connect()
+
+
+async def sdk_list_all_tools(client: Any, max_pages: int = 50) -> list[Any]:
+    """Every tool, following `nextCursor` (bounded)."""
+    tools: list[Any] = []
+    cursor = None
+    for _ in range(max_pages):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return tools
+    raise AssertionError(f"tools/list did not end within {max_pages} pages")
+
+
+def sdk_text(result: Any) -> str:
+    """The first text content of an SDK CallToolResult."""
+    for c in result.content:
+        if getattr(c, "type", None) == "text":
+            return c.text
+    raise AssertionError(f"no text content in {result!r}")
+
+
+def run_async(fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """Runs an async function to completion from a sync test, with a bound."""
+    import anyio
+
+    async def bounded():
+        with anyio.fail_after(timeout):
+            return await fn()
+
+    return anyio.run(bounded)
+
+
+def unwrap_exception(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """Finds an exception of `kind` inside (nested) exception groups."""
+    if isinstance(exc, kind):
+        return exc
+    for inner in getattr(exc, "exceptions", ()) or ():
+        found = unwrap_exception(inner, kind)
+        if found is not None:
+            return found
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Round-robin balancer
+
+
+class RoundRobinBalancer:
+    """An HTTP reverse proxy that sends each request to the next backend in turn (per request,
+    not per connection) and streams every response through as it arrives, so SSE events pass
+    one by one. Runs uvicorn in a thread on 127.0.0.1 and a free port.
+
+    `served` records (backend index, HTTP method, path, Mcp-Session-Id, JSON-RPC method) for every
+    request it forwarded.
+    """
+
+    HOP_BY_HOP = {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+
+    def __init__(self, backends: list[str]):
+        self.backends = list(backends)
+        self.served: list[tuple[int, str, str, str | None, str | None]] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._server: Any = None
+        self._sock: socket.socket | None = None
+        self.url = ""
+
+    def set_backends(self, backends: list[str]) -> None:
+        with self._lock:
+            self.backends = list(backends)
+            self._next = 0
+
+    def _pick(self) -> tuple[int, str]:
+        with self._lock:
+            i = self._next % len(self.backends)
+            self._next += 1
+            return i, self.backends[i]
+
+    async def app(self, scope, receive, send):  # ASGI
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    self._client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=120))
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await self._client.aclose()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        body = bytearray()
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        idx, backend = self._pick()
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in scope["headers"]
+            if k.decode("latin-1").lower() not in self.HOP_BY_HOP
+        ]
+        hmap = {k.lower(): v for k, v in headers}
+        rpc_method = None
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            rpc_method = json.loads(bytes(body)).get("method")
+        self.served.append((idx, scope["method"], scope["path"], hmap.get("mcp-session-id"), rpc_method))
+        target = backend + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        req = self._client.build_request(scope["method"], target, headers=headers, content=bytes(body))
+        try:
+            resp = await self._client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            data = f"balancer: backend {backend} failed: {exc!r}".encode()
+            await send({"type": "http.response.start", "status": 502, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": data})
+            return
+        try:
+            out_headers = [
+                (k.encode("latin-1"), v.encode("latin-1"))
+                for k, v in resp.headers.multi_items()
+                if k.lower() not in self.HOP_BY_HOP
+            ]
+            await send({"type": "http.response.start", "status": resp.status_code, "headers": out_headers})
+            async for chunk in resp.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (httpx.HTTPError, OSError):
+            pass  # client or backend went away mid-stream
+        finally:
+            await resp.aclose()
+
+    def start(self) -> RoundRobinBalancer:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self._sock = sock
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on", interface="asgi3")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name="balancer", daemon=True
+        )
+        self._thread.start()
+
+        def started() -> bool:
+            assert self._thread is not None and self._thread.is_alive(), "the balancer thread died"
+            return self._server.started
+
+        wait_until(started, timeout=10, what="the balancer to start")
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._sock is not None:
+            self._sock.close()
+
+    def backends_used(self, session_id: str | None = None) -> set[int]:
+        return {i for i, _, _, sid, _ in self.served if session_id is None or sid == session_id}
+
+
+@contextlib.contextmanager
+def balancer(backends: list[str]) -> Iterator[RoundRobinBalancer]:
+    lb = RoundRobinBalancer(backends).start()
+    try:
+        yield lb
+    finally:
+        lb.stop()

@@ -1,0 +1,122 @@
+"""Acceptance item 7: the config file is re-read on change (and on SIGHUP). A broken edit is
+rejected with a logged error naming the field, and the previous snapshot keeps serving; a valid
+edit takes effect without a restart."""
+
+from __future__ import annotations
+
+import copy
+import signal
+import time
+
+import httpx
+from harness import (
+    INVALID_PARAMS,
+    MODERN_VERSION,
+    RawMcp,
+    call_result_value,
+    gateway_config,
+    key,
+    new_secret,
+    server,
+    wait_until,
+    write_text,
+)
+
+RELOAD_WAIT = 5.0  # the gateway polls the file about every 0.5 s
+
+
+def _add(gw, secret: str, name: str) -> tuple[int, dict]:
+    """(HTTP status, JSON-RPC message) of a stateless add call on /mcp."""
+    with RawMcp(gw.mcp_url(), secret, MODERN_VERSION) as mcp:
+        reply = mcp.call_tool(name, {"a": 2, "b": 3})
+        return reply.status, (reply.messages[-1] if reply.messages else {})
+
+
+def _works(gw, secret: str, name: str) -> bool:
+    status, message = _add(gw, secret, name)
+    return status == 200 and "result" in message and call_result_value(message["result"]) == 5
+
+
+def _unknown(gw, secret: str, name: str) -> bool:
+    # -32602 may ride on HTTP 200 or, in the 2026-07-28 era, 400; the code is what matters.
+    _, message = _add(gw, secret, name)
+    return (message.get("error") or {}).get("code") == INVALID_PARAMS
+
+
+def _new_log(gw, offset: int) -> str:
+    return gw.logs()[offset:]
+
+
+def test_broken_edit_is_rejected_and_valid_edit_applies(gateways, rust_upstream):
+    k1, k2 = new_secret("key-one"), new_secret("key-two")
+    base = gateway_config([server("alpha", rust_upstream.mcp_url)], [key("one", k1, ["alpha"])])
+    gw = gateways.start(base)
+    assert _works(gw, k1, "alpha__add")
+    assert _unknown(gw, k1, "beta__add")
+
+    with_beta = copy.deepcopy(base)
+    with_beta["servers"].append(server("beta", rust_upstream.mcp_url))
+    with_beta["keys"] = [key("one", k1, ["alpha", "beta"]), key("two", k2, ["beta"])]
+
+    # 1. A field-level error: an invalid header name in the new server. Nothing of the edit
+    #    applies (not beta, not the new key), alpha keeps serving, the log names the field.
+    broken = copy.deepcopy(with_beta)
+    broken["servers"][1]["auth"] = {"type": "apiKey", "secret": new_secret("beta-cred"), "header": "X Token"}
+    offset = len(gw.logs())
+    gw.write_config(broken)
+    wait_until(
+        lambda: "servers[1].auth.header" in _new_log(gw, offset),
+        RELOAD_WAIT,
+        what="an error naming servers[1].auth.header",
+    )
+    time.sleep(1.0)  # two more poll periods: a late partial apply would show now
+    assert gw.proc.alive()
+    assert _works(gw, k1, "alpha__add")
+    assert _unknown(gw, k1, "beta__add")
+    with RawMcp(gw.mcp_url(), k2, MODERN_VERSION) as stranger:
+        assert stranger.call_tool("beta__add", {"a": 1, "b": 1}).status == 401
+
+    # 2. Not YAML at all: rejected, still serving.
+    offset = len(gw.logs())
+    write_text(gw.config_path, "servers: [ {name: alpha, url: \n  - this is: [not yaml\n")
+    wait_until(lambda: _new_log(gw, offset).strip() != "", RELOAD_WAIT, what="a log line about the broken file")
+    time.sleep(1.0)
+    assert gw.proc.alive()
+    assert _works(gw, k1, "alpha__add")
+    assert httpx.get(f"{gw.url}/readyz", timeout=5).status_code == 200
+
+    # 3. A valid edit applies without a restart: beta and the second key appear.
+    pid = gw.proc.popen.pid
+    gw.write_config(with_beta)
+    wait_until(lambda: _works(gw, k2, "beta__add"), RELOAD_WAIT, interval=0.25, what="the valid edit to apply")
+    assert _works(gw, k1, "alpha__add")
+    assert gw.proc.popen.pid == pid and gw.proc.alive()
+
+    # 4. Removing a server withdraws exactly that server's routes.
+    without_alpha = copy.deepcopy(with_beta)
+    without_alpha["servers"] = [s for s in without_alpha["servers"] if s["name"] != "alpha"]
+    without_alpha["keys"] = [key("one", k1, ["beta"]), key("two", k2, ["beta"])]
+    gw.write_config(without_alpha)
+    wait_until(lambda: _unknown(gw, k1, "alpha__add"), RELOAD_WAIT, interval=0.25, what="alpha to be withdrawn")
+    assert _works(gw, k1, "beta__add")
+    assert _works(gw, k2, "beta__add")
+
+
+def test_in_place_edit_and_sighup(gateways, rust_upstream):
+    """Editors often rewrite the file in place rather than renaming over it; and SIGHUP asks
+    for a re-read. Neither may kill the process or lose the config."""
+    k = new_secret("key")
+    base = gateway_config([server("alpha", rust_upstream.mcp_url)], [key("one", k, ["alpha"])])
+    gw = gateways.start(base)
+    edited = copy.deepcopy(base)
+    edited["servers"].append(server("gamma", rust_upstream.mcp_url))
+    edited["keys"] = [key("one", k, ["alpha", "gamma"])]
+    gw.write_config(edited, atomic=False)
+    wait_until(lambda: _works(gw, k, "gamma__add"), RELOAD_WAIT, interval=0.25, what="the in-place edit to apply")
+
+    for _ in range(2):
+        gw.proc.signal(signal.SIGHUP)
+        time.sleep(0.3)
+    assert gw.proc.alive(), f"SIGHUP killed the gateway\n{gw.proc.describe()}"
+    assert _works(gw, k, "alpha__add")
+    assert _works(gw, k, "gamma__add")

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# THE test command: everything CI runs, in order, stopping at the first failure.
+#
+#   tests/run-all.sh                 # all steps
+#   tests/run-all.sh e2e             # only the named steps (fmt clippy unit build e2e, and suites)
+#   PYTEST_ARGS="-k scope -x" tests/run-all.sh e2e
+#
+# Steps:
+#   fmt     cargo fmt --all -- --check
+#   clippy  cargo clippy --workspace --all-targets -- -D warnings
+#   unit    cargo test --workspace
+#   build   cargo build --workspace --bins            (debug; the e2e tests run these binaries)
+#   e2e     tests/setup-python.sh, then pytest tests/e2e with the venv's python
+#   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
+#
+# Later suites: drop an executable script into tests/suites.d/ (e.g. 50-kubernetes.sh). It runs
+# from the repository root after the e2e step, with SWITCHBOARD_VENV set to the test venv and the
+# debug binaries built; a non-zero exit fails the run. Name one on the command line to run just
+# it: tests/run-all.sh 50-kubernetes.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+die() { echo "run-all.sh: $*" >&2; exit 1; }
+trap 'echo "run-all.sh: step ${current:-?} FAILED (exit $?)" >&2' ERR
+need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"; }
+
+step() { # step NAME: prints a banner and the elapsed time of the previous step
+  local now
+  now=$(date +%s)
+  if [[ -n "${current:-}" ]]; then
+    echo "=== $current: ok ($((now - started))s)"
+  fi
+  current="$1"
+  started=$now
+  echo "=== $1"
+}
+
+all_steps=(fmt clippy unit build e2e suites)
+if (($# > 0)); then
+  wanted=("$@")
+else
+  wanted=("${all_steps[@]}")
+fi
+wants() {
+  local s
+  for s in "${wanted[@]}"; do [[ "$s" == "$1" ]] && return 0; done
+  return 1
+}
+# Check the names first; a suite named on the command line needs the venv too.
+suite_named=false
+for s in "${wanted[@]}"; do
+  [[ " ${all_steps[*]} " == *" $s "* ]] || suite_named=true
+  [[ " ${all_steps[*]} " == *" $s "* || -f "$root/tests/suites.d/$s.sh" ]] \
+    || die "unknown step '$s' (steps: ${all_steps[*]}; suites: tests/suites.d/*.sh)"
+done
+
+if wants fmt || wants clippy || wants unit || wants build; then
+  need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
+fi
+if wants fmt; then
+  cargo fmt --version >/dev/null 2>&1 || die "cargo fmt is missing: rustup component add rustfmt"
+  step fmt
+  cargo fmt --all -- --check || die "formatting differs: run cargo fmt --all"
+fi
+if wants clippy; then
+  cargo clippy --version >/dev/null 2>&1 || die "cargo clippy is missing: rustup component add clippy"
+  step clippy
+  cargo clippy --workspace --all-targets -- -D warnings
+fi
+if wants unit; then
+  step unit
+  cargo test --workspace
+fi
+if wants build; then
+  step build
+  cargo build --workspace --bins
+fi
+
+venv=""
+if wants e2e || wants suites || $suite_named; then
+  need python3 "install Python 3.10 or newer (Debian: apt-get install python3 python3-venv)"
+  step python-venv
+  venv="$("$root/tests/setup-python.sh")"
+  export SWITCHBOARD_VENV="$venv"
+fi
+if wants e2e; then
+  step e2e
+  # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+  "$venv/bin/python" -m pytest "$root/tests/e2e" -q ${PYTEST_ARGS:-}
+fi
+
+# Later suites (hook). Run all of them with the `suites` step, or one by its name.
+shopt -s nullglob
+for suite in "$root"/tests/suites.d/*.sh; do
+  name="$(basename "$suite" .sh)"
+  if wants suites || wants "$name"; then
+    step "suite $name"
+    bash "$suite"
+  fi
+done
+
+step done
+echo "run-all.sh: all requested steps passed"
