@@ -21,6 +21,8 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# Build outside the checkout so a fresh clone on a warm machine (CI) reuses earlier builds.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/target}"
 
 die() { echo "run-all.sh: $*" >&2; exit 1; }
 trap 'echo "run-all.sh: step ${current:-?} FAILED (exit $?)" >&2' ERR
