@@ -6,16 +6,17 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use axum::http::HeaderMap;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
 use crate::table::Server;
 use crate::upstream::client::Upstreams;
-use crate::upstream::listing::{ListKind, Listing, walk};
+use crate::upstream::listing::{ListKind, Listing, ListingRequest, walk};
+use crate::upstream::request_credential::SHARED_PARTITION;
 
-type EntryKey = (String, ListKind);
+/// (server id, kind, credential partition).
+type EntryKey = (String, ListKind, u64);
 
 struct Entry {
     revision: u64,
@@ -32,25 +33,32 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    fn fresh(&self, server: &Server, kind: ListKind, ttl: Duration) -> Option<Arc<Listing>> {
+    fn fresh(
+        &self,
+        server: &Server,
+        kind: ListKind,
+        partition: u64,
+        ttl: Duration,
+    ) -> Option<Arc<Listing>> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.get(&(server.id().to_string(), kind))?;
+        let entry = entries.get(&(server.id().to_string(), kind, partition))?;
         (entry.revision == server.revision && entry.fetched.elapsed() < ttl)
             .then(|| entry.listing.clone())
     }
 
-    /// Whether this server's tools were ever listed at its current revision (stale or not).
-    pub fn has_tools_of(&self, server: &Server) -> bool {
+    /// Whether this server's tools were ever listed at its current revision for this
+    /// credential partition (stale or not).
+    pub fn has_tools_of(&self, server: &Server, partition: u64) -> bool {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         entries
-            .get(&(server.id().to_string(), ListKind::Tools))
+            .get(&(server.id().to_string(), ListKind::Tools, partition))
             .is_some_and(|e| e.revision == server.revision)
     }
 
     /// The input schema of one of the server's tools, from its last listing (any age).
-    pub fn tool_schema(&self, server: &Server, tool: &str) -> Option<Value> {
+    pub fn tool_schema(&self, server: &Server, partition: u64, tool: &str) -> Option<Value> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.get(&(server.id().to_string(), ListKind::Tools))?;
+        let entry = entries.get(&(server.id().to_string(), ListKind::Tools, partition))?;
         if entry.revision != server.revision {
             return None;
         }
@@ -63,39 +71,40 @@ impl Catalog {
             .cloned()
     }
 
-    /// The server's listing, from cache when younger than `ttl`, else walked afresh.
+    /// The server's listing for the caller's credential partition, from cache when younger
+    /// than `ttl`, else walked afresh (an empty listing is cached like any other).
     pub async fn listing(
         &self,
         upstreams: &Upstreams,
-        server: &Server,
-        caller_headers: &HeaderMap,
-        kind: ListKind,
+        request: &ListingRequest<'_>,
         ttl: Duration,
         page_cap: u32,
     ) -> Result<Arc<Listing>, GatewayError> {
-        if let Some(hit) = self.fresh(server, kind, ttl) {
+        let (server, kind) = (request.server, request.kind);
+        let partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
+        if let Some(hit) = self.fresh(server, kind, partition, ttl) {
             return Ok(hit);
         }
+        let key = (server.id().to_string(), kind, partition);
         let lock = {
             let mut refreshing = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
-            refreshing
-                .entry((server.id().to_string(), kind))
-                .or_default()
-                .clone()
+            refreshing.entry(key).or_default().clone()
         };
         let _guard = lock.lock().await;
-        if let Some(hit) = self.fresh(server, kind, ttl) {
+        if let Some(hit) = self.fresh(server, kind, partition, ttl) {
             return Ok(hit);
         }
-        let listing = Arc::new(walk(upstreams, server, caller_headers, kind, page_cap).await?);
-        self.store(server, kind, listing.clone());
+        let listing = walk(upstreams, request, page_cap).await?;
+        let listing = Arc::new(listing);
+        self.store(server, kind, partition, listing.clone());
         Ok(listing)
     }
 
-    /// Replaces a server's listing; for tools, also that server's rows of the ownership map
-    /// (never union-only: a tool the upstream stopped serving stops routing).
-    fn store(&self, server: &Server, kind: ListKind, listing: Arc<Listing>) {
-        if kind == ListKind::Tools {
+    /// Replaces a server's listing; for tools in the shared partition, also that server's rows
+    /// of the ownership map (never union-only: a tool the upstream stopped serving stops
+    /// routing). Caller-credential listings stay out of the map: they speak for one caller.
+    fn store(&self, server: &Server, kind: ListKind, partition: u64, listing: Arc<Listing>) {
+        if kind == ListKind::Tools && partition == SHARED_PARTITION {
             let names: BTreeSet<String> = listing
                 .items
                 .iter()
@@ -114,7 +123,7 @@ impl Catalog {
         }
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         entries.insert(
-            (server.id().to_string(), kind),
+            (server.id().to_string(), kind, partition),
             Entry {
                 revision: server.revision,
                 fetched: Instant::now(),
@@ -133,7 +142,7 @@ impl Catalog {
     pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         let mut gone = BTreeSet::new();
-        entries.retain(|(id, _), e| {
+        entries.retain(|(id, _, _), e| {
             let keep = live(id, e.revision);
             if !keep {
                 gone.insert(id.clone());
@@ -180,14 +189,24 @@ mod tests {
         );
         let (a, b) = (t.server_by_id("a").unwrap(), t.server_by_id("b").unwrap());
         let c = Catalog::default();
-        c.store(a, ListKind::Tools, tools(&["x", "y"]));
-        c.store(b, ListKind::Tools, tools(&["y", "hidden"]));
+        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["x", "y"]));
+        c.store(
+            b,
+            ListKind::Tools,
+            SHARED_PARTITION,
+            tools(&["y", "hidden"]),
+        );
+        c.store(b, ListKind::Tools, 7, tools(&["private"]));
+        assert!(
+            c.owners_of("private").is_empty(),
+            "a caller's own catalog stays out of the map"
+        );
         assert_eq!(c.owners_of("y").len(), 2);
         assert!(
             c.owners_of("hidden").is_empty(),
             "the server's filter applies to routing"
         );
-        c.store(a, ListKind::Tools, tools(&["y"]));
+        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["y"]));
         assert!(
             c.owners_of("x").is_empty(),
             "a tool a stopped serving stops routing"
@@ -195,6 +214,6 @@ mod tests {
         assert_eq!(c.owners_of("y").len(), 2);
         c.retain(|id, _| id != "b");
         assert_eq!(c.owners_of("y").into_iter().collect::<Vec<_>>(), vec!["a"]);
-        assert!(c.has_tools_of(a) && !c.has_tools_of(b));
+        assert!(c.has_tools_of(a, SHARED_PARTITION) && !c.has_tools_of(b, SHARED_PARTITION));
     }
 }

@@ -47,6 +47,12 @@ pub enum GatewayError {
         /// The upstream's `WWW-Authenticate`, kept for relaying (caller-credential servers).
         challenge: Option<String>,
     },
+    #[error("upstream {server:?} requires the caller to authenticate")]
+    UpstreamAuthRequired {
+        server: String,
+        /// The challenge the gateway sends: it points at the gateway's own metadata.
+        www_authenticate: String,
+    },
     #[error("upstream {server:?} refused the request (HTTP 403)")]
     UpstreamForbidden { server: String },
     #[error("parse error: {0}")]
@@ -79,7 +85,7 @@ impl GatewayError {
     pub fn http_status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
-            Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Unauthenticated(_) | UpstreamAuthRequired { .. } => StatusCode::UNAUTHORIZED,
             AccessDenied { .. } | SessionForbidden | ForbiddenOrigin => StatusCode::FORBIDDEN,
             ServerNotFound { .. } | ToolNotFound { .. } | NotFound { .. } | SessionNotFound => {
                 StatusCode::NOT_FOUND
@@ -110,6 +116,7 @@ impl GatewayError {
             UpstreamTimeout { .. } => "upstream_timeout",
             UpstreamUnavailable { .. } => "upstream_unavailable",
             UpstreamUnauthorized { .. } => "upstream_auth_failed",
+            UpstreamAuthRequired { .. } => "upstream_auth_required",
             UpstreamForbidden { .. } => "upstream_forbidden",
             Parse(_)
             | InvalidRequest(_)
@@ -146,7 +153,9 @@ impl GatewayError {
                 codes::UPSTREAM_UNAVAILABLE,
                 Some(json!({ "server": server })),
             ),
-            UpstreamUnauthorized { server, .. } | UpstreamForbidden { server } => {
+            UpstreamUnauthorized { server, .. }
+            | UpstreamForbidden { server }
+            | UpstreamAuthRequired { server, .. } => {
                 (codes::UPSTREAM_AUTH, Some(json!({ "server": server })))
             }
             Parse(_) => (codes::PARSE_ERROR, None),
@@ -197,6 +206,7 @@ impl GatewayError {
             GatewayError::UpstreamUnavailable { server, .. }
             | GatewayError::UpstreamUnauthorized { server, .. }
             | GatewayError::UpstreamForbidden { server }
+            | GatewayError::UpstreamAuthRequired { server, .. }
             | GatewayError::AccessDenied { server }
             | GatewayError::ServerNotFound { server } => {
                 body["error"]["server"] = json!(server);
@@ -212,6 +222,9 @@ impl GatewayError {
             GatewayError::Unauthenticated(_) => Some(HeaderValue::from_static(
                 "Bearer realm=\"switchboard\", error=\"invalid_token\"",
             )),
+            GatewayError::UpstreamAuthRequired {
+                www_authenticate, ..
+            } => HeaderValue::from_str(www_authenticate).ok(),
             _ => None,
         }
     }

@@ -38,6 +38,10 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             gw.clone(),
             check_host_and_origin,
         ))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp/{prefix}",
+            get(crate::protected_resource::metadata),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

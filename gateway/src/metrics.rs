@@ -40,6 +40,7 @@ pub struct Metrics {
     upstream_requests: Family<UpstreamLabels, Counter>,
     upstream_latency: HistogramFamily,
     listing_failures: Family<ServerLabels, Counter>,
+    auth_relayed: Family<ServerLabels, Counter>,
     snapshot_generation: Gauge,
     snapshot_applies: Counter,
     snapshot_rejections: Counter,
@@ -79,6 +80,12 @@ impl Default for Metrics {
             "Upstream listings that failed, by server",
             listing_failures.clone(),
         );
+        let auth_relayed = Family::<ServerLabels, Counter>::default();
+        registry.register(
+            "upstream_auth_relayed",
+            "Upstream 401s relayed to callers (caller-credential servers), by server",
+            auth_relayed.clone(),
+        );
         let snapshot_generation = Gauge::default();
         registry.register(
             "snapshot_generation",
@@ -111,6 +118,7 @@ impl Default for Metrics {
             upstream_requests,
             upstream_latency,
             listing_failures,
+            auth_relayed,
             snapshot_generation,
             snapshot_applies,
             snapshot_rejections,
@@ -157,6 +165,14 @@ impl Metrics {
 
     pub fn listing_failed(&self, server: &str) {
         self.listing_failures
+            .get_or_create(&ServerLabels {
+                server: server.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn auth_relayed(&self, server: &str) {
+        self.auth_relayed
             .get_or_create(&ServerLabels {
                 server: server.to_string(),
             })

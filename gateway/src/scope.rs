@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::errors::GatewayError;
 use crate::route::{prefixed_name, split_prefixed};
@@ -15,10 +15,20 @@ pub struct Caller {
     pub key: Arc<Key>,
     pub table: Arc<RoutingTable>,
     pub headers: HeaderMap,
+    /// The caller's own `Authorization`, when the gateway key came in `X-Switchboard-Key`
+    /// (only then can `Authorization` be the caller's credential for an upstream).
+    pub own_authorization: Option<HeaderValue>,
 }
 
-/// The gateway key from `Authorization: Bearer <key>`.
+/// The header that carries the gateway key when `Authorization` carries the caller's own
+/// credential (for `passthrough` and `tokenExchange` servers).
+pub const KEY_HEADER: &str = "x-switchboard-key";
+
+/// The gateway key: `X-Switchboard-Key: <key>` if present, else `Authorization: Bearer <key>`.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(key) = headers.get(KEY_HEADER) {
+        return key.to_str().ok().map(str::trim).filter(|k| !k.is_empty());
+    }
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, key) = value.trim().split_once(' ')?;
     scheme
@@ -29,7 +39,7 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
 
 pub fn authenticate(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
     let presented = presented_key(&headers).ok_or(GatewayError::Unauthenticated(
-        "missing gateway key (Authorization: Bearer <key>)",
+        "missing gateway key (Authorization: Bearer <key>, or X-Switchboard-Key: <key>)",
     ))?;
     let key = table
         .authenticate(presented)
@@ -38,10 +48,15 @@ pub fn authenticate(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Call
     if key.is_expired(SystemTime::now()) {
         return Err(GatewayError::Unauthenticated("the gateway key has expired"));
     }
+    let own_authorization = headers
+        .contains_key(KEY_HEADER)
+        .then(|| headers.get(header::AUTHORIZATION).cloned())
+        .flatten();
     Ok(Caller {
         key,
         table,
         headers,
+        own_authorization,
     })
 }
 
@@ -211,6 +226,26 @@ mod tests {
             decide_owner("t", vec![]),
             Err(GatewayError::ToolNotFound { .. })
         ));
+    }
+
+    #[test]
+    fn key_header_frees_authorization_for_the_callers_own_credential() {
+        let table = Arc::new(RoutingTable::build(&load(TWO, &SystemLookup).unwrap()).unwrap());
+        let mut headers = HeaderMap::new();
+        headers.insert(KEY_HEADER, HeaderValue::from_static("s1"));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer user-token"),
+        );
+        let c = authenticate(table.clone(), headers).expect("key from X-Switchboard-Key");
+        assert_eq!(c.own_authorization.unwrap(), "Bearer user-token");
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s1"));
+        let c = authenticate(table, headers).expect("key from Authorization");
+        assert!(
+            c.own_authorization.is_none(),
+            "the gateway key is never the caller's credential"
+        );
     }
 
     #[test]

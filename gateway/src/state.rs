@@ -12,13 +12,17 @@ use crate::catalog::Catalog;
 use crate::errors::GatewayError;
 use crate::mcp::era::HEADER_MISMATCH;
 use crate::metrics::Metrics;
+use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::scope::Caller;
 use crate::table::{RoutingTable, Server};
 use crate::upstream::client::{RpcCall, RpcOutcome, Upstreams};
-use crate::upstream::listing::{ListKind, Listing};
+use crate::upstream::listing::{ListKind, Listing, ListingRequest};
 use crate::upstream::param_headers;
-use axum::http::HeaderMap;
+use crate::upstream::request_credential::{self, RequestCredential, SHARED_PARTITION};
+use crate::upstream::tokens::Tokens;
+use axum::http::{HeaderMap, HeaderValue};
 use std::time::Duration;
+use switchboard_snapshot::{GatewaySettings, UpstreamAuth};
 
 pub struct Gateway {
     table: ArcSwap<RoutingTable>,
@@ -26,6 +30,8 @@ pub struct Gateway {
     pub upstreams: Upstreams,
     pub catalog: Catalog,
     pub metrics: Metrics,
+    pub tokens: Tokens,
+    pub protected_resources: ProtectedResources,
 }
 
 impl Gateway {
@@ -39,6 +45,8 @@ impl Gateway {
             upstreams: Upstreams::new(),
             catalog: Catalog::default(),
             metrics: Metrics::default(),
+            tokens: Tokens::default(),
+            protected_resources: ProtectedResources::default(),
         }
     }
 
@@ -64,13 +72,14 @@ impl Gateway {
         let is_live = |id: &str, rev: u64| live.get(id) == Some(&rev);
         self.catalog.retain(is_live);
         self.upstreams.retain(is_live);
+        self.tokens.retain(is_live);
+        self.protected_resources.retain(is_live);
     }
 
-    /// One request to a server's upstream under its `timeout`, measured.
+    /// One request to a server's upstream under its `timeout`, with the server's credential.
     ///
-    /// A tool call from a caller that sent no `Mcp-Param-*` headers gets the ones the tool's
-    /// schema calls for; if the upstream still answers HeaderMismatch (its schema changed, or
-    /// this replica never listed it), the tools are listed afresh and the call repeats once.
+    /// A gateway-held token the upstream refuses (401) is renewed once and the request
+    /// repeats; a 401 on a caller's own credential is relayed (DESIGN.md invariant 6).
     pub async fn forward(
         &self,
         caller: &Caller,
@@ -78,12 +87,59 @@ impl Gateway {
         method: &str,
         params: Option<Value>,
     ) -> Result<RpcOutcome, GatewayError> {
+        let mut rejected = None;
+        loop {
+            let credential = self.credential(caller, server, rejected.as_ref()).await?;
+            let result = self
+                .forward_with(caller, server, method, params.clone(), credential.as_ref())
+                .await;
+            match result {
+                Err(GatewayError::UpstreamUnauthorized { .. })
+                    if rejected.is_none() && mints_tokens(server) && credential.is_some() =>
+                {
+                    rejected = credential.map(|c| c.value);
+                }
+                other => return other.map_err(|e| self.relay_auth(caller, server, e)),
+            }
+        }
+    }
+
+    /// The per-request credential of a server whose credential is not static.
+    async fn credential(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        rejected: Option<&HeaderValue>,
+    ) -> Result<Option<RequestCredential>, GatewayError> {
+        request_credential::resolve(
+            &self.tokens,
+            self.upstreams.http(),
+            caller,
+            server,
+            rejected,
+        )
+        .await
+    }
+
+    /// Sends a request with its credential. A tool call from a caller that sent no
+    /// `Mcp-Param-*` headers gets the ones the tool's schema calls for; if the upstream still
+    /// answers HeaderMismatch (its schema changed, or this replica never listed it), the
+    /// tools are listed afresh and the call repeats once.
+    async fn forward_with(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        method: &str,
+        params: Option<Value>,
+        credential: Option<&RequestCredential>,
+    ) -> Result<RpcOutcome, GatewayError> {
         let derive = method == "tools/call" && !param_headers::caller_sent_any(&caller.headers);
         if !derive {
             return self
-                .forward_once(caller, server, method, params, None)
+                .send(caller, server, method, params, credential, None)
                 .await;
         }
+        let partition = credential.map_or(SHARED_PARTITION, |c| c.partition);
         let tool = params
             .as_ref()
             .and_then(|p| p.get("name"))
@@ -93,12 +149,19 @@ impl Gateway {
         let derived = || {
             let arguments = params.as_ref().and_then(|p| p.get("arguments"));
             self.catalog
-                .tool_schema(server, &tool)
+                .tool_schema(server, partition, &tool)
                 .map(|schema| param_headers::derive(&schema, arguments))
         };
         let headers = derived();
         let outcome = self
-            .forward_once(caller, server, method, params.clone(), headers.as_ref())
+            .send(
+                caller,
+                server,
+                method,
+                params.clone(),
+                credential,
+                headers.as_ref(),
+            )
             .await;
         let mismatch = matches!(&outcome, Ok(RpcOutcome::Error(e))
             if e.get("code").and_then(Value::as_i64) == Some(HEADER_MISMATCH));
@@ -110,9 +173,12 @@ impl Gateway {
             .catalog
             .listing(
                 &self.upstreams,
-                server,
-                &caller.headers,
-                ListKind::Tools,
+                &ListingRequest {
+                    server,
+                    caller_headers: &caller.headers,
+                    credential,
+                    kind: ListKind::Tools,
+                },
                 Duration::ZERO,
                 settings.listing_page_cap,
             )
@@ -120,19 +186,20 @@ impl Gateway {
         match relisted {
             Ok(_) => {
                 let headers = derived();
-                self.forward_once(caller, server, method, params, headers.as_ref())
+                self.send(caller, server, method, params, credential, headers.as_ref())
                     .await
             }
             Err(_) => outcome,
         }
     }
 
-    async fn forward_once(
+    async fn send(
         &self,
         caller: &Caller,
         server: &Server,
         method: &str,
         params: Option<Value>,
+        credential: Option<&RequestCredential>,
         param_headers: Option<&HeaderMap>,
     ) -> Result<RpcOutcome, GatewayError> {
         let budget = server.spec.timeout;
@@ -143,6 +210,7 @@ impl Gateway {
                 server,
                 caller_headers: &caller.headers,
                 param_headers,
+                credential,
                 method,
                 params,
                 deadline: started + budget,
@@ -154,7 +222,8 @@ impl Gateway {
         outcome
     }
 
-    /// A server's cached (or freshly walked) listing of one kind.
+    /// A server's listing of one kind for the caller's credential partition, cached or
+    /// walked afresh (with the same renew-once rule as [`Gateway::forward`]).
     pub async fn listing(
         &self,
         caller: &Caller,
@@ -162,23 +231,103 @@ impl Gateway {
         kind: ListKind,
     ) -> Result<Arc<Listing>, GatewayError> {
         let settings = &caller.table.settings;
-        let result = self
-            .catalog
-            .listing(
-                &self.upstreams,
-                server,
-                &caller.headers,
-                kind,
-                settings.listing_ttl,
-                settings.listing_page_cap,
-            )
-            .await;
+        let mut rejected = None;
+        let result = loop {
+            let credential = match self.credential(caller, server, rejected.as_ref()).await {
+                Ok(c) => c,
+                Err(e) => break Err(e),
+            };
+            let result = self
+                .catalog
+                .listing(
+                    &self.upstreams,
+                    &ListingRequest {
+                        server,
+                        caller_headers: &caller.headers,
+                        credential: credential.as_ref(),
+                        kind,
+                    },
+                    settings.listing_ttl,
+                    settings.listing_page_cap,
+                )
+                .await;
+            match result {
+                Err(GatewayError::UpstreamUnauthorized { .. })
+                    if rejected.is_none() && mints_tokens(server) && credential.is_some() =>
+                {
+                    rejected = credential.map(|c| c.value);
+                }
+                other => break other.map_err(|e| self.relay_auth(caller, server, e)),
+            }
+        };
         if let Err(e) = &result {
             self.metrics.listing_failed(server.id());
-            tracing::warn!(server = server.id(), kind = kind.method(), error = %e, "upstream listing failed");
+            if !matches!(e, GatewayError::UpstreamAuthRequired { .. }) {
+                tracing::warn!(server = server.id(), kind = kind.method(), error = %e, "upstream listing failed");
+            }
         }
         result
     }
+
+    /// A 401 from an upstream that uses the caller's own credential becomes the caller's 401,
+    /// with a challenge that points at the gateway's protected-resource metadata for the
+    /// server (whose authorization servers are the upstream's). An expected re-auth, so it
+    /// logs at info.
+    fn relay_auth(&self, caller: &Caller, server: &Server, error: GatewayError) -> GatewayError {
+        let GatewayError::UpstreamUnauthorized { challenge, .. } = &error else {
+            return error;
+        };
+        if !server.spec.auth.uses_caller_credential() {
+            return error;
+        }
+        let upstream = challenge
+            .as_deref()
+            .map(auth_challenge::parse)
+            .unwrap_or_default();
+        if let Some(url) = upstream.get("resource_metadata") {
+            self.protected_resources.remember_source(server, url);
+        }
+        let base = base_url(&caller.table.settings, &caller.headers);
+        let resource_metadata = format!(
+            "{base}/.well-known/oauth-protected-resource/mcp/{}",
+            server.prefix()
+        );
+        let mut www = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+        for field in ["error", "scope", "error_description"] {
+            if let Some(v) = upstream.get(field) {
+                www.push_str(&format!(", {field}=\"{}\"", v.replace('"', "")));
+            }
+        }
+        tracing::info!(
+            server = server.id(),
+            "upstream asked the caller to authenticate (HTTP 401 relayed)"
+        );
+        self.metrics.auth_relayed(server.id());
+        GatewayError::UpstreamAuthRequired {
+            server: server.id().to_string(),
+            www_authenticate: www,
+        }
+    }
+}
+
+/// Whether the gateway obtains this server's token itself (and may renew it on a 401).
+fn mints_tokens(server: &Server) -> bool {
+    matches!(
+        server.spec.auth,
+        UpstreamAuth::Oauth2ClientCredentials { .. } | UpstreamAuth::TokenExchange { .. }
+    )
+}
+
+/// The gateway's base URL as clients reach it: `gateway.publicUrl`, else from `Host`.
+pub fn base_url(settings: &GatewaySettings, headers: &HeaderMap) -> String {
+    if let Some(url) = &settings.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
 }
 
 impl Default for Gateway {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -17,6 +17,7 @@ use futures_util::stream;
 use serde_json::{Value, json};
 
 use crate::dispatch::{self, Request};
+use crate::oauth::{self, Issuer};
 use crate::protocol::{
     self, H_SESSION, H_VERSION, INVALID_REQUEST, Kind, LEGACY_VERSIONS, MODERN_VERSION, Message,
     RpcError,
@@ -28,6 +29,7 @@ use crate::variants::{self, Era, Hang, Variant};
 pub struct App {
     pub stats: Stats,
     pub sessions: Sessions,
+    pub oauth: Issuer,
     pub listen: SocketAddr,
     pub default_variant: Arc<Variant>,
 }
@@ -59,6 +61,15 @@ pub fn router(app: Arc<App>) -> Router {
             "/.well-known/oauth-protected-resource/{*rest}",
             get(resource_metadata),
         )
+        .route(oauth::TOKEN_PATH, post(oauth::token_endpoint))
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(oauth::metadata),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server/oauth",
+            get(oauth::metadata),
+        )
         .with_state(app)
 }
 
@@ -75,13 +86,18 @@ async fn mcp_default(
 
 async fn mcp_variant(
     State(app): State<Arc<App>>,
-    Path(opts): Path<String>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match variants::parse(&opts) {
+    // The raw segment: options are split before they are percent-decoded.
+    let opts = uri
+        .path()
+        .strip_prefix("/v/")
+        .and_then(|p| p.strip_suffix("/mcp"))
+        .unwrap_or_default();
+    match variants::parse(opts) {
         Ok(v) => serve(app, Arc::new(v), uri, method, headers, body).await,
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
     }
@@ -136,7 +152,9 @@ async fn serve(
         (Method::DELETE, None) if v.era != Era::Modern => {
             match protocol::header_str(&headers, H_SESSION) {
                 None => legacy_error(StatusCode::BAD_REQUEST, "Bad Request: Missing session ID"),
-                Some(sid) if app.sessions.remove(sid, path) => StatusCode::OK.into_response(),
+                Some(sid) if app.sessions.remove(sid, &session_scope(path, &v, &headers)) => {
+                    StatusCode::OK.into_response()
+                }
                 Some(_) => legacy_error(StatusCode::NOT_FOUND, "Session not found"),
             }
         }
@@ -151,7 +169,8 @@ async fn serve(
     }
 }
 
-/// `status=`, `garbage` and `require=` faults; `None` lets the request through.
+/// `status=`, `garbage`, `require=`/`require-prefix=` and `redirect=`, in that order; `None`
+/// lets the request through.
 fn fault(app: &App, v: &Variant, headers: &HeaderMap) -> Option<Response> {
     let challenge = |error: Option<&str>| {
         let mut value = format!(
@@ -189,9 +208,16 @@ fn fault(app: &App, v: &Variant, headers: &HeaderMap) -> Option<Response> {
                 .into_response(),
         );
     }
-    for (name, want) in &v.require {
-        let got = headers.get(name.as_str());
-        if got.map(HeaderValue::as_bytes) != Some(want.as_bytes()) {
+    let exact = v.require.iter().map(|(n, w)| (n, w, false));
+    let prefix = v.require_prefix.iter().map(|(n, w)| (n, w, true));
+    for (name, want, is_prefix) in exact.chain(prefix) {
+        let got = headers.get(name.as_str()).map(HeaderValue::as_bytes);
+        let ok = match got {
+            Some(got) if is_prefix => got.starts_with(want.as_bytes()),
+            Some(got) => got == want.as_bytes(),
+            None => false,
+        };
+        if !ok {
             let www = challenge(got.map(|_| "invalid_token"));
             let body = json!({ "error": "invalid_token", "error_description": format!("header {name} missing or wrong") });
             let mut resp = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
@@ -201,11 +227,34 @@ fn fault(app: &App, v: &Variant, headers: &HeaderMap) -> Option<Response> {
             return Some(resp);
         }
     }
+    if let Some(target) = &v.redirect {
+        // The parser admits only visible ASCII, so this is a valid header value.
+        let location = HeaderValue::from_str(target).ok()?;
+        return Some(
+            (
+                StatusCode::TEMPORARY_REDIRECT,
+                [(header::LOCATION, location)],
+            )
+                .into_response(),
+        );
+    }
     None
 }
 
+/// What a legacy session is bound to: its endpoint path, plus with `session-auth` the
+/// `Authorization` value (or its absence) of the request.
+fn session_scope(path: &str, v: &Variant, headers: &HeaderMap) -> String {
+    if !v.session_auth {
+        return path.to_owned();
+    }
+    match headers.get(header::AUTHORIZATION) {
+        None => format!("{path}\n-"),
+        Some(auth) => format!("{path}\n={}", String::from_utf8_lossy(auth.as_bytes())),
+    }
+}
+
 /// `http://host[:port]` as the client addressed us (falls back to the listen address).
-fn origin(app: &App, headers: &HeaderMap) -> String {
+pub fn origin(app: &App, headers: &HeaderMap) -> String {
     let sane = |h: &&str| {
         !h.is_empty()
             && h.bytes()
@@ -246,8 +295,9 @@ async fn post_legacy(
     headers: HeaderMap,
     m: Message,
 ) -> Response {
+    let scope = session_scope(path, &v, &headers);
     if m.kind == Kind::Request && m.method == "initialize" {
-        let sid = app.sessions.create(path);
+        let sid = app.sessions.create(&scope);
         let result = dispatch::initialize(&v, &m.params);
         let mut resp = answer(v, false, m, headers, Some(Ok(result))).await;
         if let Ok(sid) = HeaderValue::from_str(&sid) {
@@ -257,7 +307,7 @@ async fn post_legacy(
     }
     match protocol::header_str(&headers, H_SESSION) {
         None => return legacy_error(StatusCode::BAD_REQUEST, "Bad Request: Missing session ID"),
-        Some(sid) if !app.sessions.contains(sid, path) => {
+        Some(sid) if !app.sessions.contains(sid, &scope) => {
             return legacy_error(StatusCode::NOT_FOUND, "Session not found");
         }
         Some(_) => {}

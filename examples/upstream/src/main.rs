@@ -6,12 +6,14 @@
 //! # Running
 //!
 //! ```text
-//! switchboard-example-upstream [--listen 127.0.0.1:8931] [--record 200]
+//! switchboard-example-upstream [--listen 127.0.0.1:8931] [--record 200] [--token-ttl 3600]
 //! ```
 //!
 //! When ready it prints exactly one line to stdout, `listening on http://ADDR`, with the real
 //! port (so `--listen 127.0.0.1:0` works). `--record N` sets how many recent requests
-//! `/_requests` keeps (0 turns recording off; counters stay on). Nothing is logged per request.
+//! `/_requests` keeps (0 turns recording off; counters stay on). `--token-ttl SECS` is the
+//! `expires_in` of tokens from `/oauth/token` (0 allowed). Nothing is logged per request, and
+//! secrets are never printed.
 //!
 //! # Endpoints
 //!
@@ -19,18 +21,24 @@
 //! |---|---|
 //! | `POST /mcp` | the normal server (both eras) |
 //! | `POST /v/{opts}/mcp` | the same server with the options below |
-//! | `GET /_stats` | `{"requests": N, "by_method": {"tools/call": N, ...}, "by_path": {"/mcp": N, ...}}` counting every POST to an MCP endpoint (an unparsable body counts as method `<invalid>`) |
-//! | `GET /_requests` | the last `--record` POSTs, oldest first: `[{"path", "method", "tool", "headers": {lower-case name: value}, "session"}]` (`tool` only for `tools/call`, `session` is the `Mcp-Session-Id` the request carried; absent values are `null`) |
-//! | `POST /_reset` | clears counters and recorded requests (204) |
+//! | `POST /oauth/token` | the token endpoint (see *OAuth authorization server* below) |
+//! | `GET /_stats` | `{"requests": N, "by_method": {"tools/call": N, ...}, "by_path": {"/mcp": N, ...}}` counting every POST to an MCP endpoint (an unparsable body counts as method `<invalid>`) and to `/oauth/token` (method `oauth/token:<grant_type>`, path `/oauth/token`) |
+//! | `GET /_requests` | the last `--record` POSTs, oldest first: `[{"path", "method", "tool", "headers": {lower-case name: value}, "session"}]` (`tool` only for `tools/call`, `session` is the `Mcp-Session-Id` the request carried; absent values are `null`). Token requests add `"form": {name: value}` (a repeated name holds an array; `client_secret` is `"<redacted>"`) |
+//! | `POST /_reset` | clears counters and recorded requests (204); sessions and token counters stay |
 //! | `GET /.well-known/oauth-protected-resource[/{path}]` | RFC 9728 metadata: `resource` (`http://HOST/mcp`, or `http://HOST/{path}`), `authorization_servers: ["http://HOST/oauth"]`, `scopes_supported: ["mcp"]` |
+//! | `GET /.well-known/oauth-authorization-server[/oauth]` | RFC 8414 metadata: `issuer: "http://HOST/oauth"`, `token_endpoint: "http://HOST/oauth/token"`, `grant_types_supported`, `token_endpoint_auth_methods_supported: ["client_secret_post", "client_secret_basic"]`, `response_types_supported: []` (there is no authorization endpoint), `scopes_supported: ["mcp"]` |
 //!
-//! Every request reaching an MCP endpoint is counted and recorded *before* any fault applies,
-//! so tests can see what reached a failing server (e.g. which credentials).
+//! Every request reaching an MCP endpoint or the token endpoint is counted and recorded
+//! *before* any fault or check applies, so tests can see what reached a failing server (e.g.
+//! which credentials).
 //!
 //! # Variant options: `/v/{opts}/mcp`
 //!
-//! `{opts}` is a comma-separated list (percent-decoded; a value cannot contain `,` or `/`,
-//! encode a space as `%20`). Unknown or malformed options answer HTTP 400 with a message.
+//! `{opts}` is a comma-separated list of `key` or `key=value` items. The raw path segment is
+//! split at `,` and each item at its first `=` *before* key and value are percent-decoded, so a
+//! value can carry `%2C` (`,`), `%2F` (`/`), `%20` (space) and `%25` (`%`); a literal `,`
+//! always separates options and a literal `/` ends the segment. `+` is not a space. Unknown or
+//! malformed options (including a bad `%` escape) answer HTTP 400 with a message.
 //!
 //! | option | effect |
 //! |---|---|
@@ -49,9 +57,41 @@
 //! | `hang` | accept every request and never answer (other requests are unaffected) |
 //! | `hang=list` | hang only `tools/list` |
 //! | `delay=MS` | every response is delayed by MS milliseconds (also before faults) |
-//! | `require=HEADER:VALUE` | 401 (with the challenge above; `error="invalid_token"` only if the header was sent) unless HEADER (case-insensitive) has exactly VALUE (split at the first `:`). Repeat the option to require several headers, e.g. `require=authorization:Bearer%20good,require=x-team:blue` |
+//! | `require=HEADER:VALUE` | 401 (with the challenge above; `error="invalid_token"` only if the header was sent) unless HEADER (case-insensitive) has exactly VALUE (split at the first `:`). Repeat the option to require several headers, e.g. `require=authorization:Bearer%20good,require=x-team:blue`; `require=authorization:Bearer%20at-c1-2` accepts only the second token minted for client `c1` |
+//! | `require-prefix=HEADER:PREFIX` | like `require=`, but HEADER's value must start with PREFIX, e.g. `require-prefix=authorization:Bearer%20at-c1-` accepts every token minted for `c1` (an empty PREFIX only requires the header). Repeatable; checked after all `require=` |
+//! | `redirect=TARGET` | answer every request (after the checks above pass) `307 Temporary Redirect` with `Location: TARGET` and no body. TARGET is percent-encoded and decoded once: a path (`redirect=%2Fv%2Fname%3Db%2Fmcp` → `/v/name=b/mcp`) or an `http(s)://` URL (`redirect=http%3A%2F%2F127.0.0.1%3A9%2Fmcp` → `http://127.0.0.1:9/mcp`), visible ASCII only; a TARGET that itself has encoded characters is encoded twice (`%20` → `%2520`). A TARGET pointing at a redirecting path loops; stopping that is the client's job |
+//! | `session-auth` | legacy sessions are bound to the `Authorization` value (or its absence) of the `initialize` that created them: a request or DELETE on that session with another `Authorization` gets 404 "Session not found" (as the reference SDK does per user) |
 //! | `name=X` | `serverInfo.name` (default `example-upstream`); every tool, prompt and resource description mentions `(server X)` |
 //! | `ttl=MS`, `cache=public\|private` | cache hints on 2026-07-28 cacheable results (default `ttlMs: 0`, `cacheScope: "private"`) |
+//!
+//! # OAuth authorization server (issuer `http://HOST/oauth`)
+//!
+//! `POST /oauth/token` takes `application/x-www-form-urlencoded` (any other Content-Type → 400
+//! `invalid_request`); a parameter given twice → 400 `invalid_request`. Every answer is JSON
+//! with `Cache-Control: no-store`; errors are `{"error", "error_description"}`.
+//!
+//! - **Client authentication** (required for every grant): `client_secret_post`
+//!   (`client_id` and `client_secret` in the form) or `client_secret_basic`
+//!   (`Authorization: Basic base64(id:secret)`, id and secret form-urlencoded first per RFC 6749
+//!   §2.3.1; a form `client_id` may repeat the same id). Any `client_id` is accepted whose
+//!   secret is exactly `secret-<client_id>` (client `c1` → `secret-c1`). Missing or wrong
+//!   credentials → 401 `{"error": "invalid_client"}` (plus `WWW-Authenticate: Basic
+//!   realm="oauth"` when Basic was tried); Basic *and* a form `client_secret`, or a form
+//!   `client_id` other than the Basic one → 400 `invalid_request`.
+//! - **`grant_type=client_credentials`** (optional `scope`, `audience`) → `{"access_token":
+//!   "at-<client_id>-<n>", "token_type": "Bearer", "expires_in": E}` where n counts this
+//!   client's tokens from 1 (so `at-c1-2` is the first refresh) and E is `--token-ttl`
+//!   (default 3600).
+//! - **`grant_type=urn:ietf:params:oauth:grant-type:token-exchange`** (RFC 8693; required
+//!   `subject_token`, `subject_token_type`; optional `audience`, `scope`, `resource`,
+//!   `requested_token_type`, all accepted as is) → `{"access_token": "xt-<subject_token>-<n>",
+//!   "issued_token_type": "urn:ietf:params:oauth:token-type:access_token", "token_type":
+//!   "Bearer", "expires_in": E}`, n counting per subject token from 1. A missing or empty
+//!   `subject_token` or `subject_token_type` → 400 `invalid_request`.
+//! - Both add `"scope"` (echoed) when the request had one. Missing `grant_type` → 400
+//!   `invalid_request`; another grant → 400 `unsupported_grant_type`. Failed requests mint
+//!   nothing; counters survive `/_reset` (they restart only with the process, or past 100 000
+//!   distinct clients/subjects).
 //!
 //! # Catalog
 //!
@@ -76,8 +116,9 @@
 //!
 //! `initialize` → InitializeResult echoing the client's `protocolVersion` when it is one of
 //! those three (else `2025-11-25`) and an `Mcp-Session-Id` response header. Sessions belong to
-//! the endpoint path that created them. Later requests need the header: missing → 400, unknown
-//! (or another path's) → 404, both with JSON-RPC error -32600. An `MCP-Protocol-Version` header
+//! the endpoint path that created them (and with `session-auth` to its `Authorization` value).
+//! Later requests need the header: missing → 400, unknown (or another path's) → 404, both with
+//! JSON-RPC error -32600. An `MCP-Protocol-Version` header
 //! outside the three → 400. Notifications and posted responses → 202. `ping` → `{}`.
 //! GET → 405. DELETE with a known session → 200 and the session is forgotten. JSON-RPC errors
 //! are HTTP 200. `Accept` and `Content-Type` are not enforced.
@@ -105,7 +146,9 @@
 mod catalog;
 mod dispatch;
 mod http;
+mod oauth;
 mod pagination;
+mod percent;
 mod protocol;
 mod sessions;
 mod stats;
@@ -129,6 +172,9 @@ struct Cli {
     /// How many recent requests `/_requests` keeps (0 disables recording).
     #[arg(long, default_value_t = 200)]
     record: usize,
+    /// `expires_in` (seconds) of tokens minted by `POST /oauth/token`.
+    #[arg(long, value_name = "SECS", default_value_t = oauth::DEFAULT_TTL_SECS)]
+    token_ttl: u64,
 }
 
 #[tokio::main]
@@ -139,6 +185,7 @@ async fn main() -> std::io::Result<()> {
     let app = Arc::new(http::App {
         stats: stats::Stats::new(cli.record),
         sessions: sessions::Sessions::default(),
+        oauth: oauth::Issuer::new(cli.token_ttl),
         listen,
         default_variant: Arc::new(variants::Variant::default()),
     });

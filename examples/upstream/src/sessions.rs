@@ -1,5 +1,6 @@
 //! Legacy-era `Mcp-Session-Id` sessions: minted by `initialize`, scoped to the endpoint path
-//! that minted them, forgotten on DELETE.
+//! that minted them (for `session-auth` variants the scope also holds the `Authorization`
+//! value, see `http::session_scope`), forgotten on DELETE.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -11,7 +12,7 @@ const MAX_SESSIONS: usize = 100_000;
 
 #[derive(Default)]
 pub struct Sessions {
-    /// session id → endpoint path it belongs to.
+    /// session id → scope (endpoint path, maybe with a credential binding) it belongs to.
     map: RwLock<HashMap<String, String>>,
     keys: RandomState,
     counter: AtomicU64,

@@ -15,6 +15,8 @@ struct Entry {
     method: Option<String>,
     tool: Option<String>,
     headers: HeaderMap,
+    /// Token requests only: the form parameters (`client_secret` redacted).
+    form: Option<Value>,
 }
 
 #[derive(Default)]
@@ -56,6 +58,18 @@ impl Stats {
         tool: Option<&str>,
         headers: &HeaderMap,
     ) {
+        self.record_with_form(path, method, tool, headers, None);
+    }
+
+    /// [`Stats::record`] plus the form parameters of a token request (shown as `form`).
+    pub fn record_with_form(
+        &self,
+        path: &str,
+        method: Option<&str>,
+        tool: Option<&str>,
+        headers: &HeaderMap,
+        form: Option<Value>,
+    ) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         inner.requests += 1;
         bump(&mut inner.by_method, method.unwrap_or("<invalid>"));
@@ -71,6 +85,7 @@ impl Stats {
             method: method.map(str::to_owned),
             tool: tool.map(str::to_owned),
             headers: headers.clone(),
+            form,
         });
     }
 
@@ -86,13 +101,17 @@ impl Stats {
             .recent
             .iter()
             .map(|e| {
-                json!({
+                let mut entry = json!({
                     "path": e.path,
                     "method": e.method,
                     "tool": e.tool,
                     "headers": protocol::headers_json(&e.headers),
                     "session": protocol::header_str(&e.headers, H_SESSION),
-                })
+                });
+                if let Some(form) = &e.form {
+                    entry["form"] = form.clone();
+                }
+                entry
             })
             .collect()
     }

@@ -2,6 +2,8 @@
 //!
 //! The syntax is documented in the crate docs (`main.rs`); this module only parses it.
 
+use crate::percent;
+
 /// Default `serverInfo.name` when no `name=` option is given.
 pub const DEFAULT_NAME: &str = "example-upstream";
 
@@ -59,6 +61,12 @@ pub struct Variant {
     pub delay_ms: u64,
     /// `require=HEADER:VALUE` (repeatable): lower-case header name and exact value.
     pub require: Vec<(String, String)>,
+    /// `require-prefix=HEADER:PREFIX` (repeatable): lower-case header name and value prefix.
+    pub require_prefix: Vec<(String, String)>,
+    /// `redirect=TARGET`: answer every request `307` with `Location: TARGET` (decoded).
+    pub redirect: Option<String>,
+    /// `session-auth`: a legacy session only serves the `Authorization` value that created it.
+    pub session_auth: bool,
     pub name: String,
     /// Cache hints on 2026-07-28 cacheable results.
     pub ttl_ms: u64,
@@ -78,6 +86,9 @@ impl Default for Variant {
             hang: Hang::Never,
             delay_ms: 0,
             require: Vec::new(),
+            require_prefix: Vec::new(),
+            redirect: None,
+            session_auth: false,
             name: DEFAULT_NAME.to_owned(),
             ttl_ms: 0,
             public: false,
@@ -96,32 +107,41 @@ impl Variant {
     }
 }
 
-/// Parses a comma-separated option list (already percent-decoded).
+/// Parses the raw (still percent-encoded) `{opts}` path segment: split at `,`, each item split
+/// at its first `=`, then key and value percent-decoded, so `%2C`, `%2F` and `%3D` can appear
+/// in values.
 pub fn parse(opts: &str) -> Result<Variant, String> {
     let mut v = Variant::default();
     for item in opts.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (key, value) = match item.split_once('=') {
-            Some((k, val)) => (k, Some(val)),
-            None => (item, None),
+        let decode = |raw: &str| {
+            percent::decode(raw, false)
+                .ok_or_else(|| format!("variant option `{item}` has a bad percent-encoding"))
         };
-        match (key, value) {
+        let (key, value) = match item.split_once('=') {
+            Some((k, val)) => (decode(k)?, Some(decode(val)?)),
+            None => (decode(item)?, None),
+        };
+        match (key.as_str(), value.as_deref()) {
             ("era", Some("legacy")) => v.era = Era::Legacy,
             ("era", Some("2026" | "2026-07-28")) => v.era = Era::Modern,
             ("era", Some("dual")) => v.era = Era::Dual,
             ("sse", None) => v.sse = true,
-            ("tools", Some(n)) => v.tools = Some(number(key, n, 0, 1_000_000)?),
-            ("page", Some(n)) => v.page = Some(number(key, n, 1, 1_000_000)?),
+            ("tools", Some(n)) => v.tools = Some(number(&key, n, 0, 1_000_000)?),
+            ("page", Some(n)) => v.page = Some(number(&key, n, 1, 1_000_000)?),
             ("cursor", Some("repeat")) => v.cursor = CursorMode::Repeat,
             ("cursor", Some("endless")) => v.cursor = CursorMode::Endless,
             ("cursor", Some("empty")) => v.cursor = CursorMode::Empty,
-            ("status", Some(n)) => v.status = Some(number(key, n, 400, 599)?),
+            ("status", Some(n)) => v.status = Some(number(&key, n, 400, 599)?),
             ("garbage", None) => v.garbage = true,
             ("hang", None) => v.hang = Hang::All,
             ("hang", Some("list")) => v.hang = Hang::List,
-            ("delay", Some(n)) => v.delay_ms = number(key, n, 0, 600_000)?,
-            ("require", Some(spec)) => v.require.push(requirement(spec)?),
+            ("delay", Some(n)) => v.delay_ms = number(&key, n, 0, 600_000)?,
+            ("require", Some(spec)) => v.require.push(requirement(&key, spec)?),
+            ("require-prefix", Some(spec)) => v.require_prefix.push(requirement(&key, spec)?),
+            ("redirect", Some(target)) => v.redirect = Some(redirect_target(target)?),
+            ("session-auth", None) => v.session_auth = true,
             ("name", Some(n)) if !n.is_empty() => v.name = n.to_owned(),
-            ("ttl", Some(n)) => v.ttl_ms = number(key, n, 0, u64::from(u32::MAX))?,
+            ("ttl", Some(n)) => v.ttl_ms = number(&key, n, 0, u64::from(u32::MAX))?,
             ("cache", Some("public")) => v.public = true,
             ("cache", Some("private")) => v.public = false,
             _ => return Err(format!("unknown or malformed variant option `{item}`")),
@@ -140,15 +160,27 @@ fn number<T: TryFrom<u64>>(key: &str, raw: &str, min: u64, max: u64) -> Result<T
     T::try_from(n).map_err(|_| format!("option `{key}` is out of range"))
 }
 
-fn requirement(spec: &str) -> Result<(String, String), String> {
+fn requirement(key: &str, spec: &str) -> Result<(String, String), String> {
     let (name, value) = spec
         .split_once(':')
-        .ok_or_else(|| format!("option `require` needs HEADER:VALUE, got `{spec}`"))?;
+        .ok_or_else(|| format!("option `{key}` needs HEADER:VALUE, got `{spec}`"))?;
     let name = name.trim().to_ascii_lowercase();
     if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-        return Err(format!("option `require` names an invalid header `{name}`"));
+        return Err(format!("option `{key}` names an invalid header `{name}`"));
     }
     Ok((name, value.to_owned()))
+}
+
+/// A `Location` value: a path (`/…`) or an `http(s)://` URL, visible ASCII only.
+fn redirect_target(target: &str) -> Result<String, String> {
+    let shaped =
+        target.starts_with('/') || target.starts_with("http://") || target.starts_with("https://");
+    if !shaped || !target.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "option `redirect` needs a percent-encoded path or http(s) URL without spaces, got `{target}`"
+        ));
+    }
+    Ok(target.to_owned())
 }
 
 #[cfg(test)]
@@ -204,6 +236,14 @@ mod tests {
             "sse=1",
             "name=",
             "delay=-1",
+            "require-prefix=nocolon",
+            "redirect=",
+            "redirect=example.com",
+            "redirect=%2Fa%20b",
+            "redirect",
+            "session-auth=1",
+            "name=%zz",
+            "name=%FF",
         ] {
             assert!(parse(bad).is_err(), "{bad} should be rejected");
         }
@@ -215,5 +255,53 @@ mod tests {
         assert_eq!(parse("cursor=endless").unwrap().page_size(), Some(2));
         assert_eq!(parse("cursor=empty,page=5").unwrap().page_size(), Some(5));
         assert_eq!(parse("page=4").unwrap().page_size(), Some(4));
+    }
+
+    #[test]
+    fn values_are_decoded_after_splitting() {
+        let v = parse(
+            "redirect=http%3A%2F%2F127.0.0.1%3A9%2Fv%2Fname%3Db%2Csse%2Fmcp,\
+             require=authorization:Bearer%20at-c1-2,require=x-list:a%2Cb,\
+             require-prefix=Authorization:Bearer%20at-c1-,session-auth,name=a%3Db",
+        )
+        .unwrap();
+        assert_eq!(
+            v.redirect.as_deref(),
+            Some("http://127.0.0.1:9/v/name=b,sse/mcp"),
+            "an encoded comma stays in the value"
+        );
+        assert_eq!(
+            v.require,
+            vec![
+                ("authorization".to_owned(), "Bearer at-c1-2".to_owned()),
+                ("x-list".to_owned(), "a,b".to_owned())
+            ]
+        );
+        assert_eq!(
+            v.require_prefix,
+            vec![("authorization".to_owned(), "Bearer at-c1-".to_owned())]
+        );
+        assert!(v.session_auth);
+        assert_eq!(v.name, "a=b");
+        assert_eq!(
+            parse("redirect=%2Fv%2Fname%3Db%2Fmcp")
+                .unwrap()
+                .redirect
+                .as_deref(),
+            Some("/v/name=b/mcp")
+        );
+        // a target that itself carries an encoded value is encoded twice
+        assert_eq!(
+            parse("redirect=%2Fv%2Frequire%3Dx%3Aa%2520b%2Fmcp")
+                .unwrap()
+                .redirect
+                .as_deref(),
+            Some("/v/require=x:a%20b/mcp")
+        );
+        assert_eq!(
+            parse("require-prefix=x-any:").unwrap().require_prefix,
+            vec![("x-any".to_owned(), String::new())]
+        );
+        assert!(parse("%73se").unwrap().sse);
     }
 }

@@ -21,8 +21,13 @@ impl Drop for Upstream {
 }
 
 fn start() -> Upstream {
+    start_with(&[])
+}
+
+fn start_with(args: &[&str]) -> Upstream {
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard-example-upstream"))
         .args(["--listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn upstream");
@@ -80,10 +85,13 @@ impl Upstream {
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
-        req.push_str(&format!(
-            "content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ));
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
+            req.push_str("content-type: application/json\r\n");
+        }
+        req.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
         stream.write_all(req.as_bytes()).await.expect("write");
         let mut raw = Vec::new();
         stream.read_to_end(&mut raw).await.expect("read");
@@ -116,6 +124,13 @@ impl Upstream {
 
     async fn post(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Reply {
         self.request("POST", path, headers, &body.to_string()).await
+    }
+
+    /// `POST /oauth/token` with a form body (already encoded) and extra headers.
+    async fn token(&self, headers: &[(&str, &str)], form: &str) -> Reply {
+        let mut all = vec![("content-type", "application/x-www-form-urlencoded")];
+        all.extend_from_slice(headers);
+        self.request("POST", "/oauth/token", &all, form).await
     }
 
     /// A 2026-07-28 request with the `_meta` envelope and routing headers.
@@ -160,6 +175,24 @@ fn dechunk(mut body: &str) -> String {
 
 fn rpc(id: u64, method: &str, params: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+fn initialize() -> Value {
+    rpc(
+        1,
+        "initialize",
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": { "name": "t", "version": "0" } }),
+    )
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let pair = format!("{user}:{password}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
 }
 
 #[tokio::test]
@@ -504,4 +537,289 @@ async fn stats_count_and_hang_does_not_block() {
     assert_eq!(recent[1]["tool"], "add");
     assert_eq!(recent[1]["headers"]["mcp-method"], "tools/call");
     assert!(hung.await.unwrap(), "the hung request must stay unanswered");
+}
+
+#[tokio::test]
+async fn redirect_answers_307_with_the_decoded_target() {
+    let up = start();
+    let absolute = "/v/redirect=http%3A%2F%2F127.0.0.1%3A9%2Fv%2Fname%3Db%2Csse%2Fmcp/mcp";
+    let moved = up.post(absolute, &[], initialize()).await;
+    assert_eq!(moved.status, 307);
+    assert_eq!(
+        moved.header("location"),
+        Some("http://127.0.0.1:9/v/name=b,sse/mcp")
+    );
+    let relative = up
+        .post(
+            "/v/redirect=%2Fv%2Fname%3Db%2Fmcp/mcp",
+            &[("authorization", "Bearer a")],
+            rpc(2, "tools/list", json!({})),
+        )
+        .await;
+    assert_eq!(
+        (relative.status, relative.header("location")),
+        (307, Some("/v/name=b/mcp"))
+    );
+    // require= is checked first: the redirect is only for authorized callers
+    let gated = "/v/require=authorization:Bearer%20ok,redirect=%2Fmcp/mcp";
+    assert_eq!(up.post(gated, &[], initialize()).await.status, 401);
+    let passed = up
+        .post(gated, &[("authorization", "Bearer ok")], initialize())
+        .await;
+    assert_eq!(
+        (passed.status, passed.header("location")),
+        (307, Some("/mcp"))
+    );
+    assert_eq!(
+        up.post("/v/redirect=example.com/mcp", &[], initialize())
+            .await
+            .status,
+        400
+    );
+    // every redirected POST was recorded, with its credentials
+    let recent = up.request("GET", "/_requests", &[], "").await.json();
+    assert_eq!(recent[0]["path"], absolute);
+    assert_eq!(recent[1]["headers"]["authorization"], "Bearer a");
+    assert_eq!(recent[1]["method"], "tools/list");
+}
+
+#[tokio::test]
+async fn oauth_client_credentials() {
+    let up = start();
+    let meta = up
+        .request(
+            "GET",
+            "/.well-known/oauth-authorization-server/oauth",
+            &[],
+            "",
+        )
+        .await
+        .json();
+    assert_eq!(meta["issuer"], format!("http://{}/oauth", up.addr));
+    assert_eq!(
+        meta["token_endpoint"],
+        format!("http://{}/oauth/token", up.addr)
+    );
+
+    let post = up
+        .token(
+            &[],
+            "grant_type=client_credentials&client_id=c1&client_secret=secret-c1&scope=mcp&audience=api",
+        )
+        .await;
+    assert_eq!(post.status, 200, "{}", post.body);
+    assert_eq!(post.header("cache-control"), Some("no-store"));
+    assert_eq!(
+        post.json(),
+        json!({ "access_token": "at-c1-1", "token_type": "Bearer", "expires_in": 3600, "scope": "mcp" })
+    );
+    let by_basic = up
+        .token(
+            &[("authorization", &basic("c1", "secret-c1"))],
+            "grant_type=client_credentials",
+        )
+        .await;
+    assert_eq!(
+        by_basic.json()["access_token"],
+        "at-c1-2",
+        "the counter shows a refresh"
+    );
+    let other = up
+        .token(
+            &[("authorization", &basic("c2", "secret-c2"))],
+            "grant_type=client_credentials",
+        )
+        .await;
+    assert_eq!(other.json()["access_token"], "at-c2-1");
+
+    let wrong = up
+        .token(
+            &[],
+            "grant_type=client_credentials&client_id=c1&client_secret=nope",
+        )
+        .await;
+    assert_eq!(
+        (wrong.status, wrong.json()["error"].clone()),
+        (401, json!("invalid_client"))
+    );
+    let wrong_basic = up
+        .token(
+            &[("authorization", &basic("c1", "nope"))],
+            "grant_type=client_credentials",
+        )
+        .await;
+    assert_eq!(wrong_basic.status, 401);
+    assert_eq!(
+        wrong_basic.header("www-authenticate"),
+        Some("Basic realm=\"oauth\"")
+    );
+    let not_a_form = up
+        .request(
+            "POST",
+            "/oauth/token",
+            &[],
+            r#"{"grant_type":"client_credentials"}"#,
+        )
+        .await;
+    assert_eq!(
+        (not_a_form.status, not_a_form.json()["error"].clone()),
+        (400, json!("invalid_request"))
+    );
+
+    let stats = up.request("GET", "/_stats", &[], "").await.json();
+    assert_eq!(stats["by_method"]["oauth/token:client_credentials"], 5);
+    assert_eq!(stats["by_path"]["/oauth/token"], 6);
+    let recent = up.request("GET", "/_requests", &[], "").await.json();
+    assert_eq!(recent[0]["method"], "oauth/token:client_credentials");
+    assert_eq!(recent[0]["form"]["client_secret"], "<redacted>");
+    assert_eq!(recent[0]["form"]["audience"], "api");
+    assert_eq!(
+        recent[1]["headers"]["authorization"],
+        basic("c1", "secret-c1")
+    );
+    for entry in recent.as_array().unwrap() {
+        assert!(
+            !entry["form"].to_string().contains("secret-"),
+            "recorded forms never hold the secret: {entry}"
+        );
+    }
+    assert!(!post.body.contains("secret-c1") && !wrong.body.contains("nope"));
+}
+
+#[tokio::test]
+async fn oauth_token_exchange() {
+    let up = start();
+    let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Atoken-exchange\
+                &subject_token=user-a&subject_token_type=urn%3Aietf%3Aparams%3Aoauth%3Atoken-type%3Aaccess_token\
+                &audience=mcp&resource=http%3A%2F%2Fx%2Fmcp&client_id=gw&client_secret=secret-gw";
+    let first = up.token(&[], form).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        first.json(),
+        json!({ "access_token": "xt-user-a-1",
+                "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                "token_type": "Bearer", "expires_in": 3600 })
+    );
+    assert_eq!(
+        up.token(&[], form).await.json()["access_token"],
+        "xt-user-a-2"
+    );
+    let missing = up
+        .token(
+            &[("authorization", &basic("gw", "secret-gw"))],
+            "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Atoken-exchange\
+             &subject_token_type=urn%3Aietf%3Aparams%3Aoauth%3Atoken-type%3Aaccess_token",
+        )
+        .await;
+    assert_eq!(
+        (missing.status, missing.json()["error"].clone()),
+        (400, json!("invalid_request"))
+    );
+    let stats = up.request("GET", "/_stats", &[], "").await.json();
+    assert_eq!(
+        stats["by_method"]["oauth/token:urn:ietf:params:oauth:grant-type:token-exchange"],
+        3
+    );
+
+    let short = start_with(&["--token-ttl", "5"]);
+    let minted = short.token(&[], form).await.json();
+    assert_eq!(
+        (minted["access_token"].clone(), minted["expires_in"].clone()),
+        (json!("xt-user-a-1"), json!(5))
+    );
+}
+
+#[tokio::test]
+async fn minted_tokens_pass_require_and_require_prefix() {
+    let up = start();
+    let mint = || async {
+        let r = up
+            .token(
+                &[],
+                "grant_type=client_credentials&client_id=c1&client_secret=secret-c1",
+            )
+            .await;
+        format!("Bearer {}", r.json()["access_token"].as_str().unwrap())
+    };
+    let first = mint().await;
+    let refreshed = mint().await;
+    assert_eq!(
+        (first.as_str(), refreshed.as_str()),
+        ("Bearer at-c1-1", "Bearer at-c1-2")
+    );
+
+    // exact: only the refreshed token passes
+    let exact = "/v/require=authorization:Bearer%20at-c1-2/mcp";
+    let denied = up
+        .post(exact, &[("authorization", &first)], initialize())
+        .await;
+    assert_eq!(denied.status, 401);
+    assert!(
+        denied
+            .header("www-authenticate")
+            .unwrap()
+            .contains("error=\"invalid_token\"")
+    );
+    assert_eq!(
+        up.post(exact, &[("authorization", &refreshed)], initialize())
+            .await
+            .status,
+        200
+    );
+
+    // prefix: any token minted for c1
+    let prefix = "/v/require-prefix=authorization:Bearer%20at-c1-/mcp";
+    for token in [&first, &refreshed] {
+        assert_eq!(
+            up.post(prefix, &[("authorization", token)], initialize())
+                .await
+                .status,
+            200
+        );
+    }
+    let foreign = up
+        .post(prefix, &[("authorization", "Bearer at-c2-1")], initialize())
+        .await;
+    assert_eq!(foreign.status, 401);
+    let www = foreign.header("www-authenticate").expect("challenge");
+    assert!(www.starts_with("Bearer resource_metadata=") && www.contains("invalid_token"));
+    let anonymous = up.post(prefix, &[], initialize()).await;
+    assert_eq!(anonymous.status, 401);
+    assert!(
+        !anonymous
+            .header("www-authenticate")
+            .unwrap()
+            .contains("error=")
+    );
+}
+
+#[tokio::test]
+async fn session_auth_binds_sessions_to_the_authorization() {
+    let up = start();
+    for (path, bound) in [("/v/session-auth/mcp", true), ("/mcp", false)] {
+        let init = up
+            .post(path, &[("authorization", "Bearer alice")], initialize())
+            .await;
+        let sid = init.header("mcp-session-id").expect("session").to_owned();
+        let other = if bound { 404 } else { 200 };
+        for (auth, want) in [
+            (Some("Bearer alice"), 200),
+            (Some("Bearer bob"), other),
+            (None, other),
+        ] {
+            let mut headers = vec![("mcp-session-id", sid.as_str())];
+            headers.extend(auth.map(|a| ("authorization", a)));
+            let list = up
+                .post(path, &headers, rpc(2, "tools/list", json!({})))
+                .await;
+            assert_eq!(list.status, want, "{path} {auth:?}");
+        }
+        if bound {
+            for (auth, want) in [("Bearer bob", 404), ("Bearer alice", 200)] {
+                let headers = [("mcp-session-id", sid.as_str()), ("authorization", auth)];
+                let deleted = up.request("DELETE", path, &headers, "").await;
+                assert_eq!(deleted.status, want, "DELETE as {auth}");
+            }
+        }
+    }
 }

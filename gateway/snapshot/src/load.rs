@@ -124,8 +124,8 @@ pub fn resolve_secrets(
                 format!("servers[{i}].headers.static[{j}].value"),
             );
         }
-        if let Some(secret) = auth_secret_mut(&mut server.auth) {
-            resolve(secret, format!("servers[{i}].auth.secret"));
+        for (field, secret) in auth_secrets_mut(&mut server.auth) {
+            resolve(secret, format!("servers[{i}].auth.{field}"));
         }
     }
     for (i, key) in snapshot.keys.iter_mut().enumerate() {
@@ -154,14 +154,33 @@ pub fn resolve_secrets(
     }
 }
 
-fn auth_secret_mut(auth: &mut UpstreamAuth) -> Option<&mut SecretSource> {
+/// Every secret an auth arm holds, with its field name.
+fn auth_secrets_mut(auth: &mut UpstreamAuth) -> Vec<(&'static str, &mut SecretSource)> {
     match auth {
-        UpstreamAuth::None => None,
+        UpstreamAuth::None
+        | UpstreamAuth::Passthrough { .. }
+        | UpstreamAuth::OauthDelegate { .. } => Vec::new(),
         UpstreamAuth::ApiKey { secret, .. }
         | UpstreamAuth::Bearer { secret, .. }
         | UpstreamAuth::Basic { secret }
         | UpstreamAuth::Token { secret, .. }
-        | UpstreamAuth::Authorization { secret } => Some(secret),
+        | UpstreamAuth::Authorization { secret } => vec![("secret", secret)],
+        UpstreamAuth::Oauth2ClientCredentials {
+            client_id,
+            client_secret,
+            ..
+        } => vec![("clientId", client_id), ("clientSecret", client_secret)],
+        UpstreamAuth::TokenExchange {
+            client_id,
+            client_secret,
+            ..
+        } => {
+            let mut all = vec![("clientId", client_id)];
+            if let Some(secret) = client_secret {
+                all.push(("clientSecret", secret));
+            }
+            all
+        }
     }
 }
 
@@ -195,6 +214,15 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
     }
     if g.session_ttl.is_zero() {
         v.err("gateway.sessionTtl", "must be greater than 0");
+    }
+    if let Some(url) = &g.public_url {
+        match url::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            _ => v.err(
+                "gateway.publicUrl",
+                "must be an http or https URL with a host",
+            ),
+        }
     }
     if let Some(key) = &g.session_key {
         match resolved_value(key) {
@@ -368,8 +396,11 @@ impl Validator {
         }
         self.filter(&format!("{path}.tools"), &server.tools);
         let auth = format!("{path}.auth");
+        if let Some(h) = server.auth.upstream_token_header() {
+            self.header_name(format!("{auth}.upstreamTokenHeader"), h);
+        }
         match &server.auth {
-            UpstreamAuth::None => {}
+            UpstreamAuth::None | UpstreamAuth::Passthrough { .. } => {}
             UpstreamAuth::ApiKey {
                 secret,
                 header,
@@ -383,22 +414,50 @@ impl Validator {
                     self.err(format!("{auth}.prefix"), "must not contain CR, LF or NUL");
                 }
             }
-            UpstreamAuth::Bearer {
-                secret,
-                upstream_token_header,
-            }
-            | UpstreamAuth::Token {
-                secret,
-                upstream_token_header,
-            } => {
+            UpstreamAuth::Bearer { secret, .. }
+            | UpstreamAuth::Token { secret, .. }
+            | UpstreamAuth::Basic { secret }
+            | UpstreamAuth::Authorization { secret } => {
                 self.secret_value(format!("{auth}.secret"), secret, true);
-                if let Some(h) = upstream_token_header {
-                    self.header_name(format!("{auth}.upstreamTokenHeader"), h);
+            }
+            UpstreamAuth::OauthDelegate { header, .. } => {
+                if let Some(h) = header {
+                    self.header_name(format!("{auth}.header"), h);
                 }
             }
-            UpstreamAuth::Basic { secret } | UpstreamAuth::Authorization { secret } => {
-                self.secret_value(format!("{auth}.secret"), secret, true);
+            UpstreamAuth::Oauth2ClientCredentials {
+                token_url,
+                client_id,
+                client_secret,
+                ..
+            } => {
+                self.token_url(format!("{auth}.tokenUrl"), token_url);
+                self.secret_value(format!("{auth}.clientId"), client_id, false);
+                self.secret_value(format!("{auth}.clientSecret"), client_secret, false);
             }
+            UpstreamAuth::TokenExchange {
+                token_url,
+                client_id,
+                client_secret,
+                cache_size,
+                ..
+            } => {
+                self.token_url(format!("{auth}.tokenUrl"), token_url);
+                self.secret_value(format!("{auth}.clientId"), client_id, false);
+                if let Some(secret) = client_secret {
+                    self.secret_value(format!("{auth}.clientSecret"), secret, false);
+                }
+                if *cache_size == 0 {
+                    self.err(format!("{auth}.cacheSize"), "must be greater than 0");
+                }
+            }
+        }
+    }
+
+    fn token_url(&mut self, path: String, url: &str) {
+        match url::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            _ => self.err(path, "must be an http or https URL with a host"),
         }
     }
 }
@@ -532,6 +591,23 @@ mod tests {
         let s = load_str("servers:\n- name: a\n  url: http://x/mcp\n  timeout: 2s\n  listingTimeout: 10s\n- name: b\n  url: http://x/mcp\n  timeout: 5s\n  listingTimeout: 1s\n").unwrap();
         assert_eq!(s.servers[0].listing_budget().as_secs(), 10);
         assert_eq!(s.servers[1].listing_budget().as_secs(), 5);
+    }
+
+    #[test]
+    fn minted_token_arms_check_their_header_and_url() {
+        let text = "servers:\n- name: a\n  url: http://x/mcp\n  auth: {type: oauth2ClientCredentials, tokenUrl: 'ftp://idp', clientId: c, clientSecret: s, upstreamTokenHeader: 'X Bad'}\n";
+        let err = load_str(text).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "servers[0].auth.upstreamTokenHeader: \"X Bad\" is not a valid header name"
+            ),
+            "{err}"
+        );
+        assert!(err.contains("servers[0].auth.tokenUrl"), "{err}");
+        let ok = "servers:\n- name: a\n  url: http://x/mcp\n  auth: {type: tokenExchange, tokenUrl: 'http://idp/token', clientId: {env: TOKEN}}\n- name: b\n  url: http://x/mcp\n  auth: {type: passthrough}\n";
+        let s = load_str(ok).unwrap();
+        assert!(s.servers[0].auth.uses_caller_credential());
+        assert!(s.servers[1].auth.uses_caller_credential());
     }
 
     #[test]

@@ -71,6 +71,11 @@ pub struct GatewaySettings {
     /// `Origin` values accepted from browsers besides loopback origins.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
+    /// The gateway's external base URL (e.g. `https://mcp.example.com`), used in the
+    /// `WWW-Authenticate` challenges and protected-resource metadata it serves. Without it, the
+    /// request's `Host` is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
     /// How long a tool listing of one server stays fresh before a list request refreshes it.
     #[serde(default = "default_listing_ttl", with = "humantime_serde")]
     pub listing_ttl: Duration,
@@ -85,6 +90,7 @@ impl Default for GatewaySettings {
             listing_page_cap: default_listing_page_cap(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            public_url: None,
             listing_ttl: default_listing_ttl(),
         }
     }
@@ -259,6 +265,78 @@ pub enum UpstreamAuth {
     },
     /// `Authorization: <secret>`, verbatim.
     Authorization { secret: SecretSource },
+    /// The caller's own `Authorization` goes upstream verbatim; the caller then presents the
+    /// gateway key in `X-Switchboard-Key`. RISKY: the MCP specification calls token
+    /// passthrough an anti-pattern (the upstream sees a token minted for someone else, and
+    /// cannot tell the gateway from the caller). Prefer `oauthDelegate` or `tokenExchange`.
+    #[serde(rename_all = "camelCase")]
+    Passthrough {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_token_header: Option<String>,
+    },
+    /// The caller sends a credential for this server alone in `X-MCP-<prefix>-Authorization`
+    /// (or `header`), next to the gateway key; it goes to this server and no other.
+    #[serde(rename_all = "camelCase")]
+    OauthDelegate {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        header: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_token_header: Option<String>,
+    },
+    /// The gateway fetches its own token (OAuth 2.0 client credentials) and caches it until
+    /// shortly before it expires; an upstream 401 refreshes it once.
+    #[serde(rename_all = "camelCase")]
+    Oauth2ClientCredentials {
+        token_url: String,
+        client_id: SecretSource,
+        client_secret: SecretSource,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audience: Option<String>,
+        /// `clientSecretPost` (in the form) or `clientSecretBasic` (HTTP Basic).
+        #[serde(default)]
+        client_auth: ClientAuthMethod,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_token_header: Option<String>,
+    },
+    /// RFC 8693: the caller's token (in `Authorization`, gateway key in `X-Switchboard-Key`)
+    /// is exchanged for an upstream token, cached per caller token and server.
+    #[serde(rename_all = "camelCase")]
+    TokenExchange {
+        token_url: String,
+        client_id: SecretSource,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_secret: Option<SecretSource>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audience: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+        #[serde(default = "default_subject_token_type")]
+        subject_token_type: String,
+        #[serde(default)]
+        client_auth: ClientAuthMethod,
+        /// Most exchanged tokens kept (per server).
+        #[serde(default = "default_exchange_cache_size")]
+        cache_size: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_token_header: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ClientAuthMethod {
+    #[default]
+    ClientSecretPost,
+    ClientSecretBasic,
+}
+
+fn default_subject_token_type() -> String {
+    "urn:ietf:params:oauth:token-type:access_token".to_string()
+}
+fn default_exchange_cache_size() -> usize {
+    10_000
 }
 
 fn default_api_key_header() -> String {
@@ -274,6 +352,51 @@ impl UpstreamAuth {
             UpstreamAuth::Basic { .. } => "basic",
             UpstreamAuth::Token { .. } => "token",
             UpstreamAuth::Authorization { .. } => "authorization",
+            UpstreamAuth::Passthrough { .. } => "passthrough",
+            UpstreamAuth::OauthDelegate { .. } => "oauthDelegate",
+            UpstreamAuth::Oauth2ClientCredentials { .. } => "oauth2ClientCredentials",
+            UpstreamAuth::TokenExchange { .. } => "tokenExchange",
+        }
+    }
+
+    /// Whether what the upstream serves depends on the caller's own credential: then a 401
+    /// is the caller's to answer (relayed), and listings are cached per caller credential.
+    pub fn uses_caller_credential(&self) -> bool {
+        matches!(
+            self,
+            UpstreamAuth::Passthrough { .. }
+                | UpstreamAuth::OauthDelegate { .. }
+                | UpstreamAuth::TokenExchange { .. }
+        )
+    }
+
+    /// The header a custom credential slot names, if the arm has one.
+    pub fn upstream_token_header(&self) -> Option<&str> {
+        match self {
+            UpstreamAuth::Bearer {
+                upstream_token_header,
+                ..
+            }
+            | UpstreamAuth::Token {
+                upstream_token_header,
+                ..
+            }
+            | UpstreamAuth::Passthrough {
+                upstream_token_header,
+            }
+            | UpstreamAuth::OauthDelegate {
+                upstream_token_header,
+                ..
+            }
+            | UpstreamAuth::Oauth2ClientCredentials {
+                upstream_token_header,
+                ..
+            }
+            | UpstreamAuth::TokenExchange {
+                upstream_token_header,
+                ..
+            } => upstream_token_header.as_deref(),
+            _ => None,
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::RpcOutcome;
 use crate::upstream::listing::ListKind;
+use crate::upstream::request_credential::SHARED_PARTITION;
 
 /// Which endpoint a request came in on.
 pub enum Target {
@@ -122,24 +123,49 @@ pub async fn route_name(
     }
 }
 
-/// Servers in scope whose tool listing has `name`. Servers never listed on this replica are
-/// listed first, with this caller's headers, so a cold replica answers like a warm one.
+/// Servers in scope whose tool listing has `name`, so a cold replica answers like a warm one:
+/// servers with a shared credential are judged by the ownership map, after listing those this
+/// replica never listed; servers whose catalog depends on the caller's credential are judged
+/// by the caller's own listing (listed once with that credential, then cached per credential,
+/// empty listings included). Servers outside the scope are never listed.
 async fn unprefixed_owners(
     gw: &Gateway,
     caller: &Caller,
     scope: &[Arc<Server>],
     name: &str,
 ) -> Vec<Arc<Server>> {
-    let cold: Vec<&Arc<Server>> = scope
+    let personal = |s: &Server| s.spec.auth.uses_caller_credential();
+    let to_list: Vec<&Arc<Server>> = scope
         .iter()
-        .filter(|s| !gw.catalog.has_tools_of(s))
+        .filter(|s| personal(s) || !gw.catalog.has_tools_of(s, SHARED_PARTITION))
         .collect();
-    futures_util::future::join_all(cold.iter().map(|s| gw.listing(caller, s, ListKind::Tools)))
-        .await;
+    let listings = futures_util::future::join_all(
+        to_list
+            .iter()
+            .map(|s| gw.listing(caller, s, ListKind::Tools)),
+    )
+    .await;
+    let owns_personally = |server: &Server| {
+        to_list.iter().zip(&listings).any(|(s, listing)| {
+            s.id() == server.id()
+                && listing.as_ref().is_ok_and(|l| {
+                    l.items
+                        .iter()
+                        .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+                })
+        })
+    };
     let owners = gw.catalog.owners_of(name);
     scope
         .iter()
-        .filter(|s| owners.contains(s.id()) && caller.sees_tool(s, name))
+        .filter(|s| {
+            let owns = if personal(s) {
+                owns_personally(s)
+            } else {
+                owners.contains(s.id())
+            };
+            owns && caller.sees_tool(s, name)
+        })
         .cloned()
         .collect()
 }

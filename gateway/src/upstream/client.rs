@@ -28,6 +28,7 @@ use crate::mcp::era::{
     MODERN_VERSION,
 };
 use crate::table::Server;
+use crate::upstream::request_credential::{RequestCredential, SHARED_PARTITION};
 use crate::upstream::wire::response_from_body;
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
@@ -44,6 +45,8 @@ pub struct RpcCall<'a> {
     pub caller_headers: &'a HeaderMap,
     /// `Mcp-Param-*` headers the gateway derived for a caller that sent none.
     pub param_headers: Option<&'a HeaderMap>,
+    /// The credential resolved for this request, for arms without a static one.
+    pub credential: Option<&'a RequestCredential>,
     pub method: &'a str,
     /// Parameters as they go upstream (names already without the gateway prefix).
     pub params: Option<Value>,
@@ -66,7 +69,25 @@ pub enum RpcOutcome {
 struct UpstreamState {
     /// 0 until a request tells, then ERA_MODERN or ERA_LEGACY.
     era: AtomicU8,
-    session: tokio::sync::Mutex<Option<Arc<LegacySession>>>,
+    /// Legacy sessions per credential partition: an upstream session is bound to the
+    /// credential that opened it.
+    sessions: Mutex<HashMap<u64, SessionSlot>>,
+}
+
+type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
+
+/// Most legacy sessions kept per upstream (one per caller credential on caller-credential
+/// servers); past it the map is cleared and sessions are re-opened on use.
+const MAX_SESSIONS_PER_UPSTREAM: usize = 4096;
+
+impl UpstreamState {
+    fn session_slot(&self, partition: u64) -> SessionSlot {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.len() >= MAX_SESSIONS_PER_UPSTREAM && !sessions.contains_key(&partition) {
+            sessions.clear();
+        }
+        sessions.entry(partition).or_default().clone()
+    }
 }
 
 #[derive(Debug)]
@@ -119,6 +140,11 @@ impl Upstreams {
             .entry((server.id().to_string(), server.revision))
             .or_default()
             .clone()
+    }
+
+    /// The pooled HTTP client, shared with token requests.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     /// The era an upstream was found to speak, once a request has told.
@@ -250,7 +276,9 @@ impl Upstreams {
         state: &UpstreamState,
         renew: bool,
     ) -> Result<Arc<LegacySession>, GatewayError> {
-        let mut slot = state.session.lock().await;
+        let partition = call.credential.map_or(SHARED_PARTITION, |c| c.partition);
+        let slot = state.session_slot(partition);
+        let mut slot = slot.lock().await;
         if let Some(existing) = slot.as_ref()
             && !renew
         {
@@ -325,7 +353,11 @@ impl Upstreams {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        call.server.headers.apply(call.caller_headers, &mut headers);
+        call.server.headers.apply(
+            call.caller_headers,
+            call.credential.map(|c| &c.value),
+            &mut headers,
+        );
         let body = bytes::Bytes::from(body);
         let mut url = call.server.url.clone();
         for _ in 0..=MAX_REDIRECTS {

@@ -1,6 +1,11 @@
 //! The headers a server's upstream requests carry, composed once per routing table (DESIGN.md
 //! invariant 5): the resolved credential occupies exactly one header slot; static headers and
 //! forwarded caller headers fill the rest but never that slot; schemes are normalized once.
+//!
+//! Precedence, lowest first: forwarded caller headers, then static headers, then the resolved
+//! credential (static, minted by the gateway, or the per-request credential a caller is allowed
+//! to send for one server). Each later source replaces an earlier one only in the header slot
+//! it occupies.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use base64::Engine;
@@ -8,8 +13,10 @@ use base64::engine::general_purpose::STANDARD;
 use switchboard_snapshot::{ServerSpec, UpstreamAuth, resolved_value};
 
 /// Caller headers that are never forwarded, whatever a server's `headers.forward` says: the
-/// gateway key travels in `Authorization`, and hop-by-hop or MCP transport headers belong to
-/// the gateway's own connection and session.
+/// gateway key travels in `Authorization` or `X-Switchboard-Key`, and hop-by-hop or MCP
+/// transport headers belong to the gateway's own connection and session. Delegated
+/// credentials (`X-MCP-<prefix>-Authorization`) are refused too: each belongs to one server
+/// and only reaches it as that server's resolved credential.
 const NEVER_FORWARDED: &[&str] = &[
     "authorization",
     "x-switchboard-key",
@@ -28,12 +35,17 @@ const NEVER_FORWARDED: &[&str] = &[
     "mcp-name",
 ];
 
+/// Whether a caller header is a delegated credential for some server.
+pub fn is_delegated_credential(name: &str) -> bool {
+    name.starts_with("x-mcp-") && name.ends_with("-authorization")
+}
+
 #[derive(Debug, Clone)]
 pub struct UpstreamHeaders {
-    /// Static headers and the credential, in that order of precedence (later wins).
+    /// Static headers and a static credential, in that order of precedence (later wins).
     fixed: Vec<(HeaderName, HeaderValue)>,
     forward: Vec<HeaderName>,
-    /// The header the credential occupies, if any.
+    /// The header the credential occupies, static or resolved per request.
     credential_slot: Option<HeaderName>,
 }
 
@@ -46,8 +58,11 @@ pub struct CredentialError {
 
 impl UpstreamHeaders {
     pub fn for_server(spec: &ServerSpec) -> Result<UpstreamHeaders, CredentialError> {
-        let credential = resolve_credential(&spec.auth)?;
-        let credential_slot = credential.as_ref().map(|(name, _)| name.clone());
+        let credential = static_credential(&spec.auth)?;
+        let credential_slot = match &credential {
+            Some((name, _)) => Some(name.clone()),
+            None => dynamic_slot(&spec.auth)?,
+        };
         let mut fixed = Vec::new();
         for h in &spec.headers.static_headers {
             let name = header_name(&h.name, "headers.static.name")?;
@@ -65,7 +80,9 @@ impl UpstreamHeaders {
             .map(|n| header_name(n, "headers.forward"))
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
-            .filter(|n| !NEVER_FORWARDED.contains(&n.as_str()))
+            .filter(|n| {
+                !NEVER_FORWARDED.contains(&n.as_str()) && !is_delegated_credential(n.as_str())
+            })
             .filter(|n| credential_slot.as_ref() != Some(n))
             .collect();
         Ok(UpstreamHeaders {
@@ -75,8 +92,9 @@ impl UpstreamHeaders {
         })
     }
 
-    /// Writes this server's headers into an upstream request's header map.
-    pub fn apply(&self, caller: &HeaderMap, out: &mut HeaderMap) {
+    /// Writes this server's headers into an upstream request's header map; `resolved` is the
+    /// credential resolved for this request (arms whose credential is not static).
+    pub fn apply(&self, caller: &HeaderMap, resolved: Option<&HeaderValue>, out: &mut HeaderMap) {
         for name in &self.forward {
             for value in caller.get_all(name) {
                 out.append(name.clone(), value.clone());
@@ -85,16 +103,23 @@ impl UpstreamHeaders {
         for (name, value) in &self.fixed {
             out.insert(name.clone(), value.clone());
         }
+        if let (Some(slot), Some(value)) = (&self.credential_slot, resolved) {
+            out.insert(slot.clone(), value.clone());
+        }
     }
 
     pub fn credential_slot(&self) -> Option<&HeaderName> {
         self.credential_slot.as_ref()
     }
 
-    /// Every header name that carries a credential or static secret: dropped on a redirect to
-    /// another origin.
+    /// Every header this server's config adds (credential, static, forwarded): all dropped on
+    /// a redirect to another origin, since any of them may be a secret.
     pub fn secret_slots(&self) -> impl Iterator<Item = &HeaderName> {
-        self.fixed.iter().map(|(n, _)| n)
+        self.fixed
+            .iter()
+            .map(|(n, _)| n)
+            .chain(self.credential_slot.iter())
+            .chain(self.forward.iter())
     }
 }
 
@@ -151,7 +176,23 @@ fn basic_value(secret: &str) -> Result<String, CredentialError> {
     }
 }
 
-fn resolve_credential(
+/// The slot of a credential resolved per request: `upstreamTokenHeader`, else `Authorization`.
+fn dynamic_slot(auth: &UpstreamAuth) -> Result<Option<HeaderName>, CredentialError> {
+    if matches!(auth, UpstreamAuth::None) {
+        return Ok(None);
+    }
+    match auth.upstream_token_header() {
+        Some(name) => header_name(name, "auth.upstreamTokenHeader").map(Some),
+        None => Ok(Some(header::AUTHORIZATION)),
+    }
+}
+
+/// A value for a credential header: marked sensitive so it never shows in debug output.
+pub fn credential_value(value: &str) -> Option<HeaderValue> {
+    sensitive(value, "credential").ok()
+}
+
+fn static_credential(
     auth: &UpstreamAuth,
 ) -> Result<Option<(HeaderName, HeaderValue)>, CredentialError> {
     let secret = |s| resolved_value(s).unwrap_or_default();
@@ -160,7 +201,11 @@ fn resolve_credential(
         None => Ok(header::AUTHORIZATION),
     };
     let (name, value) = match auth {
-        UpstreamAuth::None => return Ok(None),
+        UpstreamAuth::None
+        | UpstreamAuth::Passthrough { .. }
+        | UpstreamAuth::OauthDelegate { .. }
+        | UpstreamAuth::Oauth2ClientCredentials { .. }
+        | UpstreamAuth::TokenExchange { .. } => return Ok(None),
         UpstreamAuth::ApiKey {
             secret: s,
             header: h,
@@ -213,7 +258,7 @@ mod tests {
             );
         }
         let mut out = HeaderMap::new();
-        h.apply(&incoming, &mut out);
+        h.apply(&incoming, None, &mut out);
         out
     }
 
@@ -282,6 +327,31 @@ mod tests {
         let out = composed(&h, &[]);
         assert_eq!(out["x-upstream-token"], "Bearer t");
         assert_eq!(out["authorization"], "Bearer api-gw");
+    }
+
+    #[test]
+    fn resolved_credential_takes_its_slot_only() {
+        let h = headers_for(
+            "{name: a, url: 'http://x/mcp', auth: {type: oauth2ClientCredentials, tokenUrl: 'http://idp/t', clientId: c, clientSecret: s, upstreamTokenHeader: X-Upstream-Token}, headers: {static: [{name: Authorization, value: 'Bearer api-gw'}, {name: X-Upstream-Token, value: shadow}], forward: [X-MCP-b-Authorization]}}",
+        );
+        let mut incoming = HeaderMap::new();
+        incoming.insert(
+            "x-mcp-b-authorization",
+            HeaderValue::from_static("Bearer for-b"),
+        );
+        let mut out = HeaderMap::new();
+        h.apply(
+            &incoming,
+            Some(&HeaderValue::from_static("Bearer minted")),
+            &mut out,
+        );
+        assert_eq!(out["x-upstream-token"], "Bearer minted");
+        assert_eq!(out["authorization"], "Bearer api-gw");
+        assert!(
+            out.get("x-mcp-b-authorization").is_none(),
+            "another server's credential never goes upstream"
+        );
+        assert_eq!(out.len(), 2);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::errors::GatewayError;
 use crate::mcp::era::Era;
 use crate::table::Server;
 use crate::upstream::client::{RpcCall, RpcOutcome, Upstreams};
+use crate::upstream::request_credential::RequestCredential;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ListKind {
@@ -48,6 +49,15 @@ impl ListKind {
     }
 }
 
+/// What to list: one kind, of one server, as one caller (with its credential).
+#[derive(Clone, Copy)]
+pub struct ListingRequest<'a> {
+    pub server: &'a Server,
+    pub caller_headers: &'a axum::http::HeaderMap,
+    pub credential: Option<&'a RequestCredential>,
+    pub kind: ListKind,
+}
+
 /// Everything one server lists of one kind, with how the walk went.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
@@ -65,11 +75,15 @@ pub struct Listing {
 /// warning. A failure before the first page is an error.
 pub async fn walk(
     upstreams: &Upstreams,
-    server: &Server,
-    caller_headers: &axum::http::HeaderMap,
-    kind: ListKind,
+    request: &ListingRequest<'_>,
     page_cap: u32,
 ) -> Result<Listing, GatewayError> {
+    let ListingRequest {
+        server,
+        caller_headers,
+        credential,
+        kind,
+    } = *request;
     let budget = server.spec.listing_budget();
     let deadline = Instant::now() + budget;
     let mut listing = Listing::default();
@@ -82,6 +96,7 @@ pub async fn walk(
             server,
             caller_headers,
             param_headers: None,
+            credential,
             method: kind.method(),
             params,
             deadline: page_deadline,

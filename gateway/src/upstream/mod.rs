@@ -4,4 +4,6 @@ pub mod client;
 pub mod credentials;
 pub mod listing;
 pub mod param_headers;
+pub mod request_credential;
+pub mod tokens;
 pub mod wire;

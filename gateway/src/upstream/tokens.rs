@@ -1,0 +1,178 @@
+//! Tokens the gateway obtains for upstreams: OAuth 2.0 client credentials (one token per
+//! server, shared) and RFC 8693 token exchange (one token per caller token and server, in a
+//! bounded cache). Concurrent callers wait for one token request rather than sending one each.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
+use switchboard_snapshot::{ClientAuthMethod, resolved_value};
+use tokio::time::Instant;
+
+use crate::errors::GatewayError;
+use crate::table::Server;
+
+/// A token is renewed this long before it expires, so no request goes out with one about to.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+/// Lifetime assumed when the token endpoint gives no `expires_in`.
+const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+
+#[derive(Clone)]
+struct Minted {
+    token: String,
+    renew_at: Instant,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Minted>>>;
+
+#[derive(Default)]
+pub struct Tokens {
+    /// Keyed by (server id, revision, caller-token hash; 0 for client credentials).
+    slots: Mutex<HashMap<(String, u64, u64), Slot>>,
+    pub requests: std::sync::atomic::AtomicU64,
+}
+
+/// What one token request asks for.
+pub struct Grant<'a> {
+    pub token_url: &'a str,
+    pub client_id: &'a str,
+    pub client_secret: Option<&'a str>,
+    pub client_auth: ClientAuthMethod,
+    pub form: Vec<(&'static str, String)>,
+}
+
+#[derive(Deserialize)]
+struct TokenResponse {
+    access_token: String,
+    #[serde(default)]
+    expires_in: Option<u64>,
+}
+
+impl Tokens {
+    fn slot(&self, server: &Server, caller: u64, cache_size: usize) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (server.id().to_string(), server.revision, caller);
+        if !slots.contains_key(&key) {
+            let of_server = slots
+                .keys()
+                .filter(|(id, rev, _)| id == server.id() && *rev == server.revision)
+                .count();
+            if of_server >= cache_size {
+                // Bounded: forget this server's exchanged tokens (they are re-obtained on use).
+                slots.retain(|(id, rev, c), _| {
+                    !(id == server.id() && *rev == server.revision && *c != 0)
+                });
+            }
+        }
+        slots.entry(key).or_default().clone()
+    }
+
+    /// Forgets servers that left the routing table or changed.
+    pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.retain(|(id, rev, _), _| live(id, *rev));
+    }
+
+    /// The cached token for (server, caller), or a fresh one from `grant`. `renew` forces a
+    /// new token (after an upstream 401), unless another caller renewed it meanwhile.
+    pub async fn token<'g>(
+        &self,
+        http: &reqwest::Client,
+        server: &Server,
+        caller: u64,
+        cache_size: usize,
+        renew: Option<&str>,
+        grant: impl FnOnce() -> Grant<'g>,
+    ) -> Result<String, GatewayError> {
+        let slot = self.slot(server, caller, cache_size);
+        let mut current = slot.lock().await;
+        if let Some(minted) = current.as_ref() {
+            let rejected = renew.is_some_and(|bad| bad == minted.token);
+            if !rejected && Instant::now() < minted.renew_at {
+                return Ok(minted.token.clone());
+            }
+        }
+        let minted = self.request(http, server, grant()).await?;
+        *current = Some(minted.clone());
+        Ok(minted.token)
+    }
+
+    async fn request(
+        &self,
+        http: &reqwest::Client,
+        server: &Server,
+        grant: Grant<'_>,
+    ) -> Result<Minted, GatewayError> {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let failed = |detail: String| GatewayError::UpstreamUnavailable {
+            server: server.id().to_string(),
+            detail: format!("token endpoint: {detail}"),
+        };
+        let mut form = grant.form;
+        let mut request = http.post(grant.token_url);
+        match grant.client_auth {
+            ClientAuthMethod::ClientSecretBasic => {
+                // RFC 6749 section 2.3.1: each part is form-encoded before the pair is encoded.
+                let encode = |s: &str| {
+                    url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()
+                };
+                let pair = format!(
+                    "{}:{}",
+                    encode(grant.client_id),
+                    encode(grant.client_secret.unwrap_or_default())
+                );
+                request =
+                    request.header("authorization", format!("Basic {}", STANDARD.encode(pair)));
+            }
+            ClientAuthMethod::ClientSecretPost => {
+                form.push(("client_id", grant.client_id.to_string()));
+                if let Some(secret) = grant.client_secret {
+                    form.push(("client_secret", secret.to_string()));
+                }
+            }
+        }
+        let deadline = server.spec.timeout;
+        let response = tokio::time::timeout(deadline, request.form(&form).send())
+            .await
+            .map_err(|_| GatewayError::UpstreamTimeout {
+                server: server.id().to_string(),
+                budget: deadline,
+            })?
+            .map_err(|_| failed("unreachable".into()))?;
+        let status = response.status();
+        let body = tokio::time::timeout(deadline, response.bytes())
+            .await
+            .map_err(|_| GatewayError::UpstreamTimeout {
+                server: server.id().to_string(),
+                budget: deadline,
+            })?
+            .map_err(|_| failed("broken response".into()))?;
+        if !status.is_success() {
+            // The endpoint's error code only (invalid_client, ...): bodies may echo inputs.
+            let code = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+                .unwrap_or_default();
+            return Err(failed(format!("HTTP {} {code}", status.as_u16())));
+        }
+        let parsed: TokenResponse = serde_json::from_slice(&body)
+            .map_err(|_| failed("no access_token in the answer".into()))?;
+        let lifetime = parsed
+            .expires_in
+            .map_or(DEFAULT_LIFETIME, Duration::from_secs);
+        let renew_at = Instant::now() + lifetime.saturating_sub(EXPIRY_MARGIN.min(lifetime / 2));
+        Ok(Minted {
+            token: parsed.access_token,
+            renew_at,
+        })
+    }
+}
+
+/// A resolved secret of the snapshot (resolution happened at load).
+pub fn secret(source: &switchboard_snapshot::SecretSource) -> &str {
+    resolved_value(source).unwrap_or_default()
+}
