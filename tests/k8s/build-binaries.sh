@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Build a real Kubernetes control plane (kube-apiserver, kubectl, etcd) and
+# helm from Go modules, cached outside the checkout.
+#
+#   tests/k8s/build-binaries.sh            build (or reuse) and print the bin dir last
+#   tests/k8s/build-binaries.sh --bin-dir  only print the bin dir (no build, no checks)
+#
+# Cache: ${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/k8s/v<K8S_VERSION>/bin
+# Go state (GOPATH, GOMODCACHE, GOCACHE) lives in .../k8s/go so CI reuses it.
+# When all four binaries are present and report the pinned versions, this
+# exits at once. Only the Go module proxy is needed (no Docker, no kind).
+set -euo pipefail
+
+# ---- pinned versions (change together; see README.md) ----------------------
+K8S_VERSION=1.35.8     # k8s.io/kubernetes v1.35.8, staging modules v0.35.8
+ETCD_VERSION=3.6.6     # build/dependencies.yaml "etcd" of k8s v1.35.8
+HELM_VERSION=3.20.2    # helm v3 built against client-go v0.35
+# ----------------------------------------------------------------------------
+
+K8S_MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
+STAGING_VERSION="0.${K8S_VERSION#1.}"
+
+CACHE_ROOT="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/k8s"
+VDIR="$CACHE_ROOT/v$K8S_VERSION"
+BIN="$VDIR/bin"
+
+if [[ "${1:-}" == "--bin-dir" ]]; then
+  echo "$BIN"
+  exit 0
+elif [[ $# -gt 0 ]]; then
+  echo "usage: $0 [--bin-dir]" >&2
+  exit 2
+fi
+
+log() { echo "[build-binaries $(date +%H:%M:%S)] $*"; }
+die() { echo "[build-binaries] ERROR: $*" >&2; exit 1; }
+
+# ---- fast path: everything cached and healthy ------------------------------
+check_one() { # name -> 0 if $BIN/name exists and reports the pinned version
+  local out
+  [[ -x "$BIN/$1" ]] || return 1
+  case "$1" in
+    kube-apiserver) out=$("$BIN/$1" --version 2>&1) || return 1
+                    [[ "$out" == "Kubernetes v$K8S_VERSION" ]] ;;
+    kubectl)        out=$("$BIN/$1" version --client 2>&1) || return 1
+                    [[ "$out" == *"Client Version: v$K8S_VERSION"* ]] ;;
+    etcd)           out=$("$BIN/$1" --version 2>&1) || return 1
+                    [[ "$out" == *"etcd Version: $ETCD_VERSION"* ]] ;;
+    helm)           out=$("$BIN/$1" version --short 2>&1) || return 1
+                    [[ "$out" == "v$HELM_VERSION"* ]] ;;
+  esac
+}
+all_ok() { local b; for b in kube-apiserver kubectl etcd helm; do check_one "$b" || return 1; done; }
+
+if all_ok; then
+  echo "$BIN"
+  exit 0
+fi
+
+# ---- slow path -------------------------------------------------------------
+command -v go >/dev/null || die "go not found on PATH (need Go >= 1.25)"
+mkdir -p "$BIN" "$CACHE_ROOT/go"
+
+# One builder at a time per cache (parallel test jobs would otherwise race).
+exec 9>"$CACHE_ROOT/.build.lock"
+if ! flock -n 9; then
+  log "another build holds $CACHE_ROOT/.build.lock; waiting for it"
+  flock 9
+fi
+if all_ok; then echo "$BIN"; exit 0; fi
+
+export GOPATH="$CACHE_ROOT/go/path"
+export GOMODCACHE="$GOPATH/pkg/mod"
+export GOCACHE="$CACHE_ROOT/go/build-cache"
+export GOTOOLCHAIN=local          # never try to download a toolchain
+export GOFLAGS="-buildvcs=false"
+export CGO_ENABLED=0              # upstream builds these statically
+export GO111MODULE=on
+export GOWORK=off
+NICE=(nice -n "${SWITCHBOARD_BUILD_NICE:-10}")
+
+log "go: $(go version)"
+log "Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, helm v$HELM_VERSION"
+log "cache: $VDIR (go state in $CACHE_ROOT/go)"
+START=$(date +%s)
+
+json_field() { # file field -> value of the first "field": "string" (indented or compact JSON)
+  { grep -o "\"$2\": *\"[^\"]*\"" "$1" || true; } | head -n1 | sed 's/^[^:]*: *"\(.*\)"$/\1/'
+}
+mod_download() { # module@version outfile
+  if ! go mod download -json "$1" >"$2" 2>&1; then
+    cat "$2" >&2
+    die "go mod download $1 failed (is the Go module proxy reachable and does it have this version?)"
+  fi
+  if grep -q '"Error"' "$2"; then cat "$2" >&2; die "go mod download $1 reported an error"; fi
+}
+
+# ---- kubernetes: kube-apiserver + kubectl ----------------------------------
+build_kubernetes() {
+  local src="$VDIR/src/kubernetes" info gomod dir commit date staging
+  mkdir -p "$src"
+  log "downloading k8s.io/kubernetes@v$K8S_VERSION"
+  mod_download "k8s.io/kubernetes@v$K8S_VERSION" "$src/download.json"
+  gomod=$(json_field "$src/download.json" GoMod)
+  dir=$(json_field "$src/download.json" Dir)
+  info=$(json_field "$src/download.json" Info)
+  commit=$(json_field "$src/download.json" Hash)
+  [[ -f "$gomod" && -d "$dir" ]] || die "go mod download gave no GoMod/Dir for kubernetes"
+
+  # etcd pin sanity check: the server version this release is tested with.
+  local pinned
+  pinned=$(awk '/name: "etcd"$/{f=1;next} f&&/version:/{print $2; exit}' "$dir/build/dependencies.yaml")
+  [[ "$pinned" == "$ETCD_VERSION" ]] \
+    || die "k8s v$K8S_VERSION pins etcd '$pinned' (build/dependencies.yaml) but ETCD_VERSION=$ETCD_VERSION; update the pin at the top of $0"
+
+  staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$gomod")
+  [[ -n "$staging" ]] || die "no ./staging replace lines found in $gomod"
+  log "$(echo "$staging" | wc -l) staging modules -> v$STAGING_VERSION"
+
+  {
+    echo "// Generated by tests/k8s/build-binaries.sh; do not edit."
+    echo "module switchboard.test/k8s-build"
+    echo
+    grep -E '^go [0-9]' "$gomod"
+    grep -E '^godebug ' "$gomod" || true
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    echo "replace ("
+    local m; for m in $staging; do echo "	$m => $m v$STAGING_VERSION"; done
+    echo ")"
+  } >"$src/go.mod"
+  touch "$src/go.sum"   # -mod=mod fills it in (checked against the sum database)
+
+  date=$(json_field "$info" Time 2>/dev/null || true)
+  [[ -n "$date" ]] || date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  date="${date%%.*}"; date="${date%Z}Z"
+  local ldflags="-s -w" p kv
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    for kv in "gitVersion=v$K8S_VERSION" "gitMajor=1" "gitMinor=$K8S_MINOR" \
+              ${commit:+"gitCommit=$commit"} "gitTreeState=clean" "buildDate=$date"; do
+      ldflags+=" -X $p.$kv"
+    done
+  done
+
+  local cmd
+  for cmd in kube-apiserver kubectl; do
+    check_one "$cmd" && { log "$cmd already built"; continue; }
+    log "building $cmd (slow on first run: downloads + compiles ~2k packages)"
+    local t0=$SECONDS
+    (cd "$src" && "${NICE[@]}" go build -mod=mod -trimpath -tags selinux,notest \
+        -ldflags "$ldflags" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") \
+      || die "go build k8s.io/kubernetes/cmd/$cmd failed (module dir: $src)"
+    mv -f "$BIN/$cmd.tmp" "$BIN/$cmd"
+    check_one "$cmd" || die "$BIN/$cmd built but does not report v$K8S_VERSION: $("$BIN/$cmd" --version 2>&1 | head -3)"
+    log "built $cmd in $((SECONDS - t0))s"
+  done
+}
+
+# ---- etcd ------------------------------------------------------------------
+build_etcd() {
+  check_one etcd && { log "etcd already built"; return; }
+  local src="$VDIR/src/etcd" gomod sha
+  mkdir -p "$src"
+  log "downloading go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
+  mod_download "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" "$src/download.json"
+  gomod=$(json_field "$src/download.json" GoMod)
+  sha=$(json_field "$src/download.json" Hash)
+  {
+    echo "// Generated by tests/k8s/build-binaries.sh; do not edit."
+    echo "module switchboard.test/etcd-build"
+    echo
+    grep -E '^go [0-9]' "$gomod"
+    echo
+    echo "require go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
+    echo
+    # etcd's own go.mod replaces its sibling modules with ../paths; pin them
+    # to the same release instead.
+    echo "replace ("
+    local m; for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+      echo "	go.etcd.io/etcd/$m => go.etcd.io/etcd/$m v$ETCD_VERSION"
+    done
+    echo ")"
+  } >"$src/go.mod"
+  touch "$src/go.sum"
+  log "building etcd"
+  local t0=$SECONDS
+  local ld="-s -w"   # the proxy's .info usually has no Origin; keep etcd's default then
+  [[ -z "$sha" ]] || ld+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=${sha:0:8}"
+  (cd "$src" && "${NICE[@]}" go build -mod=mod -trimpath -ldflags "$ld" \
+      -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3) \
+    || die "go build go.etcd.io/etcd/server/v3 failed (module dir: $src)"
+  mv -f "$BIN/etcd.tmp" "$BIN/etcd"
+  check_one etcd || die "$BIN/etcd does not report $ETCD_VERSION: $("$BIN/etcd" --version 2>&1 | head -3)"
+  log "built etcd in $((SECONDS - t0))s"
+}
+
+# ---- helm ------------------------------------------------------------------
+build_helm() {
+  check_one helm && { log "helm already built"; return; }
+  local tmp="$VDIR/src/helm" sha
+  mkdir -p "$tmp"
+  mod_download "helm.sh/helm/v3@v$HELM_VERSION" "$tmp/download.json"
+  sha=$(json_field "$tmp/download.json" Hash)
+  log "building helm v$HELM_VERSION"
+  local t0=$SECONDS
+  # chartutil/lint defaults describe the cluster as Kubernetes 1.20 unless set
+  # (matters for `helm template`/kubeVersion checks); upstream's Makefile sets
+  # them from client-go, which is v0.35 for helm 3.20.
+  local ld="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+  [[ -z "$sha" ]] || ld+=" -X helm.sh/helm/v3/internal/version.gitCommit=$sha"
+  ld+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  ld+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$K8S_MINOR"
+  ld+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$K8S_MINOR"
+  rm -f "$tmp/helm"
+  GOBIN="$tmp" "${NICE[@]}" go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" \
+    || die "go install helm.sh/helm/v3/cmd/helm@v$HELM_VERSION failed"
+  mv -f "$tmp/helm" "$BIN/helm"
+  check_one helm || die "$BIN/helm does not report v$HELM_VERSION: $("$BIN/helm" version 2>&1 | head -3)"
+  log "built helm in $((SECONDS - t0))s"
+}
+
+build_kubernetes
+build_etcd
+build_helm
+
+all_ok || die "post-build check failed"
+cat >"$VDIR/versions.env" <<EOF
+K8S_VERSION=$K8S_VERSION
+ETCD_VERSION=$ETCD_VERSION
+HELM_VERSION=$HELM_VERSION
+EOF
+log "done in $(( $(date +%s) - START ))s; cache size: $(du -sh "$CACHE_ROOT" 2>/dev/null | cut -f1)"
+for b in kube-apiserver kubectl etcd helm; do log "  $BIN/$b ($(du -h "$BIN/$b" | cut -f1))"; done
+echo "$BIN"
