@@ -1,0 +1,67 @@
+//! `McpKey`: a client credential for the gateway and the scope it grants.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::{Condition, ToolFilter};
+
+/// A gateway key. The operator generates it (unless the named Secret already holds one under
+/// `key`), writes it to `spec.secretName` in this namespace, and puts only its hash in the
+/// snapshot. The key reaches servers of its own namespace, and servers of other namespaces
+/// that admit this one.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "switchboard.dev",
+    version = "v1alpha1",
+    kind = "McpKey",
+    namespaced,
+    status = "McpKeyStatus",
+    shortname = "mcpk",
+    category = "switchboard",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".status.secretName"}"#,
+    printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".spec.expiresAt"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct McpKeySpec {
+    /// Secret (in this namespace) that holds the key under `key`; created if missing.
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(max = 253)
+    )]
+    pub secret_name: String,
+    /// Servers this key reaches: names in this namespace, or `<namespace>/<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
+    /// Reaches every server sharing one of these groups (subject to tenancy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_groups: Vec<String>,
+    /// Filter over prefixed tool names (`<prefix>__<tool>`, globs with `*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]
+    pub tools: Option<ToolFilter>,
+    /// RFC 3339 instant after which the key is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(
+            pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+        ),
+        length(max = 64)
+    )]
+    pub expires_at: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpKeyStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// A short, non-reversible label of the key (never the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,63 @@
+//! The Kubernetes API of Switchboard: `McpServer` and `McpKey` in `switchboard.dev/v1alpha1`.
+//!
+//! Everything a standalone config file can say about a server or key can be said here; secrets
+//! are references to Kubernetes Secrets in the resource's namespace, which the operator resolves
+//! into the snapshot. Admission-time validation lives in the schema (patterns, enums) and in
+//! CEL rules, so `kubectl apply` names the field that is wrong.
+
+pub mod key;
+pub mod server;
+
+pub use key::{McpKey, McpKeySpec, McpKeyStatus};
+pub use server::{McpServer, McpServerSpec, McpServerStatus};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "switchboard.dev";
+pub const VERSION: &str = "v1alpha1";
+
+/// A key of a Secret in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Name of the Secret (same namespace as the resource).
+    pub name: String,
+    /// Key within the Secret's data.
+    pub key: String,
+}
+
+/// Names a filter admits: `allow` empty means every name; `deny` always wins. Entries are exact
+/// names or globs with `*`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolFilter {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 128)))]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 128)))]
+    pub deny: Vec<String>,
+}
+
+/// Kubernetes `metav1.Condition`, as status subresources carry it.
+pub type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// Regex for an RFC 7230 header-name token, used in schema patterns.
+pub const HEADER_NAME_PATTERN: &str = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+/// Regex for a DNS-1123 label.
+pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// Regex for a duration such as `30s`, `1m30s`, `500ms`, `2h`.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+
+/// The generated CRD manifests, in the order they are written under `crds/`.
+pub fn crd_manifests() -> Vec<(&'static str, String)> {
+    use kube::CustomResourceExt;
+    let yaml = |crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
+        serde_saphyr::to_string(crd).unwrap_or_default()
+    };
+    vec![
+        ("switchboard.dev_mcpservers.yaml", yaml(&McpServer::crd())),
+        ("switchboard.dev_mcpkeys.yaml", yaml(&McpKey::crd())),
+    ]
+}

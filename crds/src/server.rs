@@ -1,0 +1,256 @@
+//! `McpServer`: one upstream MCP server behind the gateway.
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{Condition, SecretKeyRef, ToolFilter};
+
+/// An upstream MCP server the gateway routes to. Its id is `<namespace>/<name>`; its tools
+/// appear on the aggregate endpoint as `<toolPrefix>__<tool>`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "switchboard.dev",
+    version = "v1alpha1",
+    kind = "McpServer",
+    namespaced,
+    status = "McpServerStatus",
+    shortname = "mcps",
+    category = "switchboard",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Tools","type":"integer","jsonPath":".status.toolCount"}"#,
+    printcolumn = r#"{"name":"Prefix","type":"string","jsonPath":".status.prefix"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("has(self.url) != has(self.service)").message("exactly one of spec.url and spec.service must be set"))]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerSpec {
+    /// Streamable HTTP endpoint of the upstream, http or https (one of `url` and `service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://[^\s/]+(/\S*)?$"), length(max = 2048))]
+    #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https']").message("spec.url must be an http or https URL"))]
+    pub url: Option<String>,
+    /// A Service in the same namespace (one of `url` and `service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceRef>,
+    /// Transport to the upstream. Only Streamable HTTP exists today.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Transport>,
+    /// Prefix of this server's names on the aggregate endpoint (a DNS-1123 label, so it never
+    /// contains `_`); defaults to the resource's name. Unique among all servers: the older
+    /// resource keeps a contested prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub tool_prefix: Option<String>,
+    /// Shown to people; not used for routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Bound on every upstream request, the handshake included (e.g. `30s`, `1m`). Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+    /// Bound on a whole paginated listing; the budget is max(timeout, listingTimeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub listing_timeout: Option<String>,
+    /// Keys sharing one of these groups reach this server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_groups: Vec<String>,
+    /// Namespaces besides this one whose keys may reach this server (`*`: every namespace).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_namespaces: Vec<String>,
+    /// Every admitted key reaches this server, whatever its servers and groups say.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_all_keys: bool,
+    /// Tools of this server that are listed and callable (globs with `*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]
+    pub tools: Option<ToolFilter>,
+    /// Headers added to upstream requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<HeaderSettings>,
+    /// How the gateway authenticates to the upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ServerAuth>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Transport {
+    #[serde(rename = "streamableHttp")]
+    StreamableHttp,
+}
+
+/// A Service in the resource's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceRef {
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub name: String,
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// HTTP path of the MCP endpoint. Default `/mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^/\S*$"))]
+    pub path: Option<String>,
+    /// `http` (default) or `https`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self in ['http', 'https']").message("spec.service.scheme must be http or https"))]
+    pub scheme: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderSettings {
+    /// Headers the gateway adds to every upstream request of this server.
+    #[serde(default, rename = "static", skip_serializing_if = "Vec::is_empty")]
+    pub static_headers: Vec<StaticHeader>,
+    /// Caller headers copied upstream by name (never Authorization, X-Switchboard-Key or
+    /// another server's delegated credential).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"), length(max = 256))
+    )]
+    pub forward: Vec<String>,
+}
+
+/// A header with a literal value or a value from a Secret (exactly one).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.value) != has(self.secretKeyRef)").message("a static header needs exactly one of value and secretKeyRef"))]
+pub struct StaticHeader {
+    /// Header name (an RFC 7230 token).
+    #[schemars(regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyRef>,
+}
+
+/// Upstream authentication. `type` picks the arm; the arm's fields must be present.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(self.type in ['apiKey', 'bearer', 'basic', 'token', 'authorization']) || has(self.secretRef)").message("spec.auth.secretRef is required for auth types apiKey, bearer, basic, token and authorization"))]
+#[x_kube(validation = Rule::new("self.type != 'oauth2ClientCredentials' || has(self.oauth2)").message("spec.auth.oauth2 is required for auth type oauth2ClientCredentials"))]
+#[x_kube(validation = Rule::new("self.type != 'tokenExchange' || has(self.tokenExchange)").message("spec.auth.tokenExchange is required for auth type tokenExchange"))]
+#[x_kube(validation = Rule::new("!has(self.upstreamTokenHeader) || !(self.type in ['none', 'apiKey', 'basic', 'authorization'])").message("spec.auth.upstreamTokenHeader applies to bearer, token, passthrough, oauthDelegate, oauth2ClientCredentials and tokenExchange"))]
+pub struct ServerAuth {
+    #[serde(rename = "type")]
+    pub auth_type: AuthType,
+    /// The static credential (apiKey, bearer, basic, token, authorization).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretKeyRef>,
+    /// apiKey: the header carrying the key (default `X-API-Key`); oauthDelegate: the header the
+    /// caller sends its credential in (default `X-MCP-<prefix>-Authorization`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
+    pub header: Option<String>,
+    /// apiKey: text put before the key (e.g. `Key `).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Put the credential on this header instead of `Authorization` (a static Authorization
+    /// header then survives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
+    pub upstream_token_header: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth2: Option<OAuth2ClientCredentials>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_exchange: Option<TokenExchange>,
+}
+
+/// The auth arms. `passthrough` sends the caller's own Authorization upstream (risky: the MCP
+/// specification calls token passthrough an anti-pattern; prefer oauthDelegate or
+/// tokenExchange).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AuthType {
+    None,
+    ApiKey,
+    Bearer,
+    Basic,
+    Token,
+    Authorization,
+    Passthrough,
+    OauthDelegate,
+    #[serde(rename = "oauth2ClientCredentials")]
+    OAuth2ClientCredentials,
+    TokenExchange,
+}
+
+/// OAuth 2.0 client credentials: the gateway gets its own token.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.clientId) != has(self.clientIdRef)").message("spec.auth.oauth2 needs exactly one of clientId and clientIdRef"))]
+pub struct OAuth2ClientCredentials {
+    #[schemars(regex(pattern = r"^https?://\S+$"))]
+    pub token_url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id_ref: Option<SecretKeyRef>,
+    pub client_secret_ref: SecretKeyRef,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    /// `clientSecretPost` (default) or `clientSecretBasic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// RFC 8693 token exchange of the caller's token for an upstream token.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.clientId) != has(self.clientIdRef)").message("spec.auth.tokenExchange needs exactly one of clientId and clientIdRef"))]
+pub struct TokenExchange {
+    #[schemars(regex(pattern = r"^https?://\S+$"))]
+    pub token_url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id_ref: Option<SecretKeyRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_ref: Option<SecretKeyRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// Default `urn:ietf:params:oauth:token-type:access_token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_token_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<ClientAuth>,
+    /// Most exchanged tokens kept. Default 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub cache_size: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ClientAuth {
+    ClientSecretPost,
+    ClientSecretBasic,
+}
+
+/// What the operator observed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The prefix in effect (spec.toolPrefix or the name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Tools the upstream listed with the gateway's credential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_count: Option<i64>,
+    /// When the upstream last answered a listing (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_listed: Option<String>,
+    /// `Accepted`, `Programmed`, `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
