@@ -43,13 +43,6 @@ pub struct ToolFilter {
 /// Kubernetes `metav1.Condition`, as status subresources carry it.
 pub type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-/// Regex for an RFC 7230 header-name token, used in schema patterns.
-pub const HEADER_NAME_PATTERN: &str = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
-/// Regex for a DNS-1123 label.
-pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-/// Regex for a duration such as `30s`, `1m30s`, `500ms`, `2h`.
-pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
-
 /// The generated CRD manifests, in the order they are written under `crds/`.
 pub fn crd_manifests() -> Vec<(&'static str, String)> {
     use kube::CustomResourceExt;

@@ -47,11 +47,11 @@ pub struct McpServerSpec {
     pub description: Option<String>,
     /// Bound on every upstream request, the handshake included (e.g. `30s`, `1m`). Default 30s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub timeout: Option<String>,
     /// Bound on a whole paginated listing; the budget is max(timeout, listingTimeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub listing_timeout: Option<String>,
     /// Keys sharing one of these groups reach this server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

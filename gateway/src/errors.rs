@@ -180,6 +180,7 @@ impl GatewayError {
         use GatewayError::*;
         match self {
             Unauthenticated(_)
+            | UpstreamAuthRequired { .. }
             | SessionNotFound
             | SessionForbidden
             | ForbiddenOrigin
@@ -353,5 +354,15 @@ mod tests {
         );
         assert_eq!(t.jsonrpc_error()["data"]["timeoutMs"], 1000);
         assert_eq!(t.mcp_http_status(), StatusCode::OK);
+        let relayed = GatewayError::UpstreamAuthRequired {
+            server: "pt".into(),
+            www_authenticate: "Bearer resource_metadata=\"http://gw/x\"".into(),
+        };
+        assert_eq!(
+            relayed.mcp_http_status(),
+            StatusCode::UNAUTHORIZED,
+            "a relayed 401 stays a 401 on MCP"
+        );
+        assert!(relayed.www_authenticate().is_some());
     }
 }

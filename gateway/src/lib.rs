@@ -16,6 +16,7 @@ pub mod errors;
 pub mod http;
 pub mod mcp;
 pub mod metrics;
+pub mod operator_source;
 pub mod protected_resource;
 pub mod rest;
 pub mod route;

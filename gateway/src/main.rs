@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
+use switchboard_gateway::operator_source::OperatorSource;
 use switchboard_gateway::{config_file, http, state::Gateway};
 use tracing_subscriber::EnvFilter;
 
@@ -21,9 +22,26 @@ enum LogFormat {
     about = "MCP gateway: serves MCP tool servers from one snapshot"
 )]
 struct Args {
-    /// Config file (the snapshot schema in YAML); re-read on change and on SIGHUP.
+    /// Config file (the snapshot schema in YAML); re-read on change and on SIGHUP. With
+    /// `--operator`, the snapshot the replica starts from (e.g. mounted from the operator's
+    /// Secret); optional.
     #[arg(long, env = "SWITCHBOARD_CONFIG")]
-    config: PathBuf,
+    config: Option<PathBuf>,
+    /// Operator snapshot endpoint(s), comma-separated (e.g.
+    /// http://switchboard-operator.switchboard.svc:9090): follow its snapshot stream.
+    #[arg(long, env = "SWITCHBOARD_OPERATOR", value_delimiter = ',')]
+    operator: Vec<url::Url>,
+    /// ServiceAccount token presented to the operator (a projected token with audience
+    /// `switchboard-operator`).
+    #[arg(
+        long,
+        env = "SWITCHBOARD_TOKEN_FILE",
+        default_value = "/var/run/secrets/switchboard/token"
+    )]
+    token_file: PathBuf,
+    /// This replica's name, as the operator reports it (default: $POD_NAME, else the host name).
+    #[arg(long, env = "POD_NAME")]
+    replica: Option<String>,
     /// Address to listen on.
     #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -50,14 +68,38 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let gw = Arc::new(Gateway::new());
     // Registered before the first load, so a SIGHUP at any time reloads rather than kills.
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    let Ok(applied) = config_file::reload(&gw, &args.config) else {
-        anyhow::bail!(
-            "the config file {} is not valid (see the error above)",
-            args.config.display()
-        );
-    };
-    let watcher = config_file::watch(gw.clone(), args.config.clone(), Some(applied), hangup);
-    tokio::spawn(watcher);
+    match (&args.config, args.operator.is_empty()) {
+        (Some(config), true) => {
+            let Ok(applied) = config_file::reload(&gw, config) else {
+                anyhow::bail!(
+                    "the config file {} is not valid (see the error above)",
+                    config.display()
+                );
+            };
+            tokio::spawn(config_file::watch(
+                gw.clone(),
+                config.clone(),
+                Some(applied),
+                hangup,
+            ));
+        }
+        (None, true) => {
+            anyhow::bail!("give --config FILE (standalone) or --operator URL (cluster)")
+        }
+        (initial, false) => {
+            // The operator's stream is the source of truth; a mounted snapshot only lets a
+            // replica serve before it reaches the operator.
+            if let Some(file) = initial.as_ref().filter(|f| f.exists()) {
+                let _ = config_file::reload(&gw, file);
+            }
+            let source = OperatorSource {
+                endpoints: args.operator.clone(),
+                token_file: args.token_file.clone(),
+                replica: args.replica.clone().unwrap_or_else(default_replica_name),
+            };
+            tokio::spawn(source.follow(gw.clone()));
+        }
+    }
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening");
@@ -68,6 +110,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown())
         .await?;
     Ok(())
+}
+
+fn default_replica_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("gateway-{}", std::process::id()))
 }
 
 async fn shutdown() {

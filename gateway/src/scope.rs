@@ -61,6 +61,26 @@ pub fn authenticate(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Call
 }
 
 impl Caller {
+    /// The gateway itself, calling `server` with no caller headers (readiness probes).
+    pub fn probe(table: Arc<RoutingTable>, server: &Server) -> Caller {
+        let key = Key {
+            name: "switchboard-probe".into(),
+            namespace: server.spec.namespace.clone(),
+            digest: [0; 32],
+            fingerprint: "probe".into(),
+            servers: vec![server.id().to_string()],
+            access_groups: Vec::new(),
+            tools: Default::default(),
+            expires_at: None,
+        };
+        Caller {
+            key: Arc::new(key),
+            table,
+            headers: HeaderMap::new(),
+            own_authorization: None,
+        }
+    }
+
     pub fn reaches(&self, server: &Server) -> bool {
         self.key.reaches(&server.spec)
     }

@@ -230,6 +230,34 @@ impl Gateway {
         server: &Server,
         kind: ListKind,
     ) -> Result<Arc<Listing>, GatewayError> {
+        self.listing_fresher_than(caller, server, kind, caller.table.settings.listing_ttl)
+            .await
+    }
+
+    /// Lists a server's tools now with the gateway's own credential, as no caller: the
+    /// readiness probe the operator runs. Servers whose catalog depends on the caller's
+    /// credential cannot be probed this way (the caller has none to give).
+    pub async fn probe(&self, server_id: &str) -> Result<Arc<Listing>, GatewayError> {
+        let table = self.table();
+        let server =
+            table
+                .server_by_id(server_id)
+                .cloned()
+                .ok_or_else(|| GatewayError::ServerNotFound {
+                    server: server_id.to_string(),
+                })?;
+        let caller = Caller::probe(table, &server);
+        self.listing_fresher_than(&caller, &server, ListKind::Tools, Duration::ZERO)
+            .await
+    }
+
+    async fn listing_fresher_than(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        kind: ListKind,
+        ttl: Duration,
+    ) -> Result<Arc<Listing>, GatewayError> {
         let settings = &caller.table.settings;
         let mut rejected = None;
         let result = loop {
@@ -247,7 +275,7 @@ impl Gateway {
                         credential: credential.as_ref(),
                         kind,
                     },
-                    settings.listing_ttl,
+                    ttl,
                     settings.listing_page_cap,
                 )
                 .await;

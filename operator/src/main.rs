@@ -1,1 +1,183 @@
-fn main() {}
+//! `switchboard-operator`: reconciles McpServer/McpKey into the gateway snapshot and serves it.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use clap::Parser;
+use switchboard_operator::controller::{Config, Controller};
+use switchboard_operator::delivery::{self, Hub};
+use switchboard_operator::lease::{self, LeaseConfig};
+use switchboard_operator::metrics::Metrics;
+use switchboard_operator::probe::{self, Probes};
+use switchboard_snapshot::{GatewaySettings, Snapshot};
+use tokio::sync::{Notify, watch};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "switchboard-operator", version, about = "Switchboard operator")]
+struct Args {
+    /// The operator's own namespace (Lease and snapshot Secret live here).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "switchboard")]
+    namespace: String,
+    /// This replica's identity in the Lease (default: $POD_NAME, else host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Where gateway replicas follow the snapshot stream.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    snapshot_listen: String,
+    /// Metrics and health endpoints.
+    #[arg(long, default_value = "0.0.0.0:9091")]
+    metrics_listen: String,
+    /// The gateway's ServiceAccount, `<namespace>:<name>`: the only reader of snapshots.
+    #[arg(long, default_value = "switchboard:switchboard-gateway")]
+    gateway_service_account: String,
+    /// Secret (in --namespace) that keeps the latest snapshot and the session key.
+    #[arg(long, default_value = "switchboard-snapshot")]
+    snapshot_secret: String,
+    #[arg(long, default_value = "switchboard-operator")]
+    lease_name: String,
+    /// How long a lease holder that stopped renewing keeps the lease.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    /// How often every server is probed (Ready turns False within this plus the server's timeout).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    probe_interval: Duration,
+    /// A replica gone for longer than this no longer counts in `Programmed`.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    replica_expiry: Duration,
+    /// Host names the gateways accept besides loopback (their Service names), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    gateway_allowed_hosts: Vec<String>,
+    /// The gateways' external URL (for OAuth metadata they serve).
+    #[arg(long)]
+    gateway_public_url: Option<String>,
+    #[arg(long, default_value = "text")]
+    log_format: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+    let (sa_namespace, sa_name) = args
+        .gateway_service_account
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("--gateway-service-account must be <namespace>:<name>"))?;
+    let allowed_user = format!("system:serviceaccount:{sa_namespace}:{sa_name}");
+
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let hub = Hub::new(
+        client.clone(),
+        allowed_user,
+        args.replica_expiry,
+        leader_rx.clone(),
+    );
+    let metrics = Arc::new(Metrics::default());
+    let probes = Arc::new(Probes::default());
+    let dirty = Arc::new(Notify::new());
+    let (snapshots_tx, snapshots_rx) = watch::channel(Arc::new(Snapshot::default()));
+
+    tokio::spawn(lease::run(
+        client.clone(),
+        LeaseConfig {
+            namespace: args.namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: identity.clone(),
+            duration: args.lease_duration,
+        },
+        leader_tx,
+    ));
+    tokio::spawn(probe::run(
+        snapshots_rx,
+        probes.clone(),
+        args.probe_interval,
+        dirty.clone(),
+    ));
+    let settings = GatewaySettings {
+        allowed_hosts: args.gateway_allowed_hosts.clone(),
+        public_url: args.gateway_public_url.clone(),
+        ..GatewaySettings::default()
+    };
+    let controller = Controller {
+        client: client.clone(),
+        config: Config {
+            namespace: args.namespace.clone(),
+            snapshot_secret: args.snapshot_secret.clone(),
+            identity: identity.clone(),
+            settings,
+        },
+        hub: hub.clone(),
+        probes,
+        metrics: metrics.clone(),
+        leader: leader_rx.clone(),
+        dirty,
+        snapshots: snapshots_tx,
+    };
+    tokio::spawn(controller.run());
+
+    let snapshot_listener = tokio::net::TcpListener::bind(&args.snapshot_listen).await?;
+    let metrics_listener = tokio::net::TcpListener::bind(&args.metrics_listen).await?;
+    println!(
+        "switchboard-operator snapshot stream on http://{} metrics on http://{}",
+        snapshot_listener.local_addr()?,
+        metrics_listener.local_addr()?
+    );
+    std::io::stdout().flush()?;
+    let health = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(render_metrics))
+        .with_state((metrics, leader_rx));
+    tokio::spawn(async move { axum::serve(metrics_listener, health).await });
+    axum::serve(snapshot_listener, delivery::router(hub)).await?;
+    Ok(())
+}
+
+type HealthState = (Arc<Metrics>, watch::Receiver<bool>);
+
+/// Ready only on the lease holder, so a Service in front of the operators routes replicas to
+/// the one that serves snapshots.
+async fn readyz(State((_, leader)): State<HealthState>) -> impl IntoResponse {
+    if *leader.borrow() {
+        (StatusCode::OK, "leader")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "standby")
+    }
+}
+
+async fn render_metrics(State((metrics, _)): State<HealthState>) -> impl IntoResponse {
+    metrics.encode()
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "operator".into())
+}

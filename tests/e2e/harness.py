@@ -908,3 +908,112 @@ def balancer(backends: list[str]) -> Iterator[RoundRobinBalancer]:
         yield lb
     finally:
         lb.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Upstream credentials (issue 4): small helpers for tests/e2e/test_upstream_credentials_*.py
+
+TOKEN_GRANT_CLIENT_CREDENTIALS = "client_credentials"
+TOKEN_GRANT_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+KEY_HEADER = "X-Switchboard-Key"
+
+
+def pct(value: str) -> str:
+    """Percent-encodes a value for a `/v/{opts}` option of the Rust example upstream."""
+    from urllib.parse import quote
+
+    return quote(value, safe="")
+
+
+def start_rust_upstream_with(group: ProcessGroup, name: str, *args: str) -> Upstream:
+    """The Rust example upstream with extra command-line arguments (e.g. `--token-ttl 2`)."""
+    argv = [binary(EXAMPLE_UPSTREAM_BIN), "--listen", "127.0.0.1:0", *args]
+    return Upstream(group.start(f"upstream-{name}", argv), "rust")
+
+
+def token_requests(upstream: Upstream, grant: str | None = None) -> int:
+    """How many POSTs reached the example upstream's `/oauth/token` (for one grant type, or all)."""
+    by_method = upstream.stats().get("by_method", {})
+    if grant is not None:
+        return int(by_method.get(f"oauth/token:{grant}", 0))
+    return sum(int(n) for m, n in by_method.items() if m.startswith("oauth/token:"))
+
+
+def method_count(upstream: Upstream, method: str) -> int:
+    """How many POSTs of one JSON-RPC method reached the upstream (its `/_stats`)."""
+    return int(upstream.stats().get("by_method", {}).get(method, 0))
+
+
+def oauth_server(upstream: Upstream, client_id: str, **extra: Any) -> dict:
+    """An `auth` block for `oauth2ClientCredentials` against the example upstream's token
+    endpoint (client `ID` authenticates with `secret-ID`)."""
+    return {
+        "type": "oauth2ClientCredentials",
+        "tokenUrl": f"{upstream.base}/oauth/token",
+        "clientId": client_id,
+        "clientSecret": f"secret-{client_id}",
+        **extra,
+    }
+
+
+def token_exchange_auth(upstream: Upstream, client_id: str, **extra: Any) -> dict:
+    """An `auth` block for RFC 8693 `tokenExchange` against the example upstream."""
+    return {
+        "type": "tokenExchange",
+        "tokenUrl": f"{upstream.base}/oauth/token",
+        "clientId": client_id,
+        "clientSecret": f"secret-{client_id}",
+        **extra,
+    }
+
+
+class AsgiServer:
+    """Serves an ASGI app with uvicorn in a thread on 127.0.0.1 and a free port (for tiny
+    purpose-built upstreams written inside a test)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+        self.url = ""
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+
+    def start(self) -> AsgiServer:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self._sock = sock
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", interface="asgi3")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name="asgi-server", daemon=True
+        )
+        self._thread.start()
+
+        def started() -> bool:
+            assert self._thread is not None and self._thread.is_alive(), "the ASGI server thread died"
+            return self._server.started
+
+        wait_until(started, timeout=10, what="the ASGI server to start")
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._sock is not None:
+            self._sock.close()
+
+
+@contextlib.contextmanager
+def asgi_server(app: Any) -> Iterator[AsgiServer]:
+    srv = AsgiServer(app).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()

@@ -2,6 +2,7 @@
 //! Kubernetes resources) and the gateway (which serves it). A standalone config file is the same
 //! schema with secrets given inline, from the environment or from files.
 
+pub mod delivery;
 pub mod key_hash;
 pub mod load;
 pub mod model;

@@ -116,7 +116,7 @@ pub async fn route_name(
             Ok((server, rest))
         }
         Resolution::Unprefixed if method == "tools/call" => {
-            let owners = unprefixed_owners(gw, caller, &scope, name).await;
+            let owners = unprefixed_owners(gw, caller, &scope, name).await?;
             decide_owner(name, owners)
         }
         Resolution::Unprefixed => Err(not_found()),
@@ -128,12 +128,16 @@ pub async fn route_name(
 /// replica never listed; servers whose catalog depends on the caller's credential are judged
 /// by the caller's own listing (listed once with that credential, then cached per credential,
 /// empty listings included). Servers outside the scope are never listed.
+///
+/// When no server owns the name but a caller-credential server refused the caller's
+/// credential, the answer is that 401 (the caller must re-authenticate to see its tools), not
+/// "unknown tool".
 async fn unprefixed_owners(
     gw: &Gateway,
     caller: &Caller,
     scope: &[Arc<Server>],
     name: &str,
-) -> Vec<Arc<Server>> {
+) -> Result<Vec<Arc<Server>>, GatewayError> {
     let personal = |s: &Server| s.spec.auth.uses_caller_credential();
     let to_list: Vec<&Arc<Server>> = scope
         .iter()
@@ -156,7 +160,7 @@ async fn unprefixed_owners(
         })
     };
     let owners = gw.catalog.owners_of(name);
-    scope
+    let found: Vec<Arc<Server>> = scope
         .iter()
         .filter(|s| {
             let owns = if personal(s) {
@@ -167,7 +171,18 @@ async fn unprefixed_owners(
             owns && caller.sees_tool(s, name)
         })
         .cloned()
-        .collect()
+        .collect();
+    if found.is_empty() {
+        let mut listings = listings;
+        if let Some(auth) = listings
+            .iter_mut()
+            .position(|l| matches!(l, Err(GatewayError::UpstreamAuthRequired { .. })))
+            .and_then(|i| listings.swap_remove(i).err())
+        {
+            return Err(auth);
+        }
+    }
+    Ok(found)
 }
 
 async fn single_method(

@@ -1,0 +1,206 @@
+//! Cluster mode: the snapshot comes from the operator's stream (see
+//! `switchboard_snapshot::delivery`). The replica keeps serving its last good snapshot while the
+//! operator is away, and reconnects by itself; each snapshot it receives is validated like a
+//! file, applied atomically, and acknowledged.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchboard_snapshot::delivery::{ACK_PATH, Ack, REPLICA_HEADER, Rejected, WATCH_PATH};
+use switchboard_snapshot::{Snapshot, SnapshotError, validate};
+
+use crate::state::Gateway;
+use crate::table::RoutingTable;
+
+pub struct OperatorSource {
+    /// Operator base URLs, tried in turn (only the lease holder serves the stream).
+    pub endpoints: Vec<url::Url>,
+    /// Projected ServiceAccount token, re-read on every connect (the kubelet rotates it).
+    pub token_file: PathBuf,
+    pub replica: String,
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// A stream with no bytes (not even a keep-alive) for this long is considered dead.
+const STREAM_IDLE: Duration = Duration::from_secs(45);
+
+impl OperatorSource {
+    /// Follows the operator for the life of the process.
+    pub async fn follow(self, gw: Arc<Gateway>) {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default();
+        let mut backoff = Duration::from_millis(50);
+        let mut turn = 0usize;
+        loop {
+            let endpoint = &self.endpoints[turn % self.endpoints.len()];
+            turn += 1;
+            match self.watch_once(&http, endpoint, &gw).await {
+                Ok(()) => backoff = Duration::from_millis(50),
+                Err(reason) => {
+                    tracing::info!(operator = %endpoint, %reason, "snapshot stream unavailable; serving the last good snapshot");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    fn token(&self) -> Result<String, String> {
+        std::fs::read_to_string(&self.token_file)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| {
+                format!(
+                    "cannot read the token file {}: {e}",
+                    self.token_file.display()
+                )
+            })
+    }
+
+    async fn watch_once(
+        &self,
+        http: &reqwest::Client,
+        endpoint: &url::Url,
+        gw: &Gateway,
+    ) -> Result<(), String> {
+        let token = self.token()?;
+        let url = endpoint.join(WATCH_PATH).map_err(|e| e.to_string())?;
+        let mut response = http
+            .get(url)
+            .bearer_auth(&token)
+            .header(REPLICA_HEADER, &self.replica)
+            .send()
+            .await
+            .map_err(|e| format!("connect: {}", e.without_url()))?;
+        if !response.status().is_success() {
+            return Err(format!("HTTP {}", response.status().as_u16()));
+        }
+        tracing::info!(operator = %endpoint, "following the operator's snapshot stream");
+        let mut buffer: Vec<u8> = Vec::new();
+        loop {
+            let chunk = tokio::time::timeout(STREAM_IDLE, response.chunk())
+                .await
+                .map_err(|_| "stream idle".to_string())?
+                .map_err(|e| format!("stream: {}", e.without_url()))?;
+            let Some(chunk) = chunk else {
+                return Err("stream ended".into());
+            };
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                if line.len() > 1 {
+                    let ack = apply_frame(gw, &line, &self.replica);
+                    self.ack(http, endpoint, &token, &ack).await;
+                }
+            }
+        }
+    }
+
+    async fn ack(&self, http: &reqwest::Client, endpoint: &url::Url, token: &str, ack: &Ack) {
+        let Ok(url) = endpoint.join(ACK_PATH) else {
+            return;
+        };
+        let sent = http
+            .post(url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(ack).unwrap_or_default())
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(error = %e.without_url(), "could not acknowledge a snapshot");
+        }
+    }
+}
+
+/// Applies one frame if it is a valid snapshot; the answer is what the replica now serves.
+pub fn apply_frame(gw: &Gateway, frame: &[u8], replica: &str) -> Ack {
+    let serving = gw.table().generation;
+    match build(frame) {
+        Ok(table) => {
+            let generation = table.generation;
+            tracing::info!(
+                generation,
+                servers = table.servers.len(),
+                keys = table.key_count(),
+                "snapshot applied"
+            );
+            gw.apply(table);
+            Ack {
+                replica: replica.to_string(),
+                serving: generation,
+                rejected: None,
+            }
+        }
+        Err((generation, e)) => {
+            gw.metrics.snapshot_rejected();
+            tracing::error!(generation, error = %e, "snapshot rejected; the previous snapshot keeps serving");
+            Ack {
+                replica: replica.to_string(),
+                serving,
+                rejected: Some(Rejected {
+                    generation,
+                    error: e.to_string(),
+                }),
+            }
+        }
+    }
+}
+
+fn build(frame: &[u8]) -> Result<RoutingTable, (u64, SnapshotError)> {
+    let snapshot: Snapshot = serde_json::from_slice(frame).map_err(|e| {
+        (
+            0,
+            SnapshotError {
+                errors: vec![switchboard_snapshot::FieldError {
+                    path: String::new(),
+                    message: format!("not a snapshot: {}", e.classify_name()),
+                }],
+            },
+        )
+    })?;
+    let generation = snapshot.generation;
+    validate(&snapshot).map_err(|e| (generation, e))?;
+    RoutingTable::build(&snapshot).map_err(|e| (generation, e))
+}
+
+trait ClassifyName {
+    fn classify_name(&self) -> &'static str;
+}
+
+impl ClassifyName for serde_json::Error {
+    /// The kind of a JSON error, without the excerpt of input serde may quote.
+    fn classify_name(&self) -> &'static str {
+        match self.classify() {
+            serde_json::error::Category::Io => "I/O error",
+            serde_json::error::Category::Syntax => "invalid JSON",
+            serde_json::error::Category::Data => "JSON that does not fit the schema",
+            serde_json::error::Category::Eof => "truncated JSON",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_frame_keeps_the_previous_snapshot() {
+        let gw = Gateway::new();
+        let good =
+            serde_json::json!({"generation": 3, "servers": [{"name": "a", "url": "http://x/mcp"}]});
+        let ack = apply_frame(&gw, good.to_string().as_bytes(), "r1");
+        assert_eq!((ack.serving, ack.rejected.is_none()), (3, true));
+        let bad = serde_json::json!({"generation": 4, "servers": [{"name": "A_B", "url": "http://x/mcp"}]});
+        let ack = apply_frame(&gw, bad.to_string().as_bytes(), "r1");
+        assert_eq!(ack.serving, 3);
+        assert_eq!(ack.rejected.as_ref().map(|r| r.generation), Some(4));
+        assert!(ack.rejected.unwrap().error.contains("servers[0].name"));
+        assert_eq!(gw.table().generation, 3);
+        assert!(gw.table().server_by_id("a").is_some());
+    }
+}

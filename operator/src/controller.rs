@@ -1,0 +1,375 @@
+//! The reconcile loop. Every change to an McpServer, McpKey or Secret (and every probe result
+//! or replica acknowledgement) marks the world dirty; the loop then renders the whole snapshot
+//! (cheap: it is a pure function over the caches), publishes it when it changed, and brings
+//! each resource's status up to date. Every operator replica renders (so a new lease holder
+//! is warm); only the holder writes Secrets and status.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use sha2::{Digest, Sha256};
+use switchboard_crds::{McpKey, McpServer};
+use switchboard_snapshot::{GatewaySettings, SecretSource, Snapshot};
+use tokio::sync::{Notify, watch};
+
+use crate::delivery::{Hub, Published};
+use crate::keys::{MANAGED_BY, ensure_key_secrets, generate_key};
+use crate::metrics::Metrics;
+use crate::probe::Probes;
+use crate::render::{ObjectRef, RenderInput, SecretData, object_ref, render};
+use crate::status::{self, Rollout};
+
+pub struct Config {
+    pub namespace: String,
+    pub snapshot_secret: String,
+    pub identity: String,
+    pub settings: GatewaySettings,
+}
+
+pub struct Controller {
+    pub client: kube::Client,
+    pub config: Config,
+    pub hub: Arc<Hub>,
+    pub probes: Arc<Probes>,
+    pub metrics: Arc<Metrics>,
+    pub leader: watch::Receiver<bool>,
+    pub dirty: Arc<Notify>,
+    pub snapshots: watch::Sender<Arc<Snapshot>>,
+}
+
+/// Per server: the hash of its rendered spec and the snapshot generation that first carried
+/// it, so `Programmed` can say which replicas serve this version of it.
+type Included = HashMap<ObjectRef, ([u8; 32], u64)>;
+
+fn watch_into<K>(api: Api<K>, dirty: Arc<Notify>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        futures_util::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                tracing::warn!(error = %e, "watch error (retrying)");
+            }
+            dirty.notify_one();
+        }
+    });
+    store
+}
+
+impl Controller {
+    pub async fn run(self) {
+        let servers = watch_into(
+            Api::<McpServer>::all(self.client.clone()),
+            self.dirty.clone(),
+        );
+        let keys = watch_into(Api::<McpKey>::all(self.client.clone()), self.dirty.clone());
+        let secrets = watch_into(Api::<Secret>::all(self.client.clone()), self.dirty.clone());
+        for ready in [
+            servers.wait_until_ready().await,
+            keys.wait_until_ready().await,
+            secrets.wait_until_ready().await,
+        ] {
+            if let Err(e) = ready {
+                tracing::error!(error = %e, "a watch never became ready");
+                return;
+            }
+        }
+        let recorder = Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: "switchboard-operator".into(),
+                instance: Some(self.config.identity.clone()),
+            },
+        );
+        let mut state = LoopState::default();
+        let mut leader = self.leader.clone();
+        let replica_changes = self.hub.clone();
+        loop {
+            let started = Instant::now();
+            let result = self
+                .reconcile(&servers, &keys, &secrets, &recorder, &mut state)
+                .await;
+            self.metrics.reconciled(started.elapsed(), result.is_err());
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "reconcile failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            tokio::select! {
+                _ = self.dirty.notified() => {}
+                _ = replica_changes.changed.notified() => {}
+                _ = leader.changed() => {}
+                // Status also depends on time (replicas expiring): look again now and then.
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+            // Coalesce a burst of events into one render.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        servers: &Store<McpServer>,
+        keys: &Store<McpKey>,
+        secrets: &Store<Secret>,
+        recorder: &Recorder,
+        state: &mut LoopState,
+    ) -> Result<(), kube::Error> {
+        let is_leader = *self.leader.borrow();
+        let servers: Vec<McpServer> = servers.state().iter().map(|s| (**s).clone()).collect();
+        let keys: Vec<McpKey> = keys.state().iter().map(|k| (**k).clone()).collect();
+        let secret_objects = secrets.state();
+        let secret_data: SecretData = secret_objects
+            .iter()
+            .map(|s| {
+                let data = s
+                    .data
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                (object_ref(s.as_ref()), data)
+            })
+            .collect();
+        if is_leader && ensure_key_secrets(&self.client, &keys, &secret_data).await > 0 {
+            return Ok(()); // the Secret watch brings us back with the new keys
+        }
+        if is_leader && !state.was_leader {
+            // A new holder continues the generation sequence gateways already saw.
+            state.generation = state
+                .generation
+                .max(self.stored_generation(&secret_objects));
+            state.published_hash = None;
+        }
+        state.was_leader = is_leader;
+
+        let mut settings = self.config.settings.clone();
+        let session_key = self.session_key(&secret_objects, is_leader, &mut state.new_session_key);
+        settings.session_key = session_key
+            .clone()
+            .map(|value| SecretSource::Value { value });
+        let rendered = render(RenderInput {
+            servers: &servers,
+            keys: &keys,
+            secrets: &secret_data,
+            settings,
+        });
+        let content_hash = hash(&serde_json::to_vec(&rendered.snapshot).unwrap_or_default());
+        let mut snapshot = rendered.snapshot;
+        if state.published_hash != Some(content_hash) {
+            state.generation += 1;
+            snapshot.generation = state.generation;
+            let frame = serde_json::to_vec(&snapshot).unwrap_or_default();
+            self.hub.publish(Published {
+                generation: state.generation,
+                frame: frame.clone().into(),
+            });
+            self.snapshots.send_replace(Arc::new(snapshot.clone()));
+            self.metrics.snapshot_published(state.generation);
+            tracing::info!(
+                generation = state.generation,
+                servers = snapshot.servers.len(),
+                keys = snapshot.keys.len(),
+                "snapshot published"
+            );
+            if is_leader {
+                self.store_snapshot(&frame, session_key.as_deref()).await?;
+            }
+            state.published_hash = Some(content_hash);
+        } else {
+            snapshot.generation = state.generation;
+        }
+        for spec in &snapshot.servers {
+            let key = (spec.namespace.clone(), spec.name.clone());
+            let spec_hash = hash(&serde_json::to_vec(spec).unwrap_or_default());
+            let entry = state
+                .included
+                .entry(key)
+                .or_insert((spec_hash, state.generation));
+            if entry.0 != spec_hash {
+                *entry = (spec_hash, state.generation);
+            }
+        }
+        let replicas = self.hub.replicas();
+        self.metrics.replicas(
+            replicas.iter().filter(|(_, r)| r.connected).count(),
+            replicas.len(),
+        );
+        if !is_leader {
+            return Ok(());
+        }
+        let rollout = |needed: u64| Rollout {
+            serving: replicas.iter().filter(|(_, r)| r.serving >= needed).count(),
+            known: replicas.len(),
+            needed,
+        };
+        for server in &servers {
+            let key = object_ref(server);
+            let Some(verdict) = rendered.servers.get(&key) else {
+                continue;
+            };
+            let id = format!("{}/{}", key.0, key.1);
+            let needed = state.included.get(&key).map(|(_, g)| *g);
+            let probe = self.probes.get(&id);
+            let desired = [
+                status::accepted(verdict),
+                status::programmed(verdict, needed.map(rollout)),
+                status::ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
+            ];
+            let prefix = server
+                .spec
+                .tool_prefix
+                .clone()
+                .unwrap_or_else(|| server.name_any());
+            let mut fields = BTreeMap::from([("prefix", serde_json::json!(prefix))]);
+            if let Some(status::Probe::Listed { tools, at }) = &probe {
+                fields.insert("toolCount", serde_json::json!(tools));
+                fields.insert("lastListed", serde_json::json!(at.to_string()));
+            }
+            status::write_server(&self.client, recorder, server, &desired, fields).await?;
+        }
+        for key in &keys {
+            let Some(outcome) = rendered.keys.get(&object_ref(key)) else {
+                continue;
+            };
+            let served = rollout(state.generation);
+            let ready = if !outcome.verdict.accepted {
+                status::Desired {
+                    type_: "Ready",
+                    status: "False",
+                    reason: outcome.verdict.reason.into(),
+                    message: outcome.verdict.message.clone(),
+                }
+            } else if served.known > 0 && served.serving == served.known {
+                status::Desired {
+                    type_: "Ready",
+                    status: "True",
+                    reason: "Served".into(),
+                    message: format!(
+                        "{}/{} gateway replicas accept this key",
+                        served.serving, served.known
+                    ),
+                }
+            } else {
+                status::Desired {
+                    type_: "Ready",
+                    status: "False",
+                    reason: "Pending".into(),
+                    message: format!(
+                        "{}/{} gateway replicas accept this key",
+                        served.serving, served.known
+                    ),
+                }
+            };
+            let desired = [status::accepted(&outcome.verdict), ready];
+            status::write_key(&self.client, recorder, key, outcome, &desired).await?;
+        }
+        Ok(())
+    }
+
+    fn stored_generation(&self, secrets: &[Arc<Secret>]) -> u64 {
+        self.own_secret(secrets)
+            .and_then(|s| s.data.as_ref()?.get(SNAPSHOT_FIELD).cloned())
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b.0).ok())
+            .and_then(|v| v.get("generation")?.as_u64())
+            .unwrap_or(0)
+    }
+
+    fn own_secret<'a>(&self, secrets: &'a [Arc<Secret>]) -> Option<&'a Arc<Secret>> {
+        secrets.iter().find(|s| {
+            s.namespace().as_deref() == Some(self.config.namespace.as_str())
+                && s.name_any() == self.config.snapshot_secret
+        })
+    }
+
+    /// The session-sealing key every replica shares: kept in the snapshot Secret; the first
+    /// lease holder makes one (written with the first snapshot it stores).
+    fn session_key(
+        &self,
+        secrets: &[Arc<Secret>],
+        is_leader: bool,
+        made: &mut Option<String>,
+    ) -> Option<String> {
+        let stored = self
+            .own_secret(secrets)
+            .and_then(|s| s.data.as_ref()?.get(SESSION_KEY_FIELD).cloned())
+            .and_then(|b| String::from_utf8(b.0).ok());
+        if stored.is_some() || !is_leader {
+            return stored;
+        }
+        Some(made.get_or_insert_with(generate_key).clone())
+    }
+
+    /// Keeps the current snapshot (and the session key) in a Secret, so replicas can start
+    /// from it while the operator is away. One apply carries both fields: server-side apply
+    /// would drop a field this manager stopped sending.
+    async fn store_snapshot(
+        &self,
+        frame: &[u8],
+        session_key: Option<&str>,
+    ) -> Result<(), kube::Error> {
+        let mut data = BTreeMap::from([(SNAPSHOT_FIELD.to_string(), ByteString(frame.to_vec()))]);
+        if let Some(key) = session_key {
+            data.insert(
+                SESSION_KEY_FIELD.to_string(),
+                ByteString(key.as_bytes().to_vec()),
+            );
+        }
+        self.apply_secret(data).await
+    }
+
+    async fn apply_secret(&self, data: BTreeMap<String, ByteString>) -> Result<(), kube::Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.config.namespace);
+        let patch = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": { "name": self.config.snapshot_secret, "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
+            "type": "Opaque",
+            "data": data,
+        });
+        api.patch(
+            &self.config.snapshot_secret,
+            &PatchParams::apply(status::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+pub const SNAPSHOT_FIELD: &str = "snapshot.yaml";
+pub const SESSION_KEY_FIELD: &str = "session-key";
+
+#[derive(Default)]
+struct LoopState {
+    generation: u64,
+    published_hash: Option<[u8; 32]>,
+    included: Included,
+    was_leader: bool,
+    new_session_key: Option<String>,
+}
+
+fn hash(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}

@@ -1,0 +1,17 @@
+//! Switchboard operator: turns McpServer/McpKey resources into the gateway snapshot, serves it
+//! to gateway replicas, and reports on each resource what actually happened.
+//!
+//! - [`render`]: pure: resources + Secrets → snapshot + verdicts (tested without an API server).
+//! - [`status`]: pure condition logic, and writing status by server-side apply.
+//! - [`controller`]: the watch → render → publish → status loop.
+//! - [`delivery`]: the snapshot stream gateway replicas follow, with TokenReview.
+//! - [`lease`]: leader election. [`probe`]: readiness probes. [`keys`]: McpKey Secrets.
+
+pub mod controller;
+pub mod delivery;
+pub mod keys;
+pub mod lease;
+pub mod metrics;
+pub mod probe;
+pub mod render;
+pub mod status;

@@ -1,0 +1,94 @@
+//! Operator metrics: reconciles, their errors and durations, replicas, snapshot generation.
+
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Counter,
+    reconcile_errors: Counter,
+    reconcile_duration: Histogram,
+    snapshot_generation: Gauge,
+    connected_replicas: Gauge,
+    known_replicas: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("switchboard_operator");
+        let reconciles = Counter::default();
+        registry.register(
+            "reconciles",
+            "Renders of the snapshot and status passes",
+            reconciles.clone(),
+        );
+        let reconcile_errors = Counter::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconcile passes that failed",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time of one reconcile pass",
+            reconcile_duration.clone(),
+        );
+        let snapshot_generation = Gauge::default();
+        registry.register(
+            "snapshot_generation",
+            "Generation of the latest published snapshot",
+            snapshot_generation.clone(),
+        );
+        let connected_replicas = Gauge::default();
+        registry.register(
+            "connected_replicas",
+            "Gateway replicas following the snapshot stream",
+            connected_replicas.clone(),
+        );
+        let known_replicas = Gauge::default();
+        registry.register(
+            "known_replicas",
+            "Gateway replicas connected or recently seen",
+            known_replicas.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            snapshot_generation,
+            connected_replicas,
+            known_replicas,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn reconciled(&self, took: Duration, failed: bool) {
+        self.reconciles.inc();
+        if failed {
+            self.reconcile_errors.inc();
+        }
+        self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn snapshot_published(&self, generation: u64) {
+        self.snapshot_generation.set(generation as i64);
+    }
+
+    pub fn replicas(&self, connected: usize, known: usize) {
+        self.connected_replicas.set(connected as i64);
+        self.known_replicas.set(known as i64);
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,622 @@
+//! Rendering: McpServers, McpKeys and the Secrets they reference → one gateway snapshot, plus a
+//! verdict per resource saying what happened to it. Pure: no API server, no clock, no I/O, so
+//! every rule here is tested over plain values.
+//!
+//! A resource that cannot be rendered (missing Secret, prefix taken, invalid after
+//! resolution) is left out of the snapshot with a verdict that says why; nothing else is
+//! affected (DESIGN.md invariant 9).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use switchboard_crds::server::{AuthType, ClientAuth, ServerAuth};
+use switchboard_crds::{McpKey, McpServer, SecretKeyRef};
+use switchboard_snapshot::{
+    ClientAuthMethod, GatewaySettings, HeaderSettings, KeySpec, SCHEMA_VERSION, SecretSource,
+    ServerSpec, Snapshot, StaticHeader, ToolFilter, UpstreamAuth, key_hash,
+};
+
+/// The key under which a McpKey's Secret holds the key.
+pub const KEY_FIELD: &str = "key";
+
+/// `(namespace, name)` of a resource.
+pub type ObjectRef = (String, String);
+
+/// Secret data by `(namespace, name)`, values decoded.
+pub type SecretData = HashMap<ObjectRef, BTreeMap<String, Vec<u8>>>;
+
+/// Whether a resource made it into the snapshot, and if not why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub accepted: bool,
+    /// CamelCase reason for the `Accepted` condition.
+    pub reason: &'static str,
+    /// Human-readable; names fields and other resources, never secret values.
+    pub message: String,
+}
+
+impl Verdict {
+    fn accepted(message: impl Into<String>) -> Verdict {
+        Verdict {
+            accepted: true,
+            reason: "Accepted",
+            message: message.into(),
+        }
+    }
+    fn rejected(reason: &'static str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            accepted: false,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Facts about a key that its status shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyOutcome {
+    pub verdict: Verdict,
+    pub fingerprint: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Rendered {
+    pub snapshot: Snapshot,
+    pub servers: BTreeMap<ObjectRef, Verdict>,
+    pub keys: BTreeMap<ObjectRef, KeyOutcome>,
+}
+
+/// Everything render needs besides the resources.
+pub struct RenderInput<'a> {
+    pub servers: &'a [McpServer],
+    pub keys: &'a [McpKey],
+    pub secrets: &'a SecretData,
+    pub settings: GatewaySettings,
+}
+
+pub fn render(input: RenderInput<'_>) -> Rendered {
+    let mut servers: Vec<&McpServer> = input.servers.iter().collect();
+    // The older resource keeps a contested prefix; ties break by namespace and name.
+    servers.sort_by_key(|s| {
+        (
+            s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            s.namespace(),
+            s.name_any(),
+        )
+    });
+    let mut verdicts = BTreeMap::new();
+    let mut prefixes: HashMap<String, String> = HashMap::new();
+    let mut specs = Vec::new();
+    for server in servers {
+        let key = object_ref(server);
+        let id = format!("{}/{}", key.0, key.1);
+        let verdict = match server_spec(server, input.secrets) {
+            Err(verdict) => verdict,
+            Ok(spec) => match prefixes.get(spec.prefix()) {
+                Some(owner) => Verdict::rejected(
+                    "PrefixConflict",
+                    format!(
+                        "tool prefix {:?} is already used by McpServer {owner}",
+                        spec.prefix()
+                    ),
+                ),
+                None => match check_alone(&spec, &input.settings) {
+                    Err(message) => Verdict::rejected("InvalidSpec", message),
+                    Ok(()) => {
+                        prefixes.insert(spec.prefix().to_string(), id.clone());
+                        specs.push(spec);
+                        Verdict::accepted(format!("routed as {id}"))
+                    }
+                },
+            },
+        };
+        verdicts.insert(key, verdict);
+    }
+    specs.sort_by(|a, b| a.id().cmp(b.id()));
+
+    let mut keys = BTreeMap::new();
+    let mut key_specs = Vec::new();
+    for key in input.keys {
+        let (outcome, spec) = key_spec(key, input.secrets);
+        keys.insert(object_ref(key), outcome);
+        key_specs.extend(spec);
+    }
+    key_specs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    Rendered {
+        snapshot: Snapshot {
+            version: SCHEMA_VERSION,
+            generation: 0,
+            gateway: input.settings,
+            servers: specs,
+            keys: key_specs,
+        },
+        servers: verdicts,
+        keys,
+    }
+}
+
+pub fn object_ref<K: kube::Resource>(object: &K) -> ObjectRef {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// Validates one server the way the gateway will, so nothing the gateway would refuse enters
+/// the snapshot (and one bad server never blocks the others).
+fn check_alone(spec: &ServerSpec, settings: &GatewaySettings) -> Result<(), String> {
+    let alone = Snapshot {
+        gateway: settings.clone(),
+        servers: vec![spec.clone()],
+        ..Snapshot::default()
+    };
+    switchboard_snapshot::validate(&alone).map_err(|e| strip_index(&e.to_string()))?;
+    switchboard_gateway::table::RoutingTable::build(&alone)
+        .map_err(|e| strip_index(&e.to_string()))?;
+    Ok(())
+}
+
+/// `servers[0].auth.header: ...` → `spec.auth.header: ...` (the user's field path).
+fn strip_index(message: &str) -> String {
+    message.replace("servers[0].", "spec.")
+}
+
+fn secret_value(
+    secrets: &SecretData,
+    namespace: &str,
+    reference: &SecretKeyRef,
+    field: &str,
+) -> Result<String, Verdict> {
+    let data = secrets
+        .get(&(namespace.to_string(), reference.name.clone()))
+        .ok_or_else(|| {
+            Verdict::rejected(
+                "SecretNotFound",
+                format!(
+                    "{field}: Secret {namespace}/{} does not exist",
+                    reference.name
+                ),
+            )
+        })?;
+    let bytes = data.get(&reference.key).ok_or_else(|| {
+        Verdict::rejected(
+            "SecretNotFound",
+            format!(
+                "{field}: Secret {namespace}/{} has no key {:?}",
+                reference.name, reference.key
+            ),
+        )
+    })?;
+    String::from_utf8(bytes.clone())
+        .map(|s| s.trim_end_matches(['\r', '\n']).to_string())
+        .map_err(|_| {
+            Verdict::rejected(
+                "InvalidSecret",
+                format!("{field}: the Secret value is not UTF-8"),
+            )
+        })
+}
+
+fn duration(value: Option<&str>, field: &str) -> Result<Option<Duration>, Verdict> {
+    value
+        .map(|v| {
+            humantime::parse_duration(v).map_err(|_| {
+                Verdict::rejected(
+                    "InvalidSpec",
+                    format!("{field}: {v:?} is not a duration such as 30s"),
+                )
+            })
+        })
+        .transpose()
+}
+
+fn server_spec(server: &McpServer, secrets: &SecretData) -> Result<ServerSpec, Verdict> {
+    let (namespace, name) = object_ref(server);
+    let spec = &server.spec;
+    let url = match (&spec.url, &spec.service) {
+        (Some(url), None) => url.clone(),
+        (None, Some(svc)) => format!(
+            "{}://{}.{namespace}.svc:{}{}",
+            svc.scheme.as_deref().unwrap_or("http"),
+            svc.name,
+            svc.port,
+            svc.path.as_deref().unwrap_or("/mcp")
+        ),
+        _ => {
+            return Err(Verdict::rejected(
+                "InvalidSpec",
+                "exactly one of spec.url and spec.service must be set",
+            ));
+        }
+    };
+    let mut static_headers = Vec::new();
+    for (i, h) in spec
+        .headers
+        .iter()
+        .flat_map(|h| &h.static_headers)
+        .enumerate()
+    {
+        let value = match (&h.value, &h.secret_key_ref) {
+            (Some(v), None) => v.clone(),
+            (None, Some(r)) => {
+                secret_value(secrets, &namespace, r, &format!("spec.headers.static[{i}]"))?
+            }
+            _ => {
+                return Err(Verdict::rejected(
+                    "InvalidSpec",
+                    format!(
+                        "spec.headers.static[{i}]: needs exactly one of value and secretKeyRef"
+                    ),
+                ));
+            }
+        };
+        static_headers.push(StaticHeader {
+            name: h.name.clone(),
+            value: SecretSource::Value { value },
+        });
+    }
+    let filter = |f: &Option<switchboard_crds::ToolFilter>| {
+        f.as_ref().map_or_else(ToolFilter::default, |f| ToolFilter {
+            allow: f.allow.clone(),
+            deny: f.deny.clone(),
+        })
+    };
+    Ok(ServerSpec {
+        id: Some(format!("{namespace}/{name}")),
+        name: name.clone(),
+        namespace: namespace.clone(),
+        url,
+        tool_prefix: Some(spec.tool_prefix.clone().unwrap_or(name)),
+        description: spec.description.clone(),
+        timeout: duration(spec.timeout.as_deref(), "spec.timeout")?
+            .unwrap_or(Duration::from_secs(30)),
+        listing_timeout: duration(spec.listing_timeout.as_deref(), "spec.listingTimeout")?,
+        access_groups: spec.access_groups.clone(),
+        allowed_namespaces: spec.allowed_namespaces.clone(),
+        allow_all_keys: spec.allow_all_keys,
+        tools: filter(&spec.tools),
+        headers: HeaderSettings {
+            static_headers,
+            forward: spec
+                .headers
+                .as_ref()
+                .map(|h| h.forward.clone())
+                .unwrap_or_default(),
+        },
+        auth: match &spec.auth {
+            None => UpstreamAuth::None,
+            Some(auth) => upstream_auth(auth, &namespace, secrets)?,
+        },
+    })
+}
+
+fn client_auth(c: Option<ClientAuth>) -> ClientAuthMethod {
+    match c {
+        Some(ClientAuth::ClientSecretBasic) => ClientAuthMethod::ClientSecretBasic,
+        _ => ClientAuthMethod::ClientSecretPost,
+    }
+}
+
+fn upstream_auth(
+    auth: &ServerAuth,
+    namespace: &str,
+    secrets: &SecretData,
+) -> Result<UpstreamAuth, Verdict> {
+    let required = |field: &str| {
+        Verdict::rejected(
+            "InvalidSpec",
+            format!(
+                "spec.auth.{field} is required for auth type {:?}",
+                auth.auth_type
+            ),
+        )
+    };
+    let secret = || -> Result<SecretSource, Verdict> {
+        let reference = auth
+            .secret_ref
+            .as_ref()
+            .ok_or_else(|| required("secretRef"))?;
+        Ok(SecretSource::Value {
+            value: secret_value(secrets, namespace, reference, "spec.auth.secretRef")?,
+        })
+    };
+    let id_or_ref = |literal: &Option<String>,
+                     reference: &Option<SecretKeyRef>,
+                     field: &str|
+     -> Result<SecretSource, Verdict> {
+        match (literal, reference) {
+            (Some(v), None) => Ok(SecretSource::Value { value: v.clone() }),
+            (None, Some(r)) => Ok(SecretSource::Value {
+                value: secret_value(secrets, namespace, r, field)?,
+            }),
+            _ => Err(Verdict::rejected(
+                "InvalidSpec",
+                format!("{field}: needs exactly one of clientId and clientIdRef"),
+            )),
+        }
+    };
+    let token_header = auth.upstream_token_header.clone();
+    Ok(match auth.auth_type {
+        AuthType::None => UpstreamAuth::None,
+        AuthType::ApiKey => UpstreamAuth::ApiKey {
+            secret: secret()?,
+            header: auth
+                .header
+                .clone()
+                .unwrap_or_else(|| "X-API-Key".to_string()),
+            prefix: auth.prefix.clone(),
+        },
+        AuthType::Bearer => UpstreamAuth::Bearer {
+            secret: secret()?,
+            upstream_token_header: token_header,
+        },
+        AuthType::Basic => UpstreamAuth::Basic { secret: secret()? },
+        AuthType::Token => UpstreamAuth::Token {
+            secret: secret()?,
+            upstream_token_header: token_header,
+        },
+        AuthType::Authorization => UpstreamAuth::Authorization { secret: secret()? },
+        AuthType::Passthrough => UpstreamAuth::Passthrough {
+            upstream_token_header: token_header,
+        },
+        AuthType::OauthDelegate => UpstreamAuth::OauthDelegate {
+            header: auth.header.clone(),
+            upstream_token_header: token_header,
+        },
+        AuthType::OAuth2ClientCredentials => {
+            let o = auth.oauth2.as_ref().ok_or_else(|| required("oauth2"))?;
+            UpstreamAuth::Oauth2ClientCredentials {
+                token_url: o.token_url.clone(),
+                client_id: id_or_ref(&o.client_id, &o.client_id_ref, "spec.auth.oauth2")?,
+                client_secret: SecretSource::Value {
+                    value: secret_value(
+                        secrets,
+                        namespace,
+                        &o.client_secret_ref,
+                        "spec.auth.oauth2.clientSecretRef",
+                    )?,
+                },
+                scopes: o.scopes.clone(),
+                audience: o.audience.clone(),
+                client_auth: client_auth(o.client_auth),
+                upstream_token_header: token_header,
+            }
+        }
+        AuthType::TokenExchange => {
+            let t = auth
+                .token_exchange
+                .as_ref()
+                .ok_or_else(|| required("tokenExchange"))?;
+            let client_secret = t
+                .client_secret_ref
+                .as_ref()
+                .map(|r| {
+                    secret_value(
+                        secrets,
+                        namespace,
+                        r,
+                        "spec.auth.tokenExchange.clientSecretRef",
+                    )
+                })
+                .transpose()?
+                .map(|value| SecretSource::Value { value });
+            UpstreamAuth::TokenExchange {
+                token_url: t.token_url.clone(),
+                client_id: id_or_ref(&t.client_id, &t.client_id_ref, "spec.auth.tokenExchange")?,
+                client_secret,
+                audience: t.audience.clone(),
+                scopes: t.scopes.clone(),
+                subject_token_type: t
+                    .subject_token_type
+                    .clone()
+                    .unwrap_or_else(|| "urn:ietf:params:oauth:token-type:access_token".to_string()),
+                client_auth: client_auth(t.client_auth),
+                cache_size: t.cache_size.map_or(10_000, |n| n.max(1) as usize),
+                upstream_token_header: token_header,
+            }
+        }
+    })
+}
+
+fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Option<KeySpec>) {
+    let (namespace, name) = object_ref(key);
+    let reference = SecretKeyRef {
+        name: key.spec.secret_name.clone(),
+        key: KEY_FIELD.to_string(),
+    };
+    let secret = match secret_value(secrets, &namespace, &reference, "spec.secretName") {
+        Ok(s) if !s.is_empty() => s,
+        Ok(_) => {
+            let verdict = Verdict::rejected(
+                "InvalidSecret",
+                format!("Secret {namespace}/{} holds an empty key", reference.name),
+            );
+            return (
+                KeyOutcome {
+                    verdict,
+                    fingerprint: None,
+                },
+                None,
+            );
+        }
+        Err(verdict) => {
+            return (
+                KeyOutcome {
+                    verdict,
+                    fingerprint: None,
+                },
+                None,
+            );
+        }
+    };
+    let digest = key_hash::key_digest(&secret);
+    let spec = KeySpec {
+        name,
+        namespace,
+        hash: Some(key_hash::hash_key(&secret)),
+        secret: None,
+        servers: key.spec.servers.clone(),
+        access_groups: key.spec.access_groups.clone(),
+        tools: key
+            .spec
+            .tools
+            .as_ref()
+            .map_or_else(ToolFilter::default, |f| ToolFilter {
+                allow: f.allow.clone(),
+                deny: f.deny.clone(),
+            }),
+        expires_at: key.spec.expires_at.clone(),
+    };
+    let outcome = KeyOutcome {
+        verdict: Verdict::accepted(format!("key {} is served", key_hash::fingerprint(&digest))),
+        fingerprint: Some(key_hash::fingerprint(&digest)),
+    };
+    (outcome, Some(spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use switchboard_crds::{McpKeySpec, McpServerSpec};
+
+    fn server(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> McpServer {
+        let spec: McpServerSpec = serde_json::from_value(spec).expect("valid spec");
+        let mut s = McpServer::new(name, spec);
+        s.metadata.namespace = Some(ns.into());
+        let t = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 - age).unwrap();
+        s.metadata.creation_timestamp = Some(Time(t));
+        s
+    }
+
+    fn secrets(entries: &[(&str, &str, &str, &str)]) -> SecretData {
+        let mut out: SecretData = HashMap::new();
+        for (ns, name, key, value) in entries {
+            out.entry((ns.to_string(), name.to_string()))
+                .or_default()
+                .insert(key.to_string(), value.as_bytes().to_vec());
+        }
+        out
+    }
+
+    fn run(servers: &[McpServer], keys: &[McpKey], secrets: &SecretData) -> Rendered {
+        render(RenderInput {
+            servers,
+            keys,
+            secrets,
+            settings: GatewaySettings::default(),
+        })
+    }
+
+    #[test]
+    fn older_server_keeps_a_contested_prefix() {
+        let old = server(
+            "a",
+            "weather",
+            100,
+            serde_json::json!({"url": "http://x/mcp"}),
+        );
+        let new = server(
+            "b",
+            "other",
+            10,
+            serde_json::json!({"url": "http://y/mcp", "toolPrefix": "weather"}),
+        );
+        let r = run(&[new, old], &[], &HashMap::new());
+        assert!(r.servers[&("a".into(), "weather".into())].accepted);
+        let v = &r.servers[&("b".into(), "other".into())];
+        assert_eq!(v.reason, "PrefixConflict");
+        assert!(v.message.contains("a/weather"), "{}", v.message);
+        assert_eq!(r.snapshot.servers.len(), 1);
+        assert_eq!(r.snapshot.servers[0].id(), "a/weather");
+    }
+
+    #[test]
+    fn missing_secret_leaves_only_that_server_out() {
+        let s1 = server(
+            "a",
+            "one",
+            5,
+            serde_json::json!({"url": "http://x/mcp", "auth": {"type": "bearer", "secretRef": {"name": "tok", "key": "token"}}}),
+        );
+        let s2 = server(
+            "a",
+            "two",
+            5,
+            serde_json::json!({"url": "http://x/mcp", "auth": {"type": "bearer", "secretRef": {"name": "gone", "key": "token"}}}),
+        );
+        let r = run(
+            &[s1, s2],
+            &[],
+            &secrets(&[("a", "tok", "token", "s3cr3t-value")]),
+        );
+        assert!(r.servers[&("a".into(), "one".into())].accepted);
+        let v = &r.servers[&("a".into(), "two".into())];
+        assert_eq!(v.reason, "SecretNotFound");
+        assert!(v.message.contains("a/gone"));
+        assert_eq!(r.snapshot.servers.len(), 1);
+        let text = format!("{:?}", r.servers);
+        assert!(
+            !text.contains("s3cr3t-value"),
+            "verdicts never carry secret values"
+        );
+    }
+
+    #[test]
+    fn service_reference_becomes_a_cluster_url() {
+        let s = server(
+            "team",
+            "svc",
+            1,
+            serde_json::json!({"service": {"name": "mcp", "port": 8080}}),
+        );
+        let r = run(&[s], &[], &HashMap::new());
+        assert_eq!(r.snapshot.servers[0].url, "http://mcp.team.svc:8080/mcp");
+    }
+
+    #[test]
+    fn invalid_after_resolution_is_reported_with_the_spec_path() {
+        let s = server(
+            "a",
+            "b",
+            1,
+            serde_json::json!({"url": "http://x/mcp", "auth": {"type": "basic", "secretRef": {"name": "tok", "key": "t"}}}),
+        );
+        let r = run(&[s], &[], &secrets(&[("a", "tok", "t", "no-colon")]));
+        let v = &r.servers[&("a".into(), "b".into())];
+        assert_eq!(v.reason, "InvalidSpec");
+        assert!(v.message.starts_with("spec.auth"), "{}", v.message);
+    }
+
+    #[test]
+    fn keys_carry_only_hashes_and_fingerprints() {
+        let mut k = McpKey::new(
+            "ci",
+            serde_json::from_value::<McpKeySpec>(
+                serde_json::json!({"secretName": "ci-key", "accessGroups": ["g"]}),
+            )
+            .unwrap(),
+        );
+        k.metadata.namespace = Some("team".into());
+        let r = run(
+            &[],
+            &[k.clone()],
+            &secrets(&[("team", "ci-key", "key", "sk-abc")]),
+        );
+        let spec = &r.snapshot.keys[0];
+        assert_eq!(
+            spec.hash.as_deref(),
+            Some(key_hash::hash_key("sk-abc").as_str())
+        );
+        assert!(spec.secret.is_none());
+        assert!(
+            !serde_json::to_string(&r.snapshot)
+                .unwrap()
+                .contains("sk-abc")
+        );
+        let missing = run(&[], &[k], &HashMap::new());
+        assert_eq!(
+            missing.keys[&("team".into(), "ci".into())].verdict.reason,
+            "SecretNotFound"
+        );
+        assert!(missing.snapshot.keys.is_empty());
+    }
+}

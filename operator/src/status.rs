@@ -1,0 +1,392 @@
+//! Status: what each resource's conditions should say, computed from the render, the replicas'
+//! acknowledgements and the readiness probes (pure), and written by server-side apply only
+//! when it changed. Events mark transitions, not every reconcile.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use switchboard_crds::{Condition, McpKey, McpServer};
+
+use crate::render::{KeyOutcome, Verdict};
+
+pub const FIELD_MANAGER: &str = "switchboard-operator";
+
+/// A condition before timestamps: what we decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub type_: &'static str,
+    pub status: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+/// How many of the known gateway replicas serve a generation at least `needed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rollout {
+    pub serving: usize,
+    pub known: usize,
+    pub needed: u64,
+}
+
+pub fn programmed(verdict: &Verdict, rollout: Option<Rollout>) -> Desired {
+    let Some(r) = rollout.filter(|_| verdict.accepted) else {
+        return Desired {
+            type_: "Programmed",
+            status: "False",
+            reason: "NotAccepted".into(),
+            message: "not in the snapshot".into(),
+        };
+    };
+    let message = format!(
+        "{}/{} gateway replicas serve generation {}",
+        r.serving, r.known, r.needed
+    );
+    let (status, reason) = match (r.known, r.serving == r.known) {
+        (0, _) => ("False", "NoReplicas"),
+        (_, true) => ("True", "Programmed"),
+        (_, false) => ("False", "Pending"),
+    };
+    Desired {
+        type_: "Programmed",
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
+pub fn accepted(verdict: &Verdict) -> Desired {
+    Desired {
+        type_: "Accepted",
+        status: if verdict.accepted { "True" } else { "False" },
+        reason: verdict.reason.into(),
+        message: verdict.message.clone(),
+    }
+}
+
+/// What the readiness probe found for a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Listed with the gateway's credential.
+    Listed { tools: usize, at: Timestamp },
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+    /// The catalog depends on each caller's credential: nothing to probe as the gateway.
+    DependsOnCaller,
+}
+
+pub fn ready(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
+    let (status, reason, message) = match (verdict.accepted, probe) {
+        (false, _) => ("False", "NotAccepted", "not in the snapshot".to_string()),
+        (true, None) => (
+            "Unknown",
+            "Probing",
+            "the upstream has not been probed yet".to_string(),
+        ),
+        (true, Some(Probe::Listed { tools, .. })) => (
+            "True",
+            "UpstreamReady",
+            format!("the upstream listed {tools} tools with the gateway's credential"),
+        ),
+        (true, Some(Probe::Failed { reason, message })) => ("False", *reason, message.clone()),
+        (true, Some(Probe::DependsOnCaller)) => (
+            "Unknown",
+            "DependsOnCaller",
+            "the upstream uses each caller's own credential; readiness depends on the caller"
+                .to_string(),
+        ),
+    };
+    Desired {
+        type_: "Ready",
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// Turns decisions into conditions, keeping `lastTransitionTime` where the status is unchanged.
+fn conditions(
+    desired: &[Desired],
+    current: &[Condition],
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    desired
+        .iter()
+        .map(|d| {
+            let previous = current.iter().find(|c| c.type_ == d.type_);
+            let since = previous
+                .filter(|c| c.status == d.status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| Time(Timestamp::now()));
+            Condition {
+                type_: d.type_.into(),
+                status: d.status.into(),
+                reason: d.reason.clone(),
+                message: d.message.clone(),
+                last_transition_time: since,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+/// Whether the conditions say something other than `current` (timestamps aside).
+fn differs(desired: &[Condition], current: &[Condition]) -> bool {
+    let key = |c: &Condition| {
+        (
+            c.type_.clone(),
+            c.status.clone(),
+            c.reason.clone(),
+            c.message.clone(),
+            c.observed_generation,
+        )
+    };
+    let a: Vec<_> = desired.iter().map(key).collect();
+    let b: Vec<_> = current.iter().map(key).collect();
+    a != b
+}
+
+/// Writes a server's status if it changed; publishes events for transitions.
+pub async fn write_server(
+    client: &kube::Client,
+    recorder: &Recorder,
+    server: &McpServer,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error> {
+    let current = server
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let generation = server.metadata.generation;
+    let wanted = conditions(desired, &current, generation);
+    let status = server.status.clone().unwrap_or_default();
+    let current_fields = serde_json::to_value(&status).unwrap_or_default();
+    let fields_changed = fields
+        .iter()
+        .any(|(k, v)| current_fields.get(*k) != Some(v))
+        || status.observed_generation != generation;
+    if !differs(&wanted, &current) && !fields_changed {
+        return Ok(false);
+    }
+    let mut body = json!({ "observedGeneration": generation, "conditions": wanted });
+    for (k, v) in fields {
+        body[k] = v;
+    }
+    let api: Api<McpServer> =
+        Api::namespaced(client.clone(), &server.namespace().unwrap_or_default());
+    let patch =
+        json!({ "apiVersion": "switchboard.dev/v1alpha1", "kind": "McpServer", "status": body });
+    api.patch_status(
+        &server.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    announce(recorder, server, &wanted, &current).await;
+    Ok(true)
+}
+
+pub async fn write_key(
+    client: &kube::Client,
+    recorder: &Recorder,
+    key: &McpKey,
+    outcome: &KeyOutcome,
+    desired: &[Desired],
+) -> Result<bool, kube::Error> {
+    let status = key.status.clone().unwrap_or_default();
+    let generation = key.metadata.generation;
+    let wanted = conditions(desired, &status.conditions, generation);
+    let unchanged = !differs(&wanted, &status.conditions)
+        && status.fingerprint == outcome.fingerprint
+        && status.secret_name.as_deref() == Some(key.spec.secret_name.as_str())
+        && status.observed_generation == generation;
+    if unchanged {
+        return Ok(false);
+    }
+    let api: Api<McpKey> = Api::namespaced(client.clone(), &key.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "switchboard.dev/v1alpha1",
+        "kind": "McpKey",
+        "status": {
+            "observedGeneration": generation,
+            "fingerprint": outcome.fingerprint,
+            "secretName": key.spec.secret_name,
+            "conditions": wanted,
+        }
+    });
+    api.patch_status(
+        &key.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    announce(recorder, key, &wanted, &status.conditions).await;
+    Ok(true)
+}
+
+/// One event per condition whose status changed (not per write).
+async fn announce<K>(recorder: &Recorder, object: &K, wanted: &[Condition], current: &[Condition])
+where
+    K: Resource<DynamicType = ()>,
+{
+    for c in wanted {
+        let before = current
+            .iter()
+            .find(|p| p.type_ == c.type_)
+            .map(|p| p.status.as_str());
+        if before == Some(c.status.as_str()) || (before.is_none() && c.status == "Unknown") {
+            continue;
+        }
+        let event = Event {
+            type_: if c.status == "False" {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: format!(
+                "{}{}",
+                c.type_,
+                if c.status == "True" {
+                    ""
+                } else {
+                    c.status.as_str()
+                }
+            ),
+            note: Some(c.message.chars().take(1000).collect()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!(error = %e, "could not publish an event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepted_verdict() -> Verdict {
+        Verdict {
+            accepted: true,
+            reason: "Accepted",
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn programmed_counts_replicas() {
+        let v = accepted_verdict();
+        let all = programmed(
+            &v,
+            Some(Rollout {
+                serving: 2,
+                known: 2,
+                needed: 7,
+            }),
+        );
+        assert_eq!(
+            (all.status, all.message.as_str()),
+            ("True", "2/2 gateway replicas serve generation 7")
+        );
+        let one = programmed(
+            &v,
+            Some(Rollout {
+                serving: 1,
+                known: 2,
+                needed: 7,
+            }),
+        );
+        assert_eq!((one.status, one.reason.as_str()), ("False", "Pending"));
+        assert_eq!(
+            programmed(
+                &v,
+                Some(Rollout {
+                    serving: 0,
+                    known: 0,
+                    needed: 7
+                })
+            )
+            .reason,
+            "NoReplicas"
+        );
+    }
+
+    #[test]
+    fn ready_says_why() {
+        let v = accepted_verdict();
+        assert_eq!(
+            ready(
+                &v,
+                Some(&Probe::Listed {
+                    tools: 3,
+                    at: Timestamp::now()
+                })
+            )
+            .status,
+            "True"
+        );
+        let failed = ready(
+            &v,
+            Some(&Probe::Failed {
+                reason: "UpstreamTimeout",
+                message: "x".into(),
+            }),
+        );
+        assert_eq!(
+            (failed.status, failed.reason.as_str()),
+            ("False", "UpstreamTimeout")
+        );
+        assert_eq!(
+            ready(&v, Some(&Probe::DependsOnCaller)).reason,
+            "DependsOnCaller"
+        );
+        let rejected = Verdict {
+            accepted: false,
+            reason: "SecretNotFound",
+            message: String::new(),
+        };
+        assert_eq!(ready(&rejected, None).status, "False");
+    }
+
+    #[test]
+    fn transition_time_is_kept_while_status_holds() {
+        let earlier = Time(Timestamp::from_second(1_000).unwrap());
+        let current = vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "UpstreamReady".into(),
+            message: "old".into(),
+            last_transition_time: earlier.clone(),
+            observed_generation: Some(1),
+        }];
+        let same = Desired {
+            type_: "Ready",
+            status: "True",
+            reason: "UpstreamReady".into(),
+            message: "new".into(),
+        };
+        assert_eq!(
+            conditions(&[same], &current, Some(1))[0].last_transition_time,
+            earlier
+        );
+        let flipped = Desired {
+            type_: "Ready",
+            status: "False",
+            reason: "UpstreamTimeout".into(),
+            message: "m".into(),
+        };
+        assert_ne!(
+            conditions(&[flipped], &current, Some(1))[0].last_transition_time,
+            earlier
+        );
+    }
+}
