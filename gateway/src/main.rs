@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use switchboard_gateway::operator_source::OperatorSource;
-use switchboard_gateway::{config_file, http, state::Gateway};
+use switchboard_gateway::state::{Gateway, LocalSettings};
+use switchboard_gateway::{config_file, http};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -42,6 +43,13 @@ struct Args {
     /// This replica's name, as the operator reports it (default: $POD_NAME, else the host name).
     #[arg(long, env = "POD_NAME")]
     replica: Option<String>,
+    /// Host names accepted besides loopback and the snapshot's (this deployment's Service
+    /// names), comma-separated.
+    #[arg(long, env = "SWITCHBOARD_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+    /// This deployment's external URL (overrides the snapshot's `gateway.publicUrl`).
+    #[arg(long, env = "SWITCHBOARD_PUBLIC_URL")]
+    public_url: Option<String>,
     /// Address to listen on.
     #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -65,7 +73,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let gw = Arc::new(Gateway::new());
+    let gw = Arc::new(Gateway::with_local_settings(LocalSettings {
+        allowed_hosts: args.allowed_hosts.clone(),
+        public_url: args.public_url.clone().filter(|u| !u.is_empty()),
+    }));
     // Registered before the first load, so a SIGHUP at any time reloads rather than kills.
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     match (&args.config, args.operator.is_empty()) {

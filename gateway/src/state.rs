@@ -32,6 +32,16 @@ pub struct Gateway {
     pub metrics: Metrics,
     pub tokens: Tokens,
     pub protected_resources: ProtectedResources,
+    /// Settings of this deployment rather than of the snapshot (its Service names, its public
+    /// URL), merged into every table applied.
+    local: LocalSettings,
+}
+
+/// Per-deployment settings given on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct LocalSettings {
+    pub allowed_hosts: Vec<String>,
+    pub public_url: Option<String>,
 }
 
 impl Gateway {
@@ -47,6 +57,7 @@ impl Gateway {
             metrics: Metrics::default(),
             tokens: Tokens::default(),
             protected_resources: ProtectedResources::default(),
+            local: LocalSettings::default(),
         }
     }
 
@@ -60,7 +71,22 @@ impl Gateway {
 
     /// Swaps in a new table. In-flight requests keep the table they started with; caches
     /// forget servers that left or changed.
-    pub fn apply(&self, table: RoutingTable) {
+    /// A gateway whose deployment adds `local` to every snapshot's settings.
+    pub fn with_local_settings(local: LocalSettings) -> Gateway {
+        Gateway {
+            local,
+            ..Gateway::new()
+        }
+    }
+
+    pub fn apply(&self, mut table: RoutingTable) {
+        let settings = &mut table.settings;
+        settings
+            .allowed_hosts
+            .extend(self.local.allowed_hosts.iter().cloned());
+        if self.local.public_url.is_some() {
+            settings.public_url = self.local.public_url.clone();
+        }
         let live: std::collections::HashMap<String, u64> = table
             .servers
             .iter()

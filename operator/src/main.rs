@@ -57,7 +57,7 @@ struct Args {
     /// The gateways' external URL (for OAuth metadata they serve).
     #[arg(long)]
     gateway_public_url: Option<String>,
-    #[arg(long, default_value = "text")]
+    #[arg(long, env = "SWITCHBOARD_LOG_FORMAT", default_value = "text")]
     log_format: String,
 }
 
@@ -162,14 +162,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 type HealthState = (Arc<Metrics>, watch::Receiver<bool>);
 
-/// Ready only on the lease holder, so a Service in front of the operators routes replicas to
-/// the one that serves snapshots.
+/// Ready on every replica: a standby must not stall rollouts or block drains. Gateways find
+/// the lease holder by retrying (a standby answers the stream with 503).
 async fn readyz(State((_, leader)): State<HealthState>) -> impl IntoResponse {
-    if *leader.borrow() {
-        (StatusCode::OK, "leader")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "standby")
-    }
+    (
+        StatusCode::OK,
+        if *leader.borrow() {
+            "leader"
+        } else {
+            "standby"
+        },
+    )
 }
 
 async fn render_metrics(State((metrics, _)): State<HealthState>) -> impl IntoResponse {

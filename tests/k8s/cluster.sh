@@ -40,7 +40,8 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {
   local p i taken=" ${*:-} "
   for i in $(seq 1 200); do
-    p=$(( 20000 + RANDOM % 40000 ))
+    # Below the kernel's ephemeral range (32768+), so an outgoing connection never holds it.
+    p=$(( 20000 + RANDOM % 12000 ))
     [[ "$taken" == *" $p "* ]] && continue
     port_free "$p" && { echo "$p"; return 0; }
   done

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# The Helm chart (charts/switchboard) against a real kube-apiserver.
+#
+#   tests/run-all.sh 40-helm-chart        (or: bash tests/suites.d/40-helm-chart.sh)
+#
+# 1. The chart's crds/ holds exactly the files of the top-level crds/*.yaml, byte for byte.
+# 2. `helm lint --strict` passes with no findings (default values and with autoscaling on);
+#    rendering checks (names, overrides, image tags, the values that must fail).
+# 3. A loopback etcd + kube-apiserver (tests/k8s/cluster.sh, stopped on exit): `helm template
+#    --include-crds` output is applied server-side, and the stored objects are checked field by
+#    field: Deployments, Services, PDBs, HPA, ServiceAccounts, RBAC. RBAC is checked by
+#    impersonating the ServiceAccounts (what the operator may and may not do, and that the gateway
+#    may do nothing), including a real Lease and a real TokenReview of a gateway token.
+# 4. `helm install`, `helm upgrade`, `helm uninstall` of a second release.
+# There is no kubelet: pods never run; the objects only have to be accepted and be right.
+#
+# Ends with "N passed, N failed"; exits non-zero if anything failed.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+chart=charts/switchboard
+
+passed=0 failed=0
+ok() { passed=$((passed + 1)); echo "ok   - $1"; }
+bad() { # name [detail...]
+  failed=$((failed + 1)); echo "FAIL - $1"
+  shift; if (($# > 0)); then printf '%s\n' "$@" | sed 's/^/       /'; fi
+}
+check() { # name cmd...: the command succeeds
+  local name=$1 out; shift
+  if out=$("$@" 2>&1); then ok "$name"; else bad "$name" "$out"; fi
+}
+check_fails() { # name pattern cmd...: the command fails and its output matches pattern
+  local name=$1 pattern=$2 out; shift 2
+  if out=$("$@" 2>&1); then
+    bad "$name" "expected a failure, got success" "$out"
+  elif grep -qE -- "$pattern" <<<"$out"; then ok "$name"
+  else bad "$name" "failed, but the output lacks /$pattern/:" "$out"; fi
+}
+expect() { # name expected cmd...: the command's output equals expected
+  local name=$1 want=$2 got; shift 2
+  if got=$("$@" 2>&1) && [[ "$got" == "$want" ]]; then ok "$name"
+  else bad "$name" "want: $want" "got:  $got"; fi
+}
+
+# ---- 1. CRDs in the chart == crds/*.yaml ------------------------------------------------------
+crds_in_sync() {
+  local f rc=0 want got
+  want=$(cd crds && ls -1 -- *.yaml)
+  got=$(cd "$chart/crds" && ls -1A)
+  if [[ "$want" != "$got" ]]; then
+    echo "files differ: crds/*.yaml = [$(echo $want)], $chart/crds/ = [$(echo $got)]"; rc=1
+  fi
+  for f in $want; do
+    if ! cmp -s "crds/$f" "$chart/crds/$f"; then echo "$chart/crds/$f differs from crds/$f"; rc=1; fi
+  done
+  if ((rc)); then
+    echo "sync them: rm -f $chart/crds/*.yaml && cp crds/*.yaml $chart/crds/"
+  fi
+  return $rc
+}
+check "chart crds/ == top-level crds/*.yaml" crds_in_sync
+
+# ---- binaries --------------------------------------------------------------------------------
+tests/k8s/build-binaries.sh >&2
+bin="$(tests/k8s/build-binaries.sh --bin-dir)"
+export PATH="$bin:$PATH"
+echo "# helm $(helm version --short), kubectl from $bin"
+
+# ---- 2. lint and rendering -------------------------------------------------------------------
+lint_clean() { # helm lint --strict, and no [INFO]/[WARNING]/[ERROR] findings at all
+  local out
+  out=$(helm lint --strict "$chart" "$@" 2>&1) || { echo "$out"; return 1; }
+  if grep -E '\[(INFO|WARNING|ERROR)\]' <<<"$out"; then return 1; fi
+}
+check "helm lint --strict (defaults)" lint_clean
+check "helm lint --strict (autoscaling on)" lint_clean --set gateway.autoscaling.enabled=true
+check "helm lint --strict (all optional knobs)" lint_clean \
+  --set gateway.publicUrl=https://mcp.example.com --set 'gateway.allowedHosts={mcp.internal}' \
+  --set gateway.podDisruptionBudget.maxUnavailable=1 --set operator.podDisruptionBudget.enabled=false \
+  --set 'gateway.extraArgs={--foo}' --set 'imagePullSecrets[0].name=regcred' \
+  --set gateway.autoscaling.enabled=true --set gateway.autoscaling.targetMemoryUtilizationPercentage=70
+
+render() { helm template "$@" "$chart"; }
+names() { # kind/name of every rendered object, sorted
+  render "$@" | awk '/^kind: /{k=$2} /^  name: /{if (k) {print k "/" $2; k=""}}' | sort
+}
+expect "release 'switchboard': object names" \
+"ClusterRole/switchboard-operator
+ClusterRoleBinding/switchboard-operator
+Deployment/switchboard-gateway
+Deployment/switchboard-operator
+PodDisruptionBudget/switchboard-gateway
+PodDisruptionBudget/switchboard-operator
+Role/switchboard-operator
+RoleBinding/switchboard-operator
+Service/switchboard-gateway
+Service/switchboard-operator
+ServiceAccount/switchboard-gateway
+ServiceAccount/switchboard-operator" \
+  names switchboard -n sb
+gateway_deploy() { names "$@" | grep '^Deployment/.*gateway'; }
+expect "release 'edge': names get the chart name" "Deployment/edge-switchboard-gateway" gateway_deploy edge -n sb
+expect "fullnameOverride" "Deployment/mcp-gateway" gateway_deploy edge -n sb --set fullnameOverride=mcp
+expect "nameOverride" "Deployment/edge-sw-gateway" gateway_deploy edge -n sb --set nameOverride=sw
+check "no HPA by default" bash -c "! helm template sb $chart | grep -q '^kind: HorizontalPodAutoscaler'"
+check "HPA on: Deployment leaves replicas to it" bash -c "
+  out=\$(helm template sb $chart --set gateway.autoscaling.enabled=true)
+  grep -q '^kind: HorizontalPodAutoscaler' <<<\"\$out\" &&
+  ! helm template sb $chart --set gateway.autoscaling.enabled=true -s templates/gateway-deployment.yaml | grep -q '^  replicas:'"
+app_version=$(awk '/^appVersion:/{gsub(/"/, "", $2); print $2}' "$chart/Chart.yaml")
+check "image tag defaults to appVersion ($app_version)" bash -c "
+  helm template sb $chart | grep -qx '          image: \"ghcr.io/switchboard-dev/switchboard-operator:$app_version\"' &&
+  helm template sb $chart | grep -qx '          image: \"ghcr.io/switchboard-dev/switchboard-gateway:$app_version\"'"
+check "image tag override" bash -c "
+  helm template sb $chart --set operator.image.tag=dev1 --set gateway.image.tag=dev2 | grep -c ':dev[12]\"' | grep -qx 2"
+check "publicUrl host and allowedHosts join the Service names" bash -c "
+  helm template sb $chart -n ns --set gateway.publicUrl=https://mcp.example.com:8443/x --set 'gateway.allowedHosts={mcp.internal}' |
+  grep -qF 'value: \"sb-switchboard-gateway,sb-switchboard-gateway.ns,sb-switchboard-gateway.ns.svc,sb-switchboard-gateway.ns.svc.cluster.local,mcp.example.com:8443,mcp.internal\"'"
+check_fails "autoscaling without any target is refused" "needs targetCPUUtilizationPercentage" \
+  helm template sb "$chart" --set gateway.autoscaling.enabled=true --set gateway.autoscaling.targetCPUUtilizationPercentage=0
+check_fails "an existing gateway SA must be named" "gateway.serviceAccount.name is required" \
+  helm template sb "$chart" --set gateway.serviceAccount.create=false
+check_fails "kubeVersion < 1.35 is refused" "incompatible with Kubernetes" \
+  helm template sb "$chart" --kube-version 1.34.0
+
+# ---- 3. a real kube-apiserver ----------------------------------------------------------------
+dir=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-helm.XXXXXX")
+cleanup() { tests/k8s/cluster.sh stop "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"; }
+trap cleanup EXIT
+# cluster.sh picks random free ports; another process can take one before etcd binds it (the
+# range overlaps the kernel's ephemeral ports), so a failed start is retried on new ports.
+for attempt in 1 2 3; do
+  if tests/k8s/cluster.sh start "$dir"; then break; fi
+  tests/k8s/cluster.sh stop "$dir" >/dev/null 2>&1 || true
+  if ((attempt == 3)); then bad "start the loopback cluster (3 attempts)"; echo "$passed passed, $failed failed"; exit 1; fi
+  echo "# cluster start failed (attempt $attempt); retrying on new ports" >&2
+  mkdir -p "$dir"
+done
+eval "$(tests/k8s/cluster.sh env "$dir")"
+export PATH="$bin:$PATH"
+
+ns=switchboard-system rel=switchboard
+op=switchboard-operator gw=switchboard-gateway
+check "create the release namespace" kubectl create namespace "$ns"
+helm template "$rel" "$chart" --namespace "$ns" --include-crds >"$dir/rendered.yaml"
+check "kubectl apply --server-side of helm template --include-crds" \
+  kubectl apply --server-side --field-manager=helm-template -f "$dir/rendered.yaml"
+check "re-apply is a no-op without conflicts" \
+  kubectl apply --server-side --field-manager=helm-template -f "$dir/rendered.yaml"
+check "CRDs Established" kubectl wait --for=condition=Established --timeout=30s \
+  crd/mcpservers.switchboard.dev crd/mcpkeys.switchboard.dev
+check "CRDs served (kubectl get mcpservers,mcpkeys -A)" kubectl get mcpservers,mcpkeys -A
+check "objects exist" kubectl -n "$ns" get \
+  "deploy/$op" "deploy/$gw" "svc/$op" "svc/$gw" "pdb/$op" "pdb/$gw" "sa/$op" "sa/$gw" \
+  "role/$op" "rolebinding/$op" "clusterrole/$op" "clusterrolebinding/$op"
+
+jp() { kubectl -n "$ns" get "$1" -o "jsonpath=$2"; }
+# operator
+expect "operator: 2 replicas" 2 jp "deploy/$op" '{.spec.replicas}'
+expect "operator: command" switchboard-operator jp "deploy/$op" '{.spec.template.spec.containers[0].command[0]}'
+expect "operator: args" \
+  "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op" \
+  jp "deploy/$op" '{.spec.template.spec.containers[0].args[*]}'
+expect "operator: POD_NAME, POD_NAMESPACE from the downward API" "POD_NAME=metadata.name,POD_NAMESPACE=metadata.namespace," \
+  jp "deploy/$op" '{range .spec.template.spec.containers[0].env[?(@.valueFrom.fieldRef)]}{.name}={.valueFrom.fieldRef.fieldPath},{end}'
+expect "operator: probes on 9091" "/healthz metrics /readyz metrics 9091" \
+  jp "deploy/$op" '{.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.port} {.spec.template.spec.containers[0].ports[?(@.name=="metrics")].containerPort}'
+expect "operator: serviceAccountName" "$op" jp "deploy/$op" '{.spec.template.spec.serviceAccountName}'
+expect "operator: resources set" "50m 64Mi 256Mi" \
+  jp "deploy/$op" '{.spec.template.spec.containers[0].resources.requests.cpu} {.spec.template.spec.containers[0].resources.requests.memory} {.spec.template.spec.containers[0].resources.limits.memory}'
+expect "operator Service: 9090 'snapshot'" "snapshot 9090 snapshot" \
+  jp "svc/$op" '{.spec.ports[0].name} {.spec.ports[0].port} {.spec.ports[0].targetPort}'
+expect "operator Service selects the operator pods" \
+  "$(jp "deploy/$op" '{.spec.template.metadata.labels}')" jp "svc/$op" '{.spec.selector}'
+# gateway
+expect "gateway: 2 replicas" 2 jp "deploy/$gw" '{.spec.replicas}'
+expect "gateway: command" switchboard-gateway jp "deploy/$gw" '{.spec.template.spec.containers[0].command[0]}'
+expect "gateway: args" \
+  "--listen 0.0.0.0:8080 --operator http://$op.$ns.svc:9090 --token-file /var/run/secrets/switchboard/token --config /etc/switchboard/snapshot/snapshot.yaml" \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].args[*]}'
+expect "gateway: POD_NAME from the downward API" "metadata.name" \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAME")].valueFrom.fieldRef.fieldPath}'
+expect "gateway: own SA, automountServiceAccountToken false" "$gw false" \
+  jp "deploy/$gw" '{.spec.template.spec.serviceAccountName} {.spec.template.spec.automountServiceAccountToken}'
+expect "gateway: projected token (audience, expiry) at /var/run/secrets/switchboard" \
+  "switchboard-operator 3600 token /var/run/secrets/switchboard" \
+  jp "deploy/$gw" '{.spec.template.spec.volumes[?(@.name=="operator-token")].projected.sources[0].serviceAccountToken.audience} {.spec.template.spec.volumes[?(@.name=="operator-token")].projected.sources[0].serviceAccountToken.expirationSeconds} {.spec.template.spec.volumes[?(@.name=="operator-token")].projected.sources[0].serviceAccountToken.path} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="operator-token")].mountPath}'
+expect "gateway: snapshot Secret (optional) at /etc/switchboard/snapshot/snapshot.yaml" \
+  "$rel-snapshot true snapshot.yaml /etc/switchboard/snapshot" \
+  jp "deploy/$gw" '{.spec.template.spec.volumes[?(@.name=="snapshot")].secret.secretName} {.spec.template.spec.volumes[?(@.name=="snapshot")].secret.optional} {.spec.template.spec.volumes[?(@.name=="snapshot")].secret.items[0].path} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="snapshot")].mountPath}'
+expect "gateway: probes on 8080" "/healthz http /readyz http 8080" \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.port} {.spec.template.spec.containers[0].ports[?(@.name=="http")].containerPort}'
+expect "gateway: allowed hosts include the Service DNS names" \
+  "$gw,$gw.$ns,$gw.$ns.svc,$gw.$ns.svc.cluster.local" \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].env[?(@.name=="SWITCHBOARD_ALLOWED_HOSTS")].value}'
+expect "gateway Service: 80 -> http(8080)" "http 80 http" \
+  jp "svc/$gw" '{.spec.ports[0].name} {.spec.ports[0].port} {.spec.ports[0].targetPort}'
+expect "gateway Service selects the gateway pods" \
+  "$(jp "deploy/$gw" '{.spec.template.metadata.labels}')" jp "svc/$gw" '{.spec.selector}'
+expect "gateway PDB: minAvailable 1, selects the gateway pods" \
+  "1 $(jp "deploy/$gw" '{.spec.template.metadata.labels}')" jp "pdb/$gw" '{.spec.minAvailable} {.spec.selector.matchLabels}'
+check "gateway: no HPA by default" bash -c "[ -z \"\$(kubectl -n $ns get hpa -o name)\" ]"
+# security context, both
+for d in "$op" "$gw"; do
+  expect "$d: securityContext (non-root, ro rootfs, no escalation, drop ALL, seccomp)" \
+    "true true false ALL RuntimeDefault RuntimeDefault" \
+    jp "deploy/$d" '{.spec.template.spec.securityContext.runAsNonRoot} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation} {.spec.template.spec.containers[0].securityContext.capabilities.drop[*]} {.spec.template.spec.securityContext.seccompProfile.type} {.spec.template.spec.containers[0].securityContext.seccompProfile.type}'
+done
+
+# RBAC, by impersonation
+as_op="system:serviceaccount:$ns:$op" as_gw="system:serviceaccount:$ns:$gw"
+can() { # yes|no SUBJECT can-i-args...
+  local want=$1 who=$2 got; shift 2
+  got=$(kubectl auth can-i "$@" --as="$who" 2>/dev/null) || true
+  [[ "$got" == "$want" ]] || { echo "kubectl auth can-i $* --as=$who: $got (want $want)"; return 1; }
+}
+rbac_operator() {
+  local rc=0
+  can yes "$as_op" get mcpservers.switchboard.dev -A || rc=1
+  can yes "$as_op" list mcpservers.switchboard.dev -A || rc=1
+  can yes "$as_op" watch mcpkeys.switchboard.dev -A || rc=1
+  can yes "$as_op" patch mcpservers.switchboard.dev --subresource=status -n default || rc=1
+  can yes "$as_op" update mcpkeys.switchboard.dev --subresource=status -n default || rc=1
+  can yes "$as_op" create secrets -n default || rc=1
+  can yes "$as_op" patch secrets -n "$ns" || rc=1
+  can yes "$as_op" watch secrets -A || rc=1
+  can yes "$as_op" create events -n default || rc=1
+  can yes "$as_op" patch events.events.k8s.io -n default || rc=1
+  can yes "$as_op" create tokenreviews.authentication.k8s.io || rc=1
+  can yes "$as_op" create leases.coordination.k8s.io -n "$ns" || rc=1
+  can yes "$as_op" update leases.coordination.k8s.io -n "$ns" || rc=1
+  return $rc
+}
+rbac_operator_not() {
+  local rc=0
+  can no "$as_op" create mcpservers.switchboard.dev -n default || rc=1
+  can no "$as_op" update mcpservers.switchboard.dev -n default || rc=1
+  can no "$as_op" delete mcpkeys.switchboard.dev -n default || rc=1
+  can no "$as_op" delete secrets -n default || rc=1
+  can no "$as_op" create leases.coordination.k8s.io -n default || rc=1
+  can no "$as_op" list pods -A || rc=1
+  can no "$as_op" create serviceaccounts/token -n "$ns" || rc=1
+  can no "$as_op" create subjectaccessreviews.authorization.k8s.io || rc=1
+  can no "$as_op" '*' '*' -A || rc=1
+  return $rc
+}
+rbac_gateway_nothing() {
+  local rc=0 verb res
+  for res in secrets configmaps pods leases.coordination.k8s.io mcpservers.switchboard.dev mcpkeys.switchboard.dev; do
+    for verb in get list watch; do can no "$as_gw" "$verb" "$res" -n "$ns" || rc=1; done
+  done
+  can no "$as_gw" create tokenreviews.authentication.k8s.io || rc=1
+  can no "$as_gw" create events -n "$ns" || rc=1
+  return $rc
+}
+check "RBAC: operator may do what it needs" rbac_operator
+check "RBAC: operator may do nothing more" rbac_operator_not
+check "RBAC: gateway may read and write nothing" rbac_gateway_nothing
+check "RBAC: no binding names the gateway ServiceAccount" bash -c "
+  ! kubectl get clusterrolebindings,rolebindings -A \
+      -o jsonpath='{range .items[*]}{range .subjects[*]}{.namespace}/{.name}{\"\\n\"}{end}{end}' | grep -qx '$ns/$gw'"
+
+# What the operator does at run time, done as the operator's ServiceAccount.
+lease_as_operator() {
+  kubectl --as="$as_op" -n "$ns" create -f - <<EOF >/dev/null || return 1
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: $op}
+spec: {holderIdentity: $op-test-0, leaseDurationSeconds: 15}
+EOF
+  kubectl --as="$as_op" -n "$ns" patch lease "$op" --type=merge -p '{"spec":{"holderIdentity":"'"$op"'-test-1"}}' >/dev/null || return 1
+  [[ "$(kubectl --as="$as_op" -n "$ns" get lease "$op" -o 'jsonpath={.spec.holderIdentity}')" == "$op-test-1" ]]
+}
+check "operator SA creates and takes over its Lease in $ns" lease_as_operator
+check "Lease exists" kubectl -n "$ns" get "lease/$op"
+tokenreview_as_operator() {
+  local tok out
+  tok=$(kubectl -n "$ns" create token "$gw" --audience switchboard-operator --duration 10m) || return 1
+  out=$(kubectl --as="$as_op" create --validate=false -o 'jsonpath={.status.authenticated} {.status.user.username} {.status.audiences[*]}' -f - <<EOF
+apiVersion: authentication.k8s.io/v1
+kind: TokenReview
+spec: {token: $tok, audiences: [switchboard-operator]}
+EOF
+  ) || return 1
+  [[ "$out" == "true $as_gw switchboard-operator" ]] || { echo "TokenReview: $out"; return 1; }
+}
+check "operator SA reviews a gateway token (audience switchboard-operator)" tokenreview_as_operator
+snapshot_secret_as_operator() {
+  kubectl --as="$as_op" -n "$ns" create secret generic "$rel-snapshot" --from-literal=snapshot.yaml='version: 1' >/dev/null &&
+  kubectl --as="$as_op" -n "$ns" get secret "$rel-snapshot" -o name >/dev/null &&
+  ! kubectl --as="$as_op" -n "$ns" delete secret "$rel-snapshot" >/dev/null 2>&1
+}
+check "operator SA writes the snapshot Secret, cannot delete it" snapshot_secret_as_operator
+check_fails "gateway SA cannot read the snapshot Secret" "forbidden" \
+  kubectl --as="$as_gw" -n "$ns" get secret "$rel-snapshot"
+
+# Autoscaling on, second release in its own namespace.
+ns2=edge-system
+check "create namespace $ns2" kubectl create namespace "$ns2"
+helm template edge "$chart" --namespace "$ns2" --include-crds --set gateway.autoscaling.enabled=true \
+  --set gateway.autoscaling.targetMemoryUtilizationPercentage=75 >"$dir/rendered-hpa.yaml"
+check "autoscaling on: kubectl apply --server-side accepted" \
+  kubectl apply --server-side --field-manager=helm-template -f "$dir/rendered-hpa.yaml"
+expect "HPA: autoscaling/v2, targets the gateway Deployment, 2..10, cpu 80% mem 75%" \
+  "Deployment edge-switchboard-gateway 2 10 cpu=80,memory=75," \
+  kubectl -n "$ns2" get hpa.v2.autoscaling edge-switchboard-gateway \
+  -o 'jsonpath={.spec.scaleTargetRef.kind} {.spec.scaleTargetRef.name} {.spec.minReplicas} {.spec.maxReplicas} {range .spec.metrics[*]}{.resource.name}={.resource.target.averageUtilization},{end}'
+check "autoscaling on: gateway Deployment/Service/PDB exist" \
+  kubectl -n "$ns2" get deploy/edge-switchboard-gateway svc/edge-switchboard-gateway pdb/edge-switchboard-gateway
+check "autoscaling on: operator args name this release" bash -c "
+  kubectl -n $ns2 get deploy/edge-switchboard-operator -o 'jsonpath={.spec.template.spec.containers[0].args[*]}' |
+  grep -qF -- '--gateway-service-account $ns2:edge-switchboard-gateway --snapshot-secret edge-switchboard-snapshot --lease-name edge-switchboard-operator'"
+
+# The longest release name Helm allows (53 characters): every name is valid.
+long=$(printf 'r%.0s' {1..53})
+check "53-character release name: server dry-run accepts every object" bash -c "
+  helm template $long $chart --namespace $ns | kubectl apply --server-side --dry-run=server --field-manager=helm-template -f -"
+
+# ---- 4. helm install / upgrade / uninstall ---------------------------------------------------
+ns3=helm-install
+check "helm install (CRDs already present; no --wait: nothing runs)" \
+  helm install hi "$chart" --namespace "$ns3" --create-namespace --timeout 60s
+release_status() { helm status "$@" | sed -n 's/^STATUS: //p'; }
+expect "helm status: deployed" deployed release_status hi -n "$ns3"
+check "helm upgrade (gateway.replicas=3)" helm upgrade hi "$chart" --namespace "$ns3" --set gateway.replicas=3 --timeout 60s
+expect "upgrade applied" 3 kubectl -n "$ns3" get deploy/hi-switchboard-gateway -o 'jsonpath={.spec.replicas}'
+check "helm upgrade to autoscaling (HPA created)" bash -c "
+  helm upgrade hi $chart --namespace $ns3 --set gateway.autoscaling.enabled=true --timeout 60s >/dev/null &&
+  kubectl -n $ns3 get hpa/hi-switchboard-gateway"
+check "helm uninstall removes the objects, keeps the CRDs" bash -c "
+  helm uninstall hi --namespace $ns3 --timeout 60s >/dev/null &&
+  kubectl -n $ns3 wait --for=delete deploy/hi-switchboard-gateway deploy/hi-switchboard-operator --timeout=30s &&
+  ! kubectl get clusterrole hi-switchboard-operator >/dev/null 2>&1 &&
+  kubectl get crd mcpservers.switchboard.dev >/dev/null"
+
+echo "$passed passed, $failed failed"
+((failed == 0))
