@@ -245,7 +245,7 @@ impl Controller {
             let mut fields = BTreeMap::from([("prefix", serde_json::json!(prefix))]);
             if let Some(status::Probe::Listed { tools, at }) = &probe {
                 fields.insert("toolCount", serde_json::json!(tools));
-                fields.insert("lastListed", serde_json::json!(at.to_string()));
+                fields.insert("lastListed", serde_json::json!(last_listed(server, *tools, *at)));
             }
             status::write_server(&self.client, recorder, server, &desired, fields).await?;
         }
@@ -368,6 +368,22 @@ struct LoopState {
     included: Included,
     was_leader: bool,
     new_session_key: Option<String>,
+}
+
+/// `lastListed` moves on only when the count changed or the recorded time is a minute old:
+/// a probe every few seconds must not turn into a status write every few seconds.
+fn last_listed(server: &McpServer, tools: usize, at: k8s_openapi::jiff::Timestamp) -> String {
+    let status = server.status.as_ref();
+    let recorded = status.and_then(|s| s.last_listed.clone());
+    let same_count = status.and_then(|s| s.tool_count) == Some(tools as i64);
+    let fresh = recorded
+        .as_deref()
+        .and_then(|r| r.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .is_some_and(|r| at.as_second() - r.as_second() < 60);
+    match recorded {
+        Some(r) if same_count && fresh => r,
+        _ => at.to_string(),
+    }
 }
 
 fn hash(bytes: &[u8]) -> [u8; 32] {
