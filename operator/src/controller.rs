@@ -161,6 +161,8 @@ impl Controller {
                 .generation
                 .max(self.stored_generation(&secret_objects));
             state.published_hash = None;
+            // Generations numbered while standing by meant nothing to any replica.
+            state.included.clear();
         }
         state.was_leader = is_leader;
 
@@ -220,7 +222,8 @@ impl Controller {
             return Ok(());
         }
         let rollout = |needed: u64| Rollout {
-            serving: replicas.iter().filter(|(_, r)| r.serving >= needed).count(),
+            // A replica that dropped its stream may be gone: it counts as expected, not serving.
+            serving: replicas.iter().filter(|(_, r)| r.connected && r.serving >= needed).count(),
             known: replicas.len(),
             needed,
         };
