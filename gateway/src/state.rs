@@ -120,9 +120,7 @@ impl Gateway {
                 .forward_with(caller, server, method, params.clone(), credential.as_ref())
                 .await;
             match result {
-                Err(GatewayError::UpstreamUnauthorized { .. })
-                    if rejected.is_none() && mints_tokens(server) && credential.is_some() =>
-                {
+                Err(e) if renews(server, &e, &rejected, &credential) => {
                     rejected = credential.map(|c| c.value);
                 }
                 other => return other.map_err(|e| self.relay_auth(caller, server, e)),
@@ -306,9 +304,7 @@ impl Gateway {
                 )
                 .await;
             match result {
-                Err(GatewayError::UpstreamUnauthorized { .. })
-                    if rejected.is_none() && mints_tokens(server) && credential.is_some() =>
-                {
+                Err(e) if renews(server, &e, &rejected, &credential) => {
                     rejected = credential.map(|c| c.value);
                 }
                 other => break other.map_err(|e| self.relay_auth(caller, server, e)),
@@ -362,6 +358,20 @@ impl Gateway {
             www_authenticate: www,
         }
     }
+}
+
+/// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
+/// on a token the gateway obtained itself, and only once.
+fn renews(
+    server: &Server,
+    error: &GatewayError,
+    rejected: &Option<HeaderValue>,
+    credential: &Option<RequestCredential>,
+) -> bool {
+    matches!(error, GatewayError::UpstreamUnauthorized { .. })
+        && rejected.is_none()
+        && credential.is_some()
+        && mints_tokens(server)
 }
 
 /// Whether the gateway obtains this server's token itself (and may renew it on a 401).

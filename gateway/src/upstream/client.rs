@@ -96,6 +96,21 @@ struct LegacySession {
     version: HeaderValue,
 }
 
+impl LegacySession {
+    /// The headers every request on this session carries.
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            HeaderName::from_static("mcp-protocol-version"),
+            self.version.clone(),
+        );
+        if let Some(sid) = &self.id {
+            headers.insert(HeaderName::from_static("mcp-session-id"), sid.clone());
+        }
+        headers
+    }
+}
+
 pub struct Upstreams {
     http: reqwest::Client,
     states: Mutex<HashMap<(String, u64), Arc<UpstreamState>>>,
@@ -240,14 +255,7 @@ impl Upstreams {
         for attempt in 0..2 {
             let session = self.legacy_session(call, state, attempt > 0).await?;
             let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-            let mut headers = HeaderMap::new();
-            headers.insert(
-                HeaderName::from_static("mcp-protocol-version"),
-                session.version.clone(),
-            );
-            if let Some(sid) = &session.id {
-                headers.insert(HeaderName::from_static("mcp-session-id"), sid.clone());
-            }
+            let headers = session.headers();
             let body = rpc_body(&id, call.method, call.params.clone());
             let reply = self.post(call, headers, body).await?;
             match reply.status {
@@ -321,14 +329,7 @@ impl Upstreams {
             id: session_id,
             version,
         });
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            HeaderName::from_static("mcp-protocol-version"),
-            session.version.clone(),
-        );
-        if let Some(sid) = &session.id {
-            headers.insert(HeaderName::from_static("mcp-session-id"), sid.clone());
-        }
+        let headers = session.headers();
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         self.post(
             call,
