@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::errors::GatewayError;
-use crate::route::{prefixed_name, split_prefixed};
+use crate::route::prefixed_name;
 use crate::table::{Key, RoutingTable, Server};
 
 /// An authenticated request: the key, the routing table it started with, and its headers.
@@ -94,27 +94,38 @@ impl Caller {
     /// The servers this caller reaches on the aggregate endpoint, in snapshot order, narrowed
     /// (never widened) by `X-MCP-Servers: a,b` (prefixes or ids).
     pub fn servers_in_scope(&self) -> Vec<Arc<Server>> {
-        let narrow: Option<Vec<&str>> = self
-            .headers
-            .get("x-mcp-servers")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            });
+        let narrow = self.narrowing();
         self.table
             .servers
             .iter()
-            .filter(|s| self.reaches(s))
-            .filter(|s| {
-                narrow
-                    .as_ref()
-                    .is_none_or(|n| n.iter().any(|x| *x == s.prefix() || *x == s.id()))
-            })
+            .filter(|s| self.in_scope_narrowed(s, narrow.as_deref()))
             .cloned()
             .collect()
+    }
+
+    /// The server a prefix names, if it is in this caller's aggregate scope: a map lookup
+    /// and two checks, whatever the number of servers.
+    pub fn server_in_scope(&self, prefix: &str) -> Option<&Arc<Server>> {
+        let server = self.table.server_by_prefix(prefix)?;
+        self.in_scope_narrowed(server, self.narrowing().as_deref())
+            .then_some(server)
+    }
+
+    /// `X-MCP-Servers: a,b` (prefixes or ids), when sent.
+    fn narrowing(&self) -> Option<Vec<&str>> {
+        let value = self.headers.get("x-mcp-servers")?.to_str().ok()?;
+        Some(
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect(),
+        )
+    }
+
+    fn in_scope_narrowed(&self, server: &Server, narrow: Option<&[&str]>) -> bool {
+        self.reaches(server)
+            && narrow.is_none_or(|n| n.iter().any(|x| *x == server.prefix() || *x == server.id()))
     }
 
     /// A server by id for REST: 404 when it does not exist, 403 when it is out of scope.
@@ -144,24 +155,6 @@ impl Caller {
                 name: prefix.to_string(),
             })
     }
-}
-
-/// Where a name on the aggregate endpoint goes.
-pub enum Resolution {
-    /// Routed by its prefix (or unambiguously by ownership): the server and the upstream name.
-    Routed(Arc<Server>, String),
-    /// No prefix that names a server in scope: the ownership map decides.
-    Unprefixed,
-}
-
-/// Resolves a prefixed name by parsing it against the snapshot: no listing involved.
-pub fn resolve_prefixed(scope: &[Arc<Server>], name: &str) -> Resolution {
-    if let Some((prefix, rest)) = split_prefixed(name)
-        && let Some(server) = scope.iter().find(|s| s.prefix() == prefix)
-    {
-        return Resolution::Routed(server.clone(), rest.to_string());
-    }
-    Resolution::Unprefixed
 }
 
 /// Decides an unprefixed name among the servers in scope that own it.
@@ -227,14 +220,17 @@ mod tests {
     fn prefixed_names_route_by_parse_and_unprefixed_by_owners() {
         let c = caller(TWO, "s1", None);
         let scope = c.servers_in_scope();
-        match resolve_prefixed(&scope, "b__get__x") {
-            Resolution::Routed(s, rest) => assert_eq!((s.id(), rest.as_str()), ("b", "get__x")),
-            Resolution::Unprefixed => panic!("should route"),
-        }
-        assert!(matches!(
-            resolve_prefixed(&scope, "c__x"),
-            Resolution::Unprefixed
-        ));
+        assert_eq!(c.server_in_scope("b").map(|s| s.id()), Some("b"));
+        assert!(
+            c.server_in_scope("c").is_none(),
+            "c exists but is out of scope"
+        );
+        assert!(c.server_in_scope("zz").is_none());
+        let narrowed = caller(TWO, "s1", Some("a"));
+        assert!(
+            narrowed.server_in_scope("b").is_none(),
+            "X-MCP-Servers narrows routing too"
+        );
         let err = decide_owner("t", scope.clone()).err().unwrap();
         match err {
             GatewayError::AmbiguousTool { candidates, .. } => {

@@ -223,7 +223,10 @@ impl Controller {
         }
         let rollout = |needed: u64| Rollout {
             // A replica that dropped its stream may be gone: it counts as expected, not serving.
-            serving: replicas.iter().filter(|(_, r)| r.connected && r.serving >= needed).count(),
+            serving: replicas
+                .iter()
+                .filter(|(_, r)| r.connected && r.serving >= needed)
+                .count(),
             known: replicas.len(),
             needed,
         };
@@ -248,7 +251,10 @@ impl Controller {
             let mut fields = BTreeMap::from([("prefix", serde_json::json!(prefix))]);
             if let Some(status::Probe::Listed { tools, at }) = &probe {
                 fields.insert("toolCount", serde_json::json!(tools));
-                fields.insert("lastListed", serde_json::json!(last_listed(server, *tools, *at)));
+                fields.insert(
+                    "lastListed",
+                    serde_json::json!(last_listed(server, *tools, *at)),
+                );
             }
             status::write_server(&self.client, recorder, server, &desired, fields).await?;
         }

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use crate::errors::GatewayError;
 use crate::mcp::aggregate;
 use crate::route::prefixed_name;
-use crate::scope::{Caller, Resolution, decide_owner, resolve_prefixed};
+use crate::route::split_prefixed;
+use crate::scope::{Caller, decide_owner};
 use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::RpcOutcome;
@@ -94,7 +95,6 @@ pub async fn route_name(
     method: &str,
     name: &str,
 ) -> Result<(Arc<Server>, String), GatewayError> {
-    let scope = caller.servers_in_scope();
     let not_found = || match method {
         "tools/call" => GatewayError::ToolNotFound {
             name: name.to_string(),
@@ -108,18 +108,22 @@ pub async fn route_name(
             name: name.to_string(),
         },
     };
-    match resolve_prefixed(&scope, name) {
-        Resolution::Routed(server, rest) => {
-            if method == "tools/call" && !caller.sees_tool(&server, &rest) {
-                return Err(not_found());
-            }
-            Ok((server, rest))
+    // A prefix naming a server in scope routes by parse alone.
+    if let Some((prefix, rest)) = split_prefixed(name)
+        && let Some(server) = caller.server_in_scope(prefix)
+    {
+        if method == "tools/call" && !caller.sees_tool(server, rest) {
+            return Err(not_found());
         }
-        Resolution::Unprefixed if method == "tools/call" => {
+        return Ok((server.clone(), rest.to_string()));
+    }
+    match method {
+        "tools/call" => {
+            let scope = caller.servers_in_scope();
             let owners = unprefixed_owners(gw, caller, &scope, name).await?;
             decide_owner(name, owners)
         }
-        Resolution::Unprefixed => Err(not_found()),
+        _ => Err(not_found()),
     }
 }
 
