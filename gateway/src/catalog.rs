@@ -15,10 +15,12 @@ use crate::upstream::client::Upstreams;
 use crate::upstream::listing::{ListKind, Listing, ListingRequest, walk};
 use crate::upstream::request_credential::SHARED_PARTITION;
 
-/// (server id, kind, credential partition).
-type EntryKey = (String, ListKind, u64);
+/// (server revision, kind, credential partition). A revision hashes the whole server spec,
+/// id included, so lookups on the request path allocate nothing.
+type EntryKey = (u64, ListKind, u64);
 
 struct Entry {
+    id: String,
     revision: u64,
     fetched: Instant,
     listing: Arc<Listing>,
@@ -41,27 +43,21 @@ impl Catalog {
         ttl: Duration,
     ) -> Option<Arc<Listing>> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.get(&(server.id().to_string(), kind, partition))?;
-        (entry.revision == server.revision && entry.fetched.elapsed() < ttl)
-            .then(|| entry.listing.clone())
+        let entry = entries.get(&(server.revision, kind, partition))?;
+        (entry.fetched.elapsed() < ttl).then(|| entry.listing.clone())
     }
 
     /// Whether this server's tools were ever listed at its current revision for this
     /// credential partition (stale or not).
     pub fn has_tools_of(&self, server: &Server, partition: u64) -> bool {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries
-            .get(&(server.id().to_string(), ListKind::Tools, partition))
-            .is_some_and(|e| e.revision == server.revision)
+        entries.contains_key(&(server.revision, ListKind::Tools, partition))
     }
 
     /// The input schema of one of the server's tools, from its last listing (any age).
     pub fn tool_schema(&self, server: &Server, partition: u64, tool: &str) -> Option<Value> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.get(&(server.id().to_string(), ListKind::Tools, partition))?;
-        if entry.revision != server.revision {
-            return None;
-        }
+        let entry = entries.get(&(server.revision, ListKind::Tools, partition))?;
         entry
             .listing
             .items
@@ -85,7 +81,7 @@ impl Catalog {
         if let Some(hit) = self.fresh(server, kind, partition, ttl) {
             return Ok(hit);
         }
-        let key = (server.id().to_string(), kind, partition);
+        let key = (server.revision, kind, partition);
         let lock = {
             let mut refreshing = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
             refreshing.entry(key).or_default().clone()
@@ -123,8 +119,9 @@ impl Catalog {
         }
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         entries.insert(
-            (server.id().to_string(), kind, partition),
+            (server.revision, kind, partition),
             Entry {
+                id: server.id().to_string(),
                 revision: server.revision,
                 fetched: Instant::now(),
                 listing,
@@ -142,13 +139,17 @@ impl Catalog {
     pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         let mut gone = BTreeSet::new();
-        entries.retain(|(id, _, _), e| {
-            let keep = live(id, e.revision);
+        entries.retain(|_, e| {
+            let keep = live(&e.id, e.revision);
             if !keep {
-                gone.insert(id.clone());
+                gone.insert(e.id.clone());
             }
             keep
         });
+        self.refreshing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(rev, _, _), _| entries.values().any(|e| e.revision == *rev));
         drop(entries);
         let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
         for id in &gone {

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::fmt::Write;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -23,12 +26,22 @@ struct RequestLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerLabels {
-    server: String,
+    server: ServerName,
+}
+
+/// A server id as a label value: shared, so recording a call allocates nothing.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct ServerName(pub Arc<str>);
+
+impl EncodeLabelValue for ServerName {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(&self.0)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
-    server: String,
+    server: ServerName,
     outcome: &'static str,
 }
 
@@ -141,7 +154,7 @@ impl Metrics {
 
     pub fn upstream_call(
         &self,
-        server: &str,
+        server: &ServerName,
         outcome: &Result<RpcOutcome, GatewayError>,
         elapsed: Duration,
     ) {
@@ -152,29 +165,29 @@ impl Metrics {
         };
         self.upstream_requests
             .get_or_create(&UpstreamLabels {
-                server: server.to_string(),
+                server: server.clone(),
                 outcome,
             })
             .inc();
         self.upstream_latency
             .get_or_create(&ServerLabels {
-                server: server.to_string(),
+                server: server.clone(),
             })
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn listing_failed(&self, server: &str) {
+    pub fn listing_failed(&self, server: &ServerName) {
         self.listing_failures
             .get_or_create(&ServerLabels {
-                server: server.to_string(),
+                server: server.clone(),
             })
             .inc();
     }
 
-    pub fn auth_relayed(&self, server: &str) {
+    pub fn auth_relayed(&self, server: &ServerName) {
         self.auth_relayed
             .get_or_create(&ServerLabels {
-                server: server.to_string(),
+                server: server.clone(),
             })
             .inc();
     }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::catalog::Catalog;
 use crate::errors::GatewayError;
-use crate::mcp::era::HEADER_MISMATCH;
+use crate::mcp::era::{Era, HEADER_MISMATCH};
 use crate::metrics::Metrics;
 use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::scope::Caller;
@@ -157,7 +157,11 @@ impl Gateway {
         params: Option<Value>,
         credential: Option<&RequestCredential>,
     ) -> Result<RpcOutcome, GatewayError> {
-        let derive = method == "tools/call" && !param_headers::caller_sent_any(&caller.headers);
+        // Only a 2026-07-28 upstream reads Mcp-Param-* headers; a caller that sent its own keeps
+        // them as sent.
+        let derive = method == "tools/call"
+            && self.upstreams.era_of(server) != Some(Era::Legacy)
+            && !param_headers::caller_sent_any(&caller.headers);
         if !derive {
             return self
                 .send(caller, server, method, params, credential, None)
@@ -242,7 +246,7 @@ impl Gateway {
             })
             .await;
         self.metrics
-            .upstream_call(server.id(), &outcome, started.elapsed());
+            .upstream_call(&server.metric_name, &outcome, started.elapsed());
         outcome
     }
 
@@ -311,7 +315,7 @@ impl Gateway {
             }
         };
         if let Err(e) = &result {
-            self.metrics.listing_failed(server.id());
+            self.metrics.listing_failed(&server.metric_name);
             if !matches!(e, GatewayError::UpstreamAuthRequired { .. }) {
                 tracing::warn!(server = server.id(), kind = kind.method(), error = %e, "upstream listing failed");
             }
@@ -352,7 +356,7 @@ impl Gateway {
             server = server.id(),
             "upstream asked the caller to authenticate (HTTP 401 relayed)"
         );
-        self.metrics.auth_relayed(server.id());
+        self.metrics.auth_relayed(&server.metric_name);
         GatewayError::UpstreamAuthRequired {
             server: server.id().to_string(),
             www_authenticate: www,

@@ -12,6 +12,7 @@ use switchboard_snapshot::{
     key_hash, resolved_value,
 };
 
+use crate::metrics::ServerName;
 use crate::session::SessionSealer;
 use crate::upstream::credentials::UpstreamHeaders;
 
@@ -22,6 +23,8 @@ pub struct Server {
     pub url: url::Url,
     /// Credential, static and forwarded headers, composed once.
     pub headers: UpstreamHeaders,
+    /// The id as a metric label.
+    pub metric_name: ServerName,
     /// Changes whenever anything about how we talk to the upstream changes (URL, auth,
     /// headers); caches keyed by it forget a server's old incarnation by themselves.
     pub revision: u64,
@@ -136,6 +139,7 @@ impl RoutingTable {
             let headers = UpstreamHeaders::for_server(spec);
             match (url, headers) {
                 (Ok(url), Ok(headers)) => servers.push(Arc::new(Server {
+                    metric_name: ServerName(spec.id().into()),
                     revision: spec_revision(spec),
                     spec: spec.clone(),
                     url,

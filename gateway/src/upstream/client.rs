@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -113,7 +113,9 @@ impl LegacySession {
 
 pub struct Upstreams {
     http: reqwest::Client,
-    states: Mutex<HashMap<(String, u64), Arc<UpstreamState>>>,
+    /// Keyed by server revision (a hash of the whole spec, id included): the per-call lookup
+    /// allocates nothing and takes a shared lock.
+    states: RwLock<HashMap<u64, (String, Arc<UpstreamState>)>>,
     next_id: AtomicU64,
     client_info: Value,
 }
@@ -136,7 +138,7 @@ impl Upstreams {
             .unwrap_or_default();
         Upstreams {
             http,
-            states: Mutex::new(HashMap::new()),
+            states: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
         }
@@ -144,16 +146,24 @@ impl Upstreams {
 
     /// Forgets upstreams that are no longer in the routing table (or changed revision).
     pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
-        if let Ok(mut states) = self.states.lock() {
-            states.retain(|(id, rev), _| live(id, *rev));
-        }
+        let mut states = self.states.write().unwrap_or_else(|p| p.into_inner());
+        states.retain(|rev, (id, _)| live(id, *rev));
     }
 
     fn state(&self, server: &Server) -> Arc<UpstreamState> {
-        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, state)) = self
+            .states
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&server.revision)
+        {
+            return state.clone();
+        }
+        let mut states = self.states.write().unwrap_or_else(|p| p.into_inner());
         states
-            .entry((server.id().to_string(), server.revision))
-            .or_default()
+            .entry(server.revision)
+            .or_insert_with(|| (server.id().to_string(), Arc::default()))
+            .1
             .clone()
     }
 
