@@ -7,12 +7,14 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::errors::{GatewayError, RestError};
-use crate::mcp::aggregate;
+use crate::mcp::aggregate::{self, PublicItems};
 use crate::mcp::dispatch::route_name;
 use crate::route::split_prefixed;
 use crate::scope::{Caller, authenticate};
@@ -31,15 +33,32 @@ pub async fn list_tools(
     Query(query): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let result = list_tools_inner(&gw, query, headers).await;
-    finish(&gw, "tools/list", result)
+    match list_tools_inner(&gw, query, headers).await {
+        Ok(raw) => {
+            gw.metrics.request("rest", "tools/list", "ok");
+            let body: Box<str> = raw.into();
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                body.into_string(),
+            )
+                .into_response()
+        }
+        Err(e) => finish(&gw, "tools/list", Err(e)),
+    }
+}
+
+#[derive(Serialize)]
+struct RestToolList<'a> {
+    tools: PublicItems<'a>,
+    errors: Vec<Value>,
+    warnings: &'a [Value],
 }
 
 async fn list_tools_inner(
     gw: &Gateway,
     query: ListQuery,
     headers: HeaderMap,
-) -> Result<Value, GatewayError> {
+) -> Result<Box<RawValue>, GatewayError> {
     let caller = authenticate(gw.table(), headers)?;
     let servers: Vec<Arc<Server>> = match &query.server_id {
         Some(id) => vec![caller.server_for_rest(id)?],
@@ -52,8 +71,14 @@ async fn list_tools_inner(
         // The one server asked for failed: so did the request.
         return Err(error);
     }
-    let errors = merged.errors_json();
-    Ok(json!({ "tools": merged.items, "errors": errors, "warnings": merged.warnings }))
+    // Serialized straight from the cached listings (no copy of a large catalog).
+    let body = RestToolList {
+        tools: merged.items(0..merged.len()),
+        errors: merged.errors_json(),
+        warnings: &merged.warnings,
+    };
+    serde_json::value::to_raw_value(&body)
+        .map_err(|e| GatewayError::InvalidRequest(format!("cannot encode the list: {e}")))
 }
 
 #[derive(Deserialize)]

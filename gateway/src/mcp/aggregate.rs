@@ -3,10 +3,13 @@
 //! filtered, one server's failure is reported beside the others' items, and the merged list is
 //! paged with gateway-issued opaque cursors.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::errors::GatewayError;
@@ -21,9 +24,14 @@ pub const PAGE_SIZE: usize = 1000;
 pub const META_LISTING_ERRORS: &str = "switchboard.dev/listingErrors";
 pub const META_LISTING_WARNINGS: &str = "switchboard.dev/listingWarnings";
 
-/// Everything in scope of one kind, merged in snapshot order.
+/// Everything in scope of one kind, merged in snapshot order. Items are not copied: the merge
+/// keeps the cached listings and the positions of the visible items, and serializes them with
+/// their prefixed names on the way out (a 50,000-tool catalog is never held twice).
 pub struct Merged {
-    pub items: Vec<Value>,
+    kind: ListKind,
+    listings: Vec<(Arc<Server>, Arc<Listing>)>,
+    /// (index into `listings`, index into that listing's items), visible ones only.
+    visible: Vec<(usize, usize)>,
     /// Servers whose listing failed, and why; the others' items are still here.
     pub failures: Vec<(String, GatewayError)>,
     pub warnings: Vec<Value>,
@@ -40,7 +48,9 @@ pub async fn merge(
     let listings =
         futures_util::future::join_all(servers.iter().map(|s| gw.listing(caller, s, kind))).await;
     let mut merged = Merged {
-        items: Vec::new(),
+        kind,
+        listings: Vec::new(),
+        visible: Vec::new(),
         failures: Vec::new(),
         warnings: Vec::new(),
         ttl_ms: u64::MAX,
@@ -48,7 +58,7 @@ pub async fn merge(
     };
     for (server, listing) in servers.iter().zip(listings) {
         match listing {
-            Ok(listing) => absorb(&mut merged, caller, server, kind, &listing),
+            Ok(listing) => absorb(&mut merged, caller, server, listing),
             Err(e) => merged.failures.push((server.id().to_string(), e)),
         }
     }
@@ -66,15 +76,26 @@ impl Merged {
             .map(|(server, e)| json!({ "server": server, "kind": e.rest_code(), "message": e.to_string() }))
             .collect()
     }
+
+    pub fn len(&self) -> usize {
+        self.visible.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.visible.is_empty()
+    }
+
+    /// Items `range` as the aggregate shows them, ready to serialize.
+    pub fn items(&self, range: Range<usize>) -> PublicItems<'_> {
+        PublicItems {
+            merged: self,
+            range,
+        }
+    }
 }
 
-fn absorb(
-    merged: &mut Merged,
-    caller: &Caller,
-    server: &Server,
-    kind: ListKind,
-    listing: &Listing,
-) {
+fn absorb(merged: &mut Merged, caller: &Caller, server: &Arc<Server>, listing: Arc<Listing>) {
+    let kind = merged.kind;
     for message in &listing.warnings {
         tracing::warn!(server = server.id(), kind = kind.method(), %message, "partial listing");
         merged
@@ -83,28 +104,116 @@ fn absorb(
     }
     merged.ttl_ms = merged.ttl_ms.min(listing.ttl_ms.unwrap_or(0));
     merged.private |= listing.private;
-    for item in &listing.items {
-        if let Some(public) = public_item(caller, server, kind, item) {
-            merged.items.push(public);
+    let at = merged.listings.len();
+    for (i, item) in listing.items.iter().enumerate() {
+        let visible = item
+            .get(id_field(kind))
+            .and_then(Value::as_str)
+            .is_some_and(|own| kind != ListKind::Tools || caller.sees_tool(server, own));
+        if visible {
+            merged.visible.push((at, i));
         }
     }
+    merged.listings.push((server.clone(), listing));
 }
 
-/// The item as the aggregate shows it: its identifying field prefixed; `None` when the caller
-/// may not see it.
-fn public_item(caller: &Caller, server: &Server, kind: ListKind, item: &Value) -> Option<Value> {
-    let field = match kind {
+/// The field that identifies an item of `kind`; the aggregate prefixes it.
+fn id_field(kind: ListKind) -> &'static str {
+    match kind {
         ListKind::Tools | ListKind::Prompts => "name",
         ListKind::Resources => "uri",
         ListKind::ResourceTemplates => "uriTemplate",
-    };
-    let own = item.get(field)?.as_str()?;
-    if kind == ListKind::Tools && !caller.sees_tool(server, own) {
-        return None;
     }
-    let mut item = item.clone();
-    item[field] = Value::from(prefixed_name(server.prefix(), own));
-    Some(item)
+}
+
+/// A slice of the merged list, serialized item by item.
+pub struct PublicItems<'a> {
+    merged: &'a Merged,
+    range: Range<usize>,
+}
+
+impl Serialize for PublicItems<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let merged = self.merged;
+        let field = id_field(merged.kind);
+        let mut seq = serializer.serialize_seq(Some(self.range.len()))?;
+        for &(l, i) in &merged.visible[self.range.clone()] {
+            let (server, listing) = &merged.listings[l];
+            seq.serialize_element(&Prefixed {
+                prefix: server.prefix(),
+                field,
+                item: &listing.items[i],
+            })?;
+        }
+        seq.end()
+    }
+}
+
+/// One item with its identifying field as `<prefix>__<value>`, everything else as it came.
+struct Prefixed<'a> {
+    prefix: &'a str,
+    field: &'static str,
+    item: &'a Value,
+}
+
+impl Serialize for Prefixed<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(object) = self.item else {
+            return self.item.serialize(serializer);
+        };
+        let mut map = serializer.serialize_map(Some(object.len()))?;
+        for (key, value) in object {
+            match value.as_str() {
+                Some(own) if key == self.field => {
+                    map.serialize_entry(key, &prefixed_name(self.prefix, own))?
+                }
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
+    }
+}
+
+/// One page of a merged list as an MCP list result (serialized once, straight from the
+/// cached listings).
+struct ListResult<'a> {
+    merged: &'a Merged,
+    page: Range<usize>,
+    next_cursor: Option<String>,
+}
+
+impl Serialize for ListResult<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let merged = self.merged;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry(merged.kind.field(), &merged.items(self.page.clone()))?;
+        if let Some(cursor) = &self.next_cursor {
+            map.serialize_entry("nextCursor", cursor)?;
+        }
+        map.serialize_entry("ttlMs", &merged.ttl_ms)?;
+        map.serialize_entry(
+            "cacheScope",
+            if merged.private { "private" } else { "public" },
+        )?;
+        map.serialize_entry("resultType", "complete")?;
+        let mut meta = Map::new();
+        if !merged.failures.is_empty() {
+            meta.insert(
+                META_LISTING_ERRORS.into(),
+                Value::Array(merged.errors_json()),
+            );
+        }
+        if !merged.warnings.is_empty() {
+            meta.insert(
+                META_LISTING_WARNINGS.into(),
+                Value::Array(merged.warnings.clone()),
+            );
+        }
+        if !meta.is_empty() {
+            map.serialize_entry("_meta", &meta)?;
+        }
+        map.end()
+    }
 }
 
 /// One page of the merged list of `kind`, as an MCP list result.
@@ -113,7 +222,7 @@ pub async fn list(
     caller: &Caller,
     kind: ListKind,
     cursor: Option<&str>,
-) -> Result<Value, GatewayError> {
+) -> Result<Box<RawValue>, GatewayError> {
     let offset = match cursor {
         Some(c) => decode_cursor(c)
             .ok_or_else(|| GatewayError::InvalidParams(format!("invalid cursor {c:?}")))?,
@@ -121,37 +230,15 @@ pub async fn list(
     };
     let scope = caller.servers_in_scope();
     let merged = merge(gw, caller, &scope, kind).await;
-    let mut result = Map::new();
-    let offset = offset.min(merged.items.len());
-    let end = (offset + PAGE_SIZE).min(merged.items.len());
-    let page: Vec<Value> = merged
-        .items
-        .get(offset..end)
-        .map(<[Value]>::to_vec)
-        .unwrap_or_default();
-    result.insert(kind.field().into(), Value::Array(page));
-    if end < merged.items.len() {
-        result.insert("nextCursor".into(), Value::from(encode_cursor(end)));
-    }
-    result.insert("ttlMs".into(), Value::from(merged.ttl_ms));
-    result.insert(
-        "cacheScope".into(),
-        Value::from(if merged.private { "private" } else { "public" }),
-    );
-    let mut meta = Map::new();
-    if !merged.failures.is_empty() {
-        meta.insert(
-            META_LISTING_ERRORS.into(),
-            Value::Array(merged.errors_json()),
-        );
-    }
-    if !merged.warnings.is_empty() {
-        meta.insert(META_LISTING_WARNINGS.into(), Value::Array(merged.warnings));
-    }
-    if !meta.is_empty() {
-        result.insert("_meta".into(), Value::Object(meta));
-    }
-    Ok(Value::Object(result))
+    let offset = offset.min(merged.len());
+    let end = (offset + PAGE_SIZE).min(merged.len());
+    let result = ListResult {
+        merged: &merged,
+        page: offset..end,
+        next_cursor: (end < merged.len()).then(|| encode_cursor(end)),
+    };
+    serde_json::value::to_raw_value(&result)
+        .map_err(|e| GatewayError::InvalidRequest(format!("cannot encode the list: {e}")))
 }
 
 fn encode_cursor(offset: usize) -> String {

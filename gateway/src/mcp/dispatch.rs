@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::errors::GatewayError;
@@ -47,16 +48,24 @@ fn named_field(method: &str) -> Option<&'static str> {
     }
 }
 
+/// A method's result: a JSON value, or (merged listings) JSON already serialized.
+pub enum Answer {
+    Json(Value),
+    Raw(Box<RawValue>),
+}
+
 pub async fn dispatch(
     gw: &Gateway,
     caller: &Caller,
     target: &Target,
     method: &str,
     params: Option<Value>,
-) -> Result<Value, Failure> {
+) -> Result<Answer, Failure> {
     match target {
         Target::Aggregate => aggregate_method(gw, caller, method, params).await,
-        Target::Single(server) => single_method(gw, caller, server, method, params).await,
+        Target::Single(server) => single_method(gw, caller, server, method, params)
+            .await
+            .map(Answer::Json),
     }
 }
 
@@ -65,13 +74,15 @@ async fn aggregate_method(
     caller: &Caller,
     method: &str,
     params: Option<Value>,
-) -> Result<Value, Failure> {
+) -> Result<Answer, Failure> {
     if let Some(kind) = ListKind::from_method(method) {
         let cursor = params
             .as_ref()
             .and_then(|p| p.get("cursor"))
             .and_then(Value::as_str);
-        return Ok(aggregate::list(gw, caller, kind, cursor).await?);
+        return Ok(Answer::Raw(
+            aggregate::list(gw, caller, kind, cursor).await?,
+        ));
     }
     let Some(field) = named_field(method) else {
         return Err(GatewayError::MethodNotFound(method.to_string()).into());
@@ -84,7 +95,9 @@ async fn aggregate_method(
         .to_string();
     let (server, upstream_name) = route_name(gw, caller, method, &name).await?;
     params[field] = Value::from(upstream_name);
-    forward(gw, caller, &server, method, Some(params)).await
+    forward(gw, caller, &server, method, Some(params))
+        .await
+        .map(Answer::Json)
 }
 
 /// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the

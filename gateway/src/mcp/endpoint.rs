@@ -9,10 +9,11 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::errors::{GatewayError, codes, jsonrpc_error_response};
-use crate::mcp::dispatch::{Failure, Target, dispatch};
+use crate::mcp::dispatch::{Answer, Failure, Target, dispatch};
 use crate::mcp::era::{
     self, Era, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SERVER_INFO,
     MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
@@ -148,17 +149,21 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
         return StatusCode::ACCEPTED.into_response();
     }
     let outcome = match (era, message.method.as_str()) {
-        (Era::Legacy, "ping") => Ok(json!({})),
-        (Era::Modern, "server/discover") => Ok(discover_result(&target)),
+        (Era::Legacy, "ping") => Ok(Answer::Json(json!({}))),
+        (Era::Modern, "server/discover") => Ok(Answer::Json(discover_result(&target))),
         _ => dispatch(gw, &caller, &target, &message.method, message.params).await,
     };
     let mut response = match outcome {
-        Ok(mut result) => {
+        Ok(Answer::Json(mut result)) => {
             gw.metrics.request(endpoint, method, "ok");
             if era == Era::Modern {
                 stamp_modern_result(&mut result);
             }
             rpc_response(&id, "result", result)
+        }
+        Ok(Answer::Raw(result)) => {
+            gw.metrics.request(endpoint, method, "ok");
+            raw_result_response(&id, &result)
         }
         Err(Failure::Upstream(error)) => {
             gw.metrics.request(endpoint, method, "upstream_error");
@@ -349,6 +354,26 @@ fn rpc_response(id: &Value, kind: &str, payload: Value) -> Response {
             HeaderValue::from_static("application/json"),
         )],
         bytes,
+    )
+        .into_response()
+}
+
+/// A result serialized already (merged listings, which carry `resultType` themselves).
+fn raw_result_response(id: &Value, result: &RawValue) -> Response {
+    let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
+    let mut body = Vec::with_capacity(result.get().len() + id.len() + 40);
+    body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    body.extend_from_slice(id.as_bytes());
+    body.extend_from_slice(b",\"result\":");
+    body.extend_from_slice(result.get().as_bytes());
+    body.push(b'}');
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
     )
         .into_response()
 }
