@@ -242,13 +242,16 @@ impl Upstreams {
             .post(call, headers, body)
             .await
             .map_err(Attempt::Failed)?;
-        let modern_error = reply.rpc_error_code().is_some_and(is_modern_error_code);
+        // Only a 4xx needs the error code (to tell a modern error from a legacy server); a
+        // success is parsed once, by `outcome`.
         match reply.status {
             s if s.is_success() => reply.outcome(call.server, &id).map_err(Attempt::Failed),
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 Err(Attempt::Failed(reply.auth_error(call.server)))
             }
-            s if s.is_client_error() && modern_error => {
+            s if s.is_client_error()
+                && reply.rpc_error_code().is_some_and(is_modern_error_code) =>
+            {
                 reply.outcome(call.server, &id).map_err(Attempt::Failed)
             }
             s if s.is_client_error() => Err(Attempt::NotModern),
