@@ -63,10 +63,8 @@ impl Key {
             servers: spec.servers.clone(),
             access_groups: spec.access_groups.clone(),
             tools: spec.tools.clone(),
-            expires_at: spec
-                .expires_at
-                .as_deref()
-                .and_then(|t| humantime::parse_rfc3339_weak(t).ok()),
+            // Validation refused unparsable instants before a table is built.
+            expires_at: spec.expiry().and_then(Result::ok),
         })
     }
 

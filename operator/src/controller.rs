@@ -263,7 +263,23 @@ impl Controller {
                 continue;
             };
             let served = rollout(state.generation);
-            let ready = if !outcome.verdict.accepted {
+            let expired = key
+                .spec
+                .expires_at
+                .as_deref()
+                .and_then(|t| switchboard_snapshot::parse_instant(t).ok())
+                .is_some_and(|at| at <= std::time::SystemTime::now());
+            let ready = if expired {
+                status::Desired {
+                    type_: "Ready",
+                    status: "False",
+                    reason: "Expired".into(),
+                    message: format!(
+                        "the key expired at {}; gateways refuse it",
+                        key.spec.expires_at.as_deref().unwrap_or_default()
+                    ),
+                }
+            } else if !outcome.verdict.accepted {
                 status::Desired {
                     type_: "Ready",
                     status: "False",

@@ -117,9 +117,36 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
 
     let mut keys = BTreeMap::new();
     let mut key_specs = Vec::new();
-    for key in input.keys {
-        let (outcome, spec) = key_spec(key, input.secrets);
-        keys.insert(object_ref(key), outcome);
+    let mut by_hash: HashMap<String, String> = HashMap::new();
+    let mut ordered: Vec<&McpKey> = input.keys.iter().collect();
+    // The older McpKey keeps a key two of them share.
+    ordered.sort_by_key(|k| {
+        (
+            k.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            k.namespace(),
+            k.name_any(),
+        )
+    });
+    for key in ordered {
+        let (mut outcome, spec) = key_spec(key, input.secrets);
+        let (namespace, name) = object_ref(key);
+        let spec = spec.and_then(|spec| {
+            let hash = spec.hash.clone().unwrap_or_default();
+            if let Some(owner) = by_hash.get(&hash) {
+                outcome.verdict = Verdict::rejected(
+                    "DuplicateKey",
+                    format!("McpKey {owner} already uses the same key; every key must be unique"),
+                );
+                return None;
+            }
+            if let Err(message) = check_key_alone(&spec) {
+                outcome.verdict = Verdict::rejected("InvalidSpec", message);
+                return None;
+            }
+            by_hash.insert(hash, format!("{namespace}/{name}"));
+            Some(spec)
+        });
+        keys.insert((namespace, name), outcome);
         key_specs.extend(spec);
     }
     key_specs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -152,6 +179,15 @@ fn check_alone(spec: &ServerSpec, settings: &GatewaySettings) -> Result<(), Stri
     switchboard_gateway::table::RoutingTable::build(&alone)
         .map_err(|e| strip_index(&e.to_string()))?;
     Ok(())
+}
+
+/// Validates one key the way the gateway will (one bad key never blocks the snapshot).
+fn check_key_alone(spec: &KeySpec) -> Result<(), String> {
+    let alone = Snapshot {
+        keys: vec![spec.clone()],
+        ..Snapshot::default()
+    };
+    switchboard_snapshot::validate(&alone).map_err(|e| e.to_string().replace("keys[0].", "spec."))
 }
 
 /// `servers[0].auth.header: ...` → `spec.auth.header: ...` (the user's field path).
@@ -584,6 +620,68 @@ mod tests {
         let v = &r.servers[&("a".into(), "b".into())];
         assert_eq!(v.reason, "InvalidSpec");
         assert!(v.message.starts_with("spec.auth"), "{}", v.message);
+    }
+
+    fn key(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> McpKey {
+        let mut k = McpKey::new(name, serde_json::from_value::<McpKeySpec>(spec).unwrap());
+        k.metadata.namespace = Some(ns.into());
+        let t = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 - age).unwrap();
+        k.metadata.creation_timestamp = Some(Time(t));
+        k
+    }
+
+    #[test]
+    fn a_shared_key_stays_with_the_older_mcpkey_and_blocks_nothing() {
+        let old = key(
+            "a",
+            "first",
+            100,
+            serde_json::json!({"secretName": "shared"}),
+        );
+        let new = key(
+            "a",
+            "second",
+            10,
+            serde_json::json!({"secretName": "shared"}),
+        );
+        let other = key("a", "third", 5, serde_json::json!({"secretName": "own"}));
+        let r = run(
+            &[],
+            &[new, other, old],
+            &secrets(&[("a", "shared", "key", "k1"), ("a", "own", "key", "k2")]),
+        );
+        assert!(r.keys[&("a".into(), "first".into())].verdict.accepted);
+        let dup = &r.keys[&("a".into(), "second".into())].verdict;
+        assert_eq!(dup.reason, "DuplicateKey");
+        assert!(dup.message.contains("a/first"), "{}", dup.message);
+        assert_eq!(r.snapshot.keys.len(), 2);
+        switchboard_snapshot::validate(&r.snapshot).expect("the snapshot stays valid");
+    }
+
+    #[test]
+    fn expiry_with_an_offset_is_accepted_and_garbage_is_refused_alone() {
+        let ok = key(
+            "a",
+            "k1",
+            10,
+            serde_json::json!({"secretName": "s1", "expiresAt": "2099-01-01T00:00:00+02:00"}),
+        );
+        let bad = key(
+            "a",
+            "k2",
+            5,
+            serde_json::json!({"secretName": "s2", "expiresAt": "2099-13-01T00:00:00Z"}),
+        );
+        let r = run(
+            &[],
+            &[ok, bad],
+            &secrets(&[("a", "s1", "key", "v1"), ("a", "s2", "key", "v2")]),
+        );
+        assert!(r.keys[&("a".into(), "k1".into())].verdict.accepted);
+        let v = &r.keys[&("a".into(), "k2".into())].verdict;
+        assert_eq!(v.reason, "InvalidSpec");
+        assert!(v.message.starts_with("spec.expiresAt"), "{}", v.message);
+        switchboard_snapshot::validate(&r.snapshot).expect("the snapshot stays valid");
     }
 
     #[test]

@@ -283,13 +283,8 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
                 }
             }
         }
-        if let Some(at) = &key.expires_at
-            && humantime::parse_rfc3339_weak(at).is_err()
-        {
-            v.err(
-                format!("{path}.expiresAt"),
-                format!("{at:?} is not an RFC 3339 time (e.g. 2027-01-01T00:00:00Z)"),
-            );
+        if let Some(Err(message)) = key.expiry() {
+            v.err(format!("{path}.expiresAt"), message);
         }
         v.filter(&format!("{path}.tools"), &key.tools);
     }
@@ -608,6 +603,18 @@ mod tests {
         let s = load_str(ok).unwrap();
         assert!(s.servers[0].auth.uses_caller_credential());
         assert!(s.servers[1].auth.uses_caller_credential());
+    }
+
+    #[test]
+    fn expiry_accepts_any_utc_offset() {
+        let ok = load_str(
+            "keys:\n- {name: a, secret: s1, expiresAt: '2099-01-01T00:00:00+02:00'}\n- {name: b, secret: s2, expiresAt: '2099-01-01T00:00:00Z'}\n",
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        let err = load_str("keys:\n- {name: a, secret: s1, expiresAt: 'tomorrow'}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("keys[0].expiresAt"), "{err}");
     }
 
     #[test]

@@ -426,3 +426,18 @@ pub struct KeySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
 }
+
+impl KeySpec {
+    /// `expires_at` as an instant: `None` when unset, `Some(Err)` when it is not RFC 3339
+    /// (any UTC offset is accepted).
+    pub fn expiry(&self) -> Option<Result<std::time::SystemTime, String>> {
+        self.expires_at.as_deref().map(parse_instant)
+    }
+}
+
+/// Parses an RFC 3339 instant such as `2027-01-01T00:00:00Z` or `2027-01-01T02:00:00+02:00`.
+pub fn parse_instant(text: &str) -> Result<std::time::SystemTime, String> {
+    text.parse::<jiff::Timestamp>()
+        .map(std::time::SystemTime::from)
+        .map_err(|_| format!("{text:?} is not an RFC 3339 time (e.g. 2027-01-01T00:00:00Z)"))
+}

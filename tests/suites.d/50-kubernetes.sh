@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The Kubernetes end-to-end suite (issue 5, acceptance 2-8): a real kube-apiserver + etcd on
+# loopback per test module (tests/k8s/cluster.sh), the CRDs, the operator and two gateway
+# replicas as local processes, the Rust example upstream; everything driven with kubectl.
+#
+#   tests/run-all.sh 50-kubernetes        (or: bash tests/suites.d/50-kubernetes.sh)
+#   PYTEST_ARGS="-k failover -x" tests/run-all.sh 50-kubernetes
+#
+# Tests: tests/k8s_e2e/ (pytest). Propagation figures: tests/k8s_e2e/results/propagation.json
+# (standalone: tests/k8s_e2e/propagation.py). Ends with "N passed, N failed"; exits non-zero if
+# anything failed (missing binaries fail, they never skip).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/target}"
+
+fail() { echo "50-kubernetes: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
+
+# Kubernetes binaries (built once from Go modules, cached; instant when present).
+tests/k8s/build-binaries.sh >&2 || fail "tests/k8s/build-binaries.sh failed"
+
+# The workspace's debug binaries (tests/run-all.sh builds them before the suites).
+for b in switchboard-operator switchboard-gateway switchboard-example-upstream; do
+  [[ -x "$CARGO_TARGET_DIR/debug/$b" ]] ||
+    fail "$CARGO_TARGET_DIR/debug/$b is missing: run \`cargo build --workspace --bins\` (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+done
+
+venv="${SWITCHBOARD_VENV:-$(tests/setup-python.sh)}"
+[[ -x "$venv/bin/python" ]] || fail "no Python venv at $venv (tests/setup-python.sh)"
+
+report=$(mktemp "${TMPDIR:-/tmp}/switchboard-k8s-e2e.XXXXXX.xml")
+trap 'rm -f "$report"' EXIT
+rc=0
+started=$(date +%s)
+# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+"$venv/bin/python" -m pytest tests/k8s_e2e -q --junitxml="$report" ${PYTEST_ARGS:-} || rc=$?
+
+# "N passed, N failed" from the JUnit report (errors and failures both count as failed).
+counts=$("$venv/bin/python" - "$report" <<'PY' || true
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print("0 0"); sys.exit()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+t = sum(int(s.get("tests", 0)) for s in suites)
+f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+k = sum(int(s.get("skipped", 0)) for s in suites)
+print(t - f - k, f)
+PY
+)
+read -r passed failed <<<"${counts:-0 0}"
+
+# The propagation figures of this run (acceptance 4), if the test wrote them.
+results=tests/k8s_e2e/results/propagation.json
+if [[ -f "$results" ]] && (($(stat -c %Y "$results") >= started)); then
+  "$venv/bin/python" - "$results" <<'PY' || true
+import json, sys
+d = json.load(open(sys.argv[1]))
+ms = lambda s: "n/a" if s is None else f"{s * 1000:.0f} ms"
+print(f"propagation to {d['gateways']} gateways ({sys.argv[1]}):")
+print(f"  kubectl apply -> served: median {ms(d['median_s'])}, max {ms(d['max_s'])} over {d['runs']} runs "
+      f"({d['propagated']} propagated; kubectl itself: median {ms(d['median_write_s'])})")
+a = d.get("api")
+if a:
+    print(f"  API write     -> served: median {ms(a['median_s'])}, max {ms(a['max_s'])} over {a['runs']} runs "
+          f"({a['propagated']} propagated)")
+PY
+fi
+if ((rc != 0 && failed == 0)); then failed=1; fi  # pytest failed before/outside any test
+echo "$passed passed, $failed failed"
+exit $rc
