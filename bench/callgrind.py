@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Instruction counts per proxied call: the gateway under valgrind's callgrind, a bounded number
+of requests, counts that do not move when other engineers' builds share the machine.
+
+    python3 bench/callgrind.py --oha OHA --upstream UPSTREAM_BIN GATEWAY_BIN [GATEWAY_BIN ...] \
+        [--requests 2000] [--path gw-2026|gw-legacy|gw-rest] [--top 25] [--out DIR]
+
+For each gateway binary: starts the upstream and the gateway (under callgrind, collection off
+at start-up), warms up with 200 requests, zeroes the counters, sends exactly --requests
+`tools/call`s one at a time with oha, dumps, and reports instructions per call (Ir/call) and
+the functions with the most inclusive and self instructions (callgrind_annotate). Several
+binaries give a before/after. Output files stay in --out (default /tmp/switchboard-callgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench as B  # noqa: E402
+
+
+def run_one(args, binary: str, label: str, outdir: Path) -> dict:
+    procs = B.Procs(outdir)
+    try:
+        up = procs.start(f"upstream-{label}", [args.upstream, "--listen", "127.0.0.1:0", "--record", "0"])
+        cfg = B.gateway_config([B.server("ex", f"{up.url}/mcp")])
+        cfg_path = outdir / "callgrind.yaml"
+        cfg_path.write_text(B.to_yaml(cfg))
+        cg_out = outdir / f"callgrind.{label}.out"
+        for old in glob.glob(f"{cg_out}*"):
+            os.remove(old)
+        gw = procs.start(f"gateway-{label}", [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={cg_out}", "--dump-instr=no",
+            "--separate-threads=no", binary, "--config", str(cfg_path), "--listen", "127.0.0.1:0",
+        ], ready_timeout=120, env={"RUST_LOG": "warn"})
+        path = next(p for p in B.gateway_paths(gw, "ex", "rust") if p.via == args.path)
+        ok, detail = path.check()
+        if not ok:
+            raise RuntimeError(f"{label}: check failed: {detail}")
+        bench = B.Bench(argparse.Namespace(quick=True), args.oha, outdir)
+        warm = bench.oha_argv(path, n=200, conc=1)
+        subprocess.run(warm, capture_output=True, timeout=600)
+        subprocess.run(["callgrind_control", "--zero", str(gw.pid)], capture_output=True, timeout=60)
+        t0 = time.monotonic()
+        r = subprocess.run(bench.oha_argv(path, n=args.requests, conc=1), capture_output=True, timeout=1800)
+        wall = time.monotonic() - t0
+        import json
+        codes = json.loads(r.stdout).get("statusCodeDistribution", {})
+        subprocess.run(["callgrind_control", "--dump", str(gw.pid)], capture_output=True, timeout=120)
+        time.sleep(1.0)
+        dumps = sorted(glob.glob(f"{cg_out}.*"), key=os.path.getmtime)
+        dump = dumps[-1] if dumps else str(cg_out)
+        ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--auto=no", dump],
+                             capture_output=True, text=True).stdout
+        ann_self = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", "--auto=no", dump],
+                                  capture_output=True, text=True).stdout
+        m = re.search(r"([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS", ann) or re.search(r"([\d,]+)\s+PROGRAM TOTALS", ann)
+        total = int(m.group(1).replace(",", "")) if m else 0
+        (outdir / f"annotate.{label}.inclusive.txt").write_text(ann)
+        (outdir / f"annotate.{label}.self.txt").write_text(ann_self)
+        return {"label": label, "binary": binary, "requests": args.requests, "status_codes": codes,
+                "instructions_total": total, "instructions_per_call": total // max(args.requests, 1),
+                "wall_s": round(wall, 1), "dump": dump,
+                "top_inclusive_gateway": top_lines(ann, args.top, only="switchboard_gateway::"),
+                "top_self": top_lines(ann_self, args.top)}
+    finally:
+        procs.stop_all()
+
+
+LINE = re.compile(r"^\s*([\d,]+) \(\s*([\d.]+)%\)\s+(.*?)(?:\s+\[[^\]]*\])?$")
+
+
+def top_lines(annotate: str, n: int, only: str = "") -> list[str]:
+    """`<Ir> <pct>% <function>` lines, source paths dropped, optionally only functions naming `only`."""
+    out = []
+    started = False
+    for line in annotate.splitlines():
+        if "file:function" in line:
+            started = True
+            continue
+        m = LINE.match(line) if started else None
+        if not m:
+            continue
+        func = m.group(3)
+        func = re.sub(r"^(?:/\S*?|\./\S*?|\?\?\?):", "", func, count=1)
+        if only and only not in func:
+            continue
+        if not only and float(m.group(2)) > 90:
+            continue  # thread start-up frames that callgrind charges the whole run to
+        out.append(f"{m.group(1):>14} {m.group(2):>6}%  {func[:170]}")
+        if len(out) >= n:
+            break
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--oha", required=True)
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("gateways", nargs="+")
+    ap.add_argument("--labels", default="")
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--path", default="gw-2026", choices=["gw-2026", "gw-legacy", "gw-rest"])
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--out", default="/tmp/switchboard-callgrind")
+    args = ap.parse_args()
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    labels = args.labels.split(",") if args.labels else [f"g{i}" for i in range(len(args.gateways))]
+    results = []
+    for label, binary in zip(labels, args.gateways):
+        res = run_one(args, binary, label, outdir)
+        results.append(res)
+        print(f"== {label}: {res['instructions_per_call']:,} instructions per {args.path} tools/call "
+              f"({res['requests']} calls, codes {res['status_codes']}, {res['wall_s']} s under callgrind)")
+        print("   gateway functions, inclusive:")
+        for line in res["top_inclusive_gateway"]:
+            print("     " + line)
+        print("   top self:")
+        for line in res["top_self"]:
+            print("     " + line)
+    import json
+    (outdir / "summary.json").write_text(json.dumps(results, indent=1))
+    if len(results) > 1:
+        base = results[0]["instructions_per_call"]
+        for r_ in results[1:]:
+            print(f"{r_['label']} vs {results[0]['label']}: {r_['instructions_per_call'] / base:.3f}×")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
