@@ -32,7 +32,12 @@ pub struct Catalog {
     owners: RwLock<HashMap<String, BTreeSet<String>>>,
     /// One refresh at a time per (server, kind): concurrent callers wait for it and share it.
     refreshing: Mutex<HashMap<EntryKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Listings that failed lately, and how.
+    failures: Mutex<HashMap<EntryKey, (Instant, GatewayError)>>,
 }
+
+/// How long a failed listing is answered from memory.
+const FAILURE_TTL: Duration = Duration::from_secs(5);
 
 impl Catalog {
     fn fresh(
@@ -90,10 +95,45 @@ impl Catalog {
         if let Some(hit) = self.fresh(server, kind, partition, ttl) {
             return Ok(hit);
         }
-        let listing = walk(upstreams, request, page_cap).await?;
+        if let Some(failure) = self.recent_failure(&key, ttl) {
+            return Err(failure);
+        }
+        let listing = match walk(upstreams, request, page_cap).await {
+            Ok(listing) => listing,
+            Err(e) => {
+                self.remember_failure(key, &e);
+                return Err(e);
+            }
+        };
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
         let listing = Arc::new(listing);
         self.store(server, kind, partition, listing.clone());
         Ok(listing)
+    }
+
+    /// A listing that failed moments ago fails again without waiting: a hung upstream costs
+    /// aggregate listings its timeout once per `FAILURE_TTL`, not on every request. Auth
+    /// failures are the caller's to answer and are never remembered; a probe (`ttl` zero)
+    /// always asks.
+    fn recent_failure(&self, key: &EntryKey, ttl: Duration) -> Option<GatewayError> {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let (at, error) = failures.get(key)?;
+        (at.elapsed() < FAILURE_TTL.min(ttl)).then(|| error.clone())
+    }
+
+    fn remember_failure(&self, key: EntryKey, error: &GatewayError) {
+        if matches!(
+            error,
+            GatewayError::UpstreamAuthRequired { .. } | GatewayError::UpstreamUnauthorized { .. }
+        ) {
+            return;
+        }
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures.retain(|_, (at, _)| at.elapsed() < FAILURE_TTL);
+        failures.insert(key, (Instant::now(), error.clone()));
     }
 
     /// Replaces a server's listing; for tools in the shared partition, also that server's rows

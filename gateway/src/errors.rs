@@ -20,7 +20,7 @@ pub mod codes {
     pub const UPSTREAM_AUTH: i64 = -32003;
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
     #[error("{0}")]
     Unauthenticated(&'static str),

@@ -67,14 +67,20 @@ struct Args {
         default_value = "text"
     )]
     log_format: LogFormat,
+    /// Threads serving requests (default: the CPUs this process may use). Fewer threads than
+    /// CPUs can help when the gateway shares its CPUs with other busy processes.
+    #[arg(long, env = "SWITCHBOARD_WORKER_THREADS")]
+    worker_threads: Option<usize>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.worker_threads.filter(|n| *n > 0) {
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.enable_all().build()?;
     runtime.block_on(run(args))
 }
 
