@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::errors::GatewayError;
 use crate::table::Server;
 use crate::upstream::client::Upstreams;
-use crate::upstream::listing::{ListKind, Listing, ListingRequest, walk};
+use crate::upstream::listing::{Item, ListKind, Listing, ListingRequest, walk};
 use crate::upstream::request_credential::SHARED_PARTITION;
 
 /// (server revision, kind, credential partition). A revision hashes the whole server spec,
@@ -67,9 +67,8 @@ impl Catalog {
             .listing
             .items
             .iter()
-            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))?
+            .find(|t| t.id() == Some(tool))?
             .get("inputSchema")
-            .cloned()
     }
 
     /// The server's listing for the caller's credential partition, from cache when younger
@@ -144,7 +143,7 @@ impl Catalog {
             let names: BTreeSet<String> = listing
                 .items
                 .iter()
-                .filter_map(|t| t.get("name").and_then(Value::as_str))
+                .filter_map(Item::id)
                 .filter(|n| server.spec.tools.admits(n))
                 .map(str::to_owned)
                 .collect();
@@ -218,7 +217,10 @@ mod tests {
 
     fn tools(names: &[&str]) -> Arc<Listing> {
         Arc::new(Listing {
-            items: names.iter().map(|n| json!({ "name": n })).collect(),
+            items: names
+                .iter()
+                .map(|n| Item::new(ListKind::Tools, &json!({ "name": n })))
+                .collect(),
             ..Listing::default()
         })
     }

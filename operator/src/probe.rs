@@ -90,11 +90,7 @@ pub async fn run(
                         tools: listing
                             .items
                             .iter()
-                            .filter(|t| {
-                                t.get("name")
-                                    .and_then(|n| n.as_str())
-                                    .is_some_and(|n| server.spec.tools.admits(n))
-                            })
+                            .filter(|t| t.id().is_some_and(|n| server.spec.tools.admits(n)))
                             .count(),
                         at: Timestamp::now(),
                     },

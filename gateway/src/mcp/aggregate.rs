@@ -107,23 +107,13 @@ fn absorb(merged: &mut Merged, caller: &Caller, server: &Arc<Server>, listing: A
     let at = merged.listings.len();
     for (i, item) in listing.items.iter().enumerate() {
         let visible = item
-            .get(id_field(kind))
-            .and_then(Value::as_str)
+            .id()
             .is_some_and(|own| kind != ListKind::Tools || caller.sees_tool(server, own));
         if visible {
             merged.visible.push((at, i));
         }
     }
     merged.listings.push((server.clone(), listing));
-}
-
-/// The field that identifies an item of `kind`; the aggregate prefixes it.
-fn id_field(kind: ListKind) -> &'static str {
-    match kind {
-        ListKind::Tools | ListKind::Prompts => "name",
-        ListKind::Resources => "uri",
-        ListKind::ResourceTemplates => "uriTemplate",
-    }
 }
 
 /// A slice of the merged list, serialized item by item.
@@ -135,42 +125,16 @@ pub struct PublicItems<'a> {
 impl Serialize for PublicItems<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let merged = self.merged;
-        let field = id_field(merged.kind);
         let mut seq = serializer.serialize_seq(Some(self.range.len()))?;
         for &(l, i) in &merged.visible[self.range.clone()] {
             let (server, listing) = &merged.listings[l];
-            seq.serialize_element(&Prefixed {
-                prefix: server.prefix(),
-                field,
-                item: &listing.items[i],
-            })?;
+            let item = &listing.items[i];
+            let own = item.id().unwrap_or_default();
+            let text = item.json_with_id(&prefixed_name(server.prefix(), own));
+            let raw = RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
+            seq.serialize_element(&raw)?;
         }
         seq.end()
-    }
-}
-
-/// One item with its identifying field as `<prefix>__<value>`, everything else as it came.
-struct Prefixed<'a> {
-    prefix: &'a str,
-    field: &'static str,
-    item: &'a Value,
-}
-
-impl Serialize for Prefixed<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let Value::Object(object) = self.item else {
-            return self.item.serialize(serializer);
-        };
-        let mut map = serializer.serialize_map(Some(object.len()))?;
-        for (key, value) in object {
-            match value.as_str() {
-                Some(own) if key == self.field => {
-                    map.serialize_entry(key, &prefixed_name(self.prefix, own))?
-                }
-                _ => map.serialize_entry(key, value)?,
-            }
-        }
-        map.end()
     }
 }
 

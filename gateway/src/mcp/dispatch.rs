@@ -169,11 +169,9 @@ async fn unprefixed_owners(
     let owns_personally = |server: &Server| {
         to_list.iter().zip(&listings).any(|(s, listing)| {
             s.id() == server.id()
-                && listing.as_ref().is_ok_and(|l| {
-                    l.items
-                        .iter()
-                        .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
-                })
+                && listing
+                    .as_ref()
+                    .is_ok_and(|l| l.items.iter().any(|t| t.id() == Some(name)))
         })
     };
     let owners = gw.catalog.owners_of(name);

@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
@@ -28,6 +29,15 @@ impl ListKind {
             ListKind::ResourceTemplates => "resources/templates/list",
         }
     }
+    /// The field that identifies an item of this kind (the aggregate prefixes it).
+    pub fn id_field(self) -> &'static str {
+        match self {
+            ListKind::Tools | ListKind::Prompts => "name",
+            ListKind::Resources => "uri",
+            ListKind::ResourceTemplates => "uriTemplate",
+        }
+    }
+
     /// The result field that holds the items.
     pub fn field(self) -> &'static str {
         match self {
@@ -58,10 +68,76 @@ pub struct ListingRequest<'a> {
     pub kind: ListKind,
 }
 
+/// One listed item, kept compact: its identifying field (a tool's `name`, a resource's `uri`)
+/// apart, everything else as JSON text. A parsed tree costs about 3.6 KB per tool, the text a
+/// tenth of that, and the aggregate writes it out without parsing it again.
+#[derive(Debug, Clone)]
+pub struct Item {
+    field: &'static str,
+    id: Option<String>,
+    /// The item without its identifying field: a JSON object (or, for an item that is not an
+    /// object, the item itself).
+    rest: Box<RawValue>,
+}
+
+impl Item {
+    pub fn new(kind: ListKind, value: &Value) -> Item {
+        let field = kind.id_field();
+        let (id, rest) = match value {
+            Value::Object(object) => {
+                let id = object.get(field).and_then(Value::as_str).map(str::to_owned);
+                let rest: Map<String, Value> = object
+                    .iter()
+                    .filter(|(k, _)| id.is_none() || k.as_str() != field)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                (id, serde_json::value::to_raw_value(&rest))
+            }
+            other => (None, serde_json::value::to_raw_value(other)),
+        };
+        Item {
+            field,
+            id,
+            rest: rest.unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default()),
+        }
+    }
+
+    /// The identifying field's value (`None` when the upstream gave none).
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The item as JSON text with its identifying field set to `id`.
+    pub fn json_with_id(&self, id: &str) -> String {
+        let rest = self.rest.get();
+        if self.id.is_none() || !rest.starts_with('{') {
+            return rest.to_string();
+        }
+        let mut out = String::with_capacity(rest.len() + id.len() + self.field.len() + 8);
+        out.push('{');
+        out.push_str(&Value::from(self.field).to_string());
+        out.push(':');
+        out.push_str(&Value::from(id).to_string());
+        if rest == "{}" {
+            out.push('}');
+        } else {
+            out.push(',');
+            out.push_str(&rest[1..]);
+        }
+        out
+    }
+
+    /// One field of the item, parsed (for the rare reader, such as `Mcp-Param-*` derivation).
+    pub fn get(&self, key: &str) -> Option<Value> {
+        let object: Map<String, Value> = serde_json::from_str(self.rest.get()).ok()?;
+        object.get(key).cloned()
+    }
+}
+
 /// Everything one server lists of one kind, with how the walk went.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
-    pub items: Vec<Value>,
+    pub items: Vec<Item>,
     /// Why the walk stopped early, if it did (repeated cursor, page cap, deadline).
     pub warnings: Vec<String>,
     /// Smallest `ttlMs` any page gave; `None` when no page gave one.
@@ -156,7 +232,9 @@ pub async fn walk(
 
 fn absorb_page(listing: &mut Listing, result: &Value, kind: ListKind) {
     if let Some(items) = result.get(kind.field()).and_then(Value::as_array) {
-        listing.items.extend(items.iter().cloned());
+        listing
+            .items
+            .extend(items.iter().map(|item| Item::new(kind, item)));
     }
     if let Some(ttl) = result.get("ttlMs").and_then(Value::as_u64) {
         listing.ttl_ms = Some(listing.ttl_ms.map_or(ttl, |t| t.min(ttl)));
@@ -192,6 +270,29 @@ mod tests {
             None
         );
         assert_eq!(next_cursor(&json!({}), Some(Era::Modern)), None);
+    }
+
+    #[test]
+    fn items_keep_everything_and_swap_only_their_id() {
+        let tool = json!({"name": "add", "description": "Add", "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}});
+        let item = Item::new(ListKind::Tools, &tool);
+        assert_eq!(item.id(), Some("add"));
+        let out: Value = serde_json::from_str(&item.json_with_id("w__add")).unwrap();
+        let mut expected = tool.clone();
+        expected["name"] = json!("w__add");
+        assert_eq!(
+            out, expected,
+            "nested fields named like the id stay untouched"
+        );
+        assert_eq!(item.get("inputSchema").unwrap()["type"], "object");
+        let bare = Item::new(ListKind::Tools, &json!({"name": "x"}));
+        assert_eq!(bare.json_with_id("p__x"), r#"{"name":"p__x"}"#);
+        let odd = Item::new(ListKind::Resources, &json!({"name": "no uri"}));
+        assert_eq!(odd.id(), None);
+        assert_eq!(
+            serde_json::from_str::<Value>(&odd.json_with_id("ignored")).unwrap(),
+            json!({"name": "no uri"})
+        );
     }
 
     #[test]
