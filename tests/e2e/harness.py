@@ -766,7 +766,54 @@ def unwrap_exception(exc: BaseException, kind: type[BaseException]) -> BaseExcep
 # Round-robin balancer
 
 
-class RoundRobinBalancer:
+class AsgiServer:
+    """Serves an ASGI app with uvicorn in a thread on 127.0.0.1 and a free port (for tiny
+    purpose-built upstreams written inside a test)."""
+
+    def __init__(self, app: Any, name: str = "asgi-server", lifespan: str = "off"):
+        self.app = app
+        self._name = name
+        self._lifespan = lifespan
+        self.url = ""
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+
+    def start(self) -> Any:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self._sock = sock
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        config = uvicorn.Config(
+            self.app, log_level="warning", access_log=False, lifespan=self._lifespan, interface="asgi3"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name=self._name, daemon=True
+        )
+        self._thread.start()
+
+        def started() -> bool:
+            assert self._thread is not None and self._thread.is_alive(), f"the {self._name} thread died"
+            return self._server.started
+
+        wait_until(started, timeout=10, what=f"the {self._name} to start")
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._sock is not None:
+            self._sock.close()
+
+
+class RoundRobinBalancer(AsgiServer):
     """An HTTP reverse proxy that sends each request to the next backend in turn (per request,
     not per connection) and streams every response through as it arrives, so SSE events pass
     one by one. Runs uvicorn in a thread on 127.0.0.1 and a free port.
@@ -788,14 +835,11 @@ class RoundRobinBalancer:
     }
 
     def __init__(self, backends: list[str]):
+        super().__init__(self.app, name="balancer", lifespan="on")
         self.backends = list(backends)
         self.served: list[tuple[int, str, str, str | None, str | None]] = []
         self._next = 0
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._server: Any = None
-        self._sock: socket.socket | None = None
-        self.url = ""
 
     def set_backends(self, backends: list[str]) -> None:
         with self._lock:
@@ -866,37 +910,6 @@ class RoundRobinBalancer:
         finally:
             await resp.aclose()
 
-    def start(self) -> RoundRobinBalancer:
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self._sock = sock
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on", interface="asgi3")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name="balancer", daemon=True
-        )
-        self._thread.start()
-
-        def started() -> bool:
-            assert self._thread is not None and self._thread.is_alive(), "the balancer thread died"
-            return self._server.started
-
-        wait_until(started, timeout=10, what="the balancer to start")
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
-        if self._sock is not None:
-            self._sock.close()
-
     def backends_used(self, session_id: str | None = None) -> set[int]:
         return {i for i, _, _, sid, _ in self.served if session_id is None or sid == session_id}
 
@@ -965,49 +978,6 @@ def token_exchange_auth(upstream: Upstream, client_id: str, **extra: Any) -> dic
         "clientSecret": f"secret-{client_id}",
         **extra,
     }
-
-
-class AsgiServer:
-    """Serves an ASGI app with uvicorn in a thread on 127.0.0.1 and a free port (for tiny
-    purpose-built upstreams written inside a test)."""
-
-    def __init__(self, app: Any):
-        self.app = app
-        self.url = ""
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self._sock: socket.socket | None = None
-
-    def start(self) -> AsgiServer:
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self._sock = sock
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", interface="asgi3")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name="asgi-server", daemon=True
-        )
-        self._thread.start()
-
-        def started() -> bool:
-            assert self._thread is not None and self._thread.is_alive(), "the ASGI server thread died"
-            return self._server.started
-
-        wait_until(started, timeout=10, what="the ASGI server to start")
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
-        if self._sock is not None:
-            self._sock.close()
 
 
 @contextlib.contextmanager
