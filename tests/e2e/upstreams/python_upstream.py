@@ -191,7 +191,11 @@ def build_app(args: argparse.Namespace):
 
 def main() -> None:
     args = ARGS
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP;
+    # without it every response on a kept-alive connection waits ~40 ms for a delayed ACK.
+    sock = socket.socket(
+        socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+    )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     sock.listen(128)  # connections queue until uvicorn starts accepting
