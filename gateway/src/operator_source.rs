@@ -158,7 +158,7 @@ fn build(frame: &[u8]) -> Result<RoutingTable, (u64, SnapshotError)> {
             SnapshotError {
                 errors: vec![switchboard_snapshot::FieldError {
                     path: String::new(),
-                    message: format!("not a snapshot: {}", e.classify_name()),
+                    message: format!("not a snapshot: {}", json_error_kind(&e)),
                 }],
             },
         )
@@ -168,19 +168,14 @@ fn build(frame: &[u8]) -> Result<RoutingTable, (u64, SnapshotError)> {
     RoutingTable::build(&snapshot).map_err(|e| (generation, e))
 }
 
-trait ClassifyName {
-    fn classify_name(&self) -> &'static str;
-}
-
-impl ClassifyName for serde_json::Error {
-    /// The kind of a JSON error, without the excerpt of input serde may quote.
-    fn classify_name(&self) -> &'static str {
-        match self.classify() {
-            serde_json::error::Category::Io => "I/O error",
-            serde_json::error::Category::Syntax => "invalid JSON",
-            serde_json::error::Category::Data => "JSON that does not fit the schema",
-            serde_json::error::Category::Eof => "truncated JSON",
-        }
+/// The kind of a JSON error, without the excerpt of input serde may quote (a frame holds
+/// secrets).
+fn json_error_kind(e: &serde_json::Error) -> &'static str {
+    match e.classify() {
+        serde_json::error::Category::Io => "I/O error",
+        serde_json::error::Category::Syntax => "invalid JSON",
+        serde_json::error::Category::Data => "JSON that does not fit the schema",
+        serde_json::error::Category::Eof => "truncated JSON",
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -207,10 +207,6 @@ impl RoutingTable {
 
     pub fn key_count(&self) -> usize {
         self.keys.len()
-    }
-
-    pub fn listing_ttl(&self) -> Duration {
-        self.settings.listing_ttl
     }
 }
 

@@ -132,12 +132,16 @@ class Proc:
         for line in iter(self.popen.stdout.readline, b""):
             self._stdout_file.write(line)
             self._stdout_file.flush()
-            if not self._ready.is_set():
-                m = READY_RE.search(line.decode("utf-8", "replace"))
-                if m:
-                    self.addr = m.group(1).rstrip("/")
-                    self._ready.set()
+            if not self._ready.is_set() and self._parse_ready(line.decode("utf-8", "replace")):
+                self._ready.set()
         self._ready.set()  # EOF: wake a waiter; it sees addr is None
+
+    def _parse_ready(self, line: str) -> bool:
+        """Whether `line` is the ready line; records the address it announces."""
+        m = READY_RE.search(line)
+        if m:
+            self.addr = m.group(1).rstrip("/")
+        return m is not None
 
     def wait_ready(self, timeout: float = 20.0) -> str:
         if not self._ready.wait(timeout):
@@ -766,6 +770,21 @@ def unwrap_exception(exc: BaseException, kind: type[BaseException]) -> BaseExcep
 # Round-robin balancer
 
 
+async def read_asgi_request(scope: dict, receive: Any) -> tuple[bytes, dict[str, str]] | None:
+    """The whole body and the (lower-cased) headers of an ASGI HTTP request; `None` when the
+    client went away first."""
+    body = bytearray()
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return None
+        body += msg.get("body", b"")
+        if not msg.get("more_body"):
+            break
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    return bytes(body), headers
+
+
 class AsgiServer:
     """Serves an ASGI app with uvicorn in a thread on 127.0.0.1 and a free port (for tiny
     purpose-built upstreams written inside a test)."""
@@ -865,14 +884,10 @@ class RoundRobinBalancer(AsgiServer):
                     return
         if scope["type"] != "http":
             return
-        body = bytearray()
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        request = await read_asgi_request(scope, receive)
+        if request is None:
+            return
+        body, _ = request
         idx, backend = self._pick()
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))

@@ -21,6 +21,7 @@ import json
 import httpx
 import pytest
 from harness import (
+    read_asgi_request,
     INVALID_PARAMS,
     KEY_HEADER,
     MODERN_VERSION,
@@ -159,13 +160,10 @@ class CatalogByToken:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request = await read_asgi_request(scope, receive)
+        if request is None:
+            return
+        body, headers = request
         auth = headers.get("authorization")
         try:
             req = json.loads(body or b"{}")

@@ -20,6 +20,7 @@ import json
 import httpx
 import pytest
 from harness import (
+    read_asgi_request,
     KEY_HEADER,
     LISTING_ERRORS_META,
     MODERN_VERSION,
@@ -337,13 +338,10 @@ class OAuthProtectedUpstream:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request = await read_asgi_request(scope, receive)
+        if request is None:
+            return
+        body, headers = request
         base = f"http://{headers.get('host', '127.0.0.1')}"
         path, method = scope["path"], scope["method"]
         if method == "GET" and path.startswith("/.well-known/oauth-protected-resource"):

@@ -300,17 +300,11 @@ class OperatorProc(Proc):
 
     metrics_addr: str | None = None
 
-    def _read_stdout(self) -> None:
-        assert self.popen.stdout is not None
-        for line in iter(self.popen.stdout.readline, b""):
-            self._stdout_file.write(line)
-            self._stdout_file.flush()
-            if not self._ready.is_set():
-                m = OPERATOR_READY_RE.search(line.decode("utf-8", "replace"))
-                if m:
-                    self.addr, self.metrics_addr = m.group(1), m.group(2)
-                    self._ready.set()
-        self._ready.set()
+    def _parse_ready(self, line: str) -> bool:
+        m = OPERATOR_READY_RE.search(line)
+        if m:
+            self.addr, self.metrics_addr = m.group(1), m.group(2)
+        return m is not None
 
 
 def kill(proc: Proc, sig: int = signal.SIGKILL) -> None:

@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 
 use crate::errors::GatewayError;
 use crate::mcp::aggregate;
-use crate::route::prefixed_name;
 use crate::route::split_prefixed;
 use crate::scope::{Caller, decide_owner};
 use crate::state::Gateway;
@@ -254,9 +253,4 @@ async fn forward(
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// The name a REST or aggregate caller sees for a server's tool.
-pub fn public_tool_name(server: &Server, tool: &str) -> String {
-    prefixed_name(server.prefix(), tool)
 }

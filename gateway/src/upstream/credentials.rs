@@ -108,10 +108,6 @@ impl UpstreamHeaders {
         }
     }
 
-    pub fn credential_slot(&self) -> Option<&HeaderName> {
-        self.credential_slot.as_ref()
-    }
-
     /// Every header this server's config adds (credential, static, forwarded): all dropped on
     /// a redirect to another origin, since any of them may be a secret.
     pub fn secret_slots(&self) -> impl Iterator<Item = &HeaderName> {
