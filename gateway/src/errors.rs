@@ -1,11 +1,13 @@
 //! Every error a client can see, and the one place where each becomes an HTTP status, a REST
-//! body, or a JSON-RPC error (DESIGN.md section 5).
+//! body, or a JSON-RPC error (the table is in docs/architecture.md, "Errors").
 
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+
+use crate::mcp::protocol::{Era, modern_error_status};
 
 /// JSON-RPC codes from the JSON-RPC 2.0 specification.
 pub mod codes {
@@ -259,8 +261,19 @@ impl IntoResponse for RestError {
 
 /// An MCP JSON-RPC error response for request `id` (`null` when the request had none).
 pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
-    let body = json!({ "jsonrpc": "2.0", "id": id, "error": error.jsonrpc_error() });
-    let mut response = (error.mcp_http_status(), axum::Json(body)).into_response();
+    jsonrpc_error_response_in(id, error, Era::Legacy)
+}
+
+/// The same, for a client of `era`: a 2026-07-28 client gets the revision's status for the
+/// code where the legacy rule says 200 (404 for -32601, 400 for -32602 and the like).
+pub fn jsonrpc_error_response_in(id: &Value, error: &GatewayError, era: Era) -> Response {
+    let rpc = error.jsonrpc_error();
+    let mut status = error.mcp_http_status();
+    if era == Era::Modern && status == StatusCode::OK {
+        status = modern_error_status(rpc["code"].as_i64().unwrap_or(0));
+    }
+    let body = json!({ "jsonrpc": "2.0", "id": id, "error": rpc });
+    let mut response = (status, axum::Json(body)).into_response();
     if let Some(value) = error.www_authenticate() {
         response
             .headers_mut()

@@ -24,13 +24,13 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/mcp",
             post(endpoint::aggregate)
                 .get(endpoint::method_not_allowed)
-                .delete(endpoint::method_not_allowed),
+                .delete(endpoint::end_session),
         )
         .route(
             "/mcp/{prefix}",
             post(endpoint::single)
                 .get(endpoint::method_not_allowed)
-                .delete(endpoint::method_not_allowed),
+                .delete(endpoint::end_session),
         )
         .route("/mcp-rest/tools/list", get(rest::list_tools))
         .route("/mcp-rest/tools/call", post(rest::call_tool))

@@ -4,15 +4,18 @@
 //! Map of the crate:
 //! - [`table`]: the immutable routing table built from one snapshot; [`state`] swaps it.
 //! - [`scope`], [`route`]: who the caller is, what it reaches, where a name goes.
-//! - [`mcp`]: the client-facing MCP endpoint (eras, sessions, methods, merged listings).
+//! - [`mcp`]: the client-facing MCP endpoint (protocol rules, sessions, methods, merged
+//!   listings, the event-by-event relay).
 //! - [`rest`]: the REST face. [`errors`]: every error and its HTTP/JSON-RPC mapping.
-//! - [`upstream`]: talking to upstream MCP servers (headers, eras, pagination).
+//! - [`forward`]: one request to one upstream (credential, headers, send, renew once).
+//! - [`upstream`]: talking to upstream MCP servers (headers, eras, streams, pagination).
 //! - [`catalog`]: cached listings and the tool-ownership map.
 //! - [`config_file`]: standalone mode's file source. [`http`]: the router.
 
 pub mod catalog;
 pub mod config_file;
 pub mod errors;
+pub mod forward;
 pub mod http;
 pub mod mcp;
 pub mod metrics;

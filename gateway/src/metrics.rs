@@ -160,7 +160,8 @@ impl Metrics {
     ) {
         let outcome = match outcome {
             Ok(RpcOutcome::Result(_)) => "ok",
-            Ok(RpcOutcome::Error(_)) => "rpc_error",
+            Ok(RpcOutcome::Error(..)) => "rpc_error",
+            Ok(RpcOutcome::Stream(_)) => "stream",
             Err(e) => e.outcome(),
         };
         self.upstream_requests

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::errors::{GatewayError, RestError};
+use crate::forward::Forward;
 use crate::mcp::aggregate::{self, PublicItems};
 use crate::mcp::dispatch::route_name;
 use crate::route::split_prefixed;
@@ -123,11 +124,15 @@ async fn call_tool_inner(
         params["arguments"] = arguments;
     }
     match gw
-        .forward(&caller, &server, "tools/call", Some(params))
+        .forward(&caller, &server, Forward::call("tools/call", Some(params)))
         .await
     {
         Ok(RpcOutcome::Result(result)) => Ok(result),
-        Ok(RpcOutcome::Error(error)) => Err(upstream_rpc_error(&server, &call.name, error)),
+        Ok(RpcOutcome::Error(error, _)) => Err(upstream_rpc_error(&server, &call.name, error)),
+        Ok(RpcOutcome::Stream(_)) => Err(GatewayError::UpstreamUnavailable {
+            server: server.id().to_string(),
+            detail: "answered a whole-answer request with a stream".into(),
+        }),
         Err(GatewayError::UpstreamForbidden { server: id }) => {
             tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
             Ok(json!({

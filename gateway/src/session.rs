@@ -1,13 +1,17 @@
 //! Legacy-era MCP sessions live in the `Mcp-Session-Id` itself, sealed with a key from the
-//! snapshot, so any replica that holds the same snapshot serves any session (DESIGN.md
-//! invariant 2). The sealed id is small: 12-byte nonce + 17-byte payload + 16-byte tag, in
-//! unpadded base64url: 60 characters.
+//! snapshot, so any replica that holds the same snapshot serves any session (no replica keeps
+//! a request-critical state of its own; see docs/architecture.md, "Sealing"). The sealed id is
+//! small: 12-byte nonce + 18-byte payload + 16-byte tag, in unpadded base64url: 62 characters.
+//!
+//! The same key seals other small tokens the gateway hands to clients and must read back on any
+//! replica (the ids of relayed server-to-client requests); each kind is sealed under its own
+//! associated data, so a token of one kind never opens as another.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chacha20poly1305::aead::{Aead, KeyInit};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use sha2::{Digest, Sha256};
 
@@ -16,14 +20,39 @@ use sha2::{Digest, Sha256};
 pub struct Session {
     /// First 8 bytes of the opening key's digest: a session only continues with that key.
     pub key_tag: [u8; 8],
-    /// Index into [`crate::mcp::era::LEGACY_VERSIONS`] of the negotiated protocol version.
+    /// Index into [`crate::mcp::protocol::LEGACY_VERSIONS`] of the negotiated protocol version.
     pub version_index: u8,
     /// Unix seconds after which the session is refused.
     pub expires_at: u64,
+    /// The client's capabilities from `initialize` ([`crate::mcp::capabilities`] bits).
+    pub capabilities: u8,
+    /// Unique per `initialize` (from the nonce): names the upstream sessions opened for it.
+    pub tag: u64,
 }
 
-const PAYLOAD_LEN: usize = 8 + 1 + 8;
+const PAYLOAD_LEN: usize = 8 + 1 + 8 + 1;
 const NONCE_LEN: usize = 12;
+/// Longest token accepted for opening (a larger one is refused before any decoding).
+const MAX_TOKEN_LEN: usize = 1024;
+
+/// What a sealed token is; sealed as associated data so kinds never mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// An `Mcp-Session-Id`.
+    Session,
+    /// The id of a server-to-client request relayed to a client: routes the client's reply.
+    ReplyRoute,
+}
+
+impl TokenKind {
+    fn aad(self) -> &'static [u8] {
+        match self {
+            // Session ids were sealed without associated data before other kinds existed.
+            TokenKind::Session => b"",
+            TokenKind::ReplyRoute => b"switchboard reply route v1",
+        }
+    }
+}
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum UnsealError {
@@ -56,22 +85,63 @@ impl SessionSealer {
         }
     }
 
-    pub fn seal(&self, key_digest: &[u8; 32], version_index: u8, now: SystemTime) -> String {
+    pub fn seal(
+        &self,
+        key_digest: &[u8; 32],
+        version_index: u8,
+        capabilities: u8,
+        now: SystemTime,
+    ) -> String {
         let mut payload = [0u8; PAYLOAD_LEN];
         payload[..8].copy_from_slice(&key_digest[..8]);
         payload[8] = version_index;
         let expires_at = unix_secs(now) + self.ttl.as_secs();
-        payload[9..].copy_from_slice(&expires_at.to_be_bytes());
+        payload[9..17].copy_from_slice(&expires_at.to_be_bytes());
+        payload[17] = capabilities;
+        self.seal_token(TokenKind::Session, &payload)
+    }
+
+    /// Seals `payload` as a token of `kind` (nonce, ciphertext and tag in base64url).
+    pub fn seal_token(&self, kind: TokenKind, payload: &[u8]) -> String {
         let nonce: [u8; NONCE_LEN] = rand::random();
-        // Encrypting a fixed-size buffer with a valid key cannot fail.
+        // Encrypting a buffer with a valid key cannot fail.
         let sealed = self
             .cipher
-            .encrypt(Nonce::from_slice(&nonce), payload.as_slice())
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: payload,
+                    aad: kind.aad(),
+                },
+            )
             .unwrap_or_default();
         let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&sealed);
         URL_SAFE_NO_PAD.encode(out)
+    }
+
+    /// Opens a token of `kind`: its nonce and payload, or `None` if it is not a genuine one.
+    pub fn open_token(&self, kind: TokenKind, token: &str) -> Option<([u8; NONCE_LEN], Vec<u8>)> {
+        if token.len() > MAX_TOKEN_LEN {
+            return None;
+        }
+        let raw = URL_SAFE_NO_PAD.decode(token).ok()?;
+        if raw.len() <= NONCE_LEN {
+            return None;
+        }
+        let (nonce, sealed) = raw.split_at(NONCE_LEN);
+        let payload = self
+            .cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: kind.aad(),
+                },
+            )
+            .ok()?;
+        Some((nonce.try_into().ok()?, payload))
     }
 
     pub fn unseal(
@@ -83,26 +153,22 @@ impl SessionSealer {
         if id.len() > 128 {
             return Err(UnsealError::Invalid);
         }
-        let raw = URL_SAFE_NO_PAD
-            .decode(id)
-            .map_err(|_| UnsealError::Invalid)?;
-        if raw.len() <= NONCE_LEN {
-            return Err(UnsealError::Invalid);
-        }
-        let (nonce, sealed) = raw.split_at(NONCE_LEN);
-        let payload = self
-            .cipher
-            .decrypt(Nonce::from_slice(nonce), sealed)
-            .map_err(|_| UnsealError::Invalid)?;
+        let (nonce, payload) = self
+            .open_token(TokenKind::Session, id)
+            .ok_or(UnsealError::Invalid)?;
         if payload.len() != PAYLOAD_LEN {
             return Err(UnsealError::Invalid);
         }
         let mut expires = [0u8; 8];
-        expires.copy_from_slice(&payload[9..]);
+        expires.copy_from_slice(&payload[9..17]);
+        let mut tag = [0u8; 8];
+        tag.copy_from_slice(&nonce[..8]);
         let session = Session {
             key_tag: payload[..8].try_into().map_err(|_| UnsealError::Invalid)?,
             version_index: payload[8],
             expires_at: u64::from_be_bytes(expires),
+            capabilities: payload[17],
+            tag: u64::from_le_bytes(tag),
         };
         if unix_secs(now) >= session.expires_at {
             return Err(UnsealError::Invalid);
@@ -132,23 +198,43 @@ mod tests {
     #[test]
     fn another_replica_with_the_same_key_opens_it() {
         let now = SystemTime::now();
-        let id = sealer().seal(&ALICE, 2, now);
+        let id = sealer().seal(&ALICE, 2, 5, now);
         assert!(id.len() < 200, "{} bytes", id.len());
         let session = sealer().unseal(&id, &ALICE, now).unwrap();
         assert_eq!(session.version_index, 2);
+        assert_eq!(session.capabilities, 5);
+    }
+
+    #[test]
+    fn tokens_of_one_kind_never_open_as_another() {
+        let token = sealer().seal_token(TokenKind::ReplyRoute, b"route");
+        assert_eq!(
+            sealer()
+                .open_token(TokenKind::ReplyRoute, &token)
+                .unwrap()
+                .1,
+            b"route"
+        );
+        assert!(sealer().open_token(TokenKind::Session, &token).is_none());
+        let session = sealer().seal(&ALICE, 0, 0, SystemTime::now());
+        assert!(
+            sealer()
+                .open_token(TokenKind::ReplyRoute, &session)
+                .is_none()
+        );
     }
 
     #[test]
     fn another_gateway_key_is_refused() {
         let now = SystemTime::now();
-        let id = sealer().seal(&ALICE, 0, now);
+        let id = sealer().seal(&ALICE, 0, 0, now);
         assert_eq!(sealer().unseal(&id, &BOB, now), Err(UnsealError::WrongKey));
     }
 
     #[test]
     fn tampered_foreign_and_expired_ids_are_invalid() {
         let now = SystemTime::now();
-        let id = sealer().seal(&ALICE, 0, now);
+        let id = sealer().seal(&ALICE, 0, 0, now);
         let mut bytes = id.clone().into_bytes();
         bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
         let tampered = String::from_utf8(bytes).unwrap();

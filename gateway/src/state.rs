@@ -5,24 +5,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
-use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::catalog::Catalog;
 use crate::errors::GatewayError;
-use crate::mcp::era::{Era, HEADER_MISMATCH};
+use crate::forward::renews;
 use crate::metrics::Metrics;
-use crate::protected_resource::{ProtectedResources, auth_challenge};
+use crate::protected_resource::ProtectedResources;
 use crate::scope::Caller;
 use crate::table::{RoutingTable, Server};
-use crate::upstream::client::{RpcCall, RpcOutcome, Upstreams};
+use crate::upstream::client::Upstreams;
 use crate::upstream::listing::{ListKind, Listing, ListingRequest};
-use crate::upstream::param_headers;
-use crate::upstream::request_credential::{self, RequestCredential, SHARED_PARTITION};
 use crate::upstream::tokens::Tokens;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use std::time::Duration;
-use switchboard_snapshot::{GatewaySettings, UpstreamAuth};
+use switchboard_snapshot::GatewaySettings;
 
 pub struct Gateway {
     table: ArcSwap<RoutingTable>,
@@ -32,10 +28,17 @@ pub struct Gateway {
     pub metrics: Metrics,
     pub tokens: Tokens,
     pub protected_resources: ProtectedResources,
+    /// Legacy sessions their clients ended (DELETE), by tag, until they would have expired.
+    ended_sessions: moka::sync::Cache<u64, ()>,
     /// Settings of this deployment rather than of the snapshot (its Service names, its public
     /// URL), merged into every table applied.
     local: LocalSettings,
 }
+
+/// Most ended sessions remembered, and for how long: a session ended longer ago than a
+/// session's usual lifetime has expired by itself.
+const MAX_ENDED_SESSIONS: u64 = 100_000;
+const ENDED_SESSION_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
 /// Per-deployment settings given on the command line.
 #[derive(Debug, Clone, Default)]
@@ -57,8 +60,21 @@ impl Gateway {
             metrics: Metrics::default(),
             tokens: Tokens::default(),
             protected_resources: ProtectedResources::default(),
+            ended_sessions: moka::sync::Cache::builder()
+                .max_capacity(MAX_ENDED_SESSIONS)
+                .time_to_live(ENDED_SESSION_MEMORY)
+                .build(),
             local: LocalSettings::default(),
         }
+    }
+
+    /// Refuses a legacy session from now on (on this replica).
+    pub fn end_session(&self, tag: u64) {
+        self.ended_sessions.insert(tag, ());
+    }
+
+    pub fn session_ended(&self, tag: u64) -> bool {
+        self.ended_sessions.contains_key(&tag)
     }
 
     pub fn table(&self) -> Arc<RoutingTable> {
@@ -100,154 +116,6 @@ impl Gateway {
         self.upstreams.retain(is_live);
         self.tokens.retain(is_live);
         self.protected_resources.retain(is_live);
-    }
-
-    /// One request to a server's upstream under its `timeout`, with the server's credential.
-    ///
-    /// A gateway-held token the upstream refuses (401) is renewed once and the request
-    /// repeats; a 401 on a caller's own credential is relayed (DESIGN.md invariant 6).
-    pub async fn forward(
-        &self,
-        caller: &Caller,
-        server: &Server,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<RpcOutcome, GatewayError> {
-        let mut rejected = None;
-        loop {
-            let credential = self.credential(caller, server, rejected.as_ref()).await?;
-            let result = self
-                .forward_with(caller, server, method, params.clone(), credential.as_ref())
-                .await;
-            match result {
-                Err(e) if renews(server, &e, &rejected, &credential) => {
-                    rejected = credential.map(|c| c.value);
-                }
-                other => return other.map_err(|e| self.relay_auth(caller, server, e)),
-            }
-        }
-    }
-
-    /// The per-request credential of a server whose credential is not static.
-    async fn credential(
-        &self,
-        caller: &Caller,
-        server: &Server,
-        rejected: Option<&HeaderValue>,
-    ) -> Result<Option<RequestCredential>, GatewayError> {
-        request_credential::resolve(
-            &self.tokens,
-            self.upstreams.http(),
-            caller,
-            server,
-            rejected,
-        )
-        .await
-    }
-
-    /// Sends a request with its credential. A tool call from a caller that sent no
-    /// `Mcp-Param-*` headers gets the ones the tool's schema calls for; if the upstream still
-    /// answers HeaderMismatch (its schema changed, or this replica never listed it), the
-    /// tools are listed afresh and the call repeats once.
-    async fn forward_with(
-        &self,
-        caller: &Caller,
-        server: &Server,
-        method: &str,
-        params: Option<Value>,
-        credential: Option<&RequestCredential>,
-    ) -> Result<RpcOutcome, GatewayError> {
-        // Only a 2026-07-28 upstream reads Mcp-Param-* headers; a caller that sent its own keeps
-        // them as sent.
-        let derive = method == "tools/call"
-            && self.upstreams.era_of(server) != Some(Era::Legacy)
-            && !param_headers::caller_sent_any(&caller.headers);
-        if !derive {
-            return self
-                .send(caller, server, method, params, credential, None)
-                .await;
-        }
-        let partition = credential.map_or(SHARED_PARTITION, |c| c.partition);
-        let tool = params
-            .as_ref()
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let derived = || {
-            let arguments = params.as_ref().and_then(|p| p.get("arguments"));
-            self.catalog
-                .tool_schema(server, partition, &tool)
-                .map(|schema| param_headers::derive(&schema, arguments))
-        };
-        let headers = derived();
-        let outcome = self
-            .send(
-                caller,
-                server,
-                method,
-                params.clone(),
-                credential,
-                headers.as_ref(),
-            )
-            .await;
-        let mismatch = matches!(&outcome, Ok(RpcOutcome::Error(e))
-            if e.get("code").and_then(Value::as_i64) == Some(HEADER_MISMATCH));
-        if !mismatch {
-            return outcome;
-        }
-        let settings = &caller.table.settings;
-        let relisted = self
-            .catalog
-            .listing(
-                &self.upstreams,
-                &ListingRequest {
-                    server,
-                    caller_headers: &caller.headers,
-                    credential,
-                    kind: ListKind::Tools,
-                },
-                Duration::ZERO,
-                settings.listing_page_cap,
-            )
-            .await;
-        match relisted {
-            Ok(_) => {
-                let headers = derived();
-                self.send(caller, server, method, params, credential, headers.as_ref())
-                    .await
-            }
-            Err(_) => outcome,
-        }
-    }
-
-    async fn send(
-        &self,
-        caller: &Caller,
-        server: &Server,
-        method: &str,
-        params: Option<Value>,
-        credential: Option<&RequestCredential>,
-        param_headers: Option<&HeaderMap>,
-    ) -> Result<RpcOutcome, GatewayError> {
-        let budget = server.spec.timeout;
-        let started = Instant::now();
-        let outcome = self
-            .upstreams
-            .call(RpcCall {
-                server,
-                caller_headers: &caller.headers,
-                param_headers,
-                credential,
-                method,
-                params,
-                deadline: started + budget,
-                budget,
-            })
-            .await;
-        self.metrics
-            .upstream_call(&server.metric_name, &outcome, started.elapsed());
-        outcome
     }
 
     /// A server's listing of one kind for the caller's credential partition, cached or
@@ -322,68 +190,6 @@ impl Gateway {
         }
         result
     }
-
-    /// A 401 from an upstream that uses the caller's own credential becomes the caller's 401,
-    /// with a challenge that points at the gateway's protected-resource metadata for the
-    /// server (whose authorization servers are the upstream's). An expected re-auth, so it
-    /// logs at info.
-    fn relay_auth(&self, caller: &Caller, server: &Server, error: GatewayError) -> GatewayError {
-        let GatewayError::UpstreamUnauthorized { challenge, .. } = &error else {
-            return error;
-        };
-        if !server.spec.auth.uses_caller_credential() {
-            return error;
-        }
-        let upstream = challenge
-            .as_deref()
-            .map(auth_challenge::parse)
-            .unwrap_or_default();
-        if let Some(url) = upstream.get("resource_metadata") {
-            self.protected_resources.remember_source(server, url);
-        }
-        let base = base_url(&caller.table.settings, &caller.headers);
-        let resource_metadata = format!(
-            "{base}/.well-known/oauth-protected-resource/mcp/{}",
-            server.prefix()
-        );
-        let mut www = format!("Bearer resource_metadata=\"{resource_metadata}\"");
-        for field in ["error", "scope", "error_description"] {
-            if let Some(v) = upstream.get(field) {
-                www.push_str(&format!(", {field}=\"{}\"", v.replace('"', "")));
-            }
-        }
-        tracing::info!(
-            server = server.id(),
-            "upstream asked the caller to authenticate (HTTP 401 relayed)"
-        );
-        self.metrics.auth_relayed(&server.metric_name);
-        GatewayError::UpstreamAuthRequired {
-            server: server.id().to_string(),
-            www_authenticate: www,
-        }
-    }
-}
-
-/// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
-/// on a token the gateway obtained itself, and only once.
-fn renews(
-    server: &Server,
-    error: &GatewayError,
-    rejected: &Option<HeaderValue>,
-    credential: &Option<RequestCredential>,
-) -> bool {
-    matches!(error, GatewayError::UpstreamUnauthorized { .. })
-        && rejected.is_none()
-        && credential.is_some()
-        && mints_tokens(server)
-}
-
-/// Whether the gateway obtains this server's token itself (and may renew it on a 401).
-fn mints_tokens(server: &Server) -> bool {
-    matches!(
-        server.spec.auth,
-        UpstreamAuth::Oauth2ClientCredentials { .. } | UpstreamAuth::TokenExchange { .. }
-    )
 }
 
 /// The gateway's base URL as clients reach it: `gateway.publicUrl`, else from `Host`.

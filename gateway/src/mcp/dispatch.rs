@@ -3,18 +3,48 @@
 
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 use crate::errors::GatewayError;
+use crate::forward::Forward;
 use crate::mcp::aggregate;
-use crate::route::split_prefixed;
+use crate::mcp::protocol::{Era, named_field};
+use crate::mcp::relay::Relay;
+use crate::route::{prefixed_name, split_prefixed};
 use crate::scope::{Caller, decide_owner};
 use crate::state::Gateway;
 use crate::table::Server;
-use crate::upstream::client::RpcOutcome;
+use crate::upstream::client::{RpcOutcome, SessionScope};
 use crate::upstream::listing::ListKind;
 use crate::upstream::request_credential::SHARED_PARTITION;
+
+/// One client request, as far as the methods care: what it asks and how it may be answered.
+pub struct Request {
+    pub method: String,
+    pub params: Option<Value>,
+    /// The client's era.
+    pub era: Era,
+    /// The client accepts an SSE answer.
+    pub accepts_stream: bool,
+    /// The legacy upstream session its requests use.
+    pub session: SessionScope,
+}
+
+impl Request {
+    fn forward<'a>(&self, method: &'a str, params: Option<Value>) -> Forward<'a> {
+        Forward {
+            method,
+            params,
+            // Listings are read whole: the gateway filters them.
+            stream: self.accepts_stream && ListKind::from_method(method).is_none(),
+            session: self.session,
+            modern_client: self.era == Era::Modern,
+        }
+    }
+}
 
 /// Which endpoint a request came in on.
 pub enum Target {
@@ -28,8 +58,8 @@ pub enum Target {
 #[derive(Debug)]
 pub enum Failure {
     Gateway(GatewayError),
-    /// The upstream's own JSON-RPC error object, passed on unchanged.
-    Upstream(Value),
+    /// The upstream's own JSON-RPC error object, passed on unchanged, with its HTTP status.
+    Upstream(Value, StatusCode),
 }
 
 impl From<GatewayError> for Failure {
@@ -38,42 +68,33 @@ impl From<GatewayError> for Failure {
     }
 }
 
-/// The methods that name one object, and the parameter that names it.
-fn named_field(method: &str) -> Option<&'static str> {
-    match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        _ => None,
-    }
-}
-
-/// A method's result: a JSON value, or (merged listings) JSON already serialized.
+/// A method's result: a JSON value, (merged listings) JSON already serialized, or an
+/// upstream's stream to relay event by event.
 pub enum Answer {
     Json(Value),
     Raw(Box<RawValue>),
+    Stream(Box<Relay>),
 }
 
 pub async fn dispatch(
     gw: &Gateway,
     caller: &Caller,
     target: &Target,
-    method: &str,
-    params: Option<Value>,
+    request: Request,
 ) -> Result<Answer, Failure> {
     match target {
-        Target::Aggregate => aggregate_method(gw, caller, method, params).await,
-        Target::Single(server) => single_method(gw, caller, server, method, params)
-            .await
-            .map(Answer::Json),
+        Target::Aggregate => aggregate_method(gw, caller, request).await,
+        Target::Single(server) => single_method(gw, caller, server, request).await,
     }
 }
 
 async fn aggregate_method(
     gw: &Gateway,
     caller: &Caller,
-    method: &str,
-    params: Option<Value>,
+    request: Request,
 ) -> Result<Answer, Failure> {
+    let method = request.method.as_str();
+    let params = request.params.clone();
     if let Some(kind) = ListKind::from_method(method) {
         let cursor = params
             .as_ref()
@@ -92,11 +113,34 @@ async fn aggregate_method(
         .and_then(Value::as_str)
         .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
         .to_string();
-    let (server, upstream_name) = route_name(gw, caller, method, &name).await?;
+    let (server, upstream_name) = if field == "taskId" {
+        route_task(caller, &name)?
+    } else {
+        route_name(gw, caller, method, &name).await?
+    };
     params[field] = Value::from(upstream_name);
-    forward(gw, caller, &server, method, Some(params))
-        .await
-        .map(Answer::Json)
+    let forward = request.forward(method, Some(params));
+    forward_answer(gw, caller, &server, forward, true).await
+}
+
+/// On the aggregate endpoint a task id is `<prefix>__<upstream task id>`: the gateway prefixed
+/// it when the task was created, so any replica routes it by parse, like a tool name.
+fn route_task(caller: &Caller, task_id: &str) -> Result<(Arc<Server>, String), GatewayError> {
+    let unknown = || GatewayError::NotFound {
+        kind: "task",
+        name: task_id.to_string(),
+    };
+    let (prefix, rest) = split_prefixed(task_id).ok_or_else(unknown)?;
+    let server = caller.server_in_scope(prefix).ok_or_else(unknown)?;
+    Ok((server.clone(), rest.to_string()))
+}
+
+/// Gives the task id in a result the server's prefix (aggregate endpoint): a created task
+/// (`resultType: "task"`) and the task a `tasks/*` method answers about.
+pub fn prefix_task_id(result: &mut Value, prefix: &str) {
+    if let Some(Value::String(id)) = result.get_mut("taskId") {
+        *id = prefixed_name(prefix, id);
+    }
 }
 
 /// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the
@@ -203,11 +247,12 @@ async fn single_method(
     gw: &Gateway,
     caller: &Caller,
     server: &Arc<Server>,
-    method: &str,
-    params: Option<Value>,
-) -> Result<Value, Failure> {
+    request: Request,
+) -> Result<Answer, Failure> {
+    let method = request.method.as_str();
     if method == "tools/call" {
-        let name = params
+        let name = request
+            .params
             .as_ref()
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
@@ -219,8 +264,10 @@ async fn single_method(
             .into());
         }
     }
-    let mut result = forward(gw, caller, server, method, params).await?;
+    let forward = request.forward(method, request.params.clone());
+    let mut answer = forward_answer(gw, caller, server, forward, false).await?;
     if method == "tools/list"
+        && let Answer::Json(result) = &mut answer
         && let Some(Value::Array(tools)) = result.get_mut("tools")
     {
         tools.retain(|t| {
@@ -229,27 +276,62 @@ async fn single_method(
                 .is_some_and(|n| caller.sees_tool(server, n))
         });
     }
-    Ok(result)
+    Ok(answer)
+}
+
+/// Sends the method upstream and turns its answer into the client's: a stream to relay, or a
+/// result (on the aggregate endpoint with task ids prefixed).
+async fn forward_answer(
+    gw: &Gateway,
+    caller: &Caller,
+    server: &Arc<Server>,
+    request: Forward<'_>,
+    aggregate: bool,
+) -> Result<Answer, Failure> {
+    let listen = request.method == "subscriptions/listen";
+    let started = Instant::now();
+    match forward(gw, caller, server, request).await? {
+        Forwarded::Result(mut result) => {
+            if aggregate {
+                prefix_task_id(&mut result, server.prefix());
+            }
+            Ok(Answer::Json(result))
+        }
+        Forwarded::Stream(stream) => Ok(Answer::Stream(Box::new(Relay {
+            stream,
+            server: server.clone(),
+            prefix_task_ids: aggregate,
+            // A subscription lives as long as it carries events; a request's answer is due
+            // within the server's timeout.
+            deadline: (!listen).then(|| started + server.spec.timeout),
+        }))),
+    }
+}
+
+enum Forwarded {
+    Result(Value),
+    Stream(Box<crate::upstream::client::UpstreamStream>),
 }
 
 /// Sends the method upstream and unwraps its answer. An upstream 403 on a tool call stays a
-/// tool error (only 401 means re-authenticate): DESIGN.md invariant 6.
+/// tool error (only 401 means re-authenticate; docs/architecture.md, "Errors").
 async fn forward(
     gw: &Gateway,
     caller: &Caller,
     server: &Server,
-    method: &str,
-    params: Option<Value>,
-) -> Result<Value, Failure> {
-    match gw.forward(caller, server, method, params).await {
-        Ok(RpcOutcome::Result(result)) => Ok(result),
-        Ok(RpcOutcome::Error(error)) => Err(Failure::Upstream(error)),
+    request: Forward<'_>,
+) -> Result<Forwarded, Failure> {
+    let method = request.method;
+    match gw.forward(caller, server, request).await {
+        Ok(RpcOutcome::Result(result)) => Ok(Forwarded::Result(result)),
+        Ok(RpcOutcome::Stream(stream)) => Ok(Forwarded::Stream(stream)),
+        Ok(RpcOutcome::Error(error, status)) => Err(Failure::Upstream(error, status)),
         Err(GatewayError::UpstreamForbidden { server: id }) if method == "tools/call" => {
             tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
-            Ok(json!({
+            Ok(Forwarded::Result(json!({
                 "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
                 "isError": true,
-            }))
+            })))
         }
         Err(e) => Err(e.into()),
     }

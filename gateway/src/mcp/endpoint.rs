@@ -1,6 +1,8 @@
-//! The client-facing Streamable HTTP endpoint (`POST /mcp`, `POST /mcp/{prefix}`): checks the
-//! gateway key, tells the two protocol eras apart, keeps legacy sessions sealed in their ids,
-//! validates 2026-07-28 request headers, and answers with one JSON-RPC response.
+//! The client-facing Streamable HTTP endpoint (`POST /mcp`, `POST /mcp/{prefix}`, `DELETE` of a
+//! legacy session): checks the gateway key, tells the two protocol eras apart, keeps legacy
+//! sessions sealed in their ids, validates 2026-07-28 request headers, routes clients' replies
+//! to relayed server-to-client requests, and answers with one JSON-RPC response or a relayed
+//! stream.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -12,15 +14,20 @@ use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use crate::errors::{GatewayError, codes, jsonrpc_error_response};
-use crate::mcp::dispatch::{Answer, Failure, Target, dispatch};
-use crate::mcp::era::{
+use crate::errors::{GatewayError, codes, jsonrpc_error_response, jsonrpc_error_response_in};
+use crate::forward::Forward;
+use crate::mcp::capabilities;
+use crate::mcp::dispatch::{Answer, Failure, Request, Target, dispatch};
+use crate::mcp::protocol::{
     self, Era, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SERVER_INFO,
     MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
 };
+use crate::mcp::relay::{self, ReplyRoute};
 use crate::scope::{Caller, authenticate};
-use crate::session::UnsealError;
+use crate::session::{Session, UnsealError};
 use crate::state::Gateway;
+use crate::table::Server;
+use crate::upstream::client::{RpcOutcome, SessionScope};
 
 pub async fn aggregate(
     State(gw): State<Arc<Gateway>>,
@@ -39,20 +46,58 @@ pub async fn single(
     handle(&gw, Some(prefix), headers, body).await
 }
 
-/// GET (a legacy server-to-client stream) and DELETE (session teardown): sessions live in
-/// their sealed ids, so there is nothing to stream or delete; both are allowed to answer 405.
+/// GET: a legacy server-to-client stream outside any request. The gateway keeps no stream per
+/// session (a replica holds nothing a request depends on), and the 2026-07-28 revision has
+/// none: both allow 405.
 pub async fn method_not_allowed() -> Response {
-    (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response()
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST, DELETE")],
+    )
+        .into_response()
 }
 
-/// A parsed JSON-RPC message from a client.
+/// DELETE ends a legacy session: its id is refused from then on (on this replica: see
+/// docs/architecture.md, "Sessions"), and the upstream sessions this replica opened for it are
+/// closed.
+pub async fn end_session(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let table = gw.table();
+    let caller = match authenticate(table, headers) {
+        Ok(c) => c,
+        Err(e) => return jsonrpc_error_response(&Value::Null, &e),
+    };
+    let Some(session_id) = header_str(&caller.headers, "mcp-session-id") else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "DELETE needs the Mcp-Session-Id of the session to end",
+        )
+            .into_response();
+    };
+    let session = match open_session(&gw, &caller, session_id) {
+        Ok(s) => s,
+        Err(e) => return jsonrpc_error_response(&Value::Null, &e),
+    };
+    gw.end_session(session.tag);
+    gw.close_client_sessions(&caller, session.tag).await;
+    tracing::info!(key = %caller.key.name, "legacy session ended by the client");
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// A JSON-RPC message from a client.
+enum Incoming {
+    /// A request (with an id) or a notification (without).
+    Call(Message),
+    /// A response to a request the gateway relayed to the client.
+    Reply { id: Value, body: Map<String, Value> },
+}
+
 struct Message {
     id: Option<Value>,
     method: String,
     params: Option<Value>,
 }
 
-fn parse_message(body: &[u8]) -> Result<Option<Message>, GatewayError> {
+fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let Value::Object(mut obj) = value else {
@@ -66,8 +111,17 @@ fn parse_message(body: &[u8]) -> Result<Option<Message>, GatewayError> {
         ));
     }
     let Some(method) = obj.remove("method") else {
-        // A response to a server-to-client request; the gateway sends none.
-        return Ok(None);
+        // A response: it must answer something, with a result or an error.
+        let answers = obj.contains_key("result") != obj.contains_key("error");
+        return match obj.get("id") {
+            Some(id) if answers && !id.is_null() => Ok(Incoming::Reply {
+                id: id.clone(),
+                body: obj,
+            }),
+            _ => Err(GatewayError::InvalidRequest(
+                "a message without a method is a response: it needs an id and one of result or error".into(),
+            )),
+        };
     };
     let method = method
         .as_str()
@@ -79,7 +133,7 @@ fn parse_message(body: &[u8]) -> Result<Option<Message>, GatewayError> {
             "params must be an object".into(),
         ));
     }
-    Ok(Some(Message {
+    Ok(Incoming::Call(Message {
         id: obj.remove("id"),
         method,
         params,
@@ -94,21 +148,34 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
     };
     let table = gw.table();
     let limit = table.settings.max_body_bytes;
-    let fail = |id: &Value, e: GatewayError, method: &'static str| {
+    let fail = |id: &Value, e: GatewayError, method: &'static str, era: Era| {
         gw.metrics.request(endpoint, method, e.outcome());
-        jsonrpc_error_response(id, &e)
+        jsonrpc_error_response_in(id, &e, era)
     };
     if body.len() > limit {
-        return fail(&Value::Null, GatewayError::PayloadTooLarge { limit }, "-");
+        return fail(
+            &Value::Null,
+            GatewayError::PayloadTooLarge { limit },
+            "-",
+            Era::Legacy,
+        );
     }
     let caller = match authenticate(table, headers) {
         Ok(c) => c,
-        Err(e) => return fail(&Value::Null, e, "-"),
+        Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
     };
     let message = match parse_message(&body) {
-        Ok(Some(m)) => m,
-        Ok(None) => return StatusCode::ACCEPTED.into_response(),
-        Err(e) => return fail(&Value::Null, e, "-"),
+        Ok(Incoming::Call(m)) => m,
+        Ok(Incoming::Reply { id, body }) => {
+            return match deliver_reply(gw, &caller, prefix.as_deref(), id, body).await {
+                Ok(()) => {
+                    gw.metrics.request(endpoint, "reply", "ok");
+                    StatusCode::ACCEPTED.into_response()
+                }
+                Err(e) => fail(&Value::Null, e, "reply", Era::Legacy),
+            };
+        }
+        Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
     };
     let id = message.id.clone().unwrap_or(Value::Null);
     let method = metric_method(&message.method);
@@ -125,7 +192,7 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
     };
     let version_header = header_str(&caller.headers, "mcp-protocol-version");
     let has_session = caller.headers.contains_key("mcp-session-id");
-    let era = era::classify(
+    let era = protocol::classify(
         &message.method,
         message.params.as_ref(),
         version_header,
@@ -133,58 +200,206 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
     );
     let prepared = match era {
         Era::Modern => check_modern(&caller.headers, &message),
-        Era::Legacy => check_legacy(&caller, &message),
+        Era::Legacy => check_legacy(gw, &caller, &target, &message).await,
     };
-    let session_header = match prepared {
+    let session = match prepared {
         Ok(Prepared::Answer(response)) => {
             gw.metrics.request(endpoint, method, "ok");
             return response;
         }
-        Ok(Prepared::Dispatch { session_header }) => session_header,
-        Err(e) => return fail(&id, e, method),
+        Ok(Prepared::Dispatch { session }) => session,
+        Err(e) => return fail(&id, e, method, era),
     };
     if message.id.is_none() {
         // Notifications (initialized, cancelled, ...) concern the gateway's own session with
-        // the client; upstream sessions are the gateway's, so nothing is forwarded.
+        // the client; a request the client gives up is cancelled by closing its stream.
         return StatusCode::ACCEPTED.into_response();
     }
+    let accepts_stream = header_str(&caller.headers, "accept")
+        .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
+    let request = Request {
+        method: message.method.clone(),
+        params: message.params,
+        era,
+        accepts_stream,
+        session,
+    };
     let outcome = match (era, message.method.as_str()) {
         (Era::Legacy, "ping") => Ok(Answer::Json(json!({}))),
-        (Era::Modern, "server/discover") => Ok(Answer::Json(discover_result(&target))),
-        _ => dispatch(gw, &caller, &target, &message.method, message.params).await,
+        (Era::Modern, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
+            Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
+        ),
+        (Era::Modern, "server/discover") => discover(gw, &caller, &target, request).await,
+        _ => dispatch(gw, &caller, &target, request).await,
     };
-    let mut response = match outcome {
+    match outcome {
         Ok(Answer::Json(mut result)) => {
             gw.metrics.request(endpoint, method, "ok");
             if era == Era::Modern {
                 stamp_modern_result(&mut result);
             }
-            rpc_response(&id, "result", result)
+            rpc_response(&id, "result", result, StatusCode::OK)
         }
         Ok(Answer::Raw(result)) => {
             gw.metrics.request(endpoint, method, "ok");
             raw_result_response(&id, &result)
         }
-        Err(Failure::Upstream(error)) => {
+        Ok(Answer::Stream(relay)) => {
+            gw.metrics.request(endpoint, method, "stream");
+            let mut key_tag = [0u8; 8];
+            key_tag.copy_from_slice(&caller.key.digest[..8]);
+            relay::sse_response(
+                *relay,
+                relay::Client {
+                    id,
+                    era,
+                    key_tag,
+                    table: caller.table.clone(),
+                },
+            )
+        }
+        Err(Failure::Upstream(error, status)) => {
             gw.metrics.request(endpoint, method, "upstream_error");
-            rpc_response(&id, "error", error)
+            // A 2026-07-28 client reads the HTTP status as part of the answer: the upstream's
+            // own when it set one, else the revision's rule for the code. Legacy: 200.
+            let status = match era {
+                Era::Legacy => StatusCode::OK,
+                Era::Modern if status.is_client_error() => status,
+                Era::Modern => protocol::modern_error_status(
+                    error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                ),
+            };
+            rpc_response(&id, "error", error, status)
         }
         Err(Failure::Gateway(e)) => {
             tracing::info!(method = %message.method, error = %e, "request failed");
-            return fail(&id, e, method);
+            fail(&id, e, method, era)
         }
-    };
-    if let Some(value) = session_header {
-        response.headers_mut().insert("mcp-session-id", value);
     }
-    response
+}
+
+/// A client's reply to a server-to-client request the gateway relayed: its id is a sealed
+/// [`ReplyRoute`] naming the upstream session that asked; the reply goes there with the
+/// upstream's own id, from whichever replica received it.
+async fn deliver_reply(
+    gw: &Gateway,
+    caller: &Caller,
+    prefix: Option<&str>,
+    id: Value,
+    mut body: Map<String, Value>,
+) -> Result<(), GatewayError> {
+    let unknown =
+        || GatewayError::InvalidRequest("the response answers no request of this gateway".into());
+    let route = id
+        .as_str()
+        .and_then(|token| ReplyRoute::open(&caller.table.sealer, token))
+        .ok_or_else(unknown)?;
+    if route.key_tag != caller.key.digest[..8] {
+        return Err(unknown());
+    }
+    let server = caller
+        .table
+        .server_by_id(&route.server)
+        .filter(|s| caller.reaches(s))
+        .filter(|s| prefix.is_none_or(|p| s.prefix() == p))
+        .cloned()
+        .ok_or_else(unknown)?;
+    let upstream_id: Value = serde_json::from_str(route.id.get()).map_err(|_| unknown())?;
+    body.insert("id".into(), upstream_id);
+    let session = route
+        .session
+        .as_deref()
+        .and_then(|s| HeaderValue::from_str(s).ok());
+    let version = HeaderValue::from_str(&route.version)
+        .unwrap_or(HeaderValue::from_static(protocol::LATEST_LEGACY_VERSION));
+    let bytes = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
+    let status = gw
+        .deliver_reply(caller, &server, session, version, bytes)
+        .await?;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(GatewayError::UpstreamUnavailable {
+            server: server.id().to_string(),
+            detail: format!("the upstream refused the reply (HTTP {})", status.as_u16()),
+        })
+    }
+}
+
+/// `server/discover`: on `/mcp/{prefix}` the upstream's own answer (its serverInfo,
+/// instructions, capabilities, extensions), with the versions the gateway serves (it speaks
+/// every era to the client, whatever the upstream speaks); on `/mcp` the gateway's.
+async fn discover(
+    gw: &Gateway,
+    caller: &Caller,
+    target: &Target,
+    request: Request,
+) -> Result<Answer, Failure> {
+    let Target::Single(server) = target else {
+        return Ok(Answer::Json(gateway_discover(gw, caller).await));
+    };
+    let mut result = match gw.legacy_identity(caller, server, request.session).await? {
+        Some(init) => discover_from_initialize(&init),
+        None => match dispatch(gw, caller, target, request).await? {
+            Answer::Json(v) => v,
+            // The upstream's discover arrived as a stream; relay it as it is.
+            other => return Ok(other),
+        },
+    };
+    if let Value::Object(m) = &mut result {
+        m.insert(
+            "supportedVersions".into(),
+            json!(protocol::supported_versions()),
+        );
+    }
+    Ok(Answer::Json(result))
+}
+
+/// A legacy upstream's `initialize` result in the shape of a 2026-07-28 discover result.
+fn discover_from_initialize(init: &Value) -> Value {
+    let mut result = Map::new();
+    result.insert("resultType".into(), Value::from("complete"));
+    result.insert(
+        "capabilities".into(),
+        init.get("capabilities").cloned().unwrap_or(json!({})),
+    );
+    if let Some(instructions) = init.get("instructions") {
+        result.insert("instructions".into(), instructions.clone());
+    }
+    result.insert("ttlMs".into(), Value::from(0));
+    result.insert("cacheScope".into(), Value::from("private"));
+    if let Some(info) = init.get("serverInfo") {
+        result.insert("_meta".into(), json!({ META_SERVER_INFO: info }));
+    }
+    Value::Object(result)
+}
+
+/// The aggregate's identity: the gateway, advertising what every server behind it in the
+/// caller's scope supports.
+async fn gateway_discover(gw: &Gateway, caller: &Caller) -> Value {
+    json!({
+        "supportedVersions": protocol::supported_versions(),
+        "capabilities": aggregate_capabilities(gw, caller),
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "_meta": { META_SERVER_INFO: {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")} },
+    })
+}
+
+/// The aggregate endpoint serves tools, prompts and resources merged across servers.
+fn aggregate_capabilities(_gw: &Gateway, _caller: &Caller) -> Value {
+    json!({
+        "tools": {"listChanged": false},
+        "prompts": {"listChanged": false},
+        "resources": {"listChanged": false, "subscribe": false},
+    })
 }
 
 enum Prepared {
     /// The gateway answers itself (legacy `initialize`).
     Answer(Response),
-    /// Go on to the method; set this session header on the answer.
-    Dispatch { session_header: Option<HeaderValue> },
+    /// Go on to the method, on this client's upstream sessions.
+    Dispatch { session: SessionScope },
 }
 
 /// 2026-07-28: `_meta` must carry the version and capabilities; `MCP-Protocol-Version`,
@@ -218,14 +433,10 @@ fn check_modern(headers: &HeaderMap, message: &Message) -> Result<Prepared, Gate
     if header_str(headers, "mcp-method") != Some(message.method.as_str()) {
         return Err(mismatch("Mcp-Method header must equal the body's method"));
     }
-    let body_name = match message.method.as_str() {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        _ => None,
-    }
-    .and_then(|f| message.params.as_ref()?.get(f)?.as_str());
+    let body_name = protocol::named_field(&message.method)
+        .and_then(|f| message.params.as_ref()?.get(f)?.as_str());
     if let Some(body_name) = body_name {
-        let header_name = header_str(headers, "mcp-name").and_then(era::decode_header_value);
+        let header_name = header_str(headers, "mcp-name").and_then(protocol::decode_header_value);
         if header_name.as_deref() != Some(body_name) {
             return Err(mismatch("Mcp-Name header must equal the body's name"));
         }
@@ -234,59 +445,33 @@ fn check_modern(headers: &HeaderMap, message: &Message) -> Result<Prepared, Gate
         return Err(protocol_error(
             UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version".into(),
-            Some(json!({ "supported": supported_versions(), "requested": version })),
+            Some(json!({ "supported": protocol::supported_versions(), "requested": version })),
         ));
     }
     Ok(Prepared::Dispatch {
-        session_header: None,
+        session: SessionScope::default(),
     })
 }
 
 /// Legacy: `initialize` opens a sealed session; everything else must present one that this
-/// key opened and that has not expired.
-fn check_legacy(caller: &Caller, message: &Message) -> Result<Prepared, GatewayError> {
-    let now = SystemTime::now();
+/// key opened, that has not expired and that the client has not ended.
+async fn check_legacy(
+    gw: &Gateway,
+    caller: &Caller,
+    target: &Target,
+    message: &Message,
+) -> Result<Prepared, GatewayError> {
     if message.method == "initialize" {
-        let requested = message
-            .params
-            .as_ref()
-            .and_then(|p| p.get("protocolVersion"))
-            .and_then(Value::as_str);
-        let version = era::negotiate_legacy(requested);
-        let index = era::legacy_version_index(version).unwrap_or(0);
-        let session = caller.table.sealer.seal(&caller.key.digest, index, now);
-        let result = json!({
-            "protocolVersion": version,
-            "capabilities": {
-                "tools": {"listChanged": false},
-                "prompts": {"listChanged": false},
-                "resources": {"listChanged": false, "subscribe": false},
-            },
-            "serverInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let mut response = rpc_response(
-            message.id.as_ref().unwrap_or(&Value::Null),
-            "result",
-            result,
-        );
-        if let Ok(value) = HeaderValue::from_str(&session) {
-            response.headers_mut().insert("mcp-session-id", value);
-        }
-        return Ok(Prepared::Answer(response));
+        return Ok(Prepared::Answer(
+            initialize(gw, caller, target, message).await,
+        ));
     }
     let session_id = header_str(&caller.headers, "mcp-session-id").ok_or_else(|| {
         GatewayError::InvalidRequest("missing Mcp-Session-Id; initialize a session first".into())
     })?;
-    caller
-        .table
-        .sealer
-        .unseal(session_id, &caller.key.digest, now)
-        .map_err(|e| match e {
-            UnsealError::Invalid => GatewayError::SessionNotFound,
-            UnsealError::WrongKey => GatewayError::SessionForbidden,
-        })?;
+    let session = open_session(gw, caller, session_id)?;
     if let Some(v) = header_str(&caller.headers, "mcp-protocol-version")
-        && era::legacy_version_index(v).is_none()
+        && protocol::legacy_version_index(v).is_none()
     {
         return Err(GatewayError::Protocol {
             code: codes::INVALID_REQUEST,
@@ -296,8 +481,121 @@ fn check_legacy(caller: &Caller, message: &Message) -> Result<Prepared, GatewayE
         });
     }
     Ok(Prepared::Dispatch {
-        session_header: None,
+        session: SessionScope {
+            client: session.tag,
+            capabilities: session.capabilities,
+        },
     })
+}
+
+/// A session id this key opened, unexpired and not ended by the client.
+fn open_session(gw: &Gateway, caller: &Caller, session_id: &str) -> Result<Session, GatewayError> {
+    let session = caller
+        .table
+        .sealer
+        .unseal(session_id, &caller.key.digest, SystemTime::now())
+        .map_err(|e| match e {
+            UnsealError::Invalid => GatewayError::SessionNotFound,
+            UnsealError::WrongKey => GatewayError::SessionForbidden,
+        })?;
+    if gw.session_ended(session.tag) {
+        return Err(GatewayError::SessionNotFound);
+    }
+    Ok(session)
+}
+
+/// A legacy `initialize`: seals the session (version, the client's capabilities) into its id.
+/// On `/mcp/{prefix}` the answer is the upstream's own identity (serverInfo, instructions,
+/// capabilities), from the upstream session opened for this client session; on `/mcp`, or if
+/// the upstream cannot be reached now, the gateway's.
+async fn initialize(gw: &Gateway, caller: &Caller, target: &Target, message: &Message) -> Response {
+    let params = message.params.as_ref();
+    let requested = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str);
+    let version = protocol::negotiate_legacy(requested);
+    let index = protocol::legacy_version_index(version).unwrap_or(0);
+    let capabilities = capabilities::to_bits(params.and_then(|p| p.get("capabilities")));
+    let sealed =
+        caller
+            .table
+            .sealer
+            .seal(&caller.key.digest, index, capabilities, SystemTime::now());
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": aggregate_capabilities(gw, caller),
+        "serverInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+    });
+    if let Target::Single(server) = target
+        && let Ok(session) =
+            caller
+                .table
+                .sealer
+                .unseal(&sealed, &caller.key.digest, SystemTime::now())
+    {
+        let scope = SessionScope {
+            client: session.tag,
+            capabilities,
+        };
+        match upstream_identity(gw, caller, server, scope).await {
+            Ok(identity) => {
+                for field in ["capabilities", "serverInfo", "instructions"] {
+                    if let Some(v) = identity.get(field) {
+                        result[field] = v.clone();
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(server = server.id(), error = %e, "upstream identity unavailable; answering initialize with the gateway's")
+            }
+        }
+    }
+    let mut response = rpc_response(
+        message.id.as_ref().unwrap_or(&Value::Null),
+        "result",
+        result,
+        StatusCode::OK,
+    );
+    if let Ok(value) = HeaderValue::from_str(&sealed) {
+        response.headers_mut().insert("mcp-session-id", value);
+    }
+    response
+}
+
+/// What a legacy client's `initialize` on `/mcp/{prefix}` reports: the legacy upstream's own
+/// `initialize` result, or a 2026-07-28 upstream's `server/discover` (serverInfo read from its
+/// `_meta`, or the top level where a server puts it there).
+async fn upstream_identity(
+    gw: &Gateway,
+    caller: &Caller,
+    server: &Arc<Server>,
+    scope: SessionScope,
+) -> Result<Value, GatewayError> {
+    if let Some(init) = gw.legacy_identity(caller, server, scope).await? {
+        return Ok(init);
+    }
+    let mut forward = Forward::call("server/discover", None);
+    forward.session = scope;
+    match gw.forward(caller, server, forward).await? {
+        RpcOutcome::Result(discover) => {
+            let mut identity = Map::new();
+            for field in ["capabilities", "instructions", "serverInfo"] {
+                if let Some(v) = discover.get(field) {
+                    identity.insert(field.into(), v.clone());
+                }
+            }
+            if let Some(info) =
+                discover.pointer(&format!("/_meta/{}", META_SERVER_INFO.replace('/', "~1")))
+            {
+                identity.insert("serverInfo".into(), info.clone());
+            }
+            Ok(Value::Object(identity))
+        }
+        _ => Err(GatewayError::UpstreamUnavailable {
+            server: server.id().to_string(),
+            detail: "server/discover failed".into(),
+        }),
+    }
 }
 
 fn protocol_error(code: i64, message: String, data: Option<Value>) -> GatewayError {
@@ -309,30 +607,6 @@ fn protocol_error(code: i64, message: String, data: Option<Value>) -> GatewayErr
     }
 }
 
-fn supported_versions() -> Vec<&'static str> {
-    let mut all = vec![MODERN_VERSION];
-    all.extend(era::LEGACY_VERSIONS.iter().rev());
-    all
-}
-
-fn discover_result(target: &Target) -> Value {
-    let name = match target {
-        Target::Aggregate => "switchboard".to_string(),
-        Target::Single(server) => format!("switchboard/{}", server.prefix()),
-    };
-    json!({
-        "supportedVersions": [MODERN_VERSION],
-        "capabilities": {
-            "tools": {"listChanged": false},
-            "prompts": {"listChanged": false},
-            "resources": {"listChanged": false},
-        },
-        "ttlMs": 0,
-        "cacheScope": "private",
-        "_meta": { META_SERVER_INFO: {"name": name, "version": env!("CARGO_PKG_VERSION")} },
-    })
-}
-
 /// Every 2026-07-28 result carries `resultType`; a legacy upstream's answer gets `complete`.
 fn stamp_modern_result(result: &mut Value) {
     if let Value::Object(m) = result {
@@ -341,14 +615,14 @@ fn stamp_modern_result(result: &mut Value) {
     }
 }
 
-fn rpc_response(id: &Value, kind: &str, payload: Value) -> Response {
+fn rpc_response(id: &Value, kind: &str, payload: Value, status: StatusCode) -> Response {
     let mut body = Map::with_capacity(3);
     body.insert("jsonrpc".into(), Value::from("2.0"));
     body.insert("id".into(), id.clone());
     body.insert(kind.into(), payload);
     let bytes = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
     (
-        StatusCode::OK,
+        status,
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),

@@ -1,6 +1,8 @@
 //! MCP towards clients.
 
 pub mod aggregate;
+pub mod capabilities;
 pub mod dispatch;
 pub mod endpoint;
-pub mod era;
+pub mod protocol;
+pub mod relay;

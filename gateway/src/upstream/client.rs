@@ -17,18 +17,18 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::mcp::era::{
+use crate::mcp::protocol::{
     LATEST_LEGACY_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
     MODERN_VERSION,
 };
+use crate::mcp::{capabilities, protocol};
 use crate::table::Server;
 use crate::upstream::request_credential::{RequestCredential, SHARED_PARTITION};
+use crate::upstream::sse::{SseDecoder, SseError, SseEvent};
 use crate::upstream::wire::response_from_body;
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
@@ -54,13 +54,31 @@ pub struct RpcCall<'a> {
     pub deadline: Instant,
     /// The budget behind `deadline`, named in a timeout error.
     pub budget: Duration,
+    /// The answer may come back as a stream to relay event by event (the client accepts SSE
+    /// and nothing needs the whole answer first); otherwise an SSE answer is read whole.
+    pub stream: bool,
+    /// Which legacy upstream session the request goes on, for a legacy upstream.
+    pub session: SessionScope,
 }
 
-/// The upstream's JSON-RPC answer: a result or an error object, passed on unchanged.
+/// Whose upstream session a request uses on a legacy upstream. A legacy client's requests go
+/// on an upstream session of its own (opened with its capabilities, closed when it ends);
+/// everything else shares one session per credential partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SessionScope {
+    /// The client session's tag, 0 for the shared session.
+    pub client: u64,
+    /// The client's capabilities ([`crate::mcp::capabilities`] bits).
+    pub capabilities: u8,
+}
+
+/// The upstream's JSON-RPC answer: a result, an error object passed on unchanged with the
+/// HTTP status it came with, or an SSE stream to relay.
 #[derive(Debug)]
 pub enum RpcOutcome {
     Result(Value),
-    Error(Value),
+    Error(Value, StatusCode),
+    Stream(Box<UpstreamStream>),
 }
 
 /// What the gateway remembers about one upstream (per server revision): its era and, for a
@@ -69,9 +87,9 @@ pub enum RpcOutcome {
 struct UpstreamState {
     /// 0 until a request tells, then ERA_MODERN or ERA_LEGACY.
     era: AtomicU8,
-    /// Legacy sessions per credential partition: an upstream session is bound to the
-    /// credential that opened it.
-    sessions: Mutex<HashMap<u64, SessionSlot>>,
+    /// Legacy sessions per credential partition and client session: an upstream session is
+    /// bound to the credential that opened it and carries its client's capabilities.
+    sessions: Mutex<HashMap<(u64, SessionScope), SessionSlot>>,
 }
 
 type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
@@ -81,12 +99,24 @@ type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
 const MAX_SESSIONS_PER_UPSTREAM: usize = 4096;
 
 impl UpstreamState {
-    fn session_slot(&self, partition: u64) -> SessionSlot {
+    fn session_slot(&self, partition: u64, scope: SessionScope) -> SessionSlot {
+        let key = (partition, scope);
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if sessions.len() >= MAX_SESSIONS_PER_UPSTREAM && !sessions.contains_key(&partition) {
+        if sessions.len() >= MAX_SESSIONS_PER_UPSTREAM && !sessions.contains_key(&key) {
             sessions.clear();
         }
-        sessions.entry(partition).or_default().clone()
+        sessions.entry(key).or_default().clone()
+    }
+
+    /// Forgets the upstream sessions opened for one client session; returns them to close.
+    fn take_client_sessions(&self, client: u64) -> Vec<SessionSlot> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let keys: Vec<_> = sessions
+            .keys()
+            .filter(|(_, scope)| scope.client == client)
+            .copied()
+            .collect();
+        keys.iter().filter_map(|k| sessions.remove(k)).collect()
     }
 }
 
@@ -94,6 +124,8 @@ impl UpstreamState {
 struct LegacySession {
     id: Option<HeaderValue>,
     version: HeaderValue,
+    /// The upstream's `initialize` result: its serverInfo, capabilities and instructions.
+    init: Value,
 }
 
 impl LegacySession {
@@ -173,23 +205,106 @@ impl Upstreams {
     }
 
     /// The era an upstream was found to speak, once a request has told.
-    pub fn era_of(&self, server: &Server) -> Option<crate::mcp::era::Era> {
+    pub fn era_of(&self, server: &Server) -> Option<crate::mcp::protocol::Era> {
         match self.state(server).era.load(Ordering::Relaxed) {
-            ERA_MODERN => Some(crate::mcp::era::Era::Modern),
-            ERA_LEGACY => Some(crate::mcp::era::Era::Legacy),
+            ERA_MODERN => Some(crate::mcp::protocol::Era::Modern),
+            ERA_LEGACY => Some(crate::mcp::protocol::Era::Legacy),
             _ => None,
         }
     }
 
-    /// Sends one request and returns the upstream's JSON-RPC answer.
+    /// Sends one request and returns the upstream's JSON-RPC answer (for a stream: once its
+    /// headers arrived; the caller bounds the rest).
     pub async fn call(&self, call: RpcCall<'_>) -> Result<RpcOutcome, GatewayError> {
-        let timeout = GatewayError::UpstreamTimeout {
-            server: call.server.id().to_string(),
-            budget: call.budget,
-        };
         match tokio::time::timeout_at(call.deadline, self.call_in_era(&call)).await {
             Ok(result) => result,
-            Err(_) => Err(timeout),
+            Err(_) => Err(timeout_error(&call)),
+        }
+    }
+
+    /// The upstream's own identity for a legacy client: the `initialize` result of the legacy
+    /// session this scope uses (a legacy upstream), or `None` for a modern upstream (ask it
+    /// `server/discover`).
+    pub async fn legacy_identity(&self, call: RpcCall<'_>) -> Result<Option<Value>, GatewayError> {
+        let state = self.state(call.server);
+        let legacy = async {
+            if state.era.load(Ordering::Relaxed) == 0 {
+                // Unknown yet: one discover tells (and caches) the era.
+                let probe = RpcCall {
+                    method: "server/discover",
+                    params: None,
+                    stream: false,
+                    ..call
+                };
+                self.call_in_era(&probe).await?;
+            }
+            if state.era.load(Ordering::Relaxed) != ERA_LEGACY {
+                return Ok(None);
+            }
+            let session = self.legacy_session(&call, &state, false).await?;
+            Ok(Some(session.init.clone()))
+        };
+        match tokio::time::timeout_at(call.deadline, legacy).await {
+            Ok(result) => result,
+            Err(_) => Err(timeout_error(&call)),
+        }
+    }
+
+    /// Posts a client's JSON-RPC response (to a server-to-client request) to the upstream
+    /// session that asked; returns the upstream's HTTP status.
+    pub async fn deliver_reply(
+        &self,
+        call: RpcCall<'_>,
+        session: Option<HeaderValue>,
+        version: HeaderValue,
+        body: Vec<u8>,
+    ) -> Result<StatusCode, GatewayError> {
+        let session = LegacySession {
+            id: session,
+            version,
+            init: Value::Null,
+        };
+        let send = self.post(&call, session.headers(), body);
+        match tokio::time::timeout_at(call.deadline, send).await {
+            Ok(reply) => Ok(reply?.status),
+            Err(_) => Err(timeout_error(&call)),
+        }
+    }
+
+    /// Whether this replica opened an upstream session on `server` for a client session.
+    pub fn has_client_sessions(&self, server: &Server, client: u64) -> bool {
+        let state = self.state(server);
+        let sessions = state.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.keys().any(|(_, scope)| scope.client == client)
+    }
+
+    /// Ends the upstream sessions opened for one client session (HTTP DELETE, as a legacy
+    /// client ends its own); a failure is logged, never the client's problem.
+    pub async fn close_client_sessions(&self, call: RpcCall<'_>, client: u64) {
+        let state = self.state(call.server);
+        for slot in state.take_client_sessions(client) {
+            let Some(session) = slot.lock().await.take() else {
+                continue;
+            };
+            if session.id.is_none() {
+                continue;
+            }
+            let mut headers = session.headers();
+            call.server.headers.apply(
+                call.caller_headers,
+                call.credential.map(|c| &c.value),
+                &mut headers,
+            );
+            let sent = self
+                .http
+                .delete(call.server.url.clone())
+                .headers(headers)
+                .timeout(call.budget)
+                .send()
+                .await;
+            if let Err(e) = sent {
+                tracing::info!(server = call.server.id(), error = %unavailable(call.server, &e), "closing an upstream session failed");
+            }
         }
     }
 
@@ -214,7 +329,11 @@ impl Upstreams {
 
     async fn modern(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, Attempt> {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let params = with_modern_meta(call.params.clone(), &self.client_info);
+        let params = with_modern_meta(
+            call.params.clone(),
+            &self.client_info,
+            call.session.capabilities,
+        );
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("mcp-protocol-version"),
@@ -224,7 +343,7 @@ impl Upstreams {
             headers.insert(HeaderName::from_static("mcp-method"), v);
         }
         if let Some(name) = routed_name(call.method, params.as_ref())
-            && let Ok(v) = HeaderValue::from_str(&encode_header_value(name))
+            && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(name))
         {
             headers.insert(HeaderName::from_static("mcp-name"), v);
         }
@@ -242,6 +361,12 @@ impl Upstreams {
             .post(call, headers, body)
             .await
             .map_err(Attempt::Failed)?;
+        if reply.status.is_success() && call.stream && reply.is_event_stream() {
+            return Ok(RpcOutcome::Stream(Box::new(
+                reply.into_stream(id, None, None),
+            )));
+        }
+        let reply = reply.read(call.server).await.map_err(Attempt::Failed)?;
         // Only a 4xx needs the error code (to tell a modern error from a legacy server); a
         // success is parsed once, by `outcome`.
         match reply.status {
@@ -250,7 +375,9 @@ impl Upstreams {
                 Err(Attempt::Failed(reply.auth_error(call.server)))
             }
             s if s.is_client_error()
-                && reply.rpc_error_code().is_some_and(is_modern_error_code) =>
+                && reply
+                    .rpc_error_code()
+                    .is_some_and(protocol::is_modern_error_code) =>
             {
                 reply.outcome(call.server, &id).map_err(Attempt::Failed)
             }
@@ -270,7 +397,20 @@ impl Upstreams {
             let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
             let headers = session.headers();
             let body = rpc_body(&id, call.method, call.params.clone());
-            let reply = self.post(call, headers, body).await?;
+            let reply = self.post(call, headers.clone(), body).await?;
+            if reply.status.is_success() && call.stream && reply.is_event_stream() {
+                let cancel = Canceller {
+                    http: self.http.clone(),
+                    url: reply.url.clone(),
+                    headers: reply.sent_headers.clone(),
+                };
+                return Ok(RpcOutcome::Stream(Box::new(reply.into_stream(
+                    id,
+                    Some(session.clone()),
+                    Some(cancel),
+                ))));
+            }
+            let reply = reply.read(call.server).await?;
             match reply.status {
                 StatusCode::NOT_FOUND if session.id.is_some() && attempt == 0 => continue,
                 s if s.is_success() => return reply.outcome(call.server, &id),
@@ -298,7 +438,7 @@ impl Upstreams {
         renew: bool,
     ) -> Result<Arc<LegacySession>, GatewayError> {
         let partition = call.credential.map_or(SHARED_PARTITION, |c| c.partition);
-        let slot = state.session_slot(partition);
+        let slot = state.session_slot(partition, call.session);
         let mut slot = slot.lock().await;
         if let Some(existing) = slot.as_ref()
             && !renew
@@ -308,7 +448,7 @@ impl Upstreams {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
         let params = json!({
             "protocolVersion": LATEST_LEGACY_VERSION,
-            "capabilities": {},
+            "capabilities": capabilities::to_json(call.session.capabilities),
             "clientInfo": self.client_info,
         });
         let reply = self
@@ -317,6 +457,8 @@ impl Upstreams {
                 HeaderMap::new(),
                 rpc_body(&id, "initialize", Some(params)),
             )
+            .await?
+            .read(call.server)
             .await?;
         if matches!(
             reply.status,
@@ -327,7 +469,13 @@ impl Upstreams {
         let session_id = reply.headers.get("mcp-session-id").cloned();
         let result = match reply.outcome(call.server, &id)? {
             RpcOutcome::Result(r) => r,
-            RpcOutcome::Error(e) => {
+            RpcOutcome::Stream(_) => {
+                return Err(GatewayError::UpstreamUnavailable {
+                    server: call.server.id().to_string(),
+                    detail: "initialize answered with a stream".into(),
+                });
+            }
+            RpcOutcome::Error(e, _) => {
                 return Err(GatewayError::UpstreamUnavailable {
                     server: call.server.id().to_string(),
                     detail: format!("initialize failed: {}", e["message"].as_str().unwrap_or("")),
@@ -341,6 +489,7 @@ impl Upstreams {
         let session = Arc::new(LegacySession {
             id: session_id,
             version,
+            init: result,
         });
         let headers = session.headers();
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
@@ -349,6 +498,8 @@ impl Upstreams {
             headers,
             serde_json::to_vec(&initialized).unwrap_or_default(),
         )
+        .await?
+        .read(call.server)
         .await?;
         *slot = Some(session.clone());
         Ok(session)
@@ -361,7 +512,7 @@ impl Upstreams {
         call: &RpcCall<'_>,
         mut headers: HeaderMap,
         body: Vec<u8>,
-    ) -> Result<Reply, GatewayError> {
+    ) -> Result<SentReply, GatewayError> {
         headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
         headers.insert(
             header::CONTENT_TYPE,
@@ -399,17 +550,11 @@ impl Upstreams {
                 url = next;
                 continue;
             }
-            let response_headers = response.headers().clone();
-            let bytes = read_limited(response).await.map_err(|detail| {
-                GatewayError::UpstreamUnavailable {
-                    server: call.server.id().to_string(),
-                    detail,
-                }
-            })?;
-            return Ok(Reply {
+            return Ok(SentReply {
                 status,
-                headers: response_headers,
-                body: bytes,
+                url,
+                sent_headers: headers,
+                response,
             });
         }
         Err(GatewayError::UpstreamUnavailable {
@@ -433,6 +578,156 @@ impl Attempt {
                 server: String::new(),
                 detail: "the upstream no longer speaks the 2026-07-28 revision".into(),
             },
+        }
+    }
+}
+
+/// An upstream's answer whose body is not read yet: read whole, or relayed as a stream.
+struct SentReply {
+    status: StatusCode,
+    /// Where the request finally went (after same-origin redirects), and with which headers.
+    url: url::Url,
+    sent_headers: HeaderMap,
+    response: reqwest::Response,
+}
+
+impl SentReply {
+    fn is_event_stream(&self) -> bool {
+        self.response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"))
+    }
+
+    async fn read(self, server: &Server) -> Result<Reply, GatewayError> {
+        let headers = self.response.headers().clone();
+        let body = read_limited(self.response).await.map_err(|detail| {
+            GatewayError::UpstreamUnavailable {
+                server: server.id().to_string(),
+                detail,
+            }
+        })?;
+        Ok(Reply {
+            status: self.status,
+            headers,
+            body,
+        })
+    }
+
+    fn into_stream(
+        self,
+        upstream_id: Value,
+        session: Option<Arc<LegacySession>>,
+        cancel: Option<Canceller>,
+    ) -> UpstreamStream {
+        UpstreamStream {
+            status: self.status,
+            session_id: session.as_ref().and_then(|s| s.id.clone()),
+            session_version: session.map(|s| s.version.clone()),
+            upstream_id,
+            body: Box::pin(self.response.bytes_stream()),
+            decoder: SseDecoder::new(MAX_UPSTREAM_BODY),
+            cancel,
+        }
+    }
+}
+
+/// Tells a legacy upstream that a request it is still working on was given up (the client
+/// went away): `notifications/cancelled` on the same session, as the legacy transport asks.
+/// (A 2026-07-28 upstream learns it from the closed connection alone.)
+#[derive(Debug)]
+struct Canceller {
+    http: reqwest::Client,
+    url: url::Url,
+    headers: HeaderMap,
+}
+
+impl Canceller {
+    fn cancel(self, request_id: Value) {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": "the client went away"},
+        });
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        handle.spawn(async move {
+            let _ = self
+                .http
+                .post(self.url)
+                .headers(self.headers)
+                .timeout(Duration::from_secs(5))
+                .body(serde_json::to_vec(&body).unwrap_or_default())
+                .send()
+                .await;
+        });
+    }
+}
+
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// An upstream's SSE answer, read one event at a time: memory stays one event, whatever the
+/// length of the stream. Dropped before the answer arrived, it cancels the upstream request.
+pub struct UpstreamStream {
+    /// The upstream's HTTP status (2xx).
+    pub status: StatusCode,
+    /// The id the gateway gave the request upstream: the event that carries it is the answer.
+    pub upstream_id: Value,
+    /// The legacy upstream session the request went on: where replies to the upstream's own
+    /// requests must go.
+    pub session_id: Option<HeaderValue>,
+    pub session_version: Option<HeaderValue>,
+    body: ByteStream,
+    decoder: SseDecoder,
+    cancel: Option<Canceller>,
+}
+
+impl std::fmt::Debug for UpstreamStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamStream")
+            .field("status", &self.status)
+            .field("upstream_id", &self.upstream_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamStream {
+    /// The next event, `None` when the upstream ended the stream.
+    pub async fn next_event(&mut self, server: &str) -> Result<Option<SseEvent>, GatewayError> {
+        use futures_util::StreamExt;
+        let broken = |detail: String| GatewayError::UpstreamUnavailable {
+            server: server.to_string(),
+            detail,
+        };
+        loop {
+            match self.decoder.next_event() {
+                Ok(Some(event)) => return Ok(Some(event)),
+                Ok(None) => {}
+                Err(SseError::EventTooLarge(limit)) => {
+                    return Err(broken(format!("an event larger than {limit} bytes")));
+                }
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.decoder.push(&chunk),
+                Some(Err(_)) => return Err(broken("the stream broke".into())),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The upstream answered: nothing is left to cancel.
+    pub fn answered(&mut self) {
+        self.cancel = None;
+    }
+}
+
+impl Drop for UpstreamStream {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel.cancel(self.upstream_id.clone());
         }
     }
 }
@@ -481,7 +776,10 @@ impl Reply {
                 if let Some(result) = m.remove("result") {
                     Ok(RpcOutcome::Result(result))
                 } else {
-                    Ok(RpcOutcome::Error(m.remove("error").unwrap_or(Value::Null)))
+                    Ok(RpcOutcome::Error(
+                        m.remove("error").unwrap_or(Value::Null),
+                        self.status,
+                    ))
                 }
             }
             _ => Err(GatewayError::UpstreamUnavailable {
@@ -563,7 +861,7 @@ fn rpc_body(id: &Value, method: &str, params: Option<Value>) -> Vec<u8> {
 
 /// Adds the per-request `_meta` a 2026-07-28 server requires, keeping what the client sent
 /// (a modern client's own capabilities, its progress token).
-fn with_modern_meta(params: Option<Value>, client_info: &Value) -> Option<Value> {
+fn with_modern_meta(params: Option<Value>, client_info: &Value, capabilities: u8) -> Option<Value> {
     let mut params = match params {
         Some(Value::Object(m)) => m,
         _ => Map::new(),
@@ -573,8 +871,10 @@ fn with_modern_meta(params: Option<Value>, client_info: &Value) -> Option<Value>
         .or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(meta) = meta {
         meta.insert(META_PROTOCOL_VERSION.into(), Value::from(MODERN_VERSION));
+        // A modern client's own capabilities stay as sent; a legacy client's come from its
+        // session.
         meta.entry(META_CLIENT_CAPABILITIES)
-            .or_insert_with(|| json!({}));
+            .or_insert_with(|| capabilities::to_json(capabilities));
         meta.entry(META_CLIENT_INFO)
             .or_insert_with(|| client_info.clone());
     }
@@ -583,31 +883,14 @@ fn with_modern_meta(params: Option<Value>, client_info: &Value) -> Option<Value>
 
 /// The body value the `Mcp-Name` header repeats, for the methods that have one.
 fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
-    let field = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
-        _ => return None,
-    };
-    params?.get(field)?.as_str()
+    params?.get(protocol::named_field(method)?)?.as_str()
 }
 
-/// A header value as the 2026-07-28 transport sends it: plain when it is safe visible ASCII,
-/// else `=?base64?...?=` (so is a plain value that looks like that sentinel).
-pub fn encode_header_value(value: &str) -> String {
-    let visible_ascii = value.bytes().all(|b| (0x20..0x7f).contains(&b));
-    let padded = value.starts_with(' ') || value.ends_with(' ');
-    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
-    if !value.is_empty() && visible_ascii && !padded && !looks_encoded {
-        value.to_string()
-    } else {
-        format!("=?base64?{}?=", STANDARD.encode(value.as_bytes()))
+fn timeout_error(call: &RpcCall<'_>) -> GatewayError {
+    GatewayError::UpstreamTimeout {
+        server: call.server.id().to_string(),
+        budget: call.budget,
     }
-}
-
-fn is_modern_error_code(code: i64) -> bool {
-    // HeaderMismatch, MissingRequiredClientCapability, UnsupportedProtocolVersion, and the
-    // -32601/-32602 a modern server answers with HTTP 4xx.
-    matches!(code, -32022..=-32020 | -32601 | -32602)
 }
 
 #[cfg(test)]
@@ -615,17 +898,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_values_are_encoded_only_when_needed() {
-        assert_eq!(encode_header_value("add"), "add");
-        assert_eq!(encode_header_value("héllo"), "=?base64?aMOpbGxv?=");
-        assert_eq!(encode_header_value(" x"), "=?base64?IHg=?=");
-        assert!(encode_header_value("=?base64?abc?=").starts_with("=?base64?PT9i"));
-    }
-
-    #[test]
     fn modern_meta_keeps_the_clients_fields() {
         let params = json!({"name": "add", "_meta": {"progressToken": 5}});
-        let out = with_modern_meta(Some(params), &json!({"name": "gw"})).unwrap();
+        let out = with_modern_meta(Some(params), &json!({"name": "gw"}), 0).unwrap();
         assert_eq!(out["_meta"]["progressToken"], 5);
         assert_eq!(out["_meta"][META_PROTOCOL_VERSION], MODERN_VERSION);
         assert_eq!(out["_meta"][META_CLIENT_CAPABILITIES], json!({}));

@@ -7,9 +7,9 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::mcp::era::Era;
+use crate::mcp::protocol::Era;
 use crate::table::Server;
-use crate::upstream::client::{RpcCall, RpcOutcome, Upstreams};
+use crate::upstream::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
 use crate::upstream::request_credential::RequestCredential;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -181,10 +181,12 @@ pub async fn walk(
             } else {
                 server.spec.timeout
             },
+            stream: false,
+            session: SessionScope::default(),
         };
         let result = match upstreams.call(call).await {
             Ok(RpcOutcome::Result(r)) => r,
-            Ok(RpcOutcome::Error(e)) if page == 0 => {
+            Ok(RpcOutcome::Error(e, _)) if page == 0 => {
                 return Err(GatewayError::UpstreamUnavailable {
                     server: server.id().to_string(),
                     detail: format!(
@@ -195,14 +197,16 @@ pub async fn walk(
                 });
             }
             Err(e) if page == 0 => return Err(e),
-            Ok(RpcOutcome::Error(_)) | Err(_) if Instant::now() >= deadline => {
+            Ok(RpcOutcome::Error(..) | RpcOutcome::Stream(_)) | Err(_)
+                if Instant::now() >= deadline =>
+            {
                 listing.warnings.push(format!(
                     "listing stopped at the {} deadline after {page} pages",
                     humantime::format_duration(budget)
                 ));
                 return Ok(listing);
             }
-            Ok(RpcOutcome::Error(_)) | Err(_) => {
+            Ok(RpcOutcome::Error(..) | RpcOutcome::Stream(_)) | Err(_) => {
                 listing.warnings.push(format!(
                     "listing stopped after {page} pages: a later page failed"
                 ));

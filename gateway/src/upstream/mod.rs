@@ -5,5 +5,6 @@ pub mod credentials;
 pub mod listing;
 pub mod param_headers;
 pub mod request_credential;
+pub mod sse;
 pub mod tokens;
 pub mod wire;

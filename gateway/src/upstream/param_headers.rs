@@ -7,7 +7,7 @@
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
-use crate::upstream::client::encode_header_value;
+use crate::mcp::protocol::encode_header_value;
 
 /// Whether the caller already sent tool-parameter headers (then they are forwarded as sent).
 pub fn caller_sent_any(headers: &HeaderMap) -> bool {

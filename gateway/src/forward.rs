@@ -1,0 +1,360 @@
+//! The forwarding pipeline of one client request to one upstream: resolve the credential, compose
+//! the headers, send, renew a refused gateway-held token once, relay a refused caller credential
+//! as the caller's 401. One deadline covers the whole request, renewals and retries included.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::Value;
+use switchboard_snapshot::UpstreamAuth;
+use tokio::time::Instant;
+
+use crate::errors::GatewayError;
+use crate::mcp::protocol::{Era, HEADER_MISMATCH};
+use crate::protected_resource::auth_challenge;
+use crate::scope::Caller;
+use crate::state::{Gateway, base_url};
+use crate::table::Server;
+use crate::upstream::client::{RpcCall, RpcOutcome, SessionScope};
+use crate::upstream::listing::{ListKind, ListingRequest};
+use crate::upstream::param_headers;
+use crate::upstream::request_credential::{self, RequestCredential, SHARED_PARTITION};
+
+/// One method call as it goes upstream.
+pub struct Forward<'a> {
+    pub method: &'a str,
+    /// Parameters as the upstream gets them (names already without the gateway prefix).
+    pub params: Option<Value>,
+    /// The answer may be relayed as a stream (see [`RpcCall::stream`]).
+    pub stream: bool,
+    /// The legacy upstream session to use (a legacy client's own, or the shared one).
+    pub session: SessionScope,
+    /// The client speaks 2026-07-28: its `Mcp-Param-*` headers are its own business (passed
+    /// through, never synthesized); a legacy client's are derived from the tool's schema.
+    pub modern_client: bool,
+}
+
+impl<'a> Forward<'a> {
+    /// A plain request on the shared session, answered whole.
+    pub fn call(method: &'a str, params: Option<Value>) -> Forward<'a> {
+        Forward {
+            method,
+            params,
+            stream: false,
+            session: SessionScope::default(),
+            modern_client: false,
+        }
+    }
+}
+
+impl Gateway {
+    /// One request to a server's upstream under its `timeout`, with the server's credential.
+    ///
+    /// A gateway-held token the upstream refuses (401) is renewed once and the request
+    /// repeats; a 401 on a caller's own credential is relayed to the caller.
+    pub async fn forward(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: Forward<'_>,
+    ) -> Result<RpcOutcome, GatewayError> {
+        let deadline = Instant::now() + server.spec.timeout;
+        let mut rejected = None;
+        loop {
+            let credential = self.credential(caller, server, rejected.as_ref()).await?;
+            let result = self
+                .forward_with(caller, server, &request, credential.as_ref(), deadline)
+                .await;
+            match result {
+                Err(e) if renews(server, &e, &rejected, &credential) => {
+                    rejected = credential.map(|c| c.value);
+                }
+                other => return other.map_err(|e| self.relay_auth(caller, server, e)),
+            }
+        }
+    }
+
+    /// The per-request credential of a server whose credential is not static.
+    pub(crate) async fn credential(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        rejected: Option<&HeaderValue>,
+    ) -> Result<Option<RequestCredential>, GatewayError> {
+        request_credential::resolve(
+            &self.tokens,
+            self.upstreams.http(),
+            caller,
+            server,
+            rejected,
+        )
+        .await
+    }
+
+    /// Sends a request with its credential. A legacy client's tool call gets the
+    /// `Mcp-Param-*` headers the tool's schema calls for; if the upstream still answers
+    /// HeaderMismatch (its schema changed, or this replica never listed it), the tools are
+    /// listed afresh and the call repeats once.
+    async fn forward_with(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &Forward<'_>,
+        credential: Option<&RequestCredential>,
+        deadline: Instant,
+    ) -> Result<RpcOutcome, GatewayError> {
+        // Only a 2026-07-28 upstream reads Mcp-Param-* headers; a 2026-07-28 client sends its
+        // own (or leaves them out and gets the upstream's answer to that).
+        let derive = request.method == "tools/call"
+            && !request.modern_client
+            && self.upstreams.era_of(server) != Some(Era::Legacy)
+            && !param_headers::caller_sent_any(&caller.headers);
+        if !derive {
+            return self
+                .send(caller, server, request, credential, None, deadline)
+                .await;
+        }
+        let partition = credential.map_or(SHARED_PARTITION, |c| c.partition);
+        let params = request.params.as_ref();
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let derived = || {
+            let arguments = params.and_then(|p| p.get("arguments"));
+            self.catalog
+                .tool_schema(server, partition, tool)
+                .map(|schema| param_headers::derive(&schema, arguments))
+        };
+        let headers = derived();
+        let outcome = self
+            .send(
+                caller,
+                server,
+                request,
+                credential,
+                headers.as_ref(),
+                deadline,
+            )
+            .await;
+        let mismatch = matches!(&outcome, Ok(RpcOutcome::Error(e, _))
+            if e.get("code").and_then(Value::as_i64) == Some(HEADER_MISMATCH));
+        if !mismatch {
+            return outcome;
+        }
+        let settings = &caller.table.settings;
+        let relisted = self
+            .catalog
+            .listing(
+                &self.upstreams,
+                &ListingRequest {
+                    server,
+                    caller_headers: &caller.headers,
+                    credential,
+                    kind: ListKind::Tools,
+                },
+                Duration::ZERO,
+                settings.listing_page_cap,
+            )
+            .await;
+        match relisted {
+            Ok(_) => {
+                let headers = derived();
+                self.send(
+                    caller,
+                    server,
+                    request,
+                    credential,
+                    headers.as_ref(),
+                    deadline,
+                )
+                .await
+            }
+            Err(_) => outcome,
+        }
+    }
+
+    async fn send(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &Forward<'_>,
+        credential: Option<&RequestCredential>,
+        param_headers: Option<&HeaderMap>,
+        deadline: Instant,
+    ) -> Result<RpcOutcome, GatewayError> {
+        let started = Instant::now();
+        let outcome = self
+            .upstreams
+            .call(RpcCall {
+                server,
+                caller_headers: &caller.headers,
+                param_headers,
+                credential,
+                method: request.method,
+                params: request.params.clone(),
+                deadline,
+                budget: server.spec.timeout,
+                stream: request.stream,
+                session: request.session,
+            })
+            .await;
+        self.metrics
+            .upstream_call(&server.metric_name, &outcome, started.elapsed());
+        outcome
+    }
+
+    /// The upstream's `initialize` result when it speaks a legacy revision (from the session
+    /// this scope uses), `None` when it speaks 2026-07-28.
+    pub async fn legacy_identity(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        session: SessionScope,
+    ) -> Result<Option<Value>, GatewayError> {
+        let credential = self.credential(caller, server, None).await?;
+        self.upstreams
+            .legacy_identity(RpcCall {
+                server,
+                caller_headers: &caller.headers,
+                param_headers: None,
+                credential: credential.as_ref(),
+                method: "initialize",
+                params: None,
+                deadline: Instant::now() + server.spec.timeout,
+                budget: server.spec.timeout,
+                stream: false,
+                session,
+            })
+            .await
+            .map_err(|e| self.relay_auth(caller, server, e))
+    }
+
+    /// Delivers a client's reply to a server-to-client request to the upstream session that
+    /// asked (named by the sealed reply route); returns the upstream's HTTP status.
+    pub async fn deliver_reply(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        session: Option<HeaderValue>,
+        version: HeaderValue,
+        body: Vec<u8>,
+    ) -> Result<StatusCode, GatewayError> {
+        let credential = self.credential(caller, server, None).await?;
+        self.upstreams
+            .deliver_reply(
+                RpcCall {
+                    server,
+                    caller_headers: &caller.headers,
+                    param_headers: None,
+                    credential: credential.as_ref(),
+                    method: "",
+                    params: None,
+                    deadline: Instant::now() + server.spec.timeout,
+                    budget: server.spec.timeout,
+                    stream: false,
+                    session: SessionScope::default(),
+                },
+                session,
+                version,
+                body,
+            )
+            .await
+    }
+
+    /// Closes the upstream sessions this replica opened for a legacy client session.
+    pub async fn close_client_sessions(&self, caller: &Caller, client: u64) {
+        for server in caller.table.servers.iter() {
+            if !self.upstreams.has_client_sessions(server, client) {
+                continue;
+            }
+            let Ok(credential) = self.credential(caller, server, None).await else {
+                continue;
+            };
+            self.upstreams
+                .close_client_sessions(
+                    RpcCall {
+                        server,
+                        caller_headers: &caller.headers,
+                        param_headers: None,
+                        credential: credential.as_ref(),
+                        method: "",
+                        params: None,
+                        deadline: Instant::now() + server.spec.timeout,
+                        budget: server.spec.timeout,
+                        stream: false,
+                        session: SessionScope::default(),
+                    },
+                    client,
+                )
+                .await;
+        }
+    }
+
+    /// A 401 from an upstream that uses the caller's own credential becomes the caller's 401,
+    /// with a challenge that points at the gateway's protected-resource metadata for the
+    /// server (whose authorization servers are the upstream's). An expected re-auth, so it
+    /// logs at info.
+    pub(crate) fn relay_auth(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        error: GatewayError,
+    ) -> GatewayError {
+        let GatewayError::UpstreamUnauthorized { challenge, .. } = &error else {
+            return error;
+        };
+        if !server.spec.auth.uses_caller_credential() {
+            return error;
+        }
+        let upstream = challenge
+            .as_deref()
+            .map(auth_challenge::parse)
+            .unwrap_or_default();
+        if let Some(url) = upstream.get("resource_metadata") {
+            self.protected_resources.remember_source(server, url);
+        }
+        let base = base_url(&caller.table.settings, &caller.headers);
+        let resource_metadata = format!(
+            "{base}/.well-known/oauth-protected-resource/mcp/{}",
+            server.prefix()
+        );
+        let mut www = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+        for field in ["error", "scope", "error_description"] {
+            if let Some(v) = upstream.get(field) {
+                www.push_str(&format!(", {field}=\"{}\"", v.replace('"', "")));
+            }
+        }
+        tracing::info!(
+            server = server.id(),
+            "upstream asked the caller to authenticate (HTTP 401 relayed)"
+        );
+        self.metrics.auth_relayed(&server.metric_name);
+        GatewayError::UpstreamAuthRequired {
+            server: server.id().to_string(),
+            www_authenticate: www,
+        }
+    }
+}
+
+/// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
+/// on a token the gateway obtained itself, and only once.
+pub(crate) fn renews(
+    server: &Server,
+    error: &GatewayError,
+    rejected: &Option<HeaderValue>,
+    credential: &Option<RequestCredential>,
+) -> bool {
+    matches!(error, GatewayError::UpstreamUnauthorized { .. })
+        && rejected.is_none()
+        && credential.is_some()
+        && mints_tokens(server)
+}
+
+/// Whether the gateway obtains this server's token itself (and may renew it on a 401).
+fn mints_tokens(server: &Server) -> bool {
+    matches!(
+        server.spec.auth,
+        UpstreamAuth::Oauth2ClientCredentials { .. } | UpstreamAuth::TokenExchange { .. }
+    )
+}

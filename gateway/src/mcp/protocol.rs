@@ -1,0 +1,216 @@
+//! The MCP protocol rules the gateway applies, in one place: the two eras and how a request
+//! says which, the methods each era has, the header codec, and the HTTP status that goes with
+//! a JSON-RPC error.
+//!
+//! The 2026-07-28 revision is stateless: every request carries its version in
+//! `params._meta["io.modelcontextprotocol/protocolVersion"]` and in the `MCP-Protocol-Version`
+//! header, and the HTTP status is part of an error answer (404 with -32601, 400 with -32600,
+//! -32602, -32700 and -32020..-32022). The legacy revisions open with `initialize`, carry an
+//! `Mcp-Session-Id`, and put every JSON-RPC error on HTTP 200. Following the versioning page,
+//! the body decides the era first (modern `_meta` present, or the method is `initialize`), then
+//! the headers.
+
+use axum::http::StatusCode;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::Value;
+
+use crate::errors::codes;
+
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// Legacy revisions served to clients, oldest first. A sealed session stores an index here.
+pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+pub const LATEST_LEGACY_VERSION: &str = "2025-11-25";
+
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// 2026-07-28 error codes (HTTP 400).
+pub const HEADER_MISMATCH: i64 = -32020;
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: stateless, version per request.
+    Modern,
+    /// 2024-11-05 .. 2025-11-25: `initialize`, then a session.
+    Legacy,
+}
+
+/// Which era a POST speaks.
+pub fn classify(
+    method: &str,
+    params: Option<&Value>,
+    version_header: Option<&str>,
+    has_session: bool,
+) -> Era {
+    // A 2026-07-28 `initialize` is the removed method it is, not a legacy handshake.
+    let meta_version = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(META_PROTOCOL_VERSION));
+    if meta_version.is_some() {
+        return Era::Modern;
+    }
+    if method == "initialize" {
+        return Era::Legacy;
+    }
+    if has_session {
+        return Era::Legacy;
+    }
+    match version_header {
+        Some(v) if !LEGACY_VERSIONS.contains(&v) => Era::Modern,
+        _ => Era::Legacy,
+    }
+}
+
+pub fn legacy_version_index(version: &str) -> Option<u8> {
+    LEGACY_VERSIONS
+        .iter()
+        .position(|v| *v == version)
+        .map(|i| i as u8)
+}
+
+/// The version a legacy `initialize` negotiates: the client's if we serve it, else our latest.
+pub fn negotiate_legacy(requested: Option<&str>) -> &'static str {
+    requested
+        .and_then(|r| LEGACY_VERSIONS.iter().find(|v| **v == r))
+        .copied()
+        .unwrap_or(LATEST_LEGACY_VERSION)
+}
+
+/// Methods of the legacy revisions that 2026-07-28 removed: a 2026-07-28 request for one is
+/// answered 404 with -32601, like any method the server does not have.
+pub const REMOVED_IN_MODERN: &[&str] = &[
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+/// Every version served, newest first: what `server/discover` and an "unsupported version"
+/// error both list.
+pub fn supported_versions() -> Vec<&'static str> {
+    let mut all = vec![MODERN_VERSION];
+    all.extend(LEGACY_VERSIONS.iter().rev());
+    all
+}
+
+/// The parameter a method names its object by (and `Mcp-Name` repeats, 2026-07-28).
+pub fn named_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// The methods whose answer may be an input-required result (multi round-trip requests).
+pub fn may_require_input(method: &str) -> bool {
+    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+}
+
+/// The HTTP status of a JSON-RPC error in the 2026-07-28 era (legacy: always 200).
+pub fn modern_error_status(code: i64) -> StatusCode {
+    match code {
+        codes::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        codes::PARSE_ERROR | codes::INVALID_REQUEST | codes::INVALID_PARAMS => {
+            StatusCode::BAD_REQUEST
+        }
+        HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION => {
+            StatusCode::BAD_REQUEST
+        }
+        _ => StatusCode::OK,
+    }
+}
+
+/// Whether a 4xx answer with this code comes from a 2026-07-28 server (rather than a legacy
+/// one refusing the modern request form).
+pub fn is_modern_error_code(code: i64) -> bool {
+    matches!(code, -32022..=-32020 | -32601 | -32602)
+}
+
+/// A header value as the 2026-07-28 transport sends it: plain when it is safe visible ASCII,
+/// else `=?base64?...?=` (so is a plain value that looks like that sentinel).
+pub fn encode_header_value(value: &str) -> String {
+    let visible_ascii = value.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let padded = value.starts_with(' ') || value.ends_with(' ');
+    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
+    if !value.is_empty() && visible_ascii && !padded && !looks_encoded {
+        value.to_string()
+    } else {
+        format!("=?base64?{}?=", STANDARD.encode(value.as_bytes()))
+    }
+}
+
+/// Decodes a 2026-07-28 header value (`=?base64?...?=` or plain).
+pub fn decode_header_value(raw: &str) -> Option<String> {
+    match raw
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok()),
+        None => Some(raw.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn body_decides_before_headers() {
+        let modern = json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
+        assert_eq!(
+            classify("tools/list", Some(&modern), None, false),
+            Era::Modern
+        );
+        assert_eq!(
+            classify("initialize", Some(&modern), None, false),
+            Era::Modern
+        );
+        assert_eq!(classify("initialize", None, None, false), Era::Legacy);
+        assert_eq!(
+            classify("tools/list", None, Some("2025-06-18"), true),
+            Era::Legacy
+        );
+        assert_eq!(
+            classify("tools/list", None, Some("2026-07-28"), false),
+            Era::Modern
+        );
+        assert_eq!(classify("tools/list", None, None, false), Era::Legacy);
+    }
+
+    #[test]
+    fn negotiation_and_header_decoding() {
+        assert_eq!(negotiate_legacy(Some("2025-03-26")), "2025-03-26");
+        assert_eq!(negotiate_legacy(Some("2026-07-28")), "2025-11-25");
+        assert_eq!(
+            decode_header_value("=?base64?aMOpbGxv?="),
+            Some("héllo".into())
+        );
+        assert_eq!(decode_header_value("add"), Some("add".into()));
+        assert_eq!(encode_header_value("add"), "add");
+        assert_eq!(encode_header_value("héllo"), "=?base64?aMOpbGxv?=");
+        assert_eq!(encode_header_value(" x"), "=?base64?IHg=?=");
+        assert!(encode_header_value("=?base64?abc?=").starts_with("=?base64?PT9i"));
+    }
+
+    #[test]
+    fn modern_statuses() {
+        assert_eq!(modern_error_status(-32601), StatusCode::NOT_FOUND);
+        assert_eq!(modern_error_status(-32602), StatusCode::BAD_REQUEST);
+        assert_eq!(modern_error_status(-32021), StatusCode::BAD_REQUEST);
+        assert_eq!(modern_error_status(-32001), StatusCode::OK);
+        assert_eq!(supported_versions()[0], MODERN_VERSION);
+        assert_eq!(named_field("tasks/get"), Some("taskId"));
+    }
+}
