@@ -1,6 +1,6 @@
 //! Cached listings per server, and the tool-ownership map (tool name → server ids) that only
 //! unprefixed names need. Both are caches: a replica that has neither rebuilds them on demand,
-//! and a prefixed call never looks here (DESIGN.md invariants 2 and 3).
+//! and a prefixed call never looks here (docs/architecture.md, invariants 2 and 3).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};

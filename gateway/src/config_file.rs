@@ -1,7 +1,7 @@
 //! Standalone mode: the snapshot comes from a file. The file is re-read when its contents
 //! change (polled, so it also works on mounted ConfigMaps/Secrets whose symlinks flip) and on
 //! SIGHUP (which also picks up changed `env`/`file` secrets). A broken edit is logged with the
-//! field it concerns and the previous snapshot keeps serving (DESIGN.md invariant 9).
+//! field it concerns and the previous snapshot keeps serving (docs/architecture.md, invariant 9).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -84,7 +84,7 @@ impl Gateway {
         request_credential::resolve(
             &self.tokens,
             self.upstreams.http(),
-            caller,
+            caller.credential_context(),
             server,
             rejected,
         )
@@ -199,8 +199,14 @@ impl Gateway {
                 session: request.session,
             })
             .await;
+        let label = match &outcome {
+            Ok(RpcOutcome::Result(_)) => "ok",
+            Ok(RpcOutcome::Error(..)) => "rpc_error",
+            Ok(RpcOutcome::Stream(_)) => "stream",
+            Err(e) => e.outcome(),
+        };
         self.metrics
-            .upstream_call(&server.metric_name, &outcome, started.elapsed());
+            .upstream_call(&server.metric_name, label, started.elapsed());
         outcome
     }
 

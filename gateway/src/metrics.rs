@@ -13,10 +13,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::errors::GatewayError;
-use crate::table::RoutingTable;
-use crate::upstream::client::RpcOutcome;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     endpoint: &'static str,
@@ -152,18 +148,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn upstream_call(
-        &self,
-        server: &ServerName,
-        outcome: &Result<RpcOutcome, GatewayError>,
-        elapsed: Duration,
-    ) {
-        let outcome = match outcome {
-            Ok(RpcOutcome::Result(_)) => "ok",
-            Ok(RpcOutcome::Error(..)) => "rpc_error",
-            Ok(RpcOutcome::Stream(_)) => "stream",
-            Err(e) => e.outcome(),
-        };
+    pub fn upstream_call(&self, server: &ServerName, outcome: &'static str, elapsed: Duration) {
         self.upstream_requests
             .get_or_create(&UpstreamLabels {
                 server: server.clone(),
@@ -193,11 +178,11 @@ impl Metrics {
             .inc();
     }
 
-    pub fn snapshot_applied(&self, table: &RoutingTable) {
-        self.snapshot_generation.set(table.generation as i64);
+    pub fn snapshot_applied(&self, generation: u64, servers: usize, keys: usize) {
+        self.snapshot_generation.set(generation as i64);
         self.snapshot_applies.inc();
-        self.servers.set(table.servers.len() as i64);
-        self.keys.set(table.key_count() as i64);
+        self.servers.set(servers as i64);
+        self.keys.set(keys as i64);
     }
 
     pub fn snapshot_rejected(&self) {

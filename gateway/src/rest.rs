@@ -1,5 +1,5 @@
 //! The REST face: `GET /mcp-rest/tools/list[?server_id=]` and `POST /mcp-rest/tools/call`
-//! (`{name, server_id, arguments}`), with the statuses of DESIGN.md section 5.
+//! (`{name, server_id, arguments}`), with the statuses of docs/architecture.md, "Errors".
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! Who is calling and what they may reach. Every path asks here before any upstream I/O
-//! (DESIGN.md invariant 4).
+//! (docs/architecture.md, invariant 4).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use crate::errors::GatewayError;
 use crate::route::prefixed_name;
 use crate::table::{Key, RoutingTable, Server};
+use crate::upstream::request_credential::CredentialContext;
 
 /// An authenticated request: the key, the routing table it started with, and its headers.
 pub struct Caller {
@@ -78,6 +79,14 @@ impl Caller {
             table,
             headers: HeaderMap::new(),
             own_authorization: None,
+        }
+    }
+
+    /// What the forwarding pipeline needs of this caller to resolve an upstream credential.
+    pub fn credential_context(&self) -> CredentialContext<'_> {
+        CredentialContext {
+            headers: &self.headers,
+            own_authorization: self.own_authorization.as_ref(),
         }
     }
 

@@ -108,7 +108,8 @@ impl Gateway {
             .iter()
             .map(|s| (s.id().to_string(), s.revision))
             .collect();
-        self.metrics.snapshot_applied(&table);
+        self.metrics
+            .snapshot_applied(table.generation, table.servers.len(), table.key_count());
         self.table.store(Arc::new(table));
         self.loaded.store(true, Ordering::Release);
         let is_live = |id: &str, rev: u64| live.get(id) == Some(&rev);

@@ -72,7 +72,7 @@ impl Key {
         self.expires_at.is_some_and(|at| now >= at)
     }
 
-    /// Whether this key reaches `server` (DESIGN.md invariant 4): the server's owner must admit
+    /// Whether this key reaches `server` (docs/architecture.md, invariant 4): the server's owner must admit
     /// the key's namespace, and then the server must be open to all keys or named by the key
     /// (by id, or by name within the key's namespace) or share an access group with it.
     pub fn reaches(&self, server: &ServerSpec) -> bool {

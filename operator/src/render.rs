@@ -4,7 +4,7 @@
 //!
 //! A resource that cannot be rendered (missing Secret, prefix taken, invalid after
 //! resolution) is left out of the snapshot with a verdict that says why; nothing else is
-//! affected (DESIGN.md invariant 9).
+//! affected (docs/architecture.md, invariant 9).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

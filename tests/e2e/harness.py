@@ -40,7 +40,7 @@ LEGACY_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
 ERAS = ("legacy", MODERN_VERSION)
 
-# JSON-RPC / gateway error codes the tests assert (DESIGN.md section 5 and the gateway contract).
+# JSON-RPC / gateway error codes the tests assert (docs/architecture.md, "Errors").
 INVALID_PARAMS = -32602
 UPSTREAM_TIMEOUT = -32001
 UPSTREAM_UNAVAILABLE = -32002

@@ -1,4 +1,4 @@
-"""Acceptance item 6: every wait has a bound (DESIGN.md invariant 7).
+"""Acceptance item 6: every wait has a bound (docs/architecture.md, invariant 7).
 
 Uses the Rust example upstream's variants (`/v/{opts}/mcp`, documented in
 examples/upstream/src/main.rs):

@@ -1,4 +1,4 @@
-"""Issue 4, acceptance items 2 and 3, and credential isolation (DESIGN.md invariant 5).
+"""Issue 4, acceptance items 2 and 3, and credential isolation (docs/architecture.md, invariant 5).
 
 Item 2: `upstreamTokenHeader` on every arm that mints or holds a token. The upstream stands
 behind an "API gateway": it insists on its own token in a private header (`X-Upstream-Token`)

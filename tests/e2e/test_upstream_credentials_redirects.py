@@ -1,4 +1,4 @@
-"""Issue 4, acceptance item 4: redirects and credentials (DESIGN.md invariant 5).
+"""Issue 4, acceptance item 4: redirects and credentials (docs/architecture.md, invariant 5).
 
 The gateway follows 307/308 itself. A redirect to another origin (here: another upstream
 process on another port) drops every credential slot (Authorization and the custom credential

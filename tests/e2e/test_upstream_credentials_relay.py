@@ -1,4 +1,4 @@
-"""Issue 4, acceptance item 5: upstream auth failures are relayed, not masked (DESIGN.md
+"""Issue 4, acceptance item 5: upstream auth failures are relayed, not masked (docs/architecture.md,
 invariant 6).
 
 For servers that use the caller's own credential (`passthrough`, `oauthDelegate`,

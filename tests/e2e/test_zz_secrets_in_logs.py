@@ -130,7 +130,7 @@ def _exercise(gateways, rust_upstream, python_upstream, tmp_path, *, log_format:
     time.sleep(1.0)
     assert gw.proc.alive()
 
-    # Metrics carry names, never secrets (DESIGN.md invariant 8).
+    # Metrics carry names, never secrets (docs/architecture.md, invariant 8).
     metrics = httpx.get(f"{gw.url}/metrics", timeout=5)
     assert metrics.status_code == 200
     assert "locked" in metrics.text, "per-server metrics expected (upstream latency by server)"

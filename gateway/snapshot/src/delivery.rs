@@ -1,4 +1,4 @@
-//! How snapshots travel from the operator to gateway replicas (DESIGN.md section 3).
+//! How snapshots travel from the operator to gateway replicas (docs/architecture.md, "The snapshot").
 //!
 //! A replica opens `GET /v1/snapshots/watch` with its ServiceAccount token as a bearer token
 //! and its replica name in `X-Switchboard-Replica`. The operator answers with a stream of

@@ -161,7 +161,7 @@ fn default_timeout() -> Duration {
 }
 
 impl ServerSpec {
-    /// The routing identity (see invariant 1 in DESIGN.md).
+    /// The routing identity (docs/architecture.md, invariant 1).
     pub fn id(&self) -> &str {
         self.id.as_deref().unwrap_or(&self.name)
     }

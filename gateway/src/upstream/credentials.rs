@@ -1,4 +1,4 @@
-//! The headers a server's upstream requests carry, composed once per routing table (DESIGN.md
+//! The headers a server's upstream requests carry, composed once per routing table (docs/architecture.md,
 //! invariant 5): the resolved credential occupies exactly one header slot; static headers and
 //! forwarded caller headers fill the rest but never that slot; schemes are normalized once.
 //!

@@ -1,4 +1,4 @@
-//! Walking an upstream's paginated listing under one deadline (DESIGN.md invariant 7).
+//! Walking an upstream's paginated listing under one deadline (docs/architecture.md, invariant 7).
 
 use std::collections::HashSet;
 

@@ -11,7 +11,6 @@ use sha2::{Digest, Sha256};
 use switchboard_snapshot::UpstreamAuth;
 
 use crate::errors::GatewayError;
-use crate::scope::Caller;
 use crate::table::Server;
 use crate::upstream::credentials::{credential_value, strip_scheme};
 use crate::upstream::tokens::{Grant, Tokens, secret};
@@ -38,19 +37,31 @@ pub fn delegate_header(server: &Server, configured: Option<&str>) -> String {
     )
 }
 
+/// What of the client's request a credential can come from: its headers, and its own
+/// `Authorization` when the gateway key came in `X-Switchboard-Key`. The pipeline needs no more
+/// of the client than this.
+#[derive(Clone, Copy)]
+pub struct CredentialContext<'a> {
+    pub headers: &'a HeaderMap,
+    pub own_authorization: Option<&'a HeaderValue>,
+}
+
 /// The partition a caller's requests to `server` use (no token request needed to know it).
-pub fn partition(caller: &Caller, server: &Server) -> u64 {
+pub fn partition(caller: CredentialContext<'_>, server: &Server) -> u64 {
     caller_credential(caller, server).map_or(SHARED_PARTITION, |v| partition_of(v.as_bytes()))
 }
 
 /// The credential of the caller's own that `server`'s arm uses, if the caller sent one.
-fn caller_credential<'a>(caller: &'a Caller, server: &Server) -> Option<&'a HeaderValue> {
+fn caller_credential<'a>(
+    caller: CredentialContext<'a>,
+    server: &Server,
+) -> Option<&'a HeaderValue> {
     match &server.spec.auth {
         UpstreamAuth::Passthrough { .. } | UpstreamAuth::TokenExchange { .. } => {
-            caller.own_authorization.as_ref()
+            caller.own_authorization
         }
         UpstreamAuth::OauthDelegate { header, .. } => {
-            header_value(&caller.headers, &delegate_header(server, header.as_deref()))
+            header_value(caller.headers, &delegate_header(server, header.as_deref()))
         }
         _ => None,
     }
@@ -66,7 +77,7 @@ fn header_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a HeaderValu
 pub async fn resolve(
     tokens: &Tokens,
     http: &reqwest::Client,
-    caller: &Caller,
+    caller: CredentialContext<'_>,
     server: &Server,
     rejected: Option<&HeaderValue>,
 ) -> Result<Option<RequestCredential>, GatewayError> {
