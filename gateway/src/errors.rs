@@ -73,6 +73,8 @@ pub enum GatewayError {
     SessionForbidden,
     #[error("host or origin not allowed")]
     ForbiddenOrigin,
+    #[error("the gateway is overloaded: {0}")]
+    Overloaded(String),
     #[error("{message}")]
     Protocol {
         /// A code the MCP specification assigns (e.g. the 2026-07-28 header mismatch codes).
@@ -101,6 +103,7 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST
             }
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Protocol { status, .. } => *status,
         }
     }
@@ -128,6 +131,7 @@ impl GatewayError {
             PayloadTooLarge { .. } => "payload_too_large",
             SessionNotFound => "session_not_found",
             SessionForbidden | ForbiddenOrigin => "forbidden",
+            Overloaded(_) => "overloaded",
         }
     }
 
@@ -164,6 +168,7 @@ impl GatewayError {
             InvalidRequest(_) | PayloadTooLarge { .. } => (codes::INVALID_REQUEST, None),
             InvalidParams(_) => (codes::INVALID_PARAMS, None),
             MethodNotFound(_) => (codes::METHOD_NOT_FOUND, None),
+            Overloaded(_) => (codes::INTERNAL_ERROR, None),
             // The HTTP status (404) is what clients act on to re-initialize.
             SessionNotFound => (codes::INVALID_REQUEST, None),
             Protocol { code, data, .. } => (*code, data.clone()),
@@ -187,6 +192,7 @@ impl GatewayError {
             | SessionForbidden
             | ForbiddenOrigin
             | PayloadTooLarge { .. }
+            | Overloaded(_)
             | Parse(_)
             | InvalidRequest(_)
             | Protocol { .. } => self.http_status(),

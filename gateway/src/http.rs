@@ -38,6 +38,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             gw.clone(),
             check_host_and_origin,
         ))
+        // Replica to replica (outside the Host check: reached at a pod address); every message
+        // is authenticated as the client's own.
+        .route("/mcp-internal/exchange", post(endpoint::internal_exchange))
         .route(
             "/.well-known/oauth-protected-resource/mcp/{prefix}",
             get(crate::protected_resource::metadata),

@@ -56,6 +56,10 @@ struct Args {
     /// This deployment's external URL (overrides the snapshot's `gateway.publicUrl`).
     #[arg(long, env = "SWITCHBOARD_PUBLIC_URL")]
     public_url: Option<String>,
+    /// The URL other replicas reach this one at (in a cluster: the pod IP), for exchanges
+    /// that span two of a client's messages; default: the listening address.
+    #[arg(long, env = "SWITCHBOARD_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// Address to listen on.
     #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -126,6 +130,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening");
+    gw.exchanges.set_address(
+        args.advertise_url
+            .clone()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| format!("http://{addr}")),
+    );
     // Tests and scripts wait for this line on stdout.
     println!("switchboard-gateway listening on http://{addr}");
     std::io::stdout().flush()?;

@@ -42,6 +42,8 @@ pub enum TokenKind {
     Session,
     /// The id of a server-to-client request relayed to a client: routes the client's reply.
     ReplyRoute,
+    /// An exchange held open by one replica (see [`crate::mcp::exchange`]).
+    Exchange,
 }
 
 impl TokenKind {
@@ -50,6 +52,7 @@ impl TokenKind {
             // Session ids were sealed without associated data before other kinds existed.
             TokenKind::Session => b"",
             TokenKind::ReplyRoute => b"switchboard reply route v1",
+            TokenKind::Exchange => b"switchboard exchange v1",
         }
     }
 }

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use crate::catalog::Catalog;
 use crate::errors::GatewayError;
 use crate::forward::renews;
+use crate::mcp::exchange::Exchanges;
 use crate::metrics::Metrics;
 use crate::protected_resource::ProtectedResources;
 use crate::scope::Caller;
@@ -28,6 +29,8 @@ pub struct Gateway {
     pub metrics: Metrics,
     pub tokens: Tokens,
     pub protected_resources: ProtectedResources,
+    /// Exchanges this replica holds open between a client's messages (era bridging).
+    pub exchanges: Exchanges,
     /// Legacy sessions their clients ended (DELETE), by tag, until they would have expired.
     ended_sessions: moka::sync::Cache<u64, ()>,
     /// Settings of this deployment rather than of the snapshot (its Service names, its public
@@ -60,6 +63,7 @@ impl Gateway {
             metrics: Metrics::default(),
             tokens: Tokens::default(),
             protected_resources: ProtectedResources::default(),
+            exchanges: Exchanges::default(),
             ended_sessions: moka::sync::Cache::builder()
                 .max_capacity(MAX_ENDED_SESSIONS)
                 .time_to_live(ENDED_SESSION_MEMORY)

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use crate::errors::GatewayError;
 use crate::forward::Forward;
 use crate::mcp::aggregate;
-use crate::mcp::protocol::{Era, named_field};
-use crate::mcp::relay::Relay;
+use crate::mcp::protocol::{Era, may_require_input, named_field};
+use crate::mcp::relay::{Relay, UpstreamRequest};
 use crate::route::{prefixed_name, split_prefixed};
 use crate::scope::{Caller, decide_owner};
 use crate::state::Gateway;
@@ -280,7 +280,9 @@ async fn single_method(
 }
 
 /// Sends the method upstream and turns its answer into the client's: a stream to relay, or a
-/// result (on the aggregate endpoint with task ids prefixed).
+/// result (on the aggregate endpoint with task ids prefixed). An input-required result for a
+/// legacy client becomes a stream too: the gateway asks the client on it (see
+/// [`crate::mcp::exchange`]).
 async fn forward_answer(
     gw: &Gateway,
     caller: &Caller,
@@ -289,22 +291,40 @@ async fn forward_answer(
     aggregate: bool,
 ) -> Result<Answer, Failure> {
     let listen = request.method == "subscriptions/listen";
+    let upstream_request = UpstreamRequest {
+        method: request.method.to_string(),
+        params: request.params.clone(),
+        session: request.session,
+    };
+    let bridge_input =
+        request.stream && !request.modern_client && may_require_input(request.method);
     let started = Instant::now();
+    let relay = |stream, answered| {
+        Answer::Stream(Box::new(Relay {
+            stream,
+            answered,
+            server: server.clone(),
+            prefix_task_ids: aggregate,
+            // A subscription lives as long as it carries events; a request's answer is due
+            // within the server's timeout.
+            deadline: (!listen).then(|| started + server.spec.timeout),
+            upstream_request: Some(upstream_request),
+        }))
+    };
     match forward(gw, caller, server, request).await? {
+        Forwarded::Result(result)
+            if bridge_input
+                && result.get("resultType").and_then(Value::as_str) == Some("input_required") =>
+        {
+            Ok(relay(None, Some(result)))
+        }
         Forwarded::Result(mut result) => {
             if aggregate {
                 prefix_task_id(&mut result, server.prefix());
             }
             Ok(Answer::Json(result))
         }
-        Forwarded::Stream(stream) => Ok(Answer::Stream(Box::new(Relay {
-            stream,
-            server: server.clone(),
-            prefix_task_ids: aggregate,
-            // A subscription lives as long as it carries events; a request's answer is due
-            // within the server's timeout.
-            deadline: (!listen).then(|| started + server.spec.timeout),
-        }))),
+        Forwarded::Stream(stream) => Ok(relay(Some(stream), None)),
     }
 }
 

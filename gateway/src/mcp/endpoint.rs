@@ -18,6 +18,7 @@ use crate::errors::{GatewayError, codes, jsonrpc_error_response, jsonrpc_error_r
 use crate::forward::Forward;
 use crate::mcp::capabilities;
 use crate::mcp::dispatch::{Answer, Failure, Request, Target, dispatch};
+use crate::mcp::exchange::{ExchangeRoute, PausedRelay};
 use crate::mcp::protocol::{
     self, Era, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SERVER_INFO,
     MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
@@ -140,7 +141,12 @@ fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
     }))
 }
 
-async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    gw: &Arc<Gateway>,
+    prefix: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let endpoint = if prefix.is_some() {
         "mcp_single"
     } else {
@@ -160,14 +166,18 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
             Era::Legacy,
         );
     }
+    let forwarded_headers = headers.clone();
     let caller = match authenticate(table, headers) {
-        Ok(c) => c,
+        Ok(c) => Arc::new(c),
         Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
     };
     let message = match parse_message(&body) {
         Ok(Incoming::Call(m)) => m,
-        Ok(Incoming::Reply { id, body }) => {
-            return match deliver_reply(gw, &caller, prefix.as_deref(), id, body).await {
+        Ok(Incoming::Reply { id, body: reply }) => {
+            if let Some(route) = exchange_route(&caller, id.as_str()) {
+                return pass_input_reply(gw, &caller, route, reply, forwarded_headers, body).await;
+            }
+            return match deliver_reply(gw, &caller, prefix.as_deref(), id, reply).await {
                 Ok(()) => {
                     gw.metrics.request(endpoint, "reply", "ok");
                     StatusCode::ACCEPTED.into_response()
@@ -198,6 +208,17 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
         version_header,
         has_session,
     );
+    if era == Era::Modern
+        && let Some(route) = message
+            .params
+            .as_ref()
+            .and_then(|p| p.get("requestState"))
+            .and_then(|s| exchange_route(&caller, s.as_str()))
+    {
+        // The retry of a call whose legacy upstream asked for input: it resumes the paused
+        // stream, wherever that is held.
+        return resume_exchange(gw, &caller, route, message, forwarded_headers, body).await;
+    }
     let prepared = match era {
         Era::Modern => check_modern(&caller.headers, &message),
         Era::Legacy => check_legacy(gw, &caller, &target, &message).await,
@@ -230,13 +251,16 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
             Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
         ),
         (Era::Modern, "server/discover") => discover(gw, &caller, &target, request).await,
+        (Era::Legacy, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
+            session_setting(gw, &caller, &target, request).await
+        }
         _ => dispatch(gw, &caller, &target, request).await,
     };
     match outcome {
         Ok(Answer::Json(mut result)) => {
             gw.metrics.request(endpoint, method, "ok");
             if era == Era::Modern {
-                stamp_modern_result(&mut result);
+                protocol::stamp_modern_result(&mut result, &message.method);
             }
             rpc_response(&id, "result", result, StatusCode::OK)
         }
@@ -255,6 +279,10 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
                     era,
                     key_tag,
                     table: caller.table.clone(),
+                    bridge: Some(relay::Bridge {
+                        gw: gw.clone(),
+                        caller: caller.clone(),
+                    }),
                 },
             )
         }
@@ -275,6 +303,214 @@ async fn handle(gw: &Gateway, prefix: Option<String>, headers: HeaderMap, body: 
             tracing::info!(method = %message.method, error = %e, "request failed");
             fail(&id, e, method, era)
         }
+    }
+}
+
+/// An exchange route the caller's key may use, from a token the client echoed.
+fn exchange_route(caller: &Caller, token: Option<&str>) -> Option<ExchangeRoute> {
+    let route = ExchangeRoute::open(&caller.table.sealer, token?)?;
+    (route.key_tag == caller.key.digest[..8]).then_some(route)
+}
+
+/// A legacy client's reply to an input request the gateway asked for a 2026-07-28 upstream:
+/// handed to the stream waiting for it, here or on the replica that holds it.
+async fn pass_input_reply(
+    gw: &Gateway,
+    caller: &Caller,
+    route: ExchangeRoute,
+    reply: Map<String, Value>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !gw.exchanges.is_local(&route) {
+        return pass_to_holder(gw, &route, headers, body).await;
+    }
+    let _ = caller;
+    let key = route.input.clone().unwrap_or_default();
+    match gw.exchanges.reply_sender(route.pending) {
+        Some(tx) if tx.send((key, reply)).await.is_ok() => StatusCode::ACCEPTED.into_response(),
+        _ => jsonrpc_error_response(
+            &Value::Null,
+            &GatewayError::InvalidRequest(
+                "the request this reply answers is over (answered, timed out or cancelled)".into(),
+            ),
+        ),
+    }
+}
+
+/// A 2026-07-28 client's retry carrying the answers a legacy upstream asked for: they go to
+/// the upstream session, and the paused stream resumes as the answer to this request.
+async fn resume_exchange(
+    gw: &Arc<Gateway>,
+    caller: &Arc<Caller>,
+    route: ExchangeRoute,
+    message: Message,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !gw.exchanges.is_local(&route) {
+        return pass_to_holder(gw, &route, headers, body).await;
+    }
+    let id = message.id.clone().unwrap_or(Value::Null);
+    let fail = |e: GatewayError| jsonrpc_error_response_in(&id, &e, Era::Modern);
+    let Some(paused) = gw.exchanges.take_paused(route.pending) else {
+        return fail(GatewayError::InvalidParams(
+            "requestState names an exchange that is over (answered, timed out or cancelled)".into(),
+        ));
+    };
+    let PausedRelay {
+        mut relay,
+        requests,
+    } = *paused;
+    let responses = message
+        .params
+        .as_ref()
+        .and_then(|p| p.get("inputResponses"));
+    let session = relay
+        .stream
+        .as_ref()
+        .map(|s| (s.session_id.clone(), s.session_version.clone()));
+    let (session_id, version) = session.unwrap_or((None, None));
+    for (key, upstream_id) in requests {
+        let Some(response) = responses.and_then(|r| r.get(&key)) else {
+            return fail(GatewayError::InvalidParams(format!(
+                "inputResponses.{key} is missing"
+            )));
+        };
+        let reply = json!({"jsonrpc": "2.0", "id": upstream_id, "result": response});
+        let delivered = gw
+            .deliver_reply(
+                caller,
+                &relay.server,
+                session_id.clone(),
+                version
+                    .clone()
+                    .unwrap_or(HeaderValue::from_static(protocol::LATEST_LEGACY_VERSION)),
+                serde_json::to_vec(&reply).unwrap_or_default(),
+            )
+            .await;
+        if let Err(e) = delivered {
+            return fail(e);
+        }
+    }
+    relay.deadline = Some(tokio::time::Instant::now() + relay.server.spec.timeout);
+    let mut key_tag = [0u8; 8];
+    key_tag.copy_from_slice(&caller.key.digest[..8]);
+    relay::sse_response(
+        relay,
+        relay::Client {
+            id,
+            era: Era::Modern,
+            key_tag,
+            table: caller.table.clone(),
+            bridge: Some(relay::Bridge {
+                gw: gw.clone(),
+                caller: caller.clone(),
+            }),
+        },
+    )
+}
+
+/// Client headers that concern the hop to this replica, not the client's request.
+const HOP_HEADERS: &[&str] = &["host", "content-length", "connection", "transfer-encoding"];
+
+/// Hands a client's message about an exchange to the replica that holds it (named by the
+/// sealed route), with the client's own headers, and relays that replica's answer.
+async fn pass_to_holder(
+    gw: &Gateway,
+    route: &ExchangeRoute,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let url = format!("{}/mcp-internal/exchange", route.address);
+    let mut forwarded = headers;
+    for name in HOP_HEADERS {
+        forwarded.remove(*name);
+    }
+    let sent = gw
+        .upstreams
+        .http()
+        .post(&url)
+        .headers(forwarded)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await;
+    match sent {
+        Ok(response) => {
+            let status = response.status();
+            let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+            let mut out = (
+                status,
+                axum::body::Body::from_stream(response.bytes_stream()),
+            )
+                .into_response();
+            if let Some(ct) = content_type {
+                out.headers_mut().insert(header::CONTENT_TYPE, ct);
+            }
+            out
+        }
+        Err(_) => {
+            tracing::warn!(holder = %route.address, "the replica holding an exchange is unreachable");
+            jsonrpc_error_response(
+                &Value::Null,
+                &GatewayError::UpstreamUnavailable {
+                    server: "switchboard".into(),
+                    detail: "the gateway replica holding this exchange is unreachable".into(),
+                },
+            )
+        }
+    }
+}
+
+/// `POST /mcp-internal/exchange`: another replica passing on a client's message about an
+/// exchange this one holds. The client's own headers came along and are checked like any
+/// client's; only exchanges held here are served (a message is never passed on twice).
+pub async fn internal_exchange(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let table = gw.table();
+    if body.len() > table.settings.max_body_bytes {
+        return jsonrpc_error_response(
+            &Value::Null,
+            &GatewayError::PayloadTooLarge {
+                limit: table.settings.max_body_bytes,
+            },
+        );
+    }
+    let caller = match authenticate(table, headers.clone()) {
+        Ok(c) => Arc::new(c),
+        Err(e) => return jsonrpc_error_response(&Value::Null, &e),
+    };
+    let not_here = || {
+        jsonrpc_error_response(
+            &Value::Null,
+            &GatewayError::InvalidRequest("no such exchange on this replica".into()),
+        )
+    };
+    match parse_message(&body) {
+        Ok(Incoming::Reply { id, body: reply }) => match exchange_route(&caller, id.as_str()) {
+            Some(route) if gw.exchanges.is_local(&route) => {
+                pass_input_reply(&gw, &caller, route, reply, headers, body).await
+            }
+            _ => not_here(),
+        },
+        Ok(Incoming::Call(message)) => {
+            let route = message
+                .params
+                .as_ref()
+                .and_then(|p| p.get("requestState"))
+                .and_then(|s| exchange_route(&caller, s.as_str()));
+            match route {
+                Some(route) if gw.exchanges.is_local(&route) => {
+                    resume_exchange(&gw, &caller, route, message, headers, body).await
+                }
+                _ => not_here(),
+            }
+        }
+        Err(e) => jsonrpc_error_response(&Value::Null, &e),
     }
 }
 
@@ -323,6 +559,33 @@ async fn deliver_reply(
             server: server.id().to_string(),
             detail: format!("the upstream refused the reply (HTTP {})", status.as_u16()),
         })
+    }
+}
+
+/// A legacy session setting (`logging/setLevel`, `resources/subscribe`/`unsubscribe`): a legacy
+/// upstream gets it on the client's own upstream session; an upstream that speaks 2026-07-28
+/// removed these methods, and the aggregate has no session of its own to keep them on, so the
+/// gateway acknowledges them there.
+async fn session_setting(
+    gw: &Gateway,
+    caller: &Caller,
+    target: &Target,
+    request: Request,
+) -> Result<Answer, Failure> {
+    let Target::Single(server) = target else {
+        return Ok(Answer::Json(json!({})));
+    };
+    if gw.upstreams.era_of(server) == Some(Era::Modern) {
+        return Ok(Answer::Json(json!({})));
+    }
+    match dispatch(gw, caller, target, request).await {
+        Err(Failure::Upstream(e, _))
+            if gw.upstreams.era_of(server) == Some(Era::Modern)
+                && e.get("code").and_then(Value::as_i64) == Some(codes::METHOD_NOT_FOUND) =>
+        {
+            Ok(Answer::Json(json!({})))
+        }
+        other => other,
     }
 }
 
@@ -448,8 +711,14 @@ fn check_modern(headers: &HeaderMap, message: &Message) -> Result<Prepared, Gate
             Some(json!({ "supported": protocol::supported_versions(), "requested": version })),
         ));
     }
+    // A legacy upstream hears a 2026-07-28 client's capabilities through the session the
+    // gateway opens for them.
+    let capabilities = capabilities::to_bits(meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)));
     Ok(Prepared::Dispatch {
-        session: SessionScope::default(),
+        session: SessionScope {
+            client: 0,
+            capabilities,
+        },
     })
 }
 
@@ -604,14 +873,6 @@ fn protocol_error(code: i64, message: String, data: Option<Value>) -> GatewayErr
         message,
         status: StatusCode::BAD_REQUEST,
         data,
-    }
-}
-
-/// Every 2026-07-28 result carries `resultType`; a legacy upstream's answer gets `complete`.
-fn stamp_modern_result(result: &mut Value) {
-    if let Value::Object(m) = result {
-        m.entry("resultType")
-            .or_insert_with(|| Value::from("complete"));
     }
 }
 

@@ -4,5 +4,6 @@ pub mod aggregate;
 pub mod capabilities;
 pub mod dispatch;
 pub mod endpoint;
+pub mod exchange;
 pub mod protocol;
 pub mod relay;

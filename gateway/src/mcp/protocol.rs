@@ -114,6 +114,29 @@ pub fn may_require_input(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
 }
 
+/// Completes a result for a 2026-07-28 client with what that revision requires and a legacy
+/// upstream's answer lacks: `resultType` on every result, and the cache hints (`ttlMs`,
+/// `cacheScope`) on listings, reads and discovery. Fields the upstream set stay as they are.
+pub fn stamp_modern_result(result: &mut Value, method: &str) {
+    let Value::Object(m) = result else { return };
+    m.entry("resultType")
+        .or_insert_with(|| Value::from("complete"));
+    let cacheable = matches!(
+        method,
+        "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+            | "server/discover"
+    );
+    if cacheable {
+        m.entry("ttlMs").or_insert_with(|| Value::from(0));
+        m.entry("cacheScope")
+            .or_insert_with(|| Value::from("private"));
+    }
+}
+
 /// The HTTP status of a JSON-RPC error in the 2026-07-28 era (legacy: always 200).
 pub fn modern_error_status(code: i64) -> StatusCode {
     match code {
