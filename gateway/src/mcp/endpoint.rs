@@ -19,6 +19,7 @@ use crate::forward::Forward;
 use crate::mcp::capabilities;
 use crate::mcp::dispatch::{Answer, Failure, Request, Target, dispatch};
 use crate::mcp::exchange::{ExchangeRoute, PausedRelay};
+use crate::mcp::listen;
 use crate::mcp::protocol::{
     self, Era, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SERVER_INFO,
     MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
@@ -238,6 +239,13 @@ async fn handle(
     }
     let accepts_stream = header_str(&caller.headers, "accept")
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
+    if matches!(target, Target::Aggregate) && message.method == "subscriptions/listen" {
+        gw.metrics.request(endpoint, method, "stream");
+        return match listen::fan_in(gw, &caller, id.clone(), message.params, session).await {
+            Ok(response) => response,
+            Err(e) => fail(&id, e, method, era),
+        };
+    }
     let request = Request {
         method: message.method.clone(),
         params: message.params,
@@ -932,6 +940,13 @@ fn metric_method(method: &str) -> &'static str {
         "resources/read",
         "resources/templates/list",
         "completion/complete",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
     ];
     KNOWN
         .iter()

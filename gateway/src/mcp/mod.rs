@@ -5,5 +5,6 @@ pub mod capabilities;
 pub mod dispatch;
 pub mod endpoint;
 pub mod exchange;
+pub mod listen;
 pub mod protocol;
 pub mod relay;

@@ -37,6 +37,7 @@ use crate::errors::GatewayError;
 use crate::forward::Forward;
 use crate::mcp::dispatch::prefix_task_id;
 use crate::mcp::exchange::{ExchangeRoute, InputReply, PausedRelay, Pending};
+use crate::mcp::listen::SUBSCRIPTION_ID_META;
 use crate::mcp::protocol::{Era, stamp_modern_result};
 use crate::scope::Caller;
 use crate::session::{SessionSealer, TokenKind};
@@ -247,6 +248,24 @@ impl RelayState {
                 Ok(Value::Object(message)) => self.answer(message, event),
                 _ => event.encode(),
             };
+        }
+        let listening = self
+            .relay
+            .upstream_request
+            .as_ref()
+            .is_some_and(|r| r.method == "subscriptions/listen");
+        if listening && probe.id.is_none() && probe.method.is_some() {
+            // The upstream tags its notifications with the id it was sent; the client knows
+            // its subscription by its own.
+            let client_id = self.client.id.clone();
+            return rewrite(event, |message| {
+                if let Some(Value::Object(params)) = message.get_mut("params")
+                    && let Some(Value::Object(meta)) = params.get_mut("_meta")
+                    && meta.contains_key(SUBSCRIPTION_ID_META)
+                {
+                    meta.insert(SUBSCRIPTION_ID_META.into(), client_id);
+                }
+            });
         }
         if let (Some(id), Some(_)) = (probe.id, &probe.method) {
             let id = id.to_owned();
