@@ -265,13 +265,26 @@ class Upstream:
 
 
 def start_python_upstream(
-    group: ProcessGroup, name: str = "py", *, stateless: bool = False, json_response: bool = False
+    group: ProcessGroup,
+    name: str = "py",
+    *,
+    stateless: bool = False,
+    json_response: bool = False,
+    legacy_only: bool = False,
+    instructions: str | None = None,
 ) -> Upstream:
+    """The Python SDK upstream. `legacy_only` refuses the 2026-07-28 form like a legacy-only
+    server (so the gateway speaks the legacy revision to it); `instructions` are its
+    initialize / server/discover instructions."""
     argv = [sys.executable, str(PYTHON_UPSTREAM), "--port", "0", "--name", name]
     if stateless:
         argv.append("--stateless")
     if json_response:
         argv.append("--json")
+    if legacy_only:
+        argv.append("--legacy-only")
+    if instructions is not None:
+        argv += ["--instructions", instructions]
     return Upstream(group.start(f"upstream-{name}", argv, ready_timeout=30), "python")
 
 
@@ -535,6 +548,8 @@ class RawMcp:
             h["Mcp-Name"] = encode_header_value(str(params["name"]))
         elif method == "resources/read" and "uri" in params:
             h["Mcp-Name"] = encode_header_value(str(params["uri"]))
+        elif method in ("tasks/get", "tasks/update", "tasks/cancel") and "taskId" in params:
+            h["Mcp-Name"] = encode_header_value(str(params["taskId"]))
         return h
 
     def request(self, method: str, params: dict | None = None, headers: dict[str, str] | None = None) -> Reply:
@@ -685,13 +700,20 @@ def _auth(key: str | None) -> dict[str, str]:
 
 
 def sdk_client(
-    url: str, key: str | None, era: str, *, headers: dict[str, str] | None = None, record: list | None = None
+    url: str,
+    key: str | None,
+    era: str,
+    *,
+    headers: dict[str, str] | None = None,
+    record: list | None = None,
+    **client_options: Any,
 ):
     """An async context manager yielding a connected `mcp.Client` for `url`.
 
     era "legacy" runs the initialize handshake; "2026-07-28" pins the stateless revision (no
     probe); "auto" probes `server/discover` first. `record`, when given, receives
-    (method, url, status, response headers) for every HTTP exchange.
+    (method, url, status, response headers) for every HTTP exchange. `client_options` go to
+    `mcp.Client` (e.g. sampling_callback, elicitation_callback, list_roots_callback).
     """
     import httpx2
     from mcp import Client, Implementation
@@ -717,6 +739,7 @@ def sdk_client(
                 mode=era,
                 client_info=Implementation(name="switchboard-e2e", version="0"),
                 cache=None,
+                **client_options,
             ) as client:
                 yield client
 

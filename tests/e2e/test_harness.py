@@ -21,7 +21,7 @@ from harness import (
     tool_names,
 )
 
-PY_TOOLS = {"add", "echo", "request_headers", "progress", "whoami"}
+PY_TOOLS = {"add", "echo", "request_headers", "progress", "whoami", "sample", "ask", "roots", "touch", "slow_stream"}
 
 
 @pytest.mark.parametrize("era", ["legacy", MODERN_VERSION, "auto"])

@@ -25,7 +25,18 @@ from harness import (
 )
 
 UPSTREAM_TOOLS = {
-    "python": {"add", "echo", "request_headers", "progress", "whoami"},
+    "python": {
+        "add",
+        "echo",
+        "request_headers",
+        "progress",
+        "whoami",
+        "sample",
+        "ask",
+        "roots",
+        "touch",
+        "slow_stream",
+    },
     "rust": {"add", "echo", "request_headers", "slow", "fail", "confirm"},
 }
 

@@ -176,7 +176,15 @@ async fn handle(
         Ok(Incoming::Call(m)) => m,
         Ok(Incoming::Reply { id, body: reply }) => {
             if let Some(route) = exchange_route(&caller, id.as_str()) {
-                return pass_input_reply(gw, &caller, route, reply, forwarded_headers, body).await;
+                let response =
+                    pass_input_reply(gw, &caller, route, reply, forwarded_headers, body).await;
+                let outcome = if response.status().is_success() {
+                    "ok"
+                } else {
+                    "failed"
+                };
+                gw.metrics.request(endpoint, "reply", outcome);
+                return response;
             }
             return match deliver_reply(gw, &caller, prefix.as_deref(), id, reply).await {
                 Ok(()) => {

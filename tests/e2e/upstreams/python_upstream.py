@@ -1,6 +1,7 @@
 """An upstream MCP server written with the official Python SDK (mcp 2.3.0), for the e2e tests.
 
     python python_upstream.py [--port N] [--host H] [--name NAME] [--stateless] [--json]
+                              [--legacy-only] [--instructions TEXT]
 
 Port: --port, else $PORT, else 0 (the OS picks one). Once the socket is bound it prints one line
 on stdout, the same shape the Rust example upstream prints:
@@ -14,17 +15,42 @@ does out of the box:
 - the 2026-07-28 stateless revision: any request whose `MCP-Protocol-Version` header is not a
   handshake-era version goes to the SDK's single-exchange entry (`server/discover`, per-request
   `_meta` envelope, no session).
-Replies are SSE unless --json.
+Replies are SSE unless --json. With --legacy-only the 2026-07-28 entry is switched off: a request
+in the modern form (an `MCP-Protocol-Version` header that is not a handshake-era version) gets
+what a legacy-only server answers a session-less request, HTTP 400 with a -32600 "Missing
+session ID" error, so a dual-era client falls back to `initialize`. --instructions sets the
+server's instructions (initialize / server/discover).
 
 Tools: add(a, b) -> a + b; echo(text) -> text; request_headers() -> the HTTP headers this server
 received for that call (lower-case names); progress(steps, delay) -> sends `steps` progress
 notifications `delay` seconds apart, then returns "done" (shows SSE relaying event by event);
-whoami() -> the --name of this process.
+whoami() -> the --name of this process;
+sample(prompt) -> asks the client's LLM (sampling/createMessage) with `prompt` and returns the
+text it answered; ask(question) -> asks the user (form elicitation, one string field `answer`)
+and returns the answer; roots() -> the URIs of the client's roots (roots/list). These three use
+the SDK's resolvers, so the same tool works in both eras: a legacy session gets a
+server-to-client request on the tools/call stream, a 2026-07-28 request gets an
+`input_required` result (and the retry carries inputResponses/requestState). Without the
+client capability they fail with -32021 (2026-07-28) or an error (legacy);
+touch(uri) -> publishes notifications/resources/updated for `uri` to every open
+subscriptions/listen stream that asked for it, returns "touched";
+slow_stream(seconds, interval) -> sends a progress notification every `interval` seconds for
+`seconds` seconds, then returns "finished"; a run that is cancelled (the client went away) is
+counted in /_stats "cancelled".
+
+Resources: e2e://counter (text: how many times touch() ran).
 
 Test helpers (plain HTTP, not MCP):
 - GET /_stats -> {"name", "requests", "by_method": {method: count}, "by_path": {path: count},
-  "tools": {tool: count}}: every POST is counted, by JSON-RPC method, by path and, for
-  tools/call, by tool name (the same keys as the Rust example upstream's /_stats, plus tools);
+  "tools": {tool: count}, "replies": n, "refused_modern": n, "deletes": {path: count},
+  "started": {tool: count}, "cancelled": {tool: count}, "finished": {tool: count}}: every POST
+  the server handles is counted, by JSON-RPC method, by path and, for tools/call, by tool name
+  (the same keys as the Rust example upstream's /_stats, plus tools); "replies" counts JSON-RPC
+  responses clients POSTed (answers to server-to-client requests); "refused_modern" counts the
+  2026-07-28-form POSTs a --legacy-only server refused (counted nowhere else); "deletes" counts
+  HTTP DELETEs (session ends) by path;
+  started/cancelled/finished count runs of the long tools (slow_stream) that began, were
+  cancelled (asyncio.CancelledError) and ran to the end;
 - POST /_reset -> zeroes the counters (204).
 """
 
@@ -37,9 +63,13 @@ import os
 import socket
 import sys
 from collections import Counter
+from typing import Annotated
 
 import uvicorn
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
+from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -49,12 +79,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--name", default=os.environ.get("UPSTREAM_NAME", "python-upstream"))
     p.add_argument("--stateless", action="store_true", help="legacy era without sessions")
     p.add_argument("--json", action="store_true", help="JSON replies instead of SSE")
+    p.add_argument("--legacy-only", action="store_true", help="refuse the 2026-07-28 form like a legacy server")
+    p.add_argument("--instructions", default=None, help="the server's instructions")
     return p.parse_args(argv)
 
 
 ARGS = parse_args(sys.argv[1:]) if __name__ == "__main__" else parse_args([])
 
-server = MCPServer(name=ARGS.name, version="1.0.0", log_level="WARNING")
+server = MCPServer(name=ARGS.name, version="1.0.0", instructions=ARGS.instructions, log_level="WARNING")
+
+# Runs of the long tools, shared with the Stats wrapper (/_stats).
+RUNS: dict[str, Counter[str]] = {"started": Counter(), "cancelled": Counter(), "finished": Counter()}
+TOUCHES = Counter()
 
 
 @server.tool()
@@ -91,12 +127,78 @@ def whoami() -> str:
     return ARGS.name
 
 
+class Answer(BaseModel):
+    answer: str
+
+
+def ask_user(question: str) -> Elicit[Answer]:
+    return Elicit(question, Answer)
+
+
+def sample_llm(prompt: str) -> Sample:
+    return Sample([SamplingMessage(role="user", content=TextContent(type="text", text=prompt))], max_tokens=64)
+
+
+def client_roots() -> ListRoots:
+    return ListRoots()
+
+
+@server.tool()
+async def sample(prompt: str, sampled: Annotated[CreateMessageResult, Resolve(sample_llm)]) -> str:
+    """Ask the client's LLM (sampling/createMessage) and return the text it answered."""
+    content = sampled.content
+    return content.text if isinstance(content, TextContent) else str(content)
+
+
+@server.tool()
+async def ask(question: str, answered: Annotated[Answer, Resolve(ask_user)]) -> str:
+    """Ask the user (form elicitation) and return the answer."""
+    return answered.answer
+
+
+@server.tool()
+async def roots(listing: Annotated[ListRootsResult, Resolve(client_roots)]) -> list[str]:
+    """The URIs of the client's roots (roots/list)."""
+    return [str(r.uri) for r in listing.roots]
+
+
+@server.resource("e2e://counter")
+def counter() -> str:
+    """How many times touch() ran."""
+    return str(sum(TOUCHES.values()))
+
+
+@server.tool()
+async def touch(ctx: Context, uri: str = "e2e://counter") -> str:
+    """Publish notifications/resources/updated for `uri` to the open subscriptions/listen streams."""
+    TOUCHES[uri] += 1
+    await ctx.notify_resource_updated(uri)
+    return "touched"
+
+
+@server.tool()
+async def slow_stream(ctx: Context, seconds: float = 30.0, interval: float = 0.2) -> str:
+    """Send a progress notification every `interval` seconds for `seconds` seconds, then "finished"."""
+    RUNS["started"]["slow_stream"] += 1
+    steps = max(1, int(seconds / interval))
+    try:
+        for i in range(steps):
+            await ctx.report_progress(i + 1, steps, f"tick {i + 1}")
+            await asyncio.sleep(interval)
+    except asyncio.CancelledError:
+        RUNS["cancelled"]["slow_stream"] += 1
+        raise
+    RUNS["finished"]["slow_stream"] += 1
+    return "finished"
+
+
 class Stats:
     """ASGI wrapper: counts MCP POSTs by JSON-RPC method and tool, serves /_stats."""
 
-    def __init__(self, app, name: str):
+    def __init__(self, app, name: str, legacy_only: bool = False):
         self.app = app
         self.name = name
+        self.legacy_only = legacy_only
         self.reset()
 
     def reset(self) -> None:
@@ -104,6 +206,11 @@ class Stats:
         self.methods: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
         self.tools: Counter[str] = Counter()
+        self.replies = 0
+        self.refused = 0
+        self.deletes: Counter[str] = Counter()
+        for runs in RUNS.values():
+            runs.clear()
 
     def snapshot(self) -> dict:
         return {
@@ -112,6 +219,10 @@ class Stats:
             "by_method": dict(self.methods),
             "by_path": dict(self.paths),
             "tools": dict(self.tools),
+            "replies": self.replies,
+            "refused_modern": self.refused,
+            "deletes": dict(self.deletes),
+            **{kind: dict(runs) for kind, runs in RUNS.items()},
         }
 
     async def _send_json(self, send, status: int, body: dict | None) -> None:
@@ -132,11 +243,23 @@ class Stats:
             self.methods["<invalid>"] += 1
             return
         for m in msg if isinstance(msg, list) else [msg]:
-            if not isinstance(m, dict) or "method" not in m:
-                continue  # a response from the client
+            if not isinstance(m, dict):
+                continue
+            if "method" not in m:
+                if "result" in m or "error" in m:
+                    self.replies += 1  # a client's answer to a server-to-client request
+                continue
             self.methods[m["method"]] += 1
             if m["method"] == "tools/call":
                 self.tools[str((m.get("params") or {}).get("name"))] += 1
+
+    @staticmethod
+    def _modern_form(scope) -> bool:
+        """A request in the 2026-07-28 form, told by its `MCP-Protocol-Version` header as the SDK
+        tells it (a legacy server ignores `_meta` keys it does not know)."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        version = headers.get("mcp-protocol-version")
+        return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -147,6 +270,8 @@ class Stats:
         if path == "/_reset" and method == "POST":
             self.reset()
             return await self._send_json(send, 204, None)
+        if method == "DELETE":
+            self.deletes[path] += 1
         if method != "POST":
             return await self.app(scope, receive, send)
 
@@ -162,6 +287,11 @@ class Stats:
             if not msg.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if self.legacy_only and self._modern_form(scope):
+            # Refused before the server sees it: counted apart, not as a request served.
+            self.refused += 1
+            error = {"code": -32600, "message": "Bad Request: Missing session ID"}
+            return await self._send_json(send, 400, {"jsonrpc": "2.0", "id": "server-error", "error": error})
         self.requests += 1
         self.paths[path] += 1
         self._count(body)
@@ -186,7 +316,7 @@ def build_app(args: argparse.Namespace):
         json_response=args.json,
         host=args.host,
     )
-    return Stats(app, args.name)
+    return Stats(app, args.name, legacy_only=args.legacy_only)
 
 
 def main() -> None:
@@ -204,7 +334,8 @@ def main() -> None:
     config = uvicorn.Config(build_app(args), log_level="warning", access_log=False, lifespan="on")
     srv = uvicorn.Server(config)
     print(
-        f"listening on http://{shown}:{port} name={args.name} stateless={args.stateless} json={args.json}",
+        f"listening on http://{shown}:{port} name={args.name} stateless={args.stateless} json={args.json}"
+        f" legacy_only={args.legacy_only}",
         flush=True,
     )
     asyncio.run(srv.serve(sockets=[sock]))
