@@ -32,6 +32,8 @@ pub struct Forward<'a> {
     /// The client speaks 2026-07-28: its `Mcp-Param-*` headers are its own business (passed
     /// through, never synthesized); a legacy client's are derived from the tool's schema.
     pub modern_client: bool,
+    /// A legacy client's log level, for a 2026-07-28 upstream.
+    pub log_level: Option<&'static str>,
 }
 
 impl<'a> Forward<'a> {
@@ -42,6 +44,7 @@ impl<'a> Forward<'a> {
             params,
             stream: false,
             session: SessionScope::default(),
+            log_level: None,
             modern_client: false,
         }
     }
@@ -197,6 +200,7 @@ impl Gateway {
                 budget: server.spec.timeout,
                 stream: request.stream,
                 session: request.session,
+                log_level: request.log_level,
             })
             .await;
         let label = match &outcome {
@@ -231,6 +235,7 @@ impl Gateway {
                 budget: server.spec.timeout,
                 stream: false,
                 session,
+                log_level: None,
             })
             .await
             .map_err(|e| self.relay_auth(caller, server, e))
@@ -260,6 +265,7 @@ impl Gateway {
                     budget: server.spec.timeout,
                     stream: false,
                     session: SessionScope::default(),
+                    log_level: None,
                 },
                 session,
                 version,
@@ -290,6 +296,7 @@ impl Gateway {
                         budget: server.spec.timeout,
                         stream: false,
                         session: SessionScope::default(),
+                        log_level: None,
                     },
                     client,
                 )

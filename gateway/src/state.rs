@@ -10,6 +10,7 @@ use crate::catalog::Catalog;
 use crate::errors::GatewayError;
 use crate::forward::renews;
 use crate::mcp::exchange::Exchanges;
+use crate::mcp::protocol::LOG_LEVELS;
 use crate::metrics::Metrics;
 use crate::protected_resource::ProtectedResources;
 use crate::scope::Caller;
@@ -33,6 +34,10 @@ pub struct Gateway {
     pub exchanges: Exchanges,
     /// Legacy sessions their clients ended (DELETE), by tag, until they would have expired.
     ended_sessions: moka::sync::Cache<u64, ()>,
+    /// The log level legacy sessions set (`logging/setLevel`), by tag, on this replica: carried
+    /// to 2026-07-28 upstreams in each request's `_meta`. Like an upstream session, a cache of
+    /// the replica that received it (docs/architecture.md, "Subscriptions").
+    log_levels: moka::sync::Cache<u64, &'static str>,
     /// Settings of this deployment rather than of the snapshot (its Service names, its public
     /// URL), merged into every table applied.
     local: LocalSettings,
@@ -68,6 +73,10 @@ impl Gateway {
                 .max_capacity(MAX_ENDED_SESSIONS)
                 .time_to_live(ENDED_SESSION_MEMORY)
                 .build(),
+            log_levels: moka::sync::Cache::builder()
+                .max_capacity(MAX_ENDED_SESSIONS)
+                .time_to_idle(ENDED_SESSION_MEMORY)
+                .build(),
             local: LocalSettings::default(),
         }
     }
@@ -75,6 +84,23 @@ impl Gateway {
     /// Refuses a legacy session from now on (on this replica).
     pub fn end_session(&self, tag: u64) {
         self.ended_sessions.insert(tag, ());
+    }
+
+    /// Remembers a legacy session's log level (one of [`LOG_LEVELS`]); `false` for another.
+    pub fn set_log_level(&self, tag: u64, level: &str) -> bool {
+        match LOG_LEVELS.iter().find(|l| **l == level) {
+            Some(level) => {
+                self.log_levels.insert(tag, level);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The log level a legacy session asks 2026-07-28 upstreams for: the one it set on this
+    /// replica, else every message (a legacy server sends its log lines unasked).
+    pub fn log_level(&self, tag: u64) -> &'static str {
+        self.log_levels.get(&tag).unwrap_or(LOG_LEVELS[0])
     }
 
     pub fn session_ended(&self, tag: u64) -> bool {

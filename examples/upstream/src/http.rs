@@ -383,6 +383,8 @@ async fn answer(
     ready: Option<Result<Value, RpcError>>,
 ) -> Response {
     let progress = m.progress_token().cloned();
+    // A legacy request always gets the log line; a 2026-07-28 one only when it asks for logs.
+    let log = !modern || m.log_level().is_some();
     let id = m.id;
     let req = Request {
         variant: v.clone(),
@@ -400,7 +402,13 @@ async fn answer(
     if let (true, Some(token)) = (v.sse, progress) {
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/progress",
                            "params": { "progressToken": token, "progress": 0, "total": 1, "message": "working" } });
-        let first = stream::iter([Ok::<_, Infallible>(sse_event(&note))]);
+        let mut before = vec![Ok::<_, Infallible>(sse_event(&note))];
+        if log {
+            let line = json!({ "jsonrpc": "2.0", "method": "notifications/message",
+                               "params": { "level": "info", "logger": "example-upstream", "data": "working" } });
+            before.push(Ok(sse_event(&line)));
+        }
+        let first = stream::iter(before);
         let last = stream::once(async move { Ok(sse_event(&protocol::response(&id, work.await))) });
         return sse_response(Body::from_stream(first.chain(last)));
     }

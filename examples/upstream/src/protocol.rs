@@ -111,6 +111,14 @@ impl Message {
             .get("progressToken")
             .filter(|t| t.is_string() || t.is_number())
     }
+
+    /// The log level a 2026-07-28 request asks for (`_meta`); without it such a request gets
+    /// no log notifications.
+    pub fn log_level(&self) -> Option<&str> {
+        self.meta()?
+            .get("io.modelcontextprotocol/logLevel")?
+            .as_str()
+    }
 }
 
 /// Decodes a POST body into a single JSON-RPC message.

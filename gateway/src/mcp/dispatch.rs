@@ -31,6 +31,8 @@ pub struct Request {
     pub accepts_stream: bool,
     /// The legacy upstream session its requests use.
     pub session: SessionScope,
+    /// A legacy client's log level, for 2026-07-28 upstreams.
+    pub log_level: Option<&'static str>,
 }
 
 impl Request {
@@ -42,6 +44,7 @@ impl Request {
             stream: self.accepts_stream && ListKind::from_method(method).is_none(),
             session: self.session,
             modern_client: self.era == Era::Modern,
+            log_level: self.log_level,
         }
     }
 }
@@ -295,6 +298,7 @@ async fn forward_answer(
         method: request.method.to_string(),
         params: request.params.clone(),
         session: request.session,
+        log_level: request.log_level,
     };
     let bridge_input =
         request.stream && !request.modern_client && may_require_input(request.method);

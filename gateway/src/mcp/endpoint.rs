@@ -254,12 +254,25 @@ async fn handle(
             Err(e) => fail(&id, e, method, era),
         };
     }
+    let log_level = (era == Era::Legacy && session.client != 0).then(|| {
+        if message.method == "logging/setLevel"
+            && let Some(level) = message
+                .params
+                .as_ref()
+                .and_then(|p| p.get("level"))
+                .and_then(Value::as_str)
+        {
+            gw.set_log_level(session.client, level);
+        }
+        gw.log_level(session.client)
+    });
     let request = Request {
         method: message.method.clone(),
         params: message.params,
         era,
         accepts_stream,
         session,
+        log_level,
     };
     let outcome = match (era, message.method.as_str()) {
         (Era::Legacy, "ping") => Ok(Answer::Json(json!({}))),

@@ -69,6 +69,7 @@ pub async fn fan_in(
                 stream: true,
                 session,
                 modern_client: true,
+                log_level: None,
             };
             match gw.forward(caller, server, forward).await {
                 Ok(RpcOutcome::Stream(stream)) => Some((server.clone(), stream)),

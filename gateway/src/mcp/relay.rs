@@ -68,6 +68,7 @@ pub struct UpstreamRequest {
     pub method: String,
     pub params: Option<Value>,
     pub session: SessionScope,
+    pub log_level: Option<&'static str>,
 }
 
 /// Who the relayed stream goes to.
@@ -496,6 +497,7 @@ impl RelayState {
             stream: true,
             session: request.session,
             modern_client: false,
+            log_level: request.log_level,
         };
         let server = self.relay.server.clone();
         match bridge.gw.forward(&bridge.caller, &server, forward).await {

@@ -22,8 +22,8 @@ use tokio::time::Instant;
 
 use crate::errors::GatewayError;
 use crate::mcp::protocol::{
-    LATEST_LEGACY_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
-    MODERN_VERSION,
+    LATEST_LEGACY_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL,
+    META_PROTOCOL_VERSION, MODERN_VERSION,
 };
 use crate::mcp::{capabilities, protocol};
 use crate::table::Server;
@@ -59,6 +59,9 @@ pub struct RpcCall<'a> {
     pub stream: bool,
     /// Which legacy upstream session the request goes on, for a legacy upstream.
     pub session: SessionScope,
+    /// The log level a legacy client asked for, carried to a 2026-07-28 upstream in `_meta`
+    /// (which sends no log notifications for a request without one).
+    pub log_level: Option<&'a str>,
 }
 
 /// Whose upstream session a request uses on a legacy upstream. A legacy client's requests go
@@ -234,6 +237,7 @@ impl Upstreams {
                     method: "server/discover",
                     params: None,
                     stream: false,
+                    log_level: None,
                     ..call
                 };
                 self.call_in_era(&probe).await?;
@@ -329,11 +333,18 @@ impl Upstreams {
 
     async fn modern(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, Attempt> {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let params = with_modern_meta(
+        let mut params = with_modern_meta(
             call.params.clone(),
             &self.client_info,
             call.session.capabilities,
         );
+        if let (Some(level), Some(Value::Object(meta))) = (
+            call.log_level,
+            params.as_mut().and_then(|p| p.get_mut("_meta")),
+        ) {
+            meta.entry(META_LOG_LEVEL)
+                .or_insert_with(|| Value::from(level));
+        }
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("mcp-protocol-version"),

@@ -183,6 +183,7 @@ pub async fn walk(
             },
             stream: false,
             session: SessionScope::default(),
+            log_level: None,
         };
         let result = match upstreams.call(call).await {
             Ok(RpcOutcome::Result(r)) => r,
