@@ -44,6 +44,9 @@ pub enum TokenKind {
     ReplyRoute,
     /// An exchange held open by one replica (see [`crate::mcp::exchange`]).
     Exchange,
+    /// A client's message handed from one replica to another, headers included: only a
+    /// replica can read it (the address it goes to is a pod IP that may have changed hands).
+    Handoff,
 }
 
 impl TokenKind {
@@ -53,6 +56,7 @@ impl TokenKind {
             TokenKind::Session => b"",
             TokenKind::ReplyRoute => b"switchboard reply route v1",
             TokenKind::Exchange => b"switchboard exchange v1",
+            TokenKind::Handoff => b"switchboard handoff v1",
         }
     }
 }
@@ -106,6 +110,21 @@ impl SessionSealer {
 
     /// Seals `payload` as a token of `kind` (nonce, ciphertext and tag in base64url).
     pub fn seal_token(&self, kind: TokenKind, payload: &[u8]) -> String {
+        URL_SAFE_NO_PAD.encode(self.seal_bytes(kind, payload))
+    }
+
+    /// Opens a token of `kind`: its nonce and payload, or `None` if it is not a genuine one.
+    pub fn open_token(&self, kind: TokenKind, token: &str) -> Option<([u8; NONCE_LEN], Vec<u8>)> {
+        if token.len() > MAX_TOKEN_LEN {
+            return None;
+        }
+        let raw = URL_SAFE_NO_PAD.decode(token).ok()?;
+        let payload = self.open_bytes(kind, &raw)?;
+        Some((raw[..NONCE_LEN].try_into().ok()?, payload))
+    }
+
+    /// Seals `payload` of any size: nonce, then ciphertext and tag, as bytes.
+    pub fn seal_bytes(&self, kind: TokenKind, payload: &[u8]) -> Vec<u8> {
         let nonce: [u8; NONCE_LEN] = rand::random();
         // Encrypting a buffer with a valid key cannot fail.
         let sealed = self
@@ -121,30 +140,24 @@ impl SessionSealer {
         let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&sealed);
-        URL_SAFE_NO_PAD.encode(out)
+        out
     }
 
-    /// Opens a token of `kind`: its nonce and payload, or `None` if it is not a genuine one.
-    pub fn open_token(&self, kind: TokenKind, token: &str) -> Option<([u8; NONCE_LEN], Vec<u8>)> {
-        if token.len() > MAX_TOKEN_LEN {
+    /// Opens what [`SessionSealer::seal_bytes`] sealed as `kind`.
+    pub fn open_bytes(&self, kind: TokenKind, sealed: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() <= NONCE_LEN {
             return None;
         }
-        let raw = URL_SAFE_NO_PAD.decode(token).ok()?;
-        if raw.len() <= NONCE_LEN {
-            return None;
-        }
-        let (nonce, sealed) = raw.split_at(NONCE_LEN);
-        let payload = self
-            .cipher
+        let (nonce, ciphertext) = sealed.split_at(NONCE_LEN);
+        self.cipher
             .decrypt(
                 Nonce::from_slice(nonce),
                 Payload {
-                    msg: sealed,
+                    msg: ciphertext,
                     aad: kind.aad(),
                 },
             )
-            .ok()?;
-        Some((nonce.try_into().ok()?, payload))
+            .ok()
     }
 
     pub fn unseal(

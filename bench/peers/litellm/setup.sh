@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the LiteLLM proxy (the benchmark peer) into a venv under the project's cache dir.
-# Adapted from ../shared/peers/litellm/setup.sh (same pins: litellm[proxy]==1.108.7, mcp==2.3.0;
+# Pins: litellm[proxy]==1.108.7 and mcp==2.3.0 (the versions the peer comparison was planned with;
 # later litellm versions pin companion packages the registry here does not have).
 #
 #   bench/peers/litellm/setup.sh        -> prints the venv path on stdout, progress on stderr

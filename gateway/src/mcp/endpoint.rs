@@ -26,7 +26,7 @@ use crate::mcp::protocol::{
 };
 use crate::mcp::relay::{self, ReplyRoute};
 use crate::scope::{Caller, authenticate};
-use crate::session::{Session, UnsealError};
+use crate::session::{Session, TokenKind, UnsealError};
 use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::{RpcOutcome, SessionScope};
@@ -357,7 +357,7 @@ async fn pass_input_reply(
     let _ = caller;
     let key = route.input.clone().unwrap_or_default();
     match gw.exchanges.reply_sender(route.pending) {
-        Some(tx) if tx.send((key, reply)).await.is_ok() => StatusCode::ACCEPTED.into_response(),
+        Some(tx) if tx.try_send((key, reply)).is_ok() => StatusCode::ACCEPTED.into_response(),
         _ => jsonrpc_error_response(
             &Value::Null,
             &GatewayError::InvalidRequest(
@@ -380,32 +380,56 @@ async fn resume_exchange(
     if !gw.exchanges.is_local(&route) {
         return pass_to_holder(gw, &route, headers, body).await;
     }
-    let id = message.id.clone().unwrap_or(Value::Null);
+    let Some(id) = message.id.clone() else {
+        return jsonrpc_error_response_in(
+            &Value::Null,
+            &GatewayError::InvalidRequest("a retry with requestState must be a request".into()),
+            Era::Modern,
+        );
+    };
     let fail = |e: GatewayError| jsonrpc_error_response_in(&id, &e, Era::Modern);
-    let Some(paused) = gw.exchanges.take_paused(route.pending) else {
-        return fail(GatewayError::InvalidParams(
+    let over = || {
+        GatewayError::InvalidParams(
             "requestState names an exchange that is over (answered, timed out or cancelled)".into(),
-        ));
+        )
+    };
+    // Checked before the paused stream is taken: a retry missing an answer can be repeated.
+    let Some(keys) = gw.exchanges.paused_keys(route.pending) else {
+        return fail(over());
+    };
+    let responses = message
+        .params
+        .as_ref()
+        .and_then(|p| p.get("inputResponses"));
+    if let Some(missing) = keys
+        .iter()
+        .find(|k| responses.and_then(|r| r.get(k)).is_none())
+    {
+        return fail(GatewayError::InvalidParams(format!(
+            "inputResponses.{missing} is missing"
+        )));
+    }
+    let Some(paused) = gw.exchanges.take_paused(route.pending) else {
+        return fail(over());
     };
     let PausedRelay {
         mut relay,
         requests,
     } = *paused;
-    let responses = message
-        .params
-        .as_ref()
-        .and_then(|p| p.get("inputResponses"));
+    // The snapshot may have changed while the stream was paused.
+    if !caller.reaches(&relay.server) {
+        return fail(over());
+    }
     let session = relay
         .stream
         .as_ref()
         .map(|s| (s.session_id.clone(), s.session_version.clone()));
     let (session_id, version) = session.unwrap_or((None, None));
     for (key, upstream_id) in requests {
-        let Some(response) = responses.and_then(|r| r.get(&key)) else {
-            return fail(GatewayError::InvalidParams(format!(
-                "inputResponses.{key} is missing"
-            )));
-        };
+        let response = responses
+            .and_then(|r| r.get(&key))
+            .cloned()
+            .unwrap_or(Value::Null);
         let reply = json!({"jsonrpc": "2.0", "id": upstream_id, "result": response});
         let delivered = gw
             .deliver_reply(
@@ -418,8 +442,15 @@ async fn resume_exchange(
                 serde_json::to_vec(&reply).unwrap_or_default(),
             )
             .await;
-        if let Err(e) = delivered {
-            return fail(e);
+        match delivered {
+            Ok(status) if status.is_success() => {}
+            Ok(status) => {
+                return fail(GatewayError::UpstreamUnavailable {
+                    server: relay.server.id().to_string(),
+                    detail: format!("the upstream refused the answer (HTTP {})", status.as_u16()),
+                });
+            }
+            Err(e) => return fail(e),
         }
     }
     relay.deadline = Some(tokio::time::Instant::now() + relay.server.spec.timeout);
@@ -441,74 +472,110 @@ async fn resume_exchange(
 }
 
 /// Client headers that concern the hop to this replica, not the client's request.
-const HOP_HEADERS: &[&str] = &["host", "content-length", "connection", "transfer-encoding"];
+const HOP_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "expect",
+    "keep-alive",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// How long the holding replica has to start answering a handed-on message.
+const HANDOFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A client's message on its way to the replica holding its exchange: the client's headers
+/// (its gateway key among them) and body, sealed so that only a replica can read them.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Handoff {
+    headers: Vec<(String, String)>,
+    body: String,
+}
 
 /// Hands a client's message about an exchange to the replica that holds it (named by the
-/// sealed route), with the client's own headers, and relays that replica's answer.
+/// sealed route), and relays that replica's answer.
 async fn pass_to_holder(
     gw: &Gateway,
     route: &ExchangeRoute,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let url = format!("{}/mcp-internal/exchange", route.address);
-    let mut forwarded = headers;
-    for name in HOP_HEADERS {
-        forwarded.remove(*name);
-    }
-    let sent = gw
+    let unreachable = || {
+        tracing::warn!(holder = %route.address, "the replica holding an exchange is unreachable");
+        jsonrpc_error_response(
+            &Value::Null,
+            &GatewayError::UpstreamUnavailable {
+                server: "switchboard".into(),
+                detail: "the gateway replica holding this exchange is unreachable; repeat the call"
+                    .into(),
+            },
+        )
+    };
+    let handoff = Handoff {
+        headers: headers
+            .iter()
+            .filter(|(name, _)| !HOP_HEADERS.contains(&name.as_str()))
+            .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
+            .collect(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    };
+    let sealed = gw.table().sealer.seal_bytes(
+        TokenKind::Handoff,
+        &serde_json::to_vec(&handoff).unwrap_or_default(),
+    );
+    let send = gw
         .upstreams
         .http()
-        .post(&url)
-        .headers(forwarded)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await;
-    match sent {
-        Ok(response) => {
-            let status = response.status();
-            let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
-            let mut out = (
-                status,
-                axum::body::Body::from_stream(response.bytes_stream()),
-            )
-                .into_response();
-            if let Some(ct) = content_type {
-                out.headers_mut().insert(header::CONTENT_TYPE, ct);
-            }
-            out
-        }
-        Err(_) => {
-            tracing::warn!(holder = %route.address, "the replica holding an exchange is unreachable");
-            jsonrpc_error_response(
-                &Value::Null,
-                &GatewayError::UpstreamUnavailable {
-                    server: "switchboard".into(),
-                    detail: "the gateway replica holding this exchange is unreachable".into(),
-                },
-            )
-        }
+        .post(format!("{}/mcp-internal/exchange", route.address))
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(sealed)
+        .send();
+    let Ok(Ok(response)) = tokio::time::timeout(HANDOFF_TIMEOUT, send).await else {
+        return unreachable();
+    };
+    let status = response.status();
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let mut out = (
+        status,
+        axum::body::Body::from_stream(response.bytes_stream()),
+    )
+        .into_response();
+    if let Some(ct) = content_type {
+        out.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
+    out
 }
 
 /// `POST /mcp-internal/exchange`: another replica passing on a client's message about an
-/// exchange this one holds. The client's own headers came along and are checked like any
-/// client's; only exchanges held here are served (a message is never passed on twice).
-pub async fn internal_exchange(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+/// exchange this one holds, sealed (only a replica can have made it). The client's own headers
+/// came along and are checked like any client's; only exchanges held here are served (a
+/// message is never passed on twice).
+pub async fn internal_exchange(State(gw): State<Arc<Gateway>>, sealed: Bytes) -> Response {
     let table = gw.table();
-    if body.len() > table.settings.max_body_bytes {
-        return jsonrpc_error_response(
-            &Value::Null,
-            &GatewayError::PayloadTooLarge {
-                limit: table.settings.max_body_bytes,
-            },
-        );
+    let refused = || (StatusCode::FORBIDDEN, "not a message from a replica").into_response();
+    if sealed.len() > table.settings.max_body_bytes.saturating_mul(2) + 64 * 1024 {
+        return refused();
     }
+    let Some(handoff) = table
+        .sealer
+        .open_bytes(TokenKind::Handoff, &sealed)
+        .and_then(|plain| serde_json::from_slice::<Handoff>(&plain).ok())
+    else {
+        return refused();
+    };
+    let mut headers = HeaderMap::new();
+    for (name, value) in &handoff.headers {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    let body = Bytes::from(handoff.body);
     let caller = match authenticate(table, headers.clone()) {
         Ok(c) => Arc::new(c),
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
@@ -516,7 +583,9 @@ pub async fn internal_exchange(
     let not_here = || {
         jsonrpc_error_response(
             &Value::Null,
-            &GatewayError::InvalidRequest("no such exchange on this replica".into()),
+            &GatewayError::InvalidRequest(
+                "the exchange is over, or this replica does not hold it; repeat the call".into(),
+            ),
         )
     };
     match parse_message(&body) {

@@ -19,16 +19,20 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::mcp::relay::Relay;
 use crate::session::{SessionSealer, TokenKind};
 
-/// Most exchanges one replica holds open at once; past it new ones are refused.
+/// Most exchanges one replica holds open at once, and per client key; past either, new ones
+/// are refused (503) rather than pushing out others.
 const MAX_PENDING: usize = 10_000;
+const MAX_PENDING_PER_KEY: usize = 256;
 
 /// The sealed route of an exchange (a relayed input request's id, or a `requestState`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,6 +50,10 @@ pub struct ExchangeRoute {
     /// For a relayed input request: its key in the upstream's `inputRequests`.
     #[serde(rename = "i", default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
+    /// Unix seconds after which the exchange is over: a stale route is refused before anything
+    /// is sent to the address it names (which may belong to someone else by then).
+    #[serde(rename = "e")]
+    pub expires_at: u64,
 }
 
 impl ExchangeRoute {
@@ -54,10 +62,18 @@ impl ExchangeRoute {
         sealer.seal_token(TokenKind::Exchange, &payload)
     }
 
+    /// The route a token holds, if it is genuine and not expired.
     pub fn open(sealer: &SessionSealer, token: &str) -> Option<ExchangeRoute> {
         let (_, payload) = sealer.open_token(TokenKind::Exchange, token)?;
-        serde_json::from_slice(&payload).ok()
+        let route: ExchangeRoute = serde_json::from_slice(&payload).ok()?;
+        (unix_now() < route.expires_at).then_some(route)
     }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// One reply of a legacy client to a relayed input request: its key, and the JSON-RPC
@@ -79,10 +95,17 @@ pub struct PausedRelay {
     pub requests: Vec<(String, Value)>,
 }
 
+/// One held exchange: what is held, whose it is, until when.
+struct Held {
+    pending: Pending,
+    key_tag: [u8; 8],
+    until: Instant,
+}
+
 pub struct Exchanges {
     instance: u64,
     next: AtomicU64,
-    pending: Mutex<HashMap<u64, Pending>>,
+    pending: Mutex<HashMap<u64, Held>>,
     address: std::sync::OnceLock<String>,
 }
 
@@ -111,20 +134,42 @@ impl Exchanges {
         self.instance
     }
 
-    /// Holds `pending`; its route, or `None` when the replica holds too many already.
-    pub fn hold(&self, key_tag: [u8; 8], pending: Pending) -> Option<ExchangeRoute> {
+    /// Holds `pending` for `ttl`; its route, or `None` when the replica (or this key) holds
+    /// too many already. Expired exchanges are dropped here: a paused upstream stream dropped
+    /// this way cancels its upstream request.
+    pub fn hold(&self, key_tag: [u8; 8], pending: Pending, ttl: Duration) -> Option<ExchangeRoute> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= MAX_PENDING {
-            return None;
+        let now = Instant::now();
+        let expired;
+        {
+            let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let (keep, gone): (HashMap<_, _>, HashMap<_, _>) = std::mem::take(&mut *map)
+                .into_iter()
+                .partition(|(_, h)| h.until > now);
+            *map = keep;
+            expired = gone;
+            let of_key = map.values().filter(|h| h.key_tag == key_tag).count();
+            if map.len() >= MAX_PENDING || of_key >= MAX_PENDING_PER_KEY {
+                return None;
+            }
+            map.insert(
+                id,
+                Held {
+                    pending,
+                    key_tag,
+                    until: now + ttl,
+                },
+            );
         }
-        map.insert(id, pending);
+        // Dropped outside the lock (a paused stream's drop spawns its cancellation).
+        drop(expired);
         Some(ExchangeRoute {
             key_tag,
             address: self.address().to_string(),
             instance: self.instance,
             pending: id,
             input: None,
+            expires_at: unix_now() + ttl.as_secs() + 1,
         })
     }
 
@@ -136,8 +181,17 @@ impl Exchanges {
     /// A sender for a waiting legacy client's replies.
     pub fn reply_sender(&self, id: u64) -> Option<mpsc::Sender<InputReply>> {
         let map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get(&id) {
+        match map.get(&id).map(|h| &h.pending) {
             Some(Pending::Replies(tx)) => Some(tx.clone()),
+            _ => None,
+        }
+    }
+
+    /// The input keys a paused relay waits for (to check a retry before resuming it).
+    pub fn paused_keys(&self, id: u64) -> Option<Vec<String>> {
+        let map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(&id).map(|h| &h.pending) {
+            Some(Pending::Paused(p)) => Some(p.requests.iter().map(|(k, _)| k.clone()).collect()),
             _ => None,
         }
     }
@@ -145,13 +199,12 @@ impl Exchanges {
     /// Takes a paused relay out (a retry resumes it once).
     pub fn take_paused(&self, id: u64) -> Option<Box<PausedRelay>> {
         let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        match map.remove(&id) {
+        if !matches!(map.get(&id).map(|h| &h.pending), Some(Pending::Paused(_))) {
+            return None;
+        }
+        match map.remove(&id).map(|h| h.pending) {
             Some(Pending::Paused(p)) => Some(p),
-            Some(other) => {
-                map.insert(id, other);
-                None
-            }
-            None => None,
+            _ => None,
         }
     }
 
@@ -176,7 +229,9 @@ mod tests {
         let exchanges = Exchanges::default();
         exchanges.set_address("http://10.0.0.7:8080/".into());
         let (tx, _rx) = mpsc::channel(1);
-        let route = exchanges.hold([1; 8], Pending::Replies(tx)).unwrap();
+        let route = exchanges
+            .hold([1; 8], Pending::Replies(tx), Duration::from_secs(60))
+            .unwrap();
         assert_eq!(route.address, "http://10.0.0.7:8080");
         assert!(exchanges.is_local(&route));
         assert!(exchanges.reply_sender(route.pending).is_some());
@@ -193,5 +248,54 @@ mod tests {
         let opened = ExchangeRoute::open(&sealer, &token).unwrap();
         assert_eq!(opened.pending, route.pending);
         assert!(crate::mcp::relay::ReplyRoute::open(&sealer, &token).is_none());
+        let stale = ExchangeRoute {
+            expires_at: 1,
+            ..route
+        };
+        assert!(ExchangeRoute::open(&sealer, &stale.seal(&sealer)).is_none());
+    }
+
+    #[tokio::test]
+    async fn expired_exchanges_go_and_one_key_cannot_take_every_slot() {
+        let exchanges = Exchanges::default();
+        let (tx, _rx) = mpsc::channel(1);
+        let short = exchanges
+            .hold([1; 8], Pending::Replies(tx.clone()), Duration::ZERO)
+            .unwrap();
+        let kept = exchanges
+            .hold(
+                [1; 8],
+                Pending::Replies(tx.clone()),
+                Duration::from_secs(60),
+            )
+            .unwrap();
+        assert!(
+            exchanges.reply_sender(short.pending).is_none(),
+            "expired on the next hold"
+        );
+        assert!(exchanges.reply_sender(kept.pending).is_some());
+        for _ in 0..MAX_PENDING_PER_KEY {
+            exchanges.hold(
+                [2; 8],
+                Pending::Replies(tx.clone()),
+                Duration::from_secs(60),
+            );
+        }
+        assert!(
+            exchanges
+                .hold(
+                    [2; 8],
+                    Pending::Replies(tx.clone()),
+                    Duration::from_secs(60)
+                )
+                .is_none(),
+            "a key past its share is refused"
+        );
+        assert!(
+            exchanges
+                .hold([3; 8], Pending::Replies(tx), Duration::from_secs(60))
+                .is_some(),
+            "other keys still get theirs"
+        );
     }
 }

@@ -33,6 +33,8 @@ use crate::upstream::sse::SseEvent;
 
 pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+/// How long a server has to acknowledge its subscription.
+const ACK_WAIT: Duration = Duration::from_secs(10);
 const FLAGS: &[&str] = &[
     "toolsListChanged",
     "promptsListChanged",
@@ -80,22 +82,39 @@ pub async fn fan_in(
     .await;
     let mut streams: Vec<(Arc<Server>, Box<UpstreamStream>)> =
         opened.into_iter().flatten().collect();
-    // Each server's first message acknowledges what it will send.
+    // Each server's first message should acknowledge what it will send; anything before the
+    // acknowledgement is kept and relayed after the merged one.
     let mut acknowledged = Map::new();
     let mut uris = Vec::new();
-    let first_events = futures_util::future::join_all(streams.iter_mut().map(|(server, s)| {
+    let mut early: Vec<(Arc<Server>, SseEvent)> = Vec::new();
+    let acks = futures_util::future::join_all(streams.iter_mut().map(|(server, s)| {
         let id = server.id().to_string();
+        let server = server.clone();
         async move {
-            tokio::time::timeout(Duration::from_secs(10), s.next_event(&id))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .flatten()
+            let mut before = Vec::new();
+            let wait = async {
+                while let Ok(Some(event)) = s.next_event(&id).await {
+                    let message = serde_json::from_str::<Value>(&event.data).ok();
+                    if message
+                        .as_ref()
+                        .and_then(|m| m.get("method"))
+                        .and_then(Value::as_str)
+                        == Some(ACKNOWLEDGED)
+                    {
+                        return message;
+                    }
+                    before.push((server.clone(), event));
+                }
+                None
+            };
+            let ack = tokio::time::timeout(ACK_WAIT, wait).await.ok().flatten();
+            (ack, before)
         }
     }))
     .await;
-    for ((server, _), event) in streams.iter().zip(first_events) {
-        let Some(ack) = event.and_then(|e| serde_json::from_str::<Value>(&e.data).ok()) else {
+    for ((server, _), (ack, before)) in streams.iter().zip(acks) {
+        early.extend(before);
+        let Some(ack) = ack else {
             continue;
         };
         let honored = &ack["params"]["notifications"];
@@ -140,10 +159,13 @@ pub async fn fan_in(
     let first = futures_util::stream::once(async move {
         Ok::<Bytes, Infallible>(SseEvent::message(ack.to_string()).encode())
     });
-    let rest = merged.filter_map(move |(server, event)| {
-        let client_id = client_id.clone();
-        async move { retag(&server, event, &client_id).map(Ok::<Bytes, Infallible>) }
-    });
+    let rest =
+        futures_util::stream::iter(early)
+            .chain(merged)
+            .filter_map(move |(server, event)| {
+                let client_id = client_id.clone();
+                async move { retag(&server, event, &client_id).map(Ok::<Bytes, Infallible>) }
+            });
     let mut response = (StatusCode::OK, Body::from_stream(first.chain(rest))).into_response();
     let headers = response.headers_mut();
     headers.insert(

@@ -139,6 +139,7 @@ pub fn sse_response(relay: Relay, client: Client) -> Response {
         client,
         done: false,
         awaiting: None,
+        rounds: 0,
     };
     let events = futures_util::stream::unfold(state, |mut state| async move {
         let bytes = state.next_frame().await?;
@@ -174,6 +175,20 @@ struct RelayState {
     client: Client,
     done: bool,
     awaiting: Option<Awaiting>,
+    /// Input rounds so far (an upstream that keeps asking is cut off).
+    rounds: u32,
+}
+
+/// Most input rounds one call may take.
+const MAX_INPUT_ROUNDS: u32 = 8;
+
+impl Drop for RelayState {
+    /// A client that goes away while its replies are awaited leaves nothing held.
+    fn drop(&mut self) {
+        if let (Some(awaiting), Some(bridge)) = (&self.awaiting, &self.client.bridge) {
+            bridge.gw.exchanges.release(awaiting.pending);
+        }
+    }
 }
 
 impl RelayState {
@@ -322,25 +337,20 @@ impl RelayState {
             deadline: None,
             upstream_request: self.relay.upstream_request.clone(),
         };
+        // Nobody may come back: the paused upstream request is given up after the wait.
         let held = bridge.gw.exchanges.hold(
             self.client.key_tag,
             Pending::Paused(Box::new(PausedRelay {
                 relay: paused,
                 requests: vec![(INPUT_KEY.to_string(), upstream_id)],
             })),
+            input_wait(&self.relay.server),
         );
         let Some(route) = held else {
             return self.fail(GatewayError::Overloaded(
                 "too many open input exchanges".into(),
             ));
         };
-        // Nobody may come back: the paused upstream request is given up after the wait.
-        let wait = input_wait(&self.relay.server);
-        let gw = bridge.gw.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(wait).await;
-            gw.exchanges.release(route.pending);
-        });
         let result = json!({
             "resultType": "input_required",
             "inputRequests": { INPUT_KEY: Value::Object(input) },
@@ -401,12 +411,26 @@ impl RelayState {
             Some(Value::Object(m)) => m.clone(),
             _ => Map::new(),
         };
+        self.rounds += 1;
+        if self.rounds > MAX_INPUT_ROUNDS {
+            return Some(self.fail(GatewayError::UpstreamUnavailable {
+                server: self.relay.server.id().to_string(),
+                detail: format!("asked for input more than {MAX_INPUT_ROUNDS} times in one call"),
+            }));
+        }
+        if requests.is_empty() && result.get("requestState").is_none() {
+            return Some(self.fail(GatewayError::UpstreamUnavailable {
+                server: self.relay.server.id().to_string(),
+                detail:
+                    "an input_required result with neither inputRequests nor requestState".into(),
+            }));
+        }
         let (tx, rx) = mpsc::channel(requests.len().max(1));
-        let Some(route) = bridge
-            .gw
-            .exchanges
-            .hold(self.client.key_tag, Pending::Replies(tx))
-        else {
+        let Some(route) = bridge.gw.exchanges.hold(
+            self.client.key_tag,
+            Pending::Replies(tx),
+            input_wait(&self.relay.server),
+        ) else {
             return Some(self.fail(GatewayError::Overloaded(
                 "too many open input exchanges".into(),
             )));
@@ -446,12 +470,15 @@ impl RelayState {
     /// Waits for the legacy client's replies, then asks the upstream again with them. `Err`
     /// carries the frame that ends the stream.
     async fn ask_again(&mut self) -> Result<(), Bytes> {
-        let Some(mut awaiting) = self.awaiting.take() else {
-            return Ok(());
-        };
         let Some(bridge) = self.client.bridge.clone() else {
             return Err(self.fail(GatewayError::InvalidRequest("cannot bridge".into())));
         };
+        // Left in place while waiting: if the client goes away now, dropping the relay state
+        // releases the exchange.
+        let Some(awaiting) = self.awaiting.as_mut() else {
+            return Ok(());
+        };
+        let until = awaiting.until;
         let collected = async {
             while awaiting.replies.len() < awaiting.keys.len() {
                 let Some((key, mut reply)) = awaiting.replies_rx.recv().await else {
@@ -466,7 +493,10 @@ impl RelayState {
             }
             Ok(())
         };
-        let outcome = tokio::time::timeout_at(awaiting.until, collected).await;
+        let outcome = tokio::time::timeout_at(until, collected).await;
+        let Some(mut awaiting) = self.awaiting.take() else {
+            return Ok(());
+        };
         bridge.gw.exchanges.release(awaiting.pending);
         match outcome {
             Err(_) => {

@@ -97,8 +97,8 @@ struct UpstreamState {
 
 type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
 
-/// Most legacy sessions kept per upstream (one per caller credential on caller-credential
-/// servers); past it the map is cleared and sessions are re-opened on use.
+/// Most legacy sessions kept per upstream (one per credential partition and legacy client
+/// session); past it one is forgotten for each new one, and re-opened on use.
 const MAX_SESSIONS_PER_UPSTREAM: usize = 4096;
 
 impl UpstreamState {
@@ -106,7 +106,10 @@ impl UpstreamState {
         let key = (partition, scope);
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if sessions.len() >= MAX_SESSIONS_PER_UPSTREAM && !sessions.contains_key(&key) {
-            sessions.clear();
+            // One goes (re-opened if its client comes back), not everyone's.
+            if let Some(evicted) = sessions.keys().next().copied() {
+                sessions.remove(&evicted);
+            }
         }
         sessions.entry(key).or_default().clone()
     }

@@ -69,6 +69,8 @@ pub struct SseDecoder {
     max_event: usize,
     /// The previous chunk ended in CR: an LF starting the next one belongs to that line end.
     skip_lf: bool,
+    /// How much of `buf` is known to hold no line end (so a long line is scanned once).
+    scanned: usize,
 }
 
 impl SseDecoder {
@@ -80,6 +82,7 @@ impl SseDecoder {
             pending: 0,
             max_event,
             skip_lf: false,
+            scanned: 0,
         }
     }
 
@@ -96,12 +99,18 @@ impl SseDecoder {
                 }
                 self.skip_lf = false;
             }
-            let Some(end) = self.buf.iter().position(|b| *b == b'\n' || *b == b'\r') else {
+            let Some(end) = self.buf[self.scanned..]
+                .iter()
+                .position(|b| *b == b'\n' || *b == b'\r')
+                .map(|i| i + self.scanned)
+            else {
+                self.scanned = self.buf.len();
                 if self.pending + self.buf.len() > self.max_event {
                     return Err(SseError::EventTooLarge(self.max_event));
                 }
                 return Ok(None);
             };
+            self.scanned = 0;
             let line = self.buf.split_to(end);
             let terminator = self.buf[0];
             self.buf.advance(1);
