@@ -59,14 +59,14 @@ impl Gateway {
         &self,
         caller: &Caller,
         server: &Server,
-        request: Forward<'_>,
+        request: &Forward<'_>,
     ) -> Result<RpcOutcome, GatewayError> {
         let deadline = Instant::now() + server.spec.timeout;
         let mut rejected = None;
         loop {
             let credential = self.credential(caller, server, rejected.as_ref()).await?;
             let result = self
-                .forward_with(caller, server, &request, credential.as_ref(), deadline)
+                .forward_with(caller, server, request, credential.as_ref(), deadline)
                 .await;
             match result {
                 Err(e) if renews(server, &e, &rejected, &credential) => {

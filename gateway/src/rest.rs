@@ -124,7 +124,7 @@ async fn call_tool_inner(
         params["arguments"] = arguments;
     }
     match gw
-        .forward(&caller, &server, Forward::call("tools/call", Some(params)))
+        .forward(&caller, &server, &Forward::call("tools/call", Some(params)))
         .await
     {
         Ok(RpcOutcome::Result(result)) => Ok(result),

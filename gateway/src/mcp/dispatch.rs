@@ -294,16 +294,20 @@ async fn forward_answer(
     aggregate: bool,
 ) -> Result<Answer, Failure> {
     let listen = request.method == "subscriptions/listen";
-    let upstream_request = UpstreamRequest {
-        method: request.method.to_string(),
-        params: request.params.clone(),
-        session: request.session,
-        log_level: request.log_level,
-    };
     let bridge_input =
         request.stream && !request.modern_client && may_require_input(request.method);
     let started = Instant::now();
+    let answer = forward(gw, caller, server, &request).await?;
+    // What a relay needs to ask the upstream again (a legacy client's input rounds) or to
+    // name the method; built only when the answer is relayed, so a plain answer copies nothing.
     let relay = |stream, answered| {
+        let Forward {
+            method,
+            params,
+            session,
+            log_level,
+            ..
+        } = request;
         Answer::Stream(Box::new(Relay {
             stream,
             answered,
@@ -312,10 +316,15 @@ async fn forward_answer(
             // A subscription lives as long as it carries events; a request's answer is due
             // within the server's timeout.
             deadline: (!listen).then(|| started + server.spec.timeout),
-            upstream_request: Some(upstream_request),
+            upstream_request: Some(UpstreamRequest {
+                method: method.to_string(),
+                params: bridge_input.then_some(params).flatten(),
+                session,
+                log_level,
+            }),
         }))
     };
-    match forward(gw, caller, server, request).await? {
+    match answer {
         Forwarded::Result(result)
             if bridge_input
                 && result.get("resultType").and_then(Value::as_str) == Some("input_required") =>
@@ -343,7 +352,7 @@ async fn forward(
     gw: &Gateway,
     caller: &Caller,
     server: &Server,
-    request: Forward<'_>,
+    request: &Forward<'_>,
 ) -> Result<Forwarded, Failure> {
     let method = request.method;
     match gw.forward(caller, server, request).await {

@@ -167,7 +167,6 @@ async fn handle(
             Era::Legacy,
         );
     }
-    let forwarded_headers = headers.clone();
     let caller = match authenticate(table, headers) {
         Ok(c) => Arc::new(c),
         Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
@@ -177,7 +176,7 @@ async fn handle(
         Ok(Incoming::Reply { id, body: reply }) => {
             if let Some(route) = exchange_route(&caller, id.as_str()) {
                 let response =
-                    pass_input_reply(gw, &caller, route, reply, forwarded_headers, body).await;
+                    pass_input_reply(gw, &caller, route, reply, caller.headers.clone(), body).await;
                 let outcome = if response.status().is_success() {
                     "ok"
                 } else {
@@ -226,7 +225,8 @@ async fn handle(
     {
         // The retry of a call whose legacy upstream asked for input: it resumes the paused
         // stream, wherever that is held.
-        return resume_exchange(gw, &caller, route, message, forwarded_headers, body).await;
+        let headers = caller.headers.clone();
+        return resume_exchange(gw, &caller, route, message, headers, body).await;
     }
     let prepared = match era {
         Era::Modern => check_modern(&caller.headers, &message),
@@ -943,7 +943,7 @@ async fn upstream_identity(
     }
     let mut forward = Forward::call("server/discover", None);
     forward.session = scope;
-    match gw.forward(caller, server, forward).await? {
+    match gw.forward(caller, server, &forward).await? {
         RpcOutcome::Result(discover) => {
             let mut identity = Map::new();
             for field in ["capabilities", "instructions", "serverInfo"] {

@@ -73,7 +73,7 @@ pub async fn fan_in(
                 modern_client: true,
                 log_level: None,
             };
-            match gw.forward(caller, server, forward).await {
+            match gw.forward(caller, server, &forward).await {
                 Ok(RpcOutcome::Stream(stream)) => Some((server.clone(), stream)),
                 Ok(_) | Err(_) => None,
             }

@@ -58,7 +58,8 @@ pub struct Relay {
     pub prefix_task_ids: bool,
     /// When the answer is due; `None` for a subscription.
     pub deadline: Option<Instant>,
-    /// The request as it went upstream, to ask again with a legacy client's input.
+    /// The request as it went upstream: its method, and (only where a legacy client's input
+    /// rounds may need to ask again) its parameters.
     pub upstream_request: Option<UpstreamRequest>,
 }
 
@@ -367,7 +368,12 @@ impl RelayState {
         if let Some(stream) = self.relay.stream.as_mut() {
             stream.answered();
         }
-        let can_bridge = self.client.bridge.is_some() && self.relay.upstream_request.is_some();
+        let can_bridge = self.client.bridge.is_some()
+            && self
+                .relay
+                .upstream_request
+                .as_ref()
+                .is_some_and(|r| r.params.is_some());
         if self.client.era == Era::Legacy
             && can_bridge
             && let Some(result) = message.get_mut("result")
@@ -530,7 +536,7 @@ impl RelayState {
             log_level: request.log_level,
         };
         let server = self.relay.server.clone();
-        match bridge.gw.forward(&bridge.caller, &server, forward).await {
+        match bridge.gw.forward(&bridge.caller, &server, &forward).await {
             Ok(RpcOutcome::Stream(stream)) => {
                 self.relay.deadline = Some(Instant::now() + server.spec.timeout);
                 self.relay.stream = Some(stream);
