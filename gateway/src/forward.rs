@@ -223,20 +223,12 @@ impl Gateway {
         session: SessionScope,
     ) -> Result<Option<Value>, GatewayError> {
         let credential = self.credential(caller, server, None).await?;
+        let call = RpcCall {
+            session,
+            ..session_call(caller, server, credential.as_ref())
+        };
         self.upstreams
-            .legacy_identity(RpcCall {
-                server,
-                caller_headers: &caller.headers,
-                param_headers: None,
-                credential: credential.as_ref(),
-                method: "initialize",
-                params: None,
-                deadline: Instant::now() + server.spec.timeout,
-                budget: server.spec.timeout,
-                stream: false,
-                session,
-                log_level: None,
-            })
+            .legacy_identity(call)
             .await
             .map_err(|e| self.relay_auth(caller, server, e))
     }
@@ -254,19 +246,7 @@ impl Gateway {
         let credential = self.credential(caller, server, None).await?;
         self.upstreams
             .deliver_reply(
-                RpcCall {
-                    server,
-                    caller_headers: &caller.headers,
-                    param_headers: None,
-                    credential: credential.as_ref(),
-                    method: "",
-                    params: None,
-                    deadline: Instant::now() + server.spec.timeout,
-                    budget: server.spec.timeout,
-                    stream: false,
-                    session: SessionScope::default(),
-                    log_level: None,
-                },
+                session_call(caller, server, credential.as_ref()),
                 session,
                 version,
                 body,
@@ -284,22 +264,7 @@ impl Gateway {
                 continue;
             };
             self.upstreams
-                .close_client_sessions(
-                    RpcCall {
-                        server,
-                        caller_headers: &caller.headers,
-                        param_headers: None,
-                        credential: credential.as_ref(),
-                        method: "",
-                        params: None,
-                        deadline: Instant::now() + server.spec.timeout,
-                        budget: server.spec.timeout,
-                        stream: false,
-                        session: SessionScope::default(),
-                        log_level: None,
-                    },
-                    client,
-                )
+                .close_client_sessions(session_call(caller, server, credential.as_ref()), client)
                 .await;
         }
     }
@@ -347,6 +312,28 @@ impl Gateway {
             server: server.id().to_string(),
             www_authenticate: www,
         }
+    }
+}
+
+/// An exchange about an upstream session rather than a method call (its handshake, a reply to
+/// the upstream's request, its end), under the server's timeout.
+fn session_call<'a>(
+    caller: &'a Caller,
+    server: &'a Server,
+    credential: Option<&'a RequestCredential>,
+) -> RpcCall<'a> {
+    RpcCall {
+        server,
+        caller_headers: &caller.headers,
+        param_headers: None,
+        credential,
+        method: "initialize",
+        params: None,
+        deadline: Instant::now() + server.spec.timeout,
+        budget: server.spec.timeout,
+        stream: false,
+        session: SessionScope::default(),
+        log_level: None,
     }
 }
 

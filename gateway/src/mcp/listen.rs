@@ -16,14 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
 use crate::errors::GatewayError;
 use crate::forward::Forward;
 use crate::mcp::protocol::Era;
+use crate::mcp::relay::event_stream;
 use crate::route::{prefixed_name, split_prefixed};
 use crate::scope::Caller;
 use crate::state::Gateway;
@@ -166,15 +166,7 @@ pub async fn fan_in(
                 let client_id = client_id.clone();
                 async move { retag(&server, event, &client_id).map(Ok::<Bytes, Infallible>) }
             });
-    let mut response = (StatusCode::OK, Body::from_stream(first.chain(rest))).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    Ok(event_stream(Body::from_stream(first.chain(rest))))
 }
 
 /// The part of the client's filter one server gets: every list-changed flag, and its own

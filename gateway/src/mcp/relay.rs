@@ -146,7 +146,12 @@ pub fn sse_response(relay: Relay, client: Client) -> Response {
         let bytes = state.next_frame().await?;
         Some((Ok::<Bytes, Infallible>(bytes), state))
     });
-    let mut response = (StatusCode::OK, Body::from_stream(events)).into_response();
+    event_stream(Body::from_stream(events))
+}
+
+/// An HTTP 200 `text/event-stream` response that proxies in between must not buffer.
+pub fn event_stream(body: Body) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
