@@ -167,6 +167,8 @@ async fn handle(
             Era::Legacy,
         );
     }
+    // The rare branches below (replies, exchanges, handshakes, subscriptions) are boxed: their
+    // state would otherwise make every request's future as large as the largest of them.
     let caller = match authenticate(table, headers) {
         Ok(c) => Arc::new(c),
         Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
@@ -175,8 +177,15 @@ async fn handle(
         Ok(Incoming::Call(m)) => m,
         Ok(Incoming::Reply { id, body: reply }) => {
             if let Some(route) = exchange_route(&caller, id.as_str()) {
-                let response =
-                    pass_input_reply(gw, &caller, route, reply, caller.headers.clone(), body).await;
+                let response = Box::pin(pass_input_reply(
+                    gw,
+                    &caller,
+                    route,
+                    reply,
+                    caller.headers.clone(),
+                    body,
+                ))
+                .await;
                 let outcome = if response.status().is_success() {
                     "ok"
                 } else {
@@ -185,7 +194,7 @@ async fn handle(
                 gw.metrics.request(endpoint, "reply", outcome);
                 return response;
             }
-            return match deliver_reply(gw, &caller, prefix.as_deref(), id, reply).await {
+            return match Box::pin(deliver_reply(gw, &caller, prefix.as_deref(), id, reply)).await {
                 Ok(()) => {
                     gw.metrics.request(endpoint, "reply", "ok");
                     StatusCode::ACCEPTED.into_response()
@@ -226,11 +235,11 @@ async fn handle(
         // The retry of a call whose legacy upstream asked for input: it resumes the paused
         // stream, wherever that is held.
         let headers = caller.headers.clone();
-        return resume_exchange(gw, &caller, route, message, headers, body).await;
+        return Box::pin(resume_exchange(gw, &caller, route, message, headers, body)).await;
     }
     let prepared = match era {
         Era::Modern => check_modern(&caller.headers, &message),
-        Era::Legacy => check_legacy(gw, &caller, &target, &message).await,
+        Era::Legacy => Box::pin(check_legacy(gw, &caller, &target, &message)).await,
     };
     let session = match prepared {
         Ok(Prepared::Answer(response)) => {
@@ -249,7 +258,15 @@ async fn handle(
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     if matches!(target, Target::Aggregate) && message.method == "subscriptions/listen" {
         gw.metrics.request(endpoint, method, "stream");
-        return match listen::fan_in(gw, &caller, id.clone(), message.params, session).await {
+        return match Box::pin(listen::fan_in(
+            gw,
+            &caller,
+            id.clone(),
+            message.params,
+            session,
+        ))
+        .await
+        {
             Ok(response) => response,
             Err(e) => fail(&id, e, method, era),
         };
@@ -279,9 +296,9 @@ async fn handle(
         (Era::Modern, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
             Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
         ),
-        (Era::Modern, "server/discover") => discover(gw, &caller, &target, request).await,
+        (Era::Modern, "server/discover") => Box::pin(discover(gw, &caller, &target, request)).await,
         (Era::Legacy, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
-            session_setting(gw, &caller, &target, request).await
+            Box::pin(session_setting(gw, &caller, &target, request)).await
         }
         _ => dispatch(gw, &caller, &target, request).await,
     };
