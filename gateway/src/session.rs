@@ -92,20 +92,22 @@ impl SessionSealer {
         }
     }
 
+    /// A new session id, and the tag [`SessionSealer::unseal`] will read back from it.
     pub fn seal(
         &self,
         key_digest: &[u8; 32],
         version_index: u8,
         capabilities: u8,
         now: SystemTime,
-    ) -> String {
+    ) -> (String, u64) {
         let mut payload = [0u8; PAYLOAD_LEN];
         payload[..8].copy_from_slice(&key_digest[..8]);
         payload[8] = version_index;
         let expires_at = unix_secs(now) + self.ttl.as_secs();
         payload[9..17].copy_from_slice(&expires_at.to_be_bytes());
         payload[17] = capabilities;
-        self.seal_token(TokenKind::Session, &payload)
+        let sealed = self.seal_bytes(TokenKind::Session, &payload);
+        (URL_SAFE_NO_PAD.encode(&sealed), session_tag(&sealed))
     }
 
     /// Seals `payload` as a token of `kind` (nonce, ciphertext and tag in base64url).
@@ -177,14 +179,12 @@ impl SessionSealer {
         }
         let mut expires = [0u8; 8];
         expires.copy_from_slice(&payload[9..17]);
-        let mut tag = [0u8; 8];
-        tag.copy_from_slice(&nonce[..8]);
         let session = Session {
             key_tag: payload[..8].try_into().map_err(|_| UnsealError::Invalid)?,
             version_index: payload[8],
             expires_at: u64::from_be_bytes(expires),
             capabilities: payload[17],
-            tag: u64::from_le_bytes(tag),
+            tag: session_tag(&nonce),
         };
         if unix_secs(now) >= session.expires_at {
             return Err(UnsealError::Invalid);
@@ -194,6 +194,13 @@ impl SessionSealer {
         }
         Ok(session)
     }
+}
+
+/// A session's tag: the first 8 bytes of its nonce (random, so unique per `initialize`).
+fn session_tag(nonce: &[u8]) -> u64 {
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&nonce[..8]);
+    u64::from_le_bytes(tag)
 }
 
 fn unix_secs(t: SystemTime) -> u64 {
@@ -214,11 +221,12 @@ mod tests {
     #[test]
     fn another_replica_with_the_same_key_opens_it() {
         let now = SystemTime::now();
-        let id = sealer().seal(&ALICE, 2, 5, now);
+        let (id, tag) = sealer().seal(&ALICE, 2, 5, now);
         assert!(id.len() < 200, "{} bytes", id.len());
         let session = sealer().unseal(&id, &ALICE, now).unwrap();
         assert_eq!(session.version_index, 2);
         assert_eq!(session.capabilities, 5);
+        assert_eq!(session.tag, tag);
     }
 
     #[test]
@@ -232,7 +240,7 @@ mod tests {
             b"route"
         );
         assert!(sealer().open_token(TokenKind::Session, &token).is_none());
-        let session = sealer().seal(&ALICE, 0, 0, SystemTime::now());
+        let (session, _) = sealer().seal(&ALICE, 0, 0, SystemTime::now());
         assert!(
             sealer()
                 .open_token(TokenKind::ReplyRoute, &session)
@@ -243,14 +251,14 @@ mod tests {
     #[test]
     fn another_gateway_key_is_refused() {
         let now = SystemTime::now();
-        let id = sealer().seal(&ALICE, 0, 0, now);
+        let (id, _) = sealer().seal(&ALICE, 0, 0, now);
         assert_eq!(sealer().unseal(&id, &BOB, now), Err(UnsealError::WrongKey));
     }
 
     #[test]
     fn tampered_foreign_and_expired_ids_are_invalid() {
         let now = SystemTime::now();
-        let id = sealer().seal(&ALICE, 0, 0, now);
+        let (id, _) = sealer().seal(&ALICE, 0, 0, now);
         let mut bytes = id.clone().into_bytes();
         bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
         let tampered = String::from_utf8(bytes).unwrap();

@@ -43,10 +43,10 @@ pub struct Gateway {
     local: LocalSettings,
 }
 
-/// Most ended sessions remembered, and for how long: a session ended longer ago than a
-/// session's usual lifetime has expired by itself.
-const MAX_ENDED_SESSIONS: u64 = 100_000;
-const ENDED_SESSION_MEMORY: Duration = Duration::from_secs(24 * 3600);
+/// Most legacy sessions a replica remembers something about (that they ended, their log level),
+/// and for how long: a session that old has expired by itself.
+const MAX_REMEMBERED_SESSIONS: u64 = 100_000;
+const SESSION_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
 /// Per-deployment settings given on the command line.
 #[derive(Debug, Clone, Default)]
@@ -70,12 +70,12 @@ impl Gateway {
             protected_resources: ProtectedResources::default(),
             exchanges: Exchanges::default(),
             ended_sessions: moka::sync::Cache::builder()
-                .max_capacity(MAX_ENDED_SESSIONS)
-                .time_to_live(ENDED_SESSION_MEMORY)
+                .max_capacity(MAX_REMEMBERED_SESSIONS)
+                .time_to_live(SESSION_MEMORY)
                 .build(),
             log_levels: moka::sync::Cache::builder()
-                .max_capacity(MAX_ENDED_SESSIONS)
-                .time_to_idle(ENDED_SESSION_MEMORY)
+                .max_capacity(MAX_REMEMBERED_SESSIONS)
+                .time_to_idle(SESSION_MEMORY)
                 .build(),
             local: LocalSettings::default(),
         }

@@ -148,6 +148,29 @@ def legacy_initialize(url: str, auth: str | None, capabilities: dict) -> tuple[s
         assert note.status_code in (200, 202), f"initialized: HTTP {note.status_code} {note.text[:500]}"
     return sid, result, r
 
+def tool_call_with_progress(
+    url: str, secret: str, era: str, rpc_id: str, name: str, arguments: dict, token: str
+) -> tuple[dict, dict[str, str]]:
+    """A `tools/call` asking for progress under `token`, as a client of `era` sends it (a legacy
+    client initializes a session first): the body and headers."""
+    if era == MODERN_VERSION:
+        return modern_request(
+            rpc_id,
+            "tools/call",
+            {"name": name, "arguments": arguments, "_meta": modern_meta(progressToken=token)},
+            auth=secret,
+        )
+    sid, _, _ = legacy_initialize(url, secret, {})
+    assert sid
+    body = {
+        "jsonrpc": "2.0",
+        "id": rpc_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": {"progressToken": token}},
+    }
+    return body, legacy_headers(sid, secret)
+
+
 
 class SseReader:
     """One POST whose answer is read event by event, each message with its arrival time
@@ -338,23 +361,7 @@ def test_progress_relay_wire_is_sse_event_by_event(gateways, python_upstream, er
     name = tool_name(endpoint, "up", "progress")
     token = f"tok-{secrets.token_hex(4)}"
     rpc_id = f"req-{secrets.token_hex(4)}"
-    if era == MODERN_VERSION:
-        body, headers = modern_request(
-            rpc_id,
-            "tools/call",
-            {"name": name, "arguments": {"steps": 3, "delay": 0.3}, "_meta": modern_meta(progressToken=token)},
-            auth=secret,
-        )
-    else:
-        sid, _, _ = legacy_initialize(url, secret, {})
-        assert sid
-        body = {
-            "jsonrpc": "2.0",
-            "id": rpc_id,
-            "method": "tools/call",
-            "params": {"name": name, "arguments": {"steps": 3, "delay": 0.3}, "_meta": {"progressToken": token}},
-        }
-        headers = legacy_headers(sid, secret)
+    body, headers = tool_call_with_progress(url, secret, era, rpc_id, name, {"steps": 3, "delay": 0.3}, token)
     reader = SseReader(url, body, headers)
     try:
         assert reader.status == 200, f"HTTP {reader.status}: {reader.body()[:1000]!r}"
@@ -695,23 +702,7 @@ def test_relayed_call_stream_is_bounded_by_the_timeout(gateways, dual_upstream, 
     gw, secret = one_gateway(gateways, dual_upstream, timeout="1s")
     url = gw.mcp_url("up")
     arguments = {"seconds": 6, "interval": 0.2}
-    if era == MODERN_VERSION:
-        body, headers = modern_request(
-            "bounded",
-            "tools/call",
-            {"name": "slow_stream", "arguments": arguments, "_meta": modern_meta(progressToken="b")},
-            auth=secret,
-        )
-    else:
-        sid, _, _ = legacy_initialize(url, secret, {})
-        assert sid
-        body = {
-            "jsonrpc": "2.0",
-            "id": "bounded",
-            "method": "tools/call",
-            "params": {"name": "slow_stream", "arguments": arguments, "_meta": {"progressToken": "b"}},
-        }
-        headers = legacy_headers(sid, secret)
+    body, headers = tool_call_with_progress(url, secret, era, "bounded", "slow_stream", arguments, "b")
     reader = SseReader(url, body, headers)
     try:
         assert reader.status == 200, f"HTTP {reader.status}: {reader.body()[:1000]!r}"
@@ -935,23 +926,7 @@ def test_closing_the_stream_cancels_the_upstream_request(gateways, procs, era, u
     url = endpoint_url(gw, endpoint, "up")
     name = tool_name(endpoint, "up", "slow_stream")
     arguments = {"seconds": 20, "interval": 0.2}
-    if era == MODERN_VERSION:
-        body, headers = modern_request(
-            "slow",
-            "tools/call",
-            {"name": name, "arguments": arguments, "_meta": modern_meta(progressToken="t")},
-            auth=secret,
-        )
-    else:
-        sid, _, _ = legacy_initialize(url, secret, {})
-        assert sid
-        body = {
-            "jsonrpc": "2.0",
-            "id": "slow",
-            "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": {"progressToken": "t"}},
-        }
-        headers = legacy_headers(sid, secret)
+    body, headers = tool_call_with_progress(url, secret, era, "slow", name, arguments, "t")
 
     reader = SseReader(url, body, headers)
     try:

@@ -900,7 +900,7 @@ async fn initialize(gw: &Gateway, caller: &Caller, target: &Target, message: &Me
     let version = protocol::negotiate_legacy(requested);
     let index = protocol::legacy_version_index(version).unwrap_or(0);
     let capabilities = capabilities::to_bits(params.and_then(|p| p.get("capabilities")));
-    let sealed =
+    let (sealed, tag) =
         caller
             .table
             .sealer
@@ -910,15 +910,9 @@ async fn initialize(gw: &Gateway, caller: &Caller, target: &Target, message: &Me
         "capabilities": aggregate_capabilities(gw, caller),
         "serverInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
     });
-    if let Target::Single(server) = target
-        && let Ok(session) =
-            caller
-                .table
-                .sealer
-                .unseal(&sealed, &caller.key.digest, SystemTime::now())
-    {
+    if let Target::Single(server) = target {
         let scope = SessionScope {
-            client: session.tag,
+            client: tag,
             capabilities,
         };
         match upstream_identity(gw, caller, server, scope).await {

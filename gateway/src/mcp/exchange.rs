@@ -143,11 +143,9 @@ impl Exchanges {
         let expired;
         {
             let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            let (keep, gone): (HashMap<_, _>, HashMap<_, _>) = std::mem::take(&mut *map)
-                .into_iter()
-                .partition(|(_, h)| h.until > now);
-            *map = keep;
-            expired = gone;
+            expired = map
+                .extract_if(|_, held| held.until <= now)
+                .collect::<Vec<_>>();
             let of_key = map.values().filter(|h| h.key_tag == key_tag).count();
             if map.len() >= MAX_PENDING || of_key >= MAX_PENDING_PER_KEY {
                 return None;

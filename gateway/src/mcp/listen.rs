@@ -205,23 +205,29 @@ fn retag(server: &Server, event: SseEvent, client_id: &Value) -> Option<Bytes> {
     if method == ACKNOWLEDGED {
         return None;
     }
-    let params = message
-        .entry("params")
-        .or_insert_with(|| Value::Object(Map::new()));
     if method == "notifications/resources/updated"
-        && let Some(Value::String(uri)) = params.get_mut("uri")
+        && let Some(Value::String(uri)) = message.get_mut("params").and_then(|p| p.get_mut("uri"))
     {
         *uri = prefixed_name(server.prefix(), uri);
     }
+    tag_subscription(&mut message, client_id);
+    Some(SseEvent::message(Value::Object(message).to_string()).encode())
+}
+
+/// Names the client's subscription in a listen-stream notification
+/// (`params._meta["io.modelcontextprotocol/subscriptionId"]`, the client's listen request id).
+pub fn tag_subscription(message: &mut Map<String, Value>, subscription: &Value) {
+    let params = message
+        .entry("params")
+        .or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(p) = params {
         let meta = p
             .entry("_meta")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(meta) = meta {
-            meta.insert(SUBSCRIPTION_ID_META.into(), client_id.clone());
+            meta.insert(SUBSCRIPTION_ID_META.into(), subscription.clone());
         }
     }
-    Some(SseEvent::message(Value::Object(message).to_string()).encode())
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use crate::errors::GatewayError;
 use crate::forward::Forward;
 use crate::mcp::dispatch::prefix_task_id;
 use crate::mcp::exchange::{ExchangeRoute, InputReply, PausedRelay, Pending};
-use crate::mcp::listen::SUBSCRIPTION_ID_META;
+use crate::mcp::listen::tag_subscription;
 use crate::mcp::protocol::{Era, stamp_modern_result};
 use crate::scope::Caller;
 use crate::session::{SessionSealer, TokenKind};
@@ -258,13 +258,10 @@ impl RelayState {
         let Ok(probe) = serde_json::from_str::<Probe>(&event.data) else {
             return event.encode();
         };
-        let upstream_id = self
-            .relay
-            .stream
-            .as_ref()
-            .map(|s| s.upstream_id.to_string())
-            .unwrap_or_default();
-        let is_ours = probe.id.map(RawValue::get) == Some(upstream_id.as_str());
+        let is_ours = match (probe.id, self.relay.stream.as_ref()) {
+            (Some(id), Some(stream)) => stream.is_answer_id(id.get()),
+            _ => false,
+        };
         if probe.method.is_none() && (probe.result.is_some() || probe.error.is_some()) && is_ours {
             return match serde_json::from_str::<Value>(&event.data) {
                 Ok(Value::Object(message)) => self.answer(message, event),
@@ -279,15 +276,8 @@ impl RelayState {
         if listening && probe.id.is_none() && probe.method.is_some() {
             // The upstream tags its notifications with the id it was sent; the client knows
             // its subscription by its own.
-            let client_id = self.client.id.clone();
-            return rewrite(event, |message| {
-                if let Some(Value::Object(params)) = message.get_mut("params")
-                    && let Some(Value::Object(meta)) = params.get_mut("_meta")
-                    && meta.contains_key(SUBSCRIPTION_ID_META)
-                {
-                    meta.insert(SUBSCRIPTION_ID_META.into(), client_id);
-                }
-            });
+            let client_id = &self.client.id;
+            return rewrite(event, |message| tag_subscription(message, client_id));
         }
         if let (Some(id), Some(_)) = (probe.id, &probe.method) {
             let id = id.to_owned();
@@ -608,7 +598,7 @@ mod tests {
         assert_eq!(opened.key_tag, [7; 8]);
         let other = SessionSealer::new(Some("other"), Duration::from_secs(60));
         assert!(ReplyRoute::open(&other, &token).is_none());
-        let session = sealer.seal(&[7; 32], 0, 0, std::time::SystemTime::now());
+        let (session, _) = sealer.seal(&[7; 32], 0, 0, std::time::SystemTime::now());
         assert!(ReplyRoute::open(&sealer, &session).is_none());
     }
 }

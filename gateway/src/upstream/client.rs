@@ -137,16 +137,21 @@ struct LegacySession {
 impl LegacySession {
     /// The headers every request on this session carries.
     fn headers(&self) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            HeaderName::from_static("mcp-protocol-version"),
-            self.version.clone(),
-        );
-        if let Some(sid) = &self.id {
-            headers.insert(HeaderName::from_static("mcp-session-id"), sid.clone());
-        }
-        headers
+        session_headers(self.id.as_ref(), &self.version)
     }
+}
+
+/// The headers of a request on a legacy session (which may have no id: a sessionless server).
+fn session_headers(id: Option<&HeaderValue>, version: &HeaderValue) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HeaderName::from_static("mcp-protocol-version"),
+        version.clone(),
+    );
+    if let Some(id) = id {
+        headers.insert(HeaderName::from_static("mcp-session-id"), id.clone());
+    }
+    headers
 }
 
 pub struct Upstreams {
@@ -266,12 +271,7 @@ impl Upstreams {
         version: HeaderValue,
         body: Vec<u8>,
     ) -> Result<StatusCode, GatewayError> {
-        let session = LegacySession {
-            id: session,
-            version,
-            init: Value::Null,
-        };
-        let send = self.post(&call, session.headers(), body);
+        let send = self.post(&call, session_headers(session.as_ref(), &version), body);
         match tokio::time::timeout_at(call.deadline, send).await {
             Ok(reply) => Ok(reply?.status),
             Err(_) => Err(timeout_error(&call)),
@@ -729,6 +729,15 @@ impl UpstreamStream {
                 Some(Err(_)) => return Err(broken("the stream broke".into())),
                 None => return Ok(None),
             }
+        }
+    }
+
+    /// Whether a message id (its JSON text) is the id of this request: the event carrying it
+    /// is the answer. The gateway's ids are numbers, compared without building anything.
+    pub fn is_answer_id(&self, raw_id: &str) -> bool {
+        match self.upstream_id.as_u64() {
+            Some(n) => raw_id.trim().parse::<u64>() == Ok(n),
+            None => serde_json::from_str::<Value>(raw_id).ok().as_ref() == Some(&self.upstream_id),
         }
     }
 
