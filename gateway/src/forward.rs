@@ -51,6 +51,42 @@ impl<'a> Forward<'a> {
 }
 
 impl Gateway {
+    /// `tools/call` of `tool` (the upstream's own name) on `server`, answered whole: the
+    /// result, or an error. `shown_name` is the name the caller used, for errors. An upstream
+    /// 403 is a tool result with `isError` (the tool ran into a wall, not the gateway).
+    pub async fn call_tool(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        tool: &str,
+        arguments: Option<Value>,
+        shown_name: &str,
+    ) -> Result<Value, GatewayError> {
+        let mut params = serde_json::json!({ "name": tool });
+        if let Some(arguments) = arguments {
+            params["arguments"] = arguments;
+        }
+        match self
+            .forward(caller, server, &Forward::call("tools/call", Some(params)))
+            .await
+        {
+            Ok(RpcOutcome::Result(result)) => Ok(result),
+            Ok(RpcOutcome::Error(error, _)) => Err(upstream_rpc_error(server, shown_name, error)),
+            Ok(RpcOutcome::Stream(_)) => Err(GatewayError::UpstreamUnavailable {
+                server: server.id().to_string(),
+                detail: "answered a whole-answer request with a stream".into(),
+            }),
+            Err(GatewayError::UpstreamForbidden { server: id }) => {
+                tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
+                Ok(serde_json::json!({
+                    "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
+                    "isError": true,
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// One request to a server's upstream under its `timeout`, with the server's credential.
     ///
     /// A gateway-held token the upstream refuses (401) is renewed once and the request
@@ -357,4 +393,26 @@ fn mints_tokens(server: &Server) -> bool {
         server.spec.auth,
         UpstreamAuth::Oauth2ClientCredentials { .. } | UpstreamAuth::TokenExchange { .. }
     )
+}
+
+/// An upstream JSON-RPC error of a tool call: an unknown tool is a 404 like ours; anything
+/// else keeps the upstream's error object.
+fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> GatewayError {
+    let code = error.get("code").and_then(Value::as_i64);
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let lower = message.to_ascii_lowercase();
+    if code == Some(-32602) && (lower.contains("unknown tool") || lower.contains("not found")) {
+        return GatewayError::ToolNotFound {
+            name: name.to_string(),
+        };
+    }
+    GatewayError::Protocol {
+        code: code.unwrap_or(-32603),
+        message: format!("upstream {:?} returned an error: {message}", server.id()),
+        status: StatusCode::BAD_GATEWAY,
+        data: Some(error),
+    }
 }

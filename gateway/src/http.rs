@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::errors::{GatewayError, RestError};
+use crate::llm;
 use crate::mcp::endpoint;
 use crate::rest;
 use crate::state::Gateway;
@@ -34,6 +35,10 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/mcp-rest/tools/list", get(rest::list_tools))
         .route("/mcp-rest/tools/call", post(rest::call_tool))
+        .route("/v1/messages", post(llm::routes::messages))
+        .route("/v1/messages/count_tokens", post(llm::routes::count_tokens))
+        .route("/v1/chat/completions", post(llm::routes::chat_completions))
+        .route("/v1/models", get(llm::routes::models))
         .layer(middleware::from_fn_with_state(
             gw.clone(),
             check_host_and_origin,

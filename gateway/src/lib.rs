@@ -10,6 +10,7 @@
 //! - [`forward`]: one request to one upstream (credential, headers, send, renew once).
 //! - [`upstream`]: talking to upstream MCP servers (headers, eras, streams, pagination).
 //! - [`catalog`]: cached listings and the tool-ownership map.
+//! - [`llm`]: `/v1/messages` and `/v1/chat/completions`, with gateway-run MCP tools.
 //! - [`config_file`]: standalone mode's file source. [`http`]: the router.
 
 pub mod catalog;
@@ -17,6 +18,7 @@ pub mod config_file;
 pub mod errors;
 pub mod forward;
 pub mod http;
+pub mod llm;
 pub mod mcp;
 pub mod metrics;
 pub mod operator_source;

@@ -43,6 +43,50 @@ struct UpstreamLabels {
 
 type HistogramFamily = Family<ServerLabels, Histogram, fn() -> Histogram>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelRequestLabels {
+    model: ServerName,
+    endpoint: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: ServerName,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelOutcomeLabels {
+    model: ServerName,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelTokenLabels {
+    model: ServerName,
+    kind: &'static str,
+}
+
+/// Per-model figures of the LLM endpoints: labels are model ids, fixed lists and outcomes.
+#[derive(Default)]
+struct ModelMetrics {
+    requests: Family<ModelRequestLabels, Counter>,
+    model_calls: Family<ModelLabels, Counter>,
+    gateway_tool_calls: Family<ModelOutcomeLabels, Counter>,
+    iterations: Family<ModelLabels, Counter>,
+    tokens: Family<ModelTokenLabels, Counter>,
+}
+
+/// What one LLM request did, for [`Metrics::llm_request`].
+pub struct LlmRequestFigures {
+    pub endpoint: &'static str,
+    pub outcome: &'static str,
+    pub model_calls: u64,
+    pub iterations: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
@@ -55,6 +99,7 @@ pub struct Metrics {
     snapshot_rejections: Counter,
     servers: Gauge,
     keys: Gauge,
+    models: ModelMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -121,6 +166,32 @@ impl Default for Metrics {
         );
         let keys = Gauge::default();
         registry.register("keys", "Keys in the snapshot being served", keys.clone());
+        let models = ModelMetrics::default();
+        registry.register(
+            "llm_requests",
+            "LLM endpoint requests by model, endpoint and outcome",
+            models.requests.clone(),
+        );
+        registry.register(
+            "llm_model_calls",
+            "Calls to model providers, by model",
+            models.model_calls.clone(),
+        );
+        registry.register(
+            "llm_gateway_tool_calls",
+            "Gateway tool calls run for models, by model and outcome",
+            models.gateway_tool_calls.clone(),
+        );
+        registry.register(
+            "llm_iterations",
+            "Model iterations of the gateway's tool loop, by model",
+            models.iterations.clone(),
+        );
+        registry.register(
+            "llm_tokens",
+            "Tokens the providers reported, by model and kind (input, output)",
+            models.tokens.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -133,6 +204,7 @@ impl Default for Metrics {
             snapshot_rejections,
             servers,
             keys,
+            models,
         }
     }
 }
@@ -183,6 +255,47 @@ impl Metrics {
         self.snapshot_applies.inc();
         self.servers.set(servers as i64);
         self.keys.set(keys as i64);
+    }
+
+    pub fn llm_request(&self, model: &ServerName, figures: &LlmRequestFigures) {
+        let m = &self.models;
+        m.requests
+            .get_or_create(&ModelRequestLabels {
+                model: model.clone(),
+                endpoint: figures.endpoint,
+                outcome: figures.outcome,
+            })
+            .inc();
+        let labels = ModelLabels {
+            model: model.clone(),
+        };
+        m.model_calls
+            .get_or_create(&labels)
+            .inc_by(figures.model_calls);
+        m.iterations
+            .get_or_create(&labels)
+            .inc_by(figures.iterations);
+        for (kind, n) in [
+            ("input", figures.input_tokens),
+            ("output", figures.output_tokens),
+        ] {
+            m.tokens
+                .get_or_create(&ModelTokenLabels {
+                    model: model.clone(),
+                    kind,
+                })
+                .inc_by(n);
+        }
+    }
+
+    pub fn llm_tool_call(&self, model: &ServerName, outcome: &'static str) {
+        self.models
+            .gateway_tool_calls
+            .get_or_create(&ModelOutcomeLabels {
+                model: model.clone(),
+                outcome,
+            })
+            .inc();
     }
 
     pub fn snapshot_rejected(&self) {

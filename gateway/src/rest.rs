@@ -10,18 +10,16 @@ use axum::http::HeaderMap;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use crate::errors::{GatewayError, RestError};
-use crate::forward::Forward;
 use crate::mcp::aggregate::{self, PublicItems};
 use crate::mcp::dispatch::route_name;
 use crate::route::split_prefixed;
 use crate::scope::{Caller, authenticate};
 use crate::state::Gateway;
 use crate::table::Server;
-use crate::upstream::client::RpcOutcome;
 use crate::upstream::listing::ListKind;
 
 #[derive(Deserialize)]
@@ -119,29 +117,8 @@ async fn call_tool_inner(
             route_name(gw, &caller, "tools/call", &call.name).await?
         }
     };
-    let mut params = json!({ "name": tool });
-    if let Some(arguments) = call.arguments {
-        params["arguments"] = arguments;
-    }
-    match gw
-        .forward(&caller, &server, &Forward::call("tools/call", Some(params)))
+    gw.call_tool(&caller, &server, &tool, call.arguments, &call.name)
         .await
-    {
-        Ok(RpcOutcome::Result(result)) => Ok(result),
-        Ok(RpcOutcome::Error(error, _)) => Err(upstream_rpc_error(&server, &call.name, error)),
-        Ok(RpcOutcome::Stream(_)) => Err(GatewayError::UpstreamUnavailable {
-            server: server.id().to_string(),
-            detail: "answered a whole-answer request with a stream".into(),
-        }),
-        Err(GatewayError::UpstreamForbidden { server: id }) => {
-            tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
-            Ok(json!({
-                "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
-                "isError": true,
-            }))
-        }
-        Err(e) => Err(e),
-    }
 }
 
 /// With `server_id`, the name may carry that server's prefix or none; scope is checked before
@@ -175,28 +152,6 @@ fn denied_by_prefix(caller: &Caller, name: &str) -> Result<(), GatewayError> {
         });
     }
     Ok(())
-}
-
-/// An upstream JSON-RPC error on REST: an unknown tool is a 404 like ours; anything else keeps
-/// the upstream's error object.
-fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> GatewayError {
-    let code = error.get("code").and_then(Value::as_i64);
-    let message = error
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let lower = message.to_ascii_lowercase();
-    if code == Some(-32602) && (lower.contains("unknown tool") || lower.contains("not found")) {
-        return GatewayError::ToolNotFound {
-            name: name.to_string(),
-        };
-    }
-    GatewayError::Protocol {
-        code: code.unwrap_or(-32603),
-        message: format!("upstream {:?} returned an error: {message}", server.id()),
-        status: axum::http::StatusCode::BAD_GATEWAY,
-        data: Some(error),
-    }
 }
 
 fn finish(gw: &Gateway, method: &'static str, result: Result<Value, GatewayError>) -> Response {

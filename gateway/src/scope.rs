@@ -39,9 +39,21 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
 }
 
 pub fn authenticate(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
-    let presented = presented_key(&headers).ok_or(GatewayError::Unauthenticated(
-        "missing gateway key (Authorization: Bearer <key>, or X-Switchboard-Key: <key>)",
-    ))?;
+    let presented = presented_key(&headers)
+        .ok_or(GatewayError::Unauthenticated(
+            "missing gateway key (Authorization: Bearer <key>, or X-Switchboard-Key: <key>)",
+        ))?
+        .to_string();
+    authenticate_key(table, headers, &presented)
+}
+
+/// Authenticates a key the endpoint found in its own way (the LLM endpoints also take
+/// `x-api-key`, where Anthropic clients put it).
+pub fn authenticate_key(
+    table: Arc<RoutingTable>,
+    headers: HeaderMap,
+    presented: &str,
+) -> Result<Caller, GatewayError> {
     let key = table
         .authenticate(presented)
         .cloned()
@@ -71,6 +83,7 @@ impl Caller {
             fingerprint: "probe".into(),
             servers: vec![server.id().to_string()],
             access_groups: Vec::new(),
+            models: Vec::new(),
             tools: Default::default(),
             expires_at: None,
         };

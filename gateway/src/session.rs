@@ -47,6 +47,9 @@ pub enum TokenKind {
     /// A client's message handed from one replica to another, headers included: only a
     /// replica can read it (the address it goes to is a pod IP that may have changed hands).
     Handoff,
+    /// What a model's gateway tools did in one turn, carried in an id the client echoes back
+    /// (see [`crate::llm::carry`]).
+    Carry,
 }
 
 impl TokenKind {
@@ -57,6 +60,7 @@ impl TokenKind {
             TokenKind::ReplyRoute => b"switchboard reply route v1",
             TokenKind::Exchange => b"switchboard exchange v1",
             TokenKind::Handoff => b"switchboard handoff v1",
+            TokenKind::Carry => b"switchboard carry v1",
         }
     }
 }

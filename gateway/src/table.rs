@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use switchboard_snapshot::{
-    FieldError, GatewaySettings, KeySpec, ServerSpec, Snapshot, SnapshotError, ToolFilter,
-    key_hash, resolved_value,
+    FieldError, GatewaySettings, KeySpec, ModelProvider, ModelSpec, ServerSpec, Snapshot,
+    SnapshotError, ToolFilter, key_hash, resolved_value,
 };
 
 use crate::metrics::ServerName;
@@ -48,8 +48,20 @@ pub struct Key {
     pub fingerprint: String,
     pub servers: Vec<String>,
     pub access_groups: Vec<String>,
+    /// Model ids (or names in the key's namespace) the key names.
+    pub models: Vec<String>,
     pub tools: ToolFilter,
     pub expires_at: Option<SystemTime>,
+}
+
+/// What tenancy needs to know of a server or a model to decide whether a key reaches it.
+struct Reachable<'a> {
+    namespace: &'a str,
+    id: &'a str,
+    name: &'a str,
+    access_groups: &'a [String],
+    allowed_namespaces: &'a [String],
+    allow_all_keys: bool,
 }
 
 impl Key {
@@ -62,6 +74,7 @@ impl Key {
             digest,
             servers: spec.servers.clone(),
             access_groups: spec.access_groups.clone(),
+            models: spec.models.clone(),
             tools: spec.tools.clone(),
             // Validation refused unparsable instants before a table is built.
             expires_at: spec.expiry().and_then(Result::ok),
@@ -76,22 +89,52 @@ impl Key {
     /// the key's namespace, and then the server must be open to all keys or named by the key
     /// (by id, or by name within the key's namespace) or share an access group with it.
     pub fn reaches(&self, server: &ServerSpec) -> bool {
-        let admitted = server.namespace == self.namespace
-            || server
+        self.reaches_one(
+            &self.servers,
+            Reachable {
+                namespace: &server.namespace,
+                id: server.id(),
+                name: &server.name,
+                access_groups: &server.access_groups,
+                allowed_namespaces: &server.allowed_namespaces,
+                allow_all_keys: server.allow_all_keys,
+            },
+        )
+    }
+
+    /// Whether this key may use `model`: the same tenancy rules as servers, with the key's
+    /// `models` list in place of `servers`.
+    pub fn reaches_model(&self, model: &ModelSpec) -> bool {
+        self.reaches_one(
+            &self.models,
+            Reachable {
+                namespace: &model.namespace,
+                id: model.id(),
+                name: &model.name,
+                access_groups: &model.access_groups,
+                allowed_namespaces: &model.allowed_namespaces,
+                allow_all_keys: model.allow_all_keys,
+            },
+        )
+    }
+
+    fn reaches_one(&self, named: &[String], target: Reachable<'_>) -> bool {
+        let admitted = target.namespace == self.namespace
+            || target
                 .allowed_namespaces
                 .iter()
                 .any(|ns| ns == "*" || *ns == self.namespace);
         if !admitted {
             return false;
         }
-        server.allow_all_keys
-            || self.servers.iter().any(|s| {
-                s == server.id() || (server.namespace == self.namespace && *s == server.name)
+        target.allow_all_keys
+            || named.iter().any(|s| {
+                s == target.id || (target.namespace == self.namespace && *s == target.name)
             })
             || self
                 .access_groups
                 .iter()
-                .any(|g| server.access_groups.contains(g))
+                .any(|g| target.access_groups.contains(g))
     }
 
     /// Whether this key may use the tool `tool` of `server` (key filters see prefixed names).
@@ -113,6 +156,30 @@ pub struct RoutingTable {
     by_id: HashMap<String, usize>,
     keys: HashMap<[u8; 32], Arc<Key>>,
     pub sealer: SessionSealer,
+    /// LLM models, in the snapshot's order (the order `/v1/models` lists them in).
+    pub models: Vec<Arc<Model>>,
+    /// Every name a client may send, to its model.
+    model_by_name: HashMap<String, usize>,
+}
+
+/// An LLM model as the gateway calls it.
+#[derive(Debug)]
+pub struct Model {
+    pub spec: ModelSpec,
+    /// Where requests of the model's wire format go (`.../v1/messages`, `.../chat/completions`).
+    pub endpoint: url::Url,
+    /// The provider's cheap listing (`.../v1/models`, `.../models`), for probes.
+    pub models_url: url::Url,
+    /// The provider credential as a header, composed once.
+    pub credential: Option<(http::HeaderName, http::HeaderValue)>,
+    /// The id as a metric label.
+    pub metric_name: ServerName,
+}
+
+impl Model {
+    pub fn id(&self) -> &str {
+        self.spec.id()
+    }
 }
 
 impl std::fmt::Debug for RoutingTable {
@@ -172,6 +239,12 @@ impl RoutingTable {
             .filter_map(Key::from_spec)
             .map(|k| (k.digest, Arc::new(k)))
             .collect();
+        let models = build_models(snapshot)?;
+        let model_by_name = models
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| m.spec.client_names().map(move |n| (n.to_string(), i)))
+            .collect();
         let session_secret = snapshot
             .gateway
             .session_key
@@ -186,7 +259,14 @@ impl RoutingTable {
             by_id,
             keys,
             sealer: SessionSealer::new(session_secret.as_deref(), snapshot.gateway.session_ttl),
+            models,
+            model_by_name,
         })
+    }
+
+    /// The model a client's `model` value names.
+    pub fn model_by_name(&self, name: &str) -> Option<&Arc<Model>> {
+        self.model_by_name.get(name).map(|&i| &self.models[i])
     }
 
     pub fn server_by_prefix(&self, prefix: &str) -> Option<&Arc<Server>> {
@@ -208,6 +288,63 @@ impl RoutingTable {
     pub fn key_count(&self) -> usize {
         self.keys.len()
     }
+}
+
+fn build_models(snapshot: &Snapshot) -> Result<Vec<Arc<Model>>, SnapshotError> {
+    let mut errors = Vec::new();
+    let mut models = Vec::with_capacity(snapshot.models.len());
+    for (i, spec) in snapshot.models.iter().enumerate() {
+        match model_urls(spec) {
+            Ok((endpoint, models_url)) => {
+                let credential = spec
+                    .api_key
+                    .as_ref()
+                    .and_then(resolved_value)
+                    .and_then(|key| provider_credential(spec.provider, key));
+                models.push(Arc::new(Model {
+                    metric_name: ServerName(spec.id().into()),
+                    spec: spec.clone(),
+                    endpoint,
+                    models_url,
+                    credential,
+                }));
+            }
+            Err(message) => errors.push(FieldError {
+                path: format!("models[{i}].baseUrl"),
+                message,
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(models)
+    } else {
+        Err(SnapshotError { errors })
+    }
+}
+
+/// The provider's endpoints under a base URL, as the providers' own SDKs compose them.
+pub fn model_urls(spec: &ModelSpec) -> Result<(url::Url, url::Url), String> {
+    let base = spec.base_url.trim_end_matches('/');
+    let (endpoint, models) = match spec.provider {
+        ModelProvider::Anthropic => (format!("{base}/v1/messages"), format!("{base}/v1/models")),
+        ModelProvider::Openai => (format!("{base}/chat/completions"), format!("{base}/models")),
+    };
+    let parse = |u: &str| url::Url::parse(u).map_err(|e| format!("not a valid URL: {e}"));
+    Ok((parse(&endpoint)?, parse(&models)?))
+}
+
+/// `x-api-key: <key>` for Anthropic, `Authorization: Bearer <key>` for OpenAI.
+pub fn provider_credential(
+    provider: ModelProvider,
+    key: &str,
+) -> Option<(http::HeaderName, http::HeaderValue)> {
+    let (name, value) = match provider {
+        ModelProvider::Anthropic => (http::HeaderName::from_static("x-api-key"), key.to_string()),
+        ModelProvider::Openai => (http::header::AUTHORIZATION, format!("Bearer {key}")),
+    };
+    let mut value = http::HeaderValue::from_str(&value).ok()?;
+    value.set_sensitive(true);
+    Some((name, value))
 }
 
 /// A hash of everything in a server's spec: two specs with equal revisions talk to the upstream

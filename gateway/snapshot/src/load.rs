@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::key_hash::{hash_key, parse_hash};
-use crate::model::{SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
+use crate::model::{ModelSpec, SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
 use crate::names::{is_dns_label, is_header_name, is_header_value};
 use crate::secret::{SecretLookup, SecretSource};
 
@@ -136,6 +136,11 @@ pub fn resolve_secrets(
             resolve(secret, format!("servers[{i}].auth.{field}"));
         }
     }
+    for (i, model) in snapshot.models.iter_mut().enumerate() {
+        if let Some(secret) = model.api_key.as_mut() {
+            resolve(secret, format!("models[{i}].apiKey"));
+        }
+    }
     for (i, key) in snapshot.keys.iter_mut().enumerate() {
         if let Some(secret) = key.secret.take() {
             match (&key.hash, secret.resolve(lookup)) {
@@ -257,6 +262,40 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
                 format!("servers[{i}].toolPrefix"),
                 format!("{:?} is already used by servers[{first}]", server.prefix()),
             );
+        }
+    }
+
+    let mut model_ids: HashMap<&str, usize> = HashMap::new();
+    let mut model_names: HashMap<&str, usize> = HashMap::new();
+    for (i, model) in snapshot.models.iter().enumerate() {
+        v.model(i, model);
+        if let Some(first) = model_ids.insert(model.id(), i) {
+            v.err(
+                format!("models[{i}].id"),
+                format!("{:?} is already used by models[{first}]", model.id()),
+            );
+        }
+        for (j, tools) in model.tools.iter().enumerate() {
+            let known = snapshot
+                .servers
+                .iter()
+                .any(|s| model.names_server(&tools.server, s));
+            if !tools.server.is_empty() && !known {
+                v.err(
+                    format!("models[{i}].tools[{j}].server"),
+                    format!("no server {:?} in this config", tools.server),
+                );
+            }
+        }
+        for name in model.client_names() {
+            if let Some(first) = model_names.insert(name, i)
+                && first != i
+            {
+                v.err(
+                    format!("models[{i}].modelNames"),
+                    format!("{name:?} is already a name of models[{first}]"),
+                );
+            }
         }
     }
 
@@ -454,6 +493,51 @@ impl Validator {
                     self.err(format!("{auth}.cacheSize"), "must be greater than 0");
                 }
             }
+        }
+    }
+
+    fn model(&mut self, i: usize, model: &ModelSpec) {
+        let path = format!("models[{i}]");
+        if !is_dns_label(&model.name) {
+            self.err(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a DNS-1123 label (lower-case letters, digits, '-')",
+                    model.name
+                ),
+            );
+        }
+        for (j, name) in model.model_names.iter().enumerate() {
+            if name.is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
+                self.err(
+                    format!("{path}.modelNames[{j}]"),
+                    "must be 1 to 256 printable characters",
+                );
+            }
+        }
+        // Not echoed: a base URL may carry credentials.
+        match url::Url::parse(&model.base_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            Ok(_) => self.err(
+                format!("{path}.baseUrl"),
+                "scheme must be http or https, with a host",
+            ),
+            Err(e) => self.err(format!("{path}.baseUrl"), format!("not a valid URL: {e}")),
+        }
+        if let Some(secret) = &model.api_key {
+            self.secret_value(format!("{path}.apiKey"), secret, true);
+        }
+        if model.timeout.is_zero() {
+            self.err(format!("{path}.timeout"), "must be greater than 0");
+        }
+        if model.max_iterations == 0 || model.max_iterations > 64 {
+            self.err(format!("{path}.maxIterations"), "must be between 1 and 64");
+        }
+        for (j, tools) in model.tools.iter().enumerate() {
+            if tools.server.is_empty() {
+                self.err(format!("{path}.tools[{j}].server"), "must not be empty");
+            }
+            self.filter(&format!("{path}.tools[{j}].tools"), &tools.tools);
         }
     }
 

@@ -31,6 +31,9 @@ pub struct Snapshot {
     pub servers: Vec<ServerSpec>,
     #[serde(default)]
     pub keys: Vec<KeySpec>,
+    /// LLM models the gateway fronts on `/v1/messages` and `/v1/chat/completions`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelSpec>,
 }
 
 impl Default for Snapshot {
@@ -41,6 +44,7 @@ impl Default for Snapshot {
             gateway: GatewaySettings::default(),
             servers: Vec::new(),
             keys: Vec::new(),
+            models: Vec::new(),
         }
     }
 }
@@ -416,9 +420,12 @@ pub struct KeySpec {
     /// Server ids (or names within the key's namespace) this key reaches.
     #[serde(default)]
     pub servers: Vec<String>,
-    /// Reaches every server sharing one of these groups.
+    /// Reaches every server and model sharing one of these groups.
     #[serde(default)]
     pub access_groups: Vec<String>,
+    /// Model ids (or names within the key's namespace) this key reaches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     /// Filter over prefixed tool names (`<prefix>__<tool>`).
     #[serde(default)]
     pub tools: ToolFilter,
@@ -440,4 +447,131 @@ pub fn parse_instant(text: &str) -> Result<std::time::SystemTime, String> {
     text.parse::<jiff::Timestamp>()
         .map(std::time::SystemTime::from)
         .map_err(|_| format!("{text:?} is not an RFC 3339 time (e.g. 2027-01-01T00:00:00Z)"))
+}
+
+/// An LLM model behind the gateway: what clients call it, where it is served, and the gateway
+/// tools attached to it (run by the gateway itself, see docs/llm.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Name, unique within the namespace; a DNS-1123 label.
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Identity used for scope. The operator sets `<namespace>/<name>`; a file may leave it
+    /// out, and it then is the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The `model` values clients send for this model; defaults to the name. Unique across
+    /// the snapshot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_names: Vec<String>,
+    pub provider: ModelProvider,
+    /// `anthropic`: the API root (`https://api.anthropic.com`; requests go to
+    /// `<baseUrl>/v1/messages`). `openai`: the OpenAI base URL including its version
+    /// (`https://api.openai.com/v1`, `http://vllm:8000/v1`; requests go to
+    /// `<baseUrl>/chat/completions`), as the providers' own SDKs take it.
+    pub base_url: String,
+    /// The model id the provider gets; defaults to what the client sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_model: Option<String>,
+    /// The provider credential: `x-api-key` for `anthropic`, `Authorization: Bearer` for
+    /// `openai`. None for a provider that needs none (a local vLLM or Ollama).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<SecretSource>,
+    /// Bound on every single provider call (a whole stream included).
+    #[serde(default = "default_model_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Most model calls one client request may cause while gateway tools run.
+    #[serde(default = "default_max_iterations")]
+    pub max_iterations: u32,
+    /// Gateway tools attached to this model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ModelTools>,
+    #[serde(default)]
+    pub access_groups: Vec<String>,
+    /// Namespaces besides its own whose keys may use this model (`*` admits every namespace).
+    #[serde(default)]
+    pub allowed_namespaces: Vec<String>,
+    /// Every admitted key may use this model.
+    #[serde(default)]
+    pub allow_all_keys: bool,
+}
+
+impl ModelSpec {
+    pub fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or(&self.name)
+    }
+
+    /// Whether `reference` (a `tools[].server`) names `server`: its id, or its name when both
+    /// live in this model's namespace.
+    pub fn names_server(&self, reference: &str, server: &ServerSpec) -> bool {
+        reference == server.id() || (server.namespace == self.namespace && reference == server.name)
+    }
+
+    /// The names clients may send: `modelNames`, else the name.
+    pub fn client_names(&self) -> impl Iterator<Item = &str> {
+        let own = self.model_names.is_empty().then_some(self.name.as_str());
+        self.model_names.iter().map(String::as_str).chain(own)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ModelProvider {
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// The OpenAI Chat Completions API, and servers compatible with it (vLLM, Ollama, ...).
+    Openai,
+}
+
+impl ModelProvider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelProvider::Anthropic => "anthropic",
+            ModelProvider::Openai => "openai",
+        }
+    }
+}
+
+/// Tools of one server attached to a model.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelTools {
+    /// Server id, or a name in the model's namespace.
+    pub server: String,
+    /// Filter over the server's own tool names.
+    #[serde(default)]
+    pub tools: ToolFilter,
+    #[serde(default)]
+    pub require_approval: RequireApproval,
+    #[serde(default)]
+    pub visibility: ToolVisibility,
+}
+
+/// `never`: the gateway runs the model's calls itself. `always`: the calls go to the client as
+/// ordinary visible tool calls, for it to run (or refuse).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RequireApproval {
+    #[default]
+    Never,
+    Always,
+}
+
+/// `hidden`: the client never sees the tool, its calls or its results. `visible`: they are
+/// shown the way the provider shows server-side tools.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolVisibility {
+    #[default]
+    Hidden,
+    Visible,
+}
+
+fn default_model_timeout() -> Duration {
+    Duration::from_secs(600)
+}
+fn default_max_iterations() -> u32 {
+    8
 }

@@ -1,0 +1,140 @@
+//! Every error the LLM endpoints answer themselves, and the one place where each becomes the
+//! status and body a client of that wire format expects (Anthropic's `{"type":"error",...}` or
+//! OpenAI's `{"error":{...}}`). A provider's own errors are not here: they are relayed as sent.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::errors::GatewayError;
+use crate::llm::wire::Format;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    #[error("model {0:?} does not exist")]
+    ModelNotFound(String),
+    #[error("the key may not use model {0:?}")]
+    ModelForbidden(String),
+    #[error("{field}: {message}")]
+    InvalidRequest { field: String, message: String },
+    #[error("{field}: the key may not use MCP server {server:?}")]
+    McpServerForbidden { field: String, server: String },
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("model {model:?} did not answer within {}", humantime::format_duration(*budget))]
+    ProviderTimeout { model: String, budget: Duration },
+    #[error("model {model:?} is unavailable: {detail}")]
+    ProviderUnavailable { model: String, detail: String },
+}
+
+impl LlmError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> LlmError {
+        LlmError::InvalidRequest {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            LlmError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            LlmError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            LlmError::ModelForbidden(_) | LlmError::McpServerForbidden { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            LlmError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            LlmError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            LlmError::ProviderTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            LlmError::ProviderUnavailable { .. } => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// Bounded label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LlmError::Unauthenticated(_) => "unauthenticated",
+            LlmError::ModelNotFound(_) => "model_not_found",
+            LlmError::ModelForbidden(_) => "model_forbidden",
+            LlmError::InvalidRequest { .. } => "invalid_request",
+            LlmError::McpServerForbidden { .. } => "mcp_server_forbidden",
+            LlmError::PayloadTooLarge { .. } => "payload_too_large",
+            LlmError::ProviderTimeout { .. } => "provider_timeout",
+            LlmError::ProviderUnavailable { .. } => "provider_unavailable",
+        }
+    }
+
+    /// Anthropic's error `type` for this error.
+    fn anthropic_type(&self) -> &'static str {
+        match self {
+            LlmError::Unauthenticated(_) => "authentication_error",
+            LlmError::ModelNotFound(_) => "not_found_error",
+            LlmError::ModelForbidden(_) | LlmError::McpServerForbidden { .. } => "permission_error",
+            LlmError::InvalidRequest { .. } => "invalid_request_error",
+            LlmError::PayloadTooLarge { .. } => "request_too_large",
+            LlmError::ProviderTimeout { .. } => "timeout_error",
+            LlmError::ProviderUnavailable { .. } => "api_error",
+        }
+    }
+
+    /// OpenAI's error `type` and `code` for this error.
+    fn openai_type_and_code(&self) -> (&'static str, &'static str) {
+        match self {
+            LlmError::Unauthenticated(_) => ("invalid_request_error", "invalid_api_key"),
+            LlmError::ModelNotFound(_) => ("invalid_request_error", "model_not_found"),
+            LlmError::ModelForbidden(_) | LlmError::McpServerForbidden { .. } => {
+                ("invalid_request_error", "permission_denied")
+            }
+            LlmError::InvalidRequest { .. } => ("invalid_request_error", "invalid_request"),
+            LlmError::PayloadTooLarge { .. } => ("invalid_request_error", "request_too_large"),
+            LlmError::ProviderTimeout { .. } => ("server_error", "timeout"),
+            LlmError::ProviderUnavailable { .. } => ("server_error", "upstream_unavailable"),
+        }
+    }
+
+    /// The error as one JSON body of `format`.
+    pub fn body(&self, format: Format) -> serde_json::Value {
+        let message = self.to_string();
+        match format {
+            Format::Anthropic => json!({
+                "type": "error",
+                "error": {"type": self.anthropic_type(), "message": message},
+            }),
+            Format::OpenAi => {
+                let (kind, code) = self.openai_type_and_code();
+                let param = match self {
+                    LlmError::InvalidRequest { field, .. }
+                    | LlmError::McpServerForbidden { field, .. } => Some(field.clone()),
+                    _ => None,
+                };
+                json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+            }
+        }
+    }
+
+    pub fn into_response(self, format: Format) -> Response {
+        let mut response = (self.status(), axum::Json(self.body(format))).into_response();
+        if let LlmError::Unauthenticated(_) = self {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"switchboard\""),
+            );
+        }
+        response
+    }
+}
+
+impl From<GatewayError> for LlmError {
+    /// Errors of the MCP side met while preparing a request (a listing that fails is not
+    /// one: the model then goes without that server's tools).
+    fn from(e: GatewayError) -> LlmError {
+        match e {
+            GatewayError::Unauthenticated(m) => LlmError::Unauthenticated(m),
+            GatewayError::PayloadTooLarge { limit } => LlmError::PayloadTooLarge { limit },
+            other => LlmError::invalid("request", other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! The LLM face of the gateway: `/v1/messages` (Anthropic Messages) and
+//! `/v1/chat/completions` (OpenAI Chat Completions) in front of the models of the snapshot,
+//! running the gateway's own MCP tools for the model while the client's tools go back to the
+//! client untouched (docs/llm.md).
+//!
+//! - [`routes`]: the handlers; [`errors`]: every error and its shape in each format.
+//! - [`toolset`]: which gateway tools a request gets; [`schema`]: the one sanitizer.
+//! - [`wire`], [`anthropic`], [`openai`]: what the loop needs of each format.
+//! - [`run`]: the loop, answered whole; [`stream`]: the loop, streamed.
+//! - [`carry`]: hidden tools' work, sealed into ids the client echoes back.
+//! - [`provider`]: the calls to the provider.
+
+pub mod anthropic;
+pub mod carry;
+pub mod errors;
+pub mod openai;
+pub mod provider;
+pub mod routes;
+pub mod run;
+pub mod schema;
+pub mod stream;
+pub mod toolset;
+pub mod wire;

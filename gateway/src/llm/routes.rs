@@ -1,0 +1,361 @@
+//! The LLM endpoints: `POST /v1/messages` (also `?beta=true`), `POST
+//! /v1/messages/count_tokens`, `POST /v1/chat/completions` and `GET /v1/models`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use switchboard_snapshot::ModelProvider;
+use tokio::time::Instant;
+
+use crate::llm::errors::LlmError;
+use crate::llm::provider::{self, Provider};
+use crate::llm::run::{self, Prepared, Tally, key_tag};
+use crate::llm::stream;
+use crate::llm::toolset::{self, prefix_of_gateway_url};
+use crate::llm::wire::Format;
+use crate::metrics::{LlmRequestFigures, ServerName};
+use crate::scope::{Caller, KEY_HEADER, authenticate_key};
+use crate::state::Gateway;
+use crate::table::Model;
+
+pub async fn messages(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    serve(gw, Format::Anthropic, headers, body).await
+}
+
+pub async fn chat_completions(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    serve(gw, Format::OpenAi, headers, body).await
+}
+
+/// The gateway key: `x-api-key` (Anthropic clients), `Authorization: Bearer` (OpenAI clients,
+/// and Anthropic ones given an auth token), or `X-Switchboard-Key`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    for name in [KEY_HEADER, "x-api-key"] {
+        if let Some(v) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            let v = v.trim();
+            if !v.is_empty() {
+                return Some(v);
+            }
+        }
+    }
+    crate::scope::presented_key(headers)
+}
+
+fn caller(gw: &Gateway, headers: HeaderMap) -> Result<Caller, LlmError> {
+    let presented = presented_key(&headers)
+        .ok_or(LlmError::Unauthenticated(
+            "missing gateway key (x-api-key: <key>, or Authorization: Bearer <key>)",
+        ))?
+        .to_string();
+    Ok(authenticate_key(gw.table(), headers, &presented)?)
+}
+
+/// The model a body names, if the caller may use it, served in `format`.
+fn model_for(
+    caller: &Caller,
+    body: &Map<String, Value>,
+    format: Format,
+) -> Result<Arc<Model>, LlmError> {
+    let name = body
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| LlmError::invalid("model", "is required"))?;
+    let model = caller
+        .table
+        .model_by_name(name)
+        .ok_or_else(|| LlmError::ModelNotFound(name.to_string()))?;
+    if !caller.key.reaches_model(&model.spec) {
+        return Err(LlmError::ModelForbidden(name.to_string()));
+    }
+    let served = match model.spec.provider {
+        ModelProvider::Anthropic => Format::Anthropic,
+        ModelProvider::Openai => Format::OpenAi,
+    };
+    if served != format {
+        let endpoint = match served {
+            Format::Anthropic => "/v1/messages",
+            Format::OpenAi => "/v1/chat/completions",
+        };
+        return Err(LlmError::invalid(
+            "model",
+            format!("{name:?} is served in the other wire format; call {endpoint}"),
+        ));
+    }
+    Ok(model.clone())
+}
+
+fn parse_body(gw: &Gateway, body: &Bytes) -> Result<Map<String, Value>, LlmError> {
+    let limit = gw.table().settings.max_body_bytes;
+    if body.len() > limit {
+        return Err(LlmError::PayloadTooLarge { limit });
+    }
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) => Err(LlmError::invalid("body", "must be a JSON object")),
+        Err(e) => Err(LlmError::invalid("body", format!("is not valid JSON: {e}"))),
+    }
+}
+
+/// Everything before the first provider call: who, which model, what tools, what body.
+async fn prepare(
+    gw: &Arc<Gateway>,
+    format: Format,
+    headers: HeaderMap,
+    body: &Bytes,
+) -> Result<Prepared, LlmError> {
+    let mut body = parse_body(gw, body)?;
+    let caller = caller(gw, headers.clone())?;
+    let model = model_for(&caller, &body, format)?;
+    let tag = key_tag(&caller.key.digest);
+    let sealer = &caller.table.sealer;
+    format.expand(&mut body, &|token| {
+        crate::llm::carry::Carry::open(sealer, token, tag)
+    });
+    let references = toolset::take_references(&mut body, |url| {
+        prefix_of_gateway_url(url).is_some_and(|p| caller.table.server_by_prefix(p).is_some())
+    })?;
+    let client_tools = format.client_tool_names(&body);
+    let tools = toolset::resolve(gw, &caller, &model, &references, &client_tools).await?;
+    format.inject(&mut body, &tools);
+    if let Some(upstream) = &model.spec.upstream_model {
+        body.insert("model".into(), Value::String(upstream.clone()));
+    }
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    Ok(Prepared {
+        gw: gw.clone(),
+        caller,
+        model,
+        format,
+        tools,
+        body,
+        stream,
+        client_headers: headers,
+    })
+}
+
+async fn serve(gw: Arc<Gateway>, format: Format, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let prepared = match prepare(&gw, format, headers, &body).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::info!(endpoint = format.as_str(), error = %e, "LLM request refused");
+            gw.metrics.llm_request(
+                &ServerName("-".into()),
+                &LlmRequestFigures {
+                    endpoint: format.as_str(),
+                    outcome: e.kind(),
+                    model_calls: 0,
+                    iterations: 0,
+                    input_tokens: 0,
+                    output_tokens: 0,
+                },
+            );
+            return e.into_response(format);
+        }
+    };
+    let model = prepared.model.clone();
+    let key = prepared.caller.key.name.clone();
+    let gateway_tools = prepared.tools.tools.len();
+    if prepared.stream && prepared.tools.has_gateway_run() {
+        // The loop streams on its own task; it records its figures when it ends.
+        return stream::start(prepared, started).await;
+    }
+    let mut tally = Tally::default();
+    let result = if prepared.tools.has_gateway_run() {
+        run::whole(prepared, &mut tally).await
+    } else {
+        pass_through(prepared, &mut tally).await
+    };
+    let (response, outcome) = match result {
+        Ok(r) => {
+            let outcome = if r.status().is_success() {
+                "ok"
+            } else {
+                provider_outcome(r.status())
+            };
+            (r, outcome)
+        }
+        Err(e) => {
+            let kind = e.kind();
+            (e.into_response(format), kind)
+        }
+    };
+    record(
+        &gw,
+        &model,
+        format,
+        outcome,
+        &tally,
+        started,
+        &key,
+        gateway_tools,
+    );
+    response
+}
+
+/// A bounded label for a provider's error status.
+pub fn provider_outcome(status: axum::http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "provider_400",
+        401 | 403 => "provider_auth",
+        404 => "provider_404",
+        429 => "provider_429",
+        500..=599 => "provider_5xx",
+        _ => "provider_other",
+    }
+}
+
+/// Metrics and the one log line of a request: ids, names, counts and the outcome; never a
+/// prompt, an argument or a result.
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    gw: &Gateway,
+    model: &Model,
+    format: Format,
+    outcome: &'static str,
+    tally: &Tally,
+    started: Instant,
+    key: &str,
+    gateway_tools: usize,
+) {
+    gw.metrics.llm_request(
+        &model.metric_name,
+        &LlmRequestFigures {
+            endpoint: format.as_str(),
+            outcome,
+            model_calls: tally.model_calls,
+            iterations: tally.model_calls,
+            input_tokens: tally.usage.input,
+            output_tokens: tally.usage.output,
+        },
+    );
+    tracing::info!(
+        model = model.id(),
+        endpoint = format.as_str(),
+        key,
+        outcome,
+        model_calls = tally.model_calls,
+        gateway_tools,
+        gateway_tool_calls = tally.tool_calls,
+        gateway_tool_errors = tally.tool_errors,
+        input_tokens = tally.usage.input,
+        output_tokens = tally.usage.output,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "LLM request"
+    );
+}
+
+/// No gateway tool runs: one provider call, relayed as it comes (a stream stays a stream).
+async fn pass_through(prepared: Prepared, tally: &mut Tally) -> Result<Response, LlmError> {
+    let provider = prepared.provider();
+    let deadline = Instant::now() + prepared.model.spec.timeout;
+    let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
+    let response = provider
+        .post(&prepared.model.endpoint, body, deadline)
+        .await?;
+    tally.model_calls += 1;
+    if prepared.stream && response.status().is_success() {
+        return Ok(provider::relay_streaming(
+            response,
+            deadline,
+            prepared.model.id().to_string(),
+        ));
+    }
+    match provider.whole(response, deadline).await? {
+        Ok(value) => {
+            tally.usage += prepared.format.usage(&value);
+            Ok(Json(value).into_response())
+        }
+        Err(relayed) => Ok(relayed),
+    }
+}
+
+/// `POST /v1/messages/count_tokens`: counted by the provider on the body the model would
+/// get (the gateway's tools and carried work included).
+pub async fn count_tokens(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let format = Format::Anthropic;
+    let prepared = match prepare(&gw, format, headers, &body).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(format),
+    };
+    let mut url = prepared.model.endpoint.clone();
+    url.set_path(&format!("{}/count_tokens", url.path()));
+    let provider: Provider<'_> = prepared.provider();
+    let deadline = Instant::now() + prepared.model.spec.timeout;
+    let mut body = prepared.body.clone();
+    body.remove("stream");
+    let result = async {
+        let response = provider
+            .post(
+                &url,
+                serde_json::to_vec(&body).unwrap_or_default(),
+                deadline,
+            )
+            .await?;
+        provider.whole(response, deadline).await
+    }
+    .await;
+    match result {
+        Ok(Ok(value)) => Json(value).into_response(),
+        Ok(Err(relayed)) => relayed,
+        Err(e) => e.into_response(format),
+    }
+}
+
+/// `GET /v1/models`: the models the key reaches, in a shape both SDKs read (Anthropic's
+/// `data[].id`/`type`/`display_name`/`created_at` and `has_more`, OpenAI's `object`/`created`/
+/// `owned_by`).
+pub async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let format = if headers.contains_key("anthropic-version") {
+        Format::Anthropic
+    } else {
+        Format::OpenAi
+    };
+    let caller = match caller(&gw, headers) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(format),
+    };
+    let data: Vec<Value> = caller
+        .table
+        .models
+        .iter()
+        .filter(|m| caller.key.reaches_model(&m.spec))
+        .flat_map(|m| m.spec.client_names().map(move |name| (m, name)))
+        .map(|(m, name)| {
+            json!({
+                "id": name,
+                "type": "model",
+                "object": "model",
+                "display_name": name,
+                "created_at": "1970-01-01T00:00:00Z",
+                "created": 0,
+                "owned_by": m.spec.provider.as_str(),
+            })
+        })
+        .collect();
+    let first = data.first().map(|m| m["id"].clone()).unwrap_or(Value::Null);
+    let last = data.last().map(|m| m["id"].clone()).unwrap_or(Value::Null);
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(json!({
+            "object": "list",
+            "data": data,
+            "has_more": false,
+            "first_id": first,
+            "last_id": last,
+        })),
+    )
+        .into_response()
+}

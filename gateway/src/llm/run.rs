@@ -1,0 +1,220 @@
+//! The loop, answered whole: call the model; run the calls that are the gateway's; hand the
+//! client's back; go round again while the model only called gateway tools.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use futures_util::future::join_all;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+
+use crate::llm::carry::Carry;
+use crate::llm::errors::LlmError;
+use crate::llm::provider::Provider;
+use crate::llm::toolset::ToolSet;
+use crate::llm::wire::{Call, Executed, Format, Outcome, Usage};
+use crate::llm::{anthropic, openai};
+use crate::scope::Caller;
+use crate::state::Gateway;
+use crate::table::Model;
+
+/// A request ready for the provider: authenticated, its model found, carried work restored,
+/// gateway tools resolved and injected, the model id rewritten.
+pub struct Prepared {
+    pub gw: Arc<Gateway>,
+    pub caller: Caller,
+    pub model: Arc<Model>,
+    pub format: Format,
+    pub tools: ToolSet,
+    /// The provider request body.
+    pub body: Map<String, Value>,
+    pub stream: bool,
+    pub client_headers: HeaderMap,
+}
+
+impl Prepared {
+    pub fn provider(&self) -> Provider<'_> {
+        Provider::new(self.gw.upstreams.http(), &self.model, &self.client_headers)
+    }
+
+    /// Seals a record for this caller's key.
+    pub fn seal(&self, carry: Carry) -> Option<String> {
+        carry.seal(&self.caller.table.sealer)
+    }
+
+    pub fn new_carry(&self) -> Carry {
+        Carry {
+            key_tag: key_tag(&self.caller.key.digest),
+            ..Carry::default()
+        }
+    }
+
+    /// Appends an iteration (the model's message and the gateway's results) to the body.
+    pub fn append(&mut self, messages: &[Value]) {
+        if let Some(Value::Array(all)) = self.body.get_mut("messages") {
+            all.extend_from_slice(messages);
+        }
+    }
+
+    /// Splits a turn's calls: the gateway's (to run) and how many are the client's.
+    pub fn split<'c>(&self, calls: &'c [Call]) -> (Vec<&'c Call>, usize) {
+        let ours: Vec<&Call> = calls
+            .iter()
+            .filter(|c| self.tools.gateway_run(&c.name).is_some())
+            .collect();
+        let theirs = calls.len() - ours.len();
+        (ours, theirs)
+    }
+}
+
+/// The first 8 bytes of a key digest, which a record is bound to.
+pub fn key_tag(digest: &[u8; 32]) -> u64 {
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(tag)
+}
+
+/// What a request did, for metrics and its log line.
+#[derive(Default)]
+pub struct Tally {
+    pub model_calls: u64,
+    pub usage: Usage,
+    pub tool_calls: u64,
+    pub tool_errors: u64,
+}
+
+/// Runs the gateway's calls of one turn concurrently, each bounded by its server's timeout
+/// (through the same scope, routing and credential path as an MCP call). A failure becomes a
+/// result marked as an error, which the model reads; it never fails the request.
+pub async fn execute<'t>(
+    prepared: &'t Prepared,
+    calls: Vec<&Call>,
+    tally: &mut Tally,
+) -> Vec<Executed<'t>> {
+    let runs = calls.into_iter().filter_map(|call| {
+        let tool = prepared.tools.gateway_run(&call.name)?;
+        let call = call.clone();
+        Some(async move {
+            let outcome = match &call.input {
+                Err(message) => Outcome::error(&call.id, message.clone()),
+                Ok(input) => match prepared
+                    .gw
+                    .call_tool(
+                        &prepared.caller,
+                        &tool.server,
+                        &tool.tool,
+                        Some(input.clone()),
+                        &tool.name,
+                    )
+                    .await
+                {
+                    Ok(result) => outcome_of(&call.id, &result),
+                    Err(e) => {
+                        Outcome::error(&call.id, format!("the tool {} failed: {e}", tool.name))
+                    }
+                },
+            };
+            Executed {
+                call,
+                tool,
+                outcome,
+            }
+        })
+    });
+    let executed = join_all(runs).await;
+    for e in &executed {
+        let outcome = if e.outcome.is_error { "error" } else { "ok" };
+        tally.tool_calls += 1;
+        tally.tool_errors += u64::from(e.outcome.is_error);
+        prepared
+            .gw
+            .metrics
+            .llm_tool_call(&prepared.model.metric_name, outcome);
+        tracing::info!(model = prepared.model.id(), tool = %e.tool.name, server = e.tool.server.id(), outcome, "gateway tool ran for a model");
+    }
+    executed
+}
+
+/// An MCP `CallToolResult` as an outcome: its content, or its structured content as text.
+fn outcome_of(call_id: &str, result: &Value) -> Outcome {
+    let mut content: Vec<Value> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if content.is_empty()
+        && let Some(structured) = result.get("structuredContent")
+    {
+        content.push(serde_json::json!({"type": "text", "text": structured.to_string()}));
+    }
+    Outcome {
+        call_id: call_id.to_string(),
+        content,
+        is_error: result
+            .get("isError")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    }
+}
+
+/// The loop, for a client that asked for a whole answer.
+pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response, LlmError> {
+    let format = prepared.format;
+    let mut carry = prepared.new_carry();
+    let mut merged_anthropic = anthropic::Merged::default();
+    let mut merged_openai = openai::Merged::default();
+    let max = prepared.model.spec.max_iterations;
+    for iteration in 1..=max {
+        let provider = prepared.provider();
+        let deadline = Instant::now() + prepared.model.spec.timeout;
+        let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
+        let response = provider
+            .post(&prepared.model.endpoint, body, deadline)
+            .await?;
+        tally.model_calls += 1;
+        let response = match provider.whole(response, deadline).await? {
+            Ok(v) => v,
+            Err(relayed) => return Ok(relayed),
+        };
+        tally.usage += format.usage(&response);
+        let calls = format.calls(&response);
+        let (ours, theirs) = prepared.split(&calls);
+        let executed = if ours.is_empty() {
+            Vec::new()
+        } else {
+            execute(&prepared, ours, tally).await
+        };
+        let limit = iteration == max && !executed.is_empty() && theirs == 0;
+        if executed.is_empty() || theirs > 0 || limit {
+            let (c, r) = format.carried_calls(&response, &executed);
+            carry.calls = c;
+            carry.results = r;
+            let seal = |c: Carry| prepared.seal(c);
+            let out = match format {
+                Format::Anthropic => {
+                    merged_anthropic.finish(response, &executed, carry, &seal, tally.usage, limit)
+                }
+                Format::OpenAi => {
+                    merged_openai.finish(response, &executed, carry, &seal, tally.usage)
+                }
+            };
+            return Ok(Json(out).into_response());
+        }
+        match format {
+            Format::Anthropic => merged_anthropic.add_turn(&response, &executed),
+            Format::OpenAi => merged_openai.add_turn(&response),
+        }
+        let mut iteration_messages = vec![format.assistant_message(&response)];
+        iteration_messages.extend(format.result_messages(&executed));
+        carry.prior.extend(iteration_messages.iter().cloned());
+        drop(executed);
+        prepared.append(&iteration_messages);
+    }
+    // `max` is at least 1, and the last iteration always answers.
+    Err(LlmError::ProviderUnavailable {
+        model: prepared.model.id().to_string(),
+        detail: "the tool loop ended without an answer".into(),
+    })
+}

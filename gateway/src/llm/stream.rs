@@ -1,0 +1,786 @@
+//! The loop, streamed: one well-formed stream for the whole loop, in the client's format.
+//!
+//! Text (and thinking) is relayed event by event as the provider sends it, with content-block
+//! indices renumbered across iterations. Calls of gateway tools are never relayed; calls of
+//! client tools are held until their iteration ends (only then is it known whether the turn
+//! carries a record, which goes in the first client call's id). While gateway tools run the
+//! client gets pings. Usage is summed into the final delta. A provider stream that breaks
+//! becomes an error event, never a hang.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::llm::anthropic;
+use crate::llm::errors::LlmError;
+use crate::llm::openai;
+use crate::llm::routes::{provider_outcome, record};
+use crate::llm::run::{Prepared, Tally, execute};
+use crate::llm::wire::{Executed, Format, Usage};
+use crate::upstream::sse::{SseDecoder, SseEvent};
+
+/// Largest single provider event accepted.
+const MAX_EVENT: usize = 16 * 1024 * 1024;
+/// How often the client hears from the gateway while its tools run.
+const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// Starts the streamed loop: the first provider call is made here, so that a provider that
+/// refuses the request is answered with its own status and body, not a stream.
+pub async fn start(mut prepared: Prepared, started: Instant) -> Response {
+    let format = prepared.format;
+    let client_wants_usage = prepared
+        .body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if format == Format::OpenAi {
+        // Usage is summed over iterations: ask for it, and pass it on only if the client did.
+        let options = prepared
+            .body
+            .entry("stream_options")
+            .or_insert_with(|| json!({}));
+        if let Value::Object(o) = options {
+            o.insert("include_usage".into(), Value::Bool(true));
+        }
+    }
+    let mut tally = Tally::default();
+    let first = match call(&prepared, &mut tally).await {
+        Ok(Ok(reader)) => reader,
+        Ok(Err(relayed)) => {
+            let outcome = provider_outcome(relayed.status());
+            finish_record(&prepared, outcome, &tally, started);
+            return relayed;
+        }
+        Err(e) => {
+            finish_record(&prepared, e.kind(), &tally, started);
+            return e.into_response(format);
+        }
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let mut out = Out { tx, closed: false };
+        let outcome = match format {
+            Format::Anthropic => anthropic_loop(&mut prepared, first, &mut out, &mut tally).await,
+            Format::OpenAi => {
+                openai_loop(
+                    &mut prepared,
+                    first,
+                    &mut out,
+                    &mut tally,
+                    client_wants_usage,
+                )
+                .await
+            }
+        };
+        finish_record(&prepared, outcome, &tally, started);
+    });
+    let body = Body::from_stream(tokio_stream_of(rx));
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn finish_record(prepared: &Prepared, outcome: &'static str, tally: &Tally, started: Instant) {
+    record(
+        &prepared.gw,
+        &prepared.model,
+        prepared.format,
+        outcome,
+        tally,
+        started,
+        &prepared.caller.key.name,
+        prepared.tools.tools.len(),
+    );
+}
+
+fn tokio_stream_of(
+    mut rx: mpsc::Receiver<Bytes>,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|b| b.map(Ok)))
+}
+
+/// The client's side of the stream; a client that went away stops the loop.
+struct Out {
+    tx: mpsc::Sender<Bytes>,
+    closed: bool,
+}
+
+impl Out {
+    async fn send(&mut self, bytes: Bytes) {
+        if !self.closed && self.tx.send(bytes).await.is_err() {
+            self.closed = true;
+        }
+    }
+
+    async fn event(&mut self, name: &str, data: &Value) {
+        let event = SseEvent {
+            event: Some(name.to_string()),
+            data: data.to_string(),
+            ..SseEvent::default()
+        };
+        self.send(event.encode()).await;
+    }
+
+    async fn data(&mut self, data: &Value) {
+        self.send(SseEvent::message(data.to_string()).encode())
+            .await;
+    }
+}
+
+/// The provider's events, one at a time, within a deadline.
+struct Events {
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    decoder: SseDecoder,
+    deadline: Instant,
+}
+
+impl Events {
+    /// The next event; `Ok(None)` at the end of the stream; `Err` when it broke.
+    async fn next(&mut self) -> Result<Option<SseEvent>, String> {
+        loop {
+            match self.decoder.next_event() {
+                Ok(Some(event)) => return Ok(Some(event)),
+                Ok(None) => {}
+                Err(e) => return Err(format!("{e:?}")),
+            }
+            match tokio::time::timeout_at(self.deadline, self.body.next()).await {
+                Err(_) => return Err("the model did not finish within its timeout".into()),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => return Err(e.without_url().to_string()),
+                Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
+            }
+        }
+    }
+}
+
+/// One streamed provider call: its events, or the provider's refusal to relay.
+async fn call(
+    prepared: &Prepared,
+    tally: &mut Tally,
+) -> Result<Result<Events, Response>, LlmError> {
+    let provider = prepared.provider();
+    let deadline = Instant::now() + prepared.model.spec.timeout;
+    let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
+    let response = provider
+        .post(&prepared.model.endpoint, body, deadline)
+        .await?;
+    tally.model_calls += 1;
+    if !response.status().is_success() {
+        return provider.whole(response, deadline).await.map(|r| match r {
+            // A 2xx body under an error status cannot happen; treat it as the error it is.
+            Ok(v) => Err(axum::Json(v).into_response()),
+            Err(relayed) => Err(relayed),
+        });
+    }
+    Ok(Ok(Events {
+        body: Box::pin(response.bytes_stream()),
+        decoder: SseDecoder::new(MAX_EVENT),
+        deadline,
+    }))
+}
+
+/// Runs the gateway's calls while pinging the client (`ping` is one encoded event).
+async fn execute_with_pings<'t>(
+    prepared: &'t Prepared,
+    calls: Vec<&crate::llm::wire::Call>,
+    tally: &mut Tally,
+    out: &mut Out,
+    ping: &'static [u8],
+) -> Vec<Executed<'t>> {
+    out.send(Bytes::from_static(ping)).await;
+    let run = execute(prepared, calls, tally);
+    tokio::pin!(run);
+    let mut ticks = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
+    loop {
+        tokio::select! {
+            executed = &mut run => return executed,
+            _ = ticks.tick() => out.send(Bytes::from_static(ping)).await,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Anthropic
+
+/// What happens to a provider content block.
+enum Route {
+    /// Relayed under the client's index.
+    Relayed(u64),
+    /// A client tool call, held until the iteration ends (index into `held`).
+    Held(usize),
+    /// A gateway tool call: never relayed.
+    Gateway,
+}
+
+/// One provider iteration, as it was streamed.
+#[derive(Default)]
+struct AnthropicTurn {
+    /// The assembled content blocks, by provider index.
+    blocks: Vec<Value>,
+    /// Partial JSON of tool inputs, by provider index.
+    inputs: HashMap<u64, String>,
+    routes: HashMap<u64, Route>,
+    /// Events of held client calls: (provider index, events).
+    held: Vec<(u64, Vec<(String, Value)>)>,
+    stop_reason: Option<Value>,
+    stop_sequence: Value,
+    usage: Usage,
+}
+
+async fn anthropic_loop(
+    prepared: &mut Prepared,
+    first: Events,
+    out: &mut Out,
+    tally: &mut Tally,
+) -> &'static str {
+    let mut events = first;
+    let mut next_index: u64 = 0;
+    let mut carry = prepared.new_carry();
+    let max = prepared.model.spec.max_iterations;
+    let ping: &'static [u8] = b"event: ping\ndata: {\"type\": \"ping\"}\n\n";
+    for iteration in 1..=max {
+        let turn_start = next_index;
+        let turn = match anthropic_turn(prepared, &mut events, out, &mut next_index, iteration == 1)
+            .await
+        {
+            Ok(turn) => turn,
+            Err(message) => {
+                anthropic_error(out, &message).await;
+                return "provider_stream_broken";
+            }
+        };
+        tally.usage += turn.usage;
+        let response = json!({"content": turn.blocks});
+        let calls = Format::Anthropic.calls(&response);
+        let (ours, theirs) = prepared.split(&calls);
+        let executed = if ours.is_empty() {
+            Vec::new()
+        } else {
+            execute_with_pings(prepared, ours, tally, out, ping).await
+        };
+        for e in &executed {
+            for block in anthropic::display_blocks(e) {
+                emit_whole_block(out, next_index, block).await;
+                next_index += 1;
+            }
+        }
+        let limit = iteration == max && !executed.is_empty() && theirs == 0;
+        if executed.is_empty() || theirs > 0 || limit {
+            let (c, r) = Format::Anthropic.carried_calls(&response, &executed);
+            carry.calls = c;
+            carry.results = r;
+            carry.shown = turn_start as usize;
+            let first_held = turn.held.first().map(|(i, _)| *i);
+            carry.id = first_held
+                .and_then(|i| turn.blocks.get(i as usize))
+                .and_then(|b| b.get("id").and_then(Value::as_str))
+                .map(str::to_owned);
+            let token = if carry.is_empty() {
+                None
+            } else {
+                prepared.seal(carry)
+            };
+            for (n, (_, held)) in turn.held.iter().enumerate() {
+                for (name, mut data) in held.iter().cloned() {
+                    data["index"] = json!(next_index);
+                    if n == 0
+                        && name == "content_block_start"
+                        && let Some(token) = &token
+                    {
+                        data["content_block"]["id"] = json!(anthropic::carried_id(token));
+                    }
+                    out.event(&name, &data).await;
+                }
+                next_index += 1;
+            }
+            if let (Some(token), None) = (&token, first_held) {
+                emit_whole_block(out, next_index, anthropic::carrier_block(token)).await;
+            }
+            let stop_reason = if limit {
+                json!("pause_turn")
+            } else {
+                turn.stop_reason.unwrap_or(Value::Null)
+            };
+            out.event(
+                "message_delta",
+                &json!({
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": turn.stop_sequence},
+                    "usage": anthropic::usage_json(tally.usage),
+                }),
+            )
+            .await;
+            out.event("message_stop", &json!({"type": "message_stop"}))
+                .await;
+            return "ok";
+        }
+        let mut iteration_messages = vec![Format::Anthropic.assistant_message(&response)];
+        iteration_messages.extend(Format::Anthropic.result_messages(&executed));
+        carry.prior.extend(iteration_messages.iter().cloned());
+        drop(executed);
+        prepared.append(&iteration_messages);
+        if out.closed {
+            return "client_gone";
+        }
+        events = match call(prepared, tally).await {
+            Ok(Ok(events)) => events,
+            Ok(Err(relayed)) => {
+                anthropic_error(
+                    out,
+                    &format!(
+                        "the model refused a later iteration (HTTP {})",
+                        relayed.status().as_u16()
+                    ),
+                )
+                .await;
+                return provider_outcome(relayed.status());
+            }
+            Err(e) => {
+                anthropic_error(out, &e.to_string()).await;
+                return e.kind();
+            }
+        };
+    }
+    "ok"
+}
+
+async fn anthropic_error(out: &mut Out, message: &str) {
+    out.event(
+        "error",
+        &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+    )
+    .await;
+}
+
+/// A block sent whole: start (with its full content) and stop.
+async fn emit_whole_block(out: &mut Out, index: u64, block: Value) {
+    out.event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": index, "content_block": block}),
+    )
+    .await;
+    out.event(
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": index}),
+    )
+    .await;
+}
+
+/// Relays one provider iteration and assembles it.
+async fn anthropic_turn(
+    prepared: &Prepared,
+    events: &mut Events,
+    out: &mut Out,
+    next_index: &mut u64,
+    first_iteration: bool,
+) -> Result<AnthropicTurn, String> {
+    let mut turn = AnthropicTurn::default();
+    loop {
+        let Some(event) = events.next().await? else {
+            return Err("the model's stream ended before message_stop".into());
+        };
+        let Ok(mut data) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        let name = event
+            .event
+            .clone()
+            .or_else(|| data.get("type").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_default();
+        let index = data.get("index").and_then(Value::as_u64);
+        match name.as_str() {
+            "message_start" => {
+                turn.usage += anthropic::usage(data.pointer("/message/usage"));
+                if first_iteration {
+                    out.event(&name, &data).await;
+                }
+            }
+            "content_block_start" => {
+                let Some(index) = index else { continue };
+                let block = data.get("content_block").cloned().unwrap_or(json!({}));
+                let is_tool = block.get("type").and_then(Value::as_str) == Some("tool_use");
+                let tool_name = block.get("name").and_then(Value::as_str).unwrap_or("");
+                let route = if is_tool && prepared.tools.gateway_run(tool_name).is_some() {
+                    Route::Gateway
+                } else if is_tool {
+                    turn.held.push((index, vec![(name.clone(), data.clone())]));
+                    Route::Held(turn.held.len() - 1)
+                } else {
+                    data["index"] = json!(*next_index);
+                    out.event(&name, &data).await;
+                    *next_index += 1;
+                    Route::Relayed(*next_index - 1)
+                };
+                turn.routes.insert(index, route);
+                set_block(&mut turn.blocks, index, block);
+            }
+            "content_block_delta" | "content_block_stop" => {
+                let Some(index) = index else { continue };
+                if name == "content_block_delta" {
+                    assemble_delta(&mut turn, index, data.get("delta"));
+                } else {
+                    finish_block(&mut turn, index);
+                }
+                match turn.routes.get(&index) {
+                    Some(Route::Relayed(ours)) => {
+                        data["index"] = json!(*ours);
+                        out.event(&name, &data).await;
+                    }
+                    Some(Route::Held(i)) => turn.held[*i].1.push((name.clone(), data)),
+                    Some(Route::Gateway) | None => {}
+                }
+            }
+            "message_delta" => {
+                turn.stop_reason = data.pointer("/delta/stop_reason").cloned();
+                turn.stop_sequence = data
+                    .pointer("/delta/stop_sequence")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let delta = anthropic::usage(data.get("usage"));
+                // `output_tokens` here is the iteration's total so far, not an increment.
+                turn.usage.output = delta.output;
+            }
+            "message_stop" => return Ok(turn),
+            "ping" => out.event(&name, &data).await,
+            "error" => {
+                let message = data
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the model's stream reported an error")
+                    .to_string();
+                return Err(message);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn set_block(blocks: &mut Vec<Value>, index: u64, block: Value) {
+    let i = index as usize;
+    // Indices are small and dense; a hostile index cannot make this grow without bound.
+    if i > 4096 {
+        return;
+    }
+    if blocks.len() <= i {
+        blocks.resize(i + 1, Value::Null);
+    }
+    blocks[i] = block;
+}
+
+fn assemble_delta(turn: &mut AnthropicTurn, index: u64, delta: Option<&Value>) {
+    let Some(delta) = delta else { return };
+    let Some(block) = turn.blocks.get_mut(index as usize) else {
+        return;
+    };
+    let append = |block: &mut Value, field: &str, piece: Option<&Value>| {
+        if let Some(piece) = piece.and_then(Value::as_str) {
+            let current = block.get(field).and_then(Value::as_str).unwrap_or("");
+            block[field] = Value::String(format!("{current}{piece}"));
+        }
+    };
+    match delta.get("type").and_then(Value::as_str) {
+        Some("text_delta") => append(block, "text", delta.get("text")),
+        Some("thinking_delta") => append(block, "thinking", delta.get("thinking")),
+        Some("signature_delta") => append(block, "signature", delta.get("signature")),
+        Some("input_json_delta") => {
+            if let Some(piece) = delta.get("partial_json").and_then(Value::as_str) {
+                turn.inputs.entry(index).or_default().push_str(piece);
+            }
+        }
+        Some("citations_delta") => {
+            if let Some(citation) = delta.get("citation") {
+                match block.get_mut("citations") {
+                    Some(Value::Array(c)) => c.push(citation.clone()),
+                    _ => block["citations"] = json!([citation]),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn finish_block(turn: &mut AnthropicTurn, index: u64) {
+    let Some(partial) = turn.inputs.remove(&index) else {
+        return;
+    };
+    if let Some(block) = turn.blocks.get_mut(index as usize) {
+        block["input"] = if partial.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(&partial).unwrap_or(Value::String(partial))
+        };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI
+
+/// One provider iteration of chunks, assembled.
+#[derive(Default)]
+struct OpenAiTurn {
+    text: String,
+    /// Tool calls by the provider's index: id, name, arguments.
+    calls: Vec<(u64, String, String, String)>,
+    finish_reason: Option<Value>,
+    usage: Usage,
+}
+
+async fn openai_loop(
+    prepared: &mut Prepared,
+    first: Events,
+    out: &mut Out,
+    tally: &mut Tally,
+    client_wants_usage: bool,
+) -> &'static str {
+    let mut events = first;
+    let mut carry = prepared.new_carry();
+    let mut merged = openai::Merged::default();
+    let mut template: Option<Value> = None;
+    let max = prepared.model.spec.max_iterations;
+    // OpenAI streams have no ping event; an SSE comment keeps the connection alive.
+    let ping: &'static [u8] = b": ping\n\n";
+    for iteration in 1..=max {
+        let turn = match openai_turn(&mut events, out, &merged, &mut template, iteration == 1).await
+        {
+            Ok(turn) => turn,
+            Err(message) => {
+                out.data(&json!({"error": {"message": message, "type": "server_error", "code": "provider_stream_broken"}}))
+                    .await;
+                return "provider_stream_broken";
+            }
+        };
+        tally.usage += turn.usage;
+        let tool_calls: Vec<Value> = turn
+            .calls
+            .iter()
+            .map(|(_, id, name, arguments)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+            })
+            .collect();
+        let mut message = json!({"role": "assistant", "content": if turn.text.is_empty() { Value::Null } else { json!(turn.text) }});
+        if !tool_calls.is_empty() {
+            message["tool_calls"] = Value::Array(tool_calls);
+        }
+        let response = json!({"choices": [{"message": message}]});
+        let calls = Format::OpenAi.calls(&response);
+        let (ours, theirs) = prepared.split(&calls);
+        let executed = if ours.is_empty() {
+            Vec::new()
+        } else {
+            execute_with_pings(prepared, ours, tally, out, ping).await
+        };
+        let limit = iteration == max && !executed.is_empty() && theirs == 0;
+        let template = template
+            .clone()
+            .unwrap_or_else(|| json!({"object": "chat.completion.chunk"}));
+        if executed.is_empty() || theirs > 0 || limit {
+            let (c, r) = Format::OpenAi.carried_calls(&response, &executed);
+            carry.calls = c;
+            carry.results = r;
+            carry.shown = merged.push_text(&turn.text);
+            let client_calls: Vec<&(u64, String, String, String)> = turn
+                .calls
+                .iter()
+                .filter(|(_, id, _, _)| !executed.iter().any(|e| &e.call.id == id))
+                .collect();
+            carry.id = client_calls.first().map(|c| c.1.clone());
+            let token = if carry.is_empty() || carry.id.is_none() {
+                None
+            } else {
+                prepared.seal(carry)
+            };
+            if !client_calls.is_empty() {
+                let entries: Vec<Value> = client_calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, id, name, arguments))| {
+                        let id = match (&token, i) {
+                            (Some(t), 0) => openai::carried_id(t),
+                            _ => id.clone(),
+                        };
+                        json!({"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+                    })
+                    .collect();
+                out.data(&chunk(
+                    &template,
+                    json!({"tool_calls": entries}),
+                    Value::Null,
+                ))
+                .await;
+            }
+            let finish = if client_calls.is_empty() {
+                if turn.finish_reason.as_ref().and_then(Value::as_str) == Some("tool_calls") {
+                    json!("stop")
+                } else {
+                    turn.finish_reason.unwrap_or(json!("stop"))
+                }
+            } else {
+                json!("tool_calls")
+            };
+            out.data(&chunk(&template, json!({}), finish)).await;
+            if client_wants_usage {
+                let mut usage = template.clone();
+                usage["choices"] = json!([]);
+                usage["usage"] = openai::usage_json(tally.usage);
+                out.data(&usage).await;
+            }
+            out.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            return "ok";
+        }
+        merged.push_text(&turn.text);
+        let mut iteration_messages = vec![Format::OpenAi.assistant_message(&response)];
+        iteration_messages.extend(Format::OpenAi.result_messages(&executed));
+        carry.prior.extend(iteration_messages.iter().cloned());
+        drop(executed);
+        prepared.append(&iteration_messages);
+        if out.closed {
+            return "client_gone";
+        }
+        events = match call(prepared, tally).await {
+            Ok(Ok(events)) => events,
+            Ok(Err(relayed)) => {
+                out.data(&json!({"error": {"message": format!("the model refused a later iteration (HTTP {})", relayed.status().as_u16()), "type": "server_error"}})).await;
+                return provider_outcome(relayed.status());
+            }
+            Err(e) => {
+                out.data(&e.body(Format::OpenAi)).await;
+                return e.kind();
+            }
+        };
+    }
+    "ok"
+}
+
+/// A chunk of the gateway's own, shaped like the provider's.
+fn chunk(template: &Value, delta: Value, finish_reason: Value) -> Value {
+    let mut c = template.clone();
+    c["choices"] =
+        json!([{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": null}]);
+    if let Some(o) = c.as_object_mut() {
+        o.remove("usage");
+    }
+    c
+}
+
+/// Relays one provider iteration's text and assembles its calls.
+async fn openai_turn(
+    events: &mut Events,
+    out: &mut Out,
+    merged: &openai::Merged,
+    template: &mut Option<Value>,
+    first_iteration: bool,
+) -> Result<OpenAiTurn, String> {
+    let mut role_sent = !first_iteration;
+    let mut turn = OpenAiTurn::default();
+    let mut separated = merged.text.is_empty();
+    loop {
+        let Some(event) = events.next().await? else {
+            return Err("the model's stream ended before [DONE]".into());
+        };
+        if event.data.trim() == "[DONE]" {
+            return Ok(turn);
+        }
+        let Ok(mut data) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        if let Some(error) = data.get("error") {
+            return Err(error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the model's stream reported an error")
+                .to_string());
+        }
+        if let Some(usage) = data.get("usage").filter(|u| !u.is_null()) {
+            turn.usage = openai::usage(Some(usage));
+        }
+        if template.is_none() {
+            let mut t = data.clone();
+            if let Some(o) = t.as_object_mut() {
+                o.remove("choices");
+                o.remove("usage");
+            }
+            *template = Some(t);
+        }
+        let Some(choice) = data.pointer_mut("/choices/0") else {
+            continue;
+        };
+        if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
+            turn.finish_reason = Some(reason.clone());
+        }
+        let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
+            for call in calls {
+                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let slot = match turn.calls.iter_mut().position(|c| c.0 == index) {
+                    Some(p) => p,
+                    None => {
+                        turn.calls
+                            .push((index, String::new(), String::new(), String::new()));
+                        turn.calls.len() - 1
+                    }
+                };
+                let entry = &mut turn.calls[slot];
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    entry.1 = id.to_string();
+                }
+                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                    entry.2.push_str(name);
+                }
+                if let Some(arguments) = call.pointer("/function/arguments").and_then(Value::as_str)
+                {
+                    entry.3.push_str(arguments);
+                }
+            }
+        }
+        let text = delta
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if !text.is_empty() {
+            let mut piece = text.clone();
+            if !separated {
+                piece = format!("{}{text}", openai::TEXT_SEPARATOR);
+                separated = true;
+            }
+            turn.text.push_str(&text);
+            delta.insert("content".into(), Value::String(piece));
+        } else if role_sent || !delta.contains_key("role") {
+            // Nothing for the client in this chunk (calls are held, finish comes at the end).
+            continue;
+        } else {
+            // The opening chunk carries the role alone.
+            delta.retain(|k, _| k == "role" || k == "content");
+        }
+        role_sent = true;
+        choice["finish_reason"] = Value::Null;
+        if let Some(t) = template.as_ref() {
+            for key in ["id", "created", "model"] {
+                if let Some(v) = t.get(key) {
+                    data[key] = v.clone();
+                }
+            }
+        }
+        if let Some(o) = data.as_object_mut() {
+            o.remove("usage");
+        }
+        out.data(&data).await;
+    }
+}

@@ -1,0 +1,216 @@
+//! What the loop needs of a wire format, in one place: the two formats are the Anthropic
+//! Messages API and OpenAI Chat Completions, and a client always speaks the format of the
+//! model's provider (the gateway does not translate between them).
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+use crate::llm::carry::Carry;
+use crate::llm::toolset::{GatewayTool, ToolSet};
+use crate::llm::{anthropic, openai};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Anthropic,
+    OpenAi,
+}
+
+/// One tool call the model made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    /// The arguments; an error when the model's arguments are not a JSON object.
+    pub input: Result<Value, String>,
+}
+
+/// What running a gateway tool gave, as MCP content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub call_id: String,
+    /// MCP content items (`{"type":"text",...}`, images, resources).
+    pub content: Vec<Value>,
+    pub is_error: bool,
+}
+
+impl Outcome {
+    pub fn error(call_id: &str, message: String) -> Outcome {
+        Outcome {
+            call_id: call_id.to_string(),
+            content: vec![serde_json::json!({"type": "text", "text": message})],
+            is_error: true,
+        }
+    }
+
+    /// The text of the outcome, for formats whose results are text alone.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for item in &self.content {
+            let piece = match item.get("type").and_then(Value::as_str) {
+                Some("text") => item.get("text").and_then(Value::as_str).map(str::to_owned),
+                Some("resource") => item
+                    .pointer("/resource/text")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                Some("resource_link") => item
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .map(|u| format!("[resource: {u}]")),
+                Some(other) => Some(format!("[{other} content omitted]")),
+                None => None,
+            };
+            if let Some(piece) = piece {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(&piece);
+            }
+        }
+        out
+    }
+}
+
+/// Token counts, summed over every model call of a request.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_creation: u64,
+    pub cache_read: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_creation += other.cache_creation;
+        self.cache_read += other.cache_read;
+    }
+}
+
+/// A gateway call that ran, with the tool it ran as.
+pub struct Executed<'a> {
+    pub call: Call,
+    pub tool: &'a GatewayTool,
+    pub outcome: Outcome,
+}
+
+impl Format {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Anthropic => "messages",
+            Format::OpenAi => "chat_completions",
+        }
+    }
+
+    /// Names of the tools the client defines itself.
+    pub fn client_tool_names(self, body: &Map<String, Value>) -> HashSet<String> {
+        let path = match self {
+            Format::Anthropic => "/name",
+            Format::OpenAi => "/function/name",
+        };
+        body.get("tools")
+            .and_then(Value::as_array)
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t.pointer(path).and_then(Value::as_str))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Adds the tool set's definitions to the request's `tools`.
+    pub fn inject(self, body: &mut Map<String, Value>, set: &ToolSet) {
+        if set.tools.is_empty() {
+            return;
+        }
+        let tools = body
+            .entry("tools")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Value::Array(tools) = tools else { return };
+        for tool in &set.tools {
+            tools.push(match self {
+                Format::Anthropic => anthropic::tool_definition(tool),
+                Format::OpenAi => openai::tool_definition(tool),
+            });
+        }
+    }
+
+    /// Restores carried gateway work in the request's messages (see [`crate::llm::carry`]).
+    pub fn expand(self, body: &mut Map<String, Value>, open: &dyn Fn(&str) -> Option<Carry>) {
+        let Some(Value::Array(messages)) = body.get_mut("messages") else {
+            return;
+        };
+        match self {
+            Format::Anthropic => anthropic::expand(messages, open),
+            Format::OpenAi => openai::expand(messages, open),
+        }
+    }
+
+    /// The tool calls of a whole (non-streamed) response.
+    pub fn calls(self, response: &Value) -> Vec<Call> {
+        match self {
+            Format::Anthropic => anthropic::calls(response),
+            Format::OpenAi => openai::calls(response),
+        }
+    }
+
+    pub fn usage(self, response: &Value) -> Usage {
+        match self {
+            Format::Anthropic => anthropic::usage(response.get("usage")),
+            Format::OpenAi => openai::usage(response.get("usage")),
+        }
+    }
+
+    /// The response as the assistant message that goes back into the conversation.
+    pub fn assistant_message(self, response: &Value) -> Value {
+        match self {
+            Format::Anthropic => anthropic::assistant_message(response),
+            Format::OpenAi => openai::assistant_message(response),
+        }
+    }
+
+    /// The results as the message(s) that answer the calls.
+    pub fn result_messages(self, executed: &[Executed<'_>]) -> Vec<Value> {
+        match self {
+            Format::Anthropic => vec![anthropic::result_message(executed)],
+            Format::OpenAi => executed.iter().map(openai::tool_message).collect(),
+        }
+    }
+
+    /// The gateway's calls of the last iteration and their results, for a [`Carry`].
+    pub fn carried_calls(
+        self,
+        response: &Value,
+        executed: &[Executed<'_>],
+    ) -> (Vec<Value>, Vec<Value>) {
+        let ids: HashSet<&str> = executed.iter().map(|e| e.call.id.as_str()).collect();
+        match self {
+            Format::Anthropic => (
+                anthropic::blocks(response)
+                    .filter(|b| {
+                        b.get("id")
+                            .and_then(Value::as_str)
+                            .is_some_and(|id| ids.contains(id))
+                    })
+                    .cloned()
+                    .collect(),
+                anthropic::result_blocks(executed),
+            ),
+            Format::OpenAi => (
+                openai::tool_calls(response)
+                    .filter(|c| {
+                        c.get("id")
+                            .and_then(Value::as_str)
+                            .is_some_and(|id| ids.contains(id))
+                    })
+                    .cloned()
+                    .collect(),
+                executed.iter().map(openai::tool_message).collect(),
+            ),
+        }
+    }
+}
