@@ -319,6 +319,9 @@ def collect_secrets(config: dict) -> set[str]:
     for key in config.get("keys") or []:
         if "secret" in key:
             secret_value(key["secret"])
+    for model in config.get("models") or []:
+        if "apiKey" in model:
+            secret_value(model["apiKey"])
     return {s for s in found if s}
 
 
