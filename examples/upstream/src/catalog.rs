@@ -23,6 +23,7 @@ pub fn tool_count(v: &Variant) -> usize {
 /// The tool definition at position `i` of the (virtual) listing.
 pub fn tool_at(v: &Variant, i: usize) -> Value {
     match (v.tools, BASE_TOOLS.get(i)) {
+        (None, Some(&"add")) if v.verbose_schemas => verbose_add(&v.name),
         (None, Some(name)) => base_tool(name, &v.name),
         _ => json!({
             "name": format!("tool_{i}"),
@@ -30,6 +31,23 @@ pub fn tool_at(v: &Variant, i: usize) -> Value {
             "inputSchema": { "type": "object", "properties": { "x": { "type": "string" } } },
         }),
     }
+}
+
+/// `add` with the schema features providers refuse (`schemas=verbose`); calls work the same.
+fn verbose_add(server: &str) -> Value {
+    let mut tool = base_tool("add", server);
+    tool["inputSchema"] = json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "definitions": { "addend": { "type": "integer", "description": "an addend" } },
+        "properties": {
+            "a": { "$ref": "#/definitions/addend" },
+            "b": { "$ref": "#/definitions/addend" },
+            "mode": { "oneOf": [ { "const": "exact" }, { "const": "fast" } ] }
+        },
+        "required": ["a", "b"]
+    });
+    tool
 }
 
 fn base_tool(name: &str, server: &str) -> Value {

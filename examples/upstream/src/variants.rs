@@ -71,6 +71,9 @@ pub struct Variant {
     /// Cache hints on 2026-07-28 cacheable results.
     pub ttl_ms: u64,
     pub public: bool,
+    /// `schemas=verbose`: `add` publishes its input schema the way generated schemas often
+    /// look (`$schema`, `definitions` with `$ref`s, a `oneOf`), for schema sanitizing tests.
+    pub verbose_schemas: bool,
 }
 
 impl Default for Variant {
@@ -92,6 +95,7 @@ impl Default for Variant {
             name: DEFAULT_NAME.to_owned(),
             ttl_ms: 0,
             public: false,
+            verbose_schemas: false,
         }
     }
 }
@@ -144,6 +148,7 @@ pub fn parse(opts: &str) -> Result<Variant, String> {
             ("ttl", Some(n)) => v.ttl_ms = number(&key, n, 0, u64::from(u32::MAX))?,
             ("cache", Some("public")) => v.public = true,
             ("cache", Some("private")) => v.public = false,
+            ("schemas", Some("verbose")) => v.verbose_schemas = true,
             _ => return Err(format!("unknown or malformed variant option `{item}`")),
         }
     }
