@@ -10,7 +10,8 @@
 #   clippy  cargo clippy --workspace --all-targets -- -D warnings
 #   unit    cargo test --workspace
 #   build   cargo build --workspace --bins            (debug; the e2e tests run these binaries)
-#   e2e     tests/setup-python.sh and tests/setup-node.sh, then pytest tests/e2e with the venv's python
+#   e2e     tests/setup-python.sh, tests/setup-node.sh and tests/setup-claude.sh (the Claude Code
+#           CLI), then pytest tests/e2e with the venv's python
 #   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
 #
 # Later suites: drop an executable script into tests/suites.d/ (e.g. 50-kubernetes.sh). It runs
@@ -92,6 +93,10 @@ if wants e2e; then
   step node-client
   SWITCHBOARD_NODE="$("$root/tests/setup-node.sh")"
   export SWITCHBOARD_NODE
+  need npm "install npm alongside Node.js (Debian: apt-get install npm); the Claude Code CLI comes from the npm registry"
+  step claude-cli
+  SWITCHBOARD_CLAUDE="$("$root/tests/setup-claude.sh")"
+  export SWITCHBOARD_CLAUDE
   step e2e
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
   "$venv/bin/python" -m pytest "$root/tests/e2e" -q ${PYTEST_ARGS:-}

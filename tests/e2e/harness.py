@@ -883,6 +883,9 @@ class RoundRobinBalancer(AsgiServer):
         super().__init__(self.app, name="balancer", lifespan="on")
         self.backends = list(backends)
         self.served: list[tuple[int, str, str, str | None, str | None]] = []
+        # Set `record_bodies` to keep every response body as the client received it.
+        self.record_bodies = False
+        self.bodies: list[bytes] = []
         self._next = 0
         self._lock = threading.Lock()
 
@@ -943,8 +946,13 @@ class RoundRobinBalancer(AsgiServer):
                 if k.lower() not in self.HOP_BY_HOP
             ]
             await send({"type": "http.response.start", "status": resp.status_code, "headers": out_headers})
+            received = bytearray()
             async for chunk in resp.aiter_raw():
+                if self.record_bodies:
+                    received += chunk
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if self.record_bodies:
+                self.bodies.append(bytes(received))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (httpx.HTTPError, OSError):
             pass  # client or backend went away mid-stream

@@ -88,7 +88,7 @@ def llm_config(provider: Provider, upstream: Upstream, key_secret: str, **model_
             "anthropic",
             provider.url,
             provider.api_key,
-            modelNames=["claude-test", "claude-sonnet-4-5"],
+            modelNames=["claude-test", "claude-sonnet-4-5", "claude-opus-5-5"],
             upstreamModel="scripted-claude",
             accessGroups=["g"],
             tools=tools,

@@ -159,7 +159,7 @@ def test_model_access_is_the_keys_and_errors_have_the_providers_shape(gateways, 
     assert r.status_code == 400 and "/v1/chat/completions" in r.json()["error"]["message"]
     # /v1/models lists what the key reaches, in a shape both SDKs read.
     listed = httpx.get(f"{world.gateway.url}/v1/models", headers={"x-api-key": world.key}).json()
-    assert {m["id"] for m in listed["data"]} == {"claude-test", "claude-sonnet-4-5", "gpt-test"}
+    assert {m["id"] for m in listed["data"]} == {"claude-test", "claude-sonnet-4-5", "claude-opus-5-5", "gpt-test"}
     assert listed["has_more"] is False and listed["object"] == "list"
     listed = httpx.get(f"{world.gateway.url}/v1/models", headers={"authorization": f"Bearer {outsider}"}).json()
     assert listed["data"] == []

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -23,16 +23,22 @@ use crate::scope::{Caller, KEY_HEADER, authenticate_key};
 use crate::state::Gateway;
 use crate::table::Model;
 
-pub async fn messages(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
-    serve(gw, Format::Anthropic, headers, body).await
+pub async fn messages(
+    State(gw): State<Arc<Gateway>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    serve(gw, Format::Anthropic, query, headers, body).await
 }
 
 pub async fn chat_completions(
     State(gw): State<Arc<Gateway>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    serve(gw, Format::OpenAi, headers, body).await
+    serve(gw, Format::OpenAi, query, headers, body).await
 }
 
 /// The gateway key: `x-api-key` (Anthropic clients), `Authorization: Bearer` (OpenAI clients,
@@ -108,6 +114,7 @@ fn parse_body(gw: &Gateway, body: &Bytes) -> Result<Map<String, Value>, LlmError
 async fn prepare(
     gw: &Arc<Gateway>,
     format: Format,
+    query: Option<String>,
     headers: HeaderMap,
     body: &Bytes,
 ) -> Result<Prepared, LlmError> {
@@ -129,7 +136,11 @@ async fn prepare(
         body.insert("model".into(), Value::String(upstream.clone()));
     }
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    // The client's query (`?beta=true`) goes to the provider as it came.
+    let mut endpoint = model.endpoint.clone();
+    endpoint.set_query(query.as_deref());
     Ok(Prepared {
+        endpoint,
         gw: gw.clone(),
         caller,
         model,
@@ -141,9 +152,15 @@ async fn prepare(
     })
 }
 
-async fn serve(gw: Arc<Gateway>, format: Format, headers: HeaderMap, body: Bytes) -> Response {
+async fn serve(
+    gw: Arc<Gateway>,
+    format: Format,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
-    let prepared = match prepare(&gw, format, headers, &body).await {
+    let prepared = match prepare(&gw, format, query, headers, &body).await {
         Ok(p) => p,
         Err(e) => {
             tracing::info!(endpoint = format.as_str(), error = %e, "LLM request refused");
@@ -259,7 +276,7 @@ async fn pass_through(prepared: Prepared, tally: &mut Tally) -> Result<Response,
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
     let response = provider
-        .post(&prepared.model.endpoint, body, deadline)
+        .post(&prepared.endpoint, body, deadline)
         .await?;
     tally.model_calls += 1;
     if prepared.stream && response.status().is_success() {
@@ -282,15 +299,16 @@ async fn pass_through(prepared: Prepared, tally: &mut Tally) -> Result<Response,
 /// get (the gateway's tools and carried work included).
 pub async fn count_tokens(
     State(gw): State<Arc<Gateway>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let format = Format::Anthropic;
-    let prepared = match prepare(&gw, format, headers, &body).await {
+    let prepared = match prepare(&gw, format, query, headers, &body).await {
         Ok(p) => p,
         Err(e) => return e.into_response(format),
     };
-    let mut url = prepared.model.endpoint.clone();
+    let mut url = prepared.endpoint.clone();
     url.set_path(&format!("{}/count_tokens", url.path()));
     let provider: Provider<'_> = prepared.provider();
     let deadline = Instant::now() + prepared.model.spec.timeout;

@@ -27,6 +27,8 @@ pub struct Prepared {
     pub caller: Caller,
     pub model: Arc<Model>,
     pub format: Format,
+    /// The provider endpoint, with the client's query string.
+    pub endpoint: url::Url,
     pub tools: ToolSet,
     /// The provider request body.
     pub body: Map<String, Value>,
@@ -171,7 +173,7 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
         let deadline = Instant::now() + prepared.model.spec.timeout;
         let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
         let response = provider
-            .post(&prepared.model.endpoint, body, deadline)
+            .post(&prepared.endpoint, body, deadline)
             .await?;
         tally.model_calls += 1;
         let response = match provider.whole(response, deadline).await? {

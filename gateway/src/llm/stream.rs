@@ -177,7 +177,7 @@ async fn call(
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
     let response = provider
-        .post(&prepared.model.endpoint, body, deadline)
+        .post(&prepared.endpoint, body, deadline)
         .await?;
     tally.model_calls += 1;
     if !response.status().is_success() {
