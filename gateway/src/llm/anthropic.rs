@@ -273,7 +273,7 @@ pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
             let carry = content
                 .iter()
                 .find_map(|b| carrier_of(b))
-                .and_then(|t| open(t));
+                .and_then(open);
             let mut kept: Vec<Value> = match &carry {
                 Some(c) => content.drain(..).skip(c.shown).collect(),
                 None => std::mem::take(content),

@@ -122,6 +122,8 @@ impl Carry {
     }
 }
 
+// The string arm cannot take a guard: a guarded binding would be borrowed twice for `'a`.
+#[allow(clippy::collapsible_match)]
 /// The text strings of tool results in a message or block (Anthropic `tool_result` blocks,
 /// their text blocks, OpenAI `role: tool` messages).
 fn collect_result_texts<'a>(value: &'a mut Value, in_result: bool, out: &mut Vec<&'a mut String>) {

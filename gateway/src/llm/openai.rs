@@ -241,7 +241,7 @@ pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
             .and_then(Value::as_array)
             .and_then(|c| c.iter().find_map(carried_of))
             .map(str::to_owned);
-        let carry = token.as_deref().and_then(|t| open(t));
+        let carry = token.as_deref().and_then(open);
         if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
             for call in calls.iter_mut() {
                 if let Some(id) = call.get("id").and_then(Value::as_str)

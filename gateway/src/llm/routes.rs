@@ -275,9 +275,7 @@ async fn pass_through(prepared: Prepared, tally: &mut Tally) -> Result<Response,
     let provider = prepared.provider();
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
-    let response = provider
-        .post(&prepared.endpoint, body, deadline)
-        .await?;
+    let response = provider.post(&prepared.endpoint, body, deadline).await?;
     tally.model_calls += 1;
     if prepared.stream && response.status().is_success() {
         return Ok(provider::relay_streaming(

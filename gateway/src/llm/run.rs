@@ -172,9 +172,7 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
         let provider = prepared.provider();
         let deadline = Instant::now() + prepared.model.spec.timeout;
         let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
-        let response = provider
-            .post(&prepared.endpoint, body, deadline)
-            .await?;
+        let response = provider.post(&prepared.endpoint, body, deadline).await?;
         tally.model_calls += 1;
         let response = match provider.whole(response, deadline).await? {
             Ok(v) => v,

@@ -176,16 +176,15 @@ async fn call(
     let provider = prepared.provider();
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
-    let response = provider
-        .post(&prepared.endpoint, body, deadline)
-        .await?;
+    let response = provider.post(&prepared.endpoint, body, deadline).await?;
     tally.model_calls += 1;
     if !response.status().is_success() {
-        return provider.whole(response, deadline).await.map(|r| match r {
-            // A 2xx body under an error status cannot happen; treat it as the error it is.
-            Ok(v) => Err(axum::Json(v).into_response()),
-            Err(relayed) => Err(relayed),
-        });
+        let relayed = match provider.whole(response, deadline).await? {
+            // `whole` only answers JSON for a 2xx: not reached, but relayed all the same.
+            Ok(v) => axum::Json(v).into_response(),
+            Err(relayed) => relayed,
+        };
+        return Ok(Err(relayed));
     }
     Ok(Ok(Events {
         body: Box::pin(response.bytes_stream()),
