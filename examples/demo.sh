@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the gateway on the bundled example config and upstream: no cluster, no network.
-#   ./examples/demo.sh            gateway on 127.0.0.1:8080, upstream on 127.0.0.1:8931
+#   ./examples/demo.sh            gateway on 127.0.0.1:8080, upstream on 127.0.0.1:8931,
+#                                 scripted LLM provider on 127.0.0.1:8932
 # Then, for example:
 #   curl -s localhost:8080/mcp-rest/tools/list -H 'Authorization: Bearer sk-demo'
 set -euo pipefail
@@ -10,9 +11,18 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${SWITCHBOARD_CACHE:-$HOME/.cache/s
 export SWITCHBOARD_DEMO_KEY="${SWITCHBOARD_DEMO_KEY:-sk-demo}"
 export SWITCHBOARD_SESSION_KEY="${SWITCHBOARD_SESSION_KEY:-demo-session-key-change-me}"
 export DEMO_UPSTREAM_TOKEN="${DEMO_UPSTREAM_TOKEN:-demo-upstream-token}"
-cargo build --release -p switchboard-gateway -p switchboard-example-upstream
-"$CARGO_TARGET_DIR/release/switchboard-example-upstream" --listen 127.0.0.1:8931 &
+export DEMO_PROVIDER_KEY="${DEMO_PROVIDER_KEY:-demo-provider-key}"
+# SWITCHBOARD_DEMO_PROFILE=debug runs debug builds (what the test suite builds anyway).
+profile="${SWITCHBOARD_DEMO_PROFILE:-release}"
+if [ "$profile" = release ]; then flag=--release; else flag=; fi
+# shellcheck disable=SC2086 # an empty $flag is no argument
+cargo build $flag -p switchboard-gateway -p switchboard-example-upstream -p switchboard-scripted-provider
+bin="$CARGO_TARGET_DIR/$profile"
+"$bin/switchboard-example-upstream" --listen 127.0.0.1:8931 &
 upstream=$!
-trap 'kill $upstream 2>/dev/null || true' EXIT
+"$bin/switchboard-scripted-provider" --listen 127.0.0.1:8932 \
+  --api-key "$DEMO_PROVIDER_KEY" --script examples/demo-provider-script.json >/dev/null &
+provider=$!
+trap 'kill $upstream $provider 2>/dev/null || true' EXIT
 echo "gateway key: $SWITCHBOARD_DEMO_KEY   try: curl -s localhost:8080/mcp-rest/tools/list -H 'Authorization: Bearer $SWITCHBOARD_DEMO_KEY'"
-"$CARGO_TARGET_DIR/release/switchboard-gateway" --config examples/standalone.yaml --listen "${SWITCHBOARD_LISTEN:-127.0.0.1:8080}"
+"$bin/switchboard-gateway" --config examples/standalone.yaml --listen "${SWITCHBOARD_LISTEN:-127.0.0.1:8080}"

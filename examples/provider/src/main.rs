@@ -6,7 +6,7 @@
 //! README.md.
 //!
 //! ```text
-//! switchboard-scripted-provider [--listen 127.0.0.1:8932] [--api-key KEY] [--record 1000]
+//! switchboard-scripted-provider [--listen 127.0.0.1:8932] [--api-key KEY] [--record 1000] [--script FILE]
 //! ```
 //!
 //! When ready it prints one line to stdout, `listening on http://ADDR`, with the real port
@@ -47,6 +47,9 @@ struct Cli {
     /// How many requests `/_requests` keeps (the oldest are dropped; 0 records nothing).
     #[arg(long, value_name = "N", default_value_t = 1000)]
     record: usize,
+    /// Rules to start with: a JSON file shaped like a `POST /_script` body (the demo's).
+    #[arg(long, value_name = "FILE")]
+    script: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -57,6 +60,11 @@ async fn main() -> std::io::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
+    let rules = match &cli.script {
+        Some(path) => script::parse(&std::fs::read(path)?)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?,
+        None => Vec::new(),
+    };
     let listener = tokio::net::TcpListener::bind(cli.listen).await?;
     let listen = listener.local_addr()?;
     let app = Arc::new(app::App {
@@ -64,6 +72,7 @@ async fn main() -> std::io::Result<()> {
         recorder: record::Recorder::new(cli.record),
         api_key: cli.api_key,
     });
+    app.script.replace(rules);
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening on http://{listen}")?;
     out.flush()?;
