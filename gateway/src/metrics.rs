@@ -68,13 +68,27 @@ struct ModelTokenLabels {
 }
 
 /// Per-model figures of the LLM endpoints: labels are model ids, fixed lists and outcomes.
-#[derive(Default)]
 struct ModelMetrics {
     requests: Family<ModelRequestLabels, Counter>,
     model_calls: Family<ModelLabels, Counter>,
     gateway_tool_calls: Family<ModelOutcomeLabels, Counter>,
-    iterations: Family<ModelLabels, Counter>,
+    iterations: Family<ModelLabels, Histogram, fn() -> Histogram>,
     tokens: Family<ModelTokenLabels, Counter>,
+}
+
+impl Default for ModelMetrics {
+    fn default() -> Self {
+        ModelMetrics {
+            requests: Family::default(),
+            model_calls: Family::default(),
+            gateway_tool_calls: Family::default(),
+            // 1, 2, 4, ... 64 model calls per request (`maxIterations` is at most 64).
+            iterations: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1.0, 2.0, 7))
+            }),
+            tokens: Family::default(),
+        }
+    }
 }
 
 /// What one LLM request did, for [`Metrics::llm_request`].
@@ -184,7 +198,7 @@ impl Default for Metrics {
         );
         registry.register(
             "llm_iterations",
-            "Model iterations of the gateway's tool loop, by model",
+            "Model calls per request (iterations of the gateway's tool loop), by model",
             models.iterations.clone(),
         );
         registry.register(
@@ -272,9 +286,11 @@ impl Metrics {
         m.model_calls
             .get_or_create(&labels)
             .inc_by(figures.model_calls);
-        m.iterations
-            .get_or_create(&labels)
-            .inc_by(figures.iterations);
+        if figures.iterations > 0 {
+            m.iterations
+                .get_or_create(&labels)
+                .observe(figures.iterations as f64);
+        }
         for (kind, n) in [
             ("input", figures.input_tokens),
             ("output", figures.output_tokens),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import anthropic
+import httpx
 import openai
 import pytest
 from llm_harness import start_llm_world, text, tool_use
@@ -54,6 +55,15 @@ def test_messages_create_runs_the_hidden_tool_and_never_shows_it(gateways, procs
     assert world.key not in json.dumps(calls), "the gateway key never reaches the provider"
     # Usage is summed over both model calls (the provider counts 7 output tokens per item: 2 + 1).
     assert message.usage.output_tokens == 21
+    metrics = httpx.get(f"{world.gateway.url}/metrics").text
+    for line in (
+        'switchboard_gateway_llm_requests_total{model="claude",endpoint="messages",outcome="ok"} 1',
+        'switchboard_gateway_llm_model_calls_total{model="claude"} 2',
+        'switchboard_gateway_llm_gateway_tool_calls_total{model="claude",outcome="ok"} 1',
+        'switchboard_gateway_llm_tokens_total{model="claude",kind="output"} 21',
+        'switchboard_gateway_llm_iterations_count{model="claude"} 1',
+    ):
+        assert line in metrics, line
 
 
 def test_messages_stream_runs_the_hidden_tool(gateways, procs, rust_upstream):

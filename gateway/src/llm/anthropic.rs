@@ -270,10 +270,7 @@ pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
                 out.push(message);
                 continue;
             };
-            let carry = content
-                .iter()
-                .find_map(|b| carrier_of(b))
-                .and_then(open);
+            let carry = content.iter().find_map(|b| carrier_of(b)).and_then(open);
             let mut kept: Vec<Value> = match &carry {
                 Some(c) => content.drain(..).skip(c.shown).collect(),
                 None => std::mem::take(content),
