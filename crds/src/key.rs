@@ -7,8 +7,8 @@ use crate::{Condition, ToolFilter};
 
 /// A gateway key. The operator generates it (unless the named Secret already holds one under
 /// `key`), writes it to `spec.secretName` in this namespace, and puts only its hash in the
-/// snapshot. The key reaches servers of its own namespace, and servers of other namespaces
-/// that admit this one.
+/// snapshot. The key reaches servers and ModelRoutes of its own namespace, and those of other
+/// namespaces that admit this one.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "switchboard.dev",
@@ -34,9 +34,19 @@ pub struct McpKeySpec {
     /// Servers this key reaches: names in this namespace, or `<namespace>/<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<String>,
-    /// Reaches every server sharing one of these groups (subject to tenancy).
+    /// Reaches every server and ModelRoute sharing one of these groups (subject to tenancy).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub access_groups: Vec<String>,
+    /// ModelRoutes this key may use: names in this namespace, or `<namespace>/<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 256),
+        inner(
+            regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+            length(max = 127)
+        )
+    )]
+    pub models: Vec<String>,
     /// Filter over prefixed tool names (`<prefix>__<tool>`, globs with `*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]

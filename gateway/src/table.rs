@@ -389,6 +389,36 @@ keys:
     }
 
     #[test]
+    fn keys_reach_models_by_name_group_or_openness_under_tenancy() {
+        let t = table(
+            r#"
+models:
+- {name: named, namespace: team-a, provider: anthropic, baseUrl: "http://p"}
+- {name: grouped, namespace: team-a, provider: openai, baseUrl: "http://p/v1", accessGroups: [g]}
+- {name: open, namespace: team-b, provider: anthropic, baseUrl: "http://p", allowAllKeys: true, allowedNamespaces: [team-a]}
+- {name: closed, namespace: team-b, provider: anthropic, baseUrl: "http://p", allowAllKeys: true}
+- {name: other, namespace: team-a, provider: anthropic, baseUrl: "http://p"}
+keys:
+- {name: a, namespace: team-a, secret: key-a, accessGroups: [g], models: [named]}
+"#,
+        );
+        let key = t.authenticate("key-a").unwrap();
+        let reach = |name: &str| key.reaches_model(&t.model_by_name(name).unwrap().spec);
+        assert!(reach("named") && reach("grouped") && reach("open"));
+        assert!(
+            !reach("closed"),
+            "another namespace that does not admit team-a"
+        );
+        assert!(!reach("other"), "neither named nor grouped");
+        let grouped = t.model_by_name("grouped").unwrap();
+        assert_eq!(grouped.endpoint.as_str(), "http://p/v1/chat/completions");
+        assert_eq!(
+            t.model_by_name("named").unwrap().endpoint.as_str(),
+            "http://p/v1/messages"
+        );
+    }
+
+    #[test]
     fn unknown_and_expired_keys() {
         let t = table(
             "keys:\n- {name: old, secret: k-old, expiresAt: '2001-01-01T00:00:00Z'}\n- {name: new, secret: k-new}\n",

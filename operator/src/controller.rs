@@ -1,4 +1,4 @@
-//! The reconcile loop. Every change to an McpServer, McpKey or Secret (and every probe result
+//! The reconcile loop. Every change to an McpServer, McpKey, ModelRoute or Secret (and every probe result
 //! or replica acknowledgement) marks the world dirty; the loop then renders the whole snapshot
 //! (cheap: it is a pure function over the caches), publishes it when it changed, and brings
 //! each resource's status up to date. Every operator replica renders (so a new lease holder
@@ -17,7 +17,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
-use switchboard_crds::{McpKey, McpServer};
+use switchboard_crds::{McpKey, McpServer, ModelRoute};
 use switchboard_snapshot::{GatewaySettings, SecretSource, Snapshot};
 use tokio::sync::{Notify, watch};
 
@@ -25,7 +25,7 @@ use crate::delivery::{Hub, Published};
 use crate::keys::{MANAGED_BY, ensure_key_secrets, generate_key};
 use crate::metrics::Metrics;
 use crate::probe::Probes;
-use crate::render::{ObjectRef, RenderInput, SecretData, object_ref, render};
+use crate::render::{ObjectRef, RenderInput, SecretData, model_names, object_ref, render};
 use crate::status::{self, Rollout};
 
 pub struct Config {
@@ -46,9 +46,24 @@ pub struct Controller {
     pub snapshots: watch::Sender<Arc<Snapshot>>,
 }
 
-/// Per server: the hash of its rendered spec and the snapshot generation that first carried
-/// it, so `Programmed` can say which replicas serve this version of it.
+/// Per server (or model): the hash of its rendered spec and the snapshot generation that first
+/// carried it, so `Programmed` can say which replicas serve this version of it.
 type Included = HashMap<ObjectRef, ([u8; 32], u64)>;
+
+/// Notes the generation that first carried each spec's current version.
+fn include<'a>(
+    included: &mut Included,
+    generation: u64,
+    specs: impl Iterator<Item = (ObjectRef, Vec<u8>)> + 'a,
+) {
+    for (key, bytes) in specs {
+        let spec_hash = hash(&bytes);
+        let entry = included.entry(key).or_insert((spec_hash, generation));
+        if entry.0 != spec_hash {
+            *entry = (spec_hash, generation);
+        }
+    }
+}
 
 fn watch_into<K>(api: Api<K>, dirty: Arc<Notify>) -> Store<K>
 where
@@ -83,10 +98,15 @@ impl Controller {
             self.dirty.clone(),
         );
         let keys = watch_into(Api::<McpKey>::all(self.client.clone()), self.dirty.clone());
+        let models = watch_into(
+            Api::<ModelRoute>::all(self.client.clone()),
+            self.dirty.clone(),
+        );
         let secrets = watch_into(Api::<Secret>::all(self.client.clone()), self.dirty.clone());
         for ready in [
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,
+            models.wait_until_ready().await,
             secrets.wait_until_ready().await,
         ] {
             if let Err(e) = ready {
@@ -106,9 +126,13 @@ impl Controller {
         let replica_changes = self.hub.clone();
         loop {
             let started = Instant::now();
-            let result = self
-                .reconcile(&servers, &keys, &secrets, &recorder, &mut state)
-                .await;
+            let stores = Stores {
+                servers: &servers,
+                keys: &keys,
+                models: &models,
+                secrets: &secrets,
+            };
+            let result = self.reconcile(stores, &recorder, &mut state).await;
             self.metrics.reconciled(started.elapsed(), result.is_err());
             if let Err(e) = result {
                 tracing::warn!(error = %e, "reconcile failed; retrying");
@@ -129,16 +153,25 @@ impl Controller {
 
     async fn reconcile(
         &self,
-        servers: &Store<McpServer>,
-        keys: &Store<McpKey>,
-        secrets: &Store<Secret>,
+        stores: Stores<'_>,
         recorder: &Recorder,
         state: &mut LoopState,
     ) -> Result<(), kube::Error> {
         let is_leader = *self.leader.borrow();
-        let servers: Vec<McpServer> = servers.state().iter().map(|s| (**s).clone()).collect();
-        let keys: Vec<McpKey> = keys.state().iter().map(|k| (**k).clone()).collect();
-        let secret_objects = secrets.state();
+        let servers: Vec<McpServer> = stores
+            .servers
+            .state()
+            .iter()
+            .map(|s| (**s).clone())
+            .collect();
+        let keys: Vec<McpKey> = stores.keys.state().iter().map(|k| (**k).clone()).collect();
+        let models: Vec<ModelRoute> = stores
+            .models
+            .state()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        let secret_objects = stores.secrets.state();
         let secret_data: SecretData = secret_objects
             .iter()
             .map(|s| {
@@ -163,6 +196,7 @@ impl Controller {
             state.published_hash = None;
             // Generations numbered while standing by meant nothing to any replica.
             state.included.clear();
+            state.included_models.clear();
         }
         state.was_leader = is_leader;
 
@@ -174,6 +208,7 @@ impl Controller {
         let rendered = render(RenderInput {
             servers: &servers,
             keys: &keys,
+            models: &models,
             secrets: &secret_data,
             settings,
         });
@@ -193,6 +228,7 @@ impl Controller {
                 generation = state.generation,
                 servers = snapshot.servers.len(),
                 keys = snapshot.keys.len(),
+                models = snapshot.models.len(),
                 "snapshot published"
             );
             if is_leader {
@@ -202,17 +238,26 @@ impl Controller {
         } else {
             snapshot.generation = state.generation;
         }
-        for spec in &snapshot.servers {
-            let key = (spec.namespace.clone(), spec.name.clone());
-            let spec_hash = hash(&serde_json::to_vec(spec).unwrap_or_default());
-            let entry = state
-                .included
-                .entry(key)
-                .or_insert((spec_hash, state.generation));
-            if entry.0 != spec_hash {
-                *entry = (spec_hash, state.generation);
-            }
-        }
+        include(
+            &mut state.included,
+            state.generation,
+            snapshot.servers.iter().map(|spec| {
+                (
+                    (spec.namespace.clone(), spec.name.clone()),
+                    serde_json::to_vec(spec).unwrap_or_default(),
+                )
+            }),
+        );
+        include(
+            &mut state.included_models,
+            state.generation,
+            snapshot.models.iter().map(|spec| {
+                (
+                    (spec.namespace.clone(), spec.name.clone()),
+                    serde_json::to_vec(spec).unwrap_or_default(),
+                )
+            }),
+        );
         let replicas = self.hub.replicas();
         self.metrics.replicas(
             replicas.iter().filter(|(_, r)| r.connected).count(),
@@ -257,6 +302,22 @@ impl Controller {
                 );
             }
             status::write_server(&self.client, recorder, server, &desired, fields).await?;
+        }
+        for route in &models {
+            let key = object_ref(route);
+            let Some(verdict) = rendered.models.get(&key) else {
+                continue;
+            };
+            let id = format!("{}/{}", key.0, key.1);
+            let needed = state.included_models.get(&key).map(|(_, g)| *g);
+            let probe = self.probes.model(&id);
+            let desired = [
+                status::accepted(verdict),
+                status::programmed(verdict, needed.map(rollout)),
+                status::model_ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
+            ];
+            let fields = BTreeMap::from([("modelNames", serde_json::json!(model_names(route)))]);
+            status::write_model(&self.client, recorder, route, &desired, fields).await?;
         }
         for key in &keys {
             let Some(outcome) = rendered.keys.get(&object_ref(key)) else {
@@ -386,11 +447,21 @@ impl Controller {
 pub const SNAPSHOT_FIELD: &str = "snapshot.yaml";
 pub const SESSION_KEY_FIELD: &str = "session-key";
 
+/// The watched resources.
+#[derive(Clone, Copy)]
+struct Stores<'a> {
+    servers: &'a Store<McpServer>,
+    keys: &'a Store<McpKey>,
+    models: &'a Store<ModelRoute>,
+    secrets: &'a Store<Secret>,
+}
+
 #[derive(Default)]
 struct LoopState {
     generation: u64,
     published_hash: Option<[u8; 32]>,
     included: Included,
+    included_models: Included,
     was_leader: bool,
     new_session_key: Option<String>,
 }

@@ -1,11 +1,12 @@
-//! Switchboard operator: turns McpServer/McpKey resources into the gateway snapshot, serves it
-//! to gateway replicas, and reports on each resource what actually happened.
+//! Switchboard operator: turns McpServer/McpKey/ModelRoute resources into the gateway snapshot,
+//! serves it to gateway replicas, and reports on each resource what actually happened.
 //!
 //! - [`render`]: pure: resources + Secrets → snapshot + verdicts (tested without an API server).
 //! - [`status`]: pure condition logic, and writing status by server-side apply.
 //! - [`controller`]: the watch → render → publish → status loop.
 //! - [`delivery`]: the snapshot stream gateway replicas follow, with TokenReview.
-//! - [`lease`]: leader election. [`probe`]: readiness probes. [`keys`]: McpKey Secrets.
+//! - [`lease`]: leader election. [`probe`]: readiness probes (servers: a tool listing; models:
+//!   the provider's model listing, never a model call). [`keys`]: McpKey Secrets.
 
 pub mod controller;
 pub mod delivery;

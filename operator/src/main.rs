@@ -1,4 +1,5 @@
-//! `switchboard-operator`: reconciles McpServer/McpKey into the gateway snapshot and serves it.
+//! `switchboard-operator`: reconciles McpServer/McpKey/ModelRoute into the gateway snapshot and
+//! serves it.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -48,6 +49,10 @@ struct Args {
     /// How often every server is probed (Ready turns False within this plus the server's timeout).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     probe_interval: Duration,
+    /// How often every model's provider is asked for its model listing (never a model call);
+    /// a model is also probed at once when its spec or key changes.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    model_probe_interval: Duration,
     /// A replica gone for longer than this no longer counts in `Programmed`.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     replica_expiry: Duration,
@@ -118,6 +123,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         snapshots_rx,
         probes.clone(),
         args.probe_interval,
+        args.model_probe_interval,
         dirty.clone(),
     ));
     let settings = GatewaySettings {

@@ -1,23 +1,36 @@
 //! Readiness probes: the operator lists each server's tools the way a gateway replica would,
 //! with the gateway's own credential, using the gateway's own upstream code (so "Ready" means
 //! what the gateway will experience, not a TCP connect).
+//!
+//! Models are probed without spending tokens: the provider's model listing (`GET
+//! <baseUrl>/v1/models` with `x-api-key` for anthropic, `GET <baseUrl>/models` with `Authorization:
+//! Bearer` for openai), at the URL and with the credential header the gateway composes. A model
+//! is probed when its rendered spec changes and then every `model_interval` (providers count
+//! requests against rate limits, so less often than servers).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
+use sha2::{Digest, Sha256};
 use switchboard_gateway::errors::GatewayError;
 use switchboard_gateway::state::Gateway;
-use switchboard_gateway::table::RoutingTable;
-use switchboard_snapshot::Snapshot;
+use switchboard_gateway::table::{Model, RoutingTable};
+use switchboard_snapshot::{ModelProvider, Snapshot};
 use tokio::sync::{Notify, watch};
 
-use crate::status::Probe;
+use crate::status::{ModelProbe, Probe};
+
+/// The Anthropic API version the model listing is asked for.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// A model listing gets at most this long (or the model's timeout, if shorter).
+const MODEL_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 pub struct Probes {
     results: Mutex<HashMap<String, Probe>>,
+    models: Mutex<HashMap<String, ModelProbe>>,
 }
 
 impl Probes {
@@ -42,6 +55,121 @@ impl Probes {
         }
         changed
     }
+
+    pub fn model(&self, model_id: &str) -> Option<ModelProbe> {
+        self.models
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(model_id)
+            .cloned()
+    }
+
+    /// Records a model's result; true when it changes what status says.
+    fn record_model(&self, model_id: &str, probe: ModelProbe) -> bool {
+        let mut models = self.models.lock().unwrap_or_else(|p| p.into_inner());
+        if models.get(model_id) == Some(&probe) {
+            return false;
+        }
+        models.insert(model_id.to_string(), probe);
+        true
+    }
+
+    /// Forgets models no longer in the snapshot (a model created again is probed afresh).
+    fn retain_models(&self, ids: &HashSet<&str>) {
+        let mut models = self.models.lock().unwrap_or_else(|p| p.into_inner());
+        models.retain(|id, _| ids.contains(&id.as_str()));
+    }
+}
+
+/// What a provider's answer to the model listing means for Ready; `keyed`: whether the
+/// request carried an API key.
+pub fn model_answer(status: u16, keyed: bool) -> ModelProbe {
+    match status {
+        200..=299 => ModelProbe::Answered { status },
+        401 | 403 if keyed => ModelProbe::Failed {
+            reason: "ProviderAuthFailed",
+            message: format!(
+                "the provider refused the API key (HTTP {status} on the model listing)"
+            ),
+        },
+        401 | 403 => ModelProbe::Failed {
+            reason: "ProviderAuthFailed",
+            message: format!(
+                "the provider wants an API key (HTTP {status} on the model listing): set spec.apiKeySecretRef"
+            ),
+        },
+        300..=399 => ModelProbe::Failed {
+            reason: "ProviderUnavailable",
+            message: format!(
+                "the provider answered the model listing with a redirect (HTTP {status}); redirects are not followed"
+            ),
+        },
+        _ => ModelProbe::Failed {
+            reason: "ProviderUnavailable",
+            message: format!("the provider answered the model listing with HTTP {status}"),
+        },
+    }
+}
+
+/// A failed request, described without its URL (a base URL may carry credentials).
+fn model_failure(e: &reqwest::Error, budget: Duration) -> ModelProbe {
+    let what = if e.is_timeout() {
+        format!(
+            "the provider did not answer the model listing within {}",
+            humantime::format_duration(budget)
+        )
+    } else {
+        // reqwest's own message names the URL; the root cause (e.g. "Connection refused")
+        // does not.
+        let mut root = None;
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            root = Some(c);
+            cause = c.source();
+        }
+        let kind = if e.is_connect() {
+            "cannot connect to the provider"
+        } else {
+            "the model listing failed"
+        };
+        match root {
+            Some(root) => format!("{kind}: {root}"),
+            None => kind.to_string(),
+        }
+    };
+    ModelProbe::Failed {
+        reason: "ProviderUnavailable",
+        message: what,
+    }
+}
+
+/// One listing request to the model's provider. Never a model call.
+async fn probe_model(http: &reqwest::Client, model: &Model) -> ModelProbe {
+    let budget = model.spec.timeout.min(MODEL_PROBE_TIMEOUT);
+    let mut request = http.get(model.models_url.clone()).timeout(budget);
+    if let Some((name, value)) = &model.credential {
+        request = request.header(name, value);
+    }
+    if model.spec.provider == ModelProvider::Anthropic {
+        request = request.header("anthropic-version", ANTHROPIC_VERSION);
+    }
+    match request.send().await {
+        Ok(response) => model_answer(response.status().as_u16(), model.credential.is_some()),
+        Err(e) => model_failure(&e, budget),
+    }
+}
+
+/// Whether a model is due: its spec changed since the last probe, or `interval` has passed.
+fn model_due(
+    last: Option<&([u8; 32], Instant)>,
+    spec_hash: &[u8; 32],
+    now: Instant,
+    interval: Duration,
+) -> bool {
+    match last {
+        None => true,
+        Some((hash, at)) => hash != spec_hash || now.duration_since(*at) >= interval,
+    }
 }
 
 fn failure(e: &GatewayError) -> Probe {
@@ -58,16 +186,29 @@ fn failure(e: &GatewayError) -> Probe {
     }
 }
 
-/// Probes every server of the latest snapshot each `interval`; wakes `changed` when a result
-/// changes what status says.
+/// Probes every server of the latest snapshot each `interval`, and each model when it changed
+/// or every `model_interval`; wakes `changed` when a result changes what status says.
 pub async fn run(
     snapshots: watch::Receiver<Arc<Snapshot>>,
     probes: Arc<Probes>,
     interval: Duration,
+    model_interval: Duration,
     changed: Arc<Notify>,
 ) {
     let gateway = Gateway::new();
     let mut applied_generation = None;
+    // Redirects are not followed: a credential must never reach another origin.
+    let http = match reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(http) => http,
+        Err(e) => {
+            tracing::error!(error = %e, "probe: cannot build an HTTP client; models are not probed");
+            reqwest::Client::new()
+        }
+    };
+    let mut model_probed: HashMap<String, ([u8; 32], Instant)> = HashMap::new();
     loop {
         let snapshot = snapshots.borrow().clone();
         if applied_generation != Some(snapshot.generation) {
@@ -99,14 +240,113 @@ pub async fn run(
                 (id, probe)
             }
         });
-        let results = futures_util::future::join_all(rounds).await;
+        let now = Instant::now();
+        let ids: HashSet<&str> = table.models.iter().map(|m| m.id()).collect();
+        model_probed.retain(|id, _| ids.contains(&id.as_str()));
+        probes.retain_models(&ids);
+        let mut due = Vec::new();
+        for model in &table.models {
+            let spec_hash: [u8; 32] =
+                Sha256::digest(serde_json::to_vec(&model.spec).unwrap_or_default()).into();
+            if model_due(
+                model_probed.get(model.id()),
+                &spec_hash,
+                now,
+                model_interval,
+            ) {
+                model_probed.insert(model.id().to_string(), (spec_hash, now));
+                due.push(model);
+            }
+        }
+        let model_rounds = due.into_iter().map(|model| {
+            let http = &http;
+            async move { (model.id().to_string(), probe_model(http, model).await) }
+        });
+        let (results, model_results) = futures_util::future::join(
+            futures_util::future::join_all(rounds),
+            futures_util::future::join_all(model_rounds),
+        )
+        .await;
         let mut any = false;
         for (id, probe) in results {
             any |= probes.record(&id, probe);
+        }
+        for (id, probe) in model_results {
+            if let ModelProbe::Failed { reason, message } = &probe {
+                tracing::debug!(model = %id, reason, message, "model probe failed");
+            }
+            any |= probes.record_model(&id, probe);
         }
         if any {
             changed.notify_one();
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_2xx_listing_is_ready_and_auth_failures_are_named() {
+        assert_eq!(
+            model_answer(200, true),
+            ModelProbe::Answered { status: 200 }
+        );
+        assert_eq!(
+            model_answer(204, false),
+            ModelProbe::Answered { status: 204 }
+        );
+        for (status, keyed) in [(401, true), (403, true), (401, false)] {
+            let ModelProbe::Failed { reason, message } = model_answer(status, keyed) else {
+                panic!("{status} is not ready");
+            };
+            assert_eq!(reason, "ProviderAuthFailed");
+            assert!(message.contains(&status.to_string()), "{message}");
+            assert_eq!(message.contains("apiKeySecretRef"), !keyed, "{message}");
+        }
+        for status in [302, 404, 429, 500, 503] {
+            let ModelProbe::Failed { reason, .. } = model_answer(status, true) else {
+                panic!("{status} is not ready");
+            };
+            assert_eq!(reason, "ProviderUnavailable", "{status}");
+        }
+    }
+
+    #[test]
+    fn a_model_is_probed_when_new_changed_or_due() {
+        let now = Instant::now();
+        let interval = Duration::from_secs(60);
+        let hash = [1u8; 32];
+        assert!(model_due(None, &hash, now, interval), "never probed");
+        assert!(
+            !model_due(Some(&(hash, now)), &hash, now, interval),
+            "just probed, unchanged"
+        );
+        assert!(
+            model_due(Some(&([2u8; 32], now)), &hash, now, interval),
+            "the spec changed (e.g. a rotated key)"
+        );
+        assert!(
+            model_due(Some(&(hash, now)), &hash, now + interval, interval),
+            "the interval passed"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_provider_is_described_without_its_url() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        drop(listener); // nothing listens there any more
+        let http = reqwest::Client::new();
+        let url = format!("http://user:s3cr3t@127.0.0.1:{port}/v1/models?key=s3cr3t");
+        let e = http.get(url).send().await.expect_err("nothing listens");
+        let ModelProbe::Failed { reason, message } = model_failure(&e, MODEL_PROBE_TIMEOUT) else {
+            panic!("a failure");
+        };
+        assert_eq!(reason, "ProviderUnavailable");
+        assert!(!message.contains("s3cr3t"), "{message}");
+        assert!(!message.contains("127.0.0.1"), "{message}");
     }
 }

@@ -1,20 +1,22 @@
-//! Rendering: McpServers, McpKeys and the Secrets they reference → one gateway snapshot, plus a
-//! verdict per resource saying what happened to it. Pure: no API server, no clock, no I/O, so
+//! Rendering: McpServers, McpKeys, ModelRoutes and the Secrets they reference → one gateway
+//! snapshot, plus a verdict per resource saying what happened to it. Pure: no API server, no clock, no I/O, so
 //! every rule here is tested over plain values.
 //!
-//! A resource that cannot be rendered (missing Secret, prefix taken, invalid after
-//! resolution) is left out of the snapshot with a verdict that says why; nothing else is
-//! affected (docs/architecture.md, invariant 9).
+//! A resource that cannot be rendered (missing Secret, prefix or model name taken, a tool server
+//! that is not in the snapshot, invalid after resolution) is left out of the snapshot with a
+//! verdict that says why; nothing else is affected (docs/architecture.md, invariant 9).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use kube::ResourceExt;
+use switchboard_crds::model_route as crd_model;
 use switchboard_crds::server::{AuthType, ClientAuth, ServerAuth};
-use switchboard_crds::{McpKey, McpServer, SecretKeyRef};
+use switchboard_crds::{McpKey, McpServer, ModelRoute, SecretKeyRef};
 use switchboard_snapshot::{
-    ClientAuthMethod, GatewaySettings, HeaderSettings, KeySpec, SCHEMA_VERSION, SecretSource,
-    ServerSpec, Snapshot, StaticHeader, ToolFilter, UpstreamAuth, key_hash,
+    ClientAuthMethod, GatewaySettings, HeaderSettings, KeySpec, ModelProvider, ModelSpec,
+    ModelTools, RequireApproval, SCHEMA_VERSION, SecretSource, ServerSpec, Snapshot, StaticHeader,
+    ToolFilter, ToolVisibility, UpstreamAuth, key_hash,
 };
 
 /// The key under which a McpKey's Secret holds the key.
@@ -65,12 +67,14 @@ pub struct Rendered {
     pub snapshot: Snapshot,
     pub servers: BTreeMap<ObjectRef, Verdict>,
     pub keys: BTreeMap<ObjectRef, KeyOutcome>,
+    pub models: BTreeMap<ObjectRef, Verdict>,
 }
 
 /// Everything render needs besides the resources.
 pub struct RenderInput<'a> {
     pub servers: &'a [McpServer],
     pub keys: &'a [McpKey],
+    pub models: &'a [ModelRoute],
     pub secrets: &'a SecretData,
     pub settings: GatewaySettings,
 }
@@ -114,6 +118,7 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
         verdicts.insert(key, verdict);
     }
     specs.sort_by(|a, b| a.id().cmp(b.id()));
+    let (models, model_specs) = render_models(&input, &specs);
 
     let mut keys = BTreeMap::new();
     let mut key_specs = Vec::new();
@@ -157,10 +162,205 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
             gateway: input.settings,
             servers: specs,
             keys: key_specs,
+            models: model_specs,
         },
         servers: verdicts,
         keys,
+        models,
     }
+}
+
+/// ModelRoutes → model specs and verdicts. `servers` are the servers in the snapshot: a model
+/// whose tools name any other server is left out (the gateway would refuse the snapshot).
+fn render_models(
+    input: &RenderInput<'_>,
+    servers: &[ServerSpec],
+) -> (BTreeMap<ObjectRef, Verdict>, Vec<ModelSpec>) {
+    let existing: HashSet<ObjectRef> = input.servers.iter().map(object_ref).collect();
+    let mut routes: Vec<&ModelRoute> = input.models.iter().collect();
+    // The older resource keeps a contested model name; ties break by namespace and name.
+    routes.sort_by_key(|m| {
+        (
+            m.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            m.namespace(),
+            m.name_any(),
+        )
+    });
+    let mut verdicts = BTreeMap::new();
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut specs = Vec::new();
+    for route in routes {
+        let key = object_ref(route);
+        let id = format!("{}/{}", key.0, key.1);
+        let verdict = match model_spec(route, input.secrets, servers, &existing) {
+            Err(verdict) => verdict,
+            Ok(spec) => {
+                let taken = spec
+                    .client_names()
+                    .find_map(|n| names.get(n).map(|owner| (n.to_string(), owner.clone())));
+                match taken {
+                    Some((name, owner)) => Verdict::rejected(
+                        "ModelNameConflict",
+                        format!("model name {name:?} is already used by ModelRoute {owner}"),
+                    ),
+                    None => match check_model_alone(&spec, servers, &input.settings) {
+                        Err(message) => Verdict::rejected("InvalidSpec", message),
+                        Ok(()) => {
+                            for name in spec.client_names() {
+                                names.insert(name.to_string(), id.clone());
+                            }
+                            let served: Vec<&str> = spec.client_names().collect();
+                            let message = format!("served as {} ({id})", served.join(", "));
+                            specs.push(spec);
+                            Verdict::accepted(message)
+                        }
+                    },
+                }
+            }
+        };
+        verdicts.insert(key, verdict);
+    }
+    specs.sort_by(|a, b| a.id().cmp(b.id()));
+    (verdicts, specs)
+}
+
+/// The names clients send for a ModelRoute: `spec.modelNames`, else its name (what
+/// `ModelSpec::client_names` says once rendered).
+pub fn model_names(route: &ModelRoute) -> Vec<String> {
+    if route.spec.model_names.is_empty() {
+        vec![route.name_any()]
+    } else {
+        route.spec.model_names.clone()
+    }
+}
+
+fn model_spec(
+    route: &ModelRoute,
+    secrets: &SecretData,
+    servers: &[ServerSpec],
+    existing: &HashSet<ObjectRef>,
+) -> Result<ModelSpec, Verdict> {
+    let (namespace, name) = object_ref(route);
+    let spec = &route.spec;
+    let api_key = spec
+        .api_key_secret_ref
+        .as_ref()
+        .map(|r| secret_value(secrets, &namespace, r, "spec.apiKeySecretRef"))
+        .transpose()?
+        .map(|value| SecretSource::Value { value });
+    let max_iterations = match spec.max_iterations {
+        None => 8,
+        Some(n) => u32::try_from(n).map_err(|_| {
+            Verdict::rejected(
+                "InvalidSpec",
+                "spec.maxIterations: must be between 1 and 64",
+            )
+        })?,
+    };
+    let mut tools = Vec::new();
+    for (j, attached) in spec.tools.iter().enumerate() {
+        let field = format!("spec.tools[{j}].server");
+        let (server_ns, server_name) = match attached.server.split_once('/') {
+            Some((ns, n)) => (ns.to_string(), n.to_string()),
+            None => (namespace.clone(), attached.server.clone()),
+        };
+        let server_id = format!("{server_ns}/{server_name}");
+        let Some(server) = servers.iter().find(|s| s.id() == server_id) else {
+            return Err(if existing.contains(&(server_ns, server_name)) {
+                Verdict::rejected(
+                    "ServerNotAccepted",
+                    format!(
+                        "{field}: McpServer {server_id} is not in the snapshot (see its Accepted condition)"
+                    ),
+                )
+            } else {
+                Verdict::rejected(
+                    "ServerNotFound",
+                    format!("{field}: McpServer {server_id} does not exist"),
+                )
+            });
+        };
+        let admitted = server.namespace == namespace
+            || server
+                .allowed_namespaces
+                .iter()
+                .any(|ns| ns == "*" || *ns == namespace);
+        if !admitted {
+            return Err(Verdict::rejected(
+                "ServerNotAdmitted",
+                format!(
+                    "{field}: McpServer {server_id} does not admit namespace {namespace} (its spec.allowedNamespaces)"
+                ),
+            ));
+        }
+        tools.push(ModelTools {
+            server: server_id,
+            tools: attached
+                .tools
+                .as_ref()
+                .map_or_else(ToolFilter::default, |f| ToolFilter {
+                    allow: f.allow.clone(),
+                    deny: f.deny.clone(),
+                }),
+            require_approval: match attached.require_approval {
+                Some(crd_model::RequireApproval::Always) => RequireApproval::Always,
+                Some(crd_model::RequireApproval::Never) | None => RequireApproval::Never,
+            },
+            visibility: match attached.visibility {
+                Some(crd_model::ToolVisibility::Visible) => ToolVisibility::Visible,
+                Some(crd_model::ToolVisibility::Hidden) | None => ToolVisibility::Hidden,
+            },
+        });
+    }
+    Ok(ModelSpec {
+        id: Some(format!("{namespace}/{name}")),
+        name,
+        namespace,
+        model_names: spec.model_names.clone(),
+        provider: match spec.provider {
+            crd_model::ModelProvider::Anthropic => ModelProvider::Anthropic,
+            crd_model::ModelProvider::Openai => ModelProvider::Openai,
+        },
+        base_url: spec.base_url.clone(),
+        upstream_model: spec.upstream_model.clone(),
+        api_key,
+        timeout: duration(spec.timeout.as_deref(), "spec.timeout")?
+            .unwrap_or(Duration::from_secs(600)),
+        max_iterations,
+        tools,
+        access_groups: spec.access_groups.clone(),
+        allowed_namespaces: spec.allowed_namespaces.clone(),
+        allow_all_keys: spec.allow_all_keys,
+    })
+}
+
+/// Validates one model with the servers it attaches, the way the gateway will (one bad model
+/// never blocks the snapshot).
+fn check_model_alone(
+    spec: &ModelSpec,
+    servers: &[ServerSpec],
+    settings: &GatewaySettings,
+) -> Result<(), String> {
+    let alone = Snapshot {
+        gateway: settings.clone(),
+        servers: servers
+            .iter()
+            .filter(|s| spec.tools.iter().any(|t| t.server == s.id()))
+            .cloned()
+            .collect(),
+        models: vec![spec.clone()],
+        ..Snapshot::default()
+    };
+    let user_path = |message: String| {
+        message
+            .replace("models[0].apiKey", "spec.apiKeySecretRef")
+            .replace("models[0].name", "metadata.name")
+            .replace("models[0].", "spec.")
+    };
+    switchboard_snapshot::validate(&alone).map_err(|e| user_path(e.to_string()))?;
+    switchboard_gateway::table::RoutingTable::build(&alone)
+        .map_err(|e| user_path(e.to_string()))?;
+    Ok(())
 }
 
 pub fn object_ref<K: kube::Resource>(object: &K) -> ObjectRef {
@@ -491,6 +691,7 @@ fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Option<KeySpec>)
         secret: None,
         servers: key.spec.servers.clone(),
         access_groups: key.spec.access_groups.clone(),
+        models: key.spec.models.clone(),
         tools: key
             .spec
             .tools
@@ -534,12 +735,279 @@ mod tests {
     }
 
     fn run(servers: &[McpServer], keys: &[McpKey], secrets: &SecretData) -> Rendered {
+        run_models(servers, keys, &[], secrets)
+    }
+
+    fn run_models(
+        servers: &[McpServer],
+        keys: &[McpKey],
+        models: &[ModelRoute],
+        secrets: &SecretData,
+    ) -> Rendered {
         render(RenderInput {
             servers,
             keys,
+            models,
             secrets,
             settings: GatewaySettings::default(),
         })
+    }
+
+    fn model(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> ModelRoute {
+        let spec: switchboard_crds::ModelRouteSpec =
+            serde_json::from_value(spec).expect("valid spec");
+        let mut m = ModelRoute::new(name, spec);
+        m.metadata.namespace = Some(ns.into());
+        let t = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 - age).unwrap();
+        m.metadata.creation_timestamp = Some(Time(t));
+        m
+    }
+
+    fn model_verdict<'a>(r: &'a Rendered, ns: &str, name: &str) -> &'a Verdict {
+        &r.models[&(ns.to_string(), name.to_string())]
+    }
+
+    #[test]
+    fn a_model_renders_with_server_ids_and_its_resolved_key() {
+        let search = server(
+            "team",
+            "search",
+            10,
+            serde_json::json!({"url": "http://search/mcp"}),
+        );
+        let route = model(
+            "team",
+            "claude",
+            5,
+            serde_json::json!({
+                "modelNames": ["claude-sonnet", "sonnet"],
+                "provider": "anthropic",
+                "baseUrl": "https://api.anthropic.com",
+                "upstreamModel": "claude-sonnet-4-5",
+                "apiKeySecretRef": {"name": "anthropic", "key": "apiKey"},
+                "maxIterations": 4,
+                "tools": [{"server": "search", "tools": {"deny": ["delete_*"]}, "requireApproval": "always", "visibility": "visible"}],
+                "accessGroups": ["llm"],
+            }),
+        );
+        let r = run_models(
+            &[search],
+            &[],
+            &[route],
+            &secrets(&[("team", "anthropic", "apiKey", "sk-ant-s3cr3t\n")]),
+        );
+        let v = model_verdict(&r, "team", "claude");
+        assert!(v.accepted, "{v:?}");
+        assert!(v.message.contains("claude-sonnet, sonnet"), "{}", v.message);
+        let m = &r.snapshot.models[0];
+        assert_eq!(m.id(), "team/claude");
+        assert_eq!(m.provider, ModelProvider::Anthropic);
+        assert_eq!(m.upstream_model.as_deref(), Some("claude-sonnet-4-5"));
+        assert_eq!(
+            m.api_key,
+            Some(SecretSource::Value {
+                value: "sk-ant-s3cr3t".into()
+            }),
+            "resolved, without the Secret's trailing newline"
+        );
+        assert_eq!(m.timeout, Duration::from_secs(600));
+        assert_eq!(m.max_iterations, 4);
+        assert_eq!(m.access_groups, vec!["llm".to_string()]);
+        assert_eq!(m.tools.len(), 1);
+        assert_eq!(
+            m.tools[0].server, "team/search",
+            "a name becomes the server id"
+        );
+        assert_eq!(m.tools[0].tools.deny, vec!["delete_*".to_string()]);
+        assert_eq!(m.tools[0].require_approval, RequireApproval::Always);
+        assert_eq!(m.tools[0].visibility, ToolVisibility::Visible);
+        switchboard_snapshot::validate(&r.snapshot).expect("the snapshot is valid");
+        assert!(!format!("{:?}", r.models).contains("s3cr3t"));
+    }
+
+    #[test]
+    fn defaults_are_the_snapshot_defaults() {
+        let route = model(
+            "a",
+            "local",
+            1,
+            serde_json::json!({"provider": "openai", "baseUrl": "http://vllm:8000/v1"}),
+        );
+        let r = run_models(&[], &[], &[route], &HashMap::new());
+        let m = &r.snapshot.models[0];
+        let defaults: ModelSpec = serde_json::from_value(serde_json::json!({
+            "name": "local", "namespace": "a", "id": "a/local",
+            "provider": "openai", "baseUrl": "http://vllm:8000/v1",
+        }))
+        .unwrap();
+        assert_eq!(*m, defaults);
+        assert_eq!(m.client_names().collect::<Vec<_>>(), ["local"]);
+        assert_eq!(model_names(&route_named("local")), ["local"]);
+    }
+
+    fn route_named(name: &str) -> ModelRoute {
+        model(
+            "a",
+            name,
+            1,
+            serde_json::json!({"provider": "openai", "baseUrl": "http://x/v1"}),
+        )
+    }
+
+    #[test]
+    fn tool_servers_must_be_in_the_snapshot_and_admit_the_model() {
+        let servers = [
+            server("a", "ok", 10, serde_json::json!({"url": "http://x/mcp"})),
+            server(
+                "a",
+                "locked",
+                10,
+                serde_json::json!({"url": "http://x/mcp", "auth": {"type": "bearer", "secretRef": {"name": "gone", "key": "t"}}}),
+            ),
+            server(
+                "b",
+                "private",
+                10,
+                serde_json::json!({"url": "http://x/mcp", "toolPrefix": "private"}),
+            ),
+            server(
+                "b",
+                "shared",
+                10,
+                serde_json::json!({"url": "http://x/mcp", "toolPrefix": "shared", "allowedNamespaces": ["a"]}),
+            ),
+        ];
+        let with_tools = |name: &str, server: &str| {
+            model(
+                "a",
+                name,
+                5,
+                serde_json::json!({"provider": "openai", "baseUrl": "http://x/v1", "tools": [{"server": server}]}),
+            )
+        };
+        let models = [
+            with_tools("m-ok", "ok"),
+            with_tools("m-shared", "b/shared"),
+            with_tools("m-missing", "nothing"),
+            with_tools("m-locked", "locked"),
+            with_tools("m-private", "b/private"),
+        ];
+        let r = run_models(&servers, &[], &models, &HashMap::new());
+        assert!(model_verdict(&r, "a", "m-ok").accepted);
+        assert!(model_verdict(&r, "a", "m-shared").accepted);
+        let cases = [
+            ("m-missing", "ServerNotFound", "a/nothing"),
+            ("m-locked", "ServerNotAccepted", "a/locked"),
+            ("m-private", "ServerNotAdmitted", "b/private"),
+        ];
+        for (name, reason, names) in cases {
+            let v = model_verdict(&r, "a", name);
+            assert_eq!(v.reason, reason, "{name}: {v:?}");
+            assert!(v.message.starts_with("spec.tools[0].server"), "{v:?}");
+            assert!(v.message.contains(names), "{v:?}");
+        }
+        let ids: Vec<&str> = r.snapshot.models.iter().map(|m| m.id()).collect();
+        assert_eq!(ids, ["a/m-ok", "a/m-shared"]);
+        assert_eq!(r.snapshot.models[1].tools[0].server, "b/shared");
+        switchboard_snapshot::validate(&r.snapshot).expect("the snapshot stays valid");
+    }
+
+    #[test]
+    fn a_missing_key_secret_leaves_only_that_model_out() {
+        let spec = |secret: &str| {
+            serde_json::json!({"provider": "anthropic", "baseUrl": "https://api.anthropic.com", "modelNames": [secret],
+                "apiKeySecretRef": {"name": secret, "key": "apiKey"}})
+        };
+        let r = run_models(
+            &[],
+            &[],
+            &[
+                model("a", "one", 5, spec("here")),
+                model("a", "two", 5, spec("gone")),
+            ],
+            &secrets(&[("a", "here", "apiKey", "sk-1")]),
+        );
+        assert!(model_verdict(&r, "a", "one").accepted);
+        let v = model_verdict(&r, "a", "two");
+        assert_eq!(v.reason, "SecretNotFound");
+        assert!(v.message.starts_with("spec.apiKeySecretRef"), "{v:?}");
+        assert!(v.message.contains("a/gone"), "{v:?}");
+        assert_eq!(r.snapshot.models.len(), 1);
+    }
+
+    #[test]
+    fn the_older_model_keeps_a_contested_name() {
+        let old = model(
+            "a",
+            "claude",
+            100,
+            serde_json::json!({"provider": "anthropic", "baseUrl": "https://api.anthropic.com"}),
+        );
+        // Same default name ("claude") in another namespace, and an explicit overlap.
+        let same_name = model(
+            "b",
+            "claude",
+            10,
+            serde_json::json!({"provider": "anthropic", "baseUrl": "https://api.anthropic.com"}),
+        );
+        let overlap = model(
+            "c",
+            "gpt",
+            10,
+            serde_json::json!({"provider": "openai", "baseUrl": "https://api.openai.com/v1", "modelNames": ["gpt-4o", "claude"]}),
+        );
+        let r = run_models(&[], &[], &[overlap, same_name, old], &HashMap::new());
+        assert!(model_verdict(&r, "a", "claude").accepted);
+        for (ns, name) in [("b", "claude"), ("c", "gpt")] {
+            let v = model_verdict(&r, ns, name);
+            assert_eq!(v.reason, "ModelNameConflict", "{v:?}");
+            assert!(v.message.contains("a/claude"), "{v:?}");
+        }
+        assert_eq!(r.snapshot.models.len(), 1);
+        switchboard_snapshot::validate(&r.snapshot).expect("the snapshot stays valid");
+    }
+
+    #[test]
+    fn invalid_after_resolution_is_reported_alone_with_the_user_path() {
+        let injected = model(
+            "a",
+            "crlf",
+            5,
+            serde_json::json!({"provider": "openai", "baseUrl": "http://x/v1",
+                "apiKeySecretRef": {"name": "k", "key": "v"}}),
+        );
+        let dotted = model(
+            "a",
+            "dotted.name",
+            5,
+            serde_json::json!({"provider": "openai", "baseUrl": "http://x/v1", "modelNames": ["dotted"]}),
+        );
+        let r = run_models(
+            &[],
+            &[],
+            &[injected, dotted],
+            &secrets(&[("a", "k", "v", "sk-inj3cted\r\nX-Evil: 1")]),
+        );
+        let v = model_verdict(&r, "a", "crlf");
+        assert_eq!(v.reason, "InvalidSpec");
+        assert!(v.message.starts_with("spec.apiKeySecretRef"), "{v:?}");
+        assert!(!v.message.contains("inj3cted"), "{v:?}");
+        let v = model_verdict(&r, "a", "dotted.name");
+        assert_eq!(v.reason, "InvalidSpec");
+        assert!(v.message.starts_with("metadata.name"), "{v:?}");
+        assert!(r.snapshot.models.is_empty());
+    }
+
+    #[test]
+    fn keys_carry_the_models_they_name() {
+        let k = key(
+            "a",
+            "k",
+            1,
+            serde_json::json!({"secretName": "s", "models": ["claude", "b/gpt"]}),
+        );
+        let r = run(&[], &[k], &secrets(&[("a", "s", "key", "sk-k")]));
+        assert_eq!(r.snapshot.keys[0].models, ["claude", "b/gpt"]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use switchboard_crds::{Condition, McpKey, McpServer};
+use switchboard_crds::{Condition, McpKey, McpServer, ModelRoute};
 
 use crate::render::{KeyOutcome, Verdict};
 
@@ -110,6 +110,41 @@ pub fn ready(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
     }
 }
 
+/// What the readiness probe of a model found. It never calls the model: it asks the
+/// provider for its model listing (`GET <baseUrl>/v1/models` or `GET <baseUrl>/models`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelProbe {
+    /// The provider answered the listing with a 2xx.
+    Answered { status: u16 },
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+pub fn model_ready(verdict: &Verdict, probe: Option<&ModelProbe>) -> Desired {
+    let (status, reason, message) = match (verdict.accepted, probe) {
+        (false, _) => ("False", "NotAccepted", "not in the snapshot".to_string()),
+        (true, None) => (
+            "Unknown",
+            "Probing",
+            "the provider has not been probed yet".to_string(),
+        ),
+        (true, Some(ModelProbe::Answered { status })) => (
+            "True",
+            "ProviderReady",
+            format!("the provider answered its model listing with HTTP {status}"),
+        ),
+        (true, Some(ModelProbe::Failed { reason, message })) => ("False", *reason, message.clone()),
+    };
+    Desired {
+        type_: "Ready",
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
 /// Turns decisions into conditions, keeping `lastTransitionTime` where the status is unchanged.
 fn conditions(
     desired: &[Desired],
@@ -160,37 +195,82 @@ pub async fn write_server(
     desired: &[Desired],
     fields: BTreeMap<&'static str, serde_json::Value>,
 ) -> Result<bool, kube::Error> {
-    let current = server
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let generation = server.metadata.generation;
-    let wanted = conditions(desired, &current, generation);
     let status = server.status.clone().unwrap_or_default();
-    let current_fields = serde_json::to_value(&status).unwrap_or_default();
+    let current = CurrentStatus {
+        conditions: &status.conditions,
+        observed_generation: status.observed_generation,
+        fields: serde_json::to_value(&status).unwrap_or_default(),
+    };
+    write_status(client, recorder, server, &current, desired, fields).await
+}
+
+/// Writes a ModelRoute's status if it changed; publishes events for transitions.
+pub async fn write_model(
+    client: &kube::Client,
+    recorder: &Recorder,
+    route: &ModelRoute,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error> {
+    let status = route.status.clone().unwrap_or_default();
+    let current = CurrentStatus {
+        conditions: &status.conditions,
+        observed_generation: status.observed_generation,
+        fields: serde_json::to_value(&status).unwrap_or_default(),
+    };
+    write_status(client, recorder, route, &current, desired, fields).await
+}
+
+/// A resource's status as stored.
+struct CurrentStatus<'a> {
+    conditions: &'a [Condition],
+    observed_generation: Option<i64>,
+    /// The whole status as JSON, to compare the extra fields with.
+    fields: serde_json::Value,
+}
+
+/// Server-side applies `observedGeneration`, the conditions and `fields` to the status of
+/// `object` when any of them changed.
+async fn write_status<K>(
+    client: &kube::Client,
+    recorder: &Recorder,
+    object: &K,
+    current: &CurrentStatus<'_>,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let generation = object.meta().generation;
+    let wanted = conditions(desired, current.conditions, generation);
     let fields_changed = fields
         .iter()
-        .any(|(k, v)| current_fields.get(*k) != Some(v))
-        || status.observed_generation != generation;
-    if !differs(&wanted, &current) && !fields_changed {
+        .any(|(k, v)| current.fields.get(*k) != Some(v))
+        || current.observed_generation != generation;
+    if !differs(&wanted, current.conditions) && !fields_changed {
         return Ok(false);
     }
     let mut body = json!({ "observedGeneration": generation, "conditions": wanted });
     for (k, v) in fields {
         body[k] = v;
     }
-    let api: Api<McpServer> =
-        Api::namespaced(client.clone(), &server.namespace().unwrap_or_default());
-    let patch =
-        json!({ "apiVersion": "switchboard.dev/v1alpha1", "kind": "McpServer", "status": body });
+    let api: Api<K> = Api::namespaced(client.clone(), &object.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": body,
+    });
     api.patch_status(
-        &server.name_any(),
+        &object.name_any(),
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     )
     .await?;
-    announce(recorder, server, &wanted, &current).await;
+    announce(recorder, object, &wanted, current.conditions).await;
     Ok(true)
 }
 
@@ -355,6 +435,39 @@ mod tests {
             message: String::new(),
         };
         assert_eq!(ready(&rejected, None).status, "False");
+    }
+
+    #[test]
+    fn model_ready_says_why() {
+        let v = accepted_verdict();
+        let probing = model_ready(&v, None);
+        assert_eq!(
+            (probing.status, probing.reason.as_str()),
+            ("Unknown", "Probing")
+        );
+        let ready = model_ready(&v, Some(&ModelProbe::Answered { status: 200 }));
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            ("True", "ProviderReady")
+        );
+        let refused = model_ready(
+            &v,
+            Some(&ModelProbe::Failed {
+                reason: "ProviderAuthFailed",
+                message: "the provider refused the API key (HTTP 401 on the model listing)".into(),
+            }),
+        );
+        assert_eq!(
+            (refused.status, refused.reason.as_str()),
+            ("False", "ProviderAuthFailed")
+        );
+        let rejected = Verdict {
+            accepted: false,
+            reason: "ServerNotFound",
+            message: String::new(),
+        };
+        let r = model_ready(&rejected, Some(&ModelProbe::Answered { status: 200 }));
+        assert_eq!((r.status, r.reason.as_str()), ("False", "NotAccepted"));
     }
 
     #[test]

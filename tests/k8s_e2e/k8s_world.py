@@ -1,6 +1,6 @@
 """A loopback Kubernetes world for the operator end-to-end tests: a real etcd + kube-apiserver
-(tests/k8s/cluster.sh), the CRDs, the operator and gateway replicas as local processes, and the
-Rust example upstream. Used by the pytest modules here and by `propagation.py` (standalone).
+(tests/k8s/cluster.sh), the CRDs, the operator and gateway replicas as local processes, the
+Rust example upstream, and (for ModelRoutes) the scripted LLM provider. Used by the pytest modules here and by `propagation.py` (standalone).
 
 Process plumbing (starting binaries, waiting for ready lines, log capture, the MCP clients, the
 secret registry for the log grep) comes from tests/e2e/harness.py; this file only adds what is
@@ -50,6 +50,7 @@ from harness import (  # noqa: E402
 )
 
 OPERATOR_BIN = "switchboard-operator"
+PROVIDER_BIN = "switchboard-scripted-provider"
 CLUSTER_SH = REPO_ROOT / "tests" / "k8s" / "cluster.sh"
 BUILD_SH = REPO_ROOT / "tests" / "k8s" / "build-binaries.sh"
 CRDS_DIR = REPO_ROOT / "crds"
@@ -87,7 +88,7 @@ def require_binaries() -> dict[str, Path]:
     """Every binary this world runs, or a clear failure naming the missing ones."""
     found = {}
     missing = []
-    for name in (OPERATOR_BIN, GATEWAY_BIN, EXAMPLE_UPSTREAM_BIN):
+    for name in (OPERATOR_BIN, GATEWAY_BIN, EXAMPLE_UPSTREAM_BIN, PROVIDER_BIN):
         path = harness.target_dir() / "debug" / name
         if path.is_file() and os.access(path, os.X_OK):
             found[name] = path
@@ -128,6 +129,10 @@ def mcp_key(name: str, namespace: str = "default", **spec: Any) -> dict:
     return {"apiVersion": GROUP_VERSION, "kind": "McpKey", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
+def model_route(name: str, namespace: str = "default", **spec: Any) -> dict:
+    return {"apiVersion": GROUP_VERSION, "kind": "ModelRoute", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
 def secret(name: str, namespace: str, data: dict[str, str]) -> dict:
     return {
         "apiVersion": "v1",
@@ -146,6 +151,25 @@ def to_yaml(objs: dict | Iterable[dict]) -> str:
     if isinstance(objs, dict):
         objs = [objs]
     return "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objs)
+
+
+class ScriptedProvider:
+    """The scripted LLM provider (examples/provider): what it received, and a reset."""
+
+    def __init__(self, proc: Proc):
+        self.proc = proc
+
+    @property
+    def url(self) -> str:
+        return self.proc.url
+
+    def requests(self) -> list[dict]:
+        """`[{path, query, headers, body}]`, oldest first."""
+        return httpx.get(f"{self.url}/_requests", timeout=5).json()
+
+    def reset(self) -> None:
+        r = httpx.post(f"{self.url}/_reset", timeout=5)
+        assert r.status_code in (200, 204), f"POST /_reset: HTTP {r.status_code}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -247,7 +271,7 @@ class Cluster:
         """Server-side apply of one namespaced switchboard.dev object straight through the API (no
         kubectl process): the cheapest possible write."""
         assert self._api is not None
-        plural = {"McpServer": "mcpservers", "McpKey": "mcpkeys"}[obj["kind"]]
+        plural = {"McpServer": "mcpservers", "McpKey": "mcpkeys", "ModelRoute": "modelroutes"}[obj["kind"]]
         meta = obj["metadata"]
         r = self._api.patch(
             f"/apis/{GROUP_VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
@@ -263,6 +287,9 @@ class Cluster:
 
     def key(self, name: str, namespace: str = "default") -> dict | None:
         return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/mcpkeys/{name}")
+
+    def model_route(self, name: str, namespace: str = "default") -> dict | None:
+        return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/modelroutes/{name}")
 
     def secret_data(self, name: str, namespace: str) -> dict[str, str] | None:
         s = self.api_get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
@@ -356,10 +383,9 @@ class World:
         crds = sorted(CRDS_DIR.glob("*.yaml"))
         assert crds, f"no CRD manifests in {CRDS_DIR}"
         self.cluster.kubectl("apply", *[a for p in crds for a in ("-f", str(p))])
-        self.cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/mcpservers.switchboard.dev", "crd/mcpkeys.switchboard.dev",
-        )  # fmt: skip
+        # switchboard.dev_<plural>.yaml holds crd/<plural>.switchboard.dev
+        names = [f"crd/{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}" for p in crds]
+        self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
         self.cluster.kubectl("create", "namespace", OPERATOR_NS)
         self.cluster.kubectl("create", "serviceaccount", GATEWAY_SA, "-n", OPERATOR_NS)
         token = self.cluster.kubectl(
@@ -499,7 +525,7 @@ class World:
         interval: float = 0.1,
     ) -> tuple[dict, float]:
         """Polls a resource until its condition matches; returns (condition, seconds waited)."""
-        getter = self.cluster.server if kind == "mcpserver" else self.cluster.key
+        getter = {"mcpserver": self.cluster.server, "mcpkey": self.cluster.key, "modelroute": self.cluster.model_route}[kind]
         pred = want if callable(want) else (lambda c, s=want: c.get("status") == s)
         t0 = time.monotonic()
         last: list[dict | None] = [None]
@@ -516,15 +542,15 @@ class World:
             raise AssertionError(f"{exc}; last status: {describe_conditions(last[0])}") from None
         return c, time.monotonic() - t0
 
-    def kubectl_wait_ready(self, name: str, namespace: str = "default", timeout: int = 60) -> None:
+    def kubectl_wait_ready(self, name: str, namespace: str = "default", timeout: int = 60, kind: str = "mcpserver") -> None:
         p = self.cluster.kubectl(
-            "wait", "--for=condition=Ready", f"mcpserver/{name}", "-n", namespace, f"--timeout={timeout}s",
+            "wait", "--for=condition=Ready", f"{kind}/{name}", "-n", namespace, f"--timeout={timeout}s",
             check=False, timeout=timeout + 15,
         )  # fmt: skip
         if p.returncode != 0:
-            obj = self.cluster.server(name, namespace)
+            obj = (self.cluster.model_route if kind == "modelroute" else self.cluster.server)(name, namespace)
             raise AssertionError(
-                f"kubectl wait --for=condition=Ready mcpserver/{name} failed: {p.stderr.strip()}\n"
+                f"kubectl wait --for=condition=Ready {kind}/{name} failed: {p.stderr.strip()}\n"
                 f"status: {describe_conditions(obj)}"
             )
 
@@ -555,6 +581,21 @@ class World:
 
     def session_key(self) -> str | None:
         return (self.cluster.secret_data(SNAPSHOT_SECRET, OPERATOR_NS) or {}).get("session-key")
+
+    def stored_snapshot(self) -> dict:
+        """The snapshot the operator last published, as it keeps it in its Secret (JSON)."""
+        text = (self.cluster.secret_data(SNAPSHOT_SECRET, OPERATOR_NS) or {}).get("snapshot.yaml")
+        assert text, f"Secret {OPERATOR_NS}/{SNAPSHOT_SECRET} holds no snapshot"
+        return json.loads(text)
+
+    # -- the scripted LLM provider
+
+    def start_provider(self, name: str, api_key: str | None = None) -> ScriptedProvider:
+        """A scripted provider (examples/provider) on a free port; `api_key`: the key it requires."""
+        argv = [binary(PROVIDER_BIN), "--listen", "127.0.0.1:0"]
+        if api_key:
+            argv += ["--api-key", api_key]
+        return ScriptedProvider(self.group.start(name, argv))
 
     # -- diagnostics
 
@@ -619,7 +660,7 @@ def leaked_in(text: str, secrets: Iterable[str]) -> list[str]:
 def assert_no_secret_leaks(world: World) -> dict[str, int]:
     """No secret value this world used (upstream tokens, generated keys, the gateways'
     ServiceAccount token, the session key) appears in an operator or gateway log, in any
-    McpServer/McpKey as stored (status included), or in any event. Returns what was searched."""
+    McpServer/McpKey/ModelRoute as stored (status included), or in any event. Returns what was searched."""
     world.remember(world.session_key() or "")
     secrets = set(world.secrets)
     assert secrets, "no secrets were recorded: the check would prove nothing"
@@ -637,6 +678,7 @@ def assert_no_secret_leaks(world: World) -> dict[str, int]:
     objects = {
         "kubectl get mcpservers -A -o yaml": world.cluster.kubectl("get", "mcpservers", "-A", "-o", "yaml").stdout,
         "kubectl get mcpkeys -A -o yaml": world.cluster.kubectl("get", "mcpkeys", "-A", "-o", "yaml").stdout,
+        "kubectl get modelroutes -A -o yaml": world.cluster.kubectl("get", "modelroutes", "-A", "-o", "yaml").stdout,
         "kubectl get events -A -o yaml": world.cluster.kubectl("get", "events", "-A", "-o", "yaml").stdout,
     }
     for identity, proc in world.operators.items():

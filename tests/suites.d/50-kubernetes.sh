@@ -21,7 +21,7 @@ fail() { echo "50-kubernetes: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
 tests/k8s/build-binaries.sh >&2 || fail "tests/k8s/build-binaries.sh failed"
 
 # The workspace's debug binaries (tests/run-all.sh builds them before the suites).
-for b in switchboard-operator switchboard-gateway switchboard-example-upstream; do
+for b in switchboard-operator switchboard-gateway switchboard-example-upstream switchboard-scripted-provider; do
   [[ -x "$CARGO_TARGET_DIR/debug/$b" ]] ||
     fail "$CARGO_TARGET_DIR/debug/$b is missing: run \`cargo build --workspace --bins\` (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
 done
