@@ -22,6 +22,7 @@ import re
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from harness import wait_until
 from k8s_fixtures import module_world
@@ -299,6 +300,64 @@ def test_a_model_left_out_says_why_and_breaks_nothing(world: World, claude: str)
     assert condition(model_status(world, "claude"), "Accepted")["status"] == "True"
     world.cluster.kubectl("delete", "modelroute", "no-server", "no-secret", "-n", "default")
     world.cluster.kubectl("delete", "modelroute", "copycat", "-n", "team-m")
+
+
+def test_claude_code_through_gateways_the_operator_programs(world: World, tmp_path):
+    """Acceptance 6: a ModelRoute with a hidden tool of an McpServer, an McpKey, applied on the
+    real API server and Ready; the real Claude Code CLI, through both gateway replicas (fed by the
+    operator), reads a file locally while the gateway runs the hidden tool once."""
+    from claude_cli import claude_ok, describe, run_claude
+    from harness import balancer
+
+    # A provider of its own: the others must only ever see model listings.
+    provider = world.start_provider("provider-cc", api_key=world.provider_key)
+    world.cluster.apply(
+        [
+            secret("anthropic-cc", "default", {"apiKey": world.provider_key}),
+            mcp_server("adder", "default", url=world.upstream.mcp_url, timeout="5s", accessGroups=["cc"]),
+            model_route(
+                "cc", "default", provider="anthropic", baseUrl=provider.url, modelNames=["claude-opus-5-5"],
+                apiKeySecretRef={"name": "anthropic-cc", "key": "apiKey"}, accessGroups=["cc"],
+                tools=[{"server": "adder", "tools": {"allow": ["add"]}, "requireApproval": "never", "visibility": "hidden"}],
+            ),
+            mcp_key("cc", "default", secretName="cc-key", accessGroups=["cc"]),
+        ]
+    )  # fmt: skip
+    world.kubectl_wait_ready("adder", timeout=60)
+    world.kubectl_wait_ready("cc", timeout=60, kind="modelroute")
+    key = world.generated_key("cc-key")
+    world.wait_key_served(key)
+    servers = {s["id"]: s for s in world.stored_snapshot()["servers"]}
+    hidden = f"{servers['default/adder'].get('toolPrefix') or 'adder'}__add"
+    work = tmp_path / "work"
+    work.mkdir()
+    notes = work / "notes.txt"
+    notes.write_text("the launch code is 4711\n")
+    rules = [
+        {"when": {"last_tool_result_for": "Read"}, "respond": {"content": [
+            {"type": "text", "text": "Notes: {{tool_result:Read}} / sum: {{tool_result:%s}}" % hidden}]}},
+        {"when": {"no_tool_results": True}, "respond": {"content": [
+            {"type": "text", "text": "Reading and adding."},
+            {"type": "tool_use", "name": "Read", "input": {"file_path": str(notes)}},
+            {"type": "tool_use", "name": hidden, "input": {"a": 40, "b": 2}}]}},
+    ]  # fmt: skip
+    httpx.post(f"{provider.url}/_script", json={"rules": rules}, timeout=5).raise_for_status()
+    calls_before = world.upstream.stats()["by_method"].get("tools/call", 0)
+    gateways = [gw.url for gw in world.gateways.values() if gw.proc.alive()]
+    assert len(gateways) == 2, gateways
+    with balancer(gateways) as lb:
+        lb.record_bodies = True
+        run = run_claude(lb.url, "Read notes.txt and add 40 and 2.", work, api_key=key)
+        received = b"".join(lb.bodies).decode("utf-8", "replace")
+        used = {i for i, *_ in lb.served}
+    result = claude_ok(run)
+    assert "4711" in result and "42" in result, describe(run)
+    assert used == {0, 1}, "the CLI's requests went to both replicas"
+    assert world.upstream.stats()["by_method"].get("tools/call", 0) == calls_before + 1, "the hidden tool ran once"
+    assert hidden not in received, "a response the CLI received names the hidden tool"
+    model_calls = [r for r in provider.requests() if r["path"] == "/v1/messages"]
+    assert len(model_calls) == 2 and "4711" in str(model_calls[1]["body"]["messages"])
+    assert key not in str([r["headers"] for r in model_calls]), "the gateway key reached the provider"
 
 
 def test_zz_no_secret_in_logs_status_or_events(world: World):
