@@ -139,6 +139,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Tests and scripts wait for this line on stdout.
     println!("switchboard-gateway listening on http://{addr}");
     std::io::stdout().flush()?;
+    // Small writes (one SSE event) go out at once: with Nagle's algorithm a streamed event
+    // waits for the client's delayed ACK of the one before (about 40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
+        }
+    });
     axum::serve(listener, http::router(gw))
         .with_graceful_shutdown(shutdown())
         .await?;

@@ -240,3 +240,32 @@ def test_logs_hold_no_prompt_argument_or_result(gateways, procs, rust_upstream):
     for leaked in (prompt, argument, "RESULT-TEXT"):
         assert leaked not in logs, leaked
     assert world.provider.api_key not in logs
+
+
+def test_the_gateway_key_never_reaches_an_mcp_server_that_forwards_x_api_key(gateways, procs, rust_upstream):
+    """A server forwarding the caller's `X-Api-Key` (legitimate on the MCP path) must not get the
+    gateway key an Anthropic client presents in that header."""
+
+    def forwarding(config):
+        config["servers"][0]["headers"] = {"forward": ["X-Api-Key", "X-Tenant"]}
+        config["models"][0]["tools"] = [{"server": "tools", "tools": {"allow": ["request_headers"]}}]
+
+    world = with_config(gateways, procs, rust_upstream, forwarding)
+    world.provider.script(
+        {"when": {"last_tool_result_for": "tools__request_headers"}, "respond": {"content": [text("{{tool_result:tools__request_headers}}")]}},
+        {"when": {"has_tool": "tools__request_headers"}, "respond": {"content": [tool_use("tools__request_headers")]}},
+    )
+    from harness import wait_until
+
+    def answered():
+        world.provider.reset()
+        world.provider.script(
+            {"when": {"last_tool_result_for": "tools__request_headers"}, "respond": {"content": [text("{{tool_result:tools__request_headers}}")]}},
+            {"when": {"has_tool": "tools__request_headers"}, "respond": {"content": [tool_use("tools__request_headers")]}},
+        )
+        r = post_messages(world, hello(), **{"x-tenant": "t-1"})
+        return r if "x-tenant" in r.text else None
+
+    r = wait_until(answered, 10, what="the forwarding config")
+    assert "t-1" in r.text, "forwarding works"
+    assert world.key not in r.text and "x-api-key" not in r.text.lower(), r.text

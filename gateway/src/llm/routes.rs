@@ -55,12 +55,16 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
     crate::scope::presented_key(headers)
 }
 
-fn caller(gw: &Gateway, headers: HeaderMap) -> Result<Caller, LlmError> {
+fn caller(gw: &Gateway, mut headers: HeaderMap) -> Result<Caller, LlmError> {
     let presented = presented_key(&headers)
         .ok_or(LlmError::Unauthenticated(
             "missing gateway key (x-api-key: <key>, or Authorization: Bearer <key>)",
         ))?
         .to_string();
+    // The caller's headers go on to MCP servers (`headers.forward`) when gateway tools run:
+    // the gateway key must not, whatever header it came in (`Authorization` and
+    // `X-Switchboard-Key` are never forwarded; `x-api-key` could be).
+    headers.remove("x-api-key");
     Ok(authenticate_key(gw.table(), headers, &presented)?)
 }
 
