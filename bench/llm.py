@@ -25,40 +25,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
+from first_notification import start  # the same way of starting a binary and reading its address
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-bench-llm"
 PROVIDER_KEY = "pk-bench-llm"
 VERSION = "2023-06-01"
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def start(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    out = open(log, "wb")
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
-    found: dict = {}
-
-    def read() -> None:
-        assert p.stdout is not None
-        for raw in p.stdout:
-            line = raw.decode(errors="replace")
-            out.write(raw)
-            if "listening on http://" in line and "addr" not in found:
-                found["addr"] = line.split("http://", 1)[1].split()[0].rstrip("/")
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while "addr" not in found:
-        if p.poll() is not None or time.monotonic() > deadline:
-            p.kill()
-            raise SystemExit(f"{argv[0]} did not start; log {log}")
-        time.sleep(0.02)
-    return p, found["addr"]
 
 
 def cpu_seconds(pid: int) -> float:

@@ -53,11 +53,13 @@ impl Prepared {
         }
     }
 
-    /// Appends an iteration (the model's message and the gateway's results) to the body.
-    pub fn append(&mut self, messages: &[Value]) {
+    /// Appends an iteration (the model's message and the gateway's results, see
+    /// [`Format::iteration_messages`]) to the body and to the record the client will carry.
+    pub fn append(&mut self, carry: &mut Carry, messages: Vec<Value>) {
         if let Some(Value::Array(all)) = self.body.get_mut("messages") {
-            all.extend_from_slice(messages);
+            all.extend_from_slice(&messages);
         }
+        carry.prior.extend(messages);
     }
 
     /// Splits a turn's calls: the gateway's (to run) and how many are the client's.
@@ -206,11 +208,9 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
             Format::Anthropic => merged_anthropic.add_turn(&response, &executed),
             Format::OpenAi => merged_openai.add_turn(&response),
         }
-        let mut iteration_messages = vec![format.assistant_message(&response)];
-        iteration_messages.extend(format.result_messages(&executed));
-        carry.prior.extend(iteration_messages.iter().cloned());
+        let messages = format.iteration_messages(&response, &executed);
         drop(executed);
-        prepared.append(&iteration_messages);
+        prepared.append(&mut carry, messages);
     }
     // `max` is at least 1, and the last iteration always answers.
     Err(LlmError::ProviderUnavailable {

@@ -259,7 +259,7 @@ async fn anthropic_loop(
         {
             Ok(turn) => turn,
             Err(message) => {
-                anthropic_error(out, &message).await;
+                stream_error(out, Format::Anthropic, &message).await;
                 return "provider_stream_broken";
             }
         };
@@ -328,42 +328,58 @@ async fn anthropic_loop(
                 .await;
             return "ok";
         }
-        let mut iteration_messages = vec![Format::Anthropic.assistant_message(&response)];
-        iteration_messages.extend(Format::Anthropic.result_messages(&executed));
-        carry.prior.extend(iteration_messages.iter().cloned());
+        let messages = Format::Anthropic.iteration_messages(&response, &executed);
         drop(executed);
-        prepared.append(&iteration_messages);
+        prepared.append(&mut carry, messages);
         if out.closed {
             return "client_gone";
         }
-        events = match call(prepared, tally).await {
-            Ok(Ok(events)) => events,
-            Ok(Err(relayed)) => {
-                anthropic_error(
-                    out,
-                    &format!(
-                        "the model refused a later iteration (HTTP {})",
-                        relayed.status().as_u16()
-                    ),
-                )
-                .await;
-                return provider_outcome(relayed.status());
-            }
-            Err(e) => {
-                anthropic_error(out, &e.to_string()).await;
-                return e.kind();
+        events = match next_iteration(prepared, tally).await {
+            Ok(events) => events,
+            Err((message, outcome)) => {
+                stream_error(out, Format::Anthropic, &message).await;
+                return outcome;
             }
         };
     }
     "ok"
 }
 
-async fn anthropic_error(out: &mut Out, message: &str) {
-    out.event(
-        "error",
-        &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-    )
-    .await;
+/// The stream's last word when the loop cannot go on: an `error` event (Anthropic) or an
+/// error chunk (OpenAI), never a clean end that would pass for a whole answer.
+async fn stream_error(out: &mut Out, format: Format, message: &str) {
+    match format {
+        Format::Anthropic => {
+            out.event(
+                "error",
+                &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+            )
+            .await
+        }
+        Format::OpenAi => {
+            out.data(&json!({"error": {"message": message, "type": "server_error", "code": "provider_stream_broken"}}))
+                .await
+        }
+    }
+}
+
+/// The provider call of a later iteration; an error says what to tell the client and the
+/// outcome to record.
+async fn next_iteration(
+    prepared: &Prepared,
+    tally: &mut Tally,
+) -> Result<Events, (String, &'static str)> {
+    match call(prepared, tally).await {
+        Ok(Ok(events)) => Ok(events),
+        Ok(Err(relayed)) => Err((
+            format!(
+                "the model refused a later iteration (HTTP {})",
+                relayed.status().as_u16()
+            ),
+            provider_outcome(relayed.status()),
+        )),
+        Err(e) => Err((e.to_string(), e.kind())),
+    }
 }
 
 /// A block sent whole: start (with its full content) and stop.
@@ -558,8 +574,7 @@ async fn openai_loop(
         {
             Ok(turn) => turn,
             Err(message) => {
-                out.data(&json!({"error": {"message": message, "type": "server_error", "code": "provider_stream_broken"}}))
-                    .await;
+                stream_error(out, Format::OpenAi, &message).await;
                 return "provider_stream_broken";
             }
         };
@@ -642,23 +657,17 @@ async fn openai_loop(
             return "ok";
         }
         merged.push_text(&turn.text);
-        let mut iteration_messages = vec![Format::OpenAi.assistant_message(&response)];
-        iteration_messages.extend(Format::OpenAi.result_messages(&executed));
-        carry.prior.extend(iteration_messages.iter().cloned());
+        let messages = Format::OpenAi.iteration_messages(&response, &executed);
         drop(executed);
-        prepared.append(&iteration_messages);
+        prepared.append(&mut carry, messages);
         if out.closed {
             return "client_gone";
         }
-        events = match call(prepared, tally).await {
-            Ok(Ok(events)) => events,
-            Ok(Err(relayed)) => {
-                out.data(&json!({"error": {"message": format!("the model refused a later iteration (HTTP {})", relayed.status().as_u16()), "type": "server_error"}})).await;
-                return provider_outcome(relayed.status());
-            }
-            Err(e) => {
-                out.data(&e.body(Format::OpenAi)).await;
-                return e.kind();
+        events = match next_iteration(prepared, tally).await {
+            Ok(events) => events,
+            Err((message, outcome)) => {
+                stream_error(out, Format::OpenAi, &message).await;
+                return outcome;
             }
         };
     }

@@ -181,6 +181,14 @@ impl Format {
         }
     }
 
+    /// An iteration that ended in gateway calls only, as it goes into the conversation: the
+    /// model's message, then the results.
+    pub fn iteration_messages(self, response: &Value, executed: &[Executed<'_>]) -> Vec<Value> {
+        let mut messages = vec![self.assistant_message(response)];
+        messages.extend(self.result_messages(executed));
+        messages
+    }
+
     /// The gateway's calls of the last iteration and their results, for a [`Carry`].
     pub fn carried_calls(
         self,
