@@ -346,12 +346,11 @@ fn is_carrier_block(block: &Value) -> bool {
 }
 
 fn is_display_block(block: &Value) -> bool {
-    let (kind, field) = match block.get("type").and_then(Value::as_str) {
-        Some("mcp_tool_use") => ("mcp_tool_use", "id"),
-        Some("mcp_tool_result") => ("mcp_tool_result", "tool_use_id"),
+    let field = match block.get("type").and_then(Value::as_str) {
+        Some("mcp_tool_use") => "id",
+        Some("mcp_tool_result") => "tool_use_id",
         _ => return false,
     };
-    let _ = kind;
     block
         .get(field)
         .and_then(Value::as_str)
