@@ -150,3 +150,16 @@ def test_a_broken_provider_stream_becomes_an_error_event(gateways, procs, rust_u
     )
     data = [json.loads(d) for d in sse_data(r.text) if d != "[DONE]"]
     assert "error" in data[-1], data
+
+
+def test_a_forced_tool_choice_applies_to_the_first_model_call_only(gateways, procs, rust_upstream):
+    world = start_llm_world(gateways, procs, rust_upstream)
+    world.provider.script(
+        {"when": {"last_tool_result_for": ADD}, "respond": {"content": [text("done")]}},
+        {"respond": {"content": [tool_use(ADD, a=1, b=1)]}},
+    )
+    r = messages(world, ask(tool_choice={"type": "any", "disable_parallel_tool_use": True}))
+    assert r.status_code == 200 and r.json()["content"][0]["text"] == "done", r.text
+    first, second = (c["body"]["tool_choice"] for c in world.provider.model_calls())
+    assert first == {"type": "any", "disable_parallel_tool_use": True}
+    assert second == {"type": "auto", "disable_parallel_tool_use": True}

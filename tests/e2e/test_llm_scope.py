@@ -157,6 +157,8 @@ def test_model_access_is_the_keys_and_errors_have_the_providers_shape(gateways, 
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
     r = post_messages(world, hello("gpt-test"))
     assert r.status_code == 400 and "/v1/chat/completions" in r.json()["error"]["message"]
+    r = post_chat(world, hello("gpt-test", n=2))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
     # /v1/models lists what the key reaches, in a shape both SDKs read.
     listed = httpx.get(f"{world.gateway.url}/v1/models", headers={"x-api-key": world.key}).json()
     assert {m["id"] for m in listed["data"]} == {"claude-test", "claude-sonnet-4-5", "claude-opus-5-5", "gpt-test"}
@@ -205,6 +207,7 @@ def test_pass_through_is_faithful_and_the_provider_never_gets_the_gateway_key(ga
     }
     r = post_messages(world, body, **{"anthropic-beta": "interleaved-thinking-2025-05-14"})
     assert r.status_code == 200, r.text
+    assert r.headers.get("request-id", "").startswith("req_"), "the provider's request-id is relayed"
     assert r.json()["content"][0] == {"type": "thinking", "thinking": "hmm", "signature": "sig-1"}
     seen = world.provider.model_calls()[0]
     expected = dict(body, model="scripted-claude")

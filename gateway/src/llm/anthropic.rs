@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 use switchboard_snapshot::ToolVisibility;
 
-use crate::llm::carry::{CARRY_MARK, Carry, carried_token, stand_in_id};
+use crate::llm::carry::{CARRY_MARK, Carry, carried_token, stand_in_id, sweep_carried_ids};
 use crate::llm::toolset::GatewayTool;
 use crate::llm::wire::{Call, Executed, Usage};
 
@@ -272,7 +272,7 @@ pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
             };
             let carry = content.iter().find_map(|b| carrier_of(b)).and_then(open);
             let mut kept: Vec<Value> = match &carry {
-                Some(c) => content.drain(..).skip(c.shown).collect(),
+                Some(c) => without_earlier_blocks(std::mem::take(content), c),
                 None => std::mem::take(content),
             };
             kept.retain(|b| !is_display_block(b) && !is_carrier_block(b));
@@ -313,7 +313,50 @@ pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
     if !pending.is_empty() {
         out.push(json!({"role": "user", "content": pending}));
     }
+    // Whatever a client did to its copy, no carried id reaches the provider.
+    sweep_carried_ids(&mut out, "toolu_");
     *messages = out;
+}
+
+/// The client's copy of a carried turn without the blocks of the loop's earlier iterations
+/// (those come back with the record's `prior` messages): a leading run of at most `shown`
+/// blocks, each a display block or the same as a block of an earlier assistant message. Never
+/// a tool call: a client that dropped or reordered blocks loses at worst a repeated text.
+fn without_earlier_blocks(blocks: Vec<Value>, carry: &Carry) -> Vec<Value> {
+    let earlier: Vec<&Value> = carry
+        .prior
+        .iter()
+        .filter(|m| is_assistant(m))
+        .filter_map(|m| m.get("content").and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let mut skipped = 0;
+    let mut out = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let earlier_copy =
+            is_display_block(&block) || earlier.iter().any(|e| same_shown_block(e, &block));
+        if skipped < carry.shown && out.is_empty() && earlier_copy {
+            skipped += 1;
+        } else {
+            out.push(block);
+        }
+    }
+    out
+}
+
+/// Whether a client's block is its copy of `original` (SDKs may drop null fields).
+fn same_shown_block(original: &Value, copy: &Value) -> bool {
+    let kind = original.get("type").and_then(Value::as_str);
+    if kind != copy.get("type").and_then(Value::as_str) {
+        return false;
+    }
+    let fields: &[&str] = match kind {
+        Some("text") => &["text"],
+        Some("thinking") => &["thinking", "signature"],
+        Some("redacted_thinking") => &["data"],
+        _ => return false,
+    };
+    fields.iter().all(|f| original.get(f) == copy.get(f))
 }
 
 fn is_assistant(message: &Value) -> bool {
@@ -388,6 +431,7 @@ mod tests {
             ],
             results: vec![json!({"type": "tool_result", "tool_use_id": "toolu_b", "content": "B"})],
             id: Some("toolu_read".into()),
+            ..Carry::default()
         };
         let open = move |token: &str| (token == "T").then(|| carry.clone());
         let mut messages = vec![
@@ -410,6 +454,35 @@ mod tests {
         let results = &messages[4]["content"];
         assert_eq!(results[0]["tool_use_id"], "toolu_b", "gateway results lead");
         assert_eq!(results[1]["tool_use_id"], "toolu_read");
+    }
+
+    #[test]
+    fn a_client_that_dropped_an_earlier_block_loses_no_tool_call() {
+        let carry = Carry {
+            key_tag: 1,
+            prior: vec![
+                json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "tool_use", "id": "toolu_a", "name": "ocr__read", "input": {}}]}),
+                json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "A"}]}),
+            ],
+            shown: 1,
+            calls: vec![
+                json!({"type": "tool_use", "id": "toolu_b", "name": "ocr__read", "input": {}}),
+            ],
+            results: vec![json!({"type": "tool_result", "tool_use_id": "toolu_b", "content": "B"})],
+            id: Some("toolu_read".into()),
+            ..Carry::default()
+        };
+        let open = move |token: &str| (token == "T").then(|| carry.clone());
+        // The earlier thinking block is gone from the client's copy: the first block is the call.
+        let mut messages = vec![
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": carried_id("T"), "name": "Read", "input": {}}]}),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": carried_id("T"), "content": "file"}]}),
+        ];
+        expand(&mut messages, &open);
+        let text = serde_json::to_string(&messages).unwrap();
+        assert!(!text.contains(CARRY_MARK), "{text}");
+        assert_eq!(messages[2]["content"][0]["id"], "toolu_read");
+        assert_eq!(messages[3]["content"][1]["tool_use_id"], "toolu_read");
     }
 
     #[test]

@@ -37,11 +37,15 @@ pub struct Carry {
     /// First 8 bytes of the key's digest: a record opens only for the key it was made for.
     #[serde(rename = "k")]
     pub key_tag: u64,
+    /// The model it was made for: its tools' results go to no other model.
+    #[serde(rename = "m", default)]
+    pub model: String,
     /// The provider messages of the loop's earlier iterations, complete, in order.
     #[serde(rename = "p", default, skip_serializing_if = "Vec::is_empty")]
     pub prior: Vec<Value>,
-    /// How much of the client's copy of the turn came from `prior` (Anthropic: content
-    /// blocks; OpenAI: bytes of `content`), so it is not sent twice.
+    /// Anthropic: how many leading content blocks of the client's copy came from `prior`, so
+    /// they are not sent twice (only blocks that match `prior` are dropped). OpenAI needs no
+    /// count: the earlier texts are a prefix of the client's `content`.
     #[serde(rename = "s", default)]
     pub shown: usize,
     /// The gateway's calls in the last iteration (Anthropic `tool_use` blocks; OpenAI
@@ -63,23 +67,25 @@ impl Carry {
 
     /// The sealed record as an id-safe token, cut to fit; `None` when it cannot fit.
     pub fn seal(mut self, sealer: &SessionSealer) -> Option<String> {
-        loop {
+        // A few passes at most: each cuts every long result down to a common length at once.
+        for _ in 0..8 {
             let plain = serde_json::to_vec(&self).ok()?;
             if plain.len() <= MAX_CARRY_BYTES {
                 return Some(URL_SAFE_NO_PAD.encode(sealer.seal_bytes(TokenKind::Carry, &plain)));
             }
-            if !self.cut_longest_result(plain.len() - MAX_CARRY_BYTES) {
-                tracing::warn!(
-                    bytes = plain.len(),
-                    "a turn's gateway tool results are too large to carry; later turns will not see them"
-                );
-                return None;
+            if !self.cut_results(plain.len() - MAX_CARRY_BYTES) {
+                break;
             }
         }
+        tracing::warn!(
+            "a turn's gateway tool results are too large to carry; later turns will not see them"
+        );
+        None
     }
 
-    /// Opens a token for the key with `key_tag`; `None` if it is not a genuine one for it.
-    pub fn open(sealer: &SessionSealer, token: &str, key_tag: u64) -> Option<Carry> {
+    /// Opens a token for the key with `key_tag` and the model `model`; `None` if it is not a
+    /// genuine one for both.
+    pub fn open(sealer: &SessionSealer, token: &str, key_tag: u64, model: &str) -> Option<Carry> {
         // A token longer than any record could seal to is refused before decoding.
         if token.len() > MAX_CARRY_BYTES * 4 / 3 + 64 {
             return None;
@@ -87,40 +93,58 @@ impl Carry {
         let raw = URL_SAFE_NO_PAD.decode(token).ok()?;
         let plain = sealer.open_bytes(TokenKind::Carry, &raw)?;
         let carry: Carry = serde_json::from_slice(&plain).ok()?;
-        (carry.key_tag == key_tag).then_some(carry)
+        (carry.key_tag == key_tag && carry.model == model).then_some(carry)
     }
 
-    /// Halves the longest tool-result text (at least by `excess` bytes); false when nothing
-    /// is left to cut.
-    fn cut_longest_result(&mut self, excess: usize) -> bool {
-        let mut longest: Option<&mut String> = None;
+    /// Cuts every tool-result text longer than a common length, chosen so that at least
+    /// `excess` bytes go (plus the notes' own bytes); false when nothing is left to cut.
+    fn cut_results(&mut self, excess: usize) -> bool {
         let mut texts = Vec::new();
         for message in self.prior.iter_mut().chain(self.results.iter_mut()) {
             collect_result_texts(message, false, &mut texts);
         }
-        for text in texts {
-            if longest.as_ref().is_none_or(|l| text.len() > l.len()) {
-                longest = Some(text);
+        let mut lengths: Vec<usize> = texts
+            .iter()
+            .map(|t| t.len())
+            .filter(|&n| n > MIN_CUT)
+            .collect();
+        if lengths.is_empty() {
+            return false;
+        }
+        lengths.sort_unstable_by(|a, b| b.cmp(a));
+        // The largest cap that frees enough: cutting the k longest to `cap` frees
+        // sum(longest k) - k * cap; each note costs about NOTE_BYTES.
+        let mut cap = MIN_CUT;
+        let mut sum = 0usize;
+        for (k, &len) in lengths.iter().enumerate() {
+            sum += len;
+            let count = k + 1;
+            let next = lengths.get(count).copied().unwrap_or(MIN_CUT).max(MIN_CUT);
+            let needed = excess + count * NOTE_BYTES;
+            if sum > needed && (sum - needed) / count >= next {
+                cap = (sum - needed) / count;
+                break;
             }
         }
-        let Some(text) = longest.filter(|t| t.len() > MIN_CUT) else {
-            return false;
-        };
-        let keep = (text.len() / 2)
-            .min(text.len().saturating_sub(excess + 128))
-            .max(MIN_CUT / 2);
-        let mut at = keep;
-        while !text.is_char_boundary(at) {
-            at -= 1;
+        for text in texts {
+            if text.len() > cap.max(MIN_CUT) {
+                let mut at = cap.max(MIN_CUT / 2).min(text.len());
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                let cut = text.len() - at;
+                text.truncate(at);
+                text.push_str(&format!(
+                    "\n[{cut} bytes of this result were left out by the gateway to fit the conversation]"
+                ));
+            }
         }
-        let cut = text.len() - at;
-        text.truncate(at);
-        text.push_str(&format!(
-            "\n[{cut} bytes of this result were left out by the gateway to fit the conversation]"
-        ));
         true
     }
 }
+
+/// About what one cut's note adds.
+const NOTE_BYTES: usize = 96;
 
 // The string arm cannot take a guard: a guarded binding would be borrowed twice for `'a`.
 #[allow(clippy::collapsible_match)]
@@ -159,6 +183,35 @@ pub fn carried_token(id: &str) -> Option<&str> {
     id.split_once(CARRY_MARK).map(|(_, token)| token)
 }
 
+/// Replaces every carried id left in `messages` (`id`, `tool_use_id`, `tool_call_id` fields)
+/// by its stand-in: the last guard that no carried id reaches a provider.
+pub fn sweep_carried_ids(messages: &mut [Value], prefix: &str) {
+    for message in messages {
+        sweep(message, prefix);
+    }
+}
+
+fn sweep(value: &mut Value, prefix: &str) {
+    match value {
+        Value::Object(object) => {
+            for (key, v) in object.iter_mut() {
+                match v {
+                    Value::String(id) => {
+                        let is_id = key == "id" || key == "tool_use_id" || key == "tool_call_id";
+                        if is_id && carried_token(id).is_some() {
+                            *id = stand_in_id(id, prefix);
+                        }
+                    }
+                    Value::Object(_) | Value::Array(_) => sweep(v, prefix),
+                    _ => {}
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| sweep(i, prefix)),
+        _ => {}
+    }
+}
+
 /// A stable stand-in for a carried id that can no longer be opened (another session key, a
 /// changed key): the same id everywhere it appears, short enough for any provider.
 pub fn stand_in_id(id: &str, prefix: &str) -> String {
@@ -178,10 +231,11 @@ mod tests {
     }
 
     #[test]
-    fn seals_and_opens_for_the_same_key_only() {
+    fn seals_and_opens_for_the_same_key_and_model_only() {
         let s = sealer("sixteen-or-more-characters");
         let carry = Carry {
             key_tag: 7,
+            model: "m".into(),
             calls: vec![json!({"type": "tool_use", "id": "toolu_1", "name": "ocr", "input": {}})],
             results: vec![
                 json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "42"}),
@@ -195,10 +249,11 @@ mod tests {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         );
-        assert_eq!(Carry::open(&s, &token, 7), Some(carry));
-        assert_eq!(Carry::open(&s, &token, 8), None, "another key");
+        assert_eq!(Carry::open(&s, &token, 7, "m"), Some(carry));
+        assert_eq!(Carry::open(&s, &token, 8, "m"), None, "another key");
+        assert_eq!(Carry::open(&s, &token, 7, "other"), None, "another model");
         assert_eq!(
-            Carry::open(&sealer("another-session-key!"), &token, 7),
+            Carry::open(&sealer("another-session-key!"), &token, 7, "m"),
             None
         );
         assert_eq!(
@@ -217,10 +272,45 @@ mod tests {
             ..Carry::default()
         };
         let token = carry.seal(&s).expect("cut to fit");
-        let opened = Carry::open(&s, &token, 1).unwrap();
+        let opened = Carry::open(&s, &token, 1, "").unwrap();
         let text = opened.results[0]["content"].as_str().unwrap();
         assert!(text.len() < MAX_CARRY_BYTES, "{}", text.len());
         assert!(text.contains("left out by the gateway"));
+    }
+
+    #[test]
+    fn many_results_are_cut_in_a_few_passes_keeping_the_short_ones() {
+        let s = sealer("sixteen-or-more-characters");
+        let mut results: Vec<Value> = (0..3000)
+            .map(|i| json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": "z".repeat(10_000)}))
+            .collect();
+        results.push(json!({"role": "tool", "tool_call_id": "short", "content": "keep me"}));
+        let carry = Carry {
+            key_tag: 1,
+            results,
+            ..Carry::default()
+        };
+        let started = std::time::Instant::now();
+        let sealed = carry.seal(&s);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // 3,000 results cannot fit 48 KiB even cut to the minimum: not carried, and quickly.
+        assert!(sealed.is_none());
+        let few = Carry {
+            key_tag: 1,
+            results: (0..20)
+                .map(|i| json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": "z".repeat(50_000)}))
+                .chain([json!({"role": "tool", "tool_call_id": "short", "content": "keep me"})])
+                .collect(),
+            ..Carry::default()
+        };
+        let opened = Carry::open(&s, &few.seal(&s).expect("fits after cutting"), 1, "").unwrap();
+        assert_eq!(opened.results[20]["content"], "keep me");
+        assert!(
+            opened.results[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("left out")
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::llm::carry::{CARRY_MARK, Carry, carried_token, stand_in_id};
+use crate::llm::carry::{CARRY_MARK, Carry, carried_token, stand_in_id, sweep_carried_ids};
 use crate::llm::toolset::GatewayTool;
 use crate::llm::wire::{Call, Executed, Usage};
 
@@ -147,7 +147,7 @@ impl Merged {
         seal: &dyn Fn(Carry) -> Option<String>,
         usage: Usage,
     ) -> Value {
-        carry.shown = self.push_text(text_of(&last));
+        self.push_text(text_of(&last));
         let client_calls: Vec<Value> = tool_calls(&last)
             .filter(|c| {
                 let id = c.get("id").and_then(Value::as_str);
@@ -260,21 +260,38 @@ pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
             out.push(message);
             continue;
         };
-        out.extend(carry.prior);
+        // The client's text starts with the earlier iterations' texts (they come back with
+        // `prior`): dropped when it does, left as it is otherwise.
+        let earlier = earlier_text(&carry.prior);
         if let Some(Value::String(text)) = message.get_mut("content")
-            && carry.shown <= text.len()
-            && text.is_char_boundary(carry.shown)
+            && !earlier.is_empty()
+            && let Some(rest) = text.strip_prefix(earlier.as_str())
         {
-            let rest = text.split_off(carry.shown);
-            *text = rest.trim_start_matches(TEXT_SEPARATOR).to_string();
+            *text = rest
+                .strip_prefix(TEXT_SEPARATOR)
+                .unwrap_or(rest)
+                .to_string();
         }
+        out.extend(carry.prior);
         if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
             calls.extend(carry.calls);
         }
         out.push(message);
         out.extend(carry.results);
     }
+    sweep_carried_ids(&mut out, "call_");
     *messages = out;
+}
+
+/// The texts of a record's earlier assistant messages as the client saw them, merged.
+fn earlier_text(prior: &[Value]) -> String {
+    let mut merged = Merged::default();
+    for message in prior {
+        if message.get("role").and_then(Value::as_str) == Some("assistant") {
+            merged.push_text(message.get("content").and_then(Value::as_str).unwrap_or(""));
+        }
+    }
+    merged.text
 }
 
 fn carried_of(call: &Value) -> Option<&str> {
@@ -299,6 +316,7 @@ mod tests {
             ],
             results: vec![json!({"role": "tool", "tool_call_id": "call_b", "content": "B"})],
             id: Some("call_read".into()),
+            ..Carry::default()
         };
         let open = move |t: &str| (t == "T").then(|| carry.clone());
         let mut messages = vec![

@@ -94,17 +94,7 @@ impl<'a> Provider<'a> {
         deadline: Instant,
     ) -> Result<Result<Value, Response>, LlmError> {
         let status = response.status();
-        let headers = response.headers().clone();
-        let body = match tokio::time::timeout_at(deadline, response.bytes()).await {
-            Err(_) => return Err(self.timeout()),
-            Ok(Err(e)) => {
-                return Err(LlmError::ProviderUnavailable {
-                    model: self.model.id().to_string(),
-                    detail: e.without_url().to_string(),
-                });
-            }
-            Ok(Ok(b)) => b,
-        };
+        let (headers, body) = self.read(response, deadline).await?;
         if !status.is_success() {
             return Ok(Err(relay_bytes(status, &headers, body)));
         }
@@ -114,6 +104,58 @@ impl<'a> Provider<'a> {
                 model: self.model.id().to_string(),
                 detail: format!("answered with a body that is not JSON: {e}"),
             })
+    }
+
+    /// Reads an answer whole, to relay it as it is (a refusal, or a pass-through answer).
+    pub async fn read_whole(
+        &self,
+        response: reqwest::Response,
+        deadline: Instant,
+    ) -> Result<Answer, LlmError> {
+        let status = response.status();
+        let (headers, body) = self.read(response, deadline).await?;
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    async fn read(
+        &self,
+        response: reqwest::Response,
+        deadline: Instant,
+    ) -> Result<(reqwest::header::HeaderMap, Bytes), LlmError> {
+        let headers = response.headers().clone();
+        match tokio::time::timeout_at(deadline, response.bytes()).await {
+            Err(_) => Err(self.timeout()),
+            Ok(Err(e)) => Err(LlmError::ProviderUnavailable {
+                model: self.model.id().to_string(),
+                detail: e.without_url().to_string(),
+            }),
+            Ok(Ok(b)) => Ok((headers, b)),
+        }
+    }
+}
+
+/// A provider's answer read whole (a refusal, or a pass-through answer), kept to relay as it
+/// was sent.
+pub struct Answer {
+    pub status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    pub fn into_response(self) -> Response {
+        relay_bytes(self.status, &self.headers, self.body)
+    }
+
+    /// The body, when it is a JSON object (the providers' error shapes are).
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_slice::<Value>(&self.body)
+            .ok()
+            .filter(Value::is_object)
     }
 }
 

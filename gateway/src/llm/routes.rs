@@ -128,13 +128,20 @@ async fn prepare(
     let tag = key_tag(&caller.key.digest);
     let sealer = &caller.table.sealer;
     format.expand(&mut body, &|token| {
-        crate::llm::carry::Carry::open(sealer, token, tag)
+        crate::llm::carry::Carry::open(sealer, token, tag, model.id())
     });
     let references = toolset::take_references(&mut body, |url| {
         prefix_of_gateway_url(url).is_some_and(|p| caller.table.server_by_prefix(p).is_some())
     })?;
     let client_tools = format.client_tool_names(&body);
     let tools = toolset::resolve(gw, &caller, &model, &references, &client_tools).await?;
+    if tools.has_gateway_run() && body.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
+        // Each choice would be a loop of its own, and the others would show the hidden calls.
+        return Err(LlmError::invalid(
+            "n",
+            "must be 1 for a model with gateway tools",
+        ));
+    }
     format.inject(&mut body, &tools);
     if let Some(upstream) = &model.spec.upstream_model {
         body.insert("model".into(), Value::String(upstream.clone()));
@@ -288,13 +295,15 @@ async fn pass_through(prepared: Prepared, tally: &mut Tally) -> Result<Response,
             prepared.model.id().to_string(),
         ));
     }
-    match provider.whole(response, deadline).await? {
-        Ok(value) => {
-            tally.usage += prepared.format.usage(&value);
-            Ok(Json(value).into_response())
-        }
-        Err(relayed) => Ok(relayed),
+    // Relayed as sent (status, headers such as request-id and rate limits, body bytes); read
+    // only for the usage the metrics count.
+    let answer = provider.read_whole(response, deadline).await?;
+    if answer.status.is_success()
+        && let Some(value) = answer.json()
+    {
+        tally.usage += prepared.format.usage(&value);
     }
+    Ok(answer.into_response())
 }
 
 /// `POST /v1/messages/count_tokens`: counted by the provider on the body the model would

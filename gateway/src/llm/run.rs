@@ -49,17 +49,43 @@ impl Prepared {
     pub fn new_carry(&self) -> Carry {
         Carry {
             key_tag: key_tag(&self.caller.key.digest),
+            model: self.model.id().to_string(),
             ..Carry::default()
         }
     }
 
     /// Appends an iteration (the model's message and the gateway's results, see
     /// [`Format::iteration_messages`]) to the body and to the record the client will carry.
+    /// A `tool_choice` that forces a tool call is relaxed to `auto` from then on: forced on
+    /// every iteration, the model could never answer.
     pub fn append(&mut self, carry: &mut Carry, messages: Vec<Value>) {
         if let Some(Value::Array(all)) = self.body.get_mut("messages") {
             all.extend_from_slice(&messages);
         }
         carry.prior.extend(messages);
+        if let Some(choice) = self.body.get_mut("tool_choice") {
+            let forced = match self.format {
+                Format::Anthropic => matches!(
+                    choice.get("type").and_then(Value::as_str),
+                    Some("any" | "tool")
+                ),
+                Format::OpenAi => {
+                    choice.as_str() == Some("required") || choice.get("function").is_some()
+                }
+            };
+            if forced {
+                *choice = match self.format {
+                    Format::Anthropic => {
+                        let mut auto = serde_json::json!({"type": "auto"});
+                        if let Some(p) = choice.get("disable_parallel_tool_use") {
+                            auto["disable_parallel_tool_use"] = p.clone();
+                        }
+                        auto
+                    }
+                    Format::OpenAi => Value::String("auto".into()),
+                };
+            }
+        }
     }
 
     /// Splits a turn's calls: the gateway's (to run) and how many are the client's.
@@ -88,6 +114,9 @@ pub struct Tally {
     pub tool_calls: u64,
     pub tool_errors: u64,
 }
+
+/// Most gateway calls of one turn that run at the same time.
+const MAX_CONCURRENT_CALLS: usize = 8;
 
 /// Runs the gateway's calls of one turn concurrently, each bounded by its server's timeout
 /// (through the same scope, routing and credential path as an MCP call). A failure becomes a
@@ -127,7 +156,14 @@ pub async fn execute<'t>(
             }
         })
     });
-    let executed = join_all(runs).await;
+    // In the model's order, a few at a time: one turn's calls share the upstreams with
+    // everyone else's.
+    let mut runs: Vec<_> = runs.collect();
+    let mut executed = Vec::with_capacity(runs.len());
+    while !runs.is_empty() {
+        let batch: Vec<_> = runs.drain(..runs.len().min(MAX_CONCURRENT_CALLS)).collect();
+        executed.extend(join_all(batch).await);
+    }
     for e in &executed {
         let outcome = if e.outcome.is_error { "error" } else { "ok" };
         tally.tool_calls += 1;
@@ -181,6 +217,10 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
             Err(relayed) => return Ok(relayed),
         };
         tally.usage += format.usage(&response);
+        let mut response = response;
+        if !format.stopped_for_tools(&response) {
+            format.drop_gateway_calls(&mut response, &prepared.tools);
+        }
         let calls = format.calls(&response);
         let (ours, theirs) = prepared.split(&calls);
         let executed = if ours.is_empty() {

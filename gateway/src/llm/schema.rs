@@ -41,11 +41,19 @@ const KEPT: &[&str] = &[
 
 /// How deep references are followed: a recursive schema is cut (to "any value") below this.
 const MAX_REF_DEPTH: usize = 8;
+/// Most schema nodes one sanitized schema may have: references that fan out (a node whose
+/// properties all refer back to it) would otherwise multiply; past this, "any value".
+const MAX_NODES: usize = 5_000;
 
 /// The provider-safe form of an MCP tool's `inputSchema`.
 pub fn sanitize(schema: &Value) -> Value {
     let definitions = collect_definitions(schema);
-    let mut top = clean(schema, &definitions, 0);
+    let mut walk = Walk {
+        definitions: &definitions,
+        path: Vec::new(),
+        budget: MAX_NODES,
+    };
+    let mut top = walk.clean(schema);
     let Value::Object(object) = &mut top else {
         return json!({"type": "object", "properties": {}});
     };
@@ -75,69 +83,83 @@ fn collect_definitions(schema: &Value) -> Map<String, Value> {
     out
 }
 
-fn clean(value: &Value, definitions: &Map<String, Value>, depth: usize) -> Value {
-    let Value::Object(object) = value else {
-        // `true`/`false` schemas and junk: "any value" is the safe reading.
-        return Value::Object(Map::new());
-    };
-    if let Some(Value::String(reference)) = object.get("$ref") {
-        return match definitions.get(reference) {
-            Some(target) if depth < MAX_REF_DEPTH => {
-                let mut inlined = clean(target, definitions, depth + 1);
-                // A description next to the reference describes this use of it.
-                if let (Value::Object(o), Some(d)) = (&mut inlined, object.get("description")) {
-                    o.insert("description".into(), d.clone());
-                }
-                inlined
-            }
-            _ => Value::Object(Map::new()),
+/// One sanitizing walk: the definitions it inlines, the references being inlined (a reference
+/// to one of them is a cycle, cut), and the nodes it may still make.
+struct Walk<'a> {
+    definitions: &'a Map<String, Value>,
+    path: Vec<&'a str>,
+    budget: usize,
+}
+
+impl<'a> Walk<'a> {
+    fn clean(&mut self, value: &Value) -> Value {
+        let Value::Object(object) = value else {
+            // `true`/`false` schemas and junk: "any value" is the safe reading.
+            return Value::Object(Map::new());
         };
-    }
-    let mut out = Map::new();
-    for (key, v) in object {
-        let key = if key == "oneOf" {
-            "anyOf"
-        } else {
-            key.as_str()
-        };
-        if !KEPT.contains(&key) {
-            continue;
+        if self.budget == 0 {
+            return Value::Object(Map::new());
         }
-        let cleaned = match key {
-            "properties" => match v {
-                Value::Object(props) => Value::Object(
-                    props
-                        .iter()
-                        .map(|(name, p)| (name.clone(), clean(p, definitions, depth)))
-                        .collect(),
-                ),
-                _ => continue,
-            },
-            "items" => clean(v, definitions, depth),
-            "additionalProperties" => match v {
-                Value::Bool(_) => v.clone(),
-                other => clean(other, definitions, depth),
-            },
-            "anyOf" | "allOf" => match v {
-                Value::Array(branches) => Value::Array(
-                    branches
-                        .iter()
-                        .map(|b| clean(b, definitions, depth))
-                        .collect(),
-                ),
-                _ => continue,
-            },
-            "required" => match v {
-                Value::Array(names) => {
-                    Value::Array(names.iter().filter(|n| n.is_string()).cloned().collect())
-                }
-                _ => continue,
-            },
-            _ => v.clone(),
-        };
-        out.insert(key.to_string(), cleaned);
+        self.budget -= 1;
+        if let Some(Value::String(reference)) = object.get("$ref") {
+            let Some((name, target)) = self.definitions.get_key_value(reference.as_str()) else {
+                return Value::Object(Map::new());
+            };
+            if self.path.len() >= MAX_REF_DEPTH || self.path.contains(&name.as_str()) {
+                return Value::Object(Map::new());
+            }
+            self.path.push(name);
+            let mut inlined = self.clean(target);
+            self.path.pop();
+            // A description next to the reference describes this use of it.
+            if let (Value::Object(o), Some(d)) = (&mut inlined, object.get("description")) {
+                o.insert("description".into(), d.clone());
+            }
+            return inlined;
+        }
+        let mut out = Map::new();
+        for (key, v) in object {
+            let key = if key == "oneOf" {
+                "anyOf"
+            } else {
+                key.as_str()
+            };
+            if !KEPT.contains(&key) {
+                continue;
+            }
+            let cleaned = match key {
+                "properties" => match v {
+                    Value::Object(props) => Value::Object(
+                        props
+                            .iter()
+                            .map(|(name, p)| (name.clone(), self.clean(p)))
+                            .collect(),
+                    ),
+                    _ => continue,
+                },
+                "items" => self.clean(v),
+                "additionalProperties" => match v {
+                    Value::Bool(_) => v.clone(),
+                    other => self.clean(other),
+                },
+                "anyOf" | "allOf" => match v {
+                    Value::Array(branches) => {
+                        Value::Array(branches.iter().map(|b| self.clean(b)).collect())
+                    }
+                    _ => continue,
+                },
+                "required" => match v {
+                    Value::Array(names) => {
+                        Value::Array(names.iter().filter(|n| n.is_string()).cloned().collect())
+                    }
+                    _ => continue,
+                },
+                _ => v.clone(),
+            };
+            out.insert(key.to_string(), cleaned);
+        }
+        Value::Object(out)
     }
-    Value::Object(out)
 }
 
 /// Providers take no combinator at the top of a tool schema: the branches' properties are
@@ -249,6 +271,23 @@ mod tests {
         assert!(out.get("anyOf").is_none() && out.get("oneOf").is_none());
         assert_eq!(out["properties"].as_object().unwrap().len(), 3);
         assert_eq!(out["required"], json!(["c"]));
+    }
+
+    #[test]
+    fn references_that_fan_out_stay_bounded() {
+        // Every property of `node` refers to `node`: without cycle cutting and a budget this
+        // inlines 6^8 copies.
+        let props: Map<String, Value> = (0..6)
+            .map(|i| (format!("p{i}"), json!({"$ref": "#/$defs/node"})))
+            .collect();
+        let input = json!({"$defs": {"node": {"type": "object", "properties": props}}, "$ref": "#/$defs/node"});
+        let out = sanitize(&input);
+        assert!(out.to_string().len() < 10_000, "{}", out.to_string().len());
+        assert_eq!(
+            out["properties"]["p0"],
+            json!({}),
+            "the cycle is cut at once"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::llm::anthropic;
 use crate::llm::errors::LlmError;
 use crate::llm::openai;
+use crate::llm::provider::Answer;
 use crate::llm::routes::{provider_outcome, record};
 use crate::llm::run::{Prepared, Tally, execute};
 use crate::llm::wire::{Executed, Format, Usage};
@@ -56,10 +57,9 @@ pub async fn start(mut prepared: Prepared, started: Instant) -> Response {
     let mut tally = Tally::default();
     let first = match call(&prepared, &mut tally).await {
         Ok(Ok(reader)) => reader,
-        Ok(Err(relayed)) => {
-            let outcome = provider_outcome(relayed.status());
-            finish_record(&prepared, outcome, &tally, started);
-            return relayed;
+        Ok(Err(refusal)) => {
+            finish_record(&prepared, provider_outcome(refusal.status), &tally, started);
+            return refusal.into_response();
         }
         Err(e) => {
             finish_record(&prepared, e.kind(), &tally, started);
@@ -150,41 +150,72 @@ struct Events {
 }
 
 impl Events {
-    /// The next event; `Ok(None)` at the end of the stream; `Err` when it broke.
-    async fn next(&mut self) -> Result<Option<SseEvent>, String> {
+    /// The next event; `Ok(None)` at the end of the stream; `Err` when it broke or the client
+    /// went away (then the provider call is dropped: no more tokens are spent on it).
+    async fn next(&mut self, client: &Out) -> Result<Option<SseEvent>, TurnEnd> {
         loop {
             match self.decoder.next_event() {
                 Ok(Some(event)) => return Ok(Some(event)),
                 Ok(None) => {}
-                Err(e) => return Err(format!("{e:?}")),
+                Err(e) => return Err(TurnEnd::Broken(format!("{e:?}"))),
             }
-            match tokio::time::timeout_at(self.deadline, self.body.next()).await {
-                Err(_) => return Err("the model did not finish within its timeout".into()),
+            let chunk = tokio::select! {
+                chunk = tokio::time::timeout_at(self.deadline, self.body.next()) => chunk,
+                () = client.tx.closed() => return Err(TurnEnd::ClientGone),
+            };
+            match chunk {
+                Err(_) => {
+                    return Err(TurnEnd::Broken(
+                        "the model did not finish within its timeout".into(),
+                    ));
+                }
                 Ok(None) => return Ok(None),
-                Ok(Some(Err(e))) => return Err(e.without_url().to_string()),
+                Ok(Some(Err(e))) => return Err(TurnEnd::Broken(e.without_url().to_string())),
                 Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
             }
         }
     }
 }
 
+/// Why an iteration's stream ended early.
+enum TurnEnd {
+    /// The provider's stream broke (or timed out): the client gets an error of the gateway's.
+    Broken(String),
+    /// The provider sent an error event: the client gets it as it was sent.
+    Provider(Value),
+    /// The client went away.
+    ClientGone,
+}
+
+impl TurnEnd {
+    /// Tells the client (if it is still there) and returns the outcome to record.
+    async fn finish(self, out: &mut Out, format: Format) -> &'static str {
+        match self {
+            TurnEnd::Broken(message) => {
+                stream_error(out, format, &message).await;
+                "provider_stream_broken"
+            }
+            TurnEnd::Provider(data) => {
+                match format {
+                    Format::Anthropic => out.event("error", &data).await,
+                    Format::OpenAi => out.data(&data).await,
+                }
+                "provider_stream_error"
+            }
+            TurnEnd::ClientGone => "client_gone",
+        }
+    }
+}
+
 /// One streamed provider call: its events, or the provider's refusal to relay.
-async fn call(
-    prepared: &Prepared,
-    tally: &mut Tally,
-) -> Result<Result<Events, Response>, LlmError> {
+async fn call(prepared: &Prepared, tally: &mut Tally) -> Result<Result<Events, Answer>, LlmError> {
     let provider = prepared.provider();
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
     let response = provider.post(&prepared.endpoint, body, deadline).await?;
     tally.model_calls += 1;
     if !response.status().is_success() {
-        let relayed = match provider.whole(response, deadline).await? {
-            // `whole` only answers JSON for a 2xx: not reached, but relayed all the same.
-            Ok(v) => axum::Json(v).into_response(),
-            Err(relayed) => relayed,
-        };
-        return Ok(Err(relayed));
+        return Ok(Err(provider.read_whole(response, deadline).await?));
     }
     Ok(Ok(Events {
         body: Box::pin(response.bytes_stream()),
@@ -258,14 +289,16 @@ async fn anthropic_loop(
             .await
         {
             Ok(turn) => turn,
-            Err(message) => {
-                stream_error(out, Format::Anthropic, &message).await;
-                return "provider_stream_broken";
-            }
+            Err(end) => return end.finish(out, Format::Anthropic).await,
         };
         tally.usage += turn.usage;
-        let response = json!({"content": turn.blocks});
-        let calls = Format::Anthropic.calls(&response);
+        let response = json!({"content": turn.blocks, "stop_reason": turn.stop_reason});
+        // Gateway calls were never relayed; cut off by max_tokens they are not run either.
+        let calls = if Format::Anthropic.stopped_for_tools(&response) {
+            Format::Anthropic.calls(&response)
+        } else {
+            Vec::new()
+        };
         let (ours, theirs) = prepared.split(&calls);
         let executed = if ours.is_empty() {
             Vec::new()
@@ -300,8 +333,10 @@ async fn anthropic_loop(
                     if n == 0
                         && name == "content_block_start"
                         && let Some(token) = &token
+                        && let Some(block) =
+                            data.get_mut("content_block").and_then(Value::as_object_mut)
                     {
-                        data["content_block"]["id"] = json!(anthropic::carried_id(token));
+                        block.insert("id".into(), json!(anthropic::carried_id(token)));
                     }
                     out.event(&name, &data).await;
                 }
@@ -336,10 +371,7 @@ async fn anthropic_loop(
         }
         events = match next_iteration(prepared, tally).await {
             Ok(events) => events,
-            Err((message, outcome)) => {
-                stream_error(out, Format::Anthropic, &message).await;
-                return outcome;
-            }
+            Err(end) => return end.finish(out, Format::Anthropic).await,
         };
     }
     "ok"
@@ -363,22 +395,19 @@ async fn stream_error(out: &mut Out, format: Format, message: &str) {
     }
 }
 
-/// The provider call of a later iteration; an error says what to tell the client and the
-/// outcome to record.
-async fn next_iteration(
-    prepared: &Prepared,
-    tally: &mut Tally,
-) -> Result<Events, (String, &'static str)> {
+/// The provider call of a later iteration; a refusal is passed on as the provider's own error
+/// event when its body is one.
+async fn next_iteration(prepared: &Prepared, tally: &mut Tally) -> Result<Events, TurnEnd> {
     match call(prepared, tally).await {
         Ok(Ok(events)) => Ok(events),
-        Ok(Err(relayed)) => Err((
-            format!(
+        Ok(Err(refusal)) => Err(match refusal.json() {
+            Some(body) if body.get("error").is_some() => TurnEnd::Provider(body),
+            _ => TurnEnd::Broken(format!(
                 "the model refused a later iteration (HTTP {})",
-                relayed.status().as_u16()
-            ),
-            provider_outcome(relayed.status()),
-        )),
-        Err(e) => Err((e.to_string(), e.kind())),
+                refusal.status.as_u16()
+            )),
+        }),
+        Err(e) => Err(TurnEnd::Broken(e.to_string())),
     }
 }
 
@@ -403,13 +432,16 @@ async fn anthropic_turn(
     out: &mut Out,
     next_index: &mut u64,
     first_iteration: bool,
-) -> Result<AnthropicTurn, String> {
+) -> Result<AnthropicTurn, TurnEnd> {
     let mut turn = AnthropicTurn::default();
     loop {
-        let Some(event) = events.next().await? else {
-            return Err("the model's stream ended before message_stop".into());
+        let Some(event) = events.next(out).await? else {
+            return Err(TurnEnd::Broken(
+                "the model's stream ended before message_stop".into(),
+            ));
         };
-        let Ok(mut data) = serde_json::from_str::<Value>(&event.data) else {
+        // Only objects are events of the Messages stream; anything else is passed over.
+        let Ok(mut data @ Value::Object(_)) = serde_json::from_str::<Value>(&event.data) else {
             continue;
         };
         let name = event
@@ -427,7 +459,11 @@ async fn anthropic_turn(
             }
             "content_block_start" => {
                 let Some(index) = index else { continue };
-                let block = data.get("content_block").cloned().unwrap_or(json!({}));
+                let block = data
+                    .get("content_block")
+                    .filter(|b| b.is_object())
+                    .cloned()
+                    .unwrap_or(json!({}));
                 let is_tool = block.get("type").and_then(Value::as_str) == Some("tool_use");
                 let tool_name = block.get("name").and_then(Value::as_str).unwrap_or("");
                 let route = if is_tool && prepared.tools.gateway_run(tool_name).is_some() {
@@ -472,15 +508,11 @@ async fn anthropic_turn(
             }
             "message_stop" => return Ok(turn),
             "ping" => out.event(&name, &data).await,
-            "error" => {
-                let message = data
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the model's stream reported an error")
-                    .to_string();
-                return Err(message);
-            }
+            "error" => return Err(TurnEnd::Provider(data)),
             _ => {}
+        }
+        if out.closed {
+            return Err(TurnEnd::ClientGone);
         }
     }
 }
@@ -499,29 +531,39 @@ fn set_block(blocks: &mut Vec<Value>, index: u64, block: Value) {
 
 fn assemble_delta(turn: &mut AnthropicTurn, index: u64, delta: Option<&Value>) {
     let Some(delta) = delta else { return };
-    let Some(block) = turn.blocks.get_mut(index as usize) else {
+    if delta.get("type").and_then(Value::as_str) == Some("input_json_delta") {
+        if let Some(piece) = delta.get("partial_json").and_then(Value::as_str) {
+            turn.inputs.entry(index).or_default().push_str(piece);
+        }
+        return;
+    }
+    let Some(Value::Object(block)) = turn.blocks.get_mut(index as usize) else {
         return;
     };
-    let append = |block: &mut Value, field: &str, piece: Option<&Value>| {
-        if let Some(piece) = piece.and_then(Value::as_str) {
-            let current = block.get(field).and_then(Value::as_str).unwrap_or("");
-            block[field] = Value::String(format!("{current}{piece}"));
-        }
-    };
+    // Appended in place: a long answer arrives in thousands of pieces.
+    let append =
+        |block: &mut serde_json::Map<String, Value>, field: &str, piece: Option<&Value>| {
+            let Some(piece) = piece.and_then(Value::as_str) else {
+                return;
+            };
+            match block.get_mut(field) {
+                Some(Value::String(text)) => text.push_str(piece),
+                _ => {
+                    block.insert(field.into(), Value::String(piece.to_string()));
+                }
+            }
+        };
     match delta.get("type").and_then(Value::as_str) {
         Some("text_delta") => append(block, "text", delta.get("text")),
         Some("thinking_delta") => append(block, "thinking", delta.get("thinking")),
         Some("signature_delta") => append(block, "signature", delta.get("signature")),
-        Some("input_json_delta") => {
-            if let Some(piece) = delta.get("partial_json").and_then(Value::as_str) {
-                turn.inputs.entry(index).or_default().push_str(piece);
-            }
-        }
         Some("citations_delta") => {
             if let Some(citation) = delta.get("citation") {
                 match block.get_mut("citations") {
                     Some(Value::Array(c)) => c.push(citation.clone()),
-                    _ => block["citations"] = json!([citation]),
+                    _ => {
+                        block.insert("citations".into(), json!([citation]));
+                    }
                 }
             }
         }
@@ -533,12 +575,13 @@ fn finish_block(turn: &mut AnthropicTurn, index: u64) {
     let Some(partial) = turn.inputs.remove(&index) else {
         return;
     };
-    if let Some(block) = turn.blocks.get_mut(index as usize) {
-        block["input"] = if partial.trim().is_empty() {
+    if let Some(Value::Object(block)) = turn.blocks.get_mut(index as usize) {
+        let input = if partial.trim().is_empty() {
             json!({})
         } else {
             serde_json::from_str(&partial).unwrap_or(Value::String(partial))
         };
+        block.insert("input".into(), input);
     }
 }
 
@@ -573,10 +616,7 @@ async fn openai_loop(
         let turn = match openai_turn(&mut events, out, &merged, &mut template, iteration == 1).await
         {
             Ok(turn) => turn,
-            Err(message) => {
-                stream_error(out, Format::OpenAi, &message).await;
-                return "provider_stream_broken";
-            }
+            Err(end) => return end.finish(out, Format::OpenAi).await,
         };
         tally.usage += turn.usage;
         let tool_calls: Vec<Value> = turn
@@ -590,8 +630,13 @@ async fn openai_loop(
         if !tool_calls.is_empty() {
             message["tool_calls"] = Value::Array(tool_calls);
         }
-        let response = json!({"choices": [{"message": message}]});
-        let calls = Format::OpenAi.calls(&response);
+        let response =
+            json!({"choices": [{"message": message, "finish_reason": turn.finish_reason}]});
+        let calls = if Format::OpenAi.stopped_for_tools(&response) {
+            Format::OpenAi.calls(&response)
+        } else {
+            Vec::new()
+        };
         let (ours, theirs) = prepared.split(&calls);
         let executed = if ours.is_empty() {
             Vec::new()
@@ -606,11 +651,10 @@ async fn openai_loop(
             let (c, r) = Format::OpenAi.carried_calls(&response, &executed);
             carry.calls = c;
             carry.results = r;
-            carry.shown = merged.push_text(&turn.text);
             let client_calls: Vec<&(u64, String, String, String)> = turn
                 .calls
                 .iter()
-                .filter(|(_, id, _, _)| !executed.iter().any(|e| &e.call.id == id))
+                .filter(|(_, _, name, _)| prepared.tools.gateway_run(name).is_none())
                 .collect();
             carry.id = client_calls.first().map(|c| c.1.clone());
             let token = if carry.is_empty() || carry.id.is_none() {
@@ -665,14 +709,59 @@ async fn openai_loop(
         }
         events = match next_iteration(prepared, tally).await {
             Ok(events) => events,
-            Err((message, outcome)) => {
-                stream_error(out, Format::OpenAi, &message).await;
-                return outcome;
-            }
+            Err(end) => return end.finish(out, Format::OpenAi).await,
         };
     }
     "ok"
 }
+
+/// Adds one streamed tool-call delta to the calls assembled so far. The slot is the delta's
+/// `index`, or its `id`, or the last call; the name is taken once (some compatible servers
+/// repeat it in every delta), the arguments are appended. A bounded number of calls is kept.
+fn merge_call_delta(calls: &mut Vec<(u64, String, String, String)>, call: &Value) {
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|i| !i.is_empty());
+    let slot = match call.get("index").and_then(Value::as_u64) {
+        Some(index) => calls.iter().position(|c| c.0 == index).or_else(|| {
+            (calls.len() < MAX_CALLS).then(|| {
+                calls.push((index, String::new(), String::new(), String::new()));
+                calls.len() - 1
+            })
+        }),
+        None => match id.and_then(|id| calls.iter().position(|c| c.1 == id)) {
+            Some(p) => Some(p),
+            None if id.is_some() || calls.is_empty() => (calls.len() < MAX_CALLS).then(|| {
+                calls.push((
+                    calls.len() as u64,
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ));
+                calls.len() - 1
+            }),
+            None => Some(calls.len() - 1),
+        },
+    };
+    let Some(entry) = slot.and_then(|p| calls.get_mut(p)) else {
+        return;
+    };
+    if let Some(id) = id {
+        entry.1 = id.to_string();
+    }
+    if let Some(name) = call.pointer("/function/name").and_then(Value::as_str)
+        && entry.2.is_empty()
+    {
+        entry.2 = name.to_string();
+    }
+    if let Some(arguments) = call.pointer("/function/arguments").and_then(Value::as_str) {
+        entry.3.push_str(arguments);
+    }
+}
+
+/// Most tool calls one streamed iteration may make.
+const MAX_CALLS: usize = 128;
 
 /// A chunk of the gateway's own, shaped like the provider's.
 fn chunk(template: &Value, delta: Value, finish_reason: Value) -> Value {
@@ -692,26 +781,25 @@ async fn openai_turn(
     merged: &openai::Merged,
     template: &mut Option<Value>,
     first_iteration: bool,
-) -> Result<OpenAiTurn, String> {
+) -> Result<OpenAiTurn, TurnEnd> {
     let mut role_sent = !first_iteration;
     let mut turn = OpenAiTurn::default();
     let mut separated = merged.text.is_empty();
     loop {
-        let Some(event) = events.next().await? else {
-            return Err("the model's stream ended before [DONE]".into());
+        let Some(event) = events.next(out).await? else {
+            return Err(TurnEnd::Broken(
+                "the model's stream ended before [DONE]".into(),
+            ));
         };
         if event.data.trim() == "[DONE]" {
             return Ok(turn);
         }
-        let Ok(mut data) = serde_json::from_str::<Value>(&event.data) else {
+        // Only objects are chunks; anything else is passed over.
+        let Ok(mut data @ Value::Object(_)) = serde_json::from_str::<Value>(&event.data) else {
             continue;
         };
-        if let Some(error) = data.get("error") {
-            return Err(error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("the model's stream reported an error")
-                .to_string());
+        if data.get("error").is_some() {
+            return Err(TurnEnd::Provider(data));
         }
         if let Some(usage) = data.get("usage").filter(|u| !u.is_null()) {
             turn.usage = openai::usage(Some(usage));
@@ -724,9 +812,14 @@ async fn openai_turn(
             }
             *template = Some(t);
         }
-        let Some(choice) = data.pointer_mut("/choices/0") else {
+        let Some(choice) = data.pointer_mut("/choices/0").filter(|c| c.is_object()) else {
             continue;
         };
+        // One choice is asked for (`n` > 1 is refused with gateway tools); another index is not
+        // this conversation's.
+        if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+            continue;
+        }
         if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
             turn.finish_reason = Some(reason.clone());
         }
@@ -735,26 +828,7 @@ async fn openai_turn(
         };
         if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
             for call in calls {
-                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let slot = match turn.calls.iter_mut().position(|c| c.0 == index) {
-                    Some(p) => p,
-                    None => {
-                        turn.calls
-                            .push((index, String::new(), String::new(), String::new()));
-                        turn.calls.len() - 1
-                    }
-                };
-                let entry = &mut turn.calls[slot];
-                if let Some(id) = call.get("id").and_then(Value::as_str) {
-                    entry.1 = id.to_string();
-                }
-                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
-                    entry.2.push_str(name);
-                }
-                if let Some(arguments) = call.pointer("/function/arguments").and_then(Value::as_str)
-                {
-                    entry.3.push_str(arguments);
-                }
+                merge_call_delta(&mut turn.calls, &call);
             }
         }
         let text = delta

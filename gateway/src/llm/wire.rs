@@ -150,6 +150,42 @@ impl Format {
         }
     }
 
+    /// Whether the model stopped to have its tool calls run (`stop_reason: tool_use`,
+    /// `finish_reason: tool_calls`). A call cut off by `max_tokens` is not one to run.
+    pub fn stopped_for_tools(self, response: &Value) -> bool {
+        match self {
+            Format::Anthropic => {
+                response.get("stop_reason").and_then(Value::as_str) == Some("tool_use")
+            }
+            Format::OpenAi => {
+                response
+                    .pointer("/choices/0/finish_reason")
+                    .and_then(Value::as_str)
+                    == Some("tool_calls")
+            }
+        }
+    }
+
+    /// Removes the calls of gateway tools from a response that will not have them run: the
+    /// client never sees them either way.
+    pub fn drop_gateway_calls(self, response: &mut Value, set: &ToolSet) {
+        let (pointer, name) = match self {
+            Format::Anthropic => ("/content", "/name"),
+            Format::OpenAi => ("/choices/0/message/tool_calls", "/function/name"),
+        };
+        if let Some(Value::Array(items)) = response.pointer_mut(pointer) {
+            items.retain(|item| {
+                let is_call = self == Format::OpenAi
+                    || item.get("type").and_then(Value::as_str) == Some("tool_use");
+                !(is_call
+                    && item
+                        .pointer(name)
+                        .and_then(Value::as_str)
+                        .is_some_and(|n| set.gateway_run(n).is_some()))
+            });
+        }
+    }
+
     /// The tool calls of a whole (non-streamed) response.
     pub fn calls(self, response: &Value) -> Vec<Call> {
         match self {
