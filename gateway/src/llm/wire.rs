@@ -258,3 +258,73 @@ impl Format {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::RoutingTable;
+    use serde_json::json;
+    use switchboard_snapshot::{SystemLookup, ToolVisibility, load};
+
+    fn set() -> ToolSet {
+        let table = RoutingTable::build(
+            &load(
+                "servers:\n- {name: ocr, url: 'http://x/mcp'}\n",
+                &SystemLookup,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        ToolSet {
+            tools: vec![GatewayTool {
+                name: "ocr__read".into(),
+                server: table.servers[0].clone(),
+                tool: "read".into(),
+                description: None,
+                schema: json!({"type": "object"}),
+                approval: switchboard_snapshot::RequireApproval::Never,
+                visibility: ToolVisibility::Hidden,
+            }],
+        }
+    }
+
+    #[test]
+    fn calls_cut_off_by_max_tokens_are_dropped_not_run() {
+        let set = set();
+        let mut cut = json!({"stop_reason": "max_tokens", "content": [
+            {"type": "text", "text": "t"},
+            {"type": "tool_use", "id": "a", "name": "ocr__read", "input": {}},
+            {"type": "tool_use", "id": "b", "name": "Read", "input": {}}
+        ]});
+        assert!(!Format::Anthropic.stopped_for_tools(&cut));
+        Format::Anthropic.drop_gateway_calls(&mut cut, &set);
+        let names: Vec<_> = Format::Anthropic
+            .calls(&cut)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["Read"]);
+        assert_eq!(
+            cut["content"].as_array().unwrap().len(),
+            2,
+            "the text stays"
+        );
+
+        let mut cut = json!({"choices": [{"finish_reason": "length", "message": {"tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "ocr__read", "arguments": "{\"p"}},
+            {"id": "b", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        ]}}]});
+        assert!(!Format::OpenAi.stopped_for_tools(&cut));
+        Format::OpenAi.drop_gateway_calls(&mut cut, &set);
+        let names: Vec<_> = Format::OpenAi
+            .calls(&cut)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["read"]);
+        assert!(
+            Format::OpenAi
+                .stopped_for_tools(&json!({"choices": [{"finish_reason": "tool_calls"}]}))
+        );
+    }
+}
