@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The container images (./Containerfile, built by tests/images/build.sh) hold what they promise.
+#
+#   tests/run-all.sh 30-images        (or: bash tests/suites.d/30-images.sh)
+#
+# For each image (gateway, operator, example upstream, scripted provider): it is tagged with the
+# chart's name and the crate version; its user is 65532:65532 (not root); it holds one file, the
+# static binary (no shell, no libraries); it runs with a read-only root filesystem as that user
+# (`podman run --read-only`). Then the gateway and example-upstream images serve for real: the
+# upstream container behind the gateway container (by the name localhost: the static binary resolves
+# names), a REST tools/call through them.
+# Prints each image's size. Installs buildah, podman and runc if missing (tests/images/setup-tools.sh).
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root" || exit 1
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+finish() { echo "$passed passed, $failed failed"; [[ $failed -eq 0 ]]; exit $?; }
+
+CONTAINERS_CONF="$(tests/images/setup-tools.sh)" || { bad "tests/images/setup-tools.sh failed"; finish; }
+export CONTAINERS_CONF
+version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -1)"
+started=$(date +%s)
+if tests/images/build.sh --engine buildah > "${TMPDIR:-/tmp}/switchboard-images-built.txt"; then
+  ok "images built in $(($(date +%s) - started)) s:"
+  sed 's/^/       /' "${TMPDIR:-/tmp}/switchboard-images-built.txt"
+else
+  bad "tests/images/build.sh failed"; finish
+fi
+
+run_prefix="switchboard-images-test-$$"
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+  podman ps -aq --filter "name=$run_prefix" | xargs -r podman rm -f >/dev/null 2>&1
+}
+trap cleanup EXIT
+
+for t in gateway operator example-upstream scripted-provider; do
+  image="ghcr.io/switchboard-dev/switchboard-$t:$version"
+  bin="switchboard-$t"
+  user="$(buildah inspect --type image --format '{{.OCIv1.Config.User}}' "$image" 2>/dev/null)"
+  if [[ "$user" == "65532:65532" ]]; then ok "$t: runs as 65532:65532"; else bad "$t: user is '$user', not 65532:65532"; fi
+  entry="$(buildah inspect --type image --format '{{.OCIv1.Config.Entrypoint}}' "$image")"
+  if [[ "$entry" == "[$bin]" ]]; then ok "$t: entrypoint $entry"; else bad "$t: entrypoint $entry"; fi
+  ctr="$(buildah from --quiet "$image")"
+  mnt="$(buildah mount "$ctr")"
+  files="$(cd "$mnt" && find . -type f | sort | tr '\n' ' ')"
+  buildah umount "$ctr" >/dev/null; buildah rm "$ctr" >/dev/null
+  if [[ "$files" == "./usr/local/bin/$bin " ]]; then
+    ok "$t: holds only its binary (no shell, no libraries)"
+  else
+    bad "$t: files are: $files"
+  fi
+  out="$(podman run --rm --name "$run_prefix-$t" --read-only --network none "$image" --version 2>&1)"
+  if [[ "$out" == *"$version"* ]]; then ok "$t: runs read-only as non-root: $out"; else bad "$t: --version printed: $out"; fi
+  size="$(podman images --format '{{.Size}}' "$image" | head -1)"
+  echo "     $image: $size"
+done
+
+# The gateway image serves, in front of the example-upstream image (host network, loopback).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+up_port=$(free_port); gw_port=$(free_port)
+conf_dir="$(mktemp -d)"
+cat > "$conf_dir/config.yaml" <<CONF
+servers:
+  - {name: demo, url: "http://localhost:$up_port/mcp", allowAllKeys: true}
+keys:
+  - {name: k, secret: sk-images-test}
+CONF
+chmod 0755 "$conf_dir"; chmod 0644 "$conf_dir/config.yaml"
+podman run -d --name "$run_prefix-up" --read-only --network host \
+  "ghcr.io/switchboard-dev/switchboard-example-upstream:$version" --listen "127.0.0.1:$up_port" >/dev/null
+podman run -d --name "$run_prefix-gw" --read-only --network host -v "$conf_dir:/config:ro" \
+  "ghcr.io/switchboard-dev/switchboard-gateway:$version" --config /config/config.yaml --listen "127.0.0.1:$gw_port" >/dev/null
+answer=""
+for _ in $(seq 1 100); do
+  answer="$(curl -s -m 2 "http://127.0.0.1:$gw_port/mcp-rest/tools/call" -H 'Authorization: Bearer sk-images-test' \
+    -d '{"name": "demo__add", "arguments": {"a": 2, "b": 3}}' 2>/dev/null)" && [[ "$answer" == *5* ]] && break
+  sleep 0.1
+done
+if [[ "$answer" == *'"text":"5"'* || "$answer" == *'"result":5'* ]]; then
+  ok "the gateway image serves the example-upstream image (by name): tools/call demo__add -> 5"
+else
+  bad "no answer through the containers: '$answer'"; podman logs "$run_prefix-gw" 2>&1 | tail -20
+fi
+rm -rf "$conf_dir"
+finish
