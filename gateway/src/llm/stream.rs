@@ -365,13 +365,9 @@ async fn anthropic_loop(
         }
         let messages = Format::Anthropic.iteration_messages(&response, &executed);
         drop(executed);
-        prepared.append(&mut carry, messages);
-        if out.closed {
-            return "client_gone";
-        }
-        events = match next_iteration(prepared, tally).await {
+        events = match next_round(prepared, &mut carry, messages, out, tally).await {
             Ok(events) => events,
-            Err(end) => return end.finish(out, Format::Anthropic).await,
+            Err(outcome) => return outcome,
         };
     }
     "ok"
@@ -392,6 +388,25 @@ async fn stream_error(out: &mut Out, format: Format, message: &str) {
             out.data(&json!({"error": {"message": message, "type": "server_error", "code": "provider_stream_broken"}}))
                 .await
         }
+    }
+}
+
+/// Appends an iteration that ended in gateway calls only and starts the next provider call;
+/// an error is the outcome to record (the client was told).
+async fn next_round(
+    prepared: &mut Prepared,
+    carry: &mut crate::llm::carry::Carry,
+    messages: Vec<Value>,
+    out: &mut Out,
+    tally: &mut Tally,
+) -> Result<Events, &'static str> {
+    prepared.append(carry, messages);
+    if out.closed {
+        return Err("client_gone");
+    }
+    match next_iteration(prepared, tally).await {
+        Ok(events) => Ok(events),
+        Err(end) => Err(end.finish(out, prepared.format).await),
     }
 }
 
@@ -703,13 +718,9 @@ async fn openai_loop(
         merged.push_text(&turn.text);
         let messages = Format::OpenAi.iteration_messages(&response, &executed);
         drop(executed);
-        prepared.append(&mut carry, messages);
-        if out.closed {
-            return "client_gone";
-        }
-        events = match next_iteration(prepared, tally).await {
+        events = match next_round(prepared, &mut carry, messages, out, tally).await {
             Ok(events) => events,
-            Err(end) => return end.finish(out, Format::OpenAi).await,
+            Err(outcome) => return outcome,
         };
     }
     "ok"
