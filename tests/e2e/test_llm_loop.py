@@ -160,6 +160,7 @@ def test_a_forced_tool_choice_applies_to_the_first_model_call_only(gateways, pro
     )
     r = messages(world, ask(tool_choice={"type": "any", "disable_parallel_tool_use": True}))
     assert r.status_code == 200 and r.json()["content"][0]["text"] == "done", r.text
+    assert r.headers.get("request-id", "").startswith("req_"), "the last model call's request-id"
     first, second = (c["body"]["tool_choice"] for c in world.provider.model_calls())
     assert first == {"type": "any", "disable_parallel_tool_use": True}
     assert second == {"type": "auto", "disable_parallel_tool_use": True}

@@ -147,6 +147,11 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Puts the answer's relayable headers (ids, rate limits) on another response.
+    pub fn copy_headers_to(&self, to: &mut HeaderMap) {
+        copy_answer_headers(&self.headers, to);
+    }
+
     pub fn into_response(self) -> Response {
         relay_bytes(self.status, &self.headers, self.body)
     }

@@ -212,10 +212,14 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
         let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
         let response = provider.post(&prepared.endpoint, body, deadline).await?;
         tally.model_calls += 1;
-        let response = match provider.whole(response, deadline).await? {
-            Ok(v) => v,
-            Err(relayed) => return Ok(relayed),
-        };
+        let answer = provider.read_whole(response, deadline).await?;
+        if !answer.status.is_success() {
+            return Ok(answer.into_response());
+        }
+        let response = answer.json().ok_or_else(|| LlmError::ProviderUnavailable {
+            model: prepared.model.id().to_string(),
+            detail: "answered with a body that is not a JSON object".into(),
+        })?;
         tally.usage += format.usage(&response);
         let mut response = response;
         if !format.stopped_for_tools(&response) {
@@ -242,7 +246,10 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
                     merged_openai.finish(response, &executed, carry, &seal, tally.usage)
                 }
             };
-            return Ok(Json(out).into_response());
+            // The last model call's ids and rate limits go with the answer.
+            let mut response = Json(out).into_response();
+            answer.copy_headers_to(response.headers_mut());
+            return Ok(response);
         }
         match format {
             Format::Anthropic => merged_anthropic.add_turn(&response, &executed),
