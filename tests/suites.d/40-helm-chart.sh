@@ -105,6 +105,15 @@ expect "release 'edge': names get the chart name" "Deployment/edge-switchboard-g
 expect "fullnameOverride" "Deployment/mcp-gateway" gateway_deploy edge -n sb --set fullnameOverride=mcp
 expect "nameOverride" "Deployment/edge-sw-gateway" gateway_deploy edge -n sb --set nameOverride=sw
 check "no HPA by default" bash -c "! helm template sb $chart | grep -q '^kind: HorizontalPodAutoscaler'"
+check "monitoring: nothing without the Prometheus Operator's CRDs, even when enabled" bash -c "
+  ! helm template sb $chart --set monitoring.enabled=true | grep -qE '^kind: (ServiceMonitor|PodMonitor)'"
+check "monitoring: a ServiceMonitor (gateway http /metrics) and a PodMonitor (operator metrics) when enabled and present" bash -c "
+  out=\$(helm template sb $chart -n sb --set monitoring.enabled=true --set monitoring.labels.release=prom \
+    --api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PodMonitor)
+  grep -q '^kind: ServiceMonitor' <<<\"\$out\" && grep -q '^kind: PodMonitor' <<<\"\$out\" &&
+  grep -q '    - port: http' <<<\"\$out\" && grep -q '    - port: metrics' <<<\"\$out\" &&
+  [ \$(grep -c '    release: prom' <<<\"\$out\") = 2 ] &&
+  ! helm template sb $chart -n sb --api-versions monitoring.coreos.com/v1/ServiceMonitor | grep -q '^kind: ServiceMonitor'"
 check "HPA on: Deployment leaves replicas to it" bash -c "
   out=\$(helm template sb $chart --set gateway.autoscaling.enabled=true)
   grep -q '^kind: HorizontalPodAutoscaler' <<<\"\$out\" &&
