@@ -47,6 +47,19 @@ pub struct McpKeySpec {
         )
     )]
     pub models: Vec<String>,
+    /// ServiceAccounts of this namespace whose tokens act as this key (a workload presents its
+    /// projected token, audience `switchboard`, instead of the key): names, or `*` for every
+    /// ServiceAccount of the namespace. A ServiceAccount is bound by one McpKey at most (the
+    /// older one keeps it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(
+            regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$"),
+            length(min = 1, max = 253)
+        )
+    )]
+    pub service_accounts: Vec<String>,
     /// Filter over prefixed tool names (`<prefix>__<tool>`, globs with `*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]

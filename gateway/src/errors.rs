@@ -71,6 +71,8 @@ pub enum GatewayError {
     SessionNotFound,
     #[error("session belongs to another key")]
     SessionForbidden,
+    #[error("ServiceAccount {account} is bound to no key")]
+    ServiceAccountNotBound { account: String },
     #[error("host or origin not allowed")]
     ForbiddenOrigin,
     #[error("the gateway is overloaded: {0}")]
@@ -90,7 +92,10 @@ impl GatewayError {
         use GatewayError::*;
         match self {
             Unauthenticated(_) | UpstreamAuthRequired { .. } => StatusCode::UNAUTHORIZED,
-            AccessDenied { .. } | SessionForbidden | ForbiddenOrigin => StatusCode::FORBIDDEN,
+            AccessDenied { .. }
+            | SessionForbidden
+            | ForbiddenOrigin
+            | ServiceAccountNotBound { .. } => StatusCode::FORBIDDEN,
             ServerNotFound { .. } | ToolNotFound { .. } | NotFound { .. } | SessionNotFound => {
                 StatusCode::NOT_FOUND
             }
@@ -131,6 +136,7 @@ impl GatewayError {
             PayloadTooLarge { .. } => "payload_too_large",
             SessionNotFound => "session_not_found",
             SessionForbidden | ForbiddenOrigin => "forbidden",
+            ServiceAccountNotBound { .. } => "service_account_not_bound",
             Overloaded(_) => "overloaded",
         }
     }
@@ -139,9 +145,10 @@ impl GatewayError {
     pub fn jsonrpc_error(&self) -> Value {
         use GatewayError::*;
         let (code, data) = match self {
-            Unauthenticated(_) | SessionForbidden | ForbiddenOrigin => {
-                (codes::INVALID_REQUEST, None)
-            }
+            Unauthenticated(_)
+            | SessionForbidden
+            | ForbiddenOrigin
+            | ServiceAccountNotBound { .. } => (codes::INVALID_REQUEST, None),
             // On MCP a server the caller cannot reach is invisible: the same answer as a tool
             // that does not exist (invariant 4). Callers map AccessDenied to ToolNotFound first;
             // this arm only guards against a path that forgets to.
@@ -191,6 +198,7 @@ impl GatewayError {
             | SessionNotFound
             | SessionForbidden
             | ForbiddenOrigin
+            | ServiceAccountNotBound { .. }
             | PayloadTooLarge { .. }
             | Overloaded(_)
             | Parse(_)

@@ -30,3 +30,4 @@ pub mod session;
 pub mod state;
 pub mod table;
 pub mod upstream;
+pub mod workload_identity;

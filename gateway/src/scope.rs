@@ -10,6 +10,7 @@ use crate::errors::GatewayError;
 use crate::route::prefixed_name;
 use crate::table::{Key, RoutingTable, Server};
 use crate::upstream::request_credential::CredentialContext;
+use crate::workload_identity::looks_like_jwt;
 
 /// An authenticated request: the key, the routing table it started with, and its headers.
 pub struct Caller {
@@ -54,10 +55,10 @@ pub fn authenticate_key(
     headers: HeaderMap,
     presented: &str,
 ) -> Result<Caller, GatewayError> {
-    let key = table
-        .authenticate(presented)
-        .cloned()
-        .ok_or(GatewayError::Unauthenticated("unknown gateway key"))?;
+    let key = match table.authenticate(presented) {
+        Some(key) => key.clone(),
+        None => service_account_key(&table, presented)?,
+    };
     if key.is_expired(SystemTime::now()) {
         return Err(GatewayError::Unauthenticated("the gateway key has expired"));
     }
@@ -70,6 +71,29 @@ pub fn authenticate_key(
         table,
         headers,
         own_authorization,
+    })
+}
+
+/// The key a ServiceAccount token stands for (docs/architecture.md, "Workload identity"). A
+/// token that does not verify is a 401 with the reason; a valid token of a ServiceAccount no key
+/// binds is a 403. Both are logged with the reason, never with the token.
+fn service_account_key(table: &RoutingTable, presented: &str) -> Result<Arc<Key>, GatewayError> {
+    let unknown = GatewayError::Unauthenticated("unknown gateway key");
+    let Some(auth) = &table.service_accounts else {
+        return Err(unknown);
+    };
+    if !looks_like_jwt(presented) {
+        return Err(unknown);
+    }
+    let account = auth.verifier.verify(presented).map_err(|refusal| {
+        tracing::info!(reason = refusal.reason(), "ServiceAccount token refused");
+        GatewayError::Unauthenticated(refusal.reason())
+    })?;
+    auth.bindings.lookup(&account).ok_or_else(|| {
+        tracing::info!(account = %account, "ServiceAccount token of an account no key binds");
+        GatewayError::ServiceAccountNotBound {
+            account: account.to_string(),
+        }
     })
 }
 

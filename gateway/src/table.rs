@@ -15,6 +15,7 @@ use switchboard_snapshot::{
 use crate::metrics::ServerName;
 use crate::session::SessionSealer;
 use crate::upstream::credentials::UpstreamHeaders;
+use crate::workload_identity::{Bindings, TokenVerifier};
 
 /// One upstream server as the gateway routes to it.
 #[derive(Debug)]
@@ -160,6 +161,16 @@ pub struct RoutingTable {
     pub models: Vec<Arc<Model>>,
     /// Every name a client may send, to its model.
     model_by_name: HashMap<String, usize>,
+    /// ServiceAccount tokens in place of keys, when the snapshot accepts them.
+    pub service_accounts: Option<ServiceAccountAuth>,
+}
+
+/// How ServiceAccount tokens authenticate: the issuer's verifier, and which key each
+/// ServiceAccount's token stands for.
+#[derive(Debug)]
+pub struct ServiceAccountAuth {
+    pub verifier: TokenVerifier,
+    pub bindings: Bindings<Arc<Key>>,
 }
 
 /// An LLM model as the gateway calls it.
@@ -233,12 +244,13 @@ impl RoutingTable {
             .enumerate()
             .map(|(i, s)| (s.id().to_string(), i))
             .collect();
-        let keys = snapshot
+        let keys: HashMap<[u8; 32], Arc<Key>> = snapshot
             .keys
             .iter()
             .filter_map(Key::from_spec)
             .map(|k| (k.digest, Arc::new(k)))
             .collect();
+        let service_accounts = service_account_auth(snapshot, &keys)?;
         let models = build_models(snapshot)?;
         let model_by_name = models
             .iter()
@@ -261,6 +273,7 @@ impl RoutingTable {
             sealer: SessionSealer::new(session_secret.as_deref(), snapshot.gateway.session_ttl),
             models,
             model_by_name,
+            service_accounts,
         })
     }
 
@@ -288,6 +301,35 @@ impl RoutingTable {
     pub fn key_count(&self) -> usize {
         self.keys.len()
     }
+}
+
+fn service_account_auth(
+    snapshot: &Snapshot,
+    keys: &HashMap<[u8; 32], Arc<Key>>,
+) -> Result<Option<ServiceAccountAuth>, SnapshotError> {
+    let Some(settings) = &snapshot.gateway.service_account_tokens else {
+        return Ok(None);
+    };
+    let verifier = TokenVerifier::new(settings).map_err(|message| SnapshotError {
+        errors: vec![FieldError {
+            path: "gateway.serviceAccountTokens.jwks".into(),
+            message,
+        }],
+    })?;
+    let mut bindings = Bindings::default();
+    for spec in &snapshot.keys {
+        let key = spec
+            .hash
+            .as_deref()
+            .and_then(key_hash::parse_hash)
+            .and_then(|digest| keys.get(&digest));
+        if let Some(key) = key {
+            for account in &spec.service_accounts {
+                bindings.bind(account, key.clone());
+            }
+        }
+    }
+    Ok(Some(ServiceAccountAuth { verifier, bindings }))
 }
 
 fn build_models(snapshot: &Snapshot) -> Result<Vec<Arc<Model>>, SnapshotError> {

@@ -18,6 +18,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 use switchboard_crds::{McpKey, McpServer, ModelRoute};
+use switchboard_snapshot::ServiceAccountTokens;
 use switchboard_snapshot::{GatewaySettings, SecretSource, Snapshot};
 use tokio::sync::{Notify, watch};
 
@@ -44,6 +45,8 @@ pub struct Controller {
     pub leader: watch::Receiver<bool>,
     pub dirty: Arc<Notify>,
     pub snapshots: watch::Sender<Arc<Snapshot>>,
+    /// The cluster's ServiceAccount issuer keys, for workload tokens (see [`crate::issuer`]).
+    pub issuer: watch::Receiver<Option<ServiceAccountTokens>>,
 }
 
 /// Per server (or model): the hash of its rendered spec and the snapshot generation that first
@@ -201,6 +204,7 @@ impl Controller {
         state.was_leader = is_leader;
 
         let mut settings = self.config.settings.clone();
+        settings.service_account_tokens = self.issuer.borrow().clone();
         let session_key = self.session_key(&secret_objects, is_leader, &mut state.new_session_key);
         settings.session_key = session_key
             .clone()

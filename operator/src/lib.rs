@@ -10,6 +10,7 @@
 
 pub mod controller;
 pub mod delivery;
+pub mod issuer;
 pub mod keys;
 pub mod lease;
 pub mod metrics;

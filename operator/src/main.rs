@@ -13,6 +13,7 @@ use axum::routing::get;
 use clap::Parser;
 use switchboard_operator::controller::{Config, Controller};
 use switchboard_operator::delivery::{self, Hub};
+use switchboard_operator::issuer;
 use switchboard_operator::lease::{self, LeaseConfig};
 use switchboard_operator::metrics::Metrics;
 use switchboard_operator::probe::{self, Probes};
@@ -64,6 +65,13 @@ struct Args {
     gateway_public_url: Option<String>,
     #[arg(long, env = "SWITCHBOARD_LOG_FORMAT", default_value = "text")]
     log_format: String,
+    /// The audiences workload ServiceAccount tokens must carry to act as a key (McpKey
+    /// `serviceAccounts`), comma-separated; empty turns workload tokens off.
+    #[arg(long, value_delimiter = ',', default_value = "switchboard")]
+    workload_token_audiences: Vec<String>,
+    /// How often the ServiceAccount issuer's keys are read again (they rotate).
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    issuer_refresh: Duration,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -131,6 +139,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         public_url: args.gateway_public_url.clone(),
         ..GatewaySettings::default()
     };
+    let (issuer_tx, issuer_rx) = watch::channel(None);
+    let audiences: Vec<String> = args
+        .workload_token_audiences
+        .iter()
+        .filter(|a| !a.is_empty())
+        .cloned()
+        .collect();
+    if !audiences.is_empty() {
+        tokio::spawn(issuer::follow(
+            client.clone(),
+            audiences,
+            args.issuer_refresh,
+            issuer_tx,
+            dirty.clone(),
+        ));
+    }
     let controller = Controller {
         client: client.clone(),
         config: Config {
@@ -145,6 +169,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         leader: leader_rx.clone(),
         dirty,
         snapshots: snapshots_tx,
+        issuer: issuer_rx,
     };
     tokio::spawn(controller.run());
 

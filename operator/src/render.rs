@@ -123,6 +123,7 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
     let mut keys = BTreeMap::new();
     let mut key_specs = Vec::new();
     let mut by_hash: HashMap<String, String> = HashMap::new();
+    let mut bound_accounts: HashMap<String, String> = HashMap::new();
     let mut ordered: Vec<&McpKey> = input.keys.iter().collect();
     // The older McpKey keeps a key two of them share.
     ordered.sort_by_key(|k| {
@@ -147,6 +148,20 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
             if let Err(message) = check_key_alone(&spec) {
                 outcome.verdict = Verdict::rejected("InvalidSpec", message);
                 return None;
+            }
+            if let Some((account, owner)) = spec
+                .service_accounts
+                .iter()
+                .find_map(|a| bound_accounts.get(a).map(|owner| (a, owner)))
+            {
+                outcome.verdict = Verdict::rejected(
+                    "ServiceAccountConflict",
+                    format!("McpKey {owner} already binds ServiceAccount {account}"),
+                );
+                return None;
+            }
+            for account in &spec.service_accounts {
+                bound_accounts.insert(account.clone(), format!("{namespace}/{name}"));
             }
             by_hash.insert(hash, format!("{namespace}/{name}"));
             Some(spec)
@@ -692,6 +707,13 @@ fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Option<KeySpec>)
         servers: key.spec.servers.clone(),
         access_groups: key.spec.access_groups.clone(),
         models: key.spec.models.clone(),
+        // A key binds ServiceAccounts of its own namespace only.
+        service_accounts: key
+            .spec
+            .service_accounts
+            .iter()
+            .map(|account| format!("{}/{account}", key.namespace().unwrap_or_default()))
+            .collect(),
         tools: key
             .spec
             .tools
@@ -1123,6 +1145,58 @@ mod tests {
         assert_eq!(dup.reason, "DuplicateKey");
         assert!(dup.message.contains("a/first"), "{}", dup.message);
         assert_eq!(r.snapshot.keys.len(), 2);
+        switchboard_snapshot::validate(&r.snapshot).expect("the snapshot stays valid");
+    }
+
+    #[test]
+    fn a_service_account_stays_bound_to_the_older_mcpkey_in_its_own_namespace() {
+        let old = key(
+            "a",
+            "first",
+            100,
+            serde_json::json!({"secretName": "s1", "serviceAccounts": ["builder", "*"]}),
+        );
+        let new = key(
+            "a",
+            "second",
+            10,
+            serde_json::json!({"secretName": "s2", "serviceAccounts": ["builder"]}),
+        );
+        let elsewhere = key(
+            "b",
+            "third",
+            5,
+            serde_json::json!({"secretName": "s3", "serviceAccounts": ["builder"]}),
+        );
+        let r = run(
+            &[],
+            &[new, elsewhere, old],
+            &secrets(&[
+                ("a", "s1", "key", "k1"),
+                ("a", "s2", "key", "k2"),
+                ("b", "s3", "key", "k3"),
+            ]),
+        );
+        let conflict = &r.keys[&("a".into(), "second".into())].verdict;
+        assert_eq!(conflict.reason, "ServiceAccountConflict");
+        assert!(conflict.message.contains("a/first") && conflict.message.contains("a/builder"));
+        assert!(
+            r.keys[&("b".into(), "third".into())].verdict.accepted,
+            "another namespace's builder"
+        );
+        let bound: Vec<_> = r
+            .snapshot
+            .keys
+            .iter()
+            .map(|k| (k.name.as_str(), k.service_accounts.clone()))
+            .collect();
+        assert_eq!(
+            bound,
+            [
+                ("first", vec!["a/builder".to_string(), "a/*".to_string()]),
+                ("third", vec!["b/builder".to_string()])
+            ]
+        );
         switchboard_snapshot::validate(&r.snapshot).expect("the snapshot stays valid");
     }
 

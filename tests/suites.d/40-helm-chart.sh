@@ -240,6 +240,8 @@ rbac_operator() {
   can yes "$as_op" create events -n default || rc=1
   can yes "$as_op" patch events.events.k8s.io -n default || rc=1
   can yes "$as_op" create tokenreviews.authentication.k8s.io || rc=1
+  can yes "$as_op" get /openid/v1/jwks || rc=1
+  can yes "$as_op" get /.well-known/openid-configuration || rc=1
   can yes "$as_op" create leases.coordination.k8s.io -n "$ns" || rc=1
   can yes "$as_op" update leases.coordination.k8s.io -n "$ns" || rc=1
   return $rc
@@ -256,6 +258,7 @@ rbac_operator_not() {
   can no "$as_op" create serviceaccounts/token -n "$ns" || rc=1
   can no "$as_op" create subjectaccessreviews.authorization.k8s.io || rc=1
   can no "$as_op" '*' '*' -A || rc=1
+  can no "$as_op" get /metrics || rc=1
   return $rc
 }
 rbac_gateway_nothing() {

@@ -299,6 +299,50 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         }
     }
 
+    if let Some(tokens) = &g.service_account_tokens {
+        let path = "gateway.serviceAccountTokens";
+        if tokens.issuer.is_empty() {
+            v.err(format!("{path}.issuer"), "must not be empty");
+        }
+        if tokens.audiences.is_empty() || tokens.audiences.iter().any(String::is_empty) {
+            v.err(
+                format!("{path}.audiences"),
+                "must name at least one audience",
+            );
+        }
+        if tokens
+            .jwks
+            .get("keys")
+            .and_then(serde_json::Value::as_array)
+            .is_none_or(Vec::is_empty)
+        {
+            v.err(
+                format!("{path}.jwks"),
+                "must be a JSON Web Key Set with at least one key ({\"keys\": [...]})",
+            );
+        }
+    }
+    let mut bound: HashMap<&str, usize> = HashMap::new();
+    for (i, key) in snapshot.keys.iter().enumerate() {
+        for (j, account) in key.service_accounts.iter().enumerate() {
+            let path = format!("keys[{i}].serviceAccounts[{j}]");
+            let well_formed = account.split_once('/').is_some_and(|(ns, name)| {
+                is_dns_label(ns) && (name == "*" || crate::names::is_dns_subdomain(name))
+            });
+            if !well_formed {
+                v.err(
+                    path,
+                    format!("{account:?} is not <namespace>/<name> or <namespace>/*"),
+                );
+            } else if let Some(first) = bound.insert(account, i) {
+                v.err(
+                    path,
+                    format!("{account:?} is already bound by keys[{first}]"),
+                );
+            }
+        }
+    }
+
     let mut hashes: HashSet<&str> = HashSet::new();
     let mut key_names: HashSet<(&str, &str)> = HashSet::new();
     for (i, key) in snapshot.keys.iter().enumerate() {
@@ -675,6 +719,25 @@ mod tests {
         let text = "servers:\n- name: a\n  url: http://x/mcp\n  tools: {allow: [x], deny: [x]}\n";
         let err = load_str(text).unwrap_err().to_string();
         assert!(err.contains("servers[0].tools.deny"), "{err}");
+    }
+
+    #[test]
+    fn service_account_bindings_and_issuer_keys_are_checked() {
+        let err = load_str(
+            "gateway: {serviceAccountTokens: {issuer: 'https://k', jwks: {keys: []}}}\nkeys:\n- {name: a, secret: s1, serviceAccounts: [ns/builder, bad]}\n- {name: b, secret: s2, serviceAccounts: [ns/builder, ns/*]}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("gateway.serviceAccountTokens.jwks"), "{err}");
+        assert!(
+            err.contains("keys[0].serviceAccounts[1]: \"bad\" is not"),
+            "{err}"
+        );
+        assert!(
+            err.contains("keys[1].serviceAccounts[0]: \"ns/builder\" is already bound by keys[0]"),
+            "{err}"
+        );
+        assert!(!err.contains("serviceAccounts[1]: \"ns/*\""), "{err}");
     }
 
     #[test]

@@ -83,6 +83,31 @@ pub struct GatewaySettings {
     /// How long a tool listing of one server stays fresh before a list request refreshes it.
     #[serde(default = "default_listing_ttl", with = "humantime_serde")]
     pub listing_ttl: Duration,
+    /// Kubernetes ServiceAccount tokens accepted in place of a key, for the keys that bind
+    /// ServiceAccounts (`keys[].serviceAccounts`). Verified offline against these issuer keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_tokens: Option<ServiceAccountTokens>,
+}
+
+/// How ServiceAccount tokens are verified: the cluster's issuer, the audiences a token must be
+/// for, and the issuer's public signing keys. The operator reads the last two from the API
+/// server (`/.well-known/openid-configuration`, `/openid/v1/jwks`) and keeps them current; a
+/// standalone file gives them inline (`kubectl get --raw /openid/v1/jwks`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceAccountTokens {
+    /// The `iss` tokens carry (the API server's `--service-account-issuer`).
+    pub issuer: String,
+    /// A token must be for one of these (`kubectl create token <sa> --audience switchboard`,
+    /// or a projected token with that audience).
+    #[serde(default = "default_token_audiences")]
+    pub audiences: Vec<String>,
+    /// The issuer's JSON Web Key Set (`{"keys": [...]}`).
+    pub jwks: serde_json::Value,
+}
+
+fn default_token_audiences() -> Vec<String> {
+    vec!["switchboard".to_string()]
 }
 
 impl Default for GatewaySettings {
@@ -96,6 +121,7 @@ impl Default for GatewaySettings {
             allowed_origins: Vec::new(),
             public_url: None,
             listing_ttl: default_listing_ttl(),
+            service_account_tokens: None,
         }
     }
 }
@@ -426,6 +452,10 @@ pub struct KeySpec {
     /// Model ids (or names within the key's namespace) this key reaches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,
+    /// ServiceAccounts whose tokens act as this key: `<namespace>/<name>`, or `<namespace>/*`
+    /// for every ServiceAccount of a namespace (see `gateway.serviceAccountTokens`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_accounts: Vec<String>,
     /// Filter over prefixed tool names (`<prefix>__<tool>`).
     #[serde(default)]
     pub tools: ToolFilter,

@@ -44,6 +44,12 @@ pub fn is_dns_label(name: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
+/// A DNS-1123 subdomain (what Kubernetes object names such as ServiceAccounts are): dot-separated
+/// labels, at most 253 characters.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

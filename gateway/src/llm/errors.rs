@@ -19,6 +19,8 @@ pub enum LlmError {
     ModelNotFound(String),
     #[error("the key may not use model {0:?}")]
     ModelForbidden(String),
+    #[error("ServiceAccount {0} is bound to no key")]
+    NotBound(String),
     #[error("{field}: {message}")]
     InvalidRequest { field: String, message: String },
     #[error("{field}: the key may not use MCP server {server:?}")]
@@ -43,9 +45,9 @@ impl LlmError {
         match self {
             LlmError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             LlmError::ModelNotFound(_) => StatusCode::NOT_FOUND,
-            LlmError::ModelForbidden(_) | LlmError::McpServerForbidden { .. } => {
-                StatusCode::FORBIDDEN
-            }
+            LlmError::ModelForbidden(_)
+            | LlmError::McpServerForbidden { .. }
+            | LlmError::NotBound(_) => StatusCode::FORBIDDEN,
             LlmError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             LlmError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             LlmError::ProviderTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -59,6 +61,7 @@ impl LlmError {
             LlmError::Unauthenticated(_) => "unauthenticated",
             LlmError::ModelNotFound(_) => "model_not_found",
             LlmError::ModelForbidden(_) => "model_forbidden",
+            LlmError::NotBound(_) => "service_account_not_bound",
             LlmError::InvalidRequest { .. } => "invalid_request",
             LlmError::McpServerForbidden { .. } => "mcp_server_forbidden",
             LlmError::PayloadTooLarge { .. } => "payload_too_large",
@@ -72,7 +75,9 @@ impl LlmError {
         match self {
             LlmError::Unauthenticated(_) => "authentication_error",
             LlmError::ModelNotFound(_) => "not_found_error",
-            LlmError::ModelForbidden(_) | LlmError::McpServerForbidden { .. } => "permission_error",
+            LlmError::ModelForbidden(_)
+            | LlmError::McpServerForbidden { .. }
+            | LlmError::NotBound(_) => "permission_error",
             LlmError::InvalidRequest { .. } => "invalid_request_error",
             LlmError::PayloadTooLarge { .. } => "request_too_large",
             LlmError::ProviderTimeout { .. } => "timeout_error",
@@ -85,9 +90,9 @@ impl LlmError {
         match self {
             LlmError::Unauthenticated(_) => ("invalid_request_error", "invalid_api_key"),
             LlmError::ModelNotFound(_) => ("invalid_request_error", "model_not_found"),
-            LlmError::ModelForbidden(_) | LlmError::McpServerForbidden { .. } => {
-                ("invalid_request_error", "permission_denied")
-            }
+            LlmError::ModelForbidden(_)
+            | LlmError::McpServerForbidden { .. }
+            | LlmError::NotBound(_) => ("invalid_request_error", "permission_denied"),
             LlmError::InvalidRequest { .. } => ("invalid_request_error", "invalid_request"),
             LlmError::PayloadTooLarge { .. } => ("invalid_request_error", "request_too_large"),
             LlmError::ProviderTimeout { .. } => ("server_error", "timeout"),
@@ -133,6 +138,7 @@ impl From<GatewayError> for LlmError {
     fn from(e: GatewayError) -> LlmError {
         match e {
             GatewayError::Unauthenticated(m) => LlmError::Unauthenticated(m),
+            GatewayError::ServiceAccountNotBound { account } => LlmError::NotBound(account),
             GatewayError::PayloadTooLarge { limit } => LlmError::PayloadTooLarge { limit },
             other => LlmError::invalid("request", other.to_string()),
         }
