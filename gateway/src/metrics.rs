@@ -95,8 +95,8 @@ impl Default for ModelMetrics {
 pub struct LlmRequestFigures {
     pub endpoint: &'static str,
     pub outcome: &'static str,
+    /// Model calls of the request, which are also the iterations of its tool loop.
     pub model_calls: u64,
-    pub iterations: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
@@ -286,10 +286,10 @@ impl Metrics {
         m.model_calls
             .get_or_create(&labels)
             .inc_by(figures.model_calls);
-        if figures.iterations > 0 {
+        if figures.model_calls > 0 {
             m.iterations
                 .get_or_create(&labels)
-                .observe(figures.iterations as f64);
+                .observe(figures.model_calls as f64);
         }
         for (kind, n) in [
             ("input", figures.input_tokens),

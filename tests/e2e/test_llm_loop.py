@@ -116,7 +116,9 @@ def test_streamed_loop_relays_text_as_it_arrives_with_pings_and_dense_indices(ga
             if first_text_at is None and "before the wait" in raw:
                 first_text_at = time.monotonic() - started
     total = time.monotonic() - started
-    assert first_text_at is not None and first_text_at < 1.0 < 1.5 <= total, (first_text_at, total)
+    # The first text came before the tool ran: the tool's 1.5 s sleep lies after it (a lower
+    # bound the sleep guarantees, whatever the machine's load).
+    assert first_text_at is not None and total - first_text_at >= 1.4, (first_text_at, total)
     events = events_of(raw)
     names = [n for n, _ in events]
     assert names[0] == "message_start" and names[-1] == "message_stop" and names.count("message_start") == 1

@@ -55,7 +55,10 @@ for b in "${bins[@]}"; do
   install -m 0755 "$CARGO_TARGET_DIR/$target/release/$b" "$context/dist/$arch/$b"
   # The release profile keeps debug info for profiling; images carry the symbols, not the DWARF.
   strip --strip-debug "$context/dist/$arch/$b"
-  if file "$context/dist/$arch/$b" 2>/dev/null | grep -q "dynamically linked"; then
+  # A dynamically linked binary names its loader (an INTERP program header): FROM scratch has none.
+  headers="$(readelf --program-headers "$context/dist/$arch/$b")" ||
+    { echo "build.sh: cannot read $b with readelf (binutils)" >&2; exit 1; }
+  if grep -q INTERP <<<"$headers"; then
     echo "build.sh: $b is dynamically linked; the images need static binaries" >&2
     exit 1
   fi

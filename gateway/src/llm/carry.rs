@@ -68,7 +68,7 @@ impl Carry {
     /// The sealed record as an id-safe token, cut to fit; `None` when it cannot fit.
     pub fn seal(mut self, sealer: &SessionSealer) -> Option<String> {
         // A few passes at most: each cuts every long result down to a common length at once.
-        for _ in 0..8 {
+        for _ in 0..CUT_PASSES {
             let plain = serde_json::to_vec(&self).ok()?;
             if plain.len() <= MAX_CARRY_BYTES {
                 return Some(URL_SAFE_NO_PAD.encode(sealer.seal_bytes(TokenKind::Carry, &plain)));
@@ -142,6 +142,9 @@ impl Carry {
         true
     }
 }
+
+/// Most serializations of one record while it is cut to fit.
+const CUT_PASSES: usize = 8;
 
 /// About what one cut's note adds.
 const NOTE_BYTES: usize = 96;
@@ -290,11 +293,9 @@ mod tests {
             results,
             ..Carry::default()
         };
-        let started = std::time::Instant::now();
-        let sealed = carry.seal(&s);
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
-        // 3,000 results cannot fit 48 KiB even cut to the minimum: not carried, and quickly.
-        assert!(sealed.is_none());
+        // 3,000 results cannot fit 48 KiB even cut to the minimum: not carried (after at most
+        // CUT_PASSES serializations, whatever the number of results).
+        assert!(carry.seal(&s).is_none());
         let few = Carry {
             key_tag: 1,
             results: (0..20)

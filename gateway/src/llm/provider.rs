@@ -87,25 +87,6 @@ impl<'a> Provider<'a> {
         }
     }
 
-    /// Reads a whole answer: the JSON of a 2xx, or the provider's error to relay as it is.
-    pub async fn whole(
-        &self,
-        response: reqwest::Response,
-        deadline: Instant,
-    ) -> Result<Result<Value, Response>, LlmError> {
-        let status = response.status();
-        let (headers, body) = self.read(response, deadline).await?;
-        if !status.is_success() {
-            return Ok(Err(relay_bytes(status, &headers, body)));
-        }
-        serde_json::from_slice(&body)
-            .map(Ok)
-            .map_err(|e| LlmError::ProviderUnavailable {
-                model: self.model.id().to_string(),
-                detail: format!("answered with a body that is not JSON: {e}"),
-            })
-    }
-
     /// Reads an answer whole, to relay it as it is (a refusal, or a pass-through answer).
     pub async fn read_whole(
         &self,

@@ -181,7 +181,6 @@ async fn serve(
                     endpoint: format.as_str(),
                     outcome: e.kind(),
                     model_calls: 0,
-                    iterations: 0,
                     input_tokens: 0,
                     output_tokens: 0,
                 },
@@ -260,7 +259,6 @@ pub fn record(
             endpoint: format.as_str(),
             outcome,
             model_calls: tally.model_calls,
-            iterations: tally.model_calls,
             input_tokens: tally.usage.input,
             output_tokens: tally.usage.output,
         },
@@ -333,12 +331,12 @@ pub async fn count_tokens(
                 deadline,
             )
             .await?;
-        provider.whole(response, deadline).await
+        provider.read_whole(response, deadline).await
     }
     .await;
     match result {
-        Ok(Ok(value)) => Json(value).into_response(),
-        Ok(Err(relayed)) => relayed,
+        // The count (or the refusal) as the provider sent it.
+        Ok(answer) => answer.into_response(),
         Err(e) => e.into_response(format),
     }
 }

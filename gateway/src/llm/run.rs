@@ -56,36 +56,42 @@ impl Prepared {
 
     /// Appends an iteration (the model's message and the gateway's results, see
     /// [`Format::iteration_messages`]) to the body and to the record the client will carry.
-    /// A `tool_choice` that forces a tool call is relaxed to `auto` from then on: forced on
-    /// every iteration, the model could never answer.
     pub fn append(&mut self, carry: &mut Carry, messages: Vec<Value>) {
         if let Some(Value::Array(all)) = self.body.get_mut("messages") {
             all.extend_from_slice(&messages);
         }
         carry.prior.extend(messages);
-        if let Some(choice) = self.body.get_mut("tool_choice") {
-            let forced = match self.format {
-                Format::Anthropic => matches!(
-                    choice.get("type").and_then(Value::as_str),
-                    Some("any" | "tool")
-                ),
-                Format::OpenAi => {
-                    choice.as_str() == Some("required") || choice.get("function").is_some()
-                }
-            };
-            if forced {
-                *choice = match self.format {
-                    Format::Anthropic => {
-                        let mut auto = serde_json::json!({"type": "auto"});
-                        if let Some(p) = choice.get("disable_parallel_tool_use") {
-                            auto["disable_parallel_tool_use"] = p.clone();
-                        }
-                        auto
-                    }
-                    Format::OpenAi => Value::String("auto".into()),
-                };
+        self.relax_forced_tool_choice();
+    }
+
+    /// A `tool_choice` that forces a tool call applies to the first model call only: forced on
+    /// every iteration, the model could never answer. Later calls get `auto`.
+    fn relax_forced_tool_choice(&mut self) {
+        let Some(choice) = self.body.get_mut("tool_choice") else {
+            return;
+        };
+        let forced = match self.format {
+            Format::Anthropic => matches!(
+                choice.get("type").and_then(Value::as_str),
+                Some("any" | "tool")
+            ),
+            Format::OpenAi => {
+                choice.as_str() == Some("required") || choice.get("function").is_some()
             }
+        };
+        if !forced {
+            return;
         }
+        *choice = match self.format {
+            Format::Anthropic => {
+                let mut auto = serde_json::json!({"type": "auto"});
+                if let Some(p) = choice.get("disable_parallel_tool_use") {
+                    auto["disable_parallel_tool_use"] = p.clone();
+                }
+                auto
+            }
+            Format::OpenAi => Value::String("auto".into()),
+        };
     }
 
     /// Splits a turn's calls: the gateway's (to run) and how many are the client's.
@@ -225,13 +231,9 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
         if !format.stopped_for_tools(&response) {
             format.drop_gateway_calls(&mut response, &prepared.tools);
         }
-        let calls = format.calls(&response);
+        let calls = format.runnable_calls(&response);
         let (ours, theirs) = prepared.split(&calls);
-        let executed = if ours.is_empty() {
-            Vec::new()
-        } else {
-            execute(&prepared, ours, tally).await
-        };
+        let executed = execute(&prepared, ours, tally).await;
         let limit = iteration == max && !executed.is_empty() && theirs == 0;
         if executed.is_empty() || theirs > 0 || limit {
             let (c, r) = format.carried_calls(&response, &executed);

@@ -294,11 +294,7 @@ async fn anthropic_loop(
         tally.usage += turn.usage;
         let response = json!({"content": turn.blocks, "stop_reason": turn.stop_reason});
         // Gateway calls were never relayed; cut off by max_tokens they are not run either.
-        let calls = if Format::Anthropic.stopped_for_tools(&response) {
-            Format::Anthropic.calls(&response)
-        } else {
-            Vec::new()
-        };
+        let calls = Format::Anthropic.runnable_calls(&response);
         let (ours, theirs) = prepared.split(&calls);
         let executed = if ours.is_empty() {
             Vec::new()
@@ -647,11 +643,7 @@ async fn openai_loop(
         }
         let response =
             json!({"choices": [{"message": message, "finish_reason": turn.finish_reason}]});
-        let calls = if Format::OpenAi.stopped_for_tools(&response) {
-            Format::OpenAi.calls(&response)
-        } else {
-            Vec::new()
-        };
+        let calls = Format::OpenAi.runnable_calls(&response);
         let (ours, theirs) = prepared.split(&calls);
         let executed = if ours.is_empty() {
             Vec::new()
@@ -659,10 +651,11 @@ async fn openai_loop(
             execute_with_pings(prepared, ours, tally, out, ping).await
         };
         let limit = iteration == max && !executed.is_empty() && theirs == 0;
-        let template = template
-            .clone()
-            .unwrap_or_else(|| json!({"object": "chat.completion.chunk"}));
         if executed.is_empty() || theirs > 0 || limit {
+            // The gateway's own chunks look like the provider's first one.
+            let chunk_template = template
+                .clone()
+                .unwrap_or_else(|| json!({"object": "chat.completion.chunk"}));
             let (c, r) = Format::OpenAi.carried_calls(&response, &executed);
             carry.calls = c;
             carry.results = r;
@@ -690,7 +683,7 @@ async fn openai_loop(
                     })
                     .collect();
                 out.data(&chunk(
-                    &template,
+                    &chunk_template,
                     json!({"tool_calls": entries}),
                     Value::Null,
                 ))
@@ -705,9 +698,9 @@ async fn openai_loop(
             } else {
                 json!("tool_calls")
             };
-            out.data(&chunk(&template, json!({}), finish)).await;
+            out.data(&chunk(&chunk_template, json!({}), finish)).await;
             if client_wants_usage {
-                let mut usage = template.clone();
+                let mut usage = chunk_template.clone();
                 usage["choices"] = json!([]);
                 usage["usage"] = openai::usage_json(tally.usage);
                 out.data(&usage).await;

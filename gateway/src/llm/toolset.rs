@@ -279,17 +279,16 @@ pub async fn resolve(
             if !taken.insert(name.clone()) {
                 continue;
             }
-            let fields: Map<String, Value> = item
-                .get("inputSchema")
-                .map(|schema| Map::from_iter([("inputSchema".to_string(), schema)]))
-                .unwrap_or_default();
+            // One parse of the listed item for both fields.
+            let mut fields = item.fields().unwrap_or_default();
             set.tools.push(GatewayTool {
                 name,
                 server: attachment.server.clone(),
                 tool: tool.to_string(),
-                description: item
-                    .get("description")
-                    .and_then(|d| d.as_str().map(str::to_owned)),
+                description: match fields.remove("description") {
+                    Some(Value::String(d)) => Some(d),
+                    _ => None,
+                },
                 schema: schema::sanitize(fields.get("inputSchema").unwrap_or(&Value::Null)),
                 approval: attachment.approval,
                 visibility: attachment.visibility,

@@ -166,6 +166,15 @@ impl Format {
         }
     }
 
+    /// The calls to run: the response's calls if the model stopped for them, else none.
+    pub fn runnable_calls(self, response: &Value) -> Vec<Call> {
+        if self.stopped_for_tools(response) {
+            self.calls(response)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Removes the calls of gateway tools from a response that will not have them run: the
     /// client never sees them either way.
     pub fn drop_gateway_calls(self, response: &mut Value, set: &ToolSet) {

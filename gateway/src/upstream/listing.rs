@@ -129,8 +129,12 @@ impl Item {
 
     /// One field of the item, parsed (for the rare reader, such as `Mcp-Param-*` derivation).
     pub fn get(&self, key: &str) -> Option<Value> {
-        let object: Map<String, Value> = serde_json::from_str(self.rest.get()).ok()?;
-        object.get(key).cloned()
+        self.fields()?.remove(key)
+    }
+
+    /// Every field but the identifying one, parsed (for a reader of several).
+    pub fn fields(&self) -> Option<Map<String, Value>> {
+        serde_json::from_str(self.rest.get()).ok()
     }
 }
 
