@@ -8,7 +8,6 @@ import json
 import anthropic
 import httpx
 import openai
-import pytest
 from llm_harness import start_llm_world, text, tool_use
 
 ADD = "tools__add"
