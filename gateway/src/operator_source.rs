@@ -31,6 +31,9 @@ impl OperatorSource {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
+            // Every attempt on a new connection: behind a Service each one may reach another
+            // operator pod, and only the lease holder serves (a standby answers 503).
+            .pool_max_idle_per_host(0)
             .build()
             .unwrap_or_default();
         let mut backoff = Duration::from_millis(50);

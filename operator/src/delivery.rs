@@ -181,7 +181,14 @@ impl Drop for Connection {
 
 async fn watch_snapshots(State(hub): State<Arc<Hub>>, headers: HeaderMap) -> Response {
     if !*hub.leader.borrow() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not the lease holder").into_response();
+        // Closing the connection makes the gateway's retry a new connection, which a Service
+        // may send to another pod (the leader); a kept-alive one would return here forever.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONNECTION, "close")],
+            "not the lease holder",
+        )
+            .into_response();
     }
     if !hub.authorized(&headers).await {
         return StatusCode::UNAUTHORIZED.into_response();

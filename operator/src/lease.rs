@@ -19,11 +19,19 @@ pub struct LeaseConfig {
     pub duration: Duration,
 }
 
-/// Runs the election loop forever, publishing whether this replica holds the lease.
-pub async fn run(client: kube::Client, config: LeaseConfig, leader: watch::Sender<bool>) {
+/// Runs the election loop, publishing whether this replica holds the lease, until `stop`
+/// turns true: then it steps down (publishes `false` first, so nothing more is written as
+/// leader) and hands the lease back, so a standby takes over at its next round instead of
+/// waiting for the lease to expire.
+pub async fn run(
+    client: kube::Client,
+    config: LeaseConfig,
+    leader: watch::Sender<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let renew_every = config.duration / 3;
-    loop {
+    while !*stop.borrow() {
         let holding = match try_acquire(&api, &config).await {
             Ok(holding) => holding,
             Err(e) => {
@@ -36,8 +44,38 @@ pub async fn run(client: kube::Client, config: LeaseConfig, leader: watch::Sende
             tracing::info!(identity = %config.identity, holding, "leadership changed");
             leader.send_replace(holding);
         }
-        tokio::time::sleep(renew_every).await;
+        tokio::select! {
+            () = tokio::time::sleep(renew_every) => {}
+            _ = stop.changed() => {}
+        }
     }
+    let held = leader.send_replace(false);
+    if held {
+        match release(&api, &config).await {
+            Ok(()) => tracing::info!(identity = %config.identity, "stepped down: lease released"),
+            Err(e) => {
+                tracing::warn!(error = %e, "stepping down: could not release the lease; it expires instead")
+            }
+        }
+    }
+}
+
+/// Hands the lease back if this replica holds it: no holder, renewed now, for one second (what
+/// client-go's ReleaseOnCancel writes).
+async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<(), kube::Error> {
+    let Some(mut lease) = api.get_opt(&config.name).await? else {
+        return Ok(());
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+        return Ok(());
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(now());
+    api.replace(&config.name, &PostParams::default(), &lease)
+        .await
+        .map(|_| ())
 }
 
 fn now() -> MicroTime {
@@ -76,7 +114,8 @@ async fn try_acquire(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, kub
         let held_for = spec.lease_duration_seconds.unwrap_or(seconds) as i64;
         Timestamp::now().as_second() - t.0.as_second() > held_for
     });
-    if holder != config.identity && !expired {
+    // A released lease (no holder) is free at once.
+    if holder != config.identity && !holder.is_empty() && !expired {
         return Ok(false);
     }
     if holder != config.identity {

@@ -1,6 +1,7 @@
 //! `switchboard-operator`: reconciles McpServer/McpKey/ModelRoute into the gateway snapshot and
 //! serves it.
 
+use std::future::IntoFuture;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,7 +118,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let dirty = Arc::new(Notify::new());
     let (snapshots_tx, snapshots_rx) = watch::channel(Arc::new(Snapshot::default()));
 
-    tokio::spawn(lease::run(
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let election = tokio::spawn(lease::run(
         client.clone(),
         LeaseConfig {
             namespace: args.namespace.clone(),
@@ -126,6 +128,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             duration: args.lease_duration,
         },
         leader_tx,
+        stop_rx,
     ));
     tokio::spawn(probe::run(
         snapshots_rx,
@@ -187,8 +190,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .route("/metrics", get(render_metrics))
         .with_state((metrics, leader_rx));
     tokio::spawn(async move { axum::serve(metrics_listener, health).await });
-    axum::serve(snapshot_listener, delivery::router(hub)).await?;
+    // Not a graceful shutdown of the streams: they never end by themselves. The leader steps
+    // down first (no more status writes, lease handed back), then the process ends and the
+    // gateways' streams break, so they reconnect to whoever leads next.
+    tokio::select! {
+        served = axum::serve(snapshot_listener, delivery::router(hub)).into_future() => served?,
+        () = terminated() => {
+            tracing::info!("terminating: stepping down");
+            stop_tx.send_replace(true);
+            if tokio::time::timeout(Duration::from_secs(5), election).await.is_err() {
+                tracing::warn!("stepping down took over 5s; exiting without it");
+            }
+        }
+    }
     Ok(())
+}
+
+/// SIGTERM (Kubernetes stopping the pod) or Ctrl-C.
+async fn terminated() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {}
+    }
 }
 
 type HealthState = (Arc<Metrics>, watch::Receiver<bool>);

@@ -17,6 +17,10 @@
 #   SWITCHBOARD_K8S_START_TIMEOUT  seconds to wait for /readyz  (default: 60)
 #   SWITCHBOARD_K8S_AUTHZ          --authorization-mode         (default: Node,RBAC)
 #   SWITCHBOARD_K8S_KEEP_LOGS=1    `stop` keeps DIR/*.log
+#   SWITCHBOARD_K8S_ADDRESS        also serve on this address and advertise it (the one-node
+#                                  cluster: pods reach the API server there; tests/node/)
+#   SWITCHBOARD_K8S_SA_ADMISSION=1 keep the ServiceAccount admission plugin (pods get their
+#                                  token volume; needs a controller-manager making the accounts)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -92,7 +96,7 @@ gen_pki() {
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,${SWITCHBOARD_K8S_ADDRESS:+IP:$SWITCHBOARD_K8S_ADDRESS,}DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 EOF
     openssl req -newkey rsa:2048 -nodes -sha256 -keyout apiserver.key -out apiserver.csr \
       -subj "/CN=kube-apiserver" 2>/dev/null
@@ -180,11 +184,17 @@ cmd_start() {
   done
   [[ -n "$ok" ]] || { tail_log "$DIR/etcd.log"; cmd_stop_quiet; die "etcd not healthy after 30s"; }
 
+  # Without a controller-manager nobody creates ServiceAccounts, and the plugin would refuse
+  # every pod for want of "default"; the one-node cluster has one.
+  local disabled_admission=ServiceAccount
+  [[ "${SWITCHBOARD_K8S_SA_ADMISSION:-}" != 1 ]] || disabled_admission=""
+  local bind=127.0.0.1
+  [[ -z "${SWITCHBOARD_K8S_ADDRESS:-}" ]] || bind=0.0.0.0
   log "starting kube-apiserver on $api"
   "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 \
-    --advertise-address 127.0.0.1 \
+    --bind-address "$bind" \
+    --advertise-address "${SWITCHBOARD_K8S_ADDRESS:-127.0.0.1}" \
     --secure-port "$api_port" \
     --cert-dir "$PKI" \
     --tls-cert-file "$PKI/apiserver.crt" \
@@ -196,8 +206,9 @@ cmd_start() {
     --service-account-key-file "$PKI/sa.pub" \
     --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
-    --disable-admission-plugins ServiceAccount \
+    --disable-admission-plugins "$disabled_admission" \
     --allow-privileged=true \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --profiling=false \
     --v "${SWITCHBOARD_K8S_APISERVER_V:-1}" \
     </dev/null >"$DIR/apiserver.log" 2>&1 &

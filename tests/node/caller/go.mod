@@ -1,0 +1,3 @@
+module switchboard.test/caller
+
+go 1.25

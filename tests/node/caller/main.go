@@ -1,0 +1,161 @@
+// caller is the client the one-node cluster's test pods run: a static binary (standard library
+// only) in an image FROM scratch. It calls the gateway's MCP endpoint the way a workload does,
+// with a key or with the pod's projected ServiceAccount token, and checks every answer.
+//
+//	caller once -url URL (-key KEY | -token-file FILE)
+//	    one tools/call of `echo`; prints one JSON line {"status":..,"ok":..,"body":..};
+//	    exits 0 when the call was answered with the echoed text, 1 otherwise.
+//	caller loop -url URL -key KEY [-interval 20ms]
+//	    calls until SIGTERM; one line per call: "<unix ms> ok <ms>" or "<unix ms> FAIL <reason>".
+//	    Connections are kept alive and reused, as an SDK's client does.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const protocolVersion = "2026-07-28"
+
+type caller struct {
+	url, key, tokenFile string
+	client              *http.Client
+}
+
+// credential re-reads the token file on every call: the kubelet rotates projected tokens.
+func (c *caller) credential() (string, error) {
+	if c.tokenFile == "" {
+		return c.key, nil
+	}
+	b, err := os.ReadFile(c.tokenFile)
+	return strings.TrimSpace(string(b)), err
+}
+
+// call makes one tools/call and returns the HTTP status, the body and whether the answer is the
+// echoed text (a JSON-RPC result without isError).
+func (c *caller) call(n int) (int, string, error) {
+	text := fmt.Sprintf("call-%d", n)
+	body, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "id": n, "method": "tools/call",
+		"params": map[string]any{
+			"name": "echo", "arguments": map[string]any{"text": text},
+			"_meta": map[string]any{
+				"io.modelcontextprotocol/protocolVersion":    protocolVersion,
+				"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+				"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "switchboard-node-caller", "version": "0"},
+			},
+		},
+	})
+	cred, err := c.credential()
+	if err != nil {
+		return 0, "", fmt.Errorf("reading the token: %w", err)
+	}
+	req, err := http.NewRequest(http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+cred)
+	req.Header.Set("MCP-Protocol-Version", protocolVersion)
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "echo")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return resp.StatusCode, "", fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, string(raw), fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	var reply struct {
+		Result *struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"result"`
+		Error *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		return resp.StatusCode, string(raw), fmt.Errorf("not JSON: %w", err)
+	}
+	switch {
+	case reply.Error != nil:
+		return resp.StatusCode, string(raw), fmt.Errorf("JSON-RPC error: %s", reply.Error.Message)
+	case reply.Result == nil || reply.Result.IsError || len(reply.Result.Content) == 0:
+		return resp.StatusCode, string(raw), fmt.Errorf("no tool result")
+	case reply.Result.Content[0].Text != text:
+		return resp.StatusCode, string(raw), fmt.Errorf("echoed %q, sent %q", reply.Result.Content[0].Text, text)
+	}
+	return resp.StatusCode, string(raw), nil
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: caller once|loop -url URL (-key KEY | -token-file FILE) [-interval D]")
+		os.Exit(2)
+	}
+	mode := os.Args[1]
+	flags := flag.NewFlagSet(mode, flag.ExitOnError)
+	url := flags.String("url", "", "the gateway's MCP endpoint, e.g. http://switchboard-gateway.switchboard.svc:8080/mcp/demo")
+	key := flags.String("key", "", "a Switchboard key")
+	tokenFile := flags.String("token-file", "", "a file holding a ServiceAccount token (read on every call)")
+	interval := flags.Duration("interval", 20*time.Millisecond, "loop: pause between calls")
+	timeout := flags.Duration("timeout", 10*time.Second, "time limit of one call")
+	_ = flags.Parse(os.Args[2:])
+	if *url == "" || (*key == "") == (*tokenFile == "") {
+		fmt.Fprintln(os.Stderr, "caller: give -url and exactly one of -key, -token-file")
+		os.Exit(2)
+	}
+	c := &caller{url: *url, key: *key, tokenFile: *tokenFile, client: &http.Client{Timeout: *timeout}}
+	switch mode {
+	case "once":
+		status, body, err := c.call(1)
+		out := map[string]any{"status": status, "ok": err == nil, "body": body}
+		if err != nil {
+			out["error"] = err.Error()
+		}
+		line, _ := json.Marshal(out)
+		fmt.Println(string(line))
+		if err != nil {
+			os.Exit(1)
+		}
+	case "loop":
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+		for n := 1; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			_, _, err := c.call(n)
+			if err != nil {
+				fmt.Printf("%d FAIL %s\n", start.UnixMilli(), strings.ReplaceAll(err.Error(), "\n", " "))
+			} else {
+				fmt.Printf("%d ok %.1f\n", start.UnixMilli(), float64(time.Since(start).Microseconds())/1000)
+			}
+			time.Sleep(*interval)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "caller: unknown mode %q\n", mode)
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the two images the one-node cluster needs besides Switchboard's own (tests/images/build.sh)
+# and prints their archive paths, one per line (pause first):
+#
+#   registry.k8s.io/pause:3.10.1       every pod's sandbox: Kubernetes' build/pause/linux/pause.c,
+#                                      linked statically (gcc), FROM scratch
+#   switchboard.test/caller:local      the test pods' client (tests/node/caller, Go standard
+#                                      library only, static), FROM scratch
+#
+# No base image is pulled. Archives are cached in ${SWITCHBOARD_CACHE}/node-images, keyed by the
+# content of their sources, so a warm run only checks them.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cache="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}"
+out="$cache/node-images"
+die() { echo "node/test-images.sh: $*" >&2; exit 1; }
+mkdir -p "$out"
+
+pause_src=$(ls -d "$cache"/k8s/go/path/pkg/mod/k8s.io/kubernetes@v*/build/pause/linux 2>/dev/null | sort | tail -1) || true
+[[ -f "$pause_src/pause.c" ]] || die "pause.c not found: run tests/k8s/build-binaries.sh first (it downloads the Kubernetes module)"
+command -v buildah >/dev/null || "$root/tests/images/setup-tools.sh" >/dev/null
+command -v gcc >/dev/null || die "gcc not found (Debian: apt-get install gcc libc6-dev)"
+command -v go >/dev/null || die "go not found on PATH"
+
+# image NAME ARCHIVE WORKDIR: WORKDIR holds the binary and its Containerfile
+image() {
+  buildah build --quiet -f "$3/Containerfile" -t "$1" "$3" >/dev/null || die "buildah could not build $1"
+  rm -f "$2.tmp"
+  buildah push --quiet "$1" "oci-archive:$2.tmp:$1" || die "buildah push of $1 failed"
+  mv "$2.tmp" "$2"
+}
+
+pause="$out/pause-$(sha256sum "$pause_src/pause.c" | cut -c1-12).tar"
+if [[ ! -s "$pause" ]]; then
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  gcc -Os -static -DVERSION=v3.10.1 -o "$work/pause" "$pause_src/pause.c" || die "gcc could not build pause.c"
+  strip "$work/pause"
+  printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$work/Containerfile"
+  image registry.k8s.io/pause:3.10.1 "$pause" "$work"
+fi
+
+caller="$out/caller-$(cat "$here/caller/go.mod" "$here/caller/main.go" | sha256sum | cut -c1-12).tar"
+if [[ ! -s "$caller" ]]; then
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  (cd "$here/caller" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOWORK=off \
+    go build -trimpath -ldflags "-s -w" -o "$work/caller" .) || die "go build of tests/node/caller failed"
+  printf 'FROM scratch\nCOPY caller /usr/local/bin/caller\nUSER 65532:65532\nENTRYPOINT ["/usr/local/bin/caller"]\n' >"$work/Containerfile"
+  image switchboard.test/caller:local "$caller" "$work"
+fi
+echo "$pause"
+echo "$caller"
