@@ -90,6 +90,11 @@ wait_for() { # WHAT SECONDS DAEMON CMD...: poll CMD (in the node) until it succe
 host_rules() { # the host's iptables rules, without comments and counters
   iptables-save | { grep -v '^#' || true; } | sed 's/\[[0-9]*:[0-9]*\]//'
 }
+# Paths containerd 1.6, libcni and the kubelet write to whatever their configuration says (shim
+# sockets, CNI result cache, device-plugin socket, container log links). Inside the node each is
+# a fresh tmpfs; a missing mount point is made for the node and removed by `stop`.
+PRIVATE_DIRS=(/run/containerd /var/lib/cni /var/lib/kubelet /var/log/containers /var/log/pods)
+
 cgroup_hierarchies() { # every mounted cgroup hierarchy (v1 controllers and the unified one)
   awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/self/mounts | sort -u
 }
@@ -214,6 +219,16 @@ cmd_start() {
   mkdir -p "$DIR/baseline"
   host_rules >"$DIR/baseline/iptables"
   ip netns list >"$DIR/baseline/netns" 2>/dev/null || true
+  local d
+  : >"$DIR/baseline/created"
+  for d in "${PRIVATE_DIRS[@]}"; do
+    [[ -d "$d" ]] && continue
+    # record the topmost directory this makes, so stop removes exactly what start made
+    local top=$d
+    while [[ ! -d "$(dirname "$top")" ]]; do top=$(dirname "$top"); done
+    echo "$top" >>"$DIR/baseline/created"
+    mkdir -p "$d"
+  done
 
   local id="switchboard-node-$$-$RANDOM" h
   echo "$id" >"$DIR/cgroup"
@@ -247,9 +262,8 @@ cmd_start() {
     ip link set cni0 up
     sysctl -qw net.ipv4.ip_forward=1
     sysctl -qw net.bridge.bridge-nf-call-iptables=1
-    # kubelet writes /var/log/containers symlinks; they stay in the namespace
-    mount -t tmpfs -o mode=755 tmpfs /var/log
-    mkdir -p /var/log/containers /var/log/pods" || die "setting up the node's network failed"
+    for d in ${PRIVATE_DIRS[*]}; do mount -t tmpfs -o mode=755 tmpfs \$d; done" ||
+    die "setting up the node's network and private directories failed"
 
   log "control plane"
   in_node env SWITCHBOARD_K8S_BIN="$bin" SWITCHBOARD_K8S_ADDRESS="$NODE_IP" SWITCHBOARD_K8S_API_PORT=6443 \
@@ -362,6 +376,14 @@ cmd_stop() {
       problems+=("named network namespaces changed: $(ip netns list | tr '\n' ' ')")
   fi
   ip link show cni0 >/dev/null 2>&1 && problems+=("the host has a cni0 bridge")
+  if [[ -f "$DIR/baseline/created" ]]; then
+    local d
+    while read -r d; do
+      [[ -n "$d" ]] || continue
+      find "$d" -depth -type d -empty -delete 2>/dev/null || true
+      [[ -e "$d" ]] && problems+=("$d (made for the node) is not empty: $(find "$d" | head -3 | tr '\n' ' ')")
+    done <"$DIR/baseline/created"
+  fi
 
   rm -rf "${DIR:?}"/{containerd,cni,kubelet,pod-logs,run,control-plane,baseline} "$DIR"/{init.pid,netns,cgroup,node.env,resolv.conf,kubelet.yaml,kube-proxy.yaml,Corefile}
   [[ "${SWITCHBOARD_NODE_KEEP_LOGS:-}" == 1 ]] || rm -rf "$DIR/logs"

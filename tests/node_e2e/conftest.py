@@ -1,0 +1,81 @@
+"""Fixtures of the one-node cluster tests: the chart installed once per run (`installed`), and an
+example upstream pod with an McpServer and McpKeys in front of it (`served`)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from node import (
+    CHART, RELEASE_NS, RESTRICTED, UPSTREAM_IMAGE_REPO, NodeMissing, apply, chart_values, env, helm,
+    kubectl, pods, ready, secret_value, version, wait,
+)
+
+APP_NS = "apps"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Outside the node these tests cannot run; that is a failure with directions, never a skip.
+    try:
+        env("KUBECONFIG")
+        env("NODE_DIR")
+    except NodeMissing as exc:
+        pytest.exit(f"FAILED: {exc}", returncode=1)
+
+
+@pytest.fixture(scope="session")
+def installed() -> dict:
+    """`helm install` of the chart (CRDs included) with the images imported into the node;
+    returns how long until all four pods were Ready."""
+    t0 = time.monotonic()
+    helm("install", "switchboard", str(CHART), "-n", RELEASE_NS, "--create-namespace", *chart_values())
+
+    def all_ready():
+        gw = pods("app.kubernetes.io/component=gateway")
+        op = pods("app.kubernetes.io/component=operator")
+        return len(gw) == 2 and len(op) == 2 and all(ready(p) for p in gw + op)
+
+    wait(all_ready, 180, "both operator and both gateway pods Ready")
+    took = time.monotonic() - t0
+    print(f"\nhelm install -> 4 pods Ready: {took:.1f}s")
+    return {"ready_after_s": took}
+
+
+def upstream_objects() -> list[dict]:
+    labels = {"app": "upstream"}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APP_NS}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "upstream", "namespace": APP_NS},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels},
+             "spec": {"automountServiceAccountToken": False, "containers": [{
+                 "name": "upstream", "image": f"{UPSTREAM_IMAGE_REPO}:{version()}", "imagePullPolicy": "Never",
+                 "args": ["--listen", "0.0.0.0:8931"], "ports": [{"containerPort": 8931, "name": "mcp"}],
+                 "readinessProbe": {"tcpSocket": {"port": 8931}, "periodSeconds": 2},
+                 "securityContext": RESTRICTED,
+                 "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "upstream", "namespace": APP_NS},
+         "spec": {"selector": labels, "ports": [{"name": "mcp", "port": 8931, "targetPort": "mcp"}]}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "upstream-token", "namespace": APP_NS},
+         "stringData": {"token": "node-e2e-upstream-token"}},
+        {"apiVersion": "switchboard.dev/v1alpha1", "kind": "McpServer", "metadata": {"name": "demo", "namespace": APP_NS},
+         "spec": {"url": f"http://upstream.{APP_NS}.svc:8931/mcp", "timeout": "5s", "accessGroups": ["apps"],
+                  "auth": {"type": "bearer", "secretRef": {"name": "upstream-token", "key": "token"}}}},
+        # The generated key, and the workloads whose ServiceAccount is bound to the same scope.
+        {"apiVersion": "switchboard.dev/v1alpha1", "kind": "McpKey", "metadata": {"name": "apps", "namespace": APP_NS},
+         "spec": {"secretName": "apps-key", "accessGroups": ["apps"], "serviceAccounts": ["caller"]}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "caller", "namespace": APP_NS}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "stranger", "namespace": APP_NS}},
+    ]
+
+
+@pytest.fixture(scope="session")
+def served(installed) -> dict:
+    """The example upstream as a pod behind a Service; McpServer `demo` and McpKey `apps` applied
+    and Ready (kubectl wait); returns the generated key."""
+    apply(*upstream_objects())
+    kubectl("rollout", "status", "deploy/upstream", "-n", APP_NS, "--timeout=120s")
+    kubectl("wait", "--for=condition=Ready", "mcpserver/demo", "-n", APP_NS, "--timeout=120s")
+    kubectl("wait", "--for=condition=Ready", "mcpkey/apps", "-n", APP_NS, "--timeout=120s")
+    key = wait(lambda: secret_value("apps-key", APP_NS, "key"), 30, "the generated key Secret")
+    return {"key": key, "namespace": APP_NS}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The one-node cluster suite (issue 10): a real node (tests/node/node.sh: kubelet, containerd +
+# runc, kube-proxy, CoreDNS, bridge CNI, control plane) in private namespaces; Switchboard's images
+# built (tests/images/build.sh) and imported into the node's containerd under the chart's names;
+# `helm install`; client pods calling the gateway by its Service name with a key and with their
+# ServiceAccount token; a call loop through a gateway pod deletion, a rolling `helm upgrade` and
+# the operator leader's deletion; resource figures; then the node is stopped and checked to
+# have left nothing behind.
+#
+#   tests/run-all.sh 60-node             (or: bash tests/suites.d/60-node.sh)
+#   PYTEST_ARGS="-k disruption -x" tests/run-all.sh 60-node
+#   SWITCHBOARD_NODE_KEEP=1 ...          leave the node running afterwards (stop it with
+#                                        tests/node/node.sh stop DIR; DIR is printed)
+#
+# Ends with "N passed, N failed"; exits non-zero if anything failed (missing tools are installed
+# by the scripts, or fail with directions; nothing is skipped).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+cache="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}"
+fail() { echo "60-node: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || fail "the node needs root (namespaces, cgroups, mounts); run as root"
+tests/node/setup-tools.sh >/dev/null || fail "tests/node/setup-tools.sh failed"
+tests/images/setup-tools.sh >/dev/null || fail "tests/images/setup-tools.sh failed"
+t0=$(date +%s)
+tests/k8s/build-binaries.sh --node >&2 || fail "tests/k8s/build-binaries.sh --node failed"
+bin="$(tests/k8s/build-binaries.sh --bin-dir)"
+mapfile -t test_images < <(tests/node/test-images.sh) || fail "tests/node/test-images.sh failed"
+archives="$cache/node-images/switchboard"
+CONTAINERS_CONF="$(tests/images/setup-tools.sh)" tests/images/build.sh --archives "$archives" >&2 ||
+  fail "tests/images/build.sh failed"
+echo "60-node: binaries and images ready in $(( $(date +%s) - t0 ))s" >&2
+
+venv="${SWITCHBOARD_VENV:-$(tests/setup-python.sh)}"
+[[ -x "$venv/bin/python" ]] || fail "no Python venv at $venv (tests/setup-python.sh)"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-node.XXXXXX")
+stop_node() {
+  if [[ "${SWITCHBOARD_NODE_KEEP:-}" == 1 ]]; then
+    echo "60-node: node left running in $dir (stop: tests/node/node.sh stop $dir)" >&2
+    return 0
+  fi
+  tests/node/node.sh stop "$dir" && rmdir "$dir" 2>/dev/null
+}
+trap 'stop_node || true' EXIT
+t0=$(date +%s)
+tests/node/node.sh start "$dir" || fail "the node did not start (logs in $dir/logs)"
+started=$(( $(date +%s) - t0 ))
+t0=$(date +%s)
+tests/node/node.sh import "$dir" "${test_images[1]}" "$archives"/switchboard-{gateway,operator,example-upstream}.tar \
+  >/dev/null || fail "importing the images failed"
+echo "60-node: node started in ${started}s; images imported in $(( $(date +%s) - t0 ))s" >&2
+
+report=$(mktemp "${TMPDIR:-/tmp}/switchboard-node-e2e.XXXXXX.xml")
+rc=0
+# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+tests/node/node.sh exec "$dir" env KUBECONFIG="$dir/control-plane/kubeconfig" NODE_DIR="$dir" \
+  PATH="$bin:$PATH" "$venv/bin/python" -m pytest tests/node_e2e -q --junitxml="$report" ${PYTEST_ARGS:-} || rc=$?
+
+counts=$("$venv/bin/python" - "$report" <<'PY' || true
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print("0 0"); sys.exit()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+t = sum(int(s.get("tests", 0)) for s in suites)
+f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+k = sum(int(s.get("skipped", 0)) for s in suites)
+print(t - f - k, f)
+PY
+)
+rm -f "$report"
+read -r passed failed <<<"${counts:-0 0}"
+
+# Acceptance 5: stopping checks that no process, mount, cgroup, network namespace or iptables rule
+# the node made is left; a leftover fails the suite.
+trap - EXIT
+if [[ "${SWITCHBOARD_NODE_KEEP:-}" == 1 ]]; then
+  stop_node
+elif stop_node; then
+  passed=$((passed + 1))
+  echo "60-node: node stopped; nothing left behind (checked)"
+else
+  failed=$((failed + 1)); rc=1
+fi
+if ((rc != 0 && failed == 0)); then failed=1; fi
+echo "$passed passed, $failed failed"
+exit $rc
