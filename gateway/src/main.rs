@@ -93,6 +93,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         allowed_hosts: args.allowed_hosts.clone(),
         public_url: args.public_url.clone().filter(|u| !u.is_empty()),
     }));
+    // Turns true on SIGTERM: the operator's stream then ends with a goodbye.
+    let (leaving_tx, leaving) = tokio::sync::watch::channel(false);
     // Registered before the first load, so a SIGHUP at any time reloads rather than kills.
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     match (&args.config, args.operator.is_empty()) {
@@ -123,6 +125,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 endpoints: args.operator.clone(),
                 token_file: args.token_file.clone(),
                 replica: args.replica.clone().unwrap_or_else(default_replica_name),
+                leaving,
             };
             tokio::spawn(source.follow(gw.clone()));
         }
@@ -147,7 +150,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     });
     axum::serve(listener, http::router(gw))
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(async move {
+            shutdown().await;
+            leaving_tx.send_replace(true);
+        })
         .await?;
     Ok(())
 }

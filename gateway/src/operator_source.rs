@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_snapshot::delivery::{ACK_PATH, Ack, REPLICA_HEADER, Rejected, WATCH_PATH};
+use tokio::sync::watch;
+
+use switchboard_snapshot::delivery::{
+    ACK_PATH, ACK_URL_HEADER, Ack, REPLICA_HEADER, Rejected, WATCH_PATH,
+};
 use switchboard_snapshot::{Snapshot, SnapshotError, validate};
 
 use crate::state::Gateway;
@@ -19,6 +23,8 @@ pub struct OperatorSource {
     /// Projected ServiceAccount token, re-read on every connect (the kubelet rotates it).
     pub token_file: PathBuf,
     pub replica: String,
+    /// Turns true when the process is stopping: the stream ends with a goodbye.
+    pub leaving: watch::Receiver<bool>,
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -38,7 +44,7 @@ impl OperatorSource {
             .unwrap_or_default();
         let mut backoff = Duration::from_millis(50);
         let mut turn = 0usize;
-        loop {
+        while !*self.leaving.borrow() {
             let endpoint = &self.endpoints[turn % self.endpoints.len()];
             turn += 1;
             match self.watch_once(&http, endpoint, &gw).await {
@@ -81,11 +87,36 @@ impl OperatorSource {
         if !response.status().is_success() {
             return Err(format!("HTTP {}", response.status().as_u16()));
         }
-        tracing::info!(operator = %endpoint, "following the operator's snapshot stream");
+        // Acks go to the replica that serves this stream (behind a Service another request
+        // may reach another replica); only its address changes, the token stays the same.
+        let ack_base = response
+            .headers()
+            .get(ACK_URL_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| url::Url::parse(v).ok())
+            .filter(|u| u.scheme() == endpoint.scheme())
+            .unwrap_or_else(|| endpoint.clone());
+        tracing::info!(operator = %endpoint, acks = %ack_base, "following the operator's snapshot stream");
         let mut buffer: Vec<u8> = Vec::new();
+        let mut leaving = self.leaving.clone();
         loop {
-            let chunk = tokio::time::timeout(STREAM_IDLE, response.chunk())
-                .await
+            let chunk = tokio::select! {
+                chunk = tokio::time::timeout(STREAM_IDLE, response.chunk()) => chunk,
+                // (the guard wait_for returns must not live across the ack's await)
+                () = async { drop(leaving.wait_for(|l| *l).await) } => {
+                    // Said to the operator serving this stream, so it stops expecting this
+                    // replica at once instead of reporting it missing.
+                    let goodbye = Ack {
+                        replica: self.replica.clone(),
+                        serving: gw.table().generation,
+                        rejected: None,
+                        leaving: true,
+                    };
+                    self.ack(http, &ack_base, &token, &goodbye).await;
+                    return Ok(());
+                }
+            };
+            let chunk = chunk
                 .map_err(|_| "stream idle".to_string())?
                 .map_err(|e| format!("stream: {}", e.without_url()))?;
             let Some(chunk) = chunk else {
@@ -96,7 +127,7 @@ impl OperatorSource {
                 let line: Vec<u8> = buffer.drain(..=end).collect();
                 if line.len() > 1 {
                     let ack = apply_frame(gw, &line, &self.replica);
-                    self.ack(http, endpoint, &token, &ack).await;
+                    self.ack(http, &ack_base, &token, &ack).await;
                 }
             }
         }
@@ -114,8 +145,15 @@ impl OperatorSource {
             .timeout(Duration::from_secs(5))
             .send()
             .await;
-        if let Err(e) = sent {
-            tracing::warn!(error = %e.without_url(), "could not acknowledge a snapshot");
+        match sent {
+            Err(e) => tracing::warn!(error = %e.without_url(), "could not acknowledge a snapshot"),
+            Ok(r) if !r.status().is_success() => {
+                tracing::warn!(
+                    status = r.status().as_u16(),
+                    "the operator refused an acknowledgement"
+                )
+            }
+            Ok(_) => {}
         }
     }
 }
@@ -137,6 +175,7 @@ pub fn apply_frame(gw: &Gateway, frame: &[u8], replica: &str) -> Ack {
                 replica: replica.to_string(),
                 serving: generation,
                 rejected: None,
+                leaving: false,
             }
         }
         Err((generation, e)) => {
@@ -149,6 +188,7 @@ pub fn apply_frame(gw: &Gateway, frame: &[u8], replica: &str) -> Ack {
                     generation,
                     error: e.to_string(),
                 }),
+                leaving: false,
             }
         }
     }

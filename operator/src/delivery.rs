@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::PostParams;
 use sha2::{Digest, Sha256};
-use switchboard_snapshot::delivery::{ACK_PATH, Ack, REPLICA_HEADER, TOKEN_AUDIENCE, WATCH_PATH};
+use switchboard_snapshot::delivery::{
+    ACK_PATH, ACK_URL_HEADER, Ack, REPLICA_HEADER, TOKEN_AUDIENCE, WATCH_PATH,
+};
 use tokio::sync::{Notify, watch};
 
 /// One published snapshot, serialized once for every replica.
@@ -52,6 +54,8 @@ pub struct Hub {
     reviews: Mutex<HashMap<[u8; 32], Instant>>,
     /// Only the lease holder serves; others answer 503 so replicas try the next endpoint.
     leader: watch::Receiver<bool>,
+    /// This replica's own address for acks (`--advertise-url`), sent with every stream.
+    ack_url: Option<HeaderValue>,
 }
 
 impl Hub {
@@ -60,11 +64,13 @@ impl Hub {
         allowed_user: String,
         replica_expiry: Duration,
         leader: watch::Receiver<bool>,
+        ack_url: Option<HeaderValue>,
     ) -> Arc<Hub> {
         Arc::new(Hub {
             published: watch::Sender::new(Arc::new(Published::default())),
             replicas: Mutex::new(HashMap::new()),
             replica_expiry,
+            ack_url,
             changed: Notify::new(),
             allowed_user,
             client,
@@ -93,6 +99,29 @@ impl Hub {
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
+    }
+
+    /// A replica that said goodbye is no longer expected.
+    fn forget(&self, replica: &str) {
+        self.replicas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(replica);
+        self.changed.notify_waiters();
+    }
+
+    /// Like `update`, for a replica still known (a forgotten one stays forgotten).
+    fn update_known(&self, replica: &str, f: impl FnOnce(&mut Replica)) {
+        let known = {
+            let mut replicas = self.replicas.lock().unwrap_or_else(|p| p.into_inner());
+            replicas.get_mut(replica).map(|entry| {
+                entry.last_seen = Instant::now();
+                f(entry);
+            })
+        };
+        if known.is_some() {
+            self.changed.notify_waiters();
+        }
     }
 
     fn update(&self, replica: &str, f: impl FnOnce(&mut Replica)) {
@@ -174,7 +203,8 @@ struct Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.hub.update(&self.replica, |r| r.connected = false);
+        self.hub
+            .update_known(&self.replica, |r| r.connected = false);
         tracing::info!(replica = %self.replica, "gateway replica disconnected");
     }
 }
@@ -227,19 +257,31 @@ async fn watch_snapshots(State(hub): State<Arc<Hub>>, headers: HeaderMap) -> Res
                 Some((Ok::<_, std::io::Error>(frame), (receiver, connection)))
             }
         });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "application/x-ndjson")
+    let mut response = Response::builder().header(header::CONTENT_TYPE, "application/x-ndjson");
+    if let Some(url) = &hub.ack_url {
+        response = response.header(ACK_URL_HEADER, url);
+    }
+    response
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 async fn ack(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) -> Response {
+    // A standby's count is never read: refuse, so a misdirected ack shows in the gateway's log.
+    if !*hub.leader.borrow() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not the lease holder").into_response();
+    }
     if !hub.authorized(&headers).await {
         return StatusCode::UNAUTHORIZED.into_response();
     }
     let Ok(ack) = serde_json::from_slice::<Ack>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
+    if ack.leaving {
+        hub.forget(&ack.replica);
+        tracing::info!(replica = %ack.replica, "gateway replica leaving");
+        return StatusCode::NO_CONTENT.into_response();
+    }
     if let Some(rejected) = &ack.rejected {
         tracing::warn!(replica = %ack.replica, generation = rejected.generation, error = %rejected.error, "a gateway replica refused a snapshot");
     }

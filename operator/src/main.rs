@@ -34,6 +34,10 @@ struct Args {
     /// Where gateway replicas follow the snapshot stream.
     #[arg(long, default_value = "0.0.0.0:9090")]
     snapshot_listen: String,
+    /// This replica's own snapshot-stream address (e.g. http://<pod IP>:9090), where gateways
+    /// send acks: through a Service an ack could reach another replica than the stream.
+    #[arg(long, env = "SWITCHBOARD_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// Metrics and health endpoints.
     #[arg(long, default_value = "0.0.0.0:9091")]
     metrics_listen: String,
@@ -106,12 +110,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("--gateway-service-account must be <namespace>:<name>"))?;
     let allowed_user = format!("system:serviceaccount:{sa_namespace}:{sa_name}");
 
+    let ack_url = match args.advertise_url.as_deref().filter(|u| !u.is_empty()) {
+        Some(url) => Some(
+            url.parse::<axum::http::Uri>()
+                .ok()
+                .filter(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+                .and_then(|_| axum::http::HeaderValue::from_str(url).ok())
+                .ok_or_else(|| anyhow::anyhow!("--advertise-url {url:?} is not an http(s) URL"))?,
+        ),
+        None => None,
+    };
     let (leader_tx, leader_rx) = watch::channel(false);
     let hub = Hub::new(
         client.clone(),
         allowed_user,
         args.replica_expiry,
         leader_rx.clone(),
+        ack_url,
     );
     let metrics = Arc::new(Metrics::default());
     let probes = Arc::new(Probes::default());

@@ -28,7 +28,8 @@ def installed() -> dict:
     """`helm install` of the chart (CRDs included) with the images imported into the node;
     returns how long until all four pods were Ready."""
     t0 = time.monotonic()
-    helm("install", "switchboard", str(CHART), "-n", RELEASE_NS, "--create-namespace", *chart_values())
+    # upgrade --install: a node kept from an earlier run (SWITCHBOARD_NODE_KEEP=1) can run them again
+    helm("upgrade", "--install", "switchboard", str(CHART), "-n", RELEASE_NS, "--create-namespace", *chart_values())
 
     def all_ready():
         gw = pods("app.kubernetes.io/component=gateway")
