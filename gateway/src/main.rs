@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use switchboard_gateway::operator_source::OperatorSource;
@@ -97,6 +98,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (leaving_tx, leaving) = tokio::sync::watch::channel(false);
     // Registered before the first load, so a SIGHUP at any time reloads rather than kills.
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut following = None;
     match (&args.config, args.operator.is_empty()) {
         (Some(config), true) => {
             let Ok(applied) = config_file::reload(&gw, config) else {
@@ -127,7 +129,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 replica: args.replica.clone().unwrap_or_else(default_replica_name),
                 leaving,
             };
-            tokio::spawn(source.follow(gw.clone()));
+            following = Some(tokio::spawn(source.follow(gw.clone())));
         }
     }
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
@@ -155,6 +157,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             leaving_tx.send_replace(true);
         })
         .await?;
+    // The goodbye to the operator is a request of its own; let it go out before the process ends.
+    if let Some(following) = following
+        && tokio::time::timeout(Duration::from_secs(3), following)
+            .await
+            .is_err()
+    {
+        tracing::warn!("could not tell the operator this replica is leaving within 3s");
+    }
     Ok(())
 }
 

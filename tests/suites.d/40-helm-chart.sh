@@ -172,12 +172,14 @@ expect "operator: command" switchboard-operator jp "deploy/$op" '{.spec.template
 expect "operator: args" \
   "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].args[*]}'
-expect "operator: POD_NAME, POD_NAMESPACE from the downward API" "POD_NAME=metadata.name,POD_NAMESPACE=metadata.namespace," \
+expect "operator: POD_NAME, POD_NAMESPACE, POD_IP from the downward API" "POD_NAME=metadata.name,POD_NAMESPACE=metadata.namespace,POD_IP=status.podIP," \
   jp "deploy/$op" '{range .spec.template.spec.containers[0].env[?(@.valueFrom.fieldRef)]}{.name}={.valueFrom.fieldRef.fieldPath},{end}'
 expect "operator: probes on 9091" "/healthz metrics /readyz metrics 9091" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.port} {.spec.template.spec.containers[0].ports[?(@.name=="metrics")].containerPort}'
 expect "operator: serviceAccountName" "$op" jp "deploy/$op" '{.spec.template.spec.serviceAccountName}'
-expect "operator: resources set" "50m 64Mi 256Mi" \
+expect "operator: acks come to the pod itself" 'http://$(POD_IP):9090' \
+  jp "deploy/$op" '{.spec.template.spec.containers[0].env[?(@.name=="SWITCHBOARD_ADVERTISE_URL")].value}'
+expect "operator: resources set" "20m 32Mi 256Mi" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].resources.requests.cpu} {.spec.template.spec.containers[0].resources.requests.memory} {.spec.template.spec.containers[0].resources.limits.memory}'
 expect "operator Service: 9090 'snapshot'" "snapshot 9090 snapshot" \
   jp "svc/$op" '{.spec.ports[0].name} {.spec.ports[0].port} {.spec.ports[0].targetPort}'
@@ -185,6 +187,8 @@ expect "operator Service selects the operator pods" \
   "$(jp "deploy/$op" '{.spec.template.metadata.labels}')" jp "svc/$op" '{.spec.selector}'
 # gateway
 expect "gateway: 2 replicas" 2 jp "deploy/$gw" '{.spec.replicas}'
+expect "gateway: preStop sleeps 5s before SIGTERM" 5 \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds}'
 expect "gateway: command" switchboard-gateway jp "deploy/$gw" '{.spec.template.spec.containers[0].command[0]}'
 expect "gateway: args" \
   "--listen 0.0.0.0:8080 --operator http://$op.$ns.svc:9090 --token-file /var/run/secrets/switchboard/token --config /etc/switchboard/snapshot/snapshot.yaml" \
