@@ -58,7 +58,10 @@ mod tests {
         assert_eq!(wire, r#"{"replica":"r1","serving":3}"#);
         // An older gateway's ack (no field) reads as staying.
         assert_eq!(serde_json::from_str::<Ack>(&wire).expect("parses"), ack);
-        let goodbye = Ack { leaving: true, ..ack };
+        let goodbye = Ack {
+            leaving: true,
+            ..ack
+        };
         let wire = serde_json::to_string(&goodbye).expect("serializes");
         assert!(wire.contains(r#""leaving":true"#), "{wire}");
         assert!(serde_json::from_str::<Ack>(&wire).expect("parses").leaving);
