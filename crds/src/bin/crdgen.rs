@@ -13,6 +13,9 @@ fn main() -> ExitCode {
     let dir = args
         .first()
         .map(PathBuf::from)
+        // `cargo run` sets it at run time; the compile-time value may name another checkout
+        // whose build the shared cargo cache reused.
+        .or_else(|| std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     let mut stale = false;
     for (file, yaml) in switchboard_crds::crd_manifests() {
