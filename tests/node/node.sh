@@ -101,7 +101,7 @@ cgroup_hierarchies() { # every mounted cgroup hierarchy (v1 controllers and the 
 
 # ---- start -----------------------------------------------------------------
 write_configs() {
-  local bin=$1 cni_bin=$2 kubeconfig=$3
+  local cni_bin=$1 kubeconfig=$2
   mkdir -p "$DIR"/{containerd,cni/net.d,cni/state,kubelet,pod-logs,run,logs}
   cat >"$DIR/containerd/config.toml" <<EOF
 version = 2
@@ -234,7 +234,7 @@ cmd_start() {
   echo "$id" >"$DIR/cgroup"
   for h in $(cgroup_hierarchies); do mkdir -p "$h/$id/daemons"; done
   local kubeconfig="$DIR/control-plane/kubeconfig"
-  write_configs "$bin" "$cni_bin" "$kubeconfig"
+  write_configs "$cni_bin" "$kubeconfig"
 
   log "namespaces (network, mount, PID); cgroups under /$id"
   # The first process of the PID namespace reaps what is re-parented to it and waits; its name

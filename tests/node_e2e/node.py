@@ -11,11 +11,16 @@ import base64
 import json
 import os
 import subprocess
-import time
+import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+# wait_until lives in tests/e2e/harness.py (appended, so nothing there shadows a module here)
+if str(ROOT / "tests" / "e2e") not in sys.path:
+    sys.path.append(str(ROOT / "tests" / "e2e"))
+from harness import wait_until  # noqa: E402
+
 CHART = ROOT / "charts" / "switchboard"
 RELEASE_NS = "switchboard"
 GATEWAY_URL = "http://switchboard-gateway.switchboard.svc"
@@ -93,17 +98,7 @@ def ready(pod: dict) -> bool:
 
 
 def wait(predicate, timeout: float, what: str, interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - keep polling, report the last failure
-            last = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    return wait_until(predicate, timeout, interval=interval, what=what)
 
 
 def secret_value(name: str, namespace: str, key: str) -> str:

@@ -37,19 +37,7 @@ started=$(date +%s)
 "$venv/bin/python" -m pytest tests/k8s_e2e -q --junitxml="$report" ${PYTEST_ARGS:-} || rc=$?
 
 # "N passed, N failed" from the JUnit report (errors and failures both count as failed).
-counts=$("$venv/bin/python" - "$report" <<'PY' || true
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    print("0 0"); sys.exit()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-t = sum(int(s.get("tests", 0)) for s in suites)
-f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-k = sum(int(s.get("skipped", 0)) for s in suites)
-print(t - f - k, f)
-PY
-)
+counts=$("$venv/bin/python" tests/junit_counts.py "$report" || true)
 read -r passed failed <<<"${counts:-0 0}"
 
 # The propagation figures of this run (acceptance 4), if the test wrote them.
