@@ -10,7 +10,7 @@ import time
 
 import pytest
 from node import (
-    CHART, GATEWAY_URL, RELEASE_NS, caller_pod, chart_values, get_json, helm, kubectl, pods, ready, wait,
+    CHART, GATEWAY_URL, RELEASE_NS, apply, caller_pod, chart_values, get_json, helm, kubectl, pods, ready, wait,
 )
 
 MIN_CALLS = 200
@@ -25,7 +25,6 @@ class CallLoop:
         pod = caller_pod(self.name, namespace, ["loop", "-url", f"{GATEWAY_URL}/mcp/demo", "-key", key,
                                                 "-interval", "10ms"], restart="Never")
         kubectl("delete", "pod", self.name, "-n", namespace, "--ignore-not-found", "--wait=true")
-        from node import apply
         apply(pod)
         wait(lambda: len(self.calls()) >= 20, 60, "the call loop to make its first calls")
 
