@@ -54,11 +54,30 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(BODY_CEILING))
+        .layer(middleware::from_fn_with_state(gw.clone(), drain))
         .with_state(gw)
 }
 
+/// While stopping, every answer closes its connection. Closing an idle kept-alive connection
+/// races with a client that is sending on it at that moment (the client sees EOF, and may not
+/// retry a POST); an answer that says `Connection: close` does not race: the client reads it
+/// before it sends again, and its next request opens a connection the Service sends elsewhere.
+/// (HTTP/2 connections get a GOAWAY at shutdown instead, which has no such race.)
+async fn drain(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if gw.is_draining() {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
 async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
-    if gw.is_ready() {
+    if gw.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
+    } else if gw.is_ready() {
         (StatusCode::OK, "ready").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "no snapshot loaded yet").into_response()

@@ -72,6 +72,12 @@ struct Args {
         default_value = "text"
     )]
     log_format: LogFormat,
+    /// After SIGTERM, keep serving this long before closing the listener, with every answer
+    /// closing its connection, so kept-alive clients move to another replica between requests
+    /// instead of finding their connection closed under a request (the chart sets 5s, after
+    /// its preStop sleep). 0: close at once.
+    #[arg(long, env = "SWITCHBOARD_DRAIN", default_value = "0s", value_parser = humantime::parse_duration)]
+    drain: Duration,
     /// Threads serving requests (default: the CPUs this process may use). Fewer threads than
     /// CPUs can help when the gateway shares its CPUs with other busy processes.
     #[arg(long, env = "SWITCHBOARD_WORKER_THREADS")]
@@ -96,8 +102,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }));
     // Turns true on SIGTERM: the operator's stream then ends with a goodbye.
     let (leaving_tx, leaving) = tokio::sync::watch::channel(false);
-    // Registered before the first load, so a SIGHUP at any time reloads rather than kills.
+    // Registered before the first load, so a SIGHUP at any time reloads rather than kills, and
+    // a SIGTERM at any time stops gracefully.
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut following = None;
     match (&args.config, args.operator.is_empty()) {
         (Some(config), true) => {
@@ -151,10 +159,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
         }
     });
+    let draining = gw.clone();
+    let drain = args.drain;
     axum::serve(listener, http::router(gw))
         .with_graceful_shutdown(async move {
-            shutdown().await;
+            shutdown(terminate).await;
             leaving_tx.send_replace(true);
+            if !drain.is_zero() {
+                tracing::info!(?drain, "stopping: draining kept-alive connections");
+                draining.start_draining();
+                tokio::time::sleep(drain).await;
+            }
         })
         .await?;
     // The goodbye to the operator is a request of its own; let it go out before the process ends.
@@ -176,8 +191,9 @@ fn default_replica_name() -> String {
         .unwrap_or_else(|| format!("gateway-{}", std::process::id()))
 }
 
-async fn shutdown() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+/// Resolves on SIGTERM (given registered, so a signal that comes before the server runs is
+/// not the default action, which ends the process at once) or Ctrl-C.
+async fn shutdown(mut term: Option<tokio::signal::unix::Signal>) {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {}

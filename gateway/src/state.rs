@@ -25,6 +25,8 @@ use switchboard_snapshot::GatewaySettings;
 pub struct Gateway {
     table: ArcSwap<RoutingTable>,
     loaded: AtomicBool,
+    /// Stopping: answers still go out, each closing its connection (see `http::drain`).
+    draining: AtomicBool,
     pub upstreams: Upstreams,
     pub catalog: Catalog,
     pub metrics: Metrics,
@@ -63,6 +65,7 @@ impl Gateway {
         Gateway {
             table: ArcSwap::from_pointee(empty),
             loaded: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             upstreams: Upstreams::new(),
             catalog: Catalog::default(),
             metrics: Metrics::default(),
@@ -112,7 +115,15 @@ impl Gateway {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.loaded.load(Ordering::Acquire)
+        self.loaded.load(Ordering::Acquire) && !self.is_draining()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
     }
 
     /// Swaps in a new table. In-flight requests keep the table they started with; caches

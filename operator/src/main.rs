@@ -133,6 +133,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let dirty = Arc::new(Notify::new());
     let (snapshots_tx, snapshots_rx) = watch::channel(Arc::new(Snapshot::default()));
 
+    // Registered now, so a SIGTERM during startup also steps down (the default action would
+    // end the process at once).
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let (stop_tx, stop_rx) = watch::channel(false);
     let election = tokio::spawn(lease::run(
         client.clone(),
@@ -210,7 +213,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // gateways' streams break, so they reconnect to whoever leads next.
     tokio::select! {
         served = axum::serve(snapshot_listener, delivery::router(hub)).into_future() => served?,
-        () = terminated() => {
+        () = terminated(terminate) => {
             tracing::info!("terminating: stepping down");
             stop_tx.send_replace(true);
             if tokio::time::timeout(Duration::from_secs(5), election).await.is_err() {
@@ -222,8 +225,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// SIGTERM (Kubernetes stopping the pod) or Ctrl-C.
-async fn terminated() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+async fn terminated(mut term: Option<tokio::signal::unix::Signal>) {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {}

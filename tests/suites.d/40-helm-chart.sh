@@ -187,6 +187,8 @@ expect "operator Service selects the operator pods" \
   "$(jp "deploy/$op" '{.spec.template.metadata.labels}')" jp "svc/$op" '{.spec.selector}'
 # gateway
 expect "gateway: 2 replicas" 2 jp "deploy/$gw" '{.spec.replicas}'
+expect "gateway: drains kept-alive connections for 5s after SIGTERM" 5s \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].env[?(@.name=="SWITCHBOARD_DRAIN")].value}'
 expect "gateway: preStop sleeps 5s before SIGTERM" 5 \
   jp "deploy/$gw" '{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds}'
 expect "gateway: command" switchboard-gateway jp "deploy/$gw" '{.spec.template.spec.containers[0].command[0]}'
