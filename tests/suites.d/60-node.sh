@@ -42,11 +42,13 @@ stop_node() {
     echo "60-node: node left running in $dir (stop: tests/node/node.sh stop $dir)" >&2
     return 0
   fi
-  tests/node/node.sh stop "$dir" && rmdir "$dir" 2>/dev/null
+  tests/node/node.sh stop "$dir" || return 1
+  rmdir "$dir" 2>/dev/null || true   # kept logs (SWITCHBOARD_NODE_KEEP_LOGS=1) stay
 }
 trap 'stop_node || true' EXIT
 t0=$(date +%s)
-tests/node/node.sh start "$dir" || fail "the node did not start (logs in $dir/logs)"
+tests/node/node.sh start "$dir" ||
+  fail "the node did not start (the failing part's log is above; SWITCHBOARD_NODE_KEEP=1 keeps the node's logs in $dir/logs)"
 started=$(( $(date +%s) - t0 ))
 t0=$(date +%s)
 tests/node/node.sh import "$dir" "${test_images[1]}" "$archives"/switchboard-{gateway,operator,example-upstream}.tar \
