@@ -2,6 +2,11 @@
 //! change (polled, so it also works on mounted ConfigMaps/Secrets whose symlinks flip) and on
 //! SIGHUP (which also picks up changed `env`/`file` secrets). A broken edit is logged with the
 //! field it concerns and the previous snapshot keeps serving (docs/architecture.md, invariant 9).
+//!
+//! A file rewritten in place (`generate > config.yaml`: truncate, then write) is empty or half
+//! written for a moment, and an empty file parses as a valid empty config that refuses every
+//! caller. So a change is applied only once two polls in a row read the same content, and a
+//! file with nothing in it is never applied (an empty config is written as `{}`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,12 +22,18 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Resolves, validates and indexes a file's content: a table ready to swap in.
 pub fn load_table(content: &[u8]) -> Result<RoutingTable, SnapshotError> {
-    let text = std::str::from_utf8(content).map_err(|_| SnapshotError {
+    let whole = |message: &str| SnapshotError {
         errors: vec![switchboard_snapshot::FieldError {
             path: String::new(),
-            message: "the file is not UTF-8".into(),
+            message: message.into(),
         }],
-    })?;
+    };
+    let text = std::str::from_utf8(content).map_err(|_| whole("the file is not UTF-8"))?;
+    if text.trim().is_empty() {
+        return Err(whole(
+            "the file is empty (being rewritten?); an empty config is written as {}",
+        ));
+    }
     let snapshot = load(text, &SystemLookup)?;
     RoutingTable::build(&snapshot)
 }
@@ -71,6 +82,8 @@ pub async fn watch(
     mut hangup: Option<tokio::signal::unix::Signal>,
 ) {
     let mut last = applied;
+    // A changed content seen once; applied when the next poll reads it again.
+    let mut settling: Option<Vec<u8>> = None;
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -84,13 +97,36 @@ pub async fn watch(
             } => true,
         };
         let current = std::fs::read(&path).ok();
-        if forced || current != last {
-            if forced {
-                tracing::info!("SIGHUP: reloading config");
-            }
-            last = current;
-            // A rejected edit was logged by reload; the previous table keeps serving.
-            let _ = reload(&gw, &path);
+        if forced {
+            tracing::info!("SIGHUP: reloading config");
+        } else if current == last {
+            settling = None;
+            continue;
+        } else if current != settling {
+            // Changed since the last poll: maybe mid-write. Wait for it to hold still.
+            settling = current;
+            continue;
         }
+        settling = None;
+        last = current;
+        // A rejected edit was logged by reload; the previous table keeps serving.
+        let _ = reload(&gw, &path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load_table;
+
+    #[test]
+    fn an_empty_file_is_refused_but_an_explicit_empty_config_loads() {
+        for empty in [&b""[..], b"\n", b"  \n\t\n"] {
+            let Err(err) = load_table(empty) else {
+                panic!("an empty file must not load");
+            };
+            assert!(err.to_string().contains("the file is empty"), "{err}");
+        }
+        let table = load_table(b"{}").expect("{} is an empty config");
+        assert_eq!(table.servers.len(), 0);
     }
 }
