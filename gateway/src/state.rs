@@ -115,7 +115,7 @@ impl Gateway {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.loaded.load(Ordering::Acquire) && !self.is_draining()
+        self.loaded.load(Ordering::Acquire)
     }
 
     pub fn is_draining(&self) -> bool {

@@ -124,19 +124,19 @@ impl Hub {
         }
     }
 
+    /// Updates a replica, first meeting it if it is new.
     fn update(&self, replica: &str, f: impl FnOnce(&mut Replica)) {
-        {
-            let mut replicas = self.replicas.lock().unwrap_or_else(|p| p.into_inner());
-            let entry = replicas.entry(replica.to_string()).or_insert(Replica {
+        self.replicas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(replica.to_string())
+            .or_insert(Replica {
                 serving: 0,
                 connected: false,
                 last_seen: Instant::now(),
                 rejected: None,
             });
-            entry.last_seen = Instant::now();
-            f(entry);
-        }
-        self.changed.notify_waiters();
+        self.update_known(replica, f);
     }
 
     /// Whether the bearer token belongs to the gateway's ServiceAccount (TokenReview with the

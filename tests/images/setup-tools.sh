@@ -6,19 +6,7 @@
 # "error setting rlimit ... operation not permitted"); these stay below the usual hard limits.
 set -euo pipefail
 cache="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}"
-missing=()
-for tool in buildah podman runc; do
-  command -v "$tool" >/dev/null || missing+=("$tool")
-done
-if ((${#missing[@]})); then
-  command -v apt-get >/dev/null ||
-    { echo "setup-tools.sh: ${missing[*]} missing and no apt-get: install them (buildah, podman, runc)" >&2; exit 1; }
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo=sudo
-  echo "setup-tools.sh: installing ${missing[*]} (apt-get)" >&2
-  $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
-fi
+"$(dirname "${BASH_SOURCE[0]}")/../install-packages.sh" buildah=buildah podman=podman runc=runc
 conf="$cache/images/containers.conf"
 mkdir -p "$(dirname "$conf")"
 cat > "$conf" <<'CONF'
