@@ -5,7 +5,9 @@ edit takes effect without a restart."""
 from __future__ import annotations
 
 import copy
+import random
 import signal
+import threading
 import time
 
 import httpx
@@ -124,31 +126,62 @@ def test_in_place_edit_and_sighup(gateways, rust_upstream):
 
 def test_rewrites_in_place_never_apply_an_empty_or_partial_file(gateways, rust_upstream):
     """`generate > config.yaml` truncates, then writes: for a moment the file is empty or half
-    written. Such a state is never applied (a change must read the same on two polls in a row),
-    an empty file never is, and callers never see their key refused. Before this rule, about 1
-    in 7 reloads of such rewrites applied an empty config."""
+    written. 1,000 such rewrites of random sizes, written in random pieces, while a caller runs:
+    no empty or partial state is ever applied (a change must read the same on two polls in a
+    row, and an empty file never applies), and no call is refused for lack of its key. Before
+    this rule, about 1 in 7 reloads of such rewrites applied an empty config."""
     k = new_secret("key")
     config = gateway_config([server("alpha", rust_upstream.mcp_url)], [key("one", k, ["alpha"])])
     gw = gateways.start(config)
     text = gw.config_path.read_text()
-    half = len(text) // 2
-    refused = 0
-    for i in range(30):
-        with open(gw.config_path, "r+") as f:  # the shell's `>`: truncate, then write
-            f.truncate(0)
-            f.flush()
-            time.sleep(0.02 + (i % 5) * 0.01)  # the generator is still thinking
-            f.write(text[:half])
-            f.flush()
-            time.sleep(0.02)
-            f.write(text[half:])
-        if not _works(gw, k, "alpha__add"):
-            refused += 1
-        time.sleep(0.05 * (i % 4))
-    assert refused == 0, f"{refused} of 30 calls failed during in-place rewrites\n{gw.logs()[-3000:]}"
-    assert "servers=0" not in gw.logs(), gw.logs()[-3000:]
+    rng = random.Random(11)
+    calls, failed = [0], []
+    stop = threading.Event()
 
-    # A file left empty is refused with a reason; the previous config keeps serving.
+    def caller() -> None:
+        while not stop.is_set():
+            calls[0] += 1
+            if not _works(gw, k, "alpha__add"):
+                failed.append(time.monotonic())
+
+    thread = threading.Thread(target=caller, daemon=True)
+    thread.start()
+    settles = 0
+    try:
+        for i in range(1000):
+            # Random size: the same config with a comment of random length after it.
+            content = text + "#" + "x" * rng.randrange(0, 4000) + "\n"
+            cuts = sorted(rng.sample(range(1, len(content)), 3))
+            with open(gw.config_path, "r+") as f:  # the shell's `>`: truncate, then write
+                f.truncate(0)
+                f.flush()
+                for a, b in zip([0, *cuts], [*cuts, len(content)]):
+                    time.sleep(rng.random() * 0.004)  # the generator is still thinking
+                    f.write(content[a:b])
+                    f.flush()
+            if i % 100 == 99:
+                time.sleep(0.6)  # long enough to read the same content twice: it applies
+                settles += 1
+            else:
+                time.sleep(rng.random() * 0.01)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    logs = gw.logs()
+    applied = [line for line in logs.splitlines() if "config applied" in line]
+    print(f"1000 in-place rewrites, {calls[0]} calls during them, {len(failed)} failed, "
+          f"{len(applied) - 1} reloads applied")
+    assert not failed, f"{len(failed)} of {calls[0]} calls failed during in-place rewrites\n{logs[-3000:]}"
+    assert calls[0] >= 100, f"only {calls[0]} calls ran during the rewrites"
+    assert all("servers=1 keys=1" in line for line in applied), "\n".join(applied)
+    assert len(applied) >= 2, f"no rewrite applied in {settles} pauses of 0.6 s\n{logs[-3000:]}"
+
+    # A file left empty is refused with a reason; the previous config keeps serving. First a
+    # marker edit is seen applied, so the empty file is a change from what is served.
+    offset = len(gw.logs())
+    write_text(gw.config_path, text + "# settled\n", atomic=False)
+    wait_until(lambda: "config applied" in _new_log(gw, offset), RELOAD_WAIT, interval=0.25,
+               what="the marker edit to apply")
     offset = len(gw.logs())
     write_text(gw.config_path, "", atomic=False)
     wait_until(lambda: "the file is empty" in _new_log(gw, offset), RELOAD_WAIT, interval=0.25,

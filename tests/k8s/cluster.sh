@@ -59,6 +59,17 @@ pid_alive() {
   [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
 }
+# wait_exec PIDFILE BINARY-NAME: a process just started with `&` is for a moment still the
+# forked shell; wait (bounded) until it has become the binary, or fail if it is gone.
+wait_exec() {
+  local pid i; pid=$(cat "$1")
+  for i in $(seq 1 100); do   # 10s
+    pid_alive "$1" "$2" && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
 stop_proc() { # PIDFILE NAME
   local pid i
   pid_alive "$1" "$2" || { rm -f "$1"; return 0; }
@@ -139,9 +150,13 @@ EOF
 
 # ---- start -----------------------------------------------------------------
 cmd_start() {
-  if pid_alive "$DIR/apiserver.pid" kube-apiserver || pid_alive "$DIR/etcd.pid" etcd; then
+  if [[ -f "$DIR/cluster.env" ]] && pid_alive "$DIR/apiserver.pid" kube-apiserver; then
     die "a cluster is already running in $DIR (run: $0 stop $DIR)"
   fi
+  # Leftovers of a failed or killed attempt are stopped by PID (an etcd holding its data-dir
+  # lock would block this one), and a failure of this attempt stops what it started.
+  cmd_stop_quiet
+  trap cmd_stop_quiet EXIT
   command -v openssl >/dev/null || die "openssl not found"
   command -v curl >/dev/null || die "curl not found"
   local bin; bin=$(bin_dir)
@@ -176,13 +191,14 @@ cmd_start() {
     </dev/null >"$DIR/etcd.log" 2>&1 &
   echo $! >"$DIR/etcd.pid"
 
+  wait_exec "$DIR/etcd.pid" etcd || { tail_log "$DIR/etcd.log"; die "etcd exited during startup"; }
   local i ok=""
   for i in $(seq 1 150); do   # 30s
     pid_alive "$DIR/etcd.pid" etcd || { tail_log "$DIR/etcd.log"; die "etcd exited during startup"; }
-    if curl -fsS "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"'; then ok=1; break; fi
+    if curl -fsS --max-time 2 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"'; then ok=1; break; fi
     sleep 0.2
   done
-  [[ -n "$ok" ]] || { tail_log "$DIR/etcd.log"; cmd_stop_quiet; die "etcd not healthy after 30s"; }
+  [[ -n "$ok" ]] || { tail_log "$DIR/etcd.log"; die "etcd not healthy after 30s"; }
 
   # Without a controller-manager nobody creates ServiceAccounts, and the plugin would refuse
   # every pod for want of "default"; the one-node cluster has one.
@@ -213,12 +229,14 @@ cmd_start() {
     --v "${SWITCHBOARD_K8S_APISERVER_V:-1}" \
     </dev/null >"$DIR/apiserver.log" 2>&1 &
   echo $! >"$DIR/apiserver.pid"
+  wait_exec "$DIR/apiserver.pid" kube-apiserver ||
+    { tail_log "$DIR/apiserver.log"; die "kube-apiserver exited during startup"; }
 
   local timeout=${SWITCHBOARD_K8S_START_TIMEOUT:-60} t0=$SECONDS body=""
   ok=""
   while (( SECONDS - t0 < timeout )); do
     if ! pid_alive "$DIR/apiserver.pid" kube-apiserver; then
-      tail_log "$DIR/apiserver.log"; cmd_stop_quiet; die "kube-apiserver exited during startup"
+      tail_log "$DIR/apiserver.log"; die "kube-apiserver exited during startup"
     fi
     body=$(curl -sS --max-time 5 --cacert "$PKI/ca.crt" -H "Authorization: Bearer $token" \
       "$api/readyz" 2>&1 || true)
@@ -228,7 +246,7 @@ cmd_start() {
   if [[ -z "$ok" ]]; then
     echo "last /readyz answer (failing checks):" >&2
     grep -v '^\[+\]' <<<"$body" >&2 || true
-    tail_log "$DIR/apiserver.log"; cmd_stop_quiet
+    tail_log "$DIR/apiserver.log"
     die "kube-apiserver not ready after ${timeout}s"
   fi
 
@@ -240,7 +258,7 @@ cmd_start() {
     if "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" get namespace default >/dev/null 2>&1; then ok=1; break; fi
     sleep 0.2
   done
-  [[ -n "$ok" ]] || { tail_log "$DIR/apiserver.log"; cmd_stop_quiet; die "namespace 'default' never appeared"; }
+  [[ -n "$ok" ]] || { tail_log "$DIR/apiserver.log"; die "namespace 'default' never appeared"; }
 
   cat >"$DIR/cluster.env" <<EOF
 KUBECONFIG=$DIR/kubeconfig
@@ -250,6 +268,7 @@ SWITCHBOARD_K8S_TOKEN=$token
 SWITCHBOARD_K8S_CA=$PKI/ca.crt
 SWITCHBOARD_K8S_ETCD=http://127.0.0.1:$etcd_port
 EOF
+  trap - EXIT
   log "ready in $((SECONDS - t0))s: $api (kubeconfig: $DIR/kubeconfig)"
 }
 
