@@ -2,13 +2,16 @@
 # THE test command: everything CI runs, in order, stopping at the first failure.
 #
 #   tests/run-all.sh                 # all steps
-#   tests/run-all.sh e2e             # only the named steps (fmt clippy unit build e2e, and suites)
+#   tests/run-all.sh e2e             # only the named steps (fmt clippy unit fuzz build e2e, and suites)
 #   PYTEST_ARGS="-k scope -x" tests/run-all.sh e2e
 #
 # Steps:
 #   fmt     cargo fmt --all -- --check
 #   clippy  cargo clippy --workspace --all-targets -- -D warnings
-#   unit    cargo test --workspace
+#   unit    cargo test --workspace (without the fuzz targets)
+#   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
+#           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
+#           longer)
 #   build   cargo build --workspace --bins            (debug; the e2e tests run these binaries)
 #   e2e     tests/setup-python.sh, tests/setup-node.sh and tests/setup-claude.sh (the Claude Code
 #           CLI), then pytest tests/e2e with the venv's python
@@ -40,7 +43,7 @@ step() { # step NAME: prints a banner and the elapsed time of the previous step
   echo "=== $1"
 }
 
-all_steps=(fmt clippy unit build e2e suites)
+all_steps=(fmt clippy unit fuzz build e2e suites)
 if (($# > 0)); then
   wanted=("$@")
 else
@@ -59,7 +62,7 @@ for s in "${wanted[@]}"; do
     || die "unknown step '$s' (steps: ${all_steps[*]}; suites: tests/suites.d/*.sh)"
 done
 
-if wants fmt || wants clippy || wants unit || wants build; then
+if wants fmt || wants clippy || wants unit || wants fuzz || wants build; then
   need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
 fi
 if wants fmt; then
@@ -74,7 +77,11 @@ if wants clippy; then
 fi
 if wants unit; then
   step unit
-  cargo test --workspace
+  cargo test --workspace -- --skip fuzz::
+fi
+if wants fuzz; then
+  step fuzz
+  cargo test -p switchboard-gateway --lib fuzz:: -- --nocapture
 fi
 if wants build; then
   step build

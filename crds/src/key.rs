@@ -3,7 +3,7 @@
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::{Condition, ToolFilter};
+use crate::{Condition, RequestLimits, ToolFilter};
 
 /// A gateway key. The operator generates it (unless the named Secret already holds one under
 /// `key`), writes it to `spec.secretName` in this namespace, and puts only its hash in the
@@ -73,6 +73,10 @@ pub struct McpKeySpec {
         length(max = 64)
     )]
     pub expires_at: Option<String>,
+    /// Limits on this key's requests (MCP, REST and LLM alike), per gateway replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!has(self.burst) || has(self.rate)").message("spec.limits.burst needs spec.limits.rate"))]
+    pub limits: Option<RequestLimits>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]

@@ -43,6 +43,26 @@ pub struct ToolFilter {
     pub deny: Vec<String>,
 }
 
+/// Request limits, enforced by each gateway replica on its own (N replicas admit up to N times
+/// the figures). A request over a limit is answered 429 with `Retry-After` before any upstream
+/// I/O.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestLimits {
+    /// Requests in flight at once; a streamed answer counts until it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub concurrent_requests: Option<u32>,
+    /// Sustained rate: `<count>/s`, `<count>/m` or `<count>/h` (e.g. `50/s`, `600/m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,8}/(s|m|h)$"))]
+    pub rate: Option<String>,
+    /// Requests admitted at once after a quiet spell; defaults to the rate's count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub burst: Option<u32>,
+}
+
 /// Kubernetes `metav1.Condition`, as status subresources carry it.
 pub type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 

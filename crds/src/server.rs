@@ -4,7 +4,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Condition, SecretKeyRef, ToolFilter};
+use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter};
 
 /// An upstream MCP server the gateway routes to. Its id is `<namespace>/<name>`; its tools
 /// appear on the aggregate endpoint as `<toolPrefix>__<tool>`.
@@ -62,6 +62,10 @@ pub struct McpServerSpec {
     /// Every admitted key reaches this server, whatever its servers and groups say.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_all_keys: bool,
+    /// Limits on the calls each gateway replica forwards to this upstream, across all keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!has(self.burst) || has(self.rate)").message("spec.limits.burst needs spec.limits.rate"))]
+    pub limits: Option<RequestLimits>,
     /// Tools of this server that are listed and callable (globs with `*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]

@@ -7,6 +7,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::limits::LimitKind;
 use crate::mcp::protocol::{Era, modern_error_status};
 
 /// JSON-RPC codes from the JSON-RPC 2.0 specification.
@@ -20,6 +21,8 @@ pub mod codes {
     pub const UPSTREAM_TIMEOUT: i64 = -32001;
     pub const UPSTREAM_UNAVAILABLE: i64 = -32002;
     pub const UPSTREAM_AUTH: i64 = -32003;
+    /// A key's or a server's request limit refused the request (HTTP 429, `Retry-After`).
+    pub const LIMITED: i64 = -32004;
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -77,6 +80,14 @@ pub enum GatewayError {
     ForbiddenOrigin,
     #[error("the gateway is overloaded: {0}")]
     Overloaded(String),
+    #[error("{scope} {id:?} is over its {} limit; retry after {}s", kind.label(), crate::limits::retry_after_seconds(*retry_after))]
+    Limited {
+        /// `key` or `server`.
+        scope: &'static str,
+        id: String,
+        kind: LimitKind,
+        retry_after: Duration,
+    },
     #[error("{message}")]
     Protocol {
         /// A code the MCP specification assigns (e.g. the 2026-07-28 header mismatch codes).
@@ -109,6 +120,7 @@ impl GatewayError {
             }
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Protocol { status, .. } => *status,
         }
     }
@@ -138,6 +150,7 @@ impl GatewayError {
             SessionForbidden | ForbiddenOrigin => "forbidden",
             ServiceAccountNotBound { .. } => "service_account_not_bound",
             Overloaded(_) => "overloaded",
+            Limited { .. } => "rate_limited",
         }
     }
 
@@ -176,6 +189,19 @@ impl GatewayError {
             InvalidParams(_) => (codes::INVALID_PARAMS, None),
             MethodNotFound(_) => (codes::METHOD_NOT_FOUND, None),
             Overloaded(_) => (codes::INTERNAL_ERROR, None),
+            Limited {
+                scope,
+                id,
+                kind,
+                retry_after,
+            } => (
+                codes::LIMITED,
+                Some(json!({
+                    (*scope): id,
+                    "limit": kind.label(),
+                    "retryAfterSeconds": crate::limits::retry_after_seconds(*retry_after),
+                })),
+            ),
             // The HTTP status (404) is what clients act on to re-initialize.
             SessionNotFound => (codes::INVALID_REQUEST, None),
             Protocol { code, data, .. } => (*code, data.clone()),
@@ -201,6 +227,7 @@ impl GatewayError {
             | ServiceAccountNotBound { .. }
             | PayloadTooLarge { .. }
             | Overloaded(_)
+            | Limited { .. }
             | Parse(_)
             | InvalidRequest(_)
             | Protocol { .. } => self.http_status(),
@@ -228,6 +255,17 @@ impl GatewayError {
             | GatewayError::ServerNotFound { server } => {
                 body["error"]["server"] = json!(server);
             }
+            GatewayError::Limited {
+                scope,
+                id,
+                kind,
+                retry_after,
+            } => {
+                body["error"][*scope] = json!(id);
+                body["error"]["limit"] = json!(kind.label());
+                body["error"]["retryAfterSeconds"] =
+                    json!(crate::limits::retry_after_seconds(*retry_after));
+            }
             _ => {}
         }
         body
@@ -243,6 +281,28 @@ impl GatewayError {
                 www_authenticate, ..
             } => HeaderValue::from_str(www_authenticate).ok(),
             _ => None,
+        }
+    }
+
+    /// The `Retry-After` header (whole seconds) of a refusal that says when to come back.
+    pub fn retry_after(&self) -> Option<HeaderValue> {
+        match self {
+            GatewayError::Limited { retry_after, .. } => Some(HeaderValue::from(
+                crate::limits::retry_after_seconds(*retry_after),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The headers an answer carrying this error gets besides its body.
+    fn add_headers(&self, response: &mut Response) {
+        if let Some(value) = self.www_authenticate() {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        if let Some(value) = self.retry_after() {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
         }
     }
 
@@ -264,11 +324,7 @@ impl From<GatewayError> for RestError {
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let mut response = (self.0.http_status(), axum::Json(self.0.rest_body())).into_response();
-        if let Some(value) = self.0.www_authenticate() {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, value);
-        }
+        self.0.add_headers(&mut response);
         response
     }
 }
@@ -288,11 +344,7 @@ pub fn jsonrpc_error_response_in(id: &Value, error: &GatewayError, era: Era) -> 
     }
     let body = json!({ "jsonrpc": "2.0", "id": id, "error": rpc });
     let mut response = (status, axum::Json(body)).into_response();
-    if let Some(value) = error.www_authenticate() {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, value);
-    }
+    error.add_headers(&mut response);
     response
 }
 

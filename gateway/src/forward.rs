@@ -97,6 +97,11 @@ impl Gateway {
         server: &Server,
         request: &Forward<'_>,
     ) -> Result<RpcOutcome, GatewayError> {
+        // The server's limits refuse before any I/O; a streamed answer holds the slot.
+        let admission = caller
+            .table
+            .limiters
+            .admit_server(server.id(), &self.metrics)?;
         let deadline = Instant::now() + server.spec.timeout;
         let mut rejected = None;
         loop {
@@ -107,6 +112,10 @@ impl Gateway {
             match result {
                 Err(e) if renews(server, &e, &rejected, &credential) => {
                     rejected = credential.map(|c| c.value);
+                }
+                Ok(RpcOutcome::Stream(mut stream)) => {
+                    stream.hold(admission);
+                    return Ok(RpcOutcome::Stream(stream));
                 }
                 other => return other.map_err(|e| self.relay_auth(caller, server, e)),
             }

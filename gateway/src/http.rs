@@ -54,8 +54,46 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(BODY_CEILING))
+        .layer(middleware::from_fn_with_state(
+            gw.clone(),
+            read_body_in_time,
+        ))
         .layer(middleware::from_fn_with_state(gw.clone(), drain))
         .with_state(gw)
+}
+
+/// Reads a request's whole body within `--body-read-timeout` and no larger than
+/// `gateway.maxBodyBytes` (one byte more, so the handler still answers an oversized body in its
+/// own protocol): a client that trickles its body, or sends far too much, cannot pin a task and
+/// its buffer. The handlers then find the body already in memory.
+async fn read_body_in_time(
+    State(gw): State<Arc<Gateway>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let limit = gw.table().settings.max_body_bytes.saturating_add(1);
+    let read = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, limit));
+    match tokio::time::timeout(gw.body_read_timeout(), read).await {
+        Ok(Ok(collected)) => {
+            let body = axum::body::Body::from(collected.to_bytes());
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            RestError(GatewayError::PayloadTooLarge { limit: limit - 1 }).into_response()
+        }
+        Ok(Err(_)) => (
+            StatusCode::BAD_REQUEST,
+            "the request body could not be read",
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            [(header::CONNECTION, "close")],
+            "the request body did not arrive in time",
+        )
+            .into_response(),
+    }
 }
 
 /// While stopping, every answer closes its connection. Closing an idle kept-alive connection

@@ -17,7 +17,10 @@ pub mod catalog;
 pub mod config_file;
 pub mod errors;
 pub mod forward;
+#[cfg(test)]
+mod fuzz;
 pub mod http;
+pub mod limits;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
@@ -26,6 +29,7 @@ pub mod protected_resource;
 pub mod rest;
 pub mod route;
 pub mod scope;
+pub mod serve;
 pub mod session;
 pub mod state;
 pub mod table;

@@ -7,9 +7,15 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use switchboard_gateway::operator_source::OperatorSource;
+use switchboard_gateway::serve::{ConnectionLimits, serve};
 use switchboard_gateway::state::{Gateway, LocalSettings};
 use switchboard_gateway::{config_file, http};
 use tracing_subscriber::EnvFilter;
+
+/// After the drain phase, how long connections still open (long streams, mostly) get to end
+/// before the process exits: well inside a pod's default 30 s termination grace, after the
+/// chart's preStop sleep and drain.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
 /// mimalloc: faster small allocations on the request path than glibc's malloc, and freed
 /// memory goes back to the system instead of piling up in per-thread arenas (RSS after a large
@@ -78,6 +84,16 @@ struct Args {
     /// its preStop sleep). 0: close at once.
     #[arg(long, env = "SWITCHBOARD_DRAIN", default_value = "0s", value_parser = humantime::parse_duration)]
     drain: Duration,
+    /// Most client connections open at once; more wait in the accept queue until one closes.
+    #[arg(long, env = "SWITCHBOARD_MAX_CONNECTIONS", default_value_t = 10_000)]
+    max_connections: usize,
+    /// A request's headers must arrive within this; a kept-alive connection idle this long is
+    /// closed too (one timer in hyper).
+    #[arg(long, env = "SWITCHBOARD_HEADER_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    header_read_timeout: Duration,
+    /// A request's whole body must arrive within this, or it is answered 408.
+    #[arg(long, env = "SWITCHBOARD_BODY_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    body_read_timeout: Duration,
     /// Threads serving requests (default: the CPUs this process may use). Fewer threads than
     /// CPUs can help when the gateway shares its CPUs with other busy processes.
     #[arg(long, env = "SWITCHBOARD_WORKER_THREADS")]
@@ -99,6 +115,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let gw = Arc::new(Gateway::with_local_settings(LocalSettings {
         allowed_hosts: args.allowed_hosts.clone(),
         public_url: args.public_url.clone().filter(|u| !u.is_empty()),
+        body_read_timeout: args.body_read_timeout,
     }));
     // Turns true on SIGTERM: the operator's stream then ends with a goodbye.
     let (leaving_tx, leaving) = tokio::sync::watch::channel(false);
@@ -152,26 +169,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Tests and scripts wait for this line on stdout.
     println!("switchboard-gateway listening on http://{addr}");
     std::io::stdout().flush()?;
-    // Small writes (one SSE event) go out at once: with Nagle's algorithm a streamed event
-    // waits for the client's delayed ACK of the one before (about 40 ms).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
-        }
-    });
     let draining = gw.clone();
     let drain = args.drain;
-    axum::serve(listener, http::router(gw))
-        .with_graceful_shutdown(async move {
-            shutdown(terminate).await;
-            leaving_tx.send_replace(true);
-            if !drain.is_zero() {
-                tracing::info!(?drain, "stopping: draining kept-alive connections");
-                draining.start_draining();
-                tokio::time::sleep(drain).await;
-            }
-        })
-        .await?;
+    let limits = ConnectionLimits {
+        max_connections: args.max_connections,
+        header_read_timeout: args.header_read_timeout,
+        shutdown_grace: SHUTDOWN_GRACE,
+    };
+    serve(listener, http::router(gw), limits, async move {
+        shutdown(terminate).await;
+        leaving_tx.send_replace(true);
+        if !drain.is_zero() {
+            tracing::info!(?drain, "stopping: draining kept-alive connections");
+            draining.start_draining();
+            tokio::time::sleep(drain).await;
+        }
+    })
+    .await;
     // The goodbye to the operator is a request of its own; let it go out before the process ends.
     if let Some(following) = following
         && tokio::time::timeout(Duration::from_secs(3), following)

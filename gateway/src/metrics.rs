@@ -41,6 +41,15 @@ struct UpstreamLabels {
     outcome: &'static str,
 }
 
+/// A request a limit refused: `scope` is `key` or `server`, `name` the key's
+/// `<namespace>/<name>` or the server's id, `limit` `concurrency` or `rate`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitedLabels {
+    scope: &'static str,
+    name: String,
+    limit: &'static str,
+}
+
 type HistogramFamily = Family<ServerLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,6 +117,7 @@ pub struct Metrics {
     upstream_latency: HistogramFamily,
     listing_failures: Family<ServerLabels, Counter>,
     auth_relayed: Family<ServerLabels, Counter>,
+    limited: Family<LimitedLabels, Counter>,
     snapshot_generation: Gauge,
     snapshot_applies: Counter,
     snapshot_rejections: Counter,
@@ -153,6 +163,12 @@ impl Default for Metrics {
             "upstream_auth_relayed",
             "Upstream 401s relayed to callers (caller-credential servers), by server",
             auth_relayed.clone(),
+        );
+        let limited = Family::<LimitedLabels, Counter>::default();
+        registry.register(
+            "limited_requests",
+            "Requests refused by a key's or a server's limits (429), by scope, name and limit",
+            limited.clone(),
         );
         let snapshot_generation = Gauge::default();
         registry.register(
@@ -213,6 +229,7 @@ impl Default for Metrics {
             upstream_latency,
             listing_failures,
             auth_relayed,
+            limited,
             snapshot_generation,
             snapshot_applies,
             snapshot_rejections,
@@ -224,6 +241,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    pub fn limited(&self, scope: &'static str, name: &str, limit: &'static str) {
+        self.limited
+            .get_or_create(&LimitedLabels {
+                scope,
+                name: name.to_string(),
+                limit,
+            })
+            .inc();
+    }
+
     pub fn request(&self, endpoint: &'static str, method: &'static str, outcome: &'static str) {
         self.requests
             .get_or_create(&RequestLabels {

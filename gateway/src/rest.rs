@@ -58,7 +58,7 @@ async fn list_tools_inner(
     query: ListQuery,
     headers: HeaderMap,
 ) -> Result<Box<RawValue>, GatewayError> {
-    let caller = authenticate(gw.table(), headers)?;
+    let caller = authenticate(gw.table(), headers, &gw.metrics)?;
     let servers: Vec<Arc<Server>> = match &query.server_id {
         Some(id) => vec![caller.server_for_rest(id)?],
         None => caller.servers_in_scope(),
@@ -107,7 +107,7 @@ async fn call_tool_inner(
     if body.len() > limit {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    let caller = authenticate(table, headers)?;
+    let caller = authenticate(table, headers, &gw.metrics)?;
     let call: CallBody = serde_json::from_slice(&body)
         .map_err(|e| GatewayError::InvalidRequest(format!("body: {e}")))?;
     let (server, tool) = match &call.server_id {

@@ -7,6 +7,8 @@ use std::time::SystemTime;
 use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::errors::GatewayError;
+use crate::limits::Admission;
+use crate::metrics::Metrics;
 use crate::route::prefixed_name;
 use crate::table::{Key, RoutingTable, Server};
 use crate::upstream::request_credential::CredentialContext;
@@ -20,6 +22,8 @@ pub struct Caller {
     /// The caller's own `Authorization`, when the gateway key came in `X-Switchboard-Key`
     /// (only then can `Authorization` be the caller's credential for an upstream).
     pub own_authorization: Option<HeaderValue>,
+    /// The key's concurrency slot, held as long as the caller is (a relayed stream holds it).
+    _admission: Option<Admission>,
 }
 
 /// The header that carries the gateway key when `Authorization` carries the caller's own
@@ -39,18 +43,39 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
         .filter(|k| !k.is_empty())
 }
 
-pub fn authenticate(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
+/// Authenticates the caller and admits the request under its key's limits (a refused request
+/// is a 429 before anything else happens).
+pub fn authenticate(
+    table: Arc<RoutingTable>,
+    headers: HeaderMap,
+    metrics: &Metrics,
+) -> Result<Caller, GatewayError> {
+    identify(table, headers)?.admitted(metrics)
+}
+
+/// Authenticates a key the endpoint found in its own way (the LLM endpoints also take
+/// `x-api-key`, where Anthropic clients put it), and admits the request under its limits.
+pub fn authenticate_key(
+    table: Arc<RoutingTable>,
+    headers: HeaderMap,
+    presented: &str,
+    metrics: &Metrics,
+) -> Result<Caller, GatewayError> {
+    caller_for_key(table, headers, presented)?.admitted(metrics)
+}
+
+/// Authenticates the caller without counting the request against its limits: for a message
+/// another replica handed over, which that replica admitted.
+pub fn identify(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
     let presented = presented_key(&headers)
         .ok_or(GatewayError::Unauthenticated(
             "missing gateway key (Authorization: Bearer <key>, or X-Switchboard-Key: <key>)",
         ))?
         .to_string();
-    authenticate_key(table, headers, &presented)
+    caller_for_key(table, headers, &presented)
 }
 
-/// Authenticates a key the endpoint found in its own way (the LLM endpoints also take
-/// `x-api-key`, where Anthropic clients put it).
-pub fn authenticate_key(
+fn caller_for_key(
     table: Arc<RoutingTable>,
     headers: HeaderMap,
     presented: &str,
@@ -71,6 +96,7 @@ pub fn authenticate_key(
         table,
         headers,
         own_authorization,
+        _admission: None,
     })
 }
 
@@ -98,9 +124,16 @@ fn service_account_key(table: &RoutingTable, presented: &str) -> Result<Arc<Key>
 }
 
 impl Caller {
+    /// The caller, admitted under its key's limits.
+    fn admitted(mut self, metrics: &Metrics) -> Result<Caller, GatewayError> {
+        self._admission = self.table.limiters.admit_key(&self.key.id, metrics)?;
+        Ok(self)
+    }
+
     /// The gateway itself, calling `server` with no caller headers (readiness probes).
     pub fn probe(table: Arc<RoutingTable>, server: &Server) -> Caller {
         let key = Key {
+            id: "switchboard-probe".into(),
             name: "switchboard-probe".into(),
             namespace: server.spec.namespace.clone(),
             digest: [0; 32],
@@ -116,6 +149,7 @@ impl Caller {
             table,
             headers: HeaderMap::new(),
             own_authorization: None,
+            _admission: None,
         }
     }
 
@@ -239,7 +273,7 @@ mod tests {
         if let Some(n) = narrow {
             headers.insert("x-mcp-servers", HeaderValue::from_str(n).unwrap());
         }
-        authenticate(table, headers).expect("key authenticates")
+        authenticate(table, headers, &Metrics::default()).expect("key authenticates")
     }
 
     const TWO: &str = "servers:\n- {name: a, url: 'http://x/mcp', allowAllKeys: true}\n- {name: b, url: 'http://x/mcp', allowAllKeys: true}\n- {name: c, url: 'http://x/mcp'}\nkeys:\n- {name: k, secret: s1}\n";
@@ -299,11 +333,12 @@ mod tests {
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer user-token"),
         );
-        let c = authenticate(table.clone(), headers).expect("key from X-Switchboard-Key");
+        let c = authenticate(table.clone(), headers, &Metrics::default())
+            .expect("key from X-Switchboard-Key");
         assert_eq!(c.own_authorization.unwrap(), "Bearer user-token");
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s1"));
-        let c = authenticate(table, headers).expect("key from Authorization");
+        let c = authenticate(table, headers, &Metrics::default()).expect("key from Authorization");
         assert!(
             c.own_authorization.is_none(),
             "the gateway key is never the caller's credential"

@@ -51,10 +51,25 @@ const MAX_REMEMBERED_SESSIONS: u64 = 100_000;
 const SESSION_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
 /// Per-deployment settings given on the command line.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LocalSettings {
     pub allowed_hosts: Vec<String>,
     pub public_url: Option<String>,
+    /// A request's whole body must arrive within this (see `http::read_body_in_time`).
+    pub body_read_timeout: Duration,
+}
+
+/// The default of `--body-read-timeout`.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Default for LocalSettings {
+    fn default() -> Self {
+        LocalSettings {
+            allowed_hosts: Vec::new(),
+            public_url: None,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+        }
+    }
 }
 
 impl Gateway {
@@ -136,6 +151,11 @@ impl Gateway {
         }
     }
 
+    /// How long a request's whole body may take to arrive.
+    pub fn body_read_timeout(&self) -> Duration {
+        self.local.body_read_timeout
+    }
+
     pub fn apply(&self, mut table: RoutingTable) {
         let settings = &mut table.settings;
         settings
@@ -151,6 +171,7 @@ impl Gateway {
             .collect();
         self.metrics
             .snapshot_applied(table.generation, table.servers.len(), table.key_count());
+        table.limiters.carry_over(&self.table.load().limiters);
         self.table.store(Arc::new(table));
         self.loaded.store(true, Ordering::Release);
         let is_live = |id: &str, rev: u64| live.get(id) == Some(&rev);

@@ -12,6 +12,7 @@ use switchboard_snapshot::{
     SnapshotError, ToolFilter, key_hash, resolved_value,
 };
 
+use crate::limits::Limiters;
 use crate::metrics::ServerName;
 use crate::session::SessionSealer;
 use crate::upstream::credentials::UpstreamHeaders;
@@ -43,6 +44,8 @@ impl Server {
 /// A client key, as the gateway knows it: never the key itself.
 #[derive(Debug)]
 pub struct Key {
+    /// `<namespace>/<name>`: the identity its limits are kept under across snapshots.
+    pub id: String,
     pub name: String,
     pub namespace: String,
     pub digest: [u8; 32],
@@ -69,6 +72,7 @@ impl Key {
     fn from_spec(spec: &KeySpec) -> Option<Key> {
         let digest = key_hash::parse_hash(spec.hash.as_deref()?)?;
         Some(Key {
+            id: crate::limits::key_id(spec),
             name: spec.name.clone(),
             namespace: spec.namespace.clone(),
             fingerprint: key_hash::fingerprint(&digest),
@@ -163,6 +167,9 @@ pub struct RoutingTable {
     model_by_name: HashMap<String, usize>,
     /// ServiceAccount tokens in place of keys, when the snapshot accepts them.
     pub service_accounts: Option<ServiceAccountAuth>,
+    /// The limiters of keys and servers that have limits (taken over from the table before
+    /// where the limits did not change, see [`crate::state::Gateway::apply`]).
+    pub limiters: Limiters,
 }
 
 /// How ServiceAccount tokens authenticate: the issuer's verifier, and which key each
@@ -274,6 +281,7 @@ impl RoutingTable {
             models,
             model_by_name,
             service_accounts,
+            limiters: Limiters::for_snapshot(snapshot),
         })
     }
 

@@ -536,7 +536,16 @@ fn server_spec(server: &McpServer, secrets: &SecretData) -> Result<ServerSpec, V
             None => UpstreamAuth::None,
             Some(auth) => upstream_auth(auth, &namespace, secrets)?,
         },
+        limits: spec.limits.as_ref().map(limits),
     })
+}
+
+fn limits(l: &switchboard_crds::RequestLimits) -> switchboard_snapshot::RequestLimits {
+    switchboard_snapshot::RequestLimits {
+        concurrent_requests: l.concurrent_requests,
+        rate: l.rate.clone(),
+        burst: l.burst,
+    }
 }
 
 fn client_auth(c: Option<ClientAuth>) -> ClientAuthMethod {
@@ -723,6 +732,7 @@ fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Option<KeySpec>)
                 deny: f.deny.clone(),
             }),
         expires_at: key.spec.expires_at.clone(),
+        limits: key.spec.limits.as_ref().map(limits),
     };
     let outcome = KeyOutcome {
         verdict: Verdict::accepted(format!("key {} is served", key_hash::fingerprint(&digest))),

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::key_hash::{hash_key, parse_hash};
-use crate::model::{ModelSpec, SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
+use crate::model::{ModelSpec, RequestLimits, SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
 use crate::names::{is_dns_label, is_header_name, is_header_value};
 use crate::secret::{SecretLookup, SecretSource};
 
@@ -378,6 +378,7 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             v.err(format!("{path}.expiresAt"), message);
         }
         v.filter(&format!("{path}.tools"), &key.tools);
+        v.limits(&format!("{path}.limits"), key.limits.as_ref());
     }
     v.finish()
 }
@@ -433,8 +434,27 @@ impl Validator {
         }
     }
 
+    fn limits(&mut self, path: &str, limits: Option<&RequestLimits>) {
+        let Some(limits) = limits else { return };
+        if limits.concurrent_requests == Some(0) {
+            self.err(
+                format!("{path}.concurrentRequests"),
+                "must be at least 1 (leave it out for no limit)",
+            );
+        }
+        if let Some(Err(message)) = limits.parsed_rate() {
+            self.err(format!("{path}.rate"), message);
+        }
+        match (limits.burst, &limits.rate) {
+            (Some(0), _) => self.err(format!("{path}.burst"), "must be at least 1"),
+            (Some(_), None) => self.err(format!("{path}.burst"), "needs a rate"),
+            _ => {}
+        }
+    }
+
     fn server(&mut self, i: usize, server: &ServerSpec) {
         let path = format!("servers[{i}]");
+        self.limits(&format!("{path}.limits"), server.limits.as_ref());
         if !is_dns_label(&server.name) {
             self.err(
                 format!("{path}.name"),
@@ -617,6 +637,42 @@ mod tests {
         assert_eq!(s.servers[0].id(), "a");
         assert_eq!(s.servers[0].prefix(), "a");
         assert_eq!(s.servers[0].namespace, "default");
+    }
+
+    #[test]
+    fn limits_load_and_bad_ones_name_their_field() {
+        let s = load_str(
+            "servers:\n- name: a\n  url: http://x/mcp\n  limits: {concurrentRequests: 4}\nkeys:\n- name: k\n  secret: s\n  limits: {rate: 600/m, burst: 20}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.servers[0].limits.as_ref().unwrap().concurrent_requests,
+            Some(4)
+        );
+        let rate = s.keys[0]
+            .limits
+            .as_ref()
+            .unwrap()
+            .parsed_rate()
+            .unwrap()
+            .unwrap();
+        assert_eq!((rate.count, rate.period.as_secs()), (600, 60));
+
+        let err = load_str(
+            "servers:\n- name: a\n  url: http://x/mcp\n  limits: {concurrentRequests: 0}\nkeys:\n- name: k\n  secret: s\n  limits: {rate: 5/day, burst: 0}\n- name: j\n  secret: t\n  limits: {burst: 3}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for field in [
+            "servers[0].limits.concurrentRequests",
+            "keys[0].limits.rate",
+            "keys[0].limits.burst",
+            "keys[1].limits.burst",
+        ] {
+            assert!(err.contains(field), "{field} missing from: {err}");
+        }
+        assert!(crate::model::parse_rate("0/s").is_err());
+        assert!(crate::model::parse_rate("ten/s").is_err());
     }
 
     #[test]

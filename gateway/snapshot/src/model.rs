@@ -181,6 +181,56 @@ pub struct ServerSpec {
     pub headers: HeaderSettings,
     #[serde(default)]
     pub auth: UpstreamAuth,
+    /// Limits on the calls this replica forwards to the upstream, across all keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RequestLimits>,
+}
+
+/// Request limits, enforced by each replica on its own (N replicas admit up to N times the
+/// figures). A request over a limit is answered 429 with `Retry-After` before any upstream I/O.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestLimits {
+    /// Requests in flight at once; a streamed answer counts until it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_requests: Option<u32>,
+    /// Sustained rate: `<count>/s`, `<count>/m` or `<count>/h` (e.g. `50/s`, `600/m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// Requests admitted at once after a quiet spell; defaults to the rate's count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+}
+
+/// A parsed `rate`: `count` requests per `period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub period: Duration,
+}
+
+impl RequestLimits {
+    /// `rate` parsed; `Some(Err)` names what is wrong with it.
+    pub fn parsed_rate(&self) -> Option<Result<Rate, String>> {
+        self.rate.as_deref().map(parse_rate)
+    }
+}
+
+/// Parses `50/s`, `600/m` or `10/h`.
+pub fn parse_rate(text: &str) -> Result<Rate, String> {
+    let wrong = || format!("{text:?} is not <count>/s, <count>/m or <count>/h (e.g. 50/s)");
+    let (count, unit) = text.trim().split_once('/').ok_or_else(wrong)?;
+    let count: u32 = count.trim().parse().map_err(|_| wrong())?;
+    if count == 0 {
+        return Err(format!("{text:?}: the count must be at least 1"));
+    }
+    let period = match unit.trim() {
+        "s" => Duration::from_secs(1),
+        "m" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        _ => return Err(wrong()),
+    };
+    Ok(Rate { count, period })
 }
 
 fn default_namespace() -> String {
@@ -462,6 +512,9 @@ pub struct KeySpec {
     /// RFC 3339 instant after which the key is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// Limits on this key's requests (MCP, REST and LLM alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RequestLimits>,
 }
 
 impl KeySpec {

@@ -31,6 +31,12 @@ pub enum LlmError {
     ProviderTimeout { model: String, budget: Duration },
     #[error("model {model:?} is unavailable: {detail}")]
     ProviderUnavailable { model: String, detail: String },
+    /// A key's limits refused the request (the MCP error's own words).
+    #[error("{message}")]
+    Limited {
+        message: String,
+        retry_after: axum::http::HeaderValue,
+    },
 }
 
 impl LlmError {
@@ -52,6 +58,7 @@ impl LlmError {
             LlmError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             LlmError::ProviderTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             LlmError::ProviderUnavailable { .. } => StatusCode::BAD_GATEWAY,
+            LlmError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -67,6 +74,7 @@ impl LlmError {
             LlmError::PayloadTooLarge { .. } => "payload_too_large",
             LlmError::ProviderTimeout { .. } => "provider_timeout",
             LlmError::ProviderUnavailable { .. } => "provider_unavailable",
+            LlmError::Limited { .. } => "rate_limited",
         }
     }
 
@@ -82,6 +90,7 @@ impl LlmError {
             LlmError::PayloadTooLarge { .. } => "request_too_large",
             LlmError::ProviderTimeout { .. } => "timeout_error",
             LlmError::ProviderUnavailable { .. } => "api_error",
+            LlmError::Limited { .. } => "rate_limit_error",
         }
     }
 
@@ -97,6 +106,7 @@ impl LlmError {
             LlmError::PayloadTooLarge { .. } => ("invalid_request_error", "request_too_large"),
             LlmError::ProviderTimeout { .. } => ("server_error", "timeout"),
             LlmError::ProviderUnavailable { .. } => ("server_error", "upstream_unavailable"),
+            LlmError::Limited { .. } => ("requests", "rate_limit_exceeded"),
         }
     }
 
@@ -122,11 +132,19 @@ impl LlmError {
 
     pub fn into_response(self, format: Format) -> Response {
         let mut response = (self.status(), axum::Json(self.body(format))).into_response();
-        if let LlmError::Unauthenticated(_) = self {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"switchboard\""),
-            );
+        match self {
+            LlmError::Unauthenticated(_) => {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"switchboard\""),
+                );
+            }
+            LlmError::Limited { retry_after, .. } => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, retry_after);
+            }
+            _ => {}
         }
         response
     }
@@ -140,6 +158,12 @@ impl From<GatewayError> for LlmError {
             GatewayError::Unauthenticated(m) => LlmError::Unauthenticated(m),
             GatewayError::ServiceAccountNotBound { account } => LlmError::NotBound(account),
             GatewayError::PayloadTooLarge { limit } => LlmError::PayloadTooLarge { limit },
+            limited @ GatewayError::Limited { .. } => LlmError::Limited {
+                message: limited.to_string(),
+                retry_after: limited
+                    .retry_after()
+                    .unwrap_or(HeaderValue::from_static("1")),
+            },
             other => LlmError::invalid("request", other.to_string()),
         }
     }

@@ -65,7 +65,12 @@ fn caller(gw: &Gateway, mut headers: HeaderMap) -> Result<Caller, LlmError> {
     // the gateway key must not, whatever header it came in (`Authorization` and
     // `X-Switchboard-Key` are never forwarded; `x-api-key` could be).
     headers.remove("x-api-key");
-    Ok(authenticate_key(gw.table(), headers, &presented)?)
+    Ok(authenticate_key(
+        gw.table(),
+        headers,
+        &presented,
+        &gw.metrics,
+    )?)
 }
 
 /// The model a body names, if the caller may use it, served in `format`.

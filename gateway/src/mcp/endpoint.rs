@@ -25,7 +25,7 @@ use crate::mcp::protocol::{
     MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::mcp::relay::{self, ReplyRoute};
-use crate::scope::{Caller, authenticate};
+use crate::scope::{Caller, authenticate, identify};
 use crate::session::{Session, TokenKind, UnsealError};
 use crate::state::Gateway;
 use crate::table::Server;
@@ -64,7 +64,7 @@ pub async fn method_not_allowed() -> Response {
 /// closed.
 pub async fn end_session(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let table = gw.table();
-    let caller = match authenticate(table, headers) {
+    let caller = match authenticate(table, headers, &gw.metrics) {
         Ok(c) => c,
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };
@@ -86,20 +86,20 @@ pub async fn end_session(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> 
 }
 
 /// A JSON-RPC message from a client.
-enum Incoming {
+pub(crate) enum Incoming {
     /// A request (with an id) or a notification (without).
     Call(Message),
     /// A response to a request the gateway relayed to the client.
     Reply { id: Value, body: Map<String, Value> },
 }
 
-struct Message {
+pub(crate) struct Message {
     id: Option<Value>,
     method: String,
-    params: Option<Value>,
+    pub(crate) params: Option<Value>,
 }
 
-fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
+pub(crate) fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let Value::Object(mut obj) = value else {
@@ -169,7 +169,7 @@ async fn handle(
     }
     // The rare branches below (replies, exchanges, handshakes, subscriptions) are boxed: their
     // state would otherwise make every request's future as large as the largest of them.
-    let caller = match authenticate(table, headers) {
+    let caller = match authenticate(table, headers, &gw.metrics) {
         Ok(c) => Arc::new(c),
         Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
     };
@@ -593,7 +593,7 @@ pub async fn internal_exchange(State(gw): State<Arc<Gateway>>, sealed: Bytes) ->
         }
     }
     let body = Bytes::from(handoff.body);
-    let caller = match authenticate(table, headers.clone()) {
+    let caller = match identify(table, headers.clone()) {
         Ok(c) => Arc::new(c),
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };

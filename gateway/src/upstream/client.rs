@@ -643,6 +643,7 @@ impl SentReply {
             body: Box::pin(self.response.bytes_stream()),
             decoder: SseDecoder::new(MAX_UPSTREAM_BODY),
             cancel,
+            admission: None,
         }
     }
 }
@@ -697,6 +698,8 @@ pub struct UpstreamStream {
     body: ByteStream,
     decoder: SseDecoder,
     cancel: Option<Canceller>,
+    /// The server's concurrency slot, held until the stream ends (see [`crate::limits`]).
+    admission: Option<crate::limits::Admission>,
 }
 
 impl std::fmt::Debug for UpstreamStream {
@@ -709,6 +712,11 @@ impl std::fmt::Debug for UpstreamStream {
 }
 
 impl UpstreamStream {
+    /// Holds a limit's slot for as long as the stream lives.
+    pub fn hold(&mut self, admission: Option<crate::limits::Admission>) {
+        self.admission = admission;
+    }
+
     /// The next event, `None` when the upstream ended the stream.
     pub async fn next_event(&mut self, server: &str) -> Result<Option<SseEvent>, GatewayError> {
         use futures_util::StreamExt;

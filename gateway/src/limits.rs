@@ -1,0 +1,290 @@
+//! Request limits per key and per server (`limits` in the snapshot), enforced by each replica on
+//! its own: N replicas admit up to N times the figures (docs/architecture.md, "Limits").
+//!
+//! A request over a limit is refused before any upstream I/O, with a `Retry-After`. The
+//! limiters' state outlives a snapshot: a new table takes over the limiter of every key and
+//! server whose limits did not change, so a config reload neither refills a rate nor forgets the
+//! requests in flight.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use switchboard_snapshot::{KeySpec, RequestLimits, Snapshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::errors::GatewayError;
+use crate::metrics::Metrics;
+
+/// What a concurrency refusal asks the client to wait: in-flight requests of a gateway end in
+/// well under a second as a rule, and a client should not hammer.
+const CONCURRENCY_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Which limit refused a request (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Concurrency,
+    Rate,
+}
+
+impl LimitKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            LimitKind::Concurrency => "concurrency",
+            LimitKind::Rate => "rate",
+        }
+    }
+}
+
+/// The limiter of one key or one server.
+pub struct Limiter {
+    spec: RequestLimits,
+    in_flight: Option<Arc<Semaphore>>,
+    rate: Option<DefaultDirectRateLimiter>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter").field("spec", &self.spec).finish()
+    }
+}
+
+impl Limiter {
+    fn new(spec: &RequestLimits) -> Limiter {
+        let in_flight = spec
+            .concurrent_requests
+            .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
+        // Validation refused a rate that does not parse before a table is built.
+        let rate = spec.parsed_rate().and_then(Result::ok).map(|rate| {
+            let count = NonZeroU32::new(rate.count).unwrap_or(NonZeroU32::MIN);
+            let burst = spec.burst.and_then(NonZeroU32::new).unwrap_or(count);
+            let quota = Quota::with_period(rate.period / count.get())
+                .unwrap_or_else(|| Quota::per_second(count))
+                .allow_burst(burst);
+            RateLimiter::direct(quota)
+        });
+        Limiter {
+            spec: spec.clone(),
+            in_flight,
+            rate,
+        }
+    }
+
+    /// Admits one request or says which limit refused it and how long to wait. The concurrency
+    /// slot is taken first, so a request refused for it spends none of the rate.
+    fn admit(&self) -> Result<Admission, (LimitKind, Duration)> {
+        let permit = match &self.in_flight {
+            Some(slots) => Some(
+                slots
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| (LimitKind::Concurrency, CONCURRENCY_RETRY_AFTER))?,
+            ),
+            None => None,
+        };
+        if let Some(rate) = &self.rate
+            && let Err(not_until) = rate.check()
+        {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            return Err((LimitKind::Rate, wait));
+        }
+        Ok(Admission { _permit: permit })
+    }
+}
+
+/// A request admitted under a limit: holds its concurrency slot until dropped (with the caller
+/// or the relayed stream that holds it).
+#[derive(Debug)]
+pub struct Admission {
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The limiters of one routing table, by key id (`<namespace>/<name>`) and by server id.
+#[derive(Debug, Default)]
+pub struct Limiters {
+    keys: HashMap<String, Arc<Limiter>>,
+    servers: HashMap<String, Arc<Limiter>>,
+}
+
+impl Limiters {
+    /// Fresh limiters for every key and server of `snapshot` that has limits.
+    pub fn for_snapshot(snapshot: &Snapshot) -> Limiters {
+        let fresh = |limits: &Option<RequestLimits>| limits.as_ref().map(Limiter::new);
+        Limiters {
+            keys: snapshot
+                .keys
+                .iter()
+                .filter_map(|k| Some((key_id(k), Arc::new(fresh(&k.limits)?))))
+                .collect(),
+            servers: snapshot
+                .servers
+                .iter()
+                .filter_map(|s| Some((s.id().to_string(), Arc::new(fresh(&s.limits)?))))
+                .collect(),
+        }
+    }
+
+    /// Takes over `previous`'s limiter wherever the limits are the same.
+    pub fn carry_over(&mut self, previous: &Limiters) {
+        fn take(new: &mut HashMap<String, Arc<Limiter>>, old: &HashMap<String, Arc<Limiter>>) {
+            for (id, limiter) in new.iter_mut() {
+                if let Some(old) = old.get(id)
+                    && old.spec == limiter.spec
+                {
+                    *limiter = old.clone();
+                }
+            }
+        }
+        take(&mut self.keys, &previous.keys);
+        take(&mut self.servers, &previous.servers);
+    }
+
+    /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits.
+    pub fn admit_key(
+        &self,
+        key_id: &str,
+        metrics: &Metrics,
+    ) -> Result<Option<Admission>, GatewayError> {
+        admit(&self.keys, "key", key_id, metrics)
+    }
+
+    /// Admits a request to server `server_id`'s upstream; `Ok(None)` when it has no limits.
+    pub fn admit_server(
+        &self,
+        server_id: &str,
+        metrics: &Metrics,
+    ) -> Result<Option<Admission>, GatewayError> {
+        admit(&self.servers, "server", server_id, metrics)
+    }
+}
+
+fn admit(
+    limiters: &HashMap<String, Arc<Limiter>>,
+    scope: &'static str,
+    id: &str,
+    metrics: &Metrics,
+) -> Result<Option<Admission>, GatewayError> {
+    if limiters.is_empty() {
+        return Ok(None);
+    }
+    let Some(limiter) = limiters.get(id) else {
+        return Ok(None);
+    };
+    match limiter.admit() {
+        Ok(admission) => Ok(Some(admission)),
+        Err((kind, wait)) => {
+            metrics.limited(scope, id, kind.label());
+            Err(GatewayError::Limited {
+                scope,
+                id: id.to_string(),
+                kind,
+                retry_after: wait,
+            })
+        }
+    }
+}
+
+/// The identity a key's limiter is kept under across snapshots.
+pub fn key_id(spec: &KeySpec) -> String {
+    format!("{}/{}", spec.namespace, spec.name)
+}
+
+/// Whole seconds for `Retry-After`, at least 1 (a client reading 0 would retry at once).
+pub fn retry_after_seconds(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(concurrent: Option<u32>, rate: Option<&str>, burst: Option<u32>) -> RequestLimits {
+        RequestLimits {
+            concurrent_requests: concurrent,
+            rate: rate.map(str::to_string),
+            burst,
+        }
+    }
+
+    #[test]
+    fn concurrency_is_held_by_the_admission_and_released_with_it() {
+        let limiter = Limiter::new(&limits(Some(2), None, None));
+        let a = limiter.admit().expect("first");
+        let _b = limiter.admit().expect("second");
+        let refused = limiter.admit().expect_err("third is over the limit");
+        assert_eq!(refused.0, LimitKind::Concurrency);
+        drop(a);
+        limiter.admit().expect("a slot came back");
+    }
+
+    #[test]
+    fn rate_admits_the_burst_then_refuses_with_a_wait() {
+        let limiter = Limiter::new(&limits(None, Some("2/s"), Some(3)));
+        for i in 0..3 {
+            limiter
+                .admit()
+                .unwrap_or_else(|_| panic!("request {i} is within the burst"));
+        }
+        let (kind, wait) = limiter.admit().expect_err("the burst is spent");
+        assert_eq!(kind, LimitKind::Rate);
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(500),
+            "{wait:?}"
+        );
+    }
+
+    #[test]
+    fn a_concurrency_refusal_spends_no_rate() {
+        let limiter = Limiter::new(&limits(Some(1), Some("1/h"), None));
+        let held = limiter.admit().expect("first");
+        assert_eq!(limiter.admit().expect_err("busy").0, LimitKind::Concurrency);
+        drop(held);
+        assert_eq!(limiter.admit().expect_err("rate spent").0, LimitKind::Rate);
+    }
+
+    #[test]
+    fn a_reload_keeps_the_state_of_unchanged_limits() {
+        let text = |rate: &str| {
+            format!(
+                "keys:\n- name: a\n  secret: s1\n  limits: {{rate: 1/h}}\n- name: b\n  secret: s2\n  limits: {{rate: {rate}}}\n"
+            )
+        };
+        let first = switchboard_snapshot::parse(&text("1/h")).expect("parses");
+        let limiters = Limiters::for_snapshot(&first);
+        let metrics = Metrics::default();
+        limiters
+            .admit_key("default/a", &metrics)
+            .expect("a's one request");
+        limiters
+            .admit_key("default/b", &metrics)
+            .expect("b's one request");
+
+        let second = switchboard_snapshot::parse(&text("2/h")).expect("parses");
+        let mut reloaded = Limiters::for_snapshot(&second);
+        reloaded.carry_over(&limiters);
+        assert!(
+            reloaded.admit_key("default/a", &metrics).is_err(),
+            "a's limits did not change: its spent rate stays spent"
+        );
+        reloaded
+            .admit_key("default/b", &metrics)
+            .expect("b's limits changed: a fresh limiter");
+        assert!(
+            reloaded
+                .admit_key("default/none", &metrics)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_seconds(Duration::ZERO), 1);
+        assert_eq!(retry_after_seconds(Duration::from_millis(10)), 1);
+        assert_eq!(retry_after_seconds(Duration::from_secs(1)), 1);
+        assert_eq!(retry_after_seconds(Duration::from_millis(1500)), 2);
+    }
+}
