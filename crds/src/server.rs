@@ -248,7 +248,8 @@ pub struct McpServerStatus {
     /// The prefix in effect (spec.toolPrefix or the name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
-    /// Tools the upstream listed with the gateway's credential.
+    /// Tools served from this upstream: what it listed with the gateway's credential, after
+    /// the `spec.tools` filter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_count: Option<i64>,
     /// When the upstream last answered a listing (RFC 3339).

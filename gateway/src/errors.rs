@@ -46,6 +46,13 @@ pub enum GatewayError {
     UpstreamTimeout { server: String, budget: Duration },
     #[error("upstream {server:?} is unavailable: {detail}")]
     UpstreamUnavailable { server: String, detail: String },
+    /// The upstream's address (or a redirect's, or what its name resolved to) is one
+    /// `gateway.upstreamNetworks` refuses.
+    #[error("upstream {server:?} is at an address the gateway may not connect to: {denied}")]
+    UpstreamAddressDenied {
+        server: String,
+        denied: switchboard_snapshot::Denied,
+    },
     #[error("upstream {server:?} rejected the gateway's credential (HTTP 401)")]
     UpstreamUnauthorized {
         server: String,
@@ -112,9 +119,10 @@ impl GatewayError {
             }
             AmbiguousTool { .. } => StatusCode::CONFLICT,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            UpstreamUnavailable { .. } | UpstreamUnauthorized { .. } | UpstreamForbidden { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            UpstreamUnavailable { .. }
+            | UpstreamAddressDenied { .. }
+            | UpstreamUnauthorized { .. }
+            | UpstreamForbidden { .. } => StatusCode::BAD_GATEWAY,
             Parse(_) | InvalidRequest(_) | InvalidParams(_) | MethodNotFound(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -137,6 +145,7 @@ impl GatewayError {
             NotFound { .. } => "not_found",
             UpstreamTimeout { .. } => "upstream_timeout",
             UpstreamUnavailable { .. } => "upstream_unavailable",
+            UpstreamAddressDenied { .. } => "upstream_address_denied",
             UpstreamUnauthorized { .. } => "upstream_auth_failed",
             UpstreamAuthRequired { .. } => "upstream_auth_required",
             UpstreamForbidden { .. } => "upstream_forbidden",
@@ -175,7 +184,7 @@ impl GatewayError {
                 codes::UPSTREAM_TIMEOUT,
                 Some(json!({ "server": server, "timeoutMs": budget.as_millis() as u64 })),
             ),
-            UpstreamUnavailable { server, .. } => (
+            UpstreamUnavailable { server, .. } | UpstreamAddressDenied { server, .. } => (
                 codes::UPSTREAM_UNAVAILABLE,
                 Some(json!({ "server": server })),
             ),
@@ -248,6 +257,7 @@ impl GatewayError {
                 body["error"]["timeoutMs"] = json!(budget.as_millis() as u64);
             }
             GatewayError::UpstreamUnavailable { server, .. }
+            | GatewayError::UpstreamAddressDenied { server, .. }
             | GatewayError::UpstreamUnauthorized { server, .. }
             | GatewayError::UpstreamForbidden { server }
             | GatewayError::UpstreamAuthRequired { server, .. }
@@ -369,6 +379,17 @@ mod tests {
                 GatewayError::ServerNotFound { server: "a".into() },
                 404,
                 "server_not_found",
+            ),
+            (
+                GatewayError::UpstreamAddressDenied {
+                    server: "a".into(),
+                    denied: switchboard_snapshot::Denied {
+                        address: "169.254.169.254".into(),
+                        rule: "deny 169.254.0.0/16".into(),
+                    },
+                },
+                502,
+                "upstream_address_denied",
             ),
             (
                 GatewayError::ToolNotFound { name: "t".into() },

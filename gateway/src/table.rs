@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use switchboard_snapshot::{
-    FieldError, GatewaySettings, KeySpec, ModelProvider, ModelSpec, ServerSpec, Snapshot,
-    SnapshotError, ToolFilter, key_hash, resolved_value,
+    FieldError, GatewaySettings, KeySpec, ModelProvider, ModelSpec, NetworkPolicy, ServerSpec,
+    Snapshot, SnapshotError, ToolFilter, key_hash, resolved_value,
 };
 
 use crate::limits::Limiters;
@@ -170,6 +170,8 @@ pub struct RoutingTable {
     /// The limiters of keys and servers that have limits (taken over from the table before
     /// where the limits did not change, see [`crate::state::Gateway::apply`]).
     pub limiters: Limiters,
+    /// Which addresses upstreams may have (`gateway.upstreamNetworks`), checked at connect time.
+    pub networks: NetworkPolicy,
 }
 
 /// How ServiceAccount tokens authenticate: the issuer's verifier, and which key each
@@ -238,6 +240,21 @@ impl RoutingTable {
                 }),
             }
         }
+        let networks = NetworkPolicy::parse(&snapshot.gateway.upstream_networks).map_err(|e| {
+            e.into_iter()
+                .map(|(field, message)| FieldError {
+                    path: format!("gateway.upstreamNetworks.{field}"),
+                    message,
+                })
+                .collect::<Vec<_>>()
+        });
+        let networks = match networks {
+            Ok(networks) => networks,
+            Err(e) => {
+                errors.extend(e);
+                NetworkPolicy::default()
+            }
+        };
         if !errors.is_empty() {
             return Err(SnapshotError { errors });
         }
@@ -271,6 +288,7 @@ impl RoutingTable {
             .and_then(resolved_value)
             .map(str::to_owned);
         Ok(RoutingTable {
+            networks,
             generation: snapshot.generation,
             settings: snapshot.gateway.clone(),
             servers,

@@ -34,6 +34,8 @@ pub struct Config {
     pub snapshot_secret: String,
     pub identity: String,
     pub settings: GatewaySettings,
+    /// Admission of upstream addresses (the same networks as `settings.upstream_networks`).
+    pub upstreams: crate::upstream_policy::UpstreamPolicy,
 }
 
 pub struct Controller {
@@ -215,6 +217,7 @@ impl Controller {
             models: &models,
             secrets: &secret_data,
             settings,
+            upstreams: &self.config.upstreams,
         });
         let content_hash = hash(&serde_json::to_vec(&rendered.snapshot).unwrap_or_default());
         let mut snapshot = rendered.snapshot;
@@ -270,6 +273,14 @@ impl Controller {
         if !is_leader {
             return Ok(());
         }
+        let live: std::collections::HashSet<crate::retries::ObjectKey> = servers
+            .iter()
+            .map(|s| ("McpServer", object_ref(s)))
+            .chain(models.iter().map(|m| ("ModelRoute", object_ref(m))))
+            .chain(keys.iter().map(|k| ("McpKey", object_ref(k))))
+            .map(|(kind, (namespace, name))| (kind, namespace, name))
+            .collect();
+        state.retries.retain(|k| live.contains(k));
         let rollout = |needed: u64| Rollout {
             // A replica that dropped its stream may be gone: it counts as expected, not serving.
             serving: replicas
@@ -305,7 +316,8 @@ impl Controller {
                     serde_json::json!(last_listed(server, *tools, *at)),
                 );
             }
-            status::write_server(&self.client, recorder, server, &desired, fields).await?;
+            let written = status::write_server(&self.client, recorder, server, &desired, fields);
+            self.write_alone(state, "McpServer", &key, written).await;
         }
         for route in &models {
             let key = object_ref(route);
@@ -321,10 +333,12 @@ impl Controller {
                 status::model_ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
             ];
             let fields = BTreeMap::from([("modelNames", serde_json::json!(model_names(route)))]);
-            status::write_model(&self.client, recorder, route, &desired, fields).await?;
+            let written = status::write_model(&self.client, recorder, route, &desired, fields);
+            self.write_alone(state, "ModelRoute", &key, written).await;
         }
         for key in &keys {
-            let Some(outcome) = rendered.keys.get(&object_ref(key)) else {
+            let object = object_ref(key);
+            let Some(outcome) = rendered.keys.get(&object) else {
                 continue;
             };
             let served = rollout(state.generation);
@@ -373,9 +387,40 @@ impl Controller {
                 }
             };
             let desired = [status::accepted(&outcome.verdict), ready];
-            status::write_key(&self.client, recorder, key, outcome, &desired).await?;
+            let written = status::write_key(&self.client, recorder, key, outcome, &desired);
+            self.write_alone(state, "McpKey", &object, written).await;
         }
         Ok(())
+    }
+
+    /// Runs one object's status write unless that object is backing off; a failure is logged,
+    /// counted and retried on the object's own backoff, and never stops the other writes.
+    async fn write_alone(
+        &self,
+        state: &mut LoopState,
+        kind: &'static str,
+        object: &ObjectRef,
+        write: impl std::future::Future<Output = Result<bool, kube::Error>>,
+    ) {
+        let key = (kind, object.0.clone(), object.1.clone());
+        if !state.retries.due(&key, tokio::time::Instant::now()) {
+            return;
+        }
+        match write.await {
+            Ok(_) => state.retries.succeeded(&key),
+            Err(e) => {
+                let retry_in = state.retries.failed(key, tokio::time::Instant::now());
+                self.metrics.status_write_failed(kind);
+                tracing::warn!(
+                    kind,
+                    namespace = %object.0,
+                    name = %object.1,
+                    error = %e,
+                    ?retry_in,
+                    "status write failed; the other objects' status is written regardless"
+                );
+            }
+        }
     }
 
     fn stored_generation(&self, secrets: &[Arc<Secret>]) -> u64 {
@@ -466,6 +511,7 @@ struct LoopState {
     published_hash: Option<[u8; 32]>,
     included: Included,
     included_models: Included,
+    retries: crate::retries::StatusRetries,
     was_leader: bool,
     new_session_key: Option<String>,
 }

@@ -16,4 +16,6 @@ pub mod lease;
 pub mod metrics;
 pub mod probe;
 pub mod render;
+pub mod retries;
 pub mod status;
+pub mod upstream_policy;

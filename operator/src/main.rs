@@ -18,7 +18,9 @@ use switchboard_operator::issuer;
 use switchboard_operator::lease::{self, LeaseConfig};
 use switchboard_operator::metrics::Metrics;
 use switchboard_operator::probe::{self, Probes};
-use switchboard_snapshot::{GatewaySettings, Snapshot};
+use switchboard_operator::upstream_policy::{self, UpstreamPolicy};
+use switchboard_snapshot::networks::DEFAULT_DENIED_NETWORKS;
+use switchboard_snapshot::{GatewaySettings, Snapshot, UpstreamNetworks};
 use tokio::sync::{Notify, watch};
 use tracing_subscriber::EnvFilter;
 
@@ -77,6 +79,17 @@ struct Args {
     /// How often the ServiceAccount issuer's keys are read again (they rotate).
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     issuer_refresh: Duration,
+    /// Networks (CIDR or address) upstreams may not be in, comma-separated; the default is
+    /// link-local and the cloud metadata addresses. Given, it replaces the default.
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_DENIED_NETWORKS.iter().map(|s| s.to_string()))]
+    upstream_deny_networks: Vec<String>,
+    /// Exceptions to --upstream-deny-networks, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    upstream_allow_networks: Vec<String>,
+    /// Lets McpServers point at the Kubernetes API server (denied by default: a gateway would
+    /// carry callers' requests to it from inside the cluster).
+    #[arg(long)]
+    allow_api_server_upstream: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -99,7 +112,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
+    let kube_config = kube::Config::infer().await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
     let identity = args
         .identity
         .clone()
@@ -155,9 +169,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.model_probe_interval,
         dirty.clone(),
     ));
+    let upstream_networks = UpstreamNetworks {
+        deny: args.upstream_deny_networks.clone(),
+        allow: args.upstream_allow_networks.clone(),
+        deny_endpoints: if args.allow_api_server_upstream {
+            Vec::new()
+        } else {
+            upstream_policy::api_server_endpoints(&client, &kube_config.cluster_url).await
+        },
+    };
+    tracing::info!(
+        deny = ?upstream_networks.deny,
+        allow = ?upstream_networks.allow,
+        api_server = ?upstream_networks.deny_endpoints,
+        "upstream address policy"
+    );
+    let upstreams = UpstreamPolicy::new(&upstream_networks, !args.allow_api_server_upstream)
+        .map_err(|e| anyhow::anyhow!("--upstream-deny-networks/--upstream-allow-networks: {e}"))?;
     let settings = GatewaySettings {
         allowed_hosts: args.gateway_allowed_hosts.clone(),
         public_url: args.gateway_public_url.clone(),
+        upstream_networks,
         ..GatewaySettings::default()
     };
     let (issuer_tx, issuer_rx) = watch::channel(None);
@@ -183,6 +215,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             snapshot_secret: args.snapshot_secret.clone(),
             identity: identity.clone(),
             settings,
+            upstreams,
         },
         hub: hub.clone(),
         probes,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -15,6 +16,7 @@ pub struct Metrics {
     snapshot_generation: Gauge,
     connected_replicas: Gauge,
     known_replicas: Gauge,
+    status_write_failures: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -56,7 +58,14 @@ impl Default for Metrics {
             "Gateway replicas connected or recently seen",
             known_replicas.clone(),
         );
+        let status_write_failures = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "status_write_failures",
+            "Status writes that failed, by kind (each object retries on its own backoff)",
+            status_write_failures.clone(),
+        );
         Metrics {
+            status_write_failures,
             registry,
             reconciles,
             reconcile_errors,
@@ -75,6 +84,12 @@ impl Metrics {
             self.reconcile_errors.inc();
         }
         self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn status_write_failed(&self, kind: &str) {
+        self.status_write_failures
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc();
     }
 
     pub fn snapshot_published(&self, generation: u64) {

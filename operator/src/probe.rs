@@ -178,6 +178,7 @@ fn failure(e: &GatewayError) -> Probe {
         GatewayError::UpstreamUnauthorized { .. } | GatewayError::UpstreamForbidden { .. } => {
             "UpstreamAuthFailed"
         }
+        GatewayError::UpstreamAddressDenied { .. } => "UpstreamAddressDenied",
         _ => "UpstreamUnavailable",
     };
     Probe::Failed {

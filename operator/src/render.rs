@@ -13,6 +13,8 @@ use kube::ResourceExt;
 use switchboard_crds::model_route as crd_model;
 use switchboard_crds::server::{AuthType, ClientAuth, ServerAuth};
 use switchboard_crds::{McpKey, McpServer, ModelRoute, SecretKeyRef};
+
+use crate::upstream_policy::UpstreamPolicy;
 use switchboard_snapshot::{
     ClientAuthMethod, GatewaySettings, HeaderSettings, KeySpec, ModelProvider, ModelSpec,
     ModelTools, RequireApproval, SCHEMA_VERSION, SecretSource, ServerSpec, Snapshot, StaticHeader,
@@ -77,6 +79,8 @@ pub struct RenderInput<'a> {
     pub models: &'a [ModelRoute],
     pub secrets: &'a SecretData,
     pub settings: GatewaySettings,
+    /// Which upstream addresses McpServers may use (admission; the gateway checks again).
+    pub upstreams: &'a UpstreamPolicy,
 }
 
 pub fn render(input: RenderInput<'_>) -> Rendered {
@@ -97,21 +101,24 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
         let id = format!("{}/{}", key.0, key.1);
         let verdict = match server_spec(server, input.secrets) {
             Err(verdict) => verdict,
-            Ok(spec) => match prefixes.get(spec.prefix()) {
-                Some(owner) => Verdict::rejected(
-                    "PrefixConflict",
-                    format!(
-                        "tool prefix {:?} is already used by McpServer {owner}",
-                        spec.prefix()
+            Ok(spec) => match input.upstreams.check(&spec) {
+                Err(message) => Verdict::rejected("UpstreamAddressDenied", message),
+                Ok(()) => match prefixes.get(spec.prefix()) {
+                    Some(owner) => Verdict::rejected(
+                        "PrefixConflict",
+                        format!(
+                            "tool prefix {:?} is already used by McpServer {owner}",
+                            spec.prefix()
+                        ),
                     ),
-                ),
-                None => match check_alone(&spec, &input.settings) {
-                    Err(message) => Verdict::rejected("InvalidSpec", message),
-                    Ok(()) => {
-                        prefixes.insert(spec.prefix().to_string(), id.clone());
-                        specs.push(spec);
-                        Verdict::accepted(format!("routed as {id}"))
-                    }
+                    None => match check_alone(&spec, &input.settings) {
+                        Err(message) => Verdict::rejected("InvalidSpec", message),
+                        Ok(()) => {
+                            prefixes.insert(spec.prefix().to_string(), id.clone());
+                            specs.push(spec);
+                            Verdict::accepted(format!("routed as {id}"))
+                        }
+                    },
                 },
             },
         };
@@ -782,6 +789,7 @@ mod tests {
             models,
             secrets,
             settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
         })
     }
 

@@ -92,7 +92,9 @@ pub fn ready(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
         (true, Some(Probe::Listed { tools, .. })) => (
             "True",
             "UpstreamReady",
-            format!("the upstream listed {tools} tools with the gateway's credential"),
+            format!(
+                "the upstream answered the gateway's listing; {tools} tools are served after spec.tools"
+            ),
         ),
         (true, Some(Probe::Failed { reason, message })) => ("False", *reason, message.clone()),
         (true, Some(Probe::DependsOnCaller)) => (
@@ -312,42 +314,49 @@ pub async fn write_key(
     Ok(true)
 }
 
-/// One event per condition whose status changed (not per write).
+/// One event per condition whose status or reason changed (not per write).
 async fn announce<K>(recorder: &Recorder, object: &K, wanted: &[Condition], current: &[Condition])
 where
     K: Resource<DynamicType = ()>,
 {
-    for c in wanted {
-        let before = current
-            .iter()
-            .find(|p| p.type_ == c.type_)
-            .map(|p| p.status.as_str());
-        if before == Some(c.status.as_str()) || (before.is_none() && c.status == "Unknown") {
-            continue;
+    for event in transitions(wanted, current) {
+        if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!(error = %e, "could not publish an event");
         }
-        let event = Event {
+    }
+}
+
+/// The events for a status write: a condition that changed status or reason gets one, named by
+/// the condition's reason (`UpstreamUnavailable`, `UpstreamAuthFailed`, ...). The recorder groups
+/// events by reason, so a reason per cause keeps a later cause from hiding under an earlier one
+/// (a connection refused that turns into a 401 is a second event, not a repeat of the first).
+fn transitions(wanted: &[Condition], current: &[Condition]) -> Vec<Event> {
+    wanted
+        .iter()
+        .filter(|c| {
+            let before = current.iter().find(|p| p.type_ == c.type_);
+            match before {
+                Some(p) => p.status != c.status || p.reason != c.reason,
+                None => c.status != "Unknown",
+            }
+        })
+        .map(|c| Event {
             type_: if c.status == "False" {
                 EventType::Warning
             } else {
                 EventType::Normal
             },
-            reason: format!(
-                "{}{}",
+            reason: c.reason.clone(),
+            note: Some(format!(
+                "{} is {}: {}",
                 c.type_,
-                if c.status == "True" {
-                    ""
-                } else {
-                    c.status.as_str()
-                }
-            ),
-            note: Some(c.message.chars().take(1000).collect()),
+                c.status,
+                c.message.chars().take(1000).collect::<String>()
+            )),
             action: "Reconcile".into(),
             secondary: None,
-        };
-        if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
-            tracing::debug!(error = %e, "could not publish an event");
-        }
-    }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -468,6 +477,52 @@ mod tests {
         };
         let r = model_ready(&rejected, Some(&ModelProbe::Answered { status: 200 }));
         assert_eq!((r.status, r.reason.as_str()), ("False", "NotAccepted"));
+    }
+
+    #[test]
+    fn events_follow_the_reason_not_only_the_status() {
+        let cond = |status: &str, reason: &str, message: &str| Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        };
+        let refused = cond("False", "UpstreamUnavailable", "connection refused");
+        let rejected = cond(
+            "False",
+            "UpstreamAuthFailed",
+            "upstream rejected the credential (401)",
+        );
+        let first = transitions(std::slice::from_ref(&refused), &[]);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].reason, "UpstreamUnavailable");
+        assert_eq!(first[0].type_, EventType::Warning);
+        let next = transitions(
+            std::slice::from_ref(&rejected),
+            std::slice::from_ref(&refused),
+        );
+        assert_eq!(
+            next.len(),
+            1,
+            "a new cause under the same status is a new event"
+        );
+        assert_eq!(next[0].reason, "UpstreamAuthFailed");
+        assert!(next[0].note.as_deref().unwrap_or("").contains("401"));
+        assert!(
+            transitions(
+                std::slice::from_ref(&rejected),
+                std::slice::from_ref(&rejected)
+            )
+            .is_empty()
+        );
+        let back = transitions(&[cond("True", "UpstreamReady", "ok")], &[rejected]);
+        assert_eq!(
+            (back[0].reason.as_str(), back[0].type_),
+            ("UpstreamReady", EventType::Normal)
+        );
+        assert!(transitions(&[cond("Unknown", "Probing", "")], &[]).is_empty());
     }
 
     #[test]

@@ -508,6 +508,29 @@ def test_unresolvable_references_are_rejected_alone(world: World, key: str):
     world.cluster.kubectl("delete", "mcpserver", "nokey", "badbasic", "-n", "default")
 
 
+def test_metadata_and_api_server_upstreams_are_refused_with_a_condition(world: World, key: str):
+    api = world.cluster.env["SWITCHBOARD_K8S_API"].rstrip("/")
+    names = ["meta-literal", "api-literal", "api-name", "api-service"]
+    world.cluster.apply(
+        [
+            mcp_server("meta-literal", "default", url="http://169.254.169.254/latest/meta-data", accessGroups=["ci"]),
+            mcp_server("api-literal", "default", url=f"{api}/api", accessGroups=["ci"]),
+            mcp_server("api-name", "default", url="https://kubernetes.default.svc/api", accessGroups=["ci"]),
+            mcp_server("api-service", "default", service={"name": "kubernetes", "port": 443, "scheme": "https"},
+                       accessGroups=["ci"]),
+        ]
+    )  # fmt: skip
+    for name in names:
+        c, _ = world.wait_condition("mcpserver", name, "default", "Accepted", "False", 15)
+        assert c["reason"] == "UpstreamAddressDenied" and c["message"].startswith("spec.url"), (name, c)
+        assert "/latest/meta-data" not in c["message"], c
+    for gw in world.gateways.values():
+        for name in names:
+            assert rest_call(gw, key, f"{name}__add").status_code == 404
+    control_call(world, key)
+    world.cluster.kubectl("delete", "mcpserver", *names, "-n", "default")
+
+
 def test_header_values_with_cr_lf_are_refused_naming_the_field(world: World, key: str):
     # A literal value: refused at admission, or left out with InvalidSpec; never sent.
     p = world.cluster.apply(

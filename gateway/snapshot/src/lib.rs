@@ -7,8 +7,10 @@ pub mod key_hash;
 pub mod load;
 pub mod model;
 pub mod names;
+pub mod networks;
 pub mod secret;
 
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
+pub use networks::{Denied, NetworkPolicy, UpstreamNetworks};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};

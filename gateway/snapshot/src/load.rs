@@ -8,6 +8,7 @@ use std::fmt;
 use crate::key_hash::{hash_key, parse_hash};
 use crate::model::{ModelSpec, RequestLimits, SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
 use crate::names::{is_dns_label, is_header_name, is_header_value};
+use crate::networks::NetworkPolicy;
 use crate::secret::{SecretLookup, SecretSource};
 
 /// One problem in one field.
@@ -209,6 +210,14 @@ pub fn resolved_value(source: &SecretSource) -> Option<&str> {
 /// person fixes a file in one pass.
 pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
     let mut v = Validator::default();
+    match NetworkPolicy::parse(&snapshot.gateway.upstream_networks) {
+        Ok(policy) => v.networks = policy,
+        Err(errors) => {
+            for (field, message) in errors {
+                v.err(format!("gateway.upstreamNetworks.{field}"), message);
+            }
+        }
+    }
     if snapshot.version != SCHEMA_VERSION {
         v.err(
             "version",
@@ -386,6 +395,8 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
 #[derive(Default)]
 struct Validator {
     errors: Vec<FieldError>,
+    /// Upstream URLs with a literal address are checked against it.
+    networks: NetworkPolicy,
 }
 
 impl Validator {
@@ -474,18 +485,7 @@ impl Validator {
                 ),
             );
         }
-        // The URL is not echoed: it may carry credentials (user:pass@ or a query token).
-        match url::Url::parse(&server.url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-            Ok(u) => self.err(
-                format!("{path}.url"),
-                format!(
-                    "scheme must be http or https, with a host (got {:?})",
-                    u.scheme()
-                ),
-            ),
-            Err(e) => self.err(format!("{path}.url"), format!("not a valid URL: {e}")),
-        }
+        self.upstream_url(format!("{path}.url"), &server.url);
         if server.timeout.is_zero() {
             self.err(format!("{path}.timeout"), "must be greater than 0");
         }
@@ -537,7 +537,7 @@ impl Validator {
                 client_secret,
                 ..
             } => {
-                self.token_url(format!("{auth}.tokenUrl"), token_url);
+                self.upstream_url(format!("{auth}.tokenUrl"), token_url);
                 self.secret_value(format!("{auth}.clientId"), client_id, false);
                 self.secret_value(format!("{auth}.clientSecret"), client_secret, false);
             }
@@ -548,7 +548,7 @@ impl Validator {
                 cache_size,
                 ..
             } => {
-                self.token_url(format!("{auth}.tokenUrl"), token_url);
+                self.upstream_url(format!("{auth}.tokenUrl"), token_url);
                 self.secret_value(format!("{auth}.clientId"), client_id, false);
                 if let Some(secret) = client_secret {
                     self.secret_value(format!("{auth}.clientSecret"), secret, false);
@@ -579,15 +579,7 @@ impl Validator {
                 );
             }
         }
-        // Not echoed: a base URL may carry credentials.
-        match url::Url::parse(&model.base_url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-            Ok(_) => self.err(
-                format!("{path}.baseUrl"),
-                "scheme must be http or https, with a host",
-            ),
-            Err(e) => self.err(format!("{path}.baseUrl"), format!("not a valid URL: {e}")),
-        }
+        self.upstream_url(format!("{path}.baseUrl"), &model.base_url);
         if let Some(secret) = &model.api_key {
             self.secret_value(format!("{path}.apiKey"), secret, true);
         }
@@ -605,10 +597,24 @@ impl Validator {
         }
     }
 
-    fn token_url(&mut self, path: String, url: &str) {
+    /// A URL the gateway connects to: http or https with a host, and not a literal address
+    /// the network policy denies. The URL is not echoed: it may carry credentials (user:pass@
+    /// or a query token).
+    fn upstream_url(&mut self, path: String, url: &str) {
         match url::Url::parse(url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-            _ => self.err(path, "must be an http or https URL with a host"),
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                if let Err(denied) = self.networks.check_url(&u) {
+                    self.err(path, denied.to_string());
+                }
+            }
+            Ok(u) => self.err(
+                path,
+                format!(
+                    "must be an http or https URL with a host (scheme {:?})",
+                    u.scheme()
+                ),
+            ),
+            Err(e) => self.err(path, format!("not a valid URL: {e}")),
         }
     }
 }
@@ -637,6 +643,33 @@ mod tests {
         assert_eq!(s.servers[0].id(), "a");
         assert_eq!(s.servers[0].prefix(), "a");
         assert_eq!(s.servers[0].namespace, "default");
+    }
+
+    #[test]
+    fn denied_upstream_addresses_name_their_field() {
+        let text = "servers:\n- name: a\n  url: http://169.254.169.254/latest\n- name: b\n  url: http://x/mcp\n  auth: {type: oauth2ClientCredentials, tokenUrl: 'http://[fd00:ec2::254]/token', clientId: c, clientSecret: s}\n- name: c\n  url: http://10.0.0.1/mcp\nmodels:\n- name: m\n  provider: anthropic\n  baseUrl: http://100.100.100.200\n";
+        let err = load_str(text).unwrap_err().to_string();
+        for field in [
+            "servers[0].url",
+            "servers[1].auth.tokenUrl",
+            "models[0].baseUrl",
+        ] {
+            assert!(err.contains(field), "{field} missing in {err}");
+        }
+        assert!(!err.contains("servers[2]"), "{err}");
+        assert!(!err.contains("/latest"), "the URL is not echoed: {err}");
+        let allowed = format!(
+            "gateway:\n  upstreamNetworks: {{deny: [10.0.0.0/8], allow: [169.254.0.0/16]}}\n{}",
+            "servers:\n- name: a\n  url: http://169.254.169.254/latest\n- name: c\n  url: http://10.0.0.1/mcp\n"
+        );
+        let err = load_str(&allowed).unwrap_err().to_string();
+        assert!(
+            err.contains("servers[1].url") && !err.contains("servers[0]"),
+            "{err}"
+        );
+        let bad = "gateway:\n  upstreamNetworks: {deny: [nope]}\n";
+        let err = load_str(bad).unwrap_err().to_string();
+        assert!(err.contains("gateway.upstreamNetworks.deny[0]"), "{err}");
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub struct GatewaySettings {
     /// ServiceAccounts (`keys[].serviceAccounts`). Verified offline against these issuer keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_tokens: Option<ServiceAccountTokens>,
+    /// Which addresses upstreams (servers, token endpoints, models) may have; by default
+    /// link-local and cloud metadata addresses are refused (`networks.rs`).
+    #[serde(default)]
+    pub upstream_networks: crate::networks::UpstreamNetworks,
 }
 
 /// How ServiceAccount tokens are verified: the cluster's issuer, the audiences a token must be
@@ -122,6 +126,7 @@ impl Default for GatewaySettings {
             public_url: None,
             listing_ttl: default_listing_ttl(),
             service_account_tokens: None,
+            upstream_networks: Default::default(),
         }
     }
 }
@@ -247,6 +252,19 @@ impl ServerSpec {
     }
     pub fn prefix(&self) -> &str {
         self.tool_prefix.as_deref().unwrap_or(&self.name)
+    }
+    /// Every URL the gateway connects to for this server, with its field: the upstream and,
+    /// for the minted-token kinds, the token endpoint.
+    pub fn connect_urls(&self) -> Vec<(&'static str, &str)> {
+        let mut urls = vec![("url", self.url.as_str())];
+        match &self.auth {
+            UpstreamAuth::Oauth2ClientCredentials { token_url, .. }
+            | UpstreamAuth::TokenExchange { token_url, .. } => {
+                urls.push(("auth.tokenUrl", token_url.as_str()))
+            }
+            _ => {}
+        }
+        urls
     }
     /// The one deadline a full paginated listing of this server gets.
     pub fn listing_budget(&self) -> Duration {

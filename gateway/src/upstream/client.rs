@@ -16,8 +16,10 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
+use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
@@ -27,6 +29,7 @@ use crate::mcp::protocol::{
 };
 use crate::mcp::{capabilities, protocol};
 use crate::table::Server;
+use crate::upstream::address_policy::PolicyResolver;
 use crate::upstream::request_credential::{RequestCredential, SHARED_PARTITION};
 use crate::upstream::sse::{SseDecoder, SseError, SseEvent};
 use crate::upstream::wire::response_from_body;
@@ -161,6 +164,8 @@ pub struct Upstreams {
     states: RwLock<HashMap<u64, (String, Arc<UpstreamState>)>>,
     next_id: AtomicU64,
     client_info: Value,
+    /// `gateway.upstreamNetworks`, shared with the client's resolver.
+    networks: Arc<ArcSwap<NetworkPolicy>>,
 }
 
 impl Default for Upstreams {
@@ -171,7 +176,13 @@ impl Default for Upstreams {
 
 impl Upstreams {
     pub fn new() -> Upstreams {
+        let networks = Arc::new(ArcSwap::from_pointee(
+            NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default(),
+        ));
         let http = reqwest::Client::builder()
+            .dns_resolver(Arc::new(PolicyResolver {
+                policy: networks.clone(),
+            }))
             // Redirects are followed by hand so that credentials never cross origins.
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(90))
@@ -184,7 +195,13 @@ impl Upstreams {
             states: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
+            networks,
         }
+    }
+
+    /// The network policy of the snapshot now served (new connections and redirects use it).
+    pub fn set_networks(&self, policy: NetworkPolicy) {
+        self.networks.store(Arc::new(policy));
     }
 
     /// Forgets upstreams that are no longer in the routing table (or changed revision).
@@ -540,6 +557,13 @@ impl Upstreams {
         let body = bytes::Bytes::from(body);
         let mut url = call.server.url.clone();
         for _ in 0..=MAX_REDIRECTS {
+            // The first URL passed validation under this policy, but a redirect target did not.
+            if let Err(denied) = self.networks.load().check_url(&url) {
+                return Err(GatewayError::UpstreamAddressDenied {
+                    server: call.server.id().to_string(),
+                    denied,
+                });
+            }
             let response = self
                 .http
                 .post(url.clone())
@@ -849,6 +873,17 @@ impl Reply {
 fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
     // reqwest's message can include the URL; keep only the kind of failure (URLs may carry
     // credentials in their query string).
+    // The resolver's refusal says which rule (an address, never the URL).
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(denied) = cause.downcast_ref::<Denied>() {
+            return GatewayError::UpstreamAddressDenied {
+                server: server.id().to_string(),
+                denied: denied.clone(),
+            };
+        }
+        source = cause.source();
+    }
     let kind = if e.is_connect() {
         "connection refused or unreachable"
     } else if e.is_timeout() {

@@ -1,5 +1,6 @@
 //! MCP towards upstream servers.
 
+pub mod address_policy;
 pub mod client;
 pub mod credentials;
 pub mod listing;
