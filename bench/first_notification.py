@@ -17,40 +17,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from procs import start
 
 import httpx
 
 KEY = "sk-bench-first-notification"
 WORK_MS = 20
-
-
-def start(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    out = open(log, "wb")
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
-    found: dict = {}
-
-    def read() -> None:
-        assert p.stdout is not None
-        for raw in p.stdout:
-            line = raw.decode(errors="replace")
-            out.write(raw)
-            if "listening on http://" in line and "addr" not in found:
-                found["addr"] = line.split("http://", 1)[1].split()[0].rstrip("/")
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + 20
-    while "addr" not in found:
-        if p.poll() is not None or time.monotonic() > deadline:
-            p.kill()
-            raise SystemExit(f"{argv[0]} did not start; log {log}")
-        time.sleep(0.02)
-    return p, found["addr"]
 
 
 def first_event_ms(client: httpx.Client, url: str, tool: str, auth: bool) -> float:

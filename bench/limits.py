@@ -23,32 +23,11 @@ import threading
 import time
 from pathlib import Path
 
+from procs import start
+
 HZ = os.sysconf("SC_CLK_TCK")
 KEYS = {"calm": "sk-bench-calm-0123456789", "hammer": "sk-bench-hammer-0123456789",
         "unlimited": "sk-bench-unlimited-0123456789"}
-
-
-def start(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    out = open(log, "wb")
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
-    found: dict = {}
-
-    def read() -> None:
-        assert p.stdout is not None
-        for raw in p.stdout:
-            out.write(raw)
-            line = raw.decode(errors="replace")
-            if "listening on http://" in line and "addr" not in found:
-                found["addr"] = line.split("http://", 1)[1].split()[0].rstrip("/")
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + 20
-    while "addr" not in found:
-        if p.poll() is not None or time.monotonic() > deadline:
-            p.kill()
-            raise SystemExit(f"{argv[0]} did not start; log {log}")
-        time.sleep(0.02)
-    return p, found["addr"]
 
 
 def ticks(pid: int) -> int:
