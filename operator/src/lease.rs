@@ -1,7 +1,16 @@
 //! Leader election on a coordination.k8s.io Lease: one operator replica holds it, serves the
 //! snapshot stream and writes status; the others stay warm (watching and rendering) and take
 //! over when the holder stops renewing.
+//!
+//! Expiry follows client-go's rule and never compares clocks across pods: a standby remembers
+//! the lease record it last saw and *when, by its own clock,* it saw it change. The lease has
+//! expired when the record has not changed for `duration` of local time. The times written into
+//! the record (`renewTime`) only mark a change; a holder whose clock runs 30 s ahead or behind
+//! changes nothing. The holder, for its part, counts itself leader only while its renewals
+//! succeed: a renewal that fails or does not answer within a renew interval ends its leadership
+//! at once, two renew intervals (2/3 of `duration`) before a standby may take over.
 
+use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -10,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 pub struct LeaseConfig {
     pub namespace: String,
@@ -17,6 +27,65 @@ pub struct LeaseConfig {
     pub identity: String,
     /// How long a holder that stopped renewing keeps the lease.
     pub duration: Duration,
+}
+
+/// The fields of a Lease the election reads and writes. Any change of them is a renewal.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    pub holder: String,
+    pub renew_time: Option<Timestamp>,
+    pub acquire_time: Option<Timestamp>,
+    pub duration_seconds: i32,
+    pub transitions: i32,
+}
+
+/// The API the election needs; writes are conditional on the version read (optimistic
+/// concurrency), so two contenders' writes are exclusive. `Ok(false)`: lost the race.
+pub trait LeaseStore {
+    /// The record and its version, if the lease exists.
+    fn get(&self) -> impl Future<Output = Result<Option<(Record, String)>, kube::Error>> + Send;
+    fn create(&self, record: Record) -> impl Future<Output = Result<bool, kube::Error>> + Send;
+    fn replace(
+        &self,
+        record: Record,
+        version: String,
+    ) -> impl Future<Output = Result<bool, kube::Error>> + Send;
+}
+
+/// What this replica last saw of the lease and when, by its own monotonic clock.
+#[derive(Debug, Default)]
+pub struct Observation {
+    seen: Option<(Record, Instant)>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// This replica holds the lease: renew it.
+    Renew,
+    /// Free (released) or unchanged for its whole duration: take it.
+    TakeOver,
+    /// Another replica holds it.
+    Wait,
+}
+
+impl Observation {
+    pub fn decide(&mut self, record: &Record, me: &str, now: Instant) -> Decision {
+        let changed_at = match &self.seen {
+            Some((seen, at)) if seen == record => *at,
+            _ => {
+                self.seen = Some((record.clone(), now));
+                now
+            }
+        };
+        let duration = Duration::from_secs(record.duration_seconds.max(1) as u64);
+        if record.holder == me {
+            Decision::Renew
+        } else if record.holder.is_empty() || now.duration_since(changed_at) >= duration {
+            Decision::TakeOver
+        } else {
+            Decision::Wait
+        }
+    }
 }
 
 /// Runs the election loop, publishing whether this replica holds the lease, until `stop`
@@ -27,16 +96,36 @@ pub async fn run(
     client: kube::Client,
     config: LeaseConfig,
     leader: watch::Sender<bool>,
+    stop: watch::Receiver<bool>,
+) {
+    let store = KubeLease {
+        api: Api::namespaced(client, &config.namespace),
+        name: config.name.clone(),
+    };
+    elect(&store, &config, Timestamp::now, leader, stop).await
+}
+
+/// The election over any store, with the wall clock it writes into the record (tests skew it).
+pub async fn elect<S: LeaseStore>(
+    store: &S,
+    config: &LeaseConfig,
+    wall_clock: impl Fn() -> Timestamp,
+    leader: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let renew_every = config.duration / 3;
+    let mut observation = Observation::default();
     while !*stop.borrow() {
-        let holding = match try_acquire(&api, &config).await {
-            Ok(holding) => holding,
-            Err(e) => {
+        // A round that does not finish within a renew interval counts as a failed renewal.
+        let round = try_acquire(store, config, &wall_clock, &mut observation);
+        let holding = match tokio::time::timeout(renew_every, round).await {
+            Ok(Ok(holding)) => holding,
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "lease update failed");
-                // Without a successful renewal we cannot know we still hold it.
+                false
+            }
+            Err(_) => {
+                tracing::warn!("lease update did not answer within a renew interval");
                 false
             }
         };
@@ -51,7 +140,7 @@ pub async fn run(
     }
     let held = leader.send_replace(false);
     if held {
-        match release(&api, &config).await {
+        match release(store, config, &wall_clock).await {
             Ok(()) => tracing::info!(identity = %config.identity, "stepped down: lease released"),
             Err(e) => {
                 tracing::warn!(error = %e, "stepping down: could not release the lease; it expires instead")
@@ -62,75 +151,336 @@ pub async fn run(
 
 /// Hands the lease back if this replica holds it: no holder, renewed now, for one second (what
 /// client-go's ReleaseOnCancel writes).
-async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<(), kube::Error> {
-    let Some(mut lease) = api.get_opt(&config.name).await? else {
+async fn release<S: LeaseStore>(
+    store: &S,
+    config: &LeaseConfig,
+    wall_clock: &impl Fn() -> Timestamp,
+) -> Result<(), kube::Error> {
+    let Some((mut record, version)) = store.get().await? else {
         return Ok(());
     };
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+    if record.holder != config.identity {
         return Ok(());
     }
-    spec.holder_identity = None;
-    spec.lease_duration_seconds = Some(1);
-    spec.renew_time = Some(now());
-    api.replace(&config.name, &PostParams::default(), &lease)
-        .await
-        .map(|_| ())
+    record.holder = String::new();
+    record.duration_seconds = 1;
+    record.renew_time = Some(wall_clock());
+    store.replace(record, version).await.map(|_| ())
 }
 
-fn now() -> MicroTime {
-    MicroTime(Timestamp::now())
-}
-
-/// One round: create, renew, or take over an expired lease. Optimistic concurrency
-/// (resourceVersion) makes two contenders' writes exclusive.
-async fn try_acquire(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, kube::Error> {
+/// One round: create, renew, or take over a released or expired lease.
+async fn try_acquire<S: LeaseStore>(
+    store: &S,
+    config: &LeaseConfig,
+    wall_clock: &impl Fn() -> Timestamp,
+    observation: &mut Observation,
+) -> Result<bool, kube::Error> {
     let seconds = config.duration.as_secs().max(1) as i32;
-    let existing = api.get_opt(&config.name).await?;
-    let Some(mut lease) = existing else {
-        let lease = Lease {
+    let Some((mut record, version)) = store.get().await? else {
+        return store
+            .create(Record {
+                holder: config.identity.clone(),
+                renew_time: Some(wall_clock()),
+                acquire_time: Some(wall_clock()),
+                duration_seconds: seconds,
+                transitions: 0,
+            })
+            .await;
+    };
+    match observation.decide(&record, &config.identity, Instant::now()) {
+        Decision::Wait => return Ok(false),
+        Decision::Renew => {}
+        Decision::TakeOver => {
+            record.holder = config.identity.clone();
+            record.acquire_time = Some(wall_clock());
+            record.transitions += 1;
+        }
+    }
+    record.renew_time = Some(wall_clock());
+    record.duration_seconds = seconds;
+    store.replace(record, version).await
+}
+
+/// The Lease object in the API server.
+struct KubeLease {
+    api: Api<Lease>,
+    name: String,
+}
+
+impl LeaseStore for KubeLease {
+    async fn get(&self) -> Result<Option<(Record, String)>, kube::Error> {
+        Ok(self.api.get_opt(&self.name).await?.map(|lease| {
+            let spec = lease.spec.unwrap_or_default();
+            let record = Record {
+                holder: spec.holder_identity.unwrap_or_default(),
+                renew_time: spec.renew_time.map(|t| t.0),
+                acquire_time: spec.acquire_time.map(|t| t.0),
+                duration_seconds: spec.lease_duration_seconds.unwrap_or(1),
+                transitions: spec.lease_transitions.unwrap_or(0),
+            };
+            (record, lease.metadata.resource_version.unwrap_or_default())
+        }))
+    }
+
+    async fn create(&self, record: Record) -> Result<bool, kube::Error> {
+        let lease = self.lease(record, None);
+        conflict_is_false(self.api.create(&PostParams::default(), &lease).await)
+    }
+
+    async fn replace(&self, record: Record, version: String) -> Result<bool, kube::Error> {
+        let lease = self.lease(record, Some(version));
+        conflict_is_false(
+            self.api
+                .replace(&self.name, &PostParams::default(), &lease)
+                .await,
+        )
+    }
+}
+
+impl KubeLease {
+    fn lease(&self, record: Record, version: Option<String>) -> Lease {
+        Lease {
             metadata: ObjectMeta {
-                name: Some(config.name.clone()),
+                name: Some(self.name.clone()),
+                resource_version: version,
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
-                holder_identity: Some(config.identity.clone()),
-                lease_duration_seconds: Some(seconds),
-                acquire_time: Some(now()),
-                renew_time: Some(now()),
-                lease_transitions: Some(0),
+                holder_identity: Some(record.holder).filter(|h| !h.is_empty()),
+                lease_duration_seconds: Some(record.duration_seconds),
+                acquire_time: record.acquire_time.map(MicroTime),
+                renew_time: record.renew_time.map(MicroTime),
+                lease_transitions: Some(record.transitions),
                 ..Default::default()
             }),
-        };
-        return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e),
-        };
-    };
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    let holder = spec.holder_identity.clone().unwrap_or_default();
-    let expired = spec.renew_time.as_ref().is_none_or(|t| {
-        let held_for = spec.lease_duration_seconds.unwrap_or(seconds) as i64;
-        Timestamp::now().as_second() - t.0.as_second() > held_for
-    });
-    // A released lease (no holder) is free at once.
-    if holder != config.identity && !holder.is_empty() && !expired {
-        return Ok(false);
+        }
     }
-    if holder != config.identity {
-        spec.holder_identity = Some(config.identity.clone());
-        spec.acquire_time = Some(now());
-        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-    }
-    spec.renew_time = Some(now());
-    spec.lease_duration_seconds = Some(seconds);
-    match api
-        .replace(&config.name, &PostParams::default(), &lease)
-        .await
-    {
+}
+
+fn conflict_is_false<T>(result: Result<T, kube::Error>) -> Result<bool, kube::Error> {
+    match result {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// An in-memory Lease with resourceVersion semantics, and a switch that makes every call
+    /// hang (a holder cut off from the API server).
+    #[derive(Default)]
+    struct MemoryLease {
+        state: Mutex<Option<(Record, u64)>>,
+    }
+
+    #[derive(Clone)]
+    struct Client {
+        lease: Arc<MemoryLease>,
+        cut_off: Arc<AtomicBool>,
+    }
+
+    impl Client {
+        async fn reachable(&self) {
+            if self.cut_off.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    impl LeaseStore for Client {
+        async fn get(&self) -> Result<Option<(Record, String)>, kube::Error> {
+            self.reachable().await;
+            let state = self.lease.state.lock().unwrap();
+            Ok(state.as_ref().map(|(r, v)| (r.clone(), v.to_string())))
+        }
+        async fn create(&self, record: Record) -> Result<bool, kube::Error> {
+            self.reachable().await;
+            let mut state = self.lease.state.lock().unwrap();
+            if state.is_some() {
+                return Ok(false);
+            }
+            *state = Some((record, 1));
+            Ok(true)
+        }
+        async fn replace(&self, record: Record, version: String) -> Result<bool, kube::Error> {
+            self.reachable().await;
+            let mut state = self.lease.state.lock().unwrap();
+            match state.as_mut() {
+                Some((current, v)) if v.to_string() == version => {
+                    *current = record;
+                    *v += 1;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        }
+    }
+
+    struct Candidate {
+        leader: watch::Receiver<bool>,
+        stop: watch::Sender<bool>,
+        client: Client,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    const DURATION: Duration = Duration::from_secs(15);
+
+    fn candidate(lease: &Arc<MemoryLease>, name: &str, skew_seconds: i64) -> Candidate {
+        let (leader_tx, leader) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(false);
+        let client = Client {
+            lease: lease.clone(),
+            cut_off: Arc::default(),
+        };
+        let config = LeaseConfig {
+            namespace: "switchboard".into(),
+            name: "lease".into(),
+            identity: name.into(),
+            duration: DURATION,
+        };
+        let store = client.clone();
+        // A wall clock skewed against the others; paused tokio time drives it forward.
+        let started = Instant::now();
+        let base = Timestamp::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let clock = move || {
+            let elapsed = Instant::now().duration_since(started);
+            base + elapsed + k8s_openapi::jiff::SignedDuration::from_secs(skew_seconds)
+        };
+        let task = tokio::spawn(async move {
+            elect(&store, &config, clock, leader_tx, stop_rx).await;
+        });
+        Candidate {
+            leader,
+            stop,
+            client,
+            task,
+        }
+    }
+
+    /// Steps paused time in small increments for `total`, checking after each that no two
+    /// candidates lead at once; returns when `until` first held (and the time it took).
+    async fn watch_for(
+        candidates: &[&Candidate],
+        total: Duration,
+        until: impl Fn() -> bool,
+    ) -> Option<Duration> {
+        let step = Duration::from_millis(100);
+        let started = Instant::now();
+        while started.elapsed() < total {
+            tokio::time::sleep(step).await;
+            let leaders = candidates.iter().filter(|c| *c.leader.borrow()).count();
+            assert!(
+                leaders <= 1,
+                "{leaders} candidates lead at once after {:?}",
+                started.elapsed()
+            );
+            if until() {
+                return Some(started.elapsed());
+            }
+        }
+        None
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn skewed_clocks_never_make_two_leaders() {
+        for (a_skew, b_skew) in [(30, -30), (-30, 30), (0, 30), (30, 0)] {
+            let lease = Arc::new(MemoryLease::default());
+            let a = candidate(&lease, "a", a_skew);
+            // Let `a` take the lease before `b` starts.
+            watch_for(&[&a], DURATION, || *a.leader.borrow()).await;
+            assert!(*a.leader.borrow(), "a never took a free lease");
+            let b = candidate(&lease, "b", b_skew);
+            // Many lease durations: `a` renews; `b` must never take over, whatever the clocks.
+            let took = watch_for(&[&a, &b], DURATION * 8, || *b.leader.borrow()).await;
+            assert_eq!(
+                took, None,
+                "b took a renewed lease (skew a {a_skew}, b {b_skew})"
+            );
+            assert!(*a.leader.borrow());
+
+            // `a` is cut off from the API server (renewals hang): it steps down on its own,
+            // and only then may `b` lead, once the record has not changed for DURATION.
+            a.client.cut_off.store(true, Ordering::SeqCst);
+            let took = watch_for(&[&a, &b], DURATION * 3, || *b.leader.borrow()).await;
+            let took = took.expect("b never took over from a cut-off holder");
+            assert!(!*a.leader.borrow());
+            assert!(
+                took >= DURATION - DURATION / 3,
+                "b took over after only {took:?}"
+            );
+            assert!(took <= DURATION * 2, "b took over only after {took:?}");
+            for c in [a, b] {
+                c.task.abort();
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_stops_hands_over_within_one_renew_interval() {
+        let lease = Arc::new(MemoryLease::default());
+        let a = candidate(&lease, "a", 30);
+        watch_for(&[&a], DURATION, || *a.leader.borrow()).await;
+        let b = candidate(&lease, "b", -30);
+        watch_for(&[&a, &b], DURATION * 2, || false).await;
+        a.stop.send_replace(true); // what SIGTERM does in main
+        let took = watch_for(&[&a, &b], DURATION, || *b.leader.borrow())
+            .await
+            .expect("b never took over after a stepped down");
+        assert!(
+            took <= DURATION / 3 + Duration::from_millis(200),
+            "handover took {took:?}"
+        );
+        assert!(a.task.await.is_ok(), "a's election ended");
+        let record = lease.state.lock().unwrap().clone().unwrap().0;
+        assert_eq!((record.holder.as_str(), record.transitions), ("b", 1));
+    }
+
+    #[test]
+    fn expiry_is_local_time_since_the_record_last_changed() {
+        let mut seen = Observation::default();
+        let t0 = Instant::now();
+        let record = |renew: i64| Record {
+            holder: "a".into(),
+            // A renew time far in the past by our clock: must not matter.
+            renew_time: Some(Timestamp::UNIX_EPOCH + Duration::from_secs(renew as u64)),
+            duration_seconds: 15,
+            ..Record::default()
+        };
+        assert_eq!(seen.decide(&record(1), "b", t0), Decision::Wait);
+        assert_eq!(
+            seen.decide(&record(1), "b", t0 + Duration::from_secs(14)),
+            Decision::Wait
+        );
+        assert_eq!(
+            seen.decide(&record(2), "b", t0 + Duration::from_secs(14)),
+            Decision::Wait
+        );
+        assert_eq!(
+            seen.decide(&record(2), "b", t0 + Duration::from_secs(28)),
+            Decision::Wait
+        );
+        assert_eq!(
+            seen.decide(&record(2), "b", t0 + Duration::from_secs(29)),
+            Decision::TakeOver
+        );
+        let released = Record {
+            holder: String::new(),
+            ..record(3)
+        };
+        assert_eq!(
+            Observation::default().decide(&released, "b", t0),
+            Decision::TakeOver
+        );
+        assert_eq!(
+            Observation::default().decide(&record(3), "a", t0),
+            Decision::Renew
+        );
     }
 }
