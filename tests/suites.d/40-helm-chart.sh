@@ -94,12 +94,25 @@ Deployment/switchboard-operator
 PodDisruptionBudget/switchboard-gateway
 PodDisruptionBudget/switchboard-operator
 Role/switchboard-operator
+Role/switchboard-operator-api-server-endpoints
 RoleBinding/switchboard-operator
+RoleBinding/switchboard-operator-api-server-endpoints
 Service/switchboard-gateway
 Service/switchboard-operator
 ServiceAccount/switchboard-gateway
 ServiceAccount/switchboard-operator" \
   names switchboard -n sb
+# The operator lists the API server's EndpointSlices in `default` (upstreams may not use it);
+# allowing the API server as an upstream drops that Role and passes the flag instead.
+check "the API server endpoints Role is in default, and gone with allowApiServer" bash -c "
+  helm template sb $chart -n sb | grep -A3 'name: sb-switchboard-operator-api-server-endpoints' | grep -q 'namespace: default' &&
+  ! helm template sb $chart -n sb --set operator.upstreamNetworks.allowApiServer=true | grep -q 'api-server-endpoints' &&
+  helm template sb $chart -n sb --set operator.upstreamNetworks.allowApiServer=true | grep -q -- '--allow-api-server-upstream'"
+check "upstreamNetworks values become operator flags" bash -c "
+  helm template sb $chart -n sb --set 'operator.upstreamNetworks.deny={10.0.0.0/8,169.254.0.0/16}' --set 'operator.upstreamNetworks.allow={10.1.0.0/16}' |
+    grep -A1 -- '--upstream-deny-networks' | grep -q '10.0.0.0/8,169.254.0.0/16' &&
+  helm template sb $chart -n sb --set 'operator.upstreamNetworks.allow={10.1.0.0/16}' | grep -A1 -- '--upstream-allow-networks' | grep -q '10.1.0.0/16' &&
+  ! helm template sb $chart -n sb | grep -q -- '--upstream-deny-networks'"
 gateway_deploy() { names "$@" | grep '^Deployment/.*gateway'; }
 expect "release 'edge': names get the chart name" "Deployment/edge-switchboard-gateway" gateway_deploy edge -n sb
 expect "fullnameOverride" "Deployment/mcp-gateway" gateway_deploy edge -n sb --set fullnameOverride=mcp
