@@ -213,7 +213,11 @@ cmd_start() {
   local bin cni_bin t0=$SECONDS
   bin=$("$ROOT/tests/k8s/build-binaries.sh" --bin-dir)
   cni_bin="$(dirname "$bin")/cni/bin"
-  local pause; pause=$("$HERE/test-images.sh" | head -1) || die "tests/node/test-images.sh failed"
+  # (not `| head -1`: head exits after the first line, and the script's second echo would die
+  # of SIGPIPE now and then, failing the pipeline under pipefail)
+  local images pause
+  images=$("$HERE/test-images.sh") || die "tests/node/test-images.sh failed"
+  pause=${images%%$'\n'*}
 
   # What "nothing left behind" is measured against.
   mkdir -p "$DIR/baseline"
