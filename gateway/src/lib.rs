@@ -25,6 +25,7 @@ pub mod llm;
 pub mod mcp;
 pub mod metrics;
 pub mod operator_source;
+pub mod operator_tls;
 pub mod protected_resource;
 pub mod rest;
 pub mod route;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use switchboard_gateway::operator_source::OperatorSource;
+use switchboard_gateway::operator_tls::OperatorTrust;
 use switchboard_gateway::serve::{ConnectionLimits, serve};
 use switchboard_gateway::state::{Gateway, LocalSettings};
 use switchboard_gateway::{config_file, http};
@@ -45,6 +46,14 @@ struct Args {
     /// http://switchboard-operator.switchboard.svc:9090): follow its snapshot stream.
     #[arg(long, env = "SWITCHBOARD_OPERATOR", value_delimiter = ',')]
     operator: Vec<url::Url>,
+    /// PEM bundle of the CAs the operator's certificate is verified with (`https` operator URLs;
+    /// in the chart, the operator's trust ConfigMap). Read again before every connection.
+    #[arg(long, env = "SWITCHBOARD_OPERATOR_CA")]
+    operator_ca: Option<PathBuf>,
+    /// The name the operator's certificate must carry, whichever operator address is dialed
+    /// (acks go to a pod IP); default: the host of the first `--operator` URL.
+    #[arg(long, env = "SWITCHBOARD_OPERATOR_SERVER_NAME")]
+    operator_server_name: Option<String>,
     /// ServiceAccount token presented to the operator (a projected token with audience
     /// `switchboard-operator`).
     #[arg(
@@ -149,6 +158,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let _ = config_file::reload(&gw, file);
             }
             let source = OperatorSource {
+                trust: operator_trust(&args)?,
                 endpoints: args.operator.clone(),
                 token_file: args.token_file.clone(),
                 replica: args.replica.clone().unwrap_or_else(default_replica_name),
@@ -195,6 +205,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!("could not tell the operator this replica is leaving within 3s");
     }
     Ok(())
+}
+
+/// TLS settings for the operator's stream; a CA bundle with a plain `http` operator URL is a
+/// mistake that would send the stream in clear text, so it stops the gateway.
+fn operator_trust(args: &Args) -> anyhow::Result<Option<OperatorTrust>> {
+    let Some(bundle) = args.operator_ca.clone() else {
+        return Ok(None);
+    };
+    if let Some(plain) = args.operator.iter().find(|u| u.scheme() != "https") {
+        anyhow::bail!("--operator-ca is given but --operator {plain} is not https");
+    }
+    let name = match (&args.operator_server_name, args.operator.first()) {
+        (Some(name), _) => name.clone(),
+        // (an IPv6 host without its URL brackets)
+        (None, Some(url)) => match url.host() {
+            Some(url::Host::Ipv6(address)) => address.to_string(),
+            Some(host) => host.to_string(),
+            None => String::new(),
+        },
+        (None, None) => String::new(),
+    };
+    OperatorTrust::new(bundle, &name)
+        .map(Some)
+        .map_err(anyhow::Error::msg)
 }
 
 fn default_replica_name() -> String {

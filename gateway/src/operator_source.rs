@@ -14,6 +14,7 @@ use switchboard_snapshot::delivery::{
 };
 use switchboard_snapshot::{Snapshot, SnapshotError, validate};
 
+use crate::operator_tls::{OperatorTrust, TrustedClient, stream_client};
 use crate::state::Gateway;
 use crate::table::RoutingTable;
 
@@ -25,6 +26,9 @@ pub struct OperatorSource {
     pub replica: String,
     /// Turns true when the process is stopping: the stream ends with a goodbye.
     pub leaving: watch::Receiver<bool>,
+    /// The CA bundle the operator's certificate is verified with (`https` endpoints); without
+    /// it, the system's web roots.
+    pub trust: Option<OperatorTrust>,
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -34,20 +38,26 @@ const STREAM_IDLE: Duration = Duration::from_secs(45);
 impl OperatorSource {
     /// Follows the operator for the life of the process.
     pub async fn follow(self, gw: Arc<Gateway>) {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true)
-            // Every attempt on a new connection: behind a Service each one may reach another
-            // operator pod, and only the lease holder serves (a standby answers 503).
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap_or_default();
+        let plain = stream_client(None).unwrap_or_default();
+        let mut trusted: Option<TrustedClient> = None;
         let mut backoff = Duration::from_millis(50);
         let mut turn = 0usize;
         while !*self.leaving.borrow() {
             let endpoint = &self.endpoints[turn % self.endpoints.len()];
             turn += 1;
-            match self.watch_once(&http, endpoint, &gw).await {
+            let attempt = match &self.trust {
+                None => Ok(plain.clone()),
+                Some(trust) => trust.client(trusted.take()).map(|client| {
+                    let http = client.http.clone();
+                    trusted = Some(client);
+                    http
+                }),
+            };
+            let watched = match attempt {
+                Ok(http) => self.watch_once(&http, endpoint, &gw).await,
+                Err(reason) => Err(reason),
+            };
+            match watched {
                 Ok(()) => backoff = Duration::from_millis(50),
                 Err(reason) => {
                     tracing::info!(operator = %endpoint, %reason, "snapshot stream unavailable; serving the last good snapshot");
@@ -83,7 +93,7 @@ impl OperatorSource {
             .header(REPLICA_HEADER, &self.replica)
             .send()
             .await
-            .map_err(|e| format!("connect: {}", e.without_url()))?;
+            .map_err(|e| format!("connect: {}", root_cause(&e)))?;
         if !response.status().is_success() {
             return Err(format!("HTTP {}", response.status().as_u16()));
         }
@@ -156,6 +166,16 @@ impl OperatorSource {
             Ok(_) => {}
         }
     }
+}
+
+/// The innermost cause (e.g. "invalid peer certificate: UnknownIssuer", "Connection refused"):
+/// reqwest's own message is only "error sending request".
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut root: &dyn std::error::Error = e;
+    while let Some(cause) = root.source() {
+        root = cause;
+    }
+    root.to_string()
 }
 
 /// Applies one frame if it is a valid snapshot; the answer is what the replica now serves.

@@ -4,12 +4,15 @@
 //! - [`render`]: pure: resources + Secrets → snapshot + verdicts (tested without an API server).
 //! - [`status`]: pure condition logic, and writing status by server-side apply.
 //! - [`controller`]: the watch → render → publish → status loop.
-//! - [`delivery`]: the snapshot stream gateway replicas follow, with TokenReview.
+//! - [`delivery`]: the snapshot stream gateway replicas follow, with TokenReview;
+//!   [`delivery_tls`] serves it over TLS, from [`delivery_ca`]'s CA or a provided Secret.
 //! - [`lease`]: leader election. [`probe`]: readiness probes (servers: a tool listing; models:
 //!   the provider's model listing, never a model call). [`keys`]: McpKey Secrets.
 
 pub mod controller;
 pub mod delivery;
+pub mod delivery_ca;
+pub mod delivery_tls;
 pub mod issuer;
 pub mod keys;
 pub mod lease;

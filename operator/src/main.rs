@@ -14,6 +14,8 @@ use axum::routing::get;
 use clap::Parser;
 use switchboard_operator::controller::{Config, Controller};
 use switchboard_operator::delivery::{self, Hub};
+use switchboard_operator::delivery_ca::CaPolicy;
+use switchboard_operator::delivery_tls::{self, ServingCert, TlsMode};
 use switchboard_operator::issuer;
 use switchboard_operator::lease::{self, LeaseConfig};
 use switchboard_operator::metrics::Metrics;
@@ -86,6 +88,39 @@ struct Args {
     /// Exceptions to --upstream-deny-networks, comma-separated.
     #[arg(long, value_delimiter = ',')]
     upstream_allow_networks: Vec<String>,
+    /// TLS on the snapshot stream with the operator's own CA, kept in this Secret (in
+    /// --namespace; created and rotated by the lease holder). Needs --delivery-trust-configmap.
+    #[arg(
+        long,
+        conflicts_with = "delivery_tls_secret",
+        requires = "delivery_trust_configmap"
+    )]
+    delivery_ca_secret: Option<String>,
+    /// The ConfigMap (in --namespace) the CA certificates gateways trust are published in
+    /// (key `ca.crt`); gateways mount it and pass it as --operator-ca.
+    #[arg(long, requires = "delivery_ca_secret")]
+    delivery_trust_configmap: Option<String>,
+    /// TLS on the snapshot stream with a certificate someone else keeps current (a
+    /// `kubernetes.io/tls` Secret in --namespace, e.g. from cert-manager).
+    #[arg(long)]
+    delivery_tls_secret: Option<String>,
+    /// Names the operator-issued serving certificates carry (the Service's DNS names),
+    /// comma-separated; the host of --advertise-url is added.
+    #[arg(long, value_delimiter = ',')]
+    delivery_tls_names: Vec<String>,
+    /// Life of an operator-issued serving certificate (a new one at half of it).
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    delivery_cert_validity: Duration,
+    /// Life of the operator's CA (a successor is introduced with a third of it left).
+    #[arg(long, default_value = "365d", value_parser = humantime::parse_duration)]
+    delivery_ca_validity: Duration,
+    /// How long a new CA is trusted before it signs: time for the trust bundle to reach every
+    /// gateway (the kubelet refreshes mounted ConfigMaps within about a minute).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    delivery_ca_propagation: Duration,
+    /// How often the CA Secret (or the provided Secret) is read again.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    delivery_tls_refresh: Duration,
     /// Lets McpServers point at the Kubernetes API server (denied by default: a gateway would
     /// carry callers' requests to it from inside the cluster).
     #[arg(long)]
@@ -229,8 +264,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let snapshot_listener = tokio::net::TcpListener::bind(&args.snapshot_listen).await?;
     let metrics_listener = tokio::net::TcpListener::bind(&args.metrics_listen).await?;
+    let tls = tls_mode(&args);
+    let serving = Arc::new(ServingCert::default());
+    match &tls {
+        Some(mode) => {
+            tokio::spawn(delivery_tls::keep(
+                client.clone(),
+                args.namespace.clone(),
+                mode.clone(),
+                serving.clone(),
+                leader_rx.clone(),
+                args.delivery_tls_refresh,
+            ));
+        }
+        None => tracing::warn!(
+            "the snapshot stream is plain HTTP (no --delivery-ca-secret or --delivery-tls-secret): \
+             the upstream credentials it carries cross the network unencrypted"
+        ),
+    }
     println!(
-        "switchboard-operator snapshot stream on http://{} metrics on http://{}",
+        "switchboard-operator snapshot stream on {}://{} metrics on http://{}",
+        if tls.is_some() { "https" } else { "http" },
         snapshot_listener.local_addr()?,
         metrics_listener.local_addr()?
     );
@@ -244,8 +298,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Not a graceful shutdown of the streams: they never end by themselves. The leader steps
     // down first (no more status writes, lease handed back), then the process ends and the
     // gateways' streams break, so they reconnect to whoever leads next.
+    let snapshots = async {
+        match tls {
+            Some(_) => {
+                delivery_tls::serve_tls(snapshot_listener, delivery::router(hub), serving).await
+            }
+            None => {
+                axum::serve(snapshot_listener, delivery::router(hub))
+                    .into_future()
+                    .await
+            }
+        }
+    };
     tokio::select! {
-        served = axum::serve(snapshot_listener, delivery::router(hub)).into_future() => served?,
+        served = snapshots => served?,
         () = terminated(terminate) => {
             tracing::info!("terminating: stepping down");
             stop_tx.send_replace(true);
@@ -282,6 +348,44 @@ async fn readyz(State((_, leader)): State<HealthState>) -> impl IntoResponse {
 
 async fn render_metrics(State((metrics, _)): State<HealthState>) -> impl IntoResponse {
     metrics.encode()
+}
+
+/// The snapshot stream's TLS from the flags (None: plain HTTP).
+fn tls_mode(args: &Args) -> Option<TlsMode> {
+    if let Some(secret) = &args.delivery_tls_secret {
+        return Some(TlsMode::Provided {
+            secret: secret.clone(),
+        });
+    }
+    let ca_secret = args.delivery_ca_secret.clone()?;
+    let mut names: Vec<String> = args
+        .delivery_tls_names
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
+    let advertised = args
+        .advertise_url
+        .as_deref()
+        .and_then(|u| url::Url::parse(u).ok())
+        .and_then(|u| match u.host()? {
+            url::Host::Ipv6(address) => Some(address.to_string()),
+            host => Some(host.to_string()),
+        });
+    names.extend(advertised);
+    if names.is_empty() {
+        names.push("localhost".into());
+    }
+    Some(TlsMode::Managed {
+        ca_secret,
+        trust_configmap: args.delivery_trust_configmap.clone().unwrap_or_default(),
+        names,
+        leaf_validity: args.delivery_cert_validity,
+        policy: CaPolicy {
+            ca_validity: args.delivery_ca_validity,
+            propagation: args.delivery_ca_propagation,
+        },
+    })
 }
 
 fn hostname() -> String {

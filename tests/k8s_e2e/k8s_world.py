@@ -20,6 +20,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -60,7 +61,12 @@ GATEWAY_SA = "switchboard-gateway"
 LEASE_NAME = "switchboard-operator"
 SNAPSHOT_SECRET = "switchboard-snapshot"
 
-OPERATOR_READY_RE = re.compile(r"snapshot stream on http://(\S+) metrics on http://(\S+)")
+OPERATOR_READY_RE = re.compile(r"snapshot stream on https?://(\S+) metrics on http://(\S+)")
+# The snapshot stream's TLS, managed by the operator as the chart sets it up by default.
+DELIVERY_CA_SECRET = "switchboard-delivery-ca"
+DELIVERY_TRUST_CONFIGMAP = "switchboard-delivery-trust"
+# The name the operator's serving certificates carry here (the chart: the Service's names).
+OPERATOR_SERVER_NAME = "localhost"
 
 
 def k8s_bin_dir() -> Path:
@@ -322,8 +328,43 @@ def describe_conditions(obj: dict | None) -> str:
 # Processes
 
 
+class TrustBundleSync:
+    """Does what the kubelet does for the gateway's mounted trust ConfigMap: copies its `ca.crt`
+    into a file, replacing the file whole when it changes (the kubelet swaps a symlink), every
+    half second until stopped."""
+
+    def __init__(self, cluster: Cluster, path: Path):
+        self.cluster, self.path = cluster, path
+        self.copies = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trust-bundle-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        env = self.cluster.env
+        with httpx.Client(
+            base_url=env["SWITCHBOARD_K8S_API"],
+            headers={"Authorization": f"Bearer {env['SWITCHBOARD_K8S_TOKEN']}"},
+            verify=ssl.create_default_context(cafile=env["SWITCHBOARD_K8S_CA"]),
+            timeout=5,
+        ) as api:
+            while not self._stop.wait(0.5):
+                with contextlib.suppress(httpx.HTTPError):
+                    r = api.get(f"/api/v1/namespaces/{OPERATOR_NS}/configmaps/{DELIVERY_TRUST_CONFIGMAP}")
+                    bundle = (r.json().get("data") or {}).get("ca.crt") if r.status_code == 200 else None
+                    if bundle and (not self.path.exists() or self.path.read_text() != bundle):
+                        tmp = self.path.with_suffix(".tmp")
+                        tmp.write_text(bundle)
+                        tmp.replace(self.path)
+                        self.copies += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 class OperatorProc(Proc):
-    """The operator: its ready line is `... snapshot stream on http://A metrics on http://B`."""
+    """The operator: its ready line is `... snapshot stream on https://A metrics on http://B`."""
 
     metrics_addr: str | None = None
 
@@ -354,6 +395,7 @@ class World:
         probe_interval: str = "2s",
         lease_duration: str = "4s",
         log_format: str = "text",
+        operator_args: Iterable[str] = (),
     ):
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -363,6 +405,7 @@ class World:
         self.probe_interval = probe_interval
         self.lease_duration = lease_duration
         self.log_format = log_format
+        self.operator_args = list(operator_args)
         self.operators: dict[str, OperatorProc] = {}
         self.operator_ports: dict[str, tuple[int, int]] = {}
         self.gateways: dict[str, Gateway] = {}
@@ -374,6 +417,9 @@ class World:
         self.log_files: list[Path] = []
         self.key = ""  # the test modules' client key (from the McpKey's generated Secret)
         self.startup_seconds = 0.0
+        # The operator's CAs as a gateway's mounted ConfigMap holds them.
+        self.trust_file = workdir / "operator-ca.crt"
+        self.trust_sync: TrustBundleSync | None = None
 
     # -- lifecycle
 
@@ -394,9 +440,12 @@ class World:
         assert token.count(".") == 2, f"not a JWT: {token[:40]}..."
         self.token_file.write_text(token + "\n")
         self.remember(token)
+        self.trust_sync = TrustBundleSync(self.cluster, self.trust_file)
         self.startup_seconds = time.monotonic() - t0
 
     def stop(self, keep_logs: bool = False) -> None:
+        if self.trust_sync is not None:
+            self.trust_sync.stop()
         self.group.stop_all()
         self.cluster.stop(keep_logs=keep_logs)
 
@@ -449,6 +498,11 @@ class World:
             "--probe-interval", self.probe_interval,
             "--lease-duration", self.lease_duration,
             "--log-format", self.log_format,
+            "--delivery-ca-secret", DELIVERY_CA_SECRET,
+            "--delivery-trust-configmap", DELIVERY_TRUST_CONFIGMAP,
+            "--delivery-tls-names", f"{OPERATOR_SERVER_NAME},127.0.0.1",
+            "--delivery-tls-refresh", "1s",
+            *self.operator_args,
             *extra,
         ]  # fmt: skip
         env = dict(self.cluster.proc_env)
@@ -462,7 +516,12 @@ class World:
     def operator_url(self, identity: str) -> str:
         if identity not in self.operator_ports:
             self.operator_ports[identity] = (free_port(), free_port())
-        return f"http://127.0.0.1:{self.operator_ports[identity][0]}"
+        return f"https://127.0.0.1:{self.operator_ports[identity][0]}"
+
+    def operator_tls(self) -> ssl.SSLContext:
+        """What a client of the snapshot stream verifies the operator with (httpx `verify=`)."""
+        wait_until(self.trust_file.exists, 30, what="the operator's trust bundle to be published")
+        return ssl.create_default_context(cafile=str(self.trust_file))
 
     def operator_role(self, identity: str) -> str:
         """`leader` or `standby` from the operator's /readyz."""
@@ -475,13 +534,18 @@ class World:
 
     # -- gateways
 
-    def start_gateway(self, replica: str, operators: Iterable[str] = ("op-a",), *, config: Path | None = None) -> Gateway:
+    def start_gateway(
+        self, replica: str, operators: Iterable[str] = ("op-a",), *, config: Path | None = None, operator_ca: Path | None = None
+    ) -> Gateway:
         """A gateway replica following the operators (in turn); `config`: the snapshot file it
-        starts from (the operator's Secret, mounted), as the chart does."""
+        starts from (the operator's Secret, mounted), as the chart does; `operator_ca`: another
+        CA bundle than the operator's."""
         urls = ",".join(self.operator_url(i) for i in operators)
         argv = [
             binary(GATEWAY_BIN),
             "--operator", urls,
+            "--operator-ca", operator_ca or self.trust_file,
+            "--operator-server-name", OPERATOR_SERVER_NAME,
             "--token-file", self.token_file,
             "--replica", replica,
             "--listen", "127.0.0.1:0",

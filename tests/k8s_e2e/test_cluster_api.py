@@ -288,9 +288,9 @@ def test_only_the_gateway_service_account_reads_the_snapshot(world: World):
         headers = {"X-Switchboard-Replica": "intruder"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        r = httpx.get(f"{op}/v1/snapshots/watch", headers=headers, timeout=10)
+        r = httpx.get(f"{op}/v1/snapshots/watch", headers=headers, timeout=10, verify=world.operator_tls())
         assert r.status_code == 401, f"{what}: GET /v1/snapshots/watch answered HTTP {r.status_code}"
-        ack = httpx.post(f"{op}/v1/snapshots/ack", headers=headers, json={"replica": "intruder", "serving": 1}, timeout=10)
+        ack = httpx.post(f"{op}/v1/snapshots/ack", headers=headers, json={"replica": "intruder", "serving": 1}, timeout=10, verify=world.operator_tls())
         assert ack.status_code == 401, f"{what}: POST /v1/snapshots/ack answered HTTP {ack.status_code}"
     # The refused readers never became replicas.
     msg = condition(world.cluster.server("demo"), "Programmed")["message"]

@@ -189,7 +189,7 @@ def test_the_standby_takes_over_when_the_lease_holder_dies(world: World):
     assert world.operator_role("op-a") == "leader"
     assert world.cluster.lease_holder() == "op-a"
     # The standby refuses the stream (the gateways keep following op-a).
-    r = httpx.get(f"{world.operator_url('op-b')}/v1/snapshots/watch", timeout=5)
+    r = httpx.get(f"{world.operator_url('op-b')}/v1/snapshots/watch", timeout=5, verify=world.operator_tls())
     assert r.status_code == 503, r.status_code
 
     with CallLoop(world) as loop:

@@ -113,6 +113,24 @@ check "upstreamNetworks values become operator flags" bash -c "
     grep -A1 -- '--upstream-deny-networks' | grep -q '10.0.0.0/8,169.254.0.0/16' &&
   helm template sb $chart -n sb --set 'operator.upstreamNetworks.allow={10.1.0.0/16}' | grep -A1 -- '--upstream-allow-networks' | grep -q '10.1.0.0/16' &&
   ! helm template sb $chart -n sb | grep -q -- '--upstream-deny-networks'"
+# The snapshot stream's TLS: managed by default; a provided Secret (cert-manager) mounts only its
+# CA into the gateways; off is plain HTTP everywhere; anything else is refused by name.
+check "deliveryTls secret: operator serves the Secret, gateways mount only its ca.crt" bash -c "
+  out=\$(helm template sb $chart -n sb --set operator.deliveryTls.mode=secret --set operator.deliveryTls.secretName=op-cert) &&
+  grep -A1 -- '--delivery-tls-secret' <<<\"\$out\" | grep -q op-cert &&
+  ! grep -q -- '--delivery-ca-secret' <<<\"\$out\" &&
+  grep -A6 'name: operator-ca' <<<\"\$out\" | grep -q 'secretName: op-cert' &&
+  [[ \$(grep -A8 'secretName: op-cert' <<<\"\$out\" | grep -c 'key:') == 1 ]] &&
+  grep -A8 'secretName: op-cert' <<<\"\$out\" | grep -q 'key: ca.crt' &&
+  ! grep -q 'kind: ConfigMap\|configmaps' <<<\"\$out\""
+check "deliveryTls off: plain http, no CA mounted" bash -c "
+  out=\$(helm template sb $chart -n sb --set operator.deliveryTls.mode=off) &&
+  grep -q -- '- \"http://sb-switchboard-operator.sb.svc:9090\"' <<<\"\$out\" &&
+  ! grep -q 'operator-ca\|delivery-' <<<\"\$out\""
+check_fails "deliveryTls: an unknown mode is refused by name" "operator.deliveryTls.mode" \
+  helm template sb $chart -n sb --set operator.deliveryTls.mode=tls
+check_fails "deliveryTls secret without secretName is refused by name" "operator.deliveryTls.secretName" \
+  helm template sb $chart -n sb --set operator.deliveryTls.mode=secret
 gateway_deploy() { names "$@" | grep '^Deployment/.*gateway'; }
 expect "release 'edge': names get the chart name" "Deployment/edge-switchboard-gateway" gateway_deploy edge -n sb
 expect "fullnameOverride" "Deployment/mcp-gateway" gateway_deploy edge -n sb --set fullnameOverride=mcp
@@ -183,14 +201,14 @@ jp() { kubectl -n "$ns" get "$1" -o "jsonpath=$2"; }
 expect "operator: 2 replicas" 2 jp "deploy/$op" '{.spec.replicas}'
 expect "operator: command" switchboard-operator jp "deploy/$op" '{.spec.template.spec.containers[0].command[0]}'
 expect "operator: args" \
-  "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op" \
+  "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op --delivery-ca-secret $op-delivery-ca --delivery-trust-configmap $op-delivery-trust --delivery-tls-names $op,$op.$ns,$op.$ns.svc,$op.$ns.svc.cluster.local --delivery-cert-validity 24h --delivery-ca-validity 8760h" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].args[*]}'
 expect "operator: POD_NAME, POD_NAMESPACE, POD_IP from the downward API" "POD_NAME=metadata.name,POD_NAMESPACE=metadata.namespace,POD_IP=status.podIP," \
   jp "deploy/$op" '{range .spec.template.spec.containers[0].env[?(@.valueFrom.fieldRef)]}{.name}={.valueFrom.fieldRef.fieldPath},{end}'
 expect "operator: probes on 9091" "/healthz metrics /readyz metrics 9091" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.port} {.spec.template.spec.containers[0].ports[?(@.name=="metrics")].containerPort}'
 expect "operator: serviceAccountName" "$op" jp "deploy/$op" '{.spec.template.spec.serviceAccountName}'
-expect "operator: acks come to the pod itself" 'http://$(POD_IP):9090' \
+expect "operator: acks come to the pod itself, over TLS" 'https://$(POD_IP):9090' \
   jp "deploy/$op" '{.spec.template.spec.containers[0].env[?(@.name=="SWITCHBOARD_ADVERTISE_URL")].value}'
 expect "operator: resources set" "20m 32Mi 256Mi" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].resources.requests.cpu} {.spec.template.spec.containers[0].resources.requests.memory} {.spec.template.spec.containers[0].resources.limits.memory}'
@@ -206,8 +224,11 @@ expect "gateway: preStop sleeps 5s before SIGTERM" 5 \
   jp "deploy/$gw" '{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds}'
 expect "gateway: command" switchboard-gateway jp "deploy/$gw" '{.spec.template.spec.containers[0].command[0]}'
 expect "gateway: args" \
-  "--listen 0.0.0.0:8080 --operator http://$op.$ns.svc:9090 --token-file /var/run/secrets/switchboard/token --config /etc/switchboard/snapshot/snapshot.yaml" \
+  "--listen 0.0.0.0:8080 --operator https://$op.$ns.svc:9090 --token-file /var/run/secrets/switchboard/token --config /etc/switchboard/snapshot/snapshot.yaml --operator-ca /etc/switchboard/operator-ca/ca.crt" \
   jp "deploy/$gw" '{.spec.template.spec.containers[0].args[*]}'
+expect "gateway: the operator's trust bundle (ConfigMap, not optional) at /etc/switchboard/operator-ca/ca.crt" \
+  "$op-delivery-trust  ca.crt /etc/switchboard/operator-ca" \
+  jp "deploy/$gw" '{.spec.template.spec.volumes[?(@.name=="operator-ca")].configMap.name} {.spec.template.spec.volumes[?(@.name=="operator-ca")].configMap.optional} {.spec.template.spec.volumes[?(@.name=="operator-ca")].configMap.items[0].path} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="operator-ca")].mountPath}'
 expect "gateway: POD_NAME from the downward API" "metadata.name" \
   jp "deploy/$gw" '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAME")].valueFrom.fieldRef.fieldPath}'
 expect "gateway: own SA, automountServiceAccountToken false" "$gw false" \
@@ -263,6 +284,8 @@ rbac_operator() {
   can yes "$as_op" get /.well-known/openid-configuration || rc=1
   can yes "$as_op" create leases.coordination.k8s.io -n "$ns" || rc=1
   can yes "$as_op" update leases.coordination.k8s.io -n "$ns" || rc=1
+  can yes "$as_op" create configmaps -n "$ns" || rc=1
+  can yes "$as_op" update configmaps -n "$ns" || rc=1
   return $rc
 }
 rbac_operator_not() {
@@ -273,6 +296,8 @@ rbac_operator_not() {
   can no "$as_op" update modelroutes.switchboard.dev -n default || rc=1
   can no "$as_op" delete secrets -n default || rc=1
   can no "$as_op" create leases.coordination.k8s.io -n default || rc=1
+  can no "$as_op" create configmaps -n default || rc=1
+  can no "$as_op" delete configmaps -n "$ns" || rc=1
   can no "$as_op" list pods -A || rc=1
   can no "$as_op" create serviceaccounts/token -n "$ns" || rc=1
   can no "$as_op" create subjectaccessreviews.authorization.k8s.io || rc=1

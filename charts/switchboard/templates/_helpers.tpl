@@ -61,7 +61,31 @@ the chart name, else "<release>-<name>". Cut to 54 characters so that "<fullname
 
 {{/* In-cluster URL of the operator's snapshot stream. */}}
 {{- define "switchboard.operator.url" -}}
-{{- printf "http://%s.%s.svc:%v" (include "switchboard.operator.fullname" .) .Release.Namespace .Values.operator.service.port }}
+{{- printf "%s://%s.%s.svc:%v" (include "switchboard.operator.scheme" .) (include "switchboard.operator.fullname" .) .Release.Namespace .Values.operator.service.port }}
+{{- end }}
+
+{{/*
+The snapshot stream's scheme: https unless operator.deliveryTls.mode is off.
+*/}}
+{{- define "switchboard.operator.scheme" -}}
+{{- $mode := .Values.operator.deliveryTls.mode }}
+{{- if not (has $mode (list "managed" "secret" "off")) }}
+{{- fail (printf "operator.deliveryTls.mode: %q is not one of managed, secret, off" $mode) }}
+{{- end }}
+{{- if and (eq $mode "secret") (not .Values.operator.deliveryTls.secretName) }}
+{{- fail "operator.deliveryTls.secretName: required with mode secret" }}
+{{- end }}
+{{- if eq $mode "off" }}http{{ else }}https{{ end }}
+{{- end }}
+
+{{/*
+The operator's CA Secret and trust bundle ConfigMap (operator.deliveryTls.mode managed).
+*/}}
+{{- define "switchboard.deliveryCaName" -}}
+{{- printf "%s-delivery-ca" (include "switchboard.operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "switchboard.deliveryTrustName" -}}
+{{- printf "%s-delivery-trust" (include "switchboard.operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/*

@@ -1,0 +1,164 @@
+//! Trusting the operator's snapshot stream (it carries resolved upstream credentials and the
+//! session key): TLS verified against a CA bundle file, with one server name for every
+//! operator address.
+//!
+//! The stream goes through the operator Service, but acknowledgements go to the one operator
+//! pod that serves it, by pod IP. A certificate a user brings (cert-manager) names the Service,
+//! never pod IPs, so the name checked is always the Service's (`--operator-server-name`,
+//! default the host of the first `--operator` URL), whichever address was dialed. Everything
+//! else (chain, expiry, key usage, signatures) is rustls' ordinary WebPKI verification.
+//!
+//! The bundle file is read again before every connection attempt: the kubelet updates a
+//! mounted ConfigMap in place when the operator adds a new CA (rotation), and a stream that is
+//! already open keeps its connection.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+/// Where the CA bundle is and which name the operator's certificate must carry.
+#[derive(Debug, Clone)]
+pub struct OperatorTrust {
+    pub bundle_file: PathBuf,
+    pub server_name: ServerName<'static>,
+}
+
+/// A client for the snapshot stream, and the bundle it was built from (to see changes).
+pub struct TrustedClient {
+    pub http: reqwest::Client,
+    pub bundle: Vec<u8>,
+}
+
+impl OperatorTrust {
+    pub fn new(bundle_file: PathBuf, server_name: &str) -> Result<OperatorTrust, String> {
+        let server_name = ServerName::try_from(server_name.to_string())
+            .map_err(|e| format!("--operator-server-name {server_name:?}: {e}"))?;
+        Ok(OperatorTrust {
+            bundle_file,
+            server_name,
+        })
+    }
+
+    /// The client to use now: `current` again when the bundle file has not changed.
+    pub fn client(&self, current: Option<TrustedClient>) -> Result<TrustedClient, String> {
+        let bundle = std::fs::read(&self.bundle_file).map_err(|e| {
+            format!(
+                "cannot read the operator CA bundle {}: {e}",
+                self.bundle_file.display()
+            )
+        })?;
+        if let Some(current) = current.filter(|c| c.bundle == bundle) {
+            return Ok(current);
+        }
+        let roots = roots_from_pem(&bundle, &self.bundle_file)?;
+        tracing::info!(
+            file = %self.bundle_file.display(),
+            certificates = roots.len(),
+            server_name = ?self.server_name,
+            "operator CA bundle loaded"
+        );
+        let http = stream_client(Some(self.tls_config(roots)?))?;
+        Ok(TrustedClient { http, bundle })
+    }
+
+    fn tls_config(&self, roots: RootCertStore) -> Result<rustls::ClientConfig, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| format!("operator CA bundle: {e}"))?;
+        let verifier = Arc::new(ServiceNameVerifier {
+            inner,
+            name: self.server_name.clone(),
+        });
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+/// The snapshot stream's HTTP client: a new connection per attempt (behind a Service each one
+/// may reach another operator pod, and only the lease holder serves).
+pub fn stream_client(tls: Option<rustls::ClientConfig>) -> Result<reqwest::Client, String> {
+    let builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(0);
+    let builder = match tls {
+        Some(config) => builder.use_preconfigured_tls(config),
+        None => builder,
+    };
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// Every certificate in a PEM bundle; a bundle with none is an error (it would trust nothing
+/// and every connection would fail with a less helpful message).
+pub fn roots_from_pem(pem: &[u8], file: &Path) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("operator CA bundle {}: {e}", file.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("operator CA bundle {}: {e}", file.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "operator CA bundle {} holds no certificate",
+            file.display()
+        ));
+    }
+    Ok(roots)
+}
+
+/// WebPKI verification against the operator Service's name instead of the dialed address.
+#[derive(Debug)]
+struct ServiceNameVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    name: ServerName<'static>,
+}
+
+impl ServerCertVerifier for ServiceNameVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _dialed: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, &self.name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
