@@ -59,6 +59,9 @@ SERVER_TIMEOUT_S = 2.0
 # The client's budget: the server timeout plus a generous margin for a loaded machine.
 CALL_BUDGET_S = SERVER_TIMEOUT_S + 6.0
 SETTLE_S = 1.5
+# Servers that answer with an SSE stream (a progress event, then the result): the relay must
+# pass the progress event through before the result, in both eras.
+SSE_SERVERS = {"s2", "s5"}
 FAULT_KINDS = ("upstream_crash", "upstream_hang", "slow", "status_5xx", "garbage", "gateway_kill", "invalid_config")
 
 
@@ -176,6 +179,8 @@ class World:
 
     def server_url(self, server: str) -> str:
         options = f"name={server},require=authorization:Bearer%20{self.tokens[server]}"
+        if server in SSE_SERVERS:
+            options += ",sse"
         if extra := self.variants.get(server):
             options += "," + extra
         return f"http://127.0.0.1:{self.upstream_ports[self.upstream_of(server)]}/v/{options}/mcp"
@@ -344,6 +349,7 @@ class Client(threading.Thread):
         super().__init__(daemon=True)
         self.world, self.stop_event, self.out = world, stop, out
         self.rng = random.Random(seed)
+        self.calls = 0
         self.url = f"http://127.0.0.1:{world.balancer.port}"
         # No kept-alive connections: each call is a new connection, which the balancer sends to
         # the next replica.
@@ -359,6 +365,8 @@ class Client(threading.Thread):
                 verdict, detail = getattr(self, kind)(key, server)
             except (httpx.TransportError, OSError) as exc:
                 verdict, detail = self.explain_transport(exc, server, t0)
+            except Exception as exc:  # noqa: BLE001 - e.g. an initialize the harness found wrong
+                verdict, detail = "wrong", f"{type(exc).__name__}: {str(exc)[:200]}"
             t1 = time.monotonic()
             if t1 - t0 > CALL_BUDGET_S + 1:
                 verdict, detail = "wrong", f"took {t1 - t0:.1f}s (budget {CALL_BUDGET_S:.0f}s): {detail}"
@@ -410,7 +418,9 @@ class Client(threading.Thread):
                 init = mcp.initialize(LEGACY_VERSION)
                 if init.status != 200:
                     return "wrong", f"initialize HTTP {init.status}"
-            reply = mcp.call_tool(f"{server}__request_headers", {})
+            self.calls += 1
+            params = {"name": f"{server}__request_headers", "arguments": {}, "_meta": {"progressToken": f"p{self.calls}"}}
+            reply = mcp.request("tools/call", params)
         message = next(
             (m for m in reversed(reply.messages) if isinstance(m, dict) and ("result" in m or "error" in m)), None
         )
@@ -432,6 +442,13 @@ class Client(threading.Thread):
             return "wrong", f"the upstream of {server} saw the credential of {others}"
         if own not in seen:
             return "wrong", f"the upstream of {server} did not see its own credential"
+        if server in SSE_SERVERS:
+            progress = [m for m in reply.messages if isinstance(m, dict) and m.get("method") == "notifications/progress"]
+            if not progress:
+                return "wrong", "the streamed answer lost its progress event"
+            if progress[0].get("params", {}).get("progressToken") != params["_meta"]["progressToken"]:
+                return "wrong", f"progress for another request: {progress[0]}"
+            return "correct", "own credential, streamed with progress"
         return "correct", "own credential"
 
     def mcp_modern(self, key: str, server: str) -> tuple[str, str]:
@@ -488,12 +505,14 @@ class Report:
     gw_a_warm: dict[str, int]
     gw_a_end: dict[str, int]
     documented_examples: list[str]
+    streamed: int
 
     def text(self) -> str:
         lines = [
             f"chaos soak: {self.duration_s:.0f}s, {self.calls} calls, "
             + ", ".join(f"{k} {v}" for k, v in sorted(self.classes.items())),
             f"  per kind: {json.dumps(self.by_kind, sort_keys=True)}",
+            f"  streamed answers (SSE servers, progress event relayed before the result): {self.streamed}",
             f"  latency p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms (budget {CALL_BUDGET_S:.0f} s)",
             f"  faults injected: {json.dumps(dict(sorted(self.faults.items())))}; in-place config rewrites: {self.rewrites}",
             f"  gw-a (never killed): start {self.gw_a_start}, after warm-up {self.gw_a_warm}, end {self.gw_a_end}",
@@ -556,6 +575,7 @@ def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: b
         gw_a_warm=warm_figures,
         gw_a_end=end_figures,
         documented_examples=random.Random(seed).sample(documented, min(5, len(documented))),
+        streamed=sum(1 for o in outcomes if o.detail.endswith("streamed with progress")),
     )
 
 

@@ -1,5 +1,5 @@
 """Issue 11 acceptance 1, the short profile of the chaos soak (tests/e2e/chaos.py): 60 s of a
-mixed load through two replicas behind a round-robin balancer while upstreams crash, hang, turn
+mixed load (REST, both MCP eras with streamed answers, listings) through two replicas behind a round-robin balancer while upstreams crash, hang, turn
 slow, answer 5xx or garbage, a replica is killed with SIGKILL and restarted, and the config is
 rewritten in place every second with invalid versions in between. No answer may be wrong, no
 gateway may panic, and the replica that is never killed must not grow without bound."""
@@ -19,6 +19,7 @@ def test_a_short_chaos_soak_has_no_wrong_answer(tmp_path):
     print("faults, in order:\n  " + "\n  ".join(report.fault_log))
     assert report.calls > 200, f"only {report.calls} calls: the load did not run"
     assert report.classes.get("correct", 0) > report.calls // 2, report.classes
+    assert report.streamed > 20, f"only {report.streamed} streamed answers checked"
     assert sum(report.faults.values()) >= 10, f"only {report.faults} faults injected"
     distinct = sorted({w.split(": ", 1)[-1][:160] for w in report.wrong})
     assert not report.wrong, f"{len(report.wrong)} wrong answers, {len(distinct)} kinds:\n" + "\n".join(distinct[:30])
