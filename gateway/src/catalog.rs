@@ -259,4 +259,60 @@ mod tests {
         assert_eq!(c.owners_of("y").into_iter().collect::<Vec<_>>(), vec!["a"]);
         assert!(c.has_tools_of(a, SHARED_PARTITION) && !c.has_tools_of(b, SHARED_PARTITION));
     }
+
+    /// Expiry on tokio's clock, paused: a listing is served from memory for exactly its ttl,
+    /// a failure for at most FAILURE_TTL (never longer than the ttl), an auth failure never.
+    #[tokio::test(start_paused = true)]
+    async fn a_listing_is_fresh_for_its_ttl_and_a_failure_for_five_seconds_at_most() {
+        use tokio::time::advance;
+        let t = table("servers:\n- {name: a, url: 'http://x/mcp'}\n");
+        let a = t.server_by_id("a").unwrap();
+        let c = Catalog::default();
+        let ttl = Duration::from_secs(60);
+        let ms = Duration::from_millis(1);
+        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["x"]));
+        advance(ttl - ms).await;
+        assert!(c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl).is_some());
+        advance(ms).await;
+        assert!(
+            c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl).is_none(),
+            "expired at its ttl"
+        );
+        assert!(
+            c.has_tools_of(a, SHARED_PARTITION),
+            "an expired listing still routes until replaced"
+        );
+
+        let key = (a.revision, ListKind::Tools, SHARED_PARTITION);
+        let down = GatewayError::UpstreamUnavailable {
+            server: "a".into(),
+            detail: "connection refused".into(),
+        };
+        c.remember_failure(key, &down);
+        advance(FAILURE_TTL - ms).await;
+        assert!(c.recent_failure(&key, ttl).is_some());
+        assert!(
+            c.recent_failure(&key, Duration::from_secs(1)).is_none(),
+            "never longer than the ttl"
+        );
+        assert!(
+            c.recent_failure(&key, Duration::ZERO).is_none(),
+            "a probe always asks"
+        );
+        advance(ms).await;
+        assert!(
+            c.recent_failure(&key, ttl).is_none(),
+            "forgotten after FAILURE_TTL"
+        );
+
+        let unauthorized = GatewayError::UpstreamAuthRequired {
+            server: "a".into(),
+            www_authenticate: String::new(),
+        };
+        c.remember_failure(key, &unauthorized);
+        assert!(
+            c.recent_failure(&key, ttl).is_none(),
+            "an auth failure is the caller's to answer, never remembered"
+        );
+    }
 }

@@ -176,3 +176,89 @@ impl Tokens {
 pub fn secret(source: &switchboard_snapshot::SecretSource) -> &str {
     resolved_value(source).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::RoutingTable;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use switchboard_snapshot::{SystemLookup, load};
+
+    /// A token endpoint on its own thread and runtime (its clock is not the test's paused one)
+    /// minting `t-1`, `t-2`, ... valid for an hour.
+    fn token_endpoint() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let minted = Arc::new(AtomicU64::new(0));
+                let app = axum::Router::new().route(
+                    "/token",
+                    axum::routing::post(move || {
+                        let n = minted.fetch_add(1, Ordering::Relaxed) + 1;
+                        async move {
+                            axum::Json(
+                                serde_json::json!({"access_token": format!("t-{n}"), "expires_in": 3600}),
+                            )
+                        }
+                    }),
+                );
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        format!("http://{address}/token")
+    }
+
+    /// Renewal on tokio's clock: the token is reused until 30 s before it expires, then a new
+    /// one is requested; a token the upstream rejected is renewed at once.
+    #[tokio::test]
+    async fn a_token_is_reused_until_its_expiry_margin_then_renewed() {
+        let url = token_endpoint();
+        let table = RoutingTable::build(
+            &load(
+                "servers:\n- {name: a, url: 'http://x/mcp'}\n",
+                &SystemLookup,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let server = table.server_by_id("a").unwrap();
+        let http = reqwest::Client::new();
+        let tokens = Tokens::default();
+        let grant = || Grant {
+            token_url: &url,
+            client_id: "c1",
+            client_secret: Some("secret-c1"),
+            client_auth: ClientAuthMethod::ClientSecretPost,
+            form: vec![("grant_type", "client_credentials".into())],
+        };
+        let token = |renew| tokens.token(&http, server, 0, 8, renew, grant);
+        assert_eq!(token(None).await.unwrap(), "t-1");
+
+        tokio::time::pause();
+        let renew_in = Duration::from_secs(3600) - EXPIRY_MARGIN;
+        tokio::time::advance(renew_in - Duration::from_secs(1)).await;
+        assert_eq!(token(None).await.unwrap(), "t-1", "reused inside its life");
+        assert_eq!(tokens.requests.load(Ordering::Relaxed), 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::time::resume();
+        assert_eq!(token(None).await.unwrap(), "t-2", "renewed at the margin");
+        assert_eq!(
+            token(Some("t-1")).await.unwrap(),
+            "t-2",
+            "another caller renewed it"
+        );
+        assert_eq!(
+            token(Some("t-2")).await.unwrap(),
+            "t-3",
+            "a rejected token is renewed"
+        );
+        assert_eq!(tokens.requests.load(Ordering::Relaxed), 3);
+    }
+}
