@@ -80,8 +80,41 @@ where
         + Sync
         + 'static,
 {
+    watch_filtered_into(api, watcher::Config::default(), |_: &mut K| {}, dirty)
+}
+
+/// Secret types the operator never reads (no McpServer, McpKey or ModelRoute credential is a
+/// Helm release or a legacy ServiceAccount token), left out of the watch: in most clusters they
+/// are the bulk of all Secret bytes.
+pub const IGNORED_SECRET_TYPES: &str =
+    "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token";
+
+/// What the operator keeps of a Secret: its data, name, namespace, labels and owners; not the
+/// managed fields or a `kubectl apply` annotation, which repeats the whole Secret.
+fn trim_secret(secret: &mut Secret) {
+    secret.metadata.managed_fields = None;
+    if let Some(annotations) = secret.metadata.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+fn watch_filtered_into<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    dirty: Arc<Notify>,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    let stream = reflector::reflector(writer, watcher(api, config).modify(trim))
         .default_backoff()
         .touched_objects();
     tokio::spawn(async move {
@@ -107,7 +140,12 @@ impl Controller {
             Api::<ModelRoute>::all(self.client.clone()),
             self.dirty.clone(),
         );
-        let secrets = watch_into(Api::<Secret>::all(self.client.clone()), self.dirty.clone());
+        let secrets = watch_filtered_into(
+            Api::<Secret>::all(self.client.clone()),
+            watcher::Config::default().fields(IGNORED_SECRET_TYPES),
+            trim_secret,
+            self.dirty.clone(),
+        );
         for ready in [
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,

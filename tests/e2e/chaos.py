@@ -110,8 +110,9 @@ class Balancer:
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:
-        src.settimeout(CALL_BUDGET_S + 5)
         try:
+            # (the other direction may have closed both sockets already)
+            src.settimeout(CALL_BUDGET_S + 5)
             while data := src.recv(65536):
                 dst.sendall(data)
         except OSError:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -428,6 +429,39 @@ def test_missing_secret_is_reported_and_fixed_by_creating_it(world: World, key: 
     for gw in world.gateways.values():
         wait_until(lambda gw=gw: rest_call(gw, key, "locked__add", {"a": 1, "b": 1}).status_code == 404, 10,
                    what="a server whose Secret was deleted to stop routing")  # fmt: skip
+    control_call(world, key)
+
+
+def operator_rss_kib(world: World) -> int:
+    pid = world.operators["op-a"].popen.pid
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+def test_helm_release_secrets_are_not_watched(world: World, key: str):
+    """The operator's Secret watch leaves out types no credential has (Helm releases, legacy
+    ServiceAccount tokens): they are most of a real cluster's Secret bytes. 40 release-sized
+    Secrets (256 KiB each, 10 MiB in all) must not grow the operator, and one of them named as a
+    credential is not found."""
+    before = operator_rss_kib(world)
+    blob = world.workdir / "release"
+    blob.write_bytes(base64.b64encode(os.urandom(192 * 1024)))
+    for i in range(40):
+        world.cluster.kubectl(
+            "create", "secret", "generic", f"sh.helm.release.v1.app{i}.v1", "-n", "default",
+            "--type", "helm.sh/release.v1", f"--from-file=release={blob}",
+        )  # fmt: skip
+    time.sleep(2)
+    after = operator_rss_kib(world)
+    print(f"\noperator RSS {before} KiB -> {after} KiB after 40 Helm release Secrets (10 MiB) were created")
+    world.cluster.apply(
+        mcp_server("released", "default", url=world.upstream.mcp_url, accessGroups=["ci"],
+                   auth=bearer("sh.helm.release.v1.app0.v1", "release"))
+    )  # fmt: skip
+    c, _ = world.wait_condition("mcpserver", "released", "default", "Accepted", "False", 15)
+    assert c["reason"] == "SecretNotFound", c
+    world.cluster.kubectl("delete", "mcpserver", "released", "-n", "default")
+    world.cluster.kubectl("delete", "secret", "-n", "default", *[f"sh.helm.release.v1.app{i}.v1" for i in range(40)])
     control_call(world, key)
 
 
