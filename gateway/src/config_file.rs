@@ -72,6 +72,40 @@ pub fn reload(gw: &Gateway, path: &Path) -> Result<Vec<u8>, SnapshotError> {
     }
 }
 
+/// How long the first load waits for a file that is being written to hold still.
+const STARTUP_SETTLE: Duration = Duration::from_secs(5);
+
+/// The first load, by the same rule as later ones: content written in the last poll interval
+/// is applied only once two reads a poll apart agree, so a gateway started while the file is
+/// rewritten in place waits for the write to end instead of exiting on an empty or half
+/// written file. A file that has not changed for a poll interval loads at once. After
+/// `STARTUP_SETTLE` the content is judged as it is (an invalid file still stops the gateway).
+pub async fn initial_load(gw: &Gateway, path: &Path) -> Result<Vec<u8>, SnapshotError> {
+    let deadline = tokio::time::Instant::now() + STARTUP_SETTLE;
+    loop {
+        let written_lately = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_none_or(|age| age < POLL_INTERVAL);
+        let waiting = tokio::time::Instant::now() < deadline;
+        if written_lately && waiting {
+            let first = std::fs::read(path).ok();
+            tokio::time::sleep(POLL_INTERVAL).await;
+            if std::fs::read(path).ok() != first {
+                continue;
+            }
+        }
+        let empty = std::fs::read(path).is_ok_and(|c| c.iter().all(u8::is_ascii_whitespace));
+        if empty && waiting {
+            // Truncated a moment ago and not written yet (or a writer that stalls).
+            tokio::time::sleep(POLL_INTERVAL).await;
+            continue;
+        }
+        return reload(gw, path);
+    }
+}
+
 /// Watches the file for the life of the process. `applied` is the content the gateway serves
 /// now (read once by the caller, so an edit right after start is never missed) and `hangup`
 /// the SIGHUP stream, registered before the gateway announced itself.
@@ -116,7 +150,31 @@ pub async fn watch(
 
 #[cfg(test)]
 mod tests {
-    use super::load_table;
+    use super::*;
+
+    /// A gateway started while its config is rewritten in place (truncated, then written a
+    /// moment later) waits for the write instead of failing on the empty file.
+    #[tokio::test]
+    async fn the_first_load_waits_for_a_file_being_rewritten() {
+        let path = std::env::temp_dir().join(format!(
+            "switchboard-first-load-{}.yaml",
+            std::process::id()
+        ));
+        std::fs::write(&path, "").unwrap();
+        let writer = {
+            let path = path.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                std::fs::write(&path, "servers:\n- {name: a, url: 'http://x/mcp'}\n").unwrap();
+            })
+        };
+        let gw = Gateway::new();
+        let loaded = initial_load(&gw, &path).await;
+        writer.await.unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(loaded.is_ok(), "{loaded:?}");
+        assert!(gw.table().server_by_id("a").is_some());
+    }
 
     #[test]
     fn an_empty_file_is_refused_but_an_explicit_empty_config_loads() {

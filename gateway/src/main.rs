@@ -135,7 +135,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut following = None;
     match (&args.config, args.operator.is_empty()) {
         (Some(config), true) => {
-            let Ok(applied) = config_file::reload(&gw, config) else {
+            let Ok(applied) = config_file::initial_load(&gw, config).await else {
                 anyhow::bail!(
                     "the config file {} is not valid (see the error above)",
                     config.display()

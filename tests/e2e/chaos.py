@@ -11,7 +11,8 @@ runs. Every answer is classified:
 - wrong: anything else (another server's data or credential, a tool outside the key's scope, a
   5xx or a refusal no fault explains, a call past its budget).
 
-Run the long profile by hand:  ~/.cache/switchboard/venv/bin/python tests/e2e/chaos.py --duration 1800
+Run the long profile by hand (after `cargo build --workspace --bins`; CARGO_TARGET_DIR as for the
+tests):  ~/.cache/switchboard/venv/bin/python tests/e2e/chaos.py --duration 1800
 The short profile runs in the test command (tests/e2e/test_chaos_short.py).
 
 What it does not inject (see RELIABILITY.md): operator kill and failover (the Kubernetes suite's
@@ -251,6 +252,9 @@ class Injector(threading.Thread):
         self.world, self.stop_event, self.log = world, stop, log
         self.rng = random.Random(world.rng.random())
         self.counts: Counter[str] = Counter()
+        # A fault the harness could not carry out or end (e.g. a replica that did not restart):
+        # reported, and the run fails, rather than a thread dying quietly.
+        self.errors: list[str] = []
 
     def note(self, text: str) -> None:
         self.log.append(f"{time.strftime('%H:%M:%S')} {text}")
@@ -268,55 +272,62 @@ class Injector(threading.Thread):
         self.note(f"end   {window.kind} on {window.target} ({window.end - window.start:.1f}s)")
 
     def run(self) -> None:
-        w = self.world
         while not self.stop_event.wait(self.rng.uniform(0.5, 2.0)):
             kind = self.rng.choice(FAULT_KINDS)
-            hold = self.rng.uniform(1.0, 4.0)
-            if kind in ("upstream_crash", "upstream_hang"):
-                i = self.rng.randrange(UPSTREAMS)
-                window = self.open(kind, f"upstream-{i}")
-                proc = w.upstreams[i]
-                assert proc is not None
-                if kind == "upstream_crash":
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
-                    proc.popen.wait(10)
-                    proc.stop()
-                    time.sleep(hold)
-                    w.start_upstream(i)
-                else:
-                    os.kill(proc.popen.pid, signal.SIGSTOP)
-                    time.sleep(hold)
-                    os.kill(proc.popen.pid, signal.SIGCONT)
-                self.close(window)
-            elif kind in ("slow", "status_5xx", "garbage"):
-                server = f"s{self.rng.randrange(SERVERS)}"
-                variant = {"slow": "delay=1200", "status_5xx": "status=503", "garbage": "garbage"}[kind]
-                window = self.open(kind, server)
-                w.variants[server] = variant
-                w.write_config(in_place=self.rng.random() < 0.5)
-                time.sleep(hold)
-                w.variants.pop(server, None)
-                w.write_config(in_place=self.rng.random() < 0.5)
-                # The fault lasts until every replica has applied the repaired config.
-                time.sleep(SETTLE_S)
-                self.close(window)
-            elif kind == "gateway_kill":
-                window = self.open(kind, "gw-b")
-                proc = w.gateways["gw-b"]
+            try:
+                self.inject(kind, self.rng.uniform(1.0, 4.0))
+            except Exception as exc:  # noqa: BLE001 - reported in the run's result
+                self.errors.append(f"{kind}: {str(exc)[:500]}")
+                self.note(f"HARNESS ERROR in {kind}: {str(exc)[:200]}")
+                return
+
+    def inject(self, kind: str, hold: float) -> None:
+        w = self.world
+        if kind in ("upstream_crash", "upstream_hang"):
+            i = self.rng.randrange(UPSTREAMS)
+            window = self.open(kind, f"upstream-{i}")
+            proc = w.upstreams[i]
+            assert proc is not None
+            if kind == "upstream_crash":
                 os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(10)
                 proc.stop()
                 time.sleep(hold)
-                w.start_gateway("gw-b")
-                self.close(window)
-            else:  # invalid_config: a broken file must change nothing (not a fault for clients)
-                self.counts[kind] += 1
-                self.note("write an invalid config (a server named A_B), then the valid one again")
-                bad = w.config()
-                bad["servers"][0]["name"] = "A_B"
-                w.write_config(text=json.dumps(bad))
+                w.start_upstream(i)
+            else:
+                os.kill(proc.popen.pid, signal.SIGSTOP)
                 time.sleep(hold)
-                w.write_config()
+                os.kill(proc.popen.pid, signal.SIGCONT)
+            self.close(window)
+        elif kind in ("slow", "status_5xx", "garbage"):
+            server = f"s{self.rng.randrange(SERVERS)}"
+            variant = {"slow": "delay=1200", "status_5xx": "status=503", "garbage": "garbage"}[kind]
+            window = self.open(kind, server)
+            w.variants[server] = variant
+            w.write_config(in_place=self.rng.random() < 0.5)
+            time.sleep(hold)
+            w.variants.pop(server, None)
+            w.write_config(in_place=self.rng.random() < 0.5)
+            # The fault lasts until every replica has applied the repaired config.
+            time.sleep(SETTLE_S)
+            self.close(window)
+        elif kind == "gateway_kill":
+            window = self.open(kind, "gw-b")
+            proc = w.gateways["gw-b"]
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(10)
+            proc.stop()
+            time.sleep(hold)
+            w.start_gateway("gw-b")
+            self.close(window)
+        else:  # invalid_config: a broken file must change nothing (not a fault for clients)
+            self.counts[kind] += 1
+            self.note("write an invalid config (a server named A_B), then the valid one again")
+            bad = w.config()
+            bad["servers"][0]["name"] = "A_B"
+            w.write_config(text=json.dumps(bad))
+            time.sleep(hold)
+            w.write_config()
 
 
 class Churn(threading.Thread):
@@ -507,6 +518,7 @@ class Report:
     gw_a_end: dict[str, int]
     documented_examples: list[str]
     streamed: int
+    harness_errors: list[str]
 
     def text(self) -> str:
         lines = [
@@ -519,6 +531,7 @@ class Report:
             f"  gw-a (never killed): start {self.gw_a_start}, after warm-up {self.gw_a_warm}, end {self.gw_a_end}",
             f"  panics in gateway logs: {self.panics}",
         ]
+        lines += [f"  HARNESS ERROR: {e}" for e in self.harness_errors]
         lines += [f"  WRONG: {w}" for w in self.wrong[:20]]
         lines += [f"  documented, e.g.: {d}" for d in self.documented_examples]
         return "\n".join(lines)
@@ -577,6 +590,7 @@ def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: b
         gw_a_end=end_figures,
         documented_examples=random.Random(seed).sample(documented, min(5, len(documented))),
         streamed=sum(1 for o in outcomes if o.detail.endswith("streamed with progress")),
+        harness_errors=injector.errors,
     )
 
 
@@ -596,7 +610,7 @@ def main() -> None:
     print(report.text())
     if args.fault_log:
         args.fault_log.write_text("\n".join(report.fault_log) + "\n")
-    sys.exit(1 if report.wrong or report.panics else 0)
+    sys.exit(1 if report.wrong or report.panics or report.harness_errors else 0)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ def test_a_short_chaos_soak_has_no_wrong_answer(tmp_path):
     report = run(DURATION_S, seed=11, workdir=tmp_path)
     print("\n" + report.text())
     print("faults, in order:\n  " + "\n  ".join(report.fault_log))
+    assert not report.harness_errors, report.harness_errors
     assert report.calls > 200, f"only {report.calls} calls: the load did not run"
     assert report.classes.get("correct", 0) > report.calls // 2, report.classes
     assert report.streamed > 20, f"only {report.streamed} streamed answers checked"
