@@ -382,7 +382,9 @@ class Client(threading.Thread):
             t1 = time.monotonic()
             if t1 - t0 > CALL_BUDGET_S + 1:
                 verdict, detail = "wrong", f"took {t1 - t0:.1f}s (budget {CALL_BUDGET_S:.0f}s): {detail}"
-            self.out.append(Outcome(kind, verdict, f"{kind} key={key} server={server}: {detail}", t1 - t0))
+            # The wall-clock time lines a wrong answer up with the fault log.
+            at = time.strftime("%H:%M:%S")
+            self.out.append(Outcome(kind, verdict, f"{at} {kind} key={key} server={server}: {detail}", t1 - t0))
 
     # -- explanations
 
