@@ -606,6 +606,9 @@ def main() -> None:
         "--sabotage", action="store_true", help="configure s0 with s1's credential: the oracle must report wrong answers"
     )
     args = parser.parse_args()
+    # A SIGTERM (e.g. `timeout`) unwinds through run()'s cleanup instead of leaving the
+    # upstreams and gateways running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="switchboard-chaos-") as tmp:
         report = run(args.duration, args.seed, Path(tmp), args.clients, args.sabotage)
     print(f"seed {args.seed}")
