@@ -41,7 +41,16 @@ pub fn load_table(content: &[u8]) -> Result<RoutingTable, SnapshotError> {
 /// Reads the file and applies it; on error, logs it and keeps what is served. Returns the
 /// content read, whether or not it applied.
 pub fn reload(gw: &Gateway, path: &Path) -> Result<Vec<u8>, SnapshotError> {
-    let content = std::fs::read(path).map_err(|e| SnapshotError {
+    apply_content(gw, path, std::fs::read(path))
+}
+
+/// Applies content read from `path`; on error, logs it and keeps what is served.
+fn apply_content(
+    gw: &Gateway,
+    path: &Path,
+    content: std::io::Result<Vec<u8>>,
+) -> Result<Vec<u8>, SnapshotError> {
+    let content = content.map_err(|e| SnapshotError {
         errors: vec![switchboard_snapshot::FieldError {
             path: String::new(),
             message: format!("cannot read {}: {e}", path.display()),
@@ -82,28 +91,33 @@ const STARTUP_SETTLE: Duration = Duration::from_secs(5);
 /// `STARTUP_SETTLE` the content is judged as it is (an invalid file still stops the gateway).
 pub async fn initial_load(gw: &Gateway, path: &Path) -> Result<Vec<u8>, SnapshotError> {
     let deadline = tokio::time::Instant::now() + STARTUP_SETTLE;
-    loop {
+    let mut content = std::fs::read(path);
+    while tokio::time::Instant::now() < deadline {
         let written_lately = std::fs::metadata(path)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_none_or(|age| age < POLL_INTERVAL);
-        let waiting = tokio::time::Instant::now() < deadline;
-        if written_lately && waiting {
-            let first = std::fs::read(path).ok();
-            tokio::time::sleep(POLL_INTERVAL).await;
-            if std::fs::read(path).ok() != first {
-                continue;
-            }
+        // (empty: truncated a moment ago and not written yet, or a writer that stalls)
+        let empty = content
+            .as_ref()
+            .is_ok_and(|c| c.iter().all(u8::is_ascii_whitespace));
+        if !written_lately && !empty {
+            break;
         }
-        let empty = std::fs::read(path).is_ok_and(|c| c.iter().all(u8::is_ascii_whitespace));
-        if empty && waiting {
-            // Truncated a moment ago and not written yet (or a writer that stalls).
-            tokio::time::sleep(POLL_INTERVAL).await;
-            continue;
+        tokio::time::sleep(POLL_INTERVAL).await;
+        let again = std::fs::read(path);
+        let settled = match (&content, &again) {
+            (Ok(before), Ok(after)) => before == after,
+            (Err(_), Err(_)) => true,
+            _ => false,
+        };
+        content = again;
+        if settled && !empty {
+            break;
         }
-        return reload(gw, path);
     }
+    apply_content(gw, path, content)
 }
 
 /// Watches the file for the life of the process. `applied` is the content the gateway serves

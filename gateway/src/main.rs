@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use switchboard_gateway::operator_source::OperatorSource;
-use switchboard_gateway::operator_tls::OperatorTrust;
+use switchboard_gateway::operator_tls::{OperatorTrust, certificate_name};
 use switchboard_gateway::serve::{ConnectionLimits, serve};
 use switchboard_gateway::state::{Gateway, LocalSettings};
 use switchboard_gateway::{config_file, http};
@@ -218,12 +218,7 @@ fn operator_trust(args: &Args) -> anyhow::Result<Option<OperatorTrust>> {
     }
     let name = match (&args.operator_server_name, args.operator.first()) {
         (Some(name), _) => name.clone(),
-        // (an IPv6 host without its URL brackets)
-        (None, Some(url)) => match url.host() {
-            Some(url::Host::Ipv6(address)) => address.to_string(),
-            Some(host) => host.to_string(),
-            None => String::new(),
-        },
+        (None, Some(url)) => certificate_name(url).unwrap_or_default(),
         (None, None) => String::new(),
     };
     OperatorTrust::new(bundle, &name)

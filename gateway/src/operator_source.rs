@@ -170,7 +170,7 @@ impl OperatorSource {
 
 /// The innermost cause (e.g. "invalid peer certificate: UnknownIssuer", "Connection refused"):
 /// reqwest's own message is only "error sending request".
-fn root_cause(e: &reqwest::Error) -> String {
+pub fn root_cause(e: &reqwest::Error) -> String {
     let mut root: &dyn std::error::Error = e;
     while let Some(cause) = root.source() {
         root = cause;

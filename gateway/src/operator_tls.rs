@@ -87,6 +87,14 @@ impl OperatorTrust {
     }
 }
 
+/// A URL's host as a certificate names it: an IPv6 address without the URL's brackets.
+pub fn certificate_name(url: &url::Url) -> Option<String> {
+    match url.host()? {
+        url::Host::Ipv6(address) => Some(address.to_string()),
+        host => Some(host.to_string()),
+    }
+}
+
 /// The snapshot stream's HTTP client: a new connection per attempt (behind a Service each one
 /// may reach another operator pod, and only the lease holder serves).
 pub fn stream_client(tls: Option<rustls::ClientConfig>) -> Result<reqwest::Client, String> {

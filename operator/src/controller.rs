@@ -70,18 +70,8 @@ fn include<'a>(
     }
 }
 
-fn watch_into<K>(api: Api<K>, dirty: Arc<Notify>) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    watch_filtered_into(api, watcher::Config::default(), |_: &mut K| {}, dirty)
-}
+/// For kinds cached as they are.
+fn whole<K>(_: &mut K) {}
 
 /// Secret types the operator never reads (no McpServer, McpKey or ModelRoute credential is a
 /// Helm release or a legacy ServiceAccount token), left out of the watch: in most clusters they
@@ -98,7 +88,9 @@ fn trim_secret(secret: &mut Secret) {
     }
 }
 
-fn watch_filtered_into<K>(
+/// Caches a kind (the objects `config` selects, each after `trim`) and wakes `dirty` on every
+/// change.
+fn watch_into<K>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
@@ -131,18 +123,28 @@ where
 
 impl Controller {
     pub async fn run(self) {
+        let all = watcher::Config::default;
         let servers = watch_into(
             Api::<McpServer>::all(self.client.clone()),
+            all(),
+            whole,
             self.dirty.clone(),
         );
-        let keys = watch_into(Api::<McpKey>::all(self.client.clone()), self.dirty.clone());
+        let keys = watch_into(
+            Api::<McpKey>::all(self.client.clone()),
+            all(),
+            whole,
+            self.dirty.clone(),
+        );
         let models = watch_into(
             Api::<ModelRoute>::all(self.client.clone()),
+            all(),
+            whole,
             self.dirty.clone(),
         );
-        let secrets = watch_filtered_into(
+        let secrets = watch_into(
             Api::<Secret>::all(self.client.clone()),
-            watcher::Config::default().fields(IGNORED_SECRET_TYPES),
+            all().fields(IGNORED_SECRET_TYPES),
             trim_secret,
             self.dirty.clone(),
         );

@@ -80,10 +80,6 @@ impl ServingCert {
         }
     }
 
-    pub fn is_loaded(&self) -> bool {
-        self.current.read().is_ok_and(|c| c.is_some())
-    }
-
     /// Loads a certificate chain and key given as DER.
     pub fn load_der(&self, chain: Vec<Vec<u8>>, key: Vec<u8>) -> Result<(), TlsError> {
         let key = PrivateKeyDer::try_from(key).map_err(|e| rustls::Error::General(e.into()))?;
@@ -208,7 +204,8 @@ impl Keeper {
                 let stored = self.secrets.get_opt(&ca_secret).await?;
                 let mut state = read_state(stored.as_ref());
                 if leading {
-                    state = self.rotate(&ca_secret, stored, state, &policy).await?;
+                    let version = stored.and_then(|s| s.metadata.resource_version);
+                    state = self.rotate(&ca_secret, version, state, &policy).await?;
                     self.publish_trust(&trust_configmap, &state).await?;
                 }
                 self.issue(&state, &names, leaf_validity)
@@ -221,11 +218,10 @@ impl Keeper {
     async fn rotate(
         &self,
         name: &str,
-        stored: Option<Secret>,
+        mut version: Option<String>,
         mut state: CaState,
         policy: &CaPolicy,
     ) -> Result<CaState, TlsError> {
-        let mut version = stored.and_then(|s| s.metadata.resource_version);
         loop {
             let now = OffsetDateTime::now_utc();
             let step = delivery_ca::next_step(&state, now, policy);
@@ -265,7 +261,10 @@ impl Keeper {
                 resource_version: stored.and_then(|c| c.metadata.resource_version),
                 ..ObjectMeta::default()
             },
-            data: Some(BTreeMap::from([(TRUST_BUNDLE_KEY.to_string(), bundle)])),
+            data: Some(BTreeMap::from([(
+                TRUST_BUNDLE_KEY.to_string(),
+                bundle.clone(),
+            )])),
             ..ConfigMap::default()
         };
         if configmap.metadata.resource_version.is_some() {
@@ -279,7 +278,7 @@ impl Keeper {
         }
         tracing::info!(
             configmap = name,
-            certificates = state_count(state),
+            certificates = bundle.matches("BEGIN CERTIFICATE").count(),
             "snapshot stream trust bundle published"
         );
         Ok(())
@@ -350,12 +349,6 @@ impl Keeper {
         tracing::info!(secret = name, "snapshot stream certificate loaded");
         Ok(())
     }
-}
-
-fn state_count(state: &CaState) -> usize {
-    usize::from(state.current.is_some())
-        + usize::from(state.next.is_some())
-        + usize::from(state.previous.is_some())
 }
 
 fn managed_labels() -> BTreeMap<String, String> {
@@ -453,6 +446,7 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::routing::get;
+    use switchboard_gateway::operator_source::root_cause;
     use switchboard_gateway::operator_tls::{OperatorTrust, TrustedClient};
 
     const SERVICE: &str = "switchboard-operator.ns.svc";
@@ -511,13 +505,7 @@ mod tests {
             .get(format!("https://{address}/ok"))
             .send()
             .await
-            .map_err(|e| {
-                let mut root: &dyn std::error::Error = &e;
-                while let Some(cause) = root.source() {
-                    root = cause;
-                }
-                root.to_string()
-            })?;
+            .map_err(|e| root_cause(&e))?;
         answer.text().await.map_err(|e| e.to_string())
     }
 

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use clap::Parser;
+use switchboard_gateway::operator_tls::certificate_name;
 use switchboard_operator::controller::{Config, Controller};
 use switchboard_operator::delivery::{self, Hub};
 use switchboard_operator::delivery_ca::CaPolicy;
@@ -368,10 +369,7 @@ fn tls_mode(args: &Args) -> Option<TlsMode> {
         .advertise_url
         .as_deref()
         .and_then(|u| url::Url::parse(u).ok())
-        .and_then(|u| match u.host()? {
-            url::Host::Ipv6(address) => Some(address.to_string()),
-            host => Some(host.to_string()),
-        });
+        .and_then(|u| certificate_name(&u));
     names.extend(advertised);
     if names.is_empty() {
         names.push("localhost".into());

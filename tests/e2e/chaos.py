@@ -361,7 +361,7 @@ class Client(threading.Thread):
         super().__init__(daemon=True)
         self.world, self.stop_event, self.out = world, stop, out
         self.rng = random.Random(seed)
-        self.calls = 0
+        self.progress_tokens = 0
         self.url = f"http://127.0.0.1:{world.balancer.port}"
         # No kept-alive connections: each call is a new connection, which the balancer sends to
         # the next replica.
@@ -432,8 +432,8 @@ class Client(threading.Thread):
                 init = mcp.initialize(LEGACY_VERSION)
                 if init.status != 200:
                     return "wrong", f"initialize HTTP {init.status}"
-            self.calls += 1
-            params = {"name": f"{server}__request_headers", "arguments": {}, "_meta": {"progressToken": f"p{self.calls}"}}
+            self.progress_tokens += 1
+            params = {"name": f"{server}__request_headers", "arguments": {}, "_meta": {"progressToken": f"p{self.progress_tokens}"}}
             reply = mcp.request("tools/call", params)
         message = next(
             (m for m in reversed(reply.messages) if isinstance(m, dict) and ("result" in m or "error" in m)), None

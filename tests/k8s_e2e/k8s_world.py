@@ -210,11 +210,15 @@ class Cluster:
         for line in (self.dir / "cluster.env").read_text().splitlines():
             k, _, v = line.partition("=")
             self.env[k] = v
-        self._api = httpx.Client(
+        self._api = self.api_client()
+
+    def api_client(self, timeout: float = 10) -> httpx.Client:
+        """A client of the API server as the cluster's admin (one per thread that needs one)."""
+        return httpx.Client(
             base_url=self.env["SWITCHBOARD_K8S_API"],
             headers={"Authorization": f"Bearer {self.env['SWITCHBOARD_K8S_TOKEN']}"},
             verify=ssl.create_default_context(cafile=self.env["SWITCHBOARD_K8S_CA"]),
-            timeout=10,
+            timeout=timeout,
         )
 
     def stop(self, keep_logs: bool = False) -> None:
@@ -341,13 +345,7 @@ class TrustBundleSync:
         self._thread.start()
 
     def _run(self) -> None:
-        env = self.cluster.env
-        with httpx.Client(
-            base_url=env["SWITCHBOARD_K8S_API"],
-            headers={"Authorization": f"Bearer {env['SWITCHBOARD_K8S_TOKEN']}"},
-            verify=ssl.create_default_context(cafile=env["SWITCHBOARD_K8S_CA"]),
-            timeout=5,
-        ) as api:
+        with self.cluster.api_client(timeout=5) as api:
             while not self._stop.wait(0.5):
                 with contextlib.suppress(httpx.HTTPError):
                     r = api.get(f"/api/v1/namespaces/{OPERATOR_NS}/configmaps/{DELIVERY_TRUST_CONFIGMAP}")
