@@ -1,13 +1,17 @@
-"""Chaos soak: two gateway replicas behind a round-robin balancer, six upstream servers on three
-upstream processes, a mixed client load with an oracle, and faults injected at random while it
-runs. Every answer is classified:
+"""Chaos soak: two gateway replicas behind a round-robin balancer, seven upstream servers on three
+upstream processes (six with a static credential each, one with tokens the gateway obtains from an
+OAuth token endpoint, a fourth process), a mixed client load with an oracle, and faults injected
+at random while it runs. Every answer is classified:
 
 - correct: the answer the oracle expects (the right sum, the server's own credential seen by the
   upstream, exactly the key's servers in a listing, a refusal where the key has no access);
 - documented: an error the fault in force explains (a 502/504 or JSON-RPC upstream error while
-  that server's upstream is down, hung or misbehaving; a connection error while a gateway is
-  killed) — "in force" means at any time from `SETTLE_S` before the call started to its end,
-  since a replica applies a config change within about half a second;
+  that server's upstream or token endpoint is down, hung or misbehaving, or its stream breaks
+  off; a connection error while a gateway is killed) — "in force" means at any time from
+  `SETTLE_S` before the call started to its end, since a replica applies a config change within
+  about half a second. A listing may leave a server out for longer: the gateway remembers a
+  failed listing for `LISTING_FAILURE_MEMORY_S` (so a hung upstream costs listings its timeout
+  once, not on every request), and the walk that failed may have taken the server timeout;
 - wrong: anything else (another server's data or credential, a tool outside the key's scope, a
   5xx or a refusal no fault explains, a call past its budget).
 
@@ -15,9 +19,9 @@ Run the long profile by hand (after `cargo build --workspace --bins`; CARGO_TARG
 tests):  ~/.cache/switchboard/venv/bin/python tests/e2e/chaos.py --duration 1800
 The short profile runs in the test command (tests/e2e/test_chaos_short.py).
 
-What it does not inject (see RELIABILITY.md): operator kill and failover (the Kubernetes suite's
-tests/k8s_e2e/test_operator_failover.py does, with calls running), a token endpoint down, and
-resets in the middle of a streamed answer.
+What it does not inject (see RELIABILITY.md): operator kill and failover. The soak runs the
+gateways on a config file; the Kubernetes suite's tests/k8s_e2e/test_operator_failover.py kills
+the lease holder with calls running, and the node suite deletes it on a real node.
 """
 
 from __future__ import annotations
@@ -54,16 +58,35 @@ from harness import (  # noqa: E402
     write_config,
 )
 
-SERVERS = 6
+SERVERS = 7
 UPSTREAMS = 3
+# The server whose credential the gateway obtains (OAuth 2.0 client credentials) from the token
+# endpoint process "idp"; the others carry a static bearer token each.
+OAUTH_SERVER = "s6"
+OAUTH_CLIENT = "chaos-s6"
+# Tokens live this long, so the gateway renews them every couple of seconds (half their life)
+# and a token endpoint outage is felt.
+TOKEN_TTL_S = 4
 SERVER_TIMEOUT_S = 2.0
 # The client's budget: the server timeout plus a generous margin for a loaded machine.
 CALL_BUDGET_S = SERVER_TIMEOUT_S + 6.0
 SETTLE_S = 1.5
+# gateway/src/catalog.rs FAILURE_TTL, plus the walk that failed (up to the server timeout).
+LISTING_FAILURE_MEMORY_S = 5.0 + SERVER_TIMEOUT_S
 # Servers that answer with an SSE stream (a progress event, then the result): the relay must
 # pass the progress event through before the result, in both eras.
 SSE_SERVERS = {"s2", "s5"}
-FAULT_KINDS = ("upstream_crash", "upstream_hang", "slow", "status_5xx", "garbage", "gateway_kill", "invalid_config")
+FAULT_KINDS = (
+    "upstream_crash",
+    "upstream_hang",
+    "slow",
+    "status_5xx",
+    "garbage",
+    "stream_cut",
+    "token_endpoint_down",
+    "gateway_kill",
+    "invalid_config",
+)
 
 
 def free_port() -> int:
@@ -136,7 +159,7 @@ class Balancer:
 @dataclasses.dataclass
 class FaultWindow:
     kind: str
-    target: str  # "upstream-1", "s3", "gw-b", "config"
+    target: str  # "upstream-1", "s3", "idp", "gw-b"
     start: float
     end: float = float("inf")
 
@@ -149,7 +172,7 @@ class World:
         self.logdir = workdir / "logs"
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(seed)
-        self.tokens = {f"s{i}": new_secret(f"chaos-s{i}") for i in range(SERVERS)}
+        self.tokens = {f"s{i}": new_secret(f"chaos-s{i}") for i in range(SERVERS) if f"s{i}" != OAUTH_SERVER}
         self.keys = {"all": new_secret("chaos-key-all"), "even": new_secret("chaos-key-even")}
         self.scope = {
             "all": {f"s{i}" for i in range(SERVERS)},
@@ -158,6 +181,8 @@ class World:
         self.session_key = new_secret("chaos-session-key")
         self.upstream_ports = [free_port() for _ in range(UPSTREAMS)]
         self.upstreams: list[Proc | None] = [None] * UPSTREAMS
+        self.idp_port = free_port()
+        self.idp: Proc | None = None
         self.gateway_ports = {"gw-a": free_port(), "gw-b": free_port()}
         self.gateways: dict[str, Proc] = {}
         self.config_path = workdir / "gateway.yaml"
@@ -170,6 +195,7 @@ class World:
         try:
             for i in range(UPSTREAMS):
                 self.start_upstream(i)
+            self.start_idp()
             for name in self.gateway_ports:
                 self.start_gateway(name)
         except BaseException:
@@ -179,13 +205,28 @@ class World:
     def upstream_of(self, server: str) -> int:
         return int(server[1:]) % UPSTREAMS
 
+    def credential(self, server: str) -> str:
+        """What the upstream of `server` must see in Authorization (a prefix for minted tokens)."""
+        return f"Bearer at-{OAUTH_CLIENT}-" if server == OAUTH_SERVER else f"Bearer {self.tokens[server]}"
+
     def server_url(self, server: str) -> str:
-        options = f"name={server},require=authorization:Bearer%20{self.tokens[server]}"
+        check = "require-prefix" if server == OAUTH_SERVER else "require"
+        options = f"name={server},{check}=authorization:{self.credential(server).replace(' ', '%20')}"
         if server in SSE_SERVERS:
             options += ",sse"
         if extra := self.variants.get(server):
             options += "," + extra
         return f"http://127.0.0.1:{self.upstream_ports[self.upstream_of(server)]}/v/{options}/mcp"
+
+    def auth(self, server: str) -> dict:
+        if server == OAUTH_SERVER:
+            return {
+                "type": "oauth2ClientCredentials",
+                "tokenUrl": f"http://127.0.0.1:{self.idp_port}/oauth/token",
+                "clientId": OAUTH_CLIENT,
+                "clientSecret": f"secret-{OAUTH_CLIENT}",
+            }
+        return {"type": "bearer", "secret": self.tokens["s1" if self.sabotage and server == "s0" else server]}
 
     def config(self) -> dict:
         return {
@@ -195,9 +236,9 @@ class World:
                     "name": s,
                     "url": self.server_url(s),
                     "timeout": f"{SERVER_TIMEOUT_S:.0f}s",
-                    "auth": {"type": "bearer", "secret": self.tokens["s1" if self.sabotage and s == "s0" else s]},
+                    "auth": self.auth(s),
                 }
-                for s in sorted(self.tokens)
+                for s in sorted(self.scope["all"])
             ],
             "keys": [
                 {"name": "all", "secret": self.keys["all"], "servers": sorted(self.scope["all"])},
@@ -221,22 +262,32 @@ class World:
         proc.wait_ready(20)
         self.upstreams[i] = proc
 
+    def start_idp(self) -> None:
+        """The token endpoint: an example-upstream process used only for /oauth/token."""
+        argv = [binary(EXAMPLE_UPSTREAM_BIN), "--listen", f"127.0.0.1:{self.idp_port}", "--token-ttl", str(TOKEN_TTL_S)]
+        proc = Proc("idp", argv, self.logdir)
+        proc.wait_ready(20)
+        self.idp = proc
+
     def start_gateway(self, name: str) -> None:
         argv = [binary(GATEWAY_BIN), "--config", self.config_path, "--listen", f"127.0.0.1:{self.gateway_ports[name]}"]
         proc = Proc(name, argv, self.logdir)
         proc.wait_ready(20)
         self.gateways[name] = proc
 
-    def fault_in_force(self, targets: set[str], t0: float, t1: float) -> str | None:
+    def fault_in_force(self, targets: set[str], t0: float, t1: float, after: float = SETTLE_S) -> str | None:
+        """A fault on one of `targets` that overlaps the call or ended less than `after` before
+        it started; of several, the one that overlaps the call and started last (the report
+        names it)."""
         with self.lock:
-            for f in self.faults:
-                if f.target in targets and f.start <= t1 and f.end >= t0 - SETTLE_S:
-                    return f.kind
-        return None
+            found = [f for f in self.faults if f.target in targets and f.start <= t1 and f.end >= t0 - after]
+        if not found:
+            return None
+        return max(found, key=lambda f: (f.end >= t0, f.start)).kind
 
     def stop(self) -> None:
         self.balancer.stop()
-        for proc in [*self.gateways.values(), *[u for u in self.upstreams if u]]:
+        for proc in [*self.gateways.values(), *[u for u in [*self.upstreams, self.idp] if u]]:
             with contextlib.suppress(Exception):
                 os.kill(proc.popen.pid, signal.SIGCONT)
             proc.stop()
@@ -299,9 +350,20 @@ class Injector(threading.Thread):
                 time.sleep(hold)
                 os.kill(proc.popen.pid, signal.SIGCONT)
             self.close(window)
-        elif kind in ("slow", "status_5xx", "garbage"):
-            server = f"s{self.rng.randrange(SERVERS)}"
-            variant = {"slow": "delay=1200", "status_5xx": "status=503", "garbage": "garbage"}[kind]
+        elif kind == "token_endpoint_down":
+            window = self.open(kind, "idp")
+            assert w.idp is not None
+            os.killpg(w.idp.popen.pid, signal.SIGKILL)
+            w.idp.popen.wait(10)
+            w.idp.stop()
+            time.sleep(hold)
+            w.start_idp()
+            self.close(window)
+        elif kind in ("slow", "status_5xx", "garbage", "stream_cut"):
+            # (a stream can only break off where there is one)
+            pool = sorted(SSE_SERVERS) if kind == "stream_cut" else sorted(w.scope["all"])
+            server = self.rng.choice(pool)
+            variant = {"slow": "delay=1200", "status_5xx": "status=503", "garbage": "garbage", "stream_cut": "cut"}[kind]
             window = self.open(kind, server)
             w.variants[server] = variant
             w.write_config(in_place=self.rng.random() < 0.5)
@@ -389,13 +451,12 @@ class Client(threading.Thread):
     # -- explanations
 
     def targets(self, server: str) -> set[str]:
-        return {server, f"upstream-{self.world.upstream_of(server)}"}
+        own = {server, f"upstream-{self.world.upstream_of(server)}"}
+        return own | {"idp"} if server == OAUTH_SERVER else own
 
-    def explain_error(self, server: str | None, t0: float, what: str) -> tuple[str, str]:
-        targets = self.targets(server) if server else {f"s{i}" for i in range(SERVERS)} | {
-            f"upstream-{i}" for i in range(UPSTREAMS)
-        }
-        fault = self.world.fault_in_force(targets, t0, time.monotonic())
+    def explain_error(self, server: str | None, t0: float, what: str, after: float = SETTLE_S) -> tuple[str, str]:
+        targets = self.targets(server) if server else set().union(*(self.targets(s) for s in self.world.scope["all"]))
+        fault = self.world.fault_in_force(targets, t0, time.monotonic(), after)
         return ("documented", f"{what} ({fault})") if fault else ("wrong", f"{what} with no fault in force")
 
     def explain_transport(self, exc: Exception, server: str, t0: float) -> tuple[str, str]:
@@ -450,11 +511,10 @@ class Client(threading.Thread):
         if result.get("isError"):
             return self.explain_error(server, t0, "tool error")
         seen = json.dumps(result)
-        own = self.world.tokens[server]
-        others = [s for s, t in self.world.tokens.items() if s != server and t in seen]
+        others = [s for s in self.world.scope["all"] if s != server and self.world.credential(s) in seen]
         if others:
             return "wrong", f"the upstream of {server} saw the credential of {others}"
-        if own not in seen:
+        if self.world.credential(server) not in seen:
             return "wrong", f"the upstream of {server} did not see its own credential"
         if server in SSE_SERVERS:
             progress = [m for m in reply.messages if isinstance(m, dict) and m.get("method") == "notifications/progress"]
@@ -481,11 +541,15 @@ class Client(threading.Thread):
         if outside := servers - self.world.scope[key]:
             return "wrong", f"listing holds tools of {sorted(outside)} outside the key's scope"
         missing = self.world.scope[key] - servers
+        faults = []
         for server in sorted(missing):
-            verdict, detail = self.explain_error(server, t0, f"listing without {server}")
+            verdict, detail = self.explain_error(server, t0, f"listing without {server}", LISTING_FAILURE_MEMORY_S)
             if verdict == "wrong":
                 return verdict, detail
-        return ("documented", f"listing without {sorted(missing)}") if missing else ("correct", "listing")
+            faults.append(detail.rsplit(" (", 1)[-1].rstrip(")"))
+        if not missing:
+            return "correct", "listing"
+        return "documented", f"listing without {sorted(missing)} ({'+'.join(sorted(set(faults)))})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -519,6 +583,8 @@ class Report:
     gw_a_warm: dict[str, int]
     gw_a_end: dict[str, int]
     documented_examples: list[str]
+    # fault kind -> what clients saw (symptom -> count)
+    seen_per_fault: dict[str, dict[str, int]]
     streamed: int
     harness_errors: list[str]
 
@@ -533,10 +599,24 @@ class Report:
             f"  gw-a (never killed): start {self.gw_a_start}, after warm-up {self.gw_a_warm}, end {self.gw_a_end}",
             f"  panics in gateway logs: {self.panics}",
         ]
+        lines += ["  what clients saw, per fault:"]
+        lines += [
+            f"    {fault}: " + ", ".join(f"{symptom} {n}" for symptom, n in sorted(seen.items(), key=lambda kv: -kv[1]))
+            for fault, seen in sorted(self.seen_per_fault.items())
+        ]
         lines += [f"  HARNESS ERROR: {e}" for e in self.harness_errors]
         lines += [f"  WRONG: {w}" for w in self.wrong[:20]]
         lines += [f"  documented, e.g.: {d}" for d in self.documented_examples]
         return "\n".join(lines)
+
+
+def documented_symptom(detail: str) -> tuple[str, str]:
+    """(fault, symptom) of a documented outcome's detail, "<time> <call>: <symptom> (<fault>)"."""
+    what = detail.split(": ", 1)[-1]
+    symptom, fault = what[:-1].rsplit(" (", 1)
+    if symptom.startswith("listing without"):
+        symptom = "listing without the server"
+    return fault, symptom
 
 
 def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: bool = False) -> Report:
@@ -575,6 +655,10 @@ def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: b
         by_kind.setdefault(o.kind, Counter())[o.verdict] += 1
     latencies = sorted(o.latency for o in outcomes) or [0.0]
     documented = [o.detail for o in outcomes if o.verdict == "documented"]
+    seen_per_fault: dict[str, Counter[str]] = {}
+    for detail in documented:
+        fault, symptom = documented_symptom(detail)
+        seen_per_fault.setdefault(fault, Counter())[symptom] += 1
     return Report(
         duration_s=duration,
         calls=len(outcomes),
@@ -591,6 +675,7 @@ def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: b
         gw_a_warm=warm_figures,
         gw_a_end=end_figures,
         documented_examples=random.Random(seed).sample(documented, min(5, len(documented))),
+        seen_per_fault={k: dict(v) for k, v in seen_per_fault.items()},
         streamed=sum(1 for o in outcomes if o.detail.endswith("streamed with progress")),
         harness_errors=injector.errors,
     )

@@ -1,7 +1,9 @@
 """Issue 11 acceptance 1, the short profile of the chaos soak (tests/e2e/chaos.py): 60 s of a
-mixed load (REST, both MCP eras with streamed answers, listings) through two replicas behind a round-robin balancer while upstreams crash, hang, turn
-slow, answer 5xx or garbage, a replica is killed with SIGKILL and restarted, and the config is
-rewritten in place every second with invalid versions in between. No answer may be wrong, no
+mixed load (REST, both MCP eras with streamed answers, listings) through two replicas behind a
+round-robin balancer while upstreams crash, hang, turn slow, answer 5xx or garbage, break off a
+streamed answer mid-stream, the token endpoint of an OAuth server goes down, a replica is killed
+with SIGKILL and restarted, and the config is rewritten in place every second with invalid
+versions in between. No answer may be wrong, no
 gateway may panic, and the replica that is never killed must not grow without bound."""
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 //! HTTP wiring: routes, fault injection, sessions and era selection per request, and
 //! JSON / SSE response encoding.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -402,13 +401,24 @@ async fn answer(
     if let (true, Some(token)) = (v.sse, progress) {
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/progress",
                            "params": { "progressToken": token, "progress": 0, "total": 1, "message": "working" } });
-        let mut before = vec![Ok::<_, Infallible>(sse_event(&note))];
+        let mut before = vec![Ok::<_, std::io::Error>(sse_event(&note))];
         if log {
             let line = json!({ "jsonrpc": "2.0", "method": "notifications/message",
                                "params": { "level": "info", "logger": "example-upstream", "data": "working" } });
             before.push(Ok(sse_event(&line)));
         }
         let first = stream::iter(before);
+        if v.cut {
+            // An error from the body stream makes hyper abort the connection: the client sees
+            // the events so far, then a reset instead of the end of the stream. (The work is
+            // done first, with a pause, so the events are on the wire before the reset.)
+            let reset = stream::once(async move {
+                let _ = work.await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(std::io::Error::other("cut mid-stream"))
+            });
+            return sse_response(Body::from_stream(first.chain(reset)));
+        }
         let last = stream::once(async move { Ok(sse_event(&protocol::response(&id, work.await))) });
         return sse_response(Body::from_stream(first.chain(last)));
     }

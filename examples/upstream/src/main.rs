@@ -46,6 +46,7 @@
 //! | `era=2026` | 2026-07-28 only: `initialize` → HTTP 400 `-32022` with `data: {"supported": ["2026-07-28"], "requested": <its protocolVersion>}`; GET/DELETE → 405; `Mcp-Session-Id` is ignored |
 //! | `era=dual` | the default |
 //! | `sse` | answer requests with `text/event-stream`: one `event: message` carrying the response, preceded by a `notifications/progress` event and a `notifications/message` log line (2026-07-28: only when `_meta` asks for a `logLevel`) when the request has `_meta.progressToken` (sent before the work, e.g. before `slow` sleeps). 2026-07-28 errors without a prior progress event are sent as JSON with their HTTP status |
+//! | `cut` | with `sse` and a progress token: after the progress event (and log line) the connection is reset mid-stream, before the response is sent (an upstream dying while it streams) |
 //! | `tools=N` | serve generated tools `tool_0..tool_{N-1}` *instead of* the base tools (`tool_i` answers `"tool_i ok"` with structuredContent `{"tool", "arguments"}`) |
 //! | `page=N` | `tools/list` pages of N with opaque cursors (`nextCursor` absent on the last page); a bad cursor → -32602 "Invalid cursor" |
 //! | `cursor=repeat` | page 1 has `nextCursor` C; every page after it returns tools N..2N and `nextCursor` C again, forever |

@@ -50,6 +50,9 @@ pub enum Hang {
 pub struct Variant {
     pub era: Era,
     pub sse: bool,
+    /// `cut`: a streamed answer (`sse` with a progress token) breaks off after its progress
+    /// event: the connection is reset before the result is sent.
+    pub cut: bool,
     /// `tools=N`: serve `tool_0..tool_{N-1}` instead of the base tools.
     pub tools: Option<usize>,
     pub page: Option<usize>,
@@ -81,6 +84,7 @@ impl Default for Variant {
         Self {
             era: Era::Dual,
             sse: false,
+            cut: false,
             tools: None,
             page: None,
             cursor: CursorMode::Normal,
@@ -130,6 +134,7 @@ pub fn parse(opts: &str) -> Result<Variant, String> {
             ("era", Some("2026" | "2026-07-28")) => v.era = Era::Modern,
             ("era", Some("dual")) => v.era = Era::Dual,
             ("sse", None) => v.sse = true,
+            ("cut", None) => v.cut = true,
             ("tools", Some(n)) => v.tools = Some(number(&key, n, 0, 1_000_000)?),
             ("page", Some(n)) => v.page = Some(number(&key, n, 1, 1_000_000)?),
             ("cursor", Some("repeat")) => v.cursor = CursorMode::Repeat,

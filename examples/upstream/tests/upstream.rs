@@ -47,6 +47,8 @@ struct Reply {
     status: u16,
     headers: Vec<(String, String)>,
     body: String,
+    /// The body ended properly (a chunked body with its last chunk), not by a reset.
+    complete: bool,
 }
 
 impl Reply {
@@ -94,7 +96,10 @@ impl Upstream {
         req.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
         stream.write_all(req.as_bytes()).await.expect("write");
         let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.expect("read");
+        // (a `cut` stream may end in a reset: what arrived before it is kept)
+        if let Err(e) = stream.read_to_end(&mut raw).await {
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "read: {e}");
+        }
         let text = String::from_utf8(raw).expect("utf8");
         let (head, body) = text.split_once("\r\n\r\n").expect("head");
         let mut lines = head.lines();
@@ -110,15 +115,16 @@ impl Upstream {
         let chunked = headers
             .iter()
             .any(|(k, v)| k == "transfer-encoding" && v == "chunked");
-        let body = if chunked {
+        let (body, complete) = if chunked {
             dechunk(body)
         } else {
-            body.to_owned()
+            (body.to_owned(), true)
         };
         Reply {
             status,
             headers,
             body,
+            complete,
         }
     }
 
@@ -160,17 +166,18 @@ impl Upstream {
     }
 }
 
-fn dechunk(mut body: &str) -> String {
+/// The chunks' payload, and whether the last (empty) chunk arrived.
+fn dechunk(mut body: &str) -> (String, bool) {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
         let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
         if n == 0 {
-            break;
+            return (out, true);
         }
         out.push_str(&rest[..n]);
         body = &rest[n + 2..];
     }
-    out
+    (out, false)
 }
 
 fn rpc(id: u64, method: &str, params: Value) -> Value {
@@ -403,6 +410,19 @@ async fn modern_stateless_requests() {
     assert_eq!(events.len(), 2);
     assert_eq!(events[0]["method"], "notifications/progress");
     assert_eq!(events[1]["result"]["content"][0]["text"], "slept 20 ms");
+    assert!(sse.complete);
+
+    // `cut`: the progress event, then a reset instead of the response
+    let mut params = json!({ "name": "slow", "arguments": { "ms": 20 } });
+    params["_meta"] = json!({ "progressToken": "p2", "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {} });
+    let cut = up
+        .post("/v/sse,cut/mcp", &headers, rpc(10, "tools/call", params))
+        .await;
+    let events = cut.events();
+    assert_eq!(events.len(), 1, "{}", cut.body);
+    assert_eq!(events[0]["method"], "notifications/progress");
+    assert!(!cut.complete, "the stream must break off, not end");
 }
 
 #[tokio::test]

@@ -19,11 +19,19 @@ use crate::table::Server;
 const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 /// Lifetime assumed when the token endpoint gives no `expires_in`.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// A token is taken to expire this much before its `expires_in` says (at most a quarter of its
+/// life): the clock started when the answer arrived, not when the endpoint issued it.
+const EXPIRY_SKEW: Duration = Duration::from_secs(5);
+/// After a renewal failed while the token in hand is still valid, the next attempt waits this
+/// long; the token keeps serving meanwhile, so a token endpoint that is down (or hangs) is not
+/// asked, and waited for, on every request.
+const RENEW_RETRY: Duration = Duration::from_secs(2);
 
 #[derive(Clone)]
 struct Minted {
     token: String,
     renew_at: Instant,
+    expires_at: Instant,
 }
 
 type Slot = Arc<tokio::sync::Mutex<Option<Minted>>>;
@@ -89,15 +97,37 @@ impl Tokens {
     ) -> Result<String, GatewayError> {
         let slot = self.slot(server, caller, cache_size);
         let mut current = slot.lock().await;
-        if let Some(minted) = current.as_ref() {
-            let rejected = renew.is_some_and(|bad| bad == minted.token);
-            if !rejected && Instant::now() < minted.renew_at {
-                return Ok(minted.token.clone());
-            }
+        let rejected = current
+            .as_ref()
+            .is_some_and(|minted| renew.is_some_and(|bad| bad == minted.token));
+        if let Some(minted) = current.as_ref()
+            && !rejected
+            && Instant::now() < minted.renew_at
+        {
+            return Ok(minted.token.clone());
         }
-        let minted = self.request(http, server, grant()).await?;
-        *current = Some(minted.clone());
-        Ok(minted.token)
+        match self.request(http, server, grant()).await {
+            Ok(minted) => {
+                *current = Some(minted.clone());
+                Ok(minted.token)
+            }
+            // Renewal ahead of expiry failed (the endpoint is down, hangs or refuses): the
+            // token in hand is still good, so it keeps serving until it expires.
+            Err(e) => match current.as_mut() {
+                Some(minted) if !rejected && Instant::now() < minted.expires_at => {
+                    minted.renew_at = (Instant::now() + RENEW_RETRY).min(minted.expires_at);
+                    tracing::warn!(server = server.id(), error = %e,
+                        "token renewal failed; the current token serves until it expires");
+                    Ok(minted.token.clone())
+                }
+                _ => {
+                    if rejected {
+                        *current = None; // never offered again
+                    }
+                    Err(e)
+                }
+            },
+        }
     }
 
     async fn request(
@@ -164,10 +194,11 @@ impl Tokens {
         let lifetime = parsed
             .expires_in
             .map_or(DEFAULT_LIFETIME, Duration::from_secs);
-        let renew_at = Instant::now() + lifetime.saturating_sub(EXPIRY_MARGIN.min(lifetime / 2));
+        let now = Instant::now();
         Ok(Minted {
             token: parsed.access_token,
-            renew_at,
+            renew_at: now + lifetime.saturating_sub(EXPIRY_MARGIN.min(lifetime / 2)),
+            expires_at: now + lifetime.saturating_sub(EXPIRY_SKEW.min(lifetime / 4)),
         })
     }
 }
@@ -181,12 +212,12 @@ pub fn secret(source: &switchboard_snapshot::SecretSource) -> &str {
 mod tests {
     use super::*;
     use crate::table::RoutingTable;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use switchboard_snapshot::{SystemLookup, load};
 
     /// A token endpoint on its own thread and runtime (its clock is not the test's paused one)
-    /// minting `t-1`, `t-2`, ... valid for an hour.
-    fn token_endpoint() -> String {
+    /// minting `t-1`, `t-2`, ... valid for an hour; while `down` is set it answers 503.
+    fn token_endpoint(down: Arc<AtomicBool>) -> String {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap();
@@ -200,12 +231,15 @@ mod tests {
                 let app = axum::Router::new().route(
                     "/token",
                     axum::routing::post(move || {
-                        let n = minted.fetch_add(1, Ordering::Relaxed) + 1;
-                        async move {
-                            axum::Json(
+                        let answer = if down.load(Ordering::Relaxed) {
+                            Err(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+                        } else {
+                            let n = minted.fetch_add(1, Ordering::Relaxed) + 1;
+                            Ok(axum::Json(
                                 serde_json::json!({"access_token": format!("t-{n}"), "expires_in": 3600}),
-                            )
-                        }
+                            ))
+                        };
+                        async move { answer }
                     }),
                 );
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
@@ -217,28 +251,35 @@ mod tests {
 
     /// Renewal on tokio's clock: the token is reused until 30 s before it expires, then a new
     /// one is requested; a token the upstream rejected is renewed at once.
-    #[tokio::test]
-    async fn a_token_is_reused_until_its_expiry_margin_then_renewed() {
-        let url = token_endpoint();
-        let table = RoutingTable::build(
+    fn one_server() -> RoutingTable {
+        RoutingTable::build(
             &load(
                 "servers:\n- {name: a, url: 'http://x/mcp'}\n",
                 &SystemLookup,
             )
             .unwrap(),
         )
-        .unwrap();
-        let server = table.server_by_id("a").unwrap();
-        let http = reqwest::Client::new();
-        let tokens = Tokens::default();
-        let grant = || Grant {
-            token_url: &url,
+        .unwrap()
+    }
+
+    fn grant(url: &str) -> Grant<'_> {
+        Grant {
+            token_url: url,
             client_id: "c1",
             client_secret: Some("secret-c1"),
             client_auth: ClientAuthMethod::ClientSecretPost,
             form: vec![("grant_type", "client_credentials".into())],
-        };
-        let token = |renew| tokens.token(&http, server, 0, 8, renew, grant);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_is_reused_until_its_expiry_margin_then_renewed() {
+        let url = token_endpoint(Arc::default());
+        let table = one_server();
+        let server = table.server_by_id("a").unwrap();
+        let http = reqwest::Client::new();
+        let tokens = Tokens::default();
+        let token = |renew| tokens.token(&http, server, 0, 8, renew, || grant(&url));
         assert_eq!(token(None).await.unwrap(), "t-1");
 
         tokio::time::pause();
@@ -260,5 +301,56 @@ mod tests {
             "a rejected token is renewed"
         );
         assert_eq!(tokens.requests.load(Ordering::Relaxed), 3);
+    }
+
+    /// A token endpoint that is down when a renewal is due: the token in hand keeps serving
+    /// until it expires (one attempt per RENEW_RETRY, not one per request), never after the
+    /// upstream rejected it, and never past its expiry.
+    #[tokio::test]
+    async fn a_failed_renewal_keeps_the_valid_token_until_it_expires() {
+        let down = Arc::new(AtomicBool::new(false));
+        let url = token_endpoint(down.clone());
+        let table = one_server();
+        let server = table.server_by_id("a").unwrap();
+        let http = reqwest::Client::new();
+        let tokens = Tokens::default();
+        let token = |renew| tokens.token(&http, server, 0, 8, renew, || grant(&url));
+        let asked = || tokens.requests.load(Ordering::Relaxed);
+        assert_eq!(token(None).await.unwrap(), "t-1");
+        down.store(true, Ordering::Relaxed);
+
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_secs(3600) - EXPIRY_MARGIN).await;
+        tokio::time::resume();
+        assert_eq!(token(None).await.unwrap(), "t-1", "renewal failed: kept");
+        assert_eq!(asked(), 2);
+        assert_eq!(token(None).await.unwrap(), "t-1");
+        assert_eq!(asked(), 2, "not asked again before RENEW_RETRY");
+
+        tokio::time::pause();
+        tokio::time::advance(RENEW_RETRY).await;
+        tokio::time::resume();
+        assert_eq!(token(None).await.unwrap(), "t-1");
+        assert_eq!(asked(), 3, "asked again after RENEW_RETRY");
+
+        tokio::time::pause();
+        tokio::time::advance(EXPIRY_MARGIN - EXPIRY_SKEW).await;
+        tokio::time::resume();
+        let expired = token(None).await;
+        assert!(
+            matches!(&expired, Err(GatewayError::UpstreamUnavailable { detail, .. }) if detail.contains("HTTP 503")),
+            "expired: {expired:?}"
+        );
+        assert_eq!(asked(), 4);
+        down.store(false, Ordering::Relaxed);
+        assert_eq!(token(None).await.unwrap(), "t-2", "the endpoint is back");
+
+        down.store(true, Ordering::Relaxed);
+        assert!(
+            token(Some("t-2")).await.is_err(),
+            "a token the upstream rejected is not kept"
+        );
+        assert!(token(None).await.is_err(), "nor offered to the next caller");
+        assert_eq!(asked(), 7);
     }
 }
