@@ -386,6 +386,7 @@ mod tests {
                     denied: switchboard_snapshot::Denied {
                         address: "169.254.169.254".into(),
                         rule: "deny 169.254.0.0/16".into(),
+                        policy: "gateway.upstreamNetworks",
                     },
                 },
                 502,

@@ -131,7 +131,7 @@ impl Gateway {
     ) -> Result<Option<RequestCredential>, GatewayError> {
         request_credential::resolve(
             &self.tokens,
-            self.upstreams.http(),
+            &self.upstreams.http_for(server),
             caller.credential_context(),
             server,
             rejected,

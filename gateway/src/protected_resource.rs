@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::state::Gateway;
 use crate::table::Server;
+use crate::upstream::client::Upstreams;
 
 /// How long an upstream's metadata is reused.
 const METADATA_TTL: Duration = Duration::from_secs(300);
@@ -111,7 +112,9 @@ impl ProtectedResources {
 
     /// The upstream's metadata document: from where its challenge pointed, else the
     /// well-known locations (path-suffixed first, then the root), cached for a while.
-    async fn upstream_document(&self, http: &reqwest::Client, server: &Server) -> Option<Value> {
+    /// Every candidate passes the address policies first: the challenge's URL is the upstream's
+    /// to choose, so it may name any address (a literal one never meets the policy resolver).
+    async fn upstream_document(&self, upstreams: &Upstreams, server: &Server) -> Option<Value> {
         let key = (server.id().to_string(), server.revision);
         let cached = self
             .documents
@@ -134,9 +137,17 @@ impl ProtectedResources {
             format!("{origin}/.well-known/oauth-protected-resource{path}"),
             format!("{origin}/.well-known/oauth-protected-resource"),
         ]);
+        let http = upstreams.http_for(server);
         for url in candidates {
+            let Ok(parsed) = url::Url::parse(&url) else {
+                continue;
+            };
+            if let Err(denied) = upstreams.allows(server, &parsed) {
+                tracing::warn!(server = server.id(), %denied, "protected-resource metadata not fetched");
+                continue;
+            }
             let fetch = async {
-                let response = http.get(&url).send().await.ok()?;
+                let response = http.get(parsed).send().await.ok()?;
                 if !response.status().is_success() {
                     return None;
                 }
@@ -176,7 +187,7 @@ pub async fn metadata(
     };
     let Some(upstream) = gw
         .protected_resources
-        .upstream_document(gw.upstreams.http(), server)
+        .upstream_document(&gw.upstreams, server)
         .await
     else {
         return (

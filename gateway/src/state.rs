@@ -172,7 +172,8 @@ impl Gateway {
         self.metrics
             .snapshot_applied(table.generation, table.servers.len(), table.key_count());
         table.limiters.carry_over(&self.table.load().limiters);
-        self.upstreams.set_networks(table.networks.clone());
+        self.upstreams
+            .set_networks(table.networks.clone(), &table.servers);
         self.table.store(Arc::new(table));
         self.loaded.store(true, Ordering::Release);
         let is_live = |id: &str, rev: u64| live.get(id) == Some(&rev);

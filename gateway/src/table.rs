@@ -8,13 +8,14 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use switchboard_snapshot::{
-    FieldError, GatewaySettings, KeySpec, ModelProvider, ModelSpec, NetworkPolicy, ServerSpec,
-    Snapshot, SnapshotError, ToolFilter, key_hash, resolved_value,
+    FieldError, GatewaySettings, KeySpec, ModelProvider, ModelSpec, NetworkPolicy, ScopedPolicy,
+    ServerSpec, Snapshot, SnapshotError, ToolFilter, key_hash, resolved_value,
 };
 
 use crate::limits::Limiters;
 use crate::metrics::ServerName;
 use crate::session::SessionSealer;
+use crate::upstream::address_policy::ServerScope;
 use crate::upstream::credentials::UpstreamHeaders;
 use crate::workload_identity::{Bindings, TokenVerifier};
 
@@ -30,6 +31,8 @@ pub struct Server {
     /// Changes whenever anything about how we talk to the upstream changes (URL, auth,
     /// headers); caches keyed by it forget a server's old incarnation by themselves.
     pub revision: u64,
+    /// Its own `upstreamPolicy`, checked besides `gateway.upstreamNetworks`.
+    pub scope: Option<ServerScope>,
 }
 
 impl Server {
@@ -222,6 +225,20 @@ impl RoutingTable {
         for (i, spec) in snapshot.servers.iter().enumerate() {
             let url = url::Url::parse(&spec.url);
             let headers = UpstreamHeaders::for_server(spec);
+            let scope = match spec.upstream_policy.as_ref().map(ScopedPolicy::parse) {
+                Some(Ok(policy)) => Some(ServerScope {
+                    key: hash_of(&spec.upstream_policy),
+                    policy: Arc::new(policy),
+                }),
+                Some(Err(e)) => {
+                    errors.extend(e.into_iter().map(|(field, message)| FieldError {
+                        path: format!("servers[{i}].upstreamPolicy.{field}"),
+                        message,
+                    }));
+                    None
+                }
+                None => None,
+            };
             match (url, headers) {
                 (Ok(url), Ok(headers)) => servers.push(Arc::new(Server {
                     metric_name: ServerName(spec.id().into()),
@@ -229,6 +246,7 @@ impl RoutingTable {
                     spec: spec.clone(),
                     url,
                     headers,
+                    scope,
                 })),
                 (Err(e), _) => errors.push(FieldError {
                     path: format!("servers[{i}].url"),
@@ -418,7 +436,11 @@ pub fn provider_credential(
 /// A hash of everything in a server's spec: two specs with equal revisions talk to the upstream
 /// identically.
 fn spec_revision(spec: &ServerSpec) -> u64 {
-    let bytes = serde_json::to_vec(spec).unwrap_or_default();
+    hash_of(spec)
+}
+
+fn hash_of(value: &impl serde::Serialize) -> u64 {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
     let digest = Sha256::digest(&bytes);
     u64::from_le_bytes(digest[..8].try_into().unwrap_or([0; 8]))
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -26,8 +26,11 @@ use crate::delivery::{Hub, Published};
 use crate::keys::{MANAGED_BY, ensure_key_secrets, generate_key};
 use crate::metrics::Metrics;
 use crate::probe::Probes;
-use crate::render::{ObjectRef, RenderInput, SecretData, model_names, object_ref, render};
+use crate::render::{
+    NamespacePolicies, ObjectRef, RenderInput, SecretData, model_names, object_ref, render,
+};
 use crate::status::{self, Rollout};
+use crate::upstream_policy::namespace_policy;
 
 pub struct Config {
     pub namespace: String,
@@ -72,6 +75,16 @@ fn include<'a>(
 
 /// For kinds cached as they are.
 fn whole<K>(_: &mut K) {}
+
+/// A Namespace is kept for its annotations only.
+fn trim_namespace(namespace: &mut Namespace) {
+    namespace.metadata.managed_fields = None;
+    namespace.spec = None;
+    namespace.status = None;
+    if let Some(annotations) = namespace.metadata.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
 
 /// Secret types the operator never reads (no McpServer, McpKey or ModelRoute credential is a
 /// Helm release or a legacy ServiceAccount token), left out of the watch: in most clusters they
@@ -148,11 +161,19 @@ impl Controller {
             trim_secret,
             self.dirty.clone(),
         );
+        // For their upstream-policy annotations.
+        let namespaces = watch_into(
+            Api::<Namespace>::all(self.client.clone()),
+            all(),
+            trim_namespace,
+            self.dirty.clone(),
+        );
         for ready in [
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,
             models.wait_until_ready().await,
             secrets.wait_until_ready().await,
+            namespaces.wait_until_ready().await,
         ] {
             if let Err(e) = ready {
                 tracing::error!(error = %e, "a watch never became ready");
@@ -176,6 +197,7 @@ impl Controller {
                 keys: &keys,
                 models: &models,
                 secrets: &secrets,
+                namespaces: &namespaces,
             };
             let result = self.reconcile(stores, &recorder, &mut state).await;
             self.metrics.reconciled(started.elapsed(), result.is_err());
@@ -251,6 +273,15 @@ impl Controller {
         settings.session_key = session_key
             .clone()
             .map(|value| SecretSource::Value { value });
+        let namespace_policies: NamespacePolicies = stores
+            .namespaces
+            .state()
+            .iter()
+            .filter_map(|ns| {
+                let policy = namespace_policy(ns.metadata.annotations.as_ref()?).transpose()?;
+                Some((ns.name_any(), policy))
+            })
+            .collect();
         let rendered = render(RenderInput {
             servers: &servers,
             keys: &keys,
@@ -258,6 +289,7 @@ impl Controller {
             secrets: &secret_data,
             settings,
             upstreams: &self.config.upstreams,
+            namespace_policies: &namespace_policies,
         });
         let content_hash = hash(&serde_json::to_vec(&rendered.snapshot).unwrap_or_default());
         let mut snapshot = rendered.snapshot;
@@ -543,6 +575,7 @@ struct Stores<'a> {
     keys: &'a Store<McpKey>,
     models: &'a Store<ModelRoute>,
     secrets: &'a Store<Secret>,
+    namespaces: &'a Store<Namespace>,
 }
 
 #[derive(Default)]

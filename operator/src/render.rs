@@ -17,8 +17,8 @@ use switchboard_crds::{McpKey, McpServer, ModelRoute, SecretKeyRef};
 use crate::upstream_policy::UpstreamPolicy;
 use switchboard_snapshot::{
     ClientAuthMethod, GatewaySettings, HeaderSettings, KeySpec, ModelProvider, ModelSpec,
-    ModelTools, RequireApproval, SCHEMA_VERSION, SecretSource, ServerSpec, Snapshot, StaticHeader,
-    ToolFilter, ToolVisibility, UpstreamAuth, key_hash,
+    ModelTools, RequireApproval, SCHEMA_VERSION, SecretSource, ServerAddressPolicy, ServerSpec,
+    Snapshot, StaticHeader, ToolFilter, ToolVisibility, UpstreamAuth, key_hash,
 };
 
 /// The key under which a McpKey's Secret holds the key.
@@ -81,7 +81,13 @@ pub struct RenderInput<'a> {
     pub settings: GatewaySettings,
     /// Which upstream addresses McpServers may use (admission; the gateway checks again).
     pub upstreams: &'a UpstreamPolicy,
+    /// Namespaces with their own upstream policy (from their annotations), or the reason it
+    /// does not parse.
+    pub namespace_policies: &'a NamespacePolicies,
 }
+
+/// Namespace name → its upstream policy ([`crate::upstream_policy::namespace_policy`]).
+pub type NamespacePolicies = BTreeMap<String, Result<ServerAddressPolicy, String>>;
 
 pub fn render(input: RenderInput<'_>) -> Rendered {
     let mut servers: Vec<&McpServer> = input.servers.iter().collect();
@@ -99,7 +105,11 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
     for server in servers {
         let key = object_ref(server);
         let id = format!("{}/{}", key.0, key.1);
-        let verdict = match server_spec(server, input.secrets) {
+        let spec = server_spec(server, input.secrets).and_then(|mut spec| {
+            spec.upstream_policy = namespace_policy(&input, &key.0)?;
+            Ok(spec)
+        });
+        let verdict = match spec {
             Err(verdict) => verdict,
             Ok(spec) => match input.upstreams.check(&spec) {
                 Err(message) => Verdict::rejected("UpstreamAddressDenied", message),
@@ -466,6 +476,22 @@ fn duration(value: Option<&str>, field: &str) -> Result<Option<Duration>, Verdic
         .transpose()
 }
 
+/// The upstream policy of a namespace, for its servers' specs; one that does not parse refuses
+/// them all (a policy that cannot be read must not fail open).
+fn namespace_policy(
+    input: &RenderInput<'_>,
+    namespace: &str,
+) -> Result<Option<ServerAddressPolicy>, Verdict> {
+    match input.namespace_policies.get(namespace) {
+        None => Ok(None),
+        Some(Ok(policy)) => Ok(Some(policy.clone())),
+        Some(Err(message)) => Err(Verdict::rejected(
+            "UpstreamPolicyInvalid",
+            format!("namespace {namespace}: {message}"),
+        )),
+    }
+}
+
 fn server_spec(server: &McpServer, secrets: &SecretData) -> Result<ServerSpec, Verdict> {
     let (namespace, name) = object_ref(server);
     let spec = &server.spec;
@@ -544,6 +570,7 @@ fn server_spec(server: &McpServer, secrets: &SecretData) -> Result<ServerSpec, V
             Some(auth) => upstream_auth(auth, &namespace, secrets)?,
         },
         limits: spec.limits.as_ref().map(limits),
+        upstream_policy: None, // the namespace's, set by render
     })
 }
 
@@ -790,7 +817,75 @@ mod tests {
             secrets,
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+            namespace_policies: &NamespacePolicies::new(),
         })
+    }
+
+    #[test]
+    fn a_namespace_policy_reaches_its_servers_specs_and_a_bad_one_refuses_them() {
+        let servers = [
+            server(
+                "team-a",
+                "inside",
+                3,
+                serde_json::json!({"url": "http://tools.team-a.svc/mcp"}),
+            ),
+            server(
+                "team-a",
+                "outside",
+                2,
+                serde_json::json!({"url": "http://tools.team-b.svc/mcp"}),
+            ),
+            server(
+                "team-b",
+                "free",
+                1,
+                serde_json::json!({"url": "http://tools.team-b.svc/mcp"}),
+            ),
+            server(
+                "team-c",
+                "any",
+                0,
+                serde_json::json!({"url": "http://tools.team-c.svc/mcp"}),
+            ),
+        ];
+        let policy = ServerAddressPolicy {
+            hosts: vec!["*.team-a.svc".into()],
+            networks: vec![],
+        };
+        let policies: NamespacePolicies = [
+            ("team-a".to_string(), Ok(policy.clone())),
+            (
+                "team-c".to_string(),
+                Err("annotation x, entry 0: bad".to_string()),
+            ),
+        ]
+        .into();
+        let out = render(RenderInput {
+            servers: &servers,
+            keys: &[],
+            models: &[],
+            secrets: &SecretData::new(),
+            settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+            namespace_policies: &policies,
+        });
+        let reason = |ns: &str, name: &str| out.servers[&(ns.to_string(), name.to_string())].reason;
+        assert_eq!(reason("team-a", "inside"), "Accepted");
+        assert_eq!(reason("team-a", "outside"), "UpstreamAddressDenied");
+        assert_eq!(reason("team-b", "free"), "Accepted");
+        assert_eq!(reason("team-c", "any"), "UpstreamPolicyInvalid");
+        let specs: Vec<_> = out
+            .snapshot
+            .servers
+            .iter()
+            .map(|s| (s.id(), s.upstream_policy.clone()))
+            .collect();
+        assert_eq!(
+            specs,
+            [("team-a/inside", Some(policy)), ("team-b/free", None)],
+            "the gateways get the policy with the spec"
+        );
     }
 
     fn model(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> ModelRoute {

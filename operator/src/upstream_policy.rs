@@ -8,13 +8,72 @@
 //! The cluster-wide policy comes from the operator's flags and reaches the gateways in the
 //! snapshot (`gateway.upstreamNetworks`); the API server's own addresses are added to its
 //! `denyEndpoints` unless `--allow-api-server-upstream` is given ([`api_server_endpoints`]).
+//!
+//! A namespace can be narrowed further by annotations on the Namespace object (who may edit
+//! Namespaces is a cluster-level permission, so tenants cannot loosen or lift it):
+//! [`HOSTS_ANNOTATION`] lists the host names its McpServers may use, [`NETWORKS_ANNOTATION`] the
+//! networks their addresses must be in. The policy is copied into each server's spec
+//! (`upstreamPolicy`), so the gateways enforce it at connect time and on redirects too. An
+//! annotation that does not parse refuses every McpServer in the namespace (reason
+//! `UpstreamPolicyInvalid`): a policy that failed to read must not fail open.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
-use switchboard_snapshot::{NetworkPolicy, ServerSpec, UpstreamNetworks};
+use switchboard_snapshot::{
+    NetworkPolicy, ScopedPolicy, ServerAddressPolicy, ServerSpec, UpstreamNetworks,
+};
+
+/// Namespace annotation: host names (`mcp.example.com`, `*.team-a.svc.cluster.local`, or an
+/// address), comma-separated, that the namespace's McpServers may name in their URLs.
+pub const HOSTS_ANNOTATION: &str = "switchboard.dev/upstream-hosts";
+/// Namespace annotation: networks (CIDR or address), comma-separated, that every address of
+/// the namespace's McpServers must be in.
+pub const NETWORKS_ANNOTATION: &str = "switchboard.dev/upstream-networks";
+
+/// A namespace's policy from its annotations: `Ok(None)` when it has neither; the error names
+/// the annotation and the entry.
+pub fn namespace_policy(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<ServerAddressPolicy>, String> {
+    let list = |name: &str| -> Option<Vec<String>> {
+        annotations.get(name).map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+    };
+    let (hosts, networks) = (list(HOSTS_ANNOTATION), list(NETWORKS_ANNOTATION));
+    if hosts.is_none() && networks.is_none() {
+        return Ok(None);
+    }
+    let policy = ServerAddressPolicy {
+        hosts: hosts.unwrap_or_default(),
+        networks: networks.unwrap_or_default(),
+    };
+    ScopedPolicy::parse(&policy).map_err(|errors| {
+        errors
+            .into_iter()
+            .map(|(field, message)| {
+                let annotation = if field.starts_with("hosts") {
+                    HOSTS_ANNOTATION
+                } else {
+                    NETWORKS_ANNOTATION
+                };
+                let entry = field
+                    .split_once('[')
+                    .map_or("", |(_, rest)| rest.trim_end_matches(']'));
+                format!("annotation {annotation}, entry {entry}: {message}")
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    Ok(Some(policy))
+}
 
 /// The names every pod can reach the API server by, through cluster DNS.
 const API_SERVER_NAMES: &[&str] = &[
@@ -67,6 +126,15 @@ impl UpstreamPolicy {
             }
             if let Err(denied) = self.networks.check_url(&url) {
                 return Err(format!("spec.{field}: {denied}"));
+            }
+            if let Some(Ok(scoped)) = spec.upstream_policy.as_ref().map(ScopedPolicy::parse)
+                && let Err(denied) = scoped.check_url(&url)
+            {
+                return Err(format!(
+                    "spec.{field}: {} is not allowed in namespace {} ({}; the Namespace's \
+                     annotations {HOSTS_ANNOTATION} and {NETWORKS_ANNOTATION} say what is)",
+                    denied.address, spec.namespace, denied.rule
+                ));
             }
         }
         Ok(())
@@ -185,6 +253,66 @@ mod tests {
         assert_eq!(
             lenient.check(&spec("https://kubernetes.default.svc/api", None)),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn a_namespace_policy_narrows_what_its_servers_may_use() {
+        let annotations = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        assert_eq!(namespace_policy(&annotations(&[("other", "x")])), Ok(None));
+        let policy = namespace_policy(&annotations(&[
+            (
+                HOSTS_ANNOTATION,
+                " *.team-a.svc.cluster.local, mcp.example.com ,10.0.0.7,",
+            ),
+            (NETWORKS_ANNOTATION, "10.0.0.0/24"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(policy.hosts.len(), 3);
+        let cluster = UpstreamPolicy::new(&UpstreamNetworks::default(), true).unwrap();
+        let in_namespace = |url: &str| {
+            let mut s = spec(url, None);
+            s.namespace = "team-a".into();
+            s.upstream_policy = Some(policy.clone());
+            cluster.check(&s)
+        };
+        assert_eq!(
+            in_namespace("http://tools.team-a.svc.cluster.local/mcp"),
+            Ok(())
+        );
+        assert_eq!(in_namespace("http://10.0.0.7:8080/mcp"), Ok(()));
+        let refused = in_namespace("http://tools.team-b.svc.cluster.local/mcp").unwrap_err();
+        assert!(
+            refused.starts_with(
+                "spec.url: tools.team-b.svc.cluster.local is not allowed in namespace team-a"
+            ),
+            "{refused}"
+        );
+        assert!(refused.contains(HOSTS_ANNOTATION), "{refused}");
+        // Never wider than the cluster: the metadata address stays denied.
+        let mut metadata = policy.clone();
+        metadata.hosts.push("169.254.169.254".into());
+        metadata.networks.push("169.254.0.0/16".into());
+        let mut s = spec("http://169.254.169.254/", None);
+        s.upstream_policy = Some(metadata);
+        assert!(
+            cluster
+                .check(&s)
+                .unwrap_err()
+                .contains("gateway.upstreamNetworks")
+        );
+
+        let bad = namespace_policy(&annotations(&[(NETWORKS_ANNOTATION, "10.0.0.0/8, ten")]))
+            .unwrap_err();
+        assert!(
+            bad.contains(NETWORKS_ANNOTATION) && bad.contains("entry 1"),
+            "{bad}"
         );
     }
 

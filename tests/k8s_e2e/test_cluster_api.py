@@ -565,6 +565,56 @@ def test_metadata_and_api_server_upstreams_are_refused_with_a_condition(world: W
     world.cluster.kubectl("delete", "mcpserver", *names, "-n", "default")
 
 
+def test_a_namespace_policy_narrows_what_its_servers_may_reach(world: World, key: str):
+    """Namespace annotations switchboard.dev/upstream-hosts and -networks: refused at admission
+    for a host outside them (condition UpstreamAddressDenied naming the annotation), refused by
+    the gateways at connect time for a name resolving outside the networks (the operator's
+    probe says the same), an annotation that does not parse refuses the namespace's servers
+    (UpstreamPolicyInvalid), and removing the annotations serves again."""
+    ns, name = "team-pol", "polbox"
+    port = world.upstream.mcp_url.rsplit(":", 1)[1].split("/", 1)[0]
+    world.cluster.kubectl("create", "namespace", ns)
+    world.cluster.apply(mcp_server(name, ns, url=f"http://localhost:{port}/mcp", allowAllKeys=True, allowedNamespaces=["*"]))
+    world.kubectl_wait_ready(name, ns, timeout=30)
+
+    def annotate(**values: str | None) -> None:
+        args = [f"switchboard.dev/upstream-{k}={v}" if v is not None else f"switchboard.dev/upstream-{k}-"
+                for k, v in values.items()]  # fmt: skip
+        world.cluster.kubectl("annotate", "--overwrite", "namespace", ns, *args)
+
+    def served_on_every_gateway(status: int) -> bool:
+        return all(rest_call(gw, key, f"{name}__add", {"a": 1, "b": 2}).status_code == status for gw in world.gateways.values())
+
+    wait_until(lambda: served_on_every_gateway(200), 15, what="the server served before any policy")
+
+    annotate(hosts="*.team-pol.svc.cluster.local")
+    c, _ = world.wait_condition("mcpserver", name, ns, "Accepted", "False", 15)
+    assert c["reason"] == "UpstreamAddressDenied", c
+    assert "not allowed in namespace team-pol" in c["message"] and "switchboard.dev/upstream-hosts" in c["message"], c
+    wait_until(lambda: served_on_every_gateway(404), 15, what="the refused server gone from every gateway")
+
+    # The host is allowed, but it resolves to loopback, outside the networks: admitted (a name
+    # is judged where it is resolved), then refused by every gateway when connecting.
+    annotate(hosts="localhost", networks="10.0.0.0/8")
+    world.wait_condition("mcpserver", name, ns, "Accepted", "True", 15)
+    c, _ = world.wait_condition("mcpserver", name, ns, "Ready", lambda c: c.get("reason") == "UpstreamAddressDenied", 30)
+    assert c["status"] == "False", c
+    for gw in world.gateways.values():
+        r = rest_call(gw, key, f"{name}__add", {"a": 1, "b": 2})
+        assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_address_denied", r.text
+        assert "not in its networks" in r.json()["error"]["message"], r.text
+
+    annotate(networks="10.0.0.0/8,ten")
+    c, _ = world.wait_condition("mcpserver", name, ns, "Accepted", lambda c: c.get("reason") == "UpstreamPolicyInvalid", 15)
+    assert "switchboard.dev/upstream-networks, entry 1" in c["message"], c
+
+    annotate(hosts=None, networks=None)
+    world.kubectl_wait_ready(name, ns, timeout=30)
+    wait_until(lambda: served_on_every_gateway(200), 15, what="the server served again without the policy")
+    control_call(world, key)
+    world.cluster.kubectl("delete", "mcpserver", name, "-n", ns)
+
+
 def test_header_values_with_cr_lf_are_refused_naming_the_field(world: World, key: str):
     # A literal value: refused at admission, or left out with InvalidSpec; never sent.
     p = world.cluster.apply(

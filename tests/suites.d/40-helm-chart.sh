@@ -286,6 +286,7 @@ rbac_operator() {
   can yes "$as_op" update leases.coordination.k8s.io -n "$ns" || rc=1
   can yes "$as_op" create configmaps -n "$ns" || rc=1
   can yes "$as_op" update configmaps -n "$ns" || rc=1
+  can yes "$as_op" watch namespaces || rc=1
   return $rc
 }
 rbac_operator_not() {
@@ -299,6 +300,7 @@ rbac_operator_not() {
   can no "$as_op" create configmaps -n default || rc=1
   can no "$as_op" delete configmaps -n "$ns" || rc=1
   can no "$as_op" list pods -A || rc=1
+  can no "$as_op" update namespaces || rc=1
   can no "$as_op" create serviceaccounts/token -n "$ns" || rc=1
   can no "$as_op" create subjectaccessreviews.authorization.k8s.io || rc=1
   can no "$as_op" '*' '*' -A || rc=1

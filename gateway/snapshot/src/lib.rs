@@ -12,5 +12,5 @@ pub mod secret;
 
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
-pub use networks::{Denied, NetworkPolicy, UpstreamNetworks};
+pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};

@@ -8,7 +8,7 @@ use std::fmt;
 use crate::key_hash::{hash_key, parse_hash};
 use crate::model::{ModelSpec, RequestLimits, SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
 use crate::names::{is_dns_label, is_header_name, is_header_value};
-use crate::networks::NetworkPolicy;
+use crate::networks::{NetworkPolicy, ScopedPolicy};
 use crate::secret::{SecretLookup, SecretSource};
 
 /// One problem in one field.
@@ -397,6 +397,8 @@ struct Validator {
     errors: Vec<FieldError>,
     /// Upstream URLs with a literal address are checked against it.
     networks: NetworkPolicy,
+    /// The server being checked's own policy: its URLs' hosts are checked against it too.
+    scoped: Option<ScopedPolicy>,
 }
 
 impl Validator {
@@ -464,6 +466,21 @@ impl Validator {
     }
 
     fn server(&mut self, i: usize, server: &ServerSpec) {
+        self.scoped = match server.upstream_policy.as_ref().map(ScopedPolicy::parse) {
+            Some(Ok(policy)) => Some(policy),
+            Some(Err(errors)) => {
+                for (field, message) in errors {
+                    self.err(format!("servers[{i}].upstreamPolicy.{field}"), message);
+                }
+                None
+            }
+            None => None,
+        };
+        self.server_fields(i, server);
+        self.scoped = None;
+    }
+
+    fn server_fields(&mut self, i: usize, server: &ServerSpec) {
         let path = format!("servers[{i}]");
         self.limits(&format!("{path}.limits"), server.limits.as_ref());
         if !is_dns_label(&server.name) {
@@ -603,7 +620,8 @@ impl Validator {
     fn upstream_url(&mut self, path: String, url: &str) {
         match url::Url::parse(url) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
-                if let Err(denied) = self.networks.check_url(&u) {
+                let scoped = self.scoped.as_ref().map_or(Ok(()), |p| p.check_url(&u));
+                if let Err(denied) = self.networks.check_url(&u).and(scoped) {
                     self.err(path, denied.to_string());
                 }
             }

@@ -189,6 +189,10 @@ pub struct ServerSpec {
     /// Limits on the calls this replica forwards to the upstream, across all keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<RequestLimits>,
+    /// The hosts and networks this server may reach, within `gateway.upstreamNetworks` (the
+    /// operator sets it from the namespace's annotations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_policy: Option<crate::networks::ServerAddressPolicy>,
 }
 
 /// Request limits, enforced by each replica on its own (N replicas admit up to N times the

@@ -11,6 +11,11 @@
 //! The same policy is checked three times: when a config or snapshot is validated (literal
 //! addresses in URLs), when the gateway connects (every address a name resolves to) and on every
 //! redirect the gateway would follow.
+//!
+//! A server may carry its own, narrower policy ([`ServerAddressPolicy`], `servers[].upstreamPolicy`;
+//! the operator fills it from the annotations of the McpServer's namespace): the hosts its URLs
+//! may name and the networks its addresses must be in. It only ever narrows the gateway-wide
+//! policy, checked at the same three points.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -68,11 +73,16 @@ pub struct NetworkPolicy {
 
 /// Why an address was refused; says which rule, never the URL (it may carry credentials).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{address} is denied by gateway.upstreamNetworks ({rule})")]
+#[error("{address} is denied by {policy} ({rule})")]
 pub struct Denied {
     pub address: String,
     pub rule: String,
+    /// Which policy: `gateway.upstreamNetworks` or the server's `upstreamPolicy`.
+    pub policy: &'static str,
 }
+
+const GATEWAY_POLICY: &str = "gateway.upstreamNetworks";
+const SERVER_POLICY: &str = "the server's upstreamPolicy";
 
 impl NetworkPolicy {
     /// Parses the written policy; errors are `(field, message)` with the field relative to
@@ -131,6 +141,7 @@ impl NetworkPolicy {
             return Err(Denied {
                 address: addr.to_string(),
                 rule: "denyEndpoints".into(),
+                policy: GATEWAY_POLICY,
             });
         }
         let ip = addr.ip();
@@ -138,6 +149,7 @@ impl NetworkPolicy {
             Some(net) if !self.allow.iter().any(|a| a.contains(&ip)) => Err(Denied {
                 address: ip.to_string(),
                 rule: format!("deny {net}"),
+                policy: GATEWAY_POLICY,
             }),
             _ => Ok(()),
         }
@@ -151,6 +163,7 @@ impl NetworkPolicy {
             return Err(Denied {
                 address: ip.to_string(),
                 rule: format!("denyEndpoints {endpoint}"),
+                policy: GATEWAY_POLICY,
             });
         }
         self.check(SocketAddr::new(ip, 0))
@@ -165,6 +178,157 @@ impl NetworkPolicy {
         };
         let port = url.port_or_known_default().unwrap_or(80);
         self.check(SocketAddr::new(ip, port))
+    }
+}
+
+/// `servers[].upstreamPolicy`: what one server may reach, within the gateway-wide policy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerAddressPolicy {
+    /// Host names the server's URLs (its token endpoint's and every redirect's included) may
+    /// name: exact (`mcp.example.com`), a wildcard for subdomains (`*.team-a.svc.cluster.local`),
+    /// or a literal address. Empty: any host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// Networks (CIDR, or a single address) every address the server is reached at must be in.
+    /// Empty: any address the gateway-wide policy allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<String>,
+}
+
+/// A parsed [`ServerAddressPolicy`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScopedPolicy {
+    hosts: Vec<HostPattern>,
+    networks: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum HostPattern {
+    Exact(String),
+    /// `*.suffix`: any name ending in `.suffix` (not `suffix` itself).
+    Subdomains(String),
+    Address(IpAddr),
+}
+
+impl HostPattern {
+    fn parse(text: &str) -> Option<HostPattern> {
+        let text = text.trim().trim_end_matches('.').to_ascii_lowercase();
+        if let Ok(ip) = text.trim_matches(['[', ']']).parse::<IpAddr>() {
+            return Some(HostPattern::Address(ip.to_canonical()));
+        }
+        let (wildcard, name) = match text.strip_prefix("*.") {
+            Some(rest) => (true, rest.to_string()),
+            None => (false, text),
+        };
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if name.is_empty() || !name.split('.').all(label_ok) {
+            return None;
+        }
+        Some(if wildcard {
+            HostPattern::Subdomains(name)
+        } else {
+            HostPattern::Exact(name)
+        })
+    }
+
+    fn admits(&self, host: &url::Host<&str>) -> bool {
+        match (self, host) {
+            (HostPattern::Address(a), url::Host::Ipv4(ip)) => *a == IpAddr::V4(*ip),
+            (HostPattern::Address(a), url::Host::Ipv6(ip)) => *a == IpAddr::V6(*ip).to_canonical(),
+            (HostPattern::Exact(name), url::Host::Domain(d)) => {
+                d.trim_end_matches('.').eq_ignore_ascii_case(name)
+            }
+            (HostPattern::Subdomains(suffix), url::Host::Domain(d)) => {
+                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                d.len() > suffix.len() + 1
+                    && d.ends_with(suffix.as_str())
+                    && d.as_bytes()[d.len() - suffix.len() - 1] == b'.'
+            }
+            _ => false,
+        }
+    }
+}
+
+impl ScopedPolicy {
+    /// Parses the written policy; errors are `(field, message)` relative to `upstreamPolicy`.
+    pub fn parse(policy: &ServerAddressPolicy) -> Result<ScopedPolicy, Vec<(String, String)>> {
+        let mut errors = Vec::new();
+        let hosts = policy
+            .hosts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                let parsed = HostPattern::parse(text);
+                if parsed.is_none() {
+                    errors.push((
+                        format!("hosts[{i}]"),
+                        format!("{text:?} is not a host name, *.domain wildcard or address"),
+                    ));
+                }
+                parsed
+            })
+            .collect();
+        let networks = policy
+            .networks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                let parsed = parse_net(text);
+                if parsed.is_none() {
+                    errors.push((
+                        format!("networks[{i}]"),
+                        format!(
+                            "{text:?} is not a network (CIDR such as 10.0.0.0/8) or an address"
+                        ),
+                    ));
+                }
+                parsed
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(ScopedPolicy { hosts, networks })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Whether the server may be reached at `ip` (any port).
+    pub fn check_ip(&self, ip: IpAddr) -> Result<(), Denied> {
+        let ip = ip.to_canonical();
+        if self.networks.is_empty() || self.networks.iter().any(|n| n.contains(&ip)) {
+            return Ok(());
+        }
+        Err(Denied {
+            address: ip.to_string(),
+            rule: "not in its networks".into(),
+            policy: SERVER_POLICY,
+        })
+    }
+
+    /// Whether a URL's host is one the server may name, and a literal address one it may use.
+    pub fn check_url(&self, url: &url::Url) -> Result<(), Denied> {
+        let Some(host) = url.host() else {
+            return Ok(()); // (URLs without a host are refused by validation)
+        };
+        if !self.hosts.is_empty() && !self.hosts.iter().any(|p| p.admits(&host)) {
+            return Err(Denied {
+                address: host.to_string(),
+                rule: "not one of its hosts".into(),
+                policy: SERVER_POLICY,
+            });
+        }
+        match host {
+            url::Host::Ipv4(ip) => self.check_ip(IpAddr::V4(ip)),
+            url::Host::Ipv6(ip) => self.check_ip(IpAddr::V6(ip)),
+            url::Host::Domain(_) => Ok(()),
+        }
     }
 }
 
@@ -251,6 +415,75 @@ mod tests {
         );
         let https = url::Url::parse("https://10.1.0.1:6443/api").unwrap();
         assert!(p.check_url(&https).is_err());
+    }
+
+    fn scoped(hosts: &[&str], networks: &[&str]) -> ScopedPolicy {
+        let strings = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        ScopedPolicy::parse(&ServerAddressPolicy {
+            hosts: strings(hosts),
+            networks: strings(networks),
+        })
+        .unwrap()
+    }
+
+    fn url(text: &str) -> url::Url {
+        url::Url::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_server_policy_admits_only_its_hosts_and_networks() {
+        let p = scoped(
+            &["mcp.example.com", "*.team-a.svc", "10.9.0.1"],
+            &["10.9.0.0/16"],
+        );
+        for allowed in [
+            "http://mcp.example.com/mcp",
+            "http://MCP.example.com./mcp",
+            "http://tools.team-a.svc:8080/mcp",
+            "http://a.b.team-a.svc/mcp",
+            "http://10.9.0.1/mcp",
+        ] {
+            assert_eq!(p.check_url(&url(allowed)), Ok(()), "{allowed}");
+        }
+        for denied in [
+            "http://team-a.svc/mcp",           // the wildcard is for subdomains
+            "http://evil-team-a.svc/mcp",      // not a label boundary
+            "http://mcp.example.com.evil/mcp", // suffix of another name
+            "http://kubernetes.default.svc/",
+            "http://10.9.0.2/mcp", // in the networks, but not a listed host
+        ] {
+            let e = p.check_url(&url(denied)).unwrap_err();
+            assert_eq!(e.policy, SERVER_POLICY, "{denied}");
+        }
+        assert_eq!(p.check_ip("10.9.3.4".parse().unwrap()), Ok(()));
+        assert_eq!(p.check_ip("::ffff:10.9.3.4".parse().unwrap()), Ok(()));
+        assert!(p.check_ip("10.8.0.1".parse().unwrap()).is_err());
+
+        let networks_only = scoped(&[], &["10.9.0.0/16"]);
+        assert_eq!(
+            networks_only.check_url(&url("http://anything.example/")),
+            Ok(())
+        );
+        assert!(
+            networks_only
+                .check_url(&url("http://192.168.1.1/"))
+                .is_err()
+        );
+        assert_eq!(
+            ScopedPolicy::default().check_url(&url("http://1.2.3.4/")),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn bad_server_policy_entries_name_their_field() {
+        let errors = ScopedPolicy::parse(&ServerAddressPolicy {
+            hosts: vec!["ok.example".into(), "bad host".into(), "*.".into()],
+            networks: vec!["10.0.0.0/33".into()],
+        })
+        .unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(fields, ["hosts[1]", "hosts[2]", "networks[0]"]);
     }
 
     #[test]

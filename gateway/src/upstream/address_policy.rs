@@ -6,22 +6,46 @@
 //!
 //! A resolver sees no port, so an address listed in `denyEndpoints` is refused on every port
 //! when it is reached by name (on its own port when reached by a literal address).
+//!
+//! A server with its own `upstreamPolicy` gets its own HTTP client (one per distinct policy,
+//! kept by `Upstreams`), whose resolver applies both policies: a resolver only sees a host name,
+//! not which server asked.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use switchboard_snapshot::NetworkPolicy;
+use switchboard_snapshot::{Denied, NetworkPolicy, ScopedPolicy};
 
-/// Resolves with the system resolver and keeps only the addresses the current policy allows.
+/// Resolves with the system resolver and keeps only the addresses the current policy (and the
+/// server's own, for a server's client) allows.
 pub struct PolicyResolver {
     pub policy: Arc<ArcSwap<NetworkPolicy>>,
+    pub scoped: Option<Arc<ScopedPolicy>>,
+}
+
+/// A server's own policy, parsed, with the hash its HTTP client is kept under.
+#[derive(Debug)]
+pub struct ServerScope {
+    pub key: u64,
+    pub policy: Arc<ScopedPolicy>,
+}
+
+/// Both policies' verdict on a URL (its host, and a literal address).
+pub fn check_url(
+    gateway: &NetworkPolicy,
+    scope: Option<&ServerScope>,
+    url: &url::Url,
+) -> Result<(), Denied> {
+    gateway.check_url(url)?;
+    scope.map_or(Ok(()), |s| s.policy.check_url(url))
 }
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let policy = self.policy.clone();
+        let scoped = self.scoped.clone();
         Box::pin(async move {
             let host = name.as_str().to_string();
             let resolved: Vec<SocketAddr> =
@@ -30,11 +54,14 @@ impl Resolve for PolicyResolver {
             let mut denied = None;
             let allowed: Vec<SocketAddr> = resolved
                 .into_iter()
-                .filter(|addr| match policy.check_any_port(addr.ip()) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        denied.get_or_insert(e);
-                        false
+                .filter(|addr| {
+                    let scoped = scoped.as_ref().map_or(Ok(()), |s| s.check_ip(addr.ip()));
+                    match policy.check_any_port(addr.ip()).and(scoped) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            denied.get_or_insert(e);
+                            false
+                        }
                     }
                 })
                 .collect();

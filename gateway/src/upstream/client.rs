@@ -29,7 +29,7 @@ use crate::mcp::protocol::{
 };
 use crate::mcp::{capabilities, protocol};
 use crate::table::Server;
-use crate::upstream::address_policy::PolicyResolver;
+use crate::upstream::address_policy::{self, PolicyResolver};
 use crate::upstream::request_credential::{RequestCredential, SHARED_PARTITION};
 use crate::upstream::sse::{SseDecoder, SseError, SseEvent};
 use crate::upstream::wire::response_from_body;
@@ -166,6 +166,8 @@ pub struct Upstreams {
     client_info: Value,
     /// `gateway.upstreamNetworks`, shared with the client's resolver.
     networks: Arc<ArcSwap<NetworkPolicy>>,
+    /// Clients for servers with their own `upstreamPolicy`, by the policy's hash.
+    scoped_clients: RwLock<HashMap<u64, reqwest::Client>>,
 }
 
 impl Default for Upstreams {
@@ -179,29 +181,56 @@ impl Upstreams {
         let networks = Arc::new(ArcSwap::from_pointee(
             NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default(),
         ));
-        let http = reqwest::Client::builder()
-            .dns_resolver(Arc::new(PolicyResolver {
-                policy: networks.clone(),
-            }))
-            // Redirects are followed by hand so that credentials never cross origins.
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .tcp_nodelay(true)
-            .build()
-            .unwrap_or_default();
         Upstreams {
-            http,
+            http: http_client(&networks, None),
             states: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
             networks,
+            scoped_clients: RwLock::default(),
         }
     }
 
-    /// The network policy of the snapshot now served (new connections and redirects use it).
-    pub fn set_networks(&self, policy: NetworkPolicy) {
+    /// The network policy of the snapshot now served (new connections and redirects use it),
+    /// and the servers it serves: clients of server policies no server has any more go.
+    pub fn set_networks(&self, policy: NetworkPolicy, servers: &[Arc<Server>]) {
         self.networks.store(Arc::new(policy));
+        let live: std::collections::HashSet<u64> = servers
+            .iter()
+            .filter_map(|s| s.scope.as_ref())
+            .map(|s| s.key)
+            .collect();
+        self.scoped_clients
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|key, _| live.contains(key));
+    }
+
+    /// Whether a URL may be used for a server under both policies (its host, and a literal
+    /// address; names are checked again as they resolve).
+    pub fn allows(&self, server: &Server, url: &url::Url) -> Result<(), Denied> {
+        address_policy::check_url(&self.networks.load(), server.scope.as_ref(), url)
+    }
+
+    /// The HTTP client for a server: the shared one, or the one for its own policy.
+    pub fn http_for(&self, server: &Server) -> reqwest::Client {
+        let Some(scope) = &server.scope else {
+            return self.http.clone();
+        };
+        if let Some(client) = self
+            .scoped_clients
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&scope.key)
+        {
+            return client.clone();
+        }
+        self.scoped_clients
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(scope.key)
+            .or_insert_with(|| http_client(&self.networks, Some(scope.policy.clone())))
+            .clone()
     }
 
     /// Forgets upstreams that are no longer in the routing table (or changed revision).
@@ -227,7 +256,8 @@ impl Upstreams {
             .clone()
     }
 
-    /// The pooled HTTP client, shared with token requests.
+    /// The pooled HTTP client for what is not a server's (models, other replicas); a server's
+    /// requests go through [`Upstreams::http_for`].
     pub fn http(&self) -> &reqwest::Client {
         &self.http
     }
@@ -320,7 +350,7 @@ impl Upstreams {
                 &mut headers,
             );
             let sent = self
-                .http
+                .http_for(call.server)
                 .delete(call.server.url.clone())
                 .headers(headers)
                 .timeout(call.budget)
@@ -431,7 +461,7 @@ impl Upstreams {
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && call.stream && reply.is_event_stream() {
                 let cancel = Canceller {
-                    http: self.http.clone(),
+                    http: self.http_for(call.server),
                     url: reply.url.clone(),
                     headers: reply.sent_headers.clone(),
                 };
@@ -556,16 +586,16 @@ impl Upstreams {
         );
         let body = bytes::Bytes::from(body);
         let mut url = call.server.url.clone();
+        let http = self.http_for(call.server);
         for _ in 0..=MAX_REDIRECTS {
-            // The first URL passed validation under this policy, but a redirect target did not.
-            if let Err(denied) = self.networks.load().check_url(&url) {
+            // The first URL passed validation under these policies, but a redirect target did not.
+            if let Err(denied) = self.allows(call.server, &url) {
                 return Err(GatewayError::UpstreamAddressDenied {
                     server: call.server.id().to_string(),
                     denied,
                 });
             }
-            let response = self
-                .http
+            let response = http
                 .post(url.clone())
                 .headers(headers.clone())
                 .body(body.clone())
@@ -868,6 +898,25 @@ impl Reply {
             detail: format!("HTTP {}", self.status.as_u16()),
         }
     }
+}
+
+/// A pooled client whose resolver applies `networks` (and a server's own policy).
+fn http_client(
+    networks: &Arc<ArcSwap<NetworkPolicy>>,
+    scoped: Option<Arc<switchboard_snapshot::ScopedPolicy>>,
+) -> reqwest::Client {
+    reqwest::Client::builder()
+        .dns_resolver(Arc::new(PolicyResolver {
+            policy: networks.clone(),
+            scoped,
+        }))
+        // Redirects are followed by hand so that credentials never cross origins.
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(256)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_default()
 }
 
 fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
