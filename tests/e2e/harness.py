@@ -812,11 +812,12 @@ async def read_asgi_request(scope: dict, receive: Any) -> tuple[bytes, dict[str,
 
 
 class AsgiServer:
-    """Serves an ASGI app with uvicorn in a thread on 127.0.0.1 and a free port (for tiny
-    purpose-built upstreams written inside a test)."""
+    """Serves an ASGI app with uvicorn in a thread on 127.0.0.1 (or another loopback address)
+    and a free port (for tiny purpose-built upstreams written inside a test)."""
 
-    def __init__(self, app: Any, name: str = "asgi-server", lifespan: str = "off"):
+    def __init__(self, app: Any, name: str = "asgi-server", lifespan: str = "off", host: str = "127.0.0.1"):
         self.app = app
+        self._host = host
         self._name = name
         self._lifespan = lifespan
         self.url = ""
@@ -829,10 +830,10 @@ class AsgiServer:
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((self._host, 0))
         sock.listen(128)
         self._sock = sock
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self.url = f"http://{self._host}:{sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.app, log_level="warning", access_log=False, lifespan=self._lifespan, interface="asgi3"
         )
@@ -1030,8 +1031,8 @@ def token_exchange_auth(upstream: Upstream, client_id: str, **extra: Any) -> dic
 
 
 @contextlib.contextmanager
-def asgi_server(app: Any) -> Iterator[AsgiServer]:
-    srv = AsgiServer(app).start()
+def asgi_server(app: Any, host: str = "127.0.0.1") -> Iterator[AsgiServer]:
+    srv = AsgiServer(app, host=host).start()
     try:
         yield srv
     finally:

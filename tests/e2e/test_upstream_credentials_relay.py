@@ -206,10 +206,12 @@ def test_protected_resource_metadata_names_the_upstreams_authorization_servers(r
 
 class RichChallenge:
     """An upstream that refuses everything with a detailed challenge, and serves its
-    protected-resource metadata at a non-default path named by that challenge."""
+    protected-resource metadata at a non-default path named by that challenge (on its own
+    origin, or on `metadata_origin`, another server running this app)."""
 
-    def __init__(self):
+    def __init__(self, metadata_origin: str | None = None):
         self.metadata_fetches = 0
+        self.metadata_origin = metadata_origin
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -229,8 +231,9 @@ class RichChallenge:
             )
             await send({"type": "http.response.body", "body": json.dumps(doc).encode()})
             return
+        origin = self.metadata_origin or f"http://{host}"
         challenge = (
-            f'Bearer resource_metadata="http://{host}/meta/prm.json", error="insufficient_scope", '
+            f'Bearer resource_metadata="{origin}/meta/prm.json", error="insufficient_scope", '
             'scope="files:read files:write", error_description="token lacks files:write"'
         )
         await send(
@@ -268,6 +271,40 @@ def test_challenge_fields_are_copied_and_metadata_comes_from_where_the_upstream_
         assert doc["scopes_supported"] == ["files:read", "files:write"], doc
         assert doc["resource"] == f"{gw.url}/mcp/files", doc
         assert app.metadata_fetches >= 1
+
+
+@pytest.mark.parametrize("denied", [False, True], ids=["control", "denied"])
+def test_metadata_the_challenge_names_is_fetched_only_from_an_allowed_address(gateways, denied):
+    """The challenge is the upstream's to write: the metadata URL it names passes the address
+    policy before the gateway fetches it (a literal address never meets the resolver)."""
+    client_key = new_secret("client-key")
+    elsewhere = RichChallenge()
+    with asgi_server(elsewhere, host="127.0.0.2") as metadata_host:
+        app = RichChallenge(metadata_origin=metadata_host.url)
+        with asgi_server(app) as upstream:
+            networks = {"upstreamNetworks": {"deny": ["127.0.0.2/32"]}} if denied else {}
+            config = gateway_config(
+                [server("files", f"{upstream.url}/mcp", auth={"type": "passthrough"})],
+                [key("client", client_key, ["files"])],
+                **networks,
+            )
+            gw = gateways.start(config)
+            caller = {KEY_HEADER: client_key, "Authorization": "Bearer some-user-token"}
+            r = httpx.post(
+                f"{gw.url}/mcp-rest/tools/call",
+                json={"name": "read", "server_id": "files", "arguments": {"path": "/x"}},
+                headers=caller,
+                timeout=15,
+            )
+            assert r.status_code == 401, r.text
+            doc = httpx.get(metadata_url(gw, "files"), timeout=15)
+            if denied:
+                assert doc.status_code == 502, doc.text
+                assert elsewhere.metadata_fetches == 0, "fetched metadata from a denied address"
+                assert "protected-resource metadata not fetched" in gw.logs()
+            else:
+                assert doc.status_code == 200 and doc.json()["authorization_servers"] == ["https://idp.example/tenant-7"]
+                assert elsewhere.metadata_fetches >= 1
 
 
 # --------------------------------------------------------------------------------------------
