@@ -39,6 +39,8 @@ pub struct Config {
     pub settings: GatewaySettings,
     /// Admission of upstream addresses (the same networks as `settings.upstream_networks`).
     pub upstreams: crate::upstream_policy::UpstreamPolicy,
+    /// `--secret-selector`: only Secrets with these labels (and the operator's own) are seen.
+    pub secret_selector: Option<String>,
 }
 
 pub struct Controller {
@@ -155,12 +157,25 @@ impl Controller {
             whole,
             self.dirty.clone(),
         );
-        let secrets = watch_into(
-            Api::<Secret>::all(self.client.clone()),
-            all().fields(IGNORED_SECRET_TYPES),
-            trim_secret,
-            self.dirty.clone(),
-        );
+        // With a selector, two watches: the selected Secrets, and the operator's own (the
+        // snapshot Secret, generated keys), which a label selector cannot OR in.
+        let own = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+        let secret_selectors = match &self.config.secret_selector {
+            None => vec![None],
+            Some(selector) => vec![Some(selector.as_str()), Some(own.as_str())],
+        };
+        let secrets: Vec<Store<Secret>> = secret_selectors
+            .into_iter()
+            .map(|selector| {
+                let config = all().fields(IGNORED_SECRET_TYPES);
+                watch_into(
+                    Api::<Secret>::all(self.client.clone()),
+                    selector.map_or(config.clone(), |s| config.labels(s)),
+                    trim_secret,
+                    self.dirty.clone(),
+                )
+            })
+            .collect();
         // For their upstream-policy annotations.
         let namespaces = watch_into(
             Api::<Namespace>::all(self.client.clone()),
@@ -168,13 +183,16 @@ impl Controller {
             trim_namespace,
             self.dirty.clone(),
         );
-        for ready in [
+        let mut ready = vec![
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,
             models.wait_until_ready().await,
-            secrets.wait_until_ready().await,
             namespaces.wait_until_ready().await,
-        ] {
+        ];
+        for store in &secrets {
+            ready.push(store.wait_until_ready().await);
+        }
+        for ready in ready {
             if let Err(e) = ready {
                 tracing::error!(error = %e, "a watch never became ready");
                 return;
@@ -238,7 +256,15 @@ impl Controller {
             .iter()
             .map(|m| (**m).clone())
             .collect();
-        let secret_objects = stores.secrets.state();
+        // (a Secret both watches see is kept once)
+        let secret_objects: Vec<Arc<Secret>> = stores
+            .secrets
+            .iter()
+            .flat_map(|store| store.state())
+            .map(|s| (object_ref(s.as_ref()), s))
+            .collect::<BTreeMap<_, _>>()
+            .into_values()
+            .collect();
         let secret_data: SecretData = secret_objects
             .iter()
             .map(|s| {
@@ -282,7 +308,7 @@ impl Controller {
                 Some((ns.name_any(), policy))
             })
             .collect();
-        let rendered = render(RenderInput {
+        let mut rendered = render(RenderInput {
             servers: &servers,
             keys: &keys,
             models: &models,
@@ -291,6 +317,9 @@ impl Controller {
             upstreams: &self.config.upstreams,
             namespace_policies: &namespace_policies,
         });
+        if let Some(selector) = &self.config.secret_selector {
+            rendered.note_secret_selector(selector);
+        }
         let content_hash = hash(&serde_json::to_vec(&rendered.snapshot).unwrap_or_default());
         let mut snapshot = rendered.snapshot;
         if state.published_hash != Some(content_hash) {
@@ -574,7 +603,7 @@ struct Stores<'a> {
     servers: &'a Store<McpServer>,
     keys: &'a Store<McpKey>,
     models: &'a Store<ModelRoute>,
-    secrets: &'a Store<Secret>,
+    secrets: &'a [Store<Secret>],
     namespaces: &'a Store<Namespace>,
 }
 

@@ -126,6 +126,13 @@ struct Args {
     /// carry callers' requests to it from inside the cluster).
     #[arg(long)]
     allow_api_server_upstream: bool,
+    /// Only Secrets with these labels (a label selector, e.g. switchboard.dev/credential=true)
+    /// are watched and can be referenced by McpServers, McpKeys and ModelRoutes; the Secrets
+    /// the operator writes itself are watched besides. Empty: every Secret but Helm releases
+    /// and ServiceAccount tokens. On a large cluster this keeps the operator's memory to the
+    /// credentials it uses.
+    #[arg(long, default_value = "")]
+    secret_selector: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -222,6 +229,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let upstreams = UpstreamPolicy::new(&upstream_networks, !args.allow_api_server_upstream)
         .map_err(|e| anyhow::anyhow!("--upstream-deny-networks/--upstream-allow-networks: {e}"))?;
+    if !args.secret_selector.is_empty() {
+        // A selector the API server refuses would leave the watch retrying forever: fail now.
+        kube::Api::<k8s_openapi::api::core::v1::Secret>::all(client.clone())
+            .list_metadata(
+                &kube::api::ListParams::default()
+                    .labels(&args.secret_selector)
+                    .limit(1),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("--secret-selector {:?}: {e}", args.secret_selector))?;
+        tracing::info!(selector = %args.secret_selector, "watching only the Secrets it selects, and the operator's own");
+    }
     let settings = GatewaySettings {
         allowed_hosts: args.gateway_allowed_hosts.clone(),
         public_url: args.gateway_public_url.clone(),
@@ -252,6 +271,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             identity: identity.clone(),
             settings,
             upstreams,
+            secret_selector: (!args.secret_selector.is_empty())
+                .then(|| args.secret_selector.clone()),
         },
         hub: hub.clone(),
         probes,

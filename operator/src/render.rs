@@ -72,6 +72,25 @@ pub struct Rendered {
     pub models: BTreeMap<ObjectRef, Verdict>,
 }
 
+impl Rendered {
+    /// With `--secret-selector`, a Secret that "does not exist" may only be unlabelled: say so
+    /// where the user looks (the condition).
+    pub fn note_secret_selector(&mut self, selector: &str) {
+        let verdicts = self
+            .servers
+            .values_mut()
+            .chain(self.models.values_mut())
+            .chain(self.keys.values_mut().map(|k| &mut k.verdict));
+        for verdict in verdicts {
+            if verdict.reason == "SecretNotFound" && verdict.message.ends_with("does not exist") {
+                verdict.message.push_str(&format!(
+                    " (the operator only sees Secrets labelled {selector})"
+                ));
+            }
+        }
+    }
+}
+
 /// Everything render needs besides the resources.
 pub struct RenderInput<'a> {
     pub servers: &'a [McpServer],
@@ -1068,6 +1087,17 @@ mod tests {
         assert!(v.message.starts_with("spec.apiKeySecretRef"), "{v:?}");
         assert!(v.message.contains("a/gone"), "{v:?}");
         assert_eq!(r.snapshot.models.len(), 1);
+
+        let mut r = r;
+        r.note_secret_selector("switchboard.dev/credential=true");
+        let v = model_verdict(&r, "a", "two");
+        assert!(
+            v.message.ends_with(
+                "(the operator only sees Secrets labelled switchboard.dev/credential=true)"
+            ),
+            "{v:?}"
+        );
+        assert!(model_verdict(&r, "a", "one").accepted);
     }
 
     #[test]

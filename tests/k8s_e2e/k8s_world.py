@@ -616,6 +616,10 @@ class World:
                 f"status: {describe_conditions(obj)}"
             )
 
+    def operator_rss_kib(self, identity: str = "op-a") -> int:
+        status = Path(f"/proc/{self.operators[identity].popen.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
     def generated_key(self, secret_name: str, namespace: str = "default", timeout: float = 30) -> str:
         """The key the operator wrote to the McpKey's Secret (field `key`)."""
         data = wait_until(

@@ -108,6 +108,10 @@ check "the API server endpoints Role is in default, and gone with allowApiServer
   helm template sb $chart -n sb | grep -A3 'name: sb-switchboard-operator-api-server-endpoints' | grep -q 'namespace: default' &&
   ! helm template sb $chart -n sb --set operator.upstreamNetworks.allowApiServer=true | grep -q 'api-server-endpoints' &&
   helm template sb $chart -n sb --set operator.upstreamNetworks.allowApiServer=true | grep -q -- '--allow-api-server-upstream'"
+check "secretSelector becomes --secret-selector, and no flag without it" bash -c "
+  helm template sb $chart -n sb --set operator.secretSelector=switchboard.dev/credential=true |
+    grep -A1 -- '- --secret-selector' | grep -q '\"switchboard.dev/credential=true\"' &&
+  ! helm template sb $chart -n sb | grep -q -- '--secret-selector'"
 check "upstreamNetworks values become operator flags" bash -c "
   helm template sb $chart -n sb --set 'operator.upstreamNetworks.deny={10.0.0.0/8,169.254.0.0/16}' --set 'operator.upstreamNetworks.allow={10.1.0.0/16}' |
     grep -A1 -- '--upstream-deny-networks' | grep -q '10.0.0.0/8,169.254.0.0/16' &&
