@@ -433,7 +433,7 @@ class Client(threading.Thread):
         while not self.stop_event.is_set():
             kind = self.rng.choice(("rest_call", "mcp_modern", "mcp_legacy", "listing"))
             key = self.rng.choice(("all", "even"))
-            server = f"s{self.rng.randrange(SERVERS)}"
+            server = self.rng.choice(sorted(self.world.scope["all"]))
             t0 = time.monotonic()
             try:
                 verdict, detail = getattr(self, kind)(key, server)
@@ -595,8 +595,9 @@ class Report:
             f"  per kind: {json.dumps(self.by_kind, sort_keys=True)}",
             f"  streamed answers (SSE servers, progress event relayed before the result): {self.streamed}",
             f"  latency p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms (budget {CALL_BUDGET_S:.0f} s)",
-            f"  faults injected: {json.dumps(dict(sorted(self.faults.items())))}; in-place config rewrites: {self.rewrites}",
-            f"  gw-a (never killed): start {self.gw_a_start}, after warm-up {self.gw_a_warm}, end {self.gw_a_end}",
+            f"  faults injected: {json.dumps(dict(sorted(self.faults.items())))}"
+            + (f"; in-place config rewrites: {self.rewrites}" if self.rewrites else ""),
+            f"  replica never killed: start {self.gw_a_start}, after warm-up {self.gw_a_warm}, end {self.gw_a_end}",
             f"  panics in gateway logs: {self.panics}",
         ]
         lines += ["  what clients saw, per fault:"]
@@ -620,35 +621,70 @@ def documented_symptom(detail: str) -> tuple[str, str]:
 
 
 def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: bool = False) -> Report:
+    """The soak on config files: the world above, its faults, and in-place rewrites every second."""
     world = World(workdir, seed, sabotage)
+    try:
+        churn = Churn(world, threading.Event())
+        report = soak(
+            world,
+            lambda stop, log: Injector(world, stop, log),
+            duration,
+            seed,
+            clients,
+            measured_pid=world.gateways["gw-a"].popen.pid,
+            background=[churn],
+        )
+        report.rewrites = churn.rewrites
+    finally:
+        world.stop()
+    report.panics = count_panics(world.logdir.glob("gw-*.log"))
+    return report
+
+
+def count_panics(logs) -> int:
+    return sum(p.read_text(errors="replace").count("panicked") for p in logs)
+
+
+def soak(
+    world: Any,
+    make_injector: Any,
+    duration: float,
+    seed: int,
+    clients: int,
+    measured_pid: int,
+    background: list[Any] = (),  # type: ignore[assignment]
+) -> Report:
+    """Runs the load, the injector (`make_injector(stop, fault_log)`, a thread with `counts` and
+    `errors`) and `background` threads (each with a `stop_event` it watches) on `world`, whose
+    interface is `World`'s (balancer, keys, scope, credential, upstream_of, fault_in_force), and
+    classifies every answer. Resources are figures of `measured_pid`, a replica never killed.
+    The caller stops the world, then counts panics and rewrites."""
     stop = threading.Event()
     outcomes: list[Outcome] = []
     fault_log: list[str] = []
+    for t in background:
+        t.stop_event = stop
+    start_figures = proc_figures(measured_pid)
+    workers = [Client(world, stop, outcomes, seed + i) for i in range(clients)]
+    injector = make_injector(stop, fault_log)
     try:
-        gw_a = world.gateways["gw-a"].popen.pid
-        start_figures = proc_figures(gw_a)
-        workers = [Client(world, stop, outcomes, seed + i) for i in range(clients)]
         for c in workers:
             c.start()
-        injector, churn = Injector(world, stop, fault_log), Churn(world, stop)
         warmup = min(10.0, duration / 4)
         time.sleep(warmup)
-        warm_figures = proc_figures(gw_a)
+        warm_figures = proc_figures(measured_pid)
         injector.start()
-        churn.start()
+        for t in background:
+            t.start()
         time.sleep(max(0.0, duration - warmup))
-        stop.set()
-        for t in [*workers, injector, churn]:
-            t.join(CALL_BUDGET_S + 30)
-        # Faults are over: one last round of every kind of call must be correct.
-        time.sleep(SETTLE_S)
-        end_figures = proc_figures(gw_a)
     finally:
         stop.set()
-        world.stop()
-    panics = sum(
-        p.read_text(errors="replace").count("panicked") for p in world.logdir.glob("gw-*.log")
-    )
+        for t in [*workers, injector, *background]:
+            if t.ident is not None:  # (started)
+                t.join(CALL_BUDGET_S + 30)
+    # (the figures once the last fault is over and settled)
+    time.sleep(SETTLE_S)
+    end_figures = proc_figures(measured_pid)
     classes = Counter(o.verdict for o in outcomes)
     by_kind: dict[str, Counter[str]] = {}
     for o in outcomes:
@@ -667,10 +703,10 @@ def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: b
         p50_ms=latencies[len(latencies) // 2] * 1000,
         p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         wrong=[o.detail for o in outcomes if o.verdict == "wrong"],
-        panics=panics,
+        panics=0,
         faults=dict(injector.counts),
         fault_log=fault_log,
-        rewrites=churn.rewrites,
+        rewrites=0,
         gw_a_start=start_figures,
         gw_a_warm=warm_figures,
         gw_a_end=end_figures,

@@ -11,6 +11,7 @@
 //! modern error body means a legacy server, and the request is repeated on a legacy session.
 //! The answer is cached per server revision, so a modern upstream costs exactly one request.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -212,10 +213,11 @@ impl Upstreams {
         address_policy::check_url(&self.networks.load(), server.scope.as_ref(), url)
     }
 
-    /// The HTTP client for a server: the shared one, or the one for its own policy.
-    pub fn http_for(&self, server: &Server) -> reqwest::Client {
+    /// The HTTP client for a server: the shared one (borrowed: the common case costs
+    /// nothing), or the one for its own policy.
+    pub fn http_for(&self, server: &Server) -> Cow<'_, reqwest::Client> {
         let Some(scope) = &server.scope else {
-            return self.http.clone();
+            return Cow::Borrowed(&self.http);
         };
         if let Some(client) = self
             .scoped_clients
@@ -223,14 +225,16 @@ impl Upstreams {
             .unwrap_or_else(|p| p.into_inner())
             .get(&scope.key)
         {
-            return client.clone();
+            return Cow::Owned(client.clone());
         }
-        self.scoped_clients
+        let client = self
+            .scoped_clients
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .entry(scope.key)
             .or_insert_with(|| http_client(&self.networks, Some(scope.policy.clone())))
-            .clone()
+            .clone();
+        Cow::Owned(client)
     }
 
     /// Forgets upstreams that are no longer in the routing table (or changed revision).
@@ -461,7 +465,7 @@ impl Upstreams {
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && call.stream && reply.is_event_stream() {
                 let cancel = Canceller {
-                    http: self.http_for(call.server),
+                    http: self.http_for(call.server).into_owned(),
                     url: reply.url.clone(),
                     headers: reply.sent_headers.clone(),
                 };
