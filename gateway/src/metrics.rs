@@ -119,6 +119,8 @@ pub struct Metrics {
     auth_relayed: Family<ServerLabels, Counter>,
     limited: Family<LimitedLabels, Counter>,
     snapshot_generation: Gauge,
+    /// Set when scraped: tasks alive in the runtime serving the scrape.
+    runtime_tasks: Gauge,
     snapshot_applies: Counter,
     snapshot_rejections: Counter,
     servers: Gauge,
@@ -176,6 +178,13 @@ impl Default for Metrics {
             "Generation of the snapshot being served",
             snapshot_generation.clone(),
         );
+        let runtime_tasks = Gauge::default();
+        registry.register(
+            "runtime_tasks",
+            "Tasks alive in the gateway's runtime (connections, streams, background work); one \
+             that only grows under a steady load is a leak",
+            runtime_tasks.clone(),
+        );
         let snapshot_applies = Counter::default();
         registry.register(
             "snapshot_applies",
@@ -231,6 +240,7 @@ impl Default for Metrics {
             auth_relayed,
             limited,
             snapshot_generation,
+            runtime_tasks,
             snapshot_applies,
             snapshot_rejections,
             servers,
@@ -346,6 +356,11 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let tasks = runtime.metrics().num_alive_tasks();
+            self.runtime_tasks
+                .set(i64::try_from(tasks).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

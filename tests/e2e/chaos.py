@@ -556,8 +556,14 @@ class Client(threading.Thread):
 # Process figures
 
 
-def proc_figures(pid: int) -> dict[str, int]:
+def proc_figures(pid: int, url: str) -> dict[str, int]:
+    """RSS, open fds and threads of the process, and the tasks alive in its runtime (its
+    /metrics, `switchboard_gateway_runtime_tasks`)."""
     figures = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    metrics = httpx.get(f"{url}/metrics", timeout=5).text
+    for line in metrics.splitlines():
+        if line.startswith("switchboard_gateway_runtime_tasks "):
+            figures["tasks"] = int(float(line.split()[1]))
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             figures["rss_kib"] = int(line.split()[1])
@@ -631,7 +637,7 @@ def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: b
             duration,
             seed,
             clients,
-            measured_pid=world.gateways["gw-a"].popen.pid,
+            measured=(world.gateways["gw-a"].popen.pid, f"http://127.0.0.1:{world.gateway_ports['gw-a']}"),
             background=[churn],
         )
         report.rewrites = churn.rewrites
@@ -651,20 +657,21 @@ def soak(
     duration: float,
     seed: int,
     clients: int,
-    measured_pid: int,
+    measured: tuple[int, str],
     background: list[Any] = (),  # type: ignore[assignment]
 ) -> Report:
     """Runs the load, the injector (`make_injector(stop, fault_log)`, a thread with `counts` and
     `errors`) and `background` threads (each with a `stop_event` it watches) on `world`, whose
     interface is `World`'s (balancer, keys, scope, credential, upstream_of, fault_in_force), and
-    classifies every answer. Resources are figures of `measured_pid`, a replica never killed.
+    classifies every answer. Resources are figures of `measured` (pid, URL), a replica never
+    killed.
     The caller stops the world, then counts panics and rewrites."""
     stop = threading.Event()
     outcomes: list[Outcome] = []
     fault_log: list[str] = []
     for t in background:
         t.stop_event = stop
-    start_figures = proc_figures(measured_pid)
+    start_figures = proc_figures(*measured)
     workers = [Client(world, stop, outcomes, seed + i) for i in range(clients)]
     injector = make_injector(stop, fault_log)
     try:
@@ -672,7 +679,7 @@ def soak(
             c.start()
         warmup = min(10.0, duration / 4)
         time.sleep(warmup)
-        warm_figures = proc_figures(measured_pid)
+        warm_figures = proc_figures(*measured)
         injector.start()
         for t in background:
             t.start()
@@ -684,7 +691,7 @@ def soak(
                 t.join(CALL_BUDGET_S + 30)
     # (the figures once the last fault is over and settled)
     time.sleep(SETTLE_S)
-    end_figures = proc_figures(measured_pid)
+    end_figures = proc_figures(*measured)
     classes = Counter(o.verdict for o in outcomes)
     by_kind: dict[str, Counter[str]] = {}
     for o in outcomes:

@@ -31,3 +31,4 @@ def test_a_short_chaos_soak_has_no_wrong_answer(tmp_path):
     warm, end = report.gw_a_warm, report.gw_a_end
     assert end["rss_kib"] < 2 * warm["rss_kib"] + 16 * 1024, f"RSS {warm} -> {end}"
     assert end["fds"] < warm["fds"] + 64, f"fds {warm} -> {end}"
+    assert end["tasks"] < warm["tasks"] + 64, f"runtime tasks {warm} -> {end}"

@@ -159,7 +159,7 @@ def test_a_chaos_soak_with_operator_failovers_has_no_wrong_answer(world: World):
             DURATION_S,
             seed,
             clients=4,
-            measured_pid=world.gateways["gw1"].proc.popen.pid,
+            measured=(world.gateways["gw1"].proc.popen.pid, world.gateways["gw1"].url),
         )
     finally:
         chaos_world.stop()
