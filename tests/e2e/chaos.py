@@ -298,6 +298,14 @@ class World:
 
 
 class Injector(threading.Thread):
+    """Injects faults one at a time: every kind once early on (in a random order, so that a
+    short run sees each), then at random; a pause of `PAUSE_S` between them, each held
+    `HOLD_S`."""
+
+    KINDS: tuple[str, ...] = FAULT_KINDS
+    PAUSE_S = (0.5, 2.0)
+    HOLD_S = (1.0, 4.0)
+
     def __init__(self, world: World, stop: threading.Event, log: list[str]):
         super().__init__(daemon=True)
         self.world, self.stop_event, self.log = world, stop, log
@@ -323,10 +331,11 @@ class Injector(threading.Thread):
         self.note(f"end   {window.kind} on {window.target} ({window.end - window.start:.1f}s)")
 
     def run(self) -> None:
-        while not self.stop_event.wait(self.rng.uniform(0.5, 2.0)):
-            kind = self.rng.choice(FAULT_KINDS)
+        first = self.rng.sample(self.KINDS, len(self.KINDS))
+        while not self.stop_event.wait(self.rng.uniform(*self.PAUSE_S)):
+            kind = first.pop() if first else self.rng.choice(self.KINDS)
             try:
-                self.inject(kind, self.rng.uniform(1.0, 4.0))
+                self.inject(kind, self.rng.uniform(*self.HOLD_S))
             except Exception as exc:  # noqa: BLE001 - reported in the run's result
                 self.errors.append(f"{kind}: {str(exc)[:500]}")
                 self.note(f"HARNESS ERROR in {kind}: {str(exc)[:200]}")

@@ -246,6 +246,16 @@ class RichChallenge:
         await send({"type": "http.response.body", "body": b'{"error":"unauthorized"}'})
 
 
+def call_files(gw, client_key: str) -> httpx.Response:
+    """A REST call to the `files` server with a user token its upstream refuses."""
+    return httpx.post(
+        f"{gw.url}/mcp-rest/tools/call",
+        json={"name": "read", "server_id": "files", "arguments": {"path": "/x"}},
+        headers={KEY_HEADER: client_key, "Authorization": "Bearer some-user-token"},
+        timeout=15,
+    )
+
+
 def test_challenge_fields_are_copied_and_metadata_comes_from_where_the_upstream_said(gateways):
     client_key = new_secret("client-key")
     app = RichChallenge()
@@ -255,14 +265,8 @@ def test_challenge_fields_are_copied_and_metadata_comes_from_where_the_upstream_
             [key("client", client_key, ["files"])],
         )
         gw = gateways.start(config)
-        caller = {KEY_HEADER: client_key, "Authorization": "Bearer some-user-token"}
         # (REST here; the MCP status is test_upstream_401_is_relayed_on_mcp's subject.)
-        r = httpx.post(
-            f"{gw.url}/mcp-rest/tools/call",
-            json={"name": "read", "server_id": "files", "arguments": {"path": "/x"}},
-            headers=caller,
-            timeout=15,
-        )
+        r = call_files(gw, client_key)
         params = assert_relayed(r.status_code, r.headers, gw, "files", "REST tools/call", error="insufficient_scope")
         assert params.get("scope") == "files:read files:write", params
         assert params.get("error_description") == "token lacks files:write", params
@@ -289,13 +293,7 @@ def test_metadata_the_challenge_names_is_fetched_only_from_an_allowed_address(ga
                 **networks,
             )
             gw = gateways.start(config)
-            caller = {KEY_HEADER: client_key, "Authorization": "Bearer some-user-token"}
-            r = httpx.post(
-                f"{gw.url}/mcp-rest/tools/call",
-                json={"name": "read", "server_id": "files", "arguments": {"path": "/x"}},
-                headers=caller,
-                timeout=15,
-            )
+            r = call_files(gw, client_key)
             assert r.status_code == 401, r.text
             doc = httpx.get(metadata_url(gw, "files"), timeout=15)
             if denied:

@@ -96,19 +96,12 @@ class KubeChaosWorld:
 
 
 class KubeInjector(chaos.Injector):
-    """The faults of a cluster (chaos.Injector keeps the log, the counts and the windows)."""
+    """The faults of a cluster (chaos.Injector schedules them and keeps the log, the counts
+    and the windows)."""
 
-    def run(self) -> None:
-        # Every kind once early on (the order shuffled), then at random.
-        kinds = self.rng.sample(FAULTS, len(FAULTS))
-        while not self.stop_event.wait(self.rng.uniform(0.5, 1.5)):
-            kind = kinds.pop() if kinds else self.rng.choice(FAULTS)
-            try:
-                self.inject(kind, self.rng.uniform(1.0, 3.0))
-            except Exception as exc:  # noqa: BLE001 - reported in the run's result
-                self.errors.append(f"{kind}: {str(exc)[:500]}")
-                self.note(f"HARNESS ERROR in {kind}: {str(exc)[:200]}")
-                return
+    KINDS = FAULTS
+    PAUSE_S = (0.5, 1.5)
+    HOLD_S = (1.0, 3.0)
 
     def inject(self, kind: str, hold: float) -> None:
         w, kube = self.world, self.world.world
