@@ -78,14 +78,20 @@ fn include<'a>(
 /// For kinds cached as they are.
 fn whole<K>(_: &mut K) {}
 
-/// A Namespace is kept for its annotations only.
-fn trim_namespace(namespace: &mut Namespace) {
-    namespace.metadata.managed_fields = None;
-    namespace.spec = None;
-    namespace.status = None;
-    if let Some(annotations) = namespace.metadata.annotations.as_mut() {
+/// Drops what no cached object is read for: the managed fields, and the `kubectl apply`
+/// annotation, which repeats the whole object.
+fn trim_metadata(metadata: &mut kube::api::ObjectMeta) {
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// A Namespace is kept for its annotations only.
+fn trim_namespace(namespace: &mut Namespace) {
+    trim_metadata(&mut namespace.metadata);
+    namespace.spec = None;
+    namespace.status = None;
 }
 
 /// Secret types the operator never reads (no McpServer, McpKey or ModelRoute credential is a
@@ -97,10 +103,7 @@ pub const IGNORED_SECRET_TYPES: &str =
 /// What the operator keeps of a Secret: its data, name, namespace, labels and owners; not the
 /// managed fields or a `kubectl apply` annotation, which repeats the whole Secret.
 fn trim_secret(secret: &mut Secret) {
-    secret.metadata.managed_fields = None;
-    if let Some(annotations) = secret.metadata.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
+    trim_metadata(&mut secret.metadata);
 }
 
 /// Caches a kind (the objects `config` selects, each after `trim`) and wakes `dirty` on every

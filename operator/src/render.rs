@@ -829,6 +829,16 @@ mod tests {
         models: &[ModelRoute],
         secrets: &SecretData,
     ) -> Rendered {
+        run_in_namespaces(servers, keys, models, secrets, &NamespacePolicies::new())
+    }
+
+    fn run_in_namespaces(
+        servers: &[McpServer],
+        keys: &[McpKey],
+        models: &[ModelRoute],
+        secrets: &SecretData,
+        namespace_policies: &NamespacePolicies,
+    ) -> Rendered {
         render(RenderInput {
             servers,
             keys,
@@ -836,38 +846,26 @@ mod tests {
             secrets,
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
-            namespace_policies: &NamespacePolicies::new(),
+            namespace_policies,
         })
     }
 
     #[test]
     fn a_namespace_policy_reaches_its_servers_specs_and_a_bad_one_refuses_them() {
         let servers = [
+            ("team-a", "inside", "tools.team-a.svc"),
+            ("team-a", "outside", "tools.team-b.svc"),
+            ("team-b", "free", "tools.team-b.svc"),
+            ("team-c", "any", "tools.team-c.svc"),
+        ]
+        .map(|(ns, name, host)| {
             server(
-                "team-a",
-                "inside",
-                3,
-                serde_json::json!({"url": "http://tools.team-a.svc/mcp"}),
-            ),
-            server(
-                "team-a",
-                "outside",
-                2,
-                serde_json::json!({"url": "http://tools.team-b.svc/mcp"}),
-            ),
-            server(
-                "team-b",
-                "free",
-                1,
-                serde_json::json!({"url": "http://tools.team-b.svc/mcp"}),
-            ),
-            server(
-                "team-c",
-                "any",
+                ns,
+                name,
                 0,
-                serde_json::json!({"url": "http://tools.team-c.svc/mcp"}),
-            ),
-        ];
+                serde_json::json!({"url": format!("http://{host}/mcp")}),
+            )
+        });
         let policy = ServerAddressPolicy {
             hosts: vec!["*.team-a.svc".into()],
             networks: vec![],
@@ -880,15 +878,7 @@ mod tests {
             ),
         ]
         .into();
-        let out = render(RenderInput {
-            servers: &servers,
-            keys: &[],
-            models: &[],
-            secrets: &SecretData::new(),
-            settings: GatewaySettings::default(),
-            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
-            namespace_policies: &policies,
-        });
+        let out = run_in_namespaces(&servers, &[], &[], &SecretData::new(), &policies);
         let reason = |ns: &str, name: &str| out.servers[&(ns.to_string(), name.to_string())].reason;
         assert_eq!(reason("team-a", "inside"), "Accepted");
         assert_eq!(reason("team-a", "outside"), "UpstreamAddressDenied");

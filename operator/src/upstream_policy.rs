@@ -111,6 +111,11 @@ impl UpstreamPolicy {
     /// Whether a server's URLs are allowed; the message names the field and the rule, never the
     /// URL (it may carry credentials).
     pub fn check(&self, spec: &ServerSpec) -> Result<(), String> {
+        // (render put it there from namespace_policy, which parsed it already)
+        let scoped = spec
+            .upstream_policy
+            .as_ref()
+            .and_then(|p| ScopedPolicy::parse(p).ok());
         for (field, text) in spec.connect_urls() {
             let Ok(url) = url::Url::parse(text) else {
                 continue; // reported as InvalidSpec by validation
@@ -127,7 +132,7 @@ impl UpstreamPolicy {
             if let Err(denied) = self.networks.check_url(&url) {
                 return Err(format!("spec.{field}: {denied}"));
             }
-            if let Some(Ok(scoped)) = spec.upstream_policy.as_ref().map(ScopedPolicy::parse)
+            if let Some(scoped) = &scoped
                 && let Err(denied) = scoped.check_url(&url)
             {
                 return Err(format!(

@@ -19,9 +19,8 @@ Run the long profile by hand (after `cargo build --workspace --bins`; CARGO_TARG
 tests):  ~/.cache/switchboard/venv/bin/python tests/e2e/chaos.py --duration 1800
 The short profile runs in the test command (tests/e2e/test_chaos_short.py).
 
-What it does not inject (see RELIABILITY.md): operator kill and failover. The soak runs the
-gateways on a config file; the Kubernetes suite's tests/k8s_e2e/test_operator_failover.py kills
-the lease holder with calls running, and the node suite deletes it on a real node.
+Operator kill and failover are the cluster profile's (tests/k8s_e2e/test_chaos_operator.py, the
+same load and oracle through soak()): here the gateways run on a config file.
 """
 
 from __future__ import annotations
@@ -164,7 +163,25 @@ class FaultWindow:
     end: float = float("inf")
 
 
-class World:
+class FaultWindows:
+    """The faults a world has had, with their times, and which one explains a call."""
+
+    def __init__(self) -> None:
+        self.faults: list[FaultWindow] = []
+        self.lock = threading.Lock()
+
+    def fault_in_force(self, targets: set[str], t0: float, t1: float, after: float = SETTLE_S) -> str | None:
+        """A fault on one of `targets` that overlaps the call or ended less than `after` before
+        it started; of several, the one that overlaps the call and started last (the report
+        names it)."""
+        with self.lock:
+            found = [f for f in self.faults if f.target in targets and f.start <= t1 and f.end >= t0 - after]
+        if not found:
+            return None
+        return max(found, key=lambda f: (f.end >= t0, f.start)).kind
+
+
+class World(FaultWindows):
     def __init__(self, workdir: Path, seed: int, sabotage: bool = False):
         self.workdir = workdir
         # The oracle's own check: s0 is configured with s1's credential.
@@ -187,8 +204,7 @@ class World:
         self.gateways: dict[str, Proc] = {}
         self.config_path = workdir / "gateway.yaml"
         self.variants: dict[str, str] = {}  # server -> extra variant options in force
-        self.faults: list[FaultWindow] = []
-        self.lock = threading.Lock()
+        super().__init__()
         self.write_lock = threading.Lock()
         self.write_config()
         self.balancer = Balancer(list(self.gateway_ports.values()))
@@ -274,16 +290,6 @@ class World:
         proc = Proc(name, argv, self.logdir)
         proc.wait_ready(20)
         self.gateways[name] = proc
-
-    def fault_in_force(self, targets: set[str], t0: float, t1: float, after: float = SETTLE_S) -> str | None:
-        """A fault on one of `targets` that overlaps the call or ended less than `after` before
-        it started; of several, the one that overlaps the call and started last (the report
-        names it)."""
-        with self.lock:
-            found = [f for f in self.faults if f.target in targets and f.start <= t1 and f.end >= t0 - after]
-        if not found:
-            return None
-        return max(found, key=lambda f: (f.end >= t0, f.start)).kind
 
     def stop(self) -> None:
         self.balancer.stop()
@@ -463,9 +469,13 @@ class Client(threading.Thread):
         own = {server, f"upstream-{self.world.upstream_of(server)}"}
         return own | {"idp"} if server == OAUTH_SERVER else own
 
-    def explain_error(self, server: str | None, t0: float, what: str, after: float = SETTLE_S) -> tuple[str, str]:
+    def fault_on(self, server: str | None, t0: float, after: float = SETTLE_S) -> str | None:
+        """The fault that explains an error of a call to `server` (any server: None)."""
         targets = self.targets(server) if server else set().union(*(self.targets(s) for s in self.world.scope["all"]))
-        fault = self.world.fault_in_force(targets, t0, time.monotonic(), after)
+        return self.world.fault_in_force(targets, t0, time.monotonic(), after)
+
+    def explain_error(self, server: str | None, t0: float, what: str) -> tuple[str, str]:
+        fault = self.fault_on(server, t0)
         return ("documented", f"{what} ({fault})") if fault else ("wrong", f"{what} with no fault in force")
 
     def explain_transport(self, exc: Exception, server: str, t0: float) -> tuple[str, str]:
@@ -550,15 +560,15 @@ class Client(threading.Thread):
         if outside := servers - self.world.scope[key]:
             return "wrong", f"listing holds tools of {sorted(outside)} outside the key's scope"
         missing = self.world.scope[key] - servers
-        faults = []
-        for server in sorted(missing):
-            verdict, detail = self.explain_error(server, t0, f"listing without {server}", LISTING_FAILURE_MEMORY_S)
-            if verdict == "wrong":
-                return verdict, detail
-            faults.append(detail.rsplit(" (", 1)[-1].rstrip(")"))
         if not missing:
             return "correct", "listing"
-        return "documented", f"listing without {sorted(missing)} ({'+'.join(sorted(set(faults)))})"
+        faults = set()
+        for server in sorted(missing):
+            fault = self.fault_on(server, t0, after=LISTING_FAILURE_MEMORY_S)
+            if fault is None:
+                return "wrong", f"listing without {server} with no fault in force"
+            faults.add(fault)
+        return "documented", f"listing without {sorted(missing)} ({'+'.join(sorted(faults))})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -639,10 +649,12 @@ def run(duration: float, seed: int, workdir: Path, clients: int = 4, sabotage: b
     """The soak on config files: the world above, its faults, and in-place rewrites every second."""
     world = World(workdir, seed, sabotage)
     try:
-        churn = Churn(world, threading.Event())
+        stop = threading.Event()
+        churn = Churn(world, stop)
         report = soak(
             world,
-            lambda stop, log: Injector(world, stop, log),
+            lambda log: Injector(world, stop, log),
+            stop,
             duration,
             seed,
             clients,
@@ -663,26 +675,24 @@ def count_panics(logs) -> int:
 def soak(
     world: Any,
     make_injector: Any,
+    stop: threading.Event,
     duration: float,
     seed: int,
     clients: int,
     measured: tuple[int, str],
     background: list[Any] = (),  # type: ignore[assignment]
 ) -> Report:
-    """Runs the load, the injector (`make_injector(stop, fault_log)`, a thread with `counts` and
-    `errors`) and `background` threads (each with a `stop_event` it watches) on `world`, whose
-    interface is `World`'s (balancer, keys, scope, credential, upstream_of, fault_in_force), and
-    classifies every answer. Resources are figures of `measured` (pid, URL), a replica never
-    killed.
+    """Runs the load, the injector (`make_injector(fault_log)`, a thread with `counts` and
+    `errors`) and `background` threads on `world` for `duration`, then sets `stop` (which the
+    injector and the background threads watch), and classifies every answer. `world` has
+    `World`'s interface (balancer, keys, scope, credential, upstream_of, fault_in_force).
+    Resources are figures of `measured` (pid, URL), a replica never killed.
     The caller stops the world, then counts panics and rewrites."""
-    stop = threading.Event()
     outcomes: list[Outcome] = []
     fault_log: list[str] = []
-    for t in background:
-        t.stop_event = stop
     start_figures = proc_figures(*measured)
     workers = [Client(world, stop, outcomes, seed + i) for i in range(clients)]
-    injector = make_injector(stop, fault_log)
+    injector = make_injector(fault_log)
     try:
         for c in workers:
             c.start()

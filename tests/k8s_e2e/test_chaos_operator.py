@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import chaos
 import pytest
-from chaos import Balancer, FaultWindow, count_panics, soak
+from chaos import Balancer, FaultWindows, count_panics, soak
 from harness import wait_until
 from k8s_fixtures import module_world
 from k8s_world import World, assert_no_secret_leaks, bearer, kill, mcp_key, mcp_server, secret
@@ -44,7 +44,7 @@ def world(request, tmp_path_factory) -> Iterator[World]:
         yield w
 
 
-class KubeChaosWorld:
+class KubeChaosWorld(FaultWindows):
     """chaos.World's interface over a cluster: what the load and the oracle need."""
 
     def __init__(self, world: World, seed: int):
@@ -55,8 +55,7 @@ class KubeChaosWorld:
         world.gateway_keys.update(self.keys.values())
         self.scope = {"all": set(SERVERS), "even": {s for s in SERVERS if int(s[1:]) % 2 == 0}}
         self.variants: dict[str, str] = {}
-        self.faults: list[FaultWindow] = []
-        self.lock = threading.Lock()
+        super().__init__()
         world.cluster.apply(
             [secret(f"{s}-token", "default", {"token": t}) for s, t in self.tokens.items()]
             + [self.server(s) for s in SERVERS]
@@ -87,9 +86,6 @@ class KubeChaosWorld:
             options += "," + extra
         url = f"{self.world.upstream.base}/v/{options}/mcp"
         return mcp_server(name, "default", url=url, timeout=f"{chaos.SERVER_TIMEOUT_S:.0f}s", auth=bearer(f"{name}-token"))
-
-    def fault_in_force(self, targets, t0, t1, after=chaos.SETTLE_S):
-        return chaos.World.fault_in_force(self, targets, t0, t1, after)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         self.balancer.stop()
@@ -145,10 +141,12 @@ class KubeInjector(chaos.Injector):
 def test_a_chaos_soak_with_operator_failovers_has_no_wrong_answer(world: World):
     seed = 12
     chaos_world = KubeChaosWorld(world, seed)
+    stop = threading.Event()
     try:
         report = soak(
             chaos_world,
-            lambda stop, log: KubeInjector(chaos_world, stop, log),
+            lambda log: KubeInjector(chaos_world, stop, log),
+            stop,
             DURATION_S,
             seed,
             clients=4,

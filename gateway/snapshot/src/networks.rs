@@ -22,6 +22,8 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::names::is_dns_label;
+
 /// Link-local (where every cloud's metadata service lives: 169.254.169.254, fd00:ec2::254 on
 /// AWS over IPv6) and Alibaba Cloud's metadata address.
 pub const DEFAULT_DENIED_NETWORKS: &[&str] = &[
@@ -89,25 +91,8 @@ impl NetworkPolicy {
     /// `upstreamNetworks` (e.g. `deny[2]`).
     pub fn parse(networks: &UpstreamNetworks) -> Result<NetworkPolicy, Vec<(String, String)>> {
         let mut errors = Vec::new();
-        let mut nets = |list: &[String], field: &str| -> Vec<IpNet> {
-            list.iter()
-                .enumerate()
-                .filter_map(|(i, text)| match parse_net(text) {
-                    Some(net) => Some(net),
-                    None => {
-                        errors.push((
-                            format!("{field}[{i}]"),
-                            format!(
-                                "{text:?} is not a network (CIDR such as 10.0.0.0/8) or an address"
-                            ),
-                        ));
-                        None
-                    }
-                })
-                .collect()
-        };
-        let deny = nets(&networks.deny, "deny");
-        let allow = nets(&networks.allow, "allow");
+        let deny = parse_nets(&networks.deny, "deny", &mut errors);
+        let allow = parse_nets(&networks.allow, "allow", &mut errors);
         let deny_endpoints = networks
             .deny_endpoints
             .iter()
@@ -182,7 +167,7 @@ impl NetworkPolicy {
 }
 
 /// `servers[].upstreamPolicy`: what one server may reach, within the gateway-wide policy.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServerAddressPolicy {
     /// Host names the server's URLs (its token endpoint's and every redirect's included) may
@@ -221,14 +206,8 @@ impl HostPattern {
             Some(rest) => (true, rest.to_string()),
             None => (false, text),
         };
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        if name.is_empty() || !name.split('.').all(label_ok) {
+        // (lower-cased above, so a DNS-1123 label check is a host-name label check)
+        if !name.split('.').all(is_dns_label) {
             return None;
         }
         Some(if wildcard {
@@ -275,23 +254,7 @@ impl ScopedPolicy {
                 parsed
             })
             .collect();
-        let networks = policy
-            .networks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, text)| {
-                let parsed = parse_net(text);
-                if parsed.is_none() {
-                    errors.push((
-                        format!("networks[{i}]"),
-                        format!(
-                            "{text:?} is not a network (CIDR such as 10.0.0.0/8) or an address"
-                        ),
-                    ));
-                }
-                parsed
-            })
-            .collect();
+        let networks = parse_nets(&policy.networks, "networks", &mut errors);
         if errors.is_empty() {
             Ok(ScopedPolicy { hosts, networks })
         } else {
@@ -330,6 +293,23 @@ impl ScopedPolicy {
             url::Host::Domain(_) => Ok(()),
         }
     }
+}
+
+/// Parses a list of networks; an entry that is none is reported as `(field[i], message)`.
+fn parse_nets(list: &[String], field: &str, errors: &mut Vec<(String, String)>) -> Vec<IpNet> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, text)| {
+            let parsed = parse_net(text);
+            if parsed.is_none() {
+                errors.push((
+                    format!("{field}[{i}]"),
+                    format!("{text:?} is not a network (CIDR such as 10.0.0.0/8) or an address"),
+                ));
+            }
+            parsed
+        })
+        .collect()
 }
 
 fn parse_net(text: &str) -> Option<IpNet> {

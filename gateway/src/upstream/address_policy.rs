@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use switchboard_snapshot::{Denied, NetworkPolicy, ScopedPolicy};
+use switchboard_snapshot::{NetworkPolicy, ScopedPolicy};
 
 /// Resolves with the system resolver and keeps only the addresses the current policy (and the
 /// server's own, for a server's client) allows.
@@ -30,16 +30,6 @@ pub struct PolicyResolver {
 pub struct ServerScope {
     pub key: u64,
     pub policy: Arc<ScopedPolicy>,
-}
-
-/// Both policies' verdict on a URL (its host, and a literal address).
-pub fn check_url(
-    gateway: &NetworkPolicy,
-    scope: Option<&ServerScope>,
-    url: &url::Url,
-) -> Result<(), Denied> {
-    gateway.check_url(url)?;
-    scope.map_or(Ok(()), |s| s.policy.check_url(url))
 }
 
 impl Resolve for PolicyResolver {

@@ -30,7 +30,7 @@ use crate::mcp::protocol::{
 };
 use crate::mcp::{capabilities, protocol};
 use crate::table::Server;
-use crate::upstream::address_policy::{self, PolicyResolver};
+use crate::upstream::address_policy::PolicyResolver;
 use crate::upstream::request_credential::{RequestCredential, SHARED_PARTITION};
 use crate::upstream::sse::{SseDecoder, SseError, SseEvent};
 use crate::upstream::wire::response_from_body;
@@ -210,7 +210,11 @@ impl Upstreams {
     /// Whether a URL may be used for a server under both policies (its host, and a literal
     /// address; names are checked again as they resolve).
     pub fn allows(&self, server: &Server, url: &url::Url) -> Result<(), Denied> {
-        address_policy::check_url(&self.networks.load(), server.scope.as_ref(), url)
+        self.networks.load().check_url(url)?;
+        server
+            .scope
+            .as_ref()
+            .map_or(Ok(()), |s| s.policy.check_url(url))
     }
 
     /// The HTTP client for a server: the shared one (borrowed: the common case costs
