@@ -327,6 +327,22 @@ def direct_path(upstream: Proc, kind: str) -> Path_:
     return Path_(f"direct ({kind})", f"{upstream.url}/mcp", body, {**BASE_HEADERS, **h}, "direct")
 
 
+def floor_path(floor: Proc, kind: str) -> Path_:
+    """The direct call, through the bare pass-through proxy (bench/floor) in front of the same upstream."""
+    body, h = modern_request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}, "add")
+    return Path_(f"floor: bare pass-through proxy ({kind})", f"{floor.url}/mcp", body, {**BASE_HEADERS, **h}, "floor")
+
+
+# Which tracked process is the proxy of a path: the floor's own process for the floor, the
+# gateway for the gateway's paths, none for direct (LiteLLM's rows name "litellm").
+def proxy_of(x: dict) -> str | None:
+    if x["path"] == "direct":
+        return None
+    if x["path"] == "floor":
+        return "floor"
+    return "gateway" if "gateway" in x["cpu_ms_per_call"] else "litellm"
+
+
 def gateway_paths(gw: Proc, prefix: str, kind: str, single: bool = False) -> list[Path_]:
     auth = {"Authorization": f"Bearer {GW_KEY}"}
     name = f"{prefix}__add"
@@ -545,6 +561,12 @@ class World:
         path.write_text(to_yaml(cfg))
         return path
 
+    def floor(self, name: str, upstream: Proc) -> Proc:
+        """bench/floor in front of `upstream`: what any proxy on the gateway's stack costs."""
+        if not self.bins.get("floor"):
+            raise RuntimeError("no floor binary (bench/run.sh builds bench/floor)")
+        return self.procs.start(name, [self.bins["floor"], "--listen", "127.0.0.1:0", "--upstream", upstream.url])
+
     def gateway(self, name: str, cfg: dict | Path, env: dict | None = None) -> Proc:
         path = cfg if isinstance(cfg, Path) else self.write_config(name, cfg)
         return self.procs.start(name, [self.bins["gateway"], "--config", str(path), "--listen", "127.0.0.1:0"],
@@ -557,7 +579,8 @@ class World:
 
 def s1_s2_for(world: World, bench: Bench, up: Proc, kind: str, prefix: str, gw: Proc, single: bool,
               q: bool) -> dict:
-    paths = [direct_path(up, kind)] + gateway_paths(gw, prefix, kind, single=single)
+    floor = world.floor(f"floor-{kind}", up)
+    paths = [direct_path(up, kind), floor_path(floor, kind)] + gateway_paths(gw, prefix, kind, single=single)
     checks = {}
     for p in paths:
         ok, detail = p.check()
@@ -574,7 +597,7 @@ def s1_s2_for(world: World, bench: Bench, up: Proc, kind: str, prefix: str, gw: 
     rate_s = 3 if q else 8
     thr_s = 4 if q else 10
     rounds = 1 if q else 2
-    tracked = {"gateway": gw, "upstream": up}
+    tracked = {"gateway": gw, "upstream": up, "floor": floor}
     for p in live:  # warm-up: connections, caches, branch predictors
         bench.run_load(p, tracked, n=200 if not python else 100, conc=4)
     out: dict = {"checks": checks, "one_at_a_time": [], "fixed_rate": [], "throughput": []}
@@ -592,7 +615,8 @@ def s1_s2_for(world: World, bench: Bench, up: Proc, kind: str, prefix: str, gw: 
         for p in live:
             tp[p.via].append(bench.run_load(p, tracked, seconds=thr_s, conc=bench.args.conc))
             x = tp[p.via][-1]
-            log(f"    thr  {p.label:48s} {x['req_per_s']:.0f} req/s, gw CPU {x['cpu_ms_per_call']['gateway']} ms/call")
+            proxy = proxy_of(x)
+            log(f"    thr  {p.label:48s} {x['req_per_s']:.0f} req/s, proxy CPU {x['cpu_ms_per_call'].get(proxy) if proxy else '-'} ms/call")
     for p in live:
         out["one_at_a_time"].append(merge_rounds(c1[p.via]))
         out["fixed_rate"].append(merge_rounds(fr[p.via]))
@@ -608,8 +632,29 @@ def s1_s2_for(world: World, bench: Bench, up: Proc, kind: str, prefix: str, gw: 
     for x in out["throughput"]:
         if direct and direct["req_per_s"]:
             x["ratio_vs_direct"] = r(x["req_per_s"] / direct["req_per_s"])
+    against_floor(out)
     out["curl"] = {p.via: p.curl() for p in paths}
+    world.procs.stop(floor)
     return out
+
+
+def against_floor(out: dict) -> None:
+    """Each path's figures as ratios to the floor's in the same run (issue 12's yardstick)."""
+    floors = {t: next((x for x in out[t] if x["path"] == "floor"), None)
+              for t in ("one_at_a_time", "fixed_rate", "throughput")}
+    for table, fl in floors.items():
+        for x in out[table]:
+            proxy = proxy_of(x)
+            x["proxy_cpu_ms_per_call"] = x["cpu_ms_per_call"].get(proxy) if proxy else None
+            if not fl or x is fl:
+                continue
+            fl_cpu = fl["cpu_ms_per_call"].get("floor")
+            if x["proxy_cpu_ms_per_call"] and fl_cpu:
+                x["cpu_vs_floor"] = r(x["proxy_cpu_ms_per_call"] / fl_cpu, 2)
+            if table == "throughput" and fl["req_per_s"]:
+                x["ratio_vs_floor"] = r(x["req_per_s"] / fl["req_per_s"], 2)
+            if table == "one_at_a_time" and x.get("added_p50_ms") is not None and fl.get("added_p50_ms"):
+                x["added_p50_vs_floor"] = r(x["added_p50_ms"] / fl["added_p50_ms"], 2)
 
 
 def scenario_overhead_throughput(world: World, bench: Bench, q: bool) -> dict:
@@ -1055,6 +1100,16 @@ def targets(res: dict) -> list[dict]:
         if via in thr and thr[via].get("ratio_vs_direct") is not None:
             v = thr[via]["ratio_vs_direct"]
             row(f"throughput vs direct ({via}, Rust upstream)", "≥ 0.50", fmt(v, 2), v >= 0.5)
+    for via in ("gw-2026-single", "gw-2026", "gw-legacy"):
+        x = thr.get(via)
+        if x and x.get("cpu_vs_floor") is not None:
+            row(f"gateway CPU per call vs the floor ({via}, issue 12)", "≤ 1.5× floor",
+                f"{fmt(x['cpu_vs_floor'], 2)}× ({fmt(x['proxy_cpu_ms_per_call'], 4)} vs {fmt(thr['floor']['cpu_ms_per_call']['floor'], 4)} ms)",
+                x["cpu_vs_floor"] <= 1.5)
+        if x and x.get("ratio_vs_floor") is not None:
+            row(f"throughput vs the floor ({via}, issue 12)", "≥ 0.70× floor",
+                f"{fmt(x['ratio_vs_floor'], 2)}× ({fmt(x['req_per_s'], 0)} vs {fmt(thr['floor']['req_per_s'], 0)} req/s)",
+                x["ratio_vs_floor"] >= 0.70)
     mem = res.get("scenarios", {}).get("3", {})
     if mem and mem.get("status") != "failed":
         row("idle RSS", "< 30 MiB", f"{fmt(mem.get('idle_rss_mib'), 1)} MiB",
@@ -1112,6 +1167,25 @@ def targets(res: dict) -> list[dict]:
     return t
 
 
+def floor_table(d: dict, conc: int) -> list[str]:
+    """Issue 12's summary: floor, direct and each gateway path side by side, with the ratios."""
+    thr = {x["path"]: x for x in d["throughput"]}
+    c1 = {x["path"]: x for x in d["one_at_a_time"]}
+    if "floor" not in thr:
+        return []
+    L = ["Against the floor (bench/floor: a bare hyper pass-through proxy on the gateway's stack, same upstream, same run). "
+         f"CPU per call and req/s at {conc} connections; p50/p99 one at a time; ratios to the floor and to direct:\n",
+         "| path | CPU ms/call | CPU ÷ floor | req/s | ÷ floor | ÷ direct | p50 ms | p99 ms | +p50 vs direct | +p50 ÷ floor's |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for via, x in thr.items():
+        y = c1.get(via, {})
+        L.append(f"| {x['label']} | {fmt(x.get('proxy_cpu_ms_per_call'), 4)} | {fmt(x.get('cpu_vs_floor'), 2)} | "
+                 f"{fmt(x['req_per_s'], 0)} | {fmt(x.get('ratio_vs_floor'), 2)} | {fmt(x.get('ratio_vs_direct'), 2)} | "
+                 f"{fmt(y.get('p50_ms'))} | {fmt(y.get('p99_ms'))} | {fmt(y.get('added_p50_ms'))} | {fmt(y.get('added_p50_vs_floor'), 2)} |")
+    L.append("")
+    return L
+
+
 def render_md(res: dict) -> str:
     L = []
     L.append(f"# Switchboard benchmark results ({res['mode']})\n")
@@ -1128,7 +1202,7 @@ def render_md(res: dict) -> str:
     sc = {k: v for k, v in res["scenarios"].items() if k not in failed}
     for k, v in failed.items():
         L.append(f"**Scenario {k} failed**: {v.get('why')} (traceback in the run dir)\n")
-    L.append("## Targets (issue 3)\n")
+    L.append("## Targets (issues 3 and 12)\n")
     L.append("| target | goal | measured | holds |")
     L.append("|---|---|---|---|")
     for t in res["targets"]:
@@ -1153,18 +1227,20 @@ def render_md(res: dict) -> str:
                      f"{fmt(x.get('added_p50_ms'))} | {fmt(x.get('added_p99_ms'))} | {fmt(y.get('p50_ms'))} | "
                      f"{fmt(y.get('p99_ms'))} | {fmt(y.get('added_p50_ms'))} | {fmt(y.get('added_p99_ms'))} |")
         L.append("")
-        L.append(f"Throughput at {res['params']['conc']} connections (gateway, upstream and oha share the 2 cores):\n")
-        L.append("| path | req/s | vs direct | p50 ms | p99 ms | proxy CPU ms/call | proxy CPU ms/call at fixed rate | upstream CPU ms/call | proxy peak RSS MiB | contended rounds |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|")
+        L.append(f"Throughput at {res['params']['conc']} connections (proxy, upstream and oha share the 2 cores):\n")
+        L.append("| path | req/s | vs direct | vs floor | p50 ms | p99 ms | proxy CPU ms/call | vs floor | proxy CPU ms/call at fixed rate | upstream CPU ms/call | proxy peak RSS MiB | contended rounds |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for x in d["throughput"] + ll.get("throughput", []):
-            proxy = "gateway" if "gateway" in x["cpu_ms_per_call"] else "litellm"
-            pc = x["cpu_ms_per_call"].get(proxy) if x["path"] != "direct" else None
+            proxy = proxy_of(x)
+            pc = x["cpu_ms_per_call"].get(proxy) if proxy else None
             y = rate_by.get(x["path"], {})
-            pcr = y.get("cpu_ms_per_call", {}).get(proxy) if x["path"] != "direct" else None
-            rss = x["peak_rss_mib"].get(proxy) if x["path"] != "direct" else None
-            L.append(f"| {x['label']} | {fmt(x['req_per_s'], 0)} | {fmt(x.get('ratio_vs_direct'), 2 if (x.get('ratio_vs_direct') or 1) >= 0.1 else 4)} | {fmt(x['p50_ms'])} | "
-                     f"{fmt(x['p99_ms'])} | {fmt(pc, 4)} | {fmt(pcr, 4)} | {fmt(x['cpu_ms_per_call'].get('upstream'), 4)} | {fmt(rss, 1)} | {x['contended_rounds']} |")
+            pcr = y.get("cpu_ms_per_call", {}).get(proxy) if proxy else None
+            rss = x["peak_rss_mib"].get(proxy) if proxy else None
+            L.append(f"| {x['label']} | {fmt(x['req_per_s'], 0)} | {fmt(x.get('ratio_vs_direct'), 2 if (x.get('ratio_vs_direct') or 1) >= 0.1 else 4)} | "
+                     f"{fmt(x.get('ratio_vs_floor'), 2)} | {fmt(x['p50_ms'])} | "
+                     f"{fmt(x['p99_ms'])} | {fmt(pc, 4)} | {fmt(x.get('cpu_vs_floor'), 2)} | {fmt(pcr, 4)} | {fmt(x['cpu_ms_per_call'].get('upstream'), 4)} | {fmt(rss, 1)} | {x['contended_rounds']} |")
         L.append("")
+        L.extend(floor_table(d, res["params"]["conc"]))
     mem = sc.get("3")
     if mem:
         L.append("## Scenario 3: memory (gateway RSS)\n")
@@ -1291,6 +1367,7 @@ def main() -> int:
     ap.add_argument("--gateway", required=True)
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--scale", default="")
+    ap.add_argument("--floor", default="", help="bench/floor's binary (the bare pass-through proxy)")
     ap.add_argument("--python", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--versions", default="{}")
@@ -1305,7 +1382,8 @@ def main() -> int:
     rundir = cache / "bench/runs" / stamp
     rundir.mkdir(parents=True, exist_ok=True)
     log(f"bench: run dir {rundir} (process logs, configs)")
-    bins = {"gateway": args.gateway, "upstream": args.upstream, "scale": args.scale, "python": args.python}
+    bins = {"gateway": args.gateway, "upstream": args.upstream, "scale": args.scale, "python": args.python,
+            "floor": args.floor}
     world = World(args, bins, rundir)
     bench = Bench(args, args.oha, rundir)
     res: dict = {"mode": "quick" if q else "full", "date": now_iso(), "command": args.command,

@@ -3,13 +3,15 @@
 of requests, counts that do not move when other engineers' builds share the machine.
 
     python3 bench/callgrind.py --oha OHA --upstream UPSTREAM_BIN GATEWAY_BIN [GATEWAY_BIN ...] \
-        [--requests 2000] [--path gw-2026|gw-legacy|gw-rest] [--top 25] [--out DIR]
+        [--requests 2000] [--path gw-2026|gw-2026-single|gw-legacy|gw-rest] [--top 25] [--out DIR] \
+        [--floor FLOOR_BIN]
 
 For each gateway binary: starts the upstream and the gateway (under callgrind, collection off
 at start-up), warms up with 200 requests, zeroes the counters, sends exactly --requests
 `tools/call`s one at a time with oha, dumps, and reports instructions per call (Ir/call) and
 the functions with the most inclusive and self instructions (callgrind_annotate). Several
-binaries give a before/after. Output files stay in --out (default /tmp/switchboard-callgrind).
+binaries give a before/after; --floor adds bench/floor's pass-through proxy first, so every
+gateway's count is also a ratio to it. Output files stay in --out (default /tmp/switchboard-callgrind).
 """
 
 from __future__ import annotations
@@ -37,11 +39,18 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
         cg_out = outdir / f"callgrind.{label}.out"
         for old in glob.glob(f"{cg_out}*"):
             os.remove(old)
-        gw = procs.start(f"gateway-{label}", [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={cg_out}", "--dump-instr=no",
-            "--separate-threads=no", binary, "--config", str(cfg_path), "--listen", "127.0.0.1:0",
-        ], ready_timeout=120, env={"RUST_LOG": "warn"})
-        path = next(p for p in B.gateway_paths(gw, "ex", "rust") if p.via == args.path)
+        grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg_out}", "--dump-instr=no",
+                 "--separate-threads=no"]
+        if label == "floor":
+            # bench/floor in front of the same upstream: the instructions any proxy on this stack spends
+            gw = procs.start("floor", grind + [binary, "--listen", "127.0.0.1:0", "--upstream", up.url],
+                             ready_timeout=120)
+            path = B.floor_path(gw, "rust")
+        else:
+            gw = procs.start(f"gateway-{label}", grind + [
+                binary, "--config", str(cfg_path), "--listen", "127.0.0.1:0"], ready_timeout=120,
+                env={"RUST_LOG": "warn"})
+            path = next(p for p in B.gateway_paths(gw, "ex", "rust", single=True) if p.via == args.path)
         ok, detail = path.check()
         if not ok:
             raise RuntimeError(f"{label}: check failed: {detail}")
@@ -108,15 +117,19 @@ def main() -> int:
     ap.add_argument("gateways", nargs="+")
     ap.add_argument("--labels", default="")
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--path", default="gw-2026", choices=["gw-2026", "gw-legacy", "gw-rest"])
+    ap.add_argument("--path", default="gw-2026", choices=["gw-2026", "gw-2026-single", "gw-legacy", "gw-rest"])
+    ap.add_argument("--floor", default="", help="also count bench/floor's binary (first, labelled floor)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--out", default="/tmp/switchboard-callgrind")
     args = ap.parse_args()
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     labels = args.labels.split(",") if args.labels else [f"g{i}" for i in range(len(args.gateways))]
+    runs = list(zip(labels, args.gateways))
+    if args.floor:
+        runs.insert(0, ("floor", args.floor))
     results = []
-    for label, binary in zip(labels, args.gateways):
+    for label, binary in runs:
         res = run_one(args, binary, label, outdir)
         results.append(res)
         print(f"== {label}: {res['instructions_per_call']:,} instructions per {args.path} tools/call "

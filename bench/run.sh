@@ -86,6 +86,9 @@ if (cd "$src/bench/scale" && nice -n 5 cargo build --release >&2); then
 else
   say "bench/scale did not build: scenario 4 reports the process measurements only"
 fi
+# the floor: a bare pass-through proxy on the gateway's stack (issue 12); every figure is a ratio to it
+(cd "$here/floor" && nice -n 5 cargo build --release >&2)
+cp "$CARGO_TARGET_DIR/release/switchboard-bench-floor" "$bindir/"
 # keep only the last few binary sets
 ls -1dt "$cache"/bench/bin/*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf
 
@@ -129,4 +132,5 @@ EOF
 cmd="bench/run.sh${rev:+ --rev $rev}${pass[*]:+ ${pass[*]}}"
 exec python3 "$here/bench.py" --oha "$oha" --gateway "$bindir/switchboard-gateway" \
   --upstream "$bindir/switchboard-example-upstream" --scale "$scale" --python "$python" \
+  --floor "$bindir/switchboard-bench-floor" \
   --versions "$versions" --command "$cmd" "${pass[@]}"
