@@ -7,7 +7,9 @@
 //! client gets pings. Usage is summed into the final delta. A provider stream that breaks
 //! becomes an error event, never a hang.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -16,6 +18,8 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -128,18 +132,28 @@ impl Out {
     }
 
     async fn event(&mut self, name: &str, data: &Value) {
-        let event = SseEvent {
-            event: Some(name.to_string()),
-            data: data.to_string(),
-            ..SseEvent::default()
-        };
-        self.send(event.encode()).await;
+        self.send(encode(Some(name), data)).await;
     }
 
     async fn data(&mut self, data: &Value) {
-        self.send(SseEvent::message(data.to_string()).encode())
-            .await;
+        self.send(encode(None, data)).await;
     }
+}
+
+/// One event on the wire, written once into a buffer of about its size. The data is compact
+/// JSON, which holds no line end, so it is a single `data:` line.
+fn encode(name: Option<&str>, data: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(256);
+    if let Some(name) = name {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    // Writing a `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut out, data);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
 }
 
 /// The provider's events, one at a time, within a deadline.
@@ -451,6 +465,21 @@ async fn anthropic_turn(
                 "the model's stream ended before message_stop".into(),
             ));
         };
+        // Nearly every event is a text, thinking or tool-input piece: read through a borrowed
+        // view, assembled, and relayed with the provider's own `delta` bytes (no `Value` built
+        // and written again). A held client call's pieces go the general way.
+        if let Some(piece) = TokenDelta::of(&event)
+            && !matches!(turn.routes.get(&piece.index), Some(Route::Held(_)))
+        {
+            piece.assemble(&mut turn);
+            if let Some(Route::Relayed(ours)) = turn.routes.get(&piece.index) {
+                out.send(piece.encode(*ours)).await;
+            }
+            if out.closed {
+                return Err(TurnEnd::ClientGone);
+            }
+            continue;
+        }
         // Only objects are events of the Messages stream; anything else is passed over.
         let Ok(mut data @ Value::Object(_)) = serde_json::from_str::<Value>(&event.data) else {
             continue;
@@ -542,33 +571,20 @@ fn set_block(blocks: &mut Vec<Value>, index: u64, block: Value) {
 
 fn assemble_delta(turn: &mut AnthropicTurn, index: u64, delta: Option<&Value>) {
     let Some(delta) = delta else { return };
-    if delta.get("type").and_then(Value::as_str) == Some("input_json_delta") {
-        if let Some(piece) = delta.get("partial_json").and_then(Value::as_str) {
-            turn.inputs.entry(index).or_default().push_str(piece);
+    let piece = |field: &str| delta.get(field).and_then(Value::as_str);
+    match delta.get("type").and_then(Value::as_str) {
+        Some("input_json_delta") => {
+            if let Some(p) = piece("partial_json") {
+                push_input(turn, index, p);
+            }
         }
-        return;
-    }
-    let Some(Value::Object(block)) = turn.blocks.get_mut(index as usize) else {
-        return;
-    };
-    // Appended in place: a long answer arrives in thousands of pieces.
-    let append =
-        |block: &mut serde_json::Map<String, Value>, field: &str, piece: Option<&Value>| {
-            let Some(piece) = piece.and_then(Value::as_str) else {
+        Some("text_delta") => append_piece(turn, index, "text", piece("text")),
+        Some("thinking_delta") => append_piece(turn, index, "thinking", piece("thinking")),
+        Some("signature_delta") => append_piece(turn, index, "signature", piece("signature")),
+        Some("citations_delta") => {
+            let Some(Value::Object(block)) = turn.blocks.get_mut(index as usize) else {
                 return;
             };
-            match block.get_mut(field) {
-                Some(Value::String(text)) => text.push_str(piece),
-                _ => {
-                    block.insert(field.into(), Value::String(piece.to_string()));
-                }
-            }
-        };
-    match delta.get("type").and_then(Value::as_str) {
-        Some("text_delta") => append(block, "text", delta.get("text")),
-        Some("thinking_delta") => append(block, "thinking", delta.get("thinking")),
-        Some("signature_delta") => append(block, "signature", delta.get("signature")),
-        Some("citations_delta") => {
             if let Some(citation) = delta.get("citation") {
                 match block.get_mut("citations") {
                     Some(Value::Array(c)) => c.push(citation.clone()),
@@ -579,6 +595,112 @@ fn assemble_delta(turn: &mut AnthropicTurn, index: u64, delta: Option<&Value>) {
             }
         }
         _ => {}
+    }
+}
+
+fn push_input(turn: &mut AnthropicTurn, index: u64, piece: &str) {
+    turn.inputs.entry(index).or_default().push_str(piece);
+}
+
+/// Appends a piece to a field of an assembled block, in place: a long answer arrives in
+/// thousands of pieces.
+fn append_piece(turn: &mut AnthropicTurn, index: u64, field: &str, piece: Option<&str>) {
+    let Some(piece) = piece else { return };
+    let Some(Value::Object(block)) = turn.blocks.get_mut(index as usize) else {
+        return;
+    };
+    match block.get_mut(field) {
+        Some(Value::String(text)) => text.push_str(piece),
+        _ => {
+            block.insert(field.into(), Value::String(piece.to_string()));
+        }
+    }
+}
+
+/// A `content_block_delta` event holding a text, thinking or tool-input piece, exactly as the
+/// Messages API streams them: `{"type", "index", "delta": {"type", <piece>}}`. Anything else
+/// (another top-level field, a duplicate, a piece that is not a string, data on several lines)
+/// is not one, and goes the general way.
+struct TokenDelta<'a> {
+    index: u64,
+    field: &'static str,
+    piece: Cow<'a, str>,
+    /// The provider's `delta` object, relayed as it came.
+    delta: &'a RawValue,
+}
+
+impl<'a> TokenDelta<'a> {
+    fn of(event: &'a SseEvent) -> Option<TokenDelta<'a>> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Event<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            index: u64,
+            #[serde(borrow)]
+            delta: &'a RawValue,
+        }
+        /// A string, borrowed unless it has escapes.
+        #[derive(Deserialize)]
+        struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+        #[derive(Deserialize)]
+        struct Piece<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            #[serde(borrow, default)]
+            text: Option<Str<'a>>,
+            #[serde(borrow, default)]
+            thinking: Option<Str<'a>>,
+            #[serde(borrow, default)]
+            partial_json: Option<Str<'a>>,
+        }
+        if event
+            .event
+            .as_deref()
+            .is_some_and(|name| name != "content_block_delta")
+            || event.data.contains(['\n', '\r'])
+        {
+            return None;
+        }
+        let e: Event<'a> = serde_json::from_str(&event.data).ok()?;
+        if e.kind != "content_block_delta" {
+            return None;
+        }
+        let p: Piece<'a> = serde_json::from_str(e.delta.get()).ok()?;
+        let (field, piece) = match p.kind {
+            "text_delta" => ("text", p.text?),
+            "thinking_delta" => ("thinking", p.thinking?),
+            "input_json_delta" => ("partial_json", p.partial_json?),
+            _ => return None,
+        };
+        Some(TokenDelta {
+            index: e.index,
+            field,
+            piece: piece.0,
+            delta: e.delta,
+        })
+    }
+
+    /// What [`assemble_delta`] does with the same event.
+    fn assemble(&self, turn: &mut AnthropicTurn) {
+        match self.field {
+            "partial_json" => push_input(turn, self.index, &self.piece),
+            field => append_piece(turn, self.index, field, Some(&self.piece)),
+        }
+    }
+
+    /// The event under the client's block index.
+    fn encode(&self, index: u64) -> Bytes {
+        let delta = self.delta.get();
+        let mut out = Vec::with_capacity(delta.len() + 96);
+        out.extend_from_slice(
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
+        );
+        let _ = write!(out, "{index}");
+        out.extend_from_slice(b",\"delta\":");
+        out.extend_from_slice(delta.as_bytes());
+        out.extend_from_slice(b"}\n\n");
+        Bytes::from(out)
     }
 }
 
@@ -816,7 +938,12 @@ async fn openai_turn(
             }
             *template = Some(t);
         }
-        let Some(choice) = data.pointer_mut("/choices/0").filter(|c| c.is_object()) else {
+        // (Not `pointer_mut`, which allocates for every step of the path, on every chunk.)
+        let Some(choice) = data
+            .get_mut("choices")
+            .and_then(|c| c.get_mut(0))
+            .filter(|c| c.is_object())
+        else {
             continue;
         };
         // One choice is asked for (`n` > 1 is refused with gateway tools); another index is not
@@ -835,19 +962,14 @@ async fn openai_turn(
                 merge_call_delta(&mut turn.calls, &call);
             }
         }
-        let text = delta
-            .get("content")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        if !text.is_empty() {
-            let mut piece = text.clone();
+        if let Some(Value::String(text)) = delta.get_mut("content")
+            && !text.is_empty()
+        {
+            turn.text.push_str(text);
             if !separated {
-                piece = format!("{}{text}", openai::TEXT_SEPARATOR);
+                text.insert_str(0, openai::TEXT_SEPARATOR);
                 separated = true;
             }
-            turn.text.push_str(&text);
-            delta.insert("content".into(), Value::String(piece));
         } else if role_sent || !delta.contains_key("role") {
             // Nothing for the client in this chunk (calls are held, finish comes at the end).
             continue;
@@ -859,7 +981,9 @@ async fn openai_turn(
         choice["finish_reason"] = Value::Null;
         if let Some(t) = template.as_ref() {
             for key in ["id", "created", "model"] {
-                if let Some(v) = t.get(key) {
+                if let Some(v) = t.get(key)
+                    && data.get(key) != Some(v)
+                {
                     data[key] = v.clone();
                 }
             }
@@ -868,5 +992,122 @@ async fn openai_turn(
             o.remove("usage");
         }
         out.data(&data).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(name: Option<&str>, data: &str) -> SseEvent {
+        SseEvent {
+            event: name.map(str::to_owned),
+            data: data.to_owned(),
+            ..SseEvent::default()
+        }
+    }
+
+    fn turn_with_text_block() -> AnthropicTurn {
+        let mut turn = AnthropicTurn::default();
+        set_block(&mut turn.blocks, 0, json!({"type": "text", "text": "a"}));
+        set_block(
+            &mut turn.blocks,
+            1,
+            json!({"type": "thinking", "thinking": ""}),
+        );
+        turn
+    }
+
+    #[test]
+    fn token_deltas_take_the_short_way_and_assemble_as_the_general_way_does() {
+        let cases = [
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"b c "}}"#,
+            // Escapes: the piece is unescaped, the relayed delta keeps the provider's bytes.
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"line\n\"q\" \u00e9"}}"#,
+            r#"{"index":1,"type":"content_block_delta","delta":{"thinking":"hm","type":"thinking_delta"}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+        ];
+        for data in cases {
+            for name in [Some("content_block_delta"), None] {
+                let e = event(name, data);
+                let piece = TokenDelta::of(&e).expect(data);
+                let mut fast = turn_with_text_block();
+                piece.assemble(&mut fast);
+                let mut general = turn_with_text_block();
+                let value: Value = serde_json::from_str(data).unwrap();
+                assemble_delta(&mut general, piece.index, value.get("delta"));
+                assert_eq!(fast.blocks, general.blocks, "{data}");
+                assert_eq!(fast.inputs, general.inputs, "{data}");
+                // Relayed under another index: the same event but for the index.
+                let wire = piece.encode(7);
+                let text = std::str::from_utf8(&wire).unwrap();
+                let line = text
+                    .strip_prefix("event: content_block_delta\ndata: ")
+                    .and_then(|t| t.strip_suffix("\n\n"))
+                    .expect(text);
+                let mut expected = value.clone();
+                expected["index"] = json!(7);
+                assert_eq!(serde_json::from_str::<Value>(line).unwrap(), expected);
+            }
+        }
+        let mut turn = turn_with_text_block();
+        let e = event(None, cases[0]);
+        let piece = TokenDelta::of(&e).unwrap();
+        assert!(
+            matches!(piece.piece, Cow::Borrowed(_)),
+            "no copy without escapes"
+        );
+        piece.assemble(&mut turn);
+        assert_eq!(turn.blocks[0]["text"], "ab c ");
+    }
+
+    #[test]
+    fn other_events_go_the_general_way() {
+        let text = r#"{"type":"text_delta","text":"x"}"#;
+        let delta = |d: &str| format!(r#"{{"type":"content_block_delta","index":0,"delta":{d}}}"#);
+        let cases = [
+            // Another event name, another type, another top-level field, a duplicate.
+            (Some("message_delta"), delta(text)),
+            (
+                None,
+                delta(text).replace("content_block_delta", "content_block_start"),
+            ),
+            (
+                None,
+                delta(text).replace(r#""index":0"#, r#""index":0,"extra":1"#),
+            ),
+            (
+                None,
+                delta(text).replace(r#""index":0"#, r#""index":0,"index":1"#),
+            ),
+            // A negative index; data on several lines; not an object.
+            (None, delta(text).replace(r#""index":0"#, r#""index":-1"#)),
+            (None, delta(text).replace(r#""index":0,"#, "\"index\":0,\n")),
+            (None, "[1]".into()),
+            // Pieces the general way handles (or skips): signature, citations, a missing or
+            // non-string piece, an unknown delta.
+            (None, delta(r#"{"type":"signature_delta","signature":"s"}"#)),
+            (None, delta(r#"{"type":"citations_delta","citation":{}}"#)),
+            (None, delta(r#"{"type":"text_delta"}"#)),
+            (None, delta(r#"{"type":"text_delta","text":5}"#)),
+            (None, delta(r#"{"type":"later_delta","text":"x"}"#)),
+        ];
+        assert!(TokenDelta::of(&event(None, &delta(text))).is_some());
+        for (name, data) in cases {
+            assert!(TokenDelta::of(&event(name, &data)).is_none(), "{data}");
+        }
+    }
+
+    #[test]
+    fn encoded_events_are_one_data_line() {
+        let data = json!({"type": "x", "text": "two\nlines\r"});
+        assert_eq!(
+            &encode(Some("ping"), &data)[..],
+            format!("event: ping\ndata: {data}\n\n").as_bytes()
+        );
+        assert_eq!(
+            &encode(None, &data)[..],
+            SseEvent::message(data.to_string()).encode()
+        );
     }
 }
