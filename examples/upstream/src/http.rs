@@ -16,6 +16,7 @@ use futures_util::stream;
 use serde_json::{Value, json};
 
 use crate::dispatch::{self, Request};
+use crate::listen::{self, Listeners};
 use crate::oauth::{self, Issuer};
 use crate::protocol::{
     self, H_SESSION, H_VERSION, INVALID_REQUEST, Kind, LEGACY_VERSIONS, MODERN_VERSION, Message,
@@ -29,6 +30,7 @@ pub struct App {
     pub stats: Stats,
     pub sessions: Sessions,
     pub oauth: Issuer,
+    pub listeners: Listeners,
     pub listen: SocketAddr,
     pub default_variant: Arc<Variant>,
 }
@@ -39,8 +41,13 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v/{opts}/mcp", any(mcp_variant))
         .route(
             "/_stats",
-            get(|State(a): State<Arc<App>>| async move { axum::Json(a.stats.summary()) }),
+            get(|State(a): State<Arc<App>>| async move {
+                let mut summary = a.stats.summary();
+                summary["listening"] = json!(a.listeners.open());
+                axum::Json(summary)
+            }),
         )
+        .route("/_notify", post(notify))
         .route(
             "/_requests",
             get(|State(a): State<Arc<App>>| async move { axum::Json(a.stats.recent()) }),
@@ -143,7 +150,7 @@ async fn serve(
                 Era::Modern => true,
             };
             if modern {
-                post_modern(v, headers, m).await
+                post_modern(&app, v, path, headers, m).await
             } else {
                 post_legacy(&app, v, path, headers, m).await
             }
@@ -265,6 +272,16 @@ pub fn origin(app: &App, headers: &HeaderMap) -> String {
     }
 }
 
+/// `POST /_notify`: publishes a change to the open `subscriptions/listen` streams.
+async fn notify(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    match listen::parse_notify(&body) {
+        Ok((change, path)) => {
+            axum::Json(json!({ "listening": app.listeners.publish(change, path) })).into_response()
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+    }
+}
+
 /// RFC 9728 protected-resource metadata, at the root and path-suffixed well-known URIs.
 async fn resource_metadata(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap) -> Response {
     let origin = origin(&app, &headers);
@@ -326,7 +343,13 @@ async fn post_legacy(
     answer(v, false, m, headers, None).await
 }
 
-async fn post_modern(v: Arc<Variant>, headers: HeaderMap, m: Message) -> Response {
+async fn post_modern(
+    app: &App,
+    v: Arc<Variant>,
+    path: &str,
+    headers: HeaderMap,
+    m: Message,
+) -> Response {
     let refuse =
         |e: RpcError, id: &Value| json_response(e.modern_status(), &protocol::response(id, Err(e)));
     if m.kind == Kind::Response {
@@ -366,6 +389,9 @@ async fn post_modern(v: Arc<Variant>, headers: HeaderMap, m: Message) -> Respons
     }
     if let Err(e) = protocol::check_modern_request(&m, &headers) {
         return refuse(e, &m.id);
+    }
+    if m.method == "subscriptions/listen" {
+        return sse_response(app.listeners.stream(path, &m.id, &m.params));
     }
     answer(v, true, m, headers, None).await
 }

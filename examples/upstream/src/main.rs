@@ -22,7 +22,8 @@
 //! | `POST /mcp` | the normal server (both eras) |
 //! | `POST /v/{opts}/mcp` | the same server with the options below |
 //! | `POST /oauth/token` | the token endpoint (see *OAuth authorization server* below) |
-//! | `GET /_stats` | `{"requests": N, "by_method": {"tools/call": N, ...}, "by_path": {"/mcp": N, ...}}` counting every POST to an MCP endpoint (an unparsable body counts as method `<invalid>`) and to `/oauth/token` (method `oauth/token:<grant_type>`, path `/oauth/token`) |
+//! | `GET /_stats` | `{"requests": N, "by_method": {"tools/call": N, ...}, "by_path": {"/mcp": N, ...}, "listening": N}` counting every POST to an MCP endpoint (an unparsable body counts as method `<invalid>`) and to `/oauth/token` (method `oauth/token:<grant_type>`, path `/oauth/token`); `listening` is how many `subscriptions/listen` streams are open now (not reset by `/_reset`) |
+//! | `POST /_notify` | publishes one change to the open `subscriptions/listen` streams: body `{"uri": U}` sends `notifications/resources/updated` to the streams subscribed to U, `{"list": "tools"\|"prompts"\|"resources"}` sends `notifications/{list}/list_changed` to the streams that asked for it; an optional `"path": "/v/name=a/mcp"` limits it to streams opened on that endpoint path (as sent, still percent-encoded). Answers `{"listening": N}` (streams open), or 400 for another body |
 //! | `GET /_requests` | the last `--record` POSTs, oldest first: `[{"path", "method", "tool", "headers": {lower-case name: value}, "session"}]` (`tool` only for `tools/call`, `session` is the `Mcp-Session-Id` the request carried; absent values are `null`). Token requests add `"form": {name: value}` (a repeated name holds an array; `client_secret` is `"<redacted>"`) |
 //! | `POST /_reset` | clears counters and recorded requests (204); sessions and token counters stay |
 //! | `GET /.well-known/oauth-protected-resource[/{path}]` | RFC 9728 metadata: `resource` (`http://HOST/mcp`, or `http://HOST/{path}`), `authorization_servers: ["http://HOST/oauth"]`, `scopes_supported: ["mcp"]` |
@@ -142,11 +143,22 @@
 //! `resources/read` carry `ttlMs`/`cacheScope`. `server/discover` lists `supportedVersions`
 //! (`2026-07-28` plus the legacy three on a dual endpoint), capabilities and instructions.
 //! Notifications → 202 (400 -32022 if their `MCP-Protocol-Version` is not 2026-07-28).
-//! `subscriptions/listen` is not implemented (-32601).
+//!
+//! `subscriptions/listen` (2026-07-28 only; a legacy request gets -32601) answers, on every
+//! variant whose checks pass, with `text/event-stream` whatever `sse` and `Accept` say: first
+//! `notifications/subscriptions/acknowledged` with `params.notifications` the honored subset of
+//! `params.notifications` (every flag asked `true` and every `resourceSubscriptions` URI;
+//! false flags and an empty list left out), then nothing until `POST /_notify` publishes a
+//! change the stream asked for. Every message carries the listen request's id as
+//! `_meta["io.modelcontextprotocol/subscriptionId"]`. The stream stays open, idle (no
+//! keep-alive comments, no timer), until the client goes away; a reader more than 64 events
+//! behind misses the oldest. `capabilities` still say `listChanged: false`/`subscribe: false`:
+//! nothing in the catalog ever changes by itself.
 
 mod catalog;
 mod dispatch;
 mod http;
+mod listen;
 mod oauth;
 mod pagination;
 mod percent;
@@ -187,6 +199,7 @@ async fn main() -> std::io::Result<()> {
         stats: stats::Stats::new(cli.record),
         sessions: sessions::Sessions::default(),
         oauth: oauth::Issuer::new(cli.token_ttl),
+        listeners: listen::Listeners::default(),
         listen,
         default_variant: Arc::new(variants::Variant::default()),
     });

@@ -843,3 +843,105 @@ async fn session_auth_binds_sessions_to_the_authorization() {
         }
     }
 }
+
+/// Reads from `stream` until `buf` holds `needle` (at most 5 s).
+async fn read_until(stream: &mut TcpStream, buf: &mut String, needle: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !buf.contains(needle) {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut chunk))
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} within 5 s; got {buf:?}"))
+            .expect("read");
+        assert!(n > 0, "the stream ended before {needle:?}: {buf:?}");
+        buf.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    }
+}
+
+#[tokio::test]
+async fn listen_acknowledges_stays_open_and_carries_notified_changes() {
+    let up = start();
+    let listening =
+        || async { up.request("GET", "/_stats", &[], "").await.json()["listening"].clone() };
+    let body = json!({ "jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
+        "params": { "notifications": { "toolsListChanged": true, "promptsListChanged": false,
+                                       "resourceSubscriptions": ["example://readme"] },
+                    "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                               "io.modelcontextprotocol/clientCapabilities": {} } } })
+    .to_string();
+    let mut stream = TcpStream::connect(&up.addr).await.expect("connect");
+    let req = format!(
+        "POST /v/name=a/mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         mcp-protocol-version: 2026-07-28\r\nmcp-method: subscriptions/listen\r\n\
+         content-length: {}\r\n\r\n{body}",
+        up.addr,
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.expect("write");
+    let mut got = String::new();
+    read_until(&mut stream, &mut got, "acknowledged").await;
+    read_until(&mut stream, &mut got, "\n\n").await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.contains("content-type: text/event-stream"), "{got}");
+    let ack: Value = got
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).expect("json"))
+        .expect("ack event");
+    assert_eq!(
+        ack["params"],
+        json!({ "_meta": { "io.modelcontextprotocol/subscriptionId": "sub-1" },
+                "notifications": { "toolsListChanged": true,
+                                   "resourceSubscriptions": ["example://readme"] } })
+    );
+    assert_eq!(listening().await, json!(1));
+
+    // nothing it did not ask for, nothing for another endpoint; then its update
+    for notify in [
+        json!({ "list": "prompts" }),
+        json!({ "uri": "example://items/1" }),
+        json!({ "uri": "example://readme", "path": "/mcp" }),
+        json!({ "uri": "example://readme", "path": "/v/name=a/mcp" }),
+    ] {
+        let r = up.post("/_notify", &[], notify).await;
+        assert_eq!((r.status, r.json()), (200, json!({ "listening": 1 })));
+    }
+    got.clear();
+    read_until(&mut stream, &mut got, "\n\n").await;
+    let update: Value = got
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).expect("json"))
+        .expect("update event");
+    assert_eq!(
+        update,
+        json!({ "jsonrpc": "2.0", "method": "notifications/resources/updated",
+                "params": { "uri": "example://readme",
+                            "_meta": { "io.modelcontextprotocol/subscriptionId": "sub-1" } } })
+    );
+    let bad = up.post("/_notify", &[], json!({ "list": "nope" })).await;
+    assert_eq!(bad.status, 400);
+
+    // the client goes away: the stream is dropped
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while listening().await != json!(0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // legacy clients have no subscriptions/listen
+    let init = up.post("/mcp", &[], initialize()).await;
+    let sid = init.header("mcp-session-id").expect("session").to_owned();
+    let legacy = up
+        .post(
+            "/mcp",
+            &[("mcp-session-id", &sid)],
+            rpc(2, "subscriptions/listen", json!({})),
+        )
+        .await;
+    assert_eq!(legacy.json()["error"]["code"], -32601);
+}

@@ -149,8 +149,8 @@ pub async fn fan_in(
         let events: Events = Box::pin(futures_util::stream::unfold(
             (server, stream),
             |(server, mut stream)| async move {
-                let id = server.id().to_string();
-                let event = stream.next_event(&id).await.ok().flatten()?;
+                // Parked here while idle: the server's id is borrowed, not copied per event.
+                let event = stream.next_event(server.id()).await.ok().flatten()?;
                 Some(((server.clone(), event), (server, stream)))
             },
         ));

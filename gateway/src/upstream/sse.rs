@@ -104,6 +104,10 @@ impl SseDecoder {
                 .position(|b| *b == b'\n' || *b == b'\r')
                 .map(|i| i + self.scanned)
             else {
+                if self.buf.is_empty() {
+                    // Drained: an idle stream keeps no buffer (nor the chunk it came from).
+                    self.buf = BytesMut::new();
+                }
                 self.scanned = self.buf.len();
                 if self.pending + self.buf.len() > self.max_event {
                     return Err(SseError::EventTooLarge(self.max_event));
@@ -213,6 +217,22 @@ mod tests {
         let mut d = SseDecoder::new(1024);
         d.push(b"data: a\r\rdata: b");
         assert_eq!(all(&mut d), vec![SseEvent::message("a".into())]);
+    }
+
+    #[test]
+    fn a_drained_decoder_holds_no_buffer() {
+        let mut d = SseDecoder::new(1024);
+        d.push(b"data: a\n\n");
+        assert_eq!(all(&mut d), vec![SseEvent::message("a".into())]);
+        assert_eq!(d.buf.capacity(), 0);
+        d.push(b"data: b");
+        assert!(all(&mut d).is_empty());
+        assert!(d.buf.capacity() > 0, "a partial line stays");
+        d.push(b"\n");
+        assert!(all(&mut d).is_empty());
+        assert_eq!(d.buf.capacity(), 0, "a whole line is parsed out");
+        d.push(b"\n");
+        assert_eq!(all(&mut d), vec![SseEvent::message("b".into())]);
     }
 
     #[test]
