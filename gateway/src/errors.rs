@@ -300,6 +300,8 @@ impl GatewayError {
             GatewayError::Limited { retry_after, .. } => Some(HeaderValue::from(
                 crate::limits::retry_after_seconds(*retry_after),
             )),
+            // A busy replica asks for a short pause; a retry may well land on another replica.
+            GatewayError::Overloaded(_) => Some(HeaderValue::from_static("1")),
             _ => None,
         }
     }

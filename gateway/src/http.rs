@@ -1,6 +1,8 @@
 //! The HTTP router: MCP, REST, health and metrics, behind DNS-rebinding protection.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -20,6 +22,7 @@ use crate::state::Gateway;
 const BODY_CEILING: usize = 64 * 1024 * 1024;
 
 pub fn router(gw: Arc<Gateway>) -> Router {
+    crate::admission::watch_queue_delay(&gw);
     Router::new()
         .route(
             "/mcp",
@@ -58,6 +61,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             gw.clone(),
             read_body_in_time,
         ))
+        // Outside the body read: a shed request costs no body, no parse, no upstream I/O.
+        .layer(middleware::from_fn_with_state(
+            gw.clone(),
+            crate::admission::admit,
+        ))
         .layer(middleware::from_fn_with_state(gw.clone(), drain))
         .with_state(gw)
 }
@@ -74,7 +82,14 @@ async fn read_body_in_time(
     let (parts, body) = request.into_parts();
     let limit = gw.table().settings.max_body_bytes.saturating_add(1);
     let read = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, limit));
-    match tokio::time::timeout(gw.body_read_timeout(), read).await {
+    // A body that came with its headers (most do) is read without arming a timer.
+    let mut read = std::pin::pin!(read);
+    let already = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+    let collected = match already {
+        Poll::Ready(collected) => Ok(collected),
+        Poll::Pending => tokio::time::timeout(gw.body_read_timeout(), read).await,
+    };
+    match collected {
         Ok(Ok(collected)) => {
             let body = axum::body::Body::from(collected.to_bytes());
             next.run(Request::from_parts(parts, body)).await

@@ -11,8 +11,10 @@
 //! - [`upstream`]: talking to upstream MCP servers (headers, eras, streams, pagination).
 //! - [`catalog`]: cached listings and the tool-ownership map.
 //! - [`llm`]: `/v1/messages` and `/v1/chat/completions`, with gateway-run MCP tools.
-//! - [`config_file`]: standalone mode's file source. [`http`]: the router.
+//! - [`config_file`]: standalone mode's file source. [`http`]: the router. [`admission`]: the
+//!   replica-wide bounds that shed excess requests fast.
 
+pub mod admission;
 pub mod catalog;
 pub mod config_file;
 pub mod errors;

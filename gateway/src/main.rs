@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use switchboard_gateway::admission::AdmissionLimits;
 use switchboard_gateway::operator_source::OperatorSource;
 use switchboard_gateway::operator_tls::{OperatorTrust, certificate_name};
 use switchboard_gateway::serve::{ConnectionLimits, serve};
@@ -96,6 +97,15 @@ struct Args {
     /// Most client connections open at once; more wait in the accept queue until one closes.
     #[arg(long, env = "SWITCHBOARD_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
+    /// While this replica's queueing delay (how long ready work waits for a CPU; probed every
+    /// 10 ms) stays above this for 100 ms windows, cap requests in flight below what it has
+    /// and shed the excess (503 + Retry-After). Waiting on slow upstreams adds no delay. 0: off.
+    #[arg(long, env = "SWITCHBOARD_MAX_QUEUE_DELAY", default_value = "10ms", value_parser = humantime::parse_duration)]
+    max_queue_delay: Duration,
+    /// Most requests in flight at once (arrival to response head: a relayed stream holds
+    /// none once its head is out); more are shed with 503 + Retry-After. 0: no bound.
+    #[arg(long, env = "SWITCHBOARD_MAX_IN_FLIGHT", default_value_t = 0)]
+    max_in_flight: usize,
     /// A request's headers must arrive within this; a kept-alive connection idle this long is
     /// closed too (one timer in hyper).
     #[arg(long, env = "SWITCHBOARD_HEADER_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
@@ -125,6 +135,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         allowed_hosts: args.allowed_hosts.clone(),
         public_url: args.public_url.clone().filter(|u| !u.is_empty()),
         body_read_timeout: args.body_read_timeout,
+        admission: AdmissionLimits {
+            max_in_flight: args.max_in_flight,
+            max_queue_delay: args.max_queue_delay,
+        },
     }));
     // Turns true on SIGTERM: the operator's stream then ends with a goodbye.
     let (leaving_tx, leaving) = tokio::sync::watch::channel(false);

@@ -50,6 +50,12 @@ struct LimitedLabels {
     limit: &'static str,
 }
 
+/// A request the replica shed (`admission`): `reason` is `in_flight` or `queue_delay`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShedLabels {
+    reason: &'static str,
+}
+
 type HistogramFamily = Family<ServerLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,6 +124,9 @@ pub struct Metrics {
     listing_failures: Family<ServerLabels, Counter>,
     auth_relayed: Family<ServerLabels, Counter>,
     limited: Family<LimitedLabels, Counter>,
+    shed: Family<ShedLabels, Counter>,
+    queue_delay: Histogram,
+    in_flight_cap: Gauge,
     snapshot_generation: Gauge,
     /// Set when scraped: tasks alive in the runtime serving the scrape.
     runtime_tasks: Gauge,
@@ -171,6 +180,27 @@ impl Default for Metrics {
             "limited_requests",
             "Requests refused by a key's or a server's limits (429), by scope, name and limit",
             limited.clone(),
+        );
+        let shed = Family::<ShedLabels, Counter>::default();
+        registry.register(
+            "shed_requests",
+            "Requests the replica shed (503) before reading them, by reason (in_flight, queue_delay)",
+            shed.clone(),
+        );
+        // 100 µs .. ~6.5 s
+        let queue_delay = Histogram::new(exponential_buckets(0.0001, 2.0, 17));
+        registry.register(
+            "queue_delay_seconds",
+            "How long a task handed to the runtime waited to run (the admission probe, every 10 ms \
+             while --max-queue-delay is on): the queueing delay of ready work",
+            queue_delay.clone(),
+        );
+        let in_flight_cap = Gauge::default();
+        registry.register(
+            "in_flight_cap",
+            "The cap on requests in flight the queueing delay has set (0: none; see \
+             --max-queue-delay)",
+            in_flight_cap.clone(),
         );
         let snapshot_generation = Gauge::default();
         registry.register(
@@ -239,6 +269,9 @@ impl Default for Metrics {
             listing_failures,
             auth_relayed,
             limited,
+            shed,
+            queue_delay,
+            in_flight_cap,
             snapshot_generation,
             runtime_tasks,
             snapshot_applies,
@@ -259,6 +292,19 @@ impl Metrics {
                 limit,
             })
             .inc();
+    }
+
+    pub fn shed(&self, reason: &'static str) {
+        self.shed.get_or_create(&ShedLabels { reason }).inc();
+    }
+
+    pub fn queue_delay(&self, delay: Duration) {
+        self.queue_delay.observe(delay.as_secs_f64());
+    }
+
+    pub fn in_flight_cap(&self, cap: Option<usize>) {
+        self.in_flight_cap
+            .set(cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
     }
 
     pub fn request(&self, endpoint: &'static str, method: &'static str, outcome: &'static str) {

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 
+use crate::admission::{Admission, AdmissionLimits};
 use crate::catalog::Catalog;
 use crate::errors::GatewayError;
 use crate::forward::renews;
@@ -34,6 +35,8 @@ pub struct Gateway {
     pub protected_resources: ProtectedResources,
     /// Exchanges this replica holds open between a client's messages (era bridging).
     pub exchanges: Exchanges,
+    /// The replica-wide bounds on requests (`--max-in-flight`, `--max-queue-delay`).
+    pub admission: Admission,
     /// Legacy sessions their clients ended (DELETE), by tag, until they would have expired.
     ended_sessions: moka::sync::Cache<u64, ()>,
     /// The log level legacy sessions set (`logging/setLevel`), by tag, on this replica: carried
@@ -57,6 +60,8 @@ pub struct LocalSettings {
     pub public_url: Option<String>,
     /// A request's whole body must arrive within this (see `http::read_body_in_time`).
     pub body_read_timeout: Duration,
+    /// When the replica sheds requests (see `admission`).
+    pub admission: AdmissionLimits,
 }
 
 /// The default of `--body-read-timeout`.
@@ -68,6 +73,7 @@ impl Default for LocalSettings {
             allowed_hosts: Vec::new(),
             public_url: None,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            admission: AdmissionLimits::default(),
         }
     }
 }
@@ -87,6 +93,7 @@ impl Gateway {
             tokens: Tokens::default(),
             protected_resources: ProtectedResources::default(),
             exchanges: Exchanges::default(),
+            admission: Admission::new(AdmissionLimits::default()),
             ended_sessions: moka::sync::Cache::builder()
                 .max_capacity(MAX_REMEMBERED_SESSIONS)
                 .time_to_live(SESSION_MEMORY)
@@ -146,6 +153,7 @@ impl Gateway {
     /// A gateway whose deployment adds `local` to every snapshot's settings.
     pub fn with_local_settings(local: LocalSettings) -> Gateway {
         Gateway {
+            admission: Admission::new(local.admission),
             local,
             ..Gateway::new()
         }

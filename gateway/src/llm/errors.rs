@@ -37,6 +37,12 @@ pub enum LlmError {
         message: String,
         retry_after: axum::http::HeaderValue,
     },
+    /// The replica shed the request (`admission`), in the MCP error's own words.
+    #[error("{message}")]
+    Overloaded {
+        message: String,
+        retry_after: axum::http::HeaderValue,
+    },
 }
 
 impl LlmError {
@@ -59,6 +65,7 @@ impl LlmError {
             LlmError::ProviderTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             LlmError::ProviderUnavailable { .. } => StatusCode::BAD_GATEWAY,
             LlmError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            LlmError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -75,6 +82,7 @@ impl LlmError {
             LlmError::ProviderTimeout { .. } => "provider_timeout",
             LlmError::ProviderUnavailable { .. } => "provider_unavailable",
             LlmError::Limited { .. } => "rate_limited",
+            LlmError::Overloaded { .. } => "overloaded",
         }
     }
 
@@ -91,6 +99,7 @@ impl LlmError {
             LlmError::ProviderTimeout { .. } => "timeout_error",
             LlmError::ProviderUnavailable { .. } => "api_error",
             LlmError::Limited { .. } => "rate_limit_error",
+            LlmError::Overloaded { .. } => "overloaded_error",
         }
     }
 
@@ -107,6 +116,7 @@ impl LlmError {
             LlmError::ProviderTimeout { .. } => ("server_error", "timeout"),
             LlmError::ProviderUnavailable { .. } => ("server_error", "upstream_unavailable"),
             LlmError::Limited { .. } => ("requests", "rate_limit_exceeded"),
+            LlmError::Overloaded { .. } => ("server_error", "overloaded"),
         }
     }
 
@@ -139,7 +149,7 @@ impl LlmError {
                     HeaderValue::from_static("Bearer realm=\"switchboard\""),
                 );
             }
-            LlmError::Limited { retry_after, .. } => {
+            LlmError::Limited { retry_after, .. } | LlmError::Overloaded { retry_after, .. } => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, retry_after);
@@ -161,6 +171,12 @@ impl From<GatewayError> for LlmError {
             limited @ GatewayError::Limited { .. } => LlmError::Limited {
                 message: limited.to_string(),
                 retry_after: limited
+                    .retry_after()
+                    .unwrap_or(HeaderValue::from_static("1")),
+            },
+            overloaded @ GatewayError::Overloaded(_) => LlmError::Overloaded {
+                message: overloaded.to_string(),
+                retry_after: overloaded
                     .retry_after()
                     .unwrap_or(HeaderValue::from_static("1")),
             },

@@ -1,0 +1,3 @@
+module switchboard/bench/loadgen
+
+go 1.22
