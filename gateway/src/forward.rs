@@ -70,7 +70,7 @@ impl Gateway {
             .forward(caller, server, &Forward::call("tools/call", Some(params)))
             .await
         {
-            Ok(RpcOutcome::Result(result)) => Ok(result),
+            Ok(RpcOutcome::Result(result)) => Ok(result.into_value()),
             Ok(RpcOutcome::Error(error, _)) => Err(upstream_rpc_error(server, shown_name, error)),
             Ok(RpcOutcome::Stream(_)) => Err(GatewayError::UpstreamUnavailable {
                 server: server.id().to_string(),
@@ -240,7 +240,7 @@ impl Gateway {
                 param_headers,
                 credential,
                 method: request.method,
-                params: request.params.clone(),
+                params: request.params.as_ref(),
                 deadline,
                 budget: server.spec.timeout,
                 stream: request.stream,

@@ -17,7 +17,7 @@ use crate::route::{prefixed_name, split_prefixed};
 use crate::scope::{Caller, decide_owner};
 use crate::state::Gateway;
 use crate::table::Server;
-use crate::upstream::client::{RpcOutcome, SessionScope};
+use crate::upstream::client::{RpcOutcome, RpcResult, SessionScope};
 use crate::upstream::listing::ListKind;
 use crate::upstream::request_credential::SHARED_PARTITION;
 
@@ -71,11 +71,17 @@ impl From<GatewayError> for Failure {
     }
 }
 
-/// A method's result: a JSON value, (merged listings) JSON already serialized, or an
-/// upstream's stream to relay event by event.
+/// A method's result: a JSON value, (merged listings) JSON already serialized, an upstream's
+/// result passed on as it came, or an upstream's stream to relay event by event.
 pub enum Answer {
     Json(Value),
     Raw(Box<RawValue>),
+    /// An upstream's result, unchanged; whether it names its `resultType` (a 2026-07-28 client
+    /// needs one).
+    Relayed {
+        result: Box<RawValue>,
+        has_result_type: bool,
+    },
     Stream(Box<Relay>),
 }
 
@@ -324,14 +330,30 @@ async fn forward_answer(
             }),
         }))
     };
-    match answer {
-        Forwarded::Result(result)
-            if bridge_input
-                && result.get("resultType").and_then(Value::as_str) == Some("input_required") =>
-        {
-            Ok(relay(None, Some(result)))
+    // A result the gateway passes on unchanged stays the text it came in (the common case: a
+    // tool's answer); only one that needs a change or a look inside becomes a tree.
+    let answer = match answer {
+        Forwarded::Result(RpcResult::Raw(raw)) if RELAYED_AS_IS.contains(&request.method) => {
+            match unchanged_result(&raw, aggregate, bridge_input) {
+                Some(has_result_type) => {
+                    return Ok(Answer::Relayed {
+                        result: raw,
+                        has_result_type,
+                    });
+                }
+                None => Forwarded::Result(RpcResult::Raw(raw)),
+            }
         }
-        Forwarded::Result(mut result) => {
+        other => other,
+    };
+    match answer {
+        Forwarded::Result(result) => {
+            let mut result = result.into_value();
+            if bridge_input
+                && result.get("resultType").and_then(Value::as_str) == Some("input_required")
+            {
+                return Ok(relay(None, Some(result)));
+            }
             if aggregate {
                 prefix_task_id(&mut result, server.prefix());
             }
@@ -341,8 +363,22 @@ async fn forward_answer(
     }
 }
 
+/// Methods whose results the gateway never edits (beyond a task id and `resultType`, which
+/// [`unchanged_result`] checks). Listings are not among them: the gateway filters them.
+const RELAYED_AS_IS: &[&str] = &["tools/call", "prompts/get", "completion/complete"];
+
+/// Whether a result goes to the client as it came (then: whether it names its `resultType`):
+/// not when the aggregate endpoint prefixes its task id, nor when it asks a legacy client for
+/// input (a relay does that).
+fn unchanged_result(raw: &RawValue, aggregate: bool, bridge_input: bool) -> Option<bool> {
+    let head = RpcResult::head(raw)?;
+    let changes = (aggregate && head.task_id.is_some())
+        || (bridge_input && head.result_type.as_deref() == Some("input_required"));
+    (!changes).then_some(head.result_type.is_some())
+}
+
 enum Forwarded {
-    Result(Value),
+    Result(RpcResult),
     Stream(Box<crate::upstream::client::UpstreamStream>),
 }
 
@@ -361,11 +397,45 @@ async fn forward(
         Ok(RpcOutcome::Error(error, status)) => Err(Failure::Upstream(error, status)),
         Err(GatewayError::UpstreamForbidden { server: id }) if method == "tools/call" => {
             tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
-            Ok(Forwarded::Result(json!({
+            Ok(Forwarded::Result(RpcResult::Parsed(json!({
                 "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
                 "isError": true,
-            })))
+            }))))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_string()).unwrap()
+    }
+
+    #[test]
+    fn results_pass_as_they_came_unless_the_gateway_changes_them() {
+        let plain = raw(r#"{"content":[{"type":"text","text":"3"}],"resultType":"complete"}"#);
+        assert_eq!(unchanged_result(&plain, true, true), Some(true));
+        let legacy = raw(r#"{"content":[],"structuredContent":{"resultType":"x"}}"#);
+        // A nested resultType is not the result's own.
+        assert_eq!(unchanged_result(&legacy, false, false), Some(false));
+        let task = raw(r#"{"resultType":"task","taskId":"t1"}"#);
+        assert_eq!(
+            unchanged_result(&task, true, false),
+            None,
+            "aggregate prefixes it"
+        );
+        assert_eq!(unchanged_result(&task, false, false), Some(true));
+        let input = raw(r#"{"resultType":"input_required","inputRequests":{}}"#);
+        assert_eq!(unchanged_result(&input, false, true), None, "a relay asks");
+        assert_eq!(unchanged_result(&input, false, false), Some(true));
+        // Not an object, or a resultType that is not a string: the tree path decides.
+        assert_eq!(unchanged_result(&raw("[1]"), false, false), None);
+        assert_eq!(
+            unchanged_result(&raw(r#"{"resultType":1}"#), false, false),
+            None
+        );
     }
 }

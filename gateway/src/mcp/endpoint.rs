@@ -4,6 +4,7 @@
 //! to relayed server-to-client requests, and answers with one JSON-RPC response or a relayed
 //! stream.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -11,6 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
@@ -29,23 +31,44 @@ use crate::scope::{Caller, authenticate, identify};
 use crate::session::{Session, TokenKind, UnsealError};
 use crate::state::Gateway;
 use crate::table::Server;
-use crate::upstream::client::{RpcOutcome, SessionScope};
+use crate::upstream::client::{RpcOutcome, RpcResult, SessionScope};
 
+// The handlers take the whole request and move its headers out: axum's `HeaderMap` extractor
+// would copy them on every call.
 pub async fn aggregate(
     State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Response {
-    handle(&gw, None, headers, body).await
+    match into_headers_and_body(request).await {
+        Ok((headers, body)) => handle(&gw, None, headers, body).await,
+        Err(refused) => refused,
+    }
 }
 
 pub async fn single(
     State(gw): State<Arc<Gateway>>,
     Path(prefix): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Response {
-    handle(&gw, Some(prefix), headers, body).await
+    match into_headers_and_body(request).await {
+        Ok((headers, body)) => handle(&gw, Some(prefix), headers, body).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The request's headers and body (read whole by the body-read layer already).
+async fn into_headers_and_body(
+    request: axum::extract::Request,
+) -> Result<(HeaderMap, Bytes), Response> {
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(body) => Ok((parts.headers, body)),
+        Err(_) => Err((
+            StatusCode::BAD_REQUEST,
+            "the request body could not be read",
+        )
+            .into_response()),
+    }
 }
 
 /// GET: a legacy server-to-client stream outside any request. The gateway keeps no stream per
@@ -99,7 +122,39 @@ pub(crate) struct Message {
     pub(crate) params: Option<Value>,
 }
 
+/// The members of a call the gateway reads, read without building a tree of the whole message
+/// (a call is most of what clients send). Anything this does not take (a reply, a member of the
+/// wrong type, a repeated member) goes to the full reading below, which says what is wrong.
+#[derive(Deserialize)]
+struct CallMembers<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    method: String,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+}
+
+/// `Some` for a member that is there, `null` included (`Option` alone reads `null` as absent,
+/// and `"id": null` is not a notification).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
 pub(crate) fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
+    // Only an object: serde would also read a struct from an array, by position.
+    if body.trim_ascii_start().first() == Some(&b'{')
+        && let Ok(call) = serde_json::from_slice::<CallMembers>(body)
+        && call.jsonrpc == "2.0"
+        && call.params.as_ref().is_none_or(Value::is_object)
+    {
+        return Ok(Incoming::Call(Message {
+            id: call.id,
+            method: call.method,
+            params: call.params,
+        }));
+    }
     let value: Value =
         serde_json::from_slice(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let Value::Object(mut obj) = value else {
@@ -312,7 +367,24 @@ async fn handle(
         }
         Ok(Answer::Raw(result)) => {
             gw.metrics.request(endpoint, method, "ok");
-            raw_result_response(&id, &result)
+            raw_result_response(&id, &result, None)
+        }
+        Ok(Answer::Relayed {
+            result,
+            has_result_type,
+        }) => {
+            gw.metrics.request(endpoint, method, "ok");
+            match era {
+                Era::Modern if protocol::has_cache_fields(&message.method) => {
+                    let mut result = RpcResult::Raw(result).into_value();
+                    protocol::stamp_modern_result(&mut result, &message.method);
+                    rpc_response(&id, "result", result, StatusCode::OK)
+                }
+                Era::Modern if !has_result_type => {
+                    raw_result_response(&id, &result, Some(r#""resultType":"complete""#))
+                }
+                _ => raw_result_response(&id, &result, None),
+            }
         }
         Ok(Answer::Stream(relay)) => {
             gw.metrics.request(endpoint, method, "stream");
@@ -956,6 +1028,7 @@ async fn upstream_identity(
     forward.session = scope;
     match gw.forward(caller, server, &forward).await? {
         RpcOutcome::Result(discover) => {
+            let discover = discover.into_value();
             let mut identity = Map::new();
             for field in ["capabilities", "instructions", "serverInfo"] {
                 if let Some(v) = discover.get(field) {
@@ -1002,14 +1075,28 @@ fn rpc_response(id: &Value, kind: &str, payload: Value, status: StatusCode) -> R
         .into_response()
 }
 
-/// A result serialized already (merged listings, which carry `resultType` themselves).
-fn raw_result_response(id: &Value, result: &RawValue) -> Response {
+/// A result serialized already (merged listings, which carry `resultType` themselves, or an
+/// upstream's result as it came), with `first_member` (`"name":value`) added in front of the
+/// result object's own members. Only an object result gets one.
+fn raw_result_response(id: &Value, result: &RawValue, first_member: Option<&str>) -> Response {
     let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
-    let mut body = Vec::with_capacity(result.get().len() + id.len() + 40);
+    let result = result.get();
+    let extra = first_member.map_or(0, str::len);
+    let mut body = Vec::with_capacity(result.len() + extra + id.len() + 40);
     body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     body.extend_from_slice(id.as_bytes());
     body.extend_from_slice(b",\"result\":");
-    body.extend_from_slice(result.get().as_bytes());
+    match (first_member, result.trim_start().strip_prefix('{')) {
+        (Some(member), Some(members)) => {
+            body.push(b'{');
+            body.extend_from_slice(member.as_bytes());
+            if !members.trim_start().starts_with('}') {
+                body.push(b',');
+            }
+            body.extend_from_slice(members.as_bytes());
+        }
+        _ => body.extend_from_slice(result.as_bytes()),
+    }
     body.push(b'}');
     (
         StatusCode::OK,
@@ -1054,4 +1141,76 @@ fn metric_method(method: &str) -> &'static str {
         .find(|m| **m == method)
         .copied()
         .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(response: Response) -> Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn calls_read_like_the_full_reading() {
+        let call = |body: &str| match parse_message(body.as_bytes()) {
+            Ok(Incoming::Call(m)) => Some((m.id, m.method, m.params)),
+            _ => None,
+        };
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"x":[1]}"#),
+            Some((
+                Some(json!(1)),
+                "tools/call".into(),
+                Some(json!({"name": "a"}))
+            ))
+        );
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Some((None, "notifications/initialized".into(), None))
+        );
+        // "id": null is a request with a null id, not a notification.
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#)
+                .unwrap()
+                .0,
+            Some(Value::Null)
+        );
+        // A repeated member: the last one counts, as in the full reading.
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}"#)
+                .unwrap()
+                .1,
+            "b"
+        );
+        for refused in [
+            r#"["2.0","ping",1]"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#,
+        ] {
+            assert!(call(refused).is_none(), "{refused}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relayed_result_gets_its_result_type_in_front() {
+        const STAMP: Option<&str> = Some(r#""resultType":"complete""#);
+        let result = RawValue::from_string(r#" {"content":[],"isError":false}"#.into()).unwrap();
+        let body = body_of(raw_result_response(&json!(7), &result, STAMP)).await;
+        assert_eq!(
+            body,
+            json!({"jsonrpc": "2.0", "id": 7,
+                   "result": {"resultType": "complete", "content": [], "isError": false}})
+        );
+        let empty = RawValue::from_string("{ }".into()).unwrap();
+        let body = body_of(raw_result_response(&json!("a"), &empty, STAMP)).await;
+        assert_eq!(body["result"], json!({"resultType": "complete"}));
+        let body = body_of(raw_result_response(&json!(1), &result, None)).await;
+        assert_eq!(body["result"], json!({"content": [], "isError": false}));
+    }
 }

@@ -130,11 +130,9 @@ pub fn may_require_input(method: &str) -> bool {
 /// Completes a result for a 2026-07-28 client with what that revision requires and a legacy
 /// upstream's answer lacks: `resultType` on every result, and the cache hints (`ttlMs`,
 /// `cacheScope`) on listings, reads and discovery. Fields the upstream set stay as they are.
-pub fn stamp_modern_result(result: &mut Value, method: &str) {
-    let Value::Object(m) = result else { return };
-    m.entry("resultType")
-        .or_insert_with(|| Value::from("complete"));
-    let cacheable = matches!(
+/// The methods whose 2026-07-28 results carry `ttlMs` and `cacheScope`.
+pub fn has_cache_fields(method: &str) -> bool {
+    matches!(
         method,
         "tools/list"
             | "prompts/list"
@@ -142,8 +140,14 @@ pub fn stamp_modern_result(result: &mut Value, method: &str) {
             | "resources/templates/list"
             | "resources/read"
             | "server/discover"
-    );
-    if cacheable {
+    )
+}
+
+pub fn stamp_modern_result(result: &mut Value, method: &str) {
+    let Value::Object(m) = result else { return };
+    m.entry("resultType")
+        .or_insert_with(|| Value::from("complete"));
+    if has_cache_fields(method) {
         m.entry("ttlMs").or_insert_with(|| Value::from(0));
         m.entry("cacheScope")
             .or_insert_with(|| Value::from("private"));

@@ -19,21 +19,23 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::mcp::protocol::{
-    LATEST_LEGACY_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL,
-    META_PROTOCOL_VERSION, MODERN_VERSION,
-};
+use crate::mcp::protocol::{LATEST_LEGACY_VERSION, MODERN_VERSION};
 use crate::mcp::{capabilities, protocol};
 use crate::table::Server;
 use crate::upstream::address_policy::PolicyResolver;
 use crate::upstream::request_credential::{RequestCredential, SHARED_PARTITION};
 use crate::upstream::sse::{SseDecoder, SseError, SseEvent};
-use crate::upstream::wire::response_from_body;
+use crate::upstream::wire::{
+    ModernMeta, modern_request_body, raw_response, request_body, response_from_body,
+};
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
 const MAX_UPSTREAM_BODY: usize = 32 * 1024 * 1024;
@@ -53,7 +55,7 @@ pub struct RpcCall<'a> {
     pub credential: Option<&'a RequestCredential>,
     pub method: &'a str,
     /// Parameters as they go upstream (names already without the gateway prefix).
-    pub params: Option<Value>,
+    pub params: Option<&'a Value>,
     /// Ends the whole exchange, handshake and redirects included.
     pub deadline: Instant,
     /// The budget behind `deadline`, named in a timeout error.
@@ -83,9 +85,46 @@ pub struct SessionScope {
 /// HTTP status it came with, or an SSE stream to relay.
 #[derive(Debug)]
 pub enum RpcOutcome {
-    Result(Value),
+    Result(RpcResult),
     Error(Value, StatusCode),
     Stream(Box<UpstreamStream>),
+}
+
+/// An upstream's `result`. A plain JSON answer keeps it as the text it came in, so a result the
+/// gateway relays unchanged (most tool calls) is never parsed into a tree and written out again;
+/// whoever needs to look inside asks for the tree.
+#[derive(Debug)]
+pub enum RpcResult {
+    Raw(Box<RawValue>),
+    Parsed(Value),
+}
+
+/// The top-level members of a result that decide how the gateway answers with it.
+#[derive(Debug, Default, Deserialize)]
+pub struct ResultHead<'a> {
+    #[serde(rename = "resultType", borrow, default)]
+    pub result_type: Option<Cow<'a, str>>,
+    #[serde(rename = "taskId", default)]
+    pub task_id: Option<IgnoredAny>,
+}
+
+impl RpcResult {
+    pub fn into_value(self) -> Value {
+        match self {
+            // Text the parser accepted once parses again.
+            RpcResult::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+            RpcResult::Parsed(value) => value,
+        }
+    }
+
+    /// The result's deciding members, read without building a tree; `None` for a result that
+    /// is not an object with a string `resultType` (those take the tree path).
+    pub fn head(raw: &RawValue) -> Option<ResultHead<'_>> {
+        if !raw.get().trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(raw.get()).ok()
+    }
 }
 
 /// What the gateway remembers about one upstream (per server revision): its era and, for a
@@ -391,18 +430,6 @@ impl Upstreams {
 
     async fn modern(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, Attempt> {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let mut params = with_modern_meta(
-            call.params.clone(),
-            &self.client_info,
-            call.session.capabilities,
-        );
-        if let (Some(level), Some(Value::Object(meta))) = (
-            call.log_level,
-            params.as_mut().and_then(|p| p.get_mut("_meta")),
-        ) {
-            meta.entry(META_LOG_LEVEL)
-                .or_insert_with(|| Value::from(level));
-        }
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("mcp-protocol-version"),
@@ -411,7 +438,7 @@ impl Upstreams {
         if let Ok(v) = HeaderValue::from_str(call.method) {
             headers.insert(HeaderName::from_static("mcp-method"), v);
         }
-        if let Some(name) = routed_name(call.method, params.as_ref())
+        if let Some(name) = routed_name(call.method, call.params)
             && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(name))
         {
             headers.insert(HeaderName::from_static("mcp-name"), v);
@@ -425,7 +452,12 @@ impl Upstreams {
         if let Some(derived) = call.param_headers {
             headers.extend(derived.clone());
         }
-        let body = rpc_body(&id, call.method, params);
+        let meta = ModernMeta {
+            client_info: &self.client_info,
+            capabilities: call.session.capabilities,
+            log_level: call.log_level,
+        };
+        let body = modern_request_body(&id, call.method, call.params, meta);
         let reply = self
             .post(call, headers, body)
             .await
@@ -465,7 +497,7 @@ impl Upstreams {
             let session = self.legacy_session(call, state, attempt > 0).await?;
             let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
             let headers = session.headers();
-            let body = rpc_body(&id, call.method, call.params.clone());
+            let body = request_body(&id, call.method, call.params);
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && call.stream && reply.is_event_stream() {
                 let cancel = Canceller {
@@ -524,7 +556,7 @@ impl Upstreams {
             .post(
                 call,
                 HeaderMap::new(),
-                rpc_body(&id, "initialize", Some(params)),
+                request_body(&id, "initialize", Some(&params)),
             )
             .await?
             .read(call.server)
@@ -537,7 +569,7 @@ impl Upstreams {
         }
         let session_id = reply.headers.get("mcp-session-id").cloned();
         let result = match reply.outcome(call.server, &id)? {
-            RpcOutcome::Result(r) => r,
+            RpcOutcome::Result(r) => r.into_value(),
             RpcOutcome::Stream(_) => {
                 return Err(GatewayError::UpstreamUnavailable {
                     server: call.server.id().to_string(),
@@ -852,6 +884,12 @@ impl Reply {
 
     /// The JSON-RPC answer to request `id`, with its id left for the caller to restore.
     fn outcome(&self, server: &Server, id: &Value) -> Result<RpcOutcome, GatewayError> {
+        if let Some(response) = raw_response(self.content_type(), &self.body) {
+            return Ok(match response.result {
+                Some(result) => RpcOutcome::Result(RpcResult::Raw(result)),
+                None => RpcOutcome::Error(response.error.unwrap_or(Value::Null), self.status),
+            });
+        }
         let message = response_from_body(self.content_type(), &self.body, id)
             .or_else(|| {
                 // An error about the request itself may carry a null id.
@@ -867,7 +905,7 @@ impl Reply {
         match message {
             Value::Object(mut m) => {
                 if let Some(result) = m.remove("result") {
-                    Ok(RpcOutcome::Result(result))
+                    Ok(RpcOutcome::Result(RpcResult::Parsed(result)))
                 } else {
                     Ok(RpcOutcome::Error(
                         m.remove("error").unwrap_or(Value::Null),
@@ -971,39 +1009,6 @@ async fn read_limited(mut response: reqwest::Response) -> Result<bytes::Bytes, S
     Ok(buf.freeze())
 }
 
-fn rpc_body(id: &Value, method: &str, params: Option<Value>) -> Vec<u8> {
-    let mut m = Map::with_capacity(4);
-    m.insert("jsonrpc".into(), Value::from("2.0"));
-    m.insert("id".into(), id.clone());
-    m.insert("method".into(), Value::from(method));
-    if let Some(p) = params {
-        m.insert("params".into(), p);
-    }
-    serde_json::to_vec(&Value::Object(m)).unwrap_or_default()
-}
-
-/// Adds the per-request `_meta` a 2026-07-28 server requires, keeping what the client sent
-/// (a modern client's own capabilities, its progress token).
-fn with_modern_meta(params: Option<Value>, client_info: &Value, capabilities: u8) -> Option<Value> {
-    let mut params = match params {
-        Some(Value::Object(m)) => m,
-        _ => Map::new(),
-    };
-    let meta = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(meta) = meta {
-        meta.insert(META_PROTOCOL_VERSION.into(), Value::from(MODERN_VERSION));
-        // A modern client's own capabilities stay as sent; a legacy client's come from its
-        // session.
-        meta.entry(META_CLIENT_CAPABILITIES)
-            .or_insert_with(|| capabilities::to_json(capabilities));
-        meta.entry(META_CLIENT_INFO)
-            .or_insert_with(|| client_info.clone());
-    }
-    Some(Value::Object(params))
-}
-
 /// The body value the `Mcp-Name` header repeats, for the methods that have one.
 fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
     params?.get(protocol::named_field(method)?)?.as_str()
@@ -1013,20 +1018,5 @@ fn timeout_error(call: &RpcCall<'_>) -> GatewayError {
     GatewayError::UpstreamTimeout {
         server: call.server.id().to_string(),
         budget: call.budget,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn modern_meta_keeps_the_clients_fields() {
-        let params = json!({"name": "add", "_meta": {"progressToken": 5}});
-        let out = with_modern_meta(Some(params), &json!({"name": "gw"}), 0).unwrap();
-        assert_eq!(out["_meta"]["progressToken"], 5);
-        assert_eq!(out["_meta"][META_PROTOCOL_VERSION], MODERN_VERSION);
-        assert_eq!(out["_meta"][META_CLIENT_CAPABILITIES], json!({}));
-        assert_eq!(out["name"], "add");
     }
 }

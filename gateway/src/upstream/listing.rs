@@ -178,7 +178,7 @@ pub async fn walk(
             param_headers: None,
             credential,
             method: kind.method(),
-            params,
+            params: params.as_ref(),
             deadline: page_deadline,
             budget: if page_deadline == deadline {
                 budget
@@ -190,7 +190,7 @@ pub async fn walk(
             log_level: None,
         };
         let result = match upstreams.call(call).await {
-            Ok(RpcOutcome::Result(r)) => r,
+            Ok(RpcOutcome::Result(r)) => r.into_value(),
             Ok(RpcOutcome::Error(e, _)) if page == 0 => {
                 return Err(GatewayError::UpstreamUnavailable {
                     server: server.id().to_string(),

@@ -1,7 +1,163 @@
-//! Reading an upstream's HTTP answer: a JSON body or an SSE stream, into the one JSON-RPC
-//! response that answers our request.
+//! The JSON-RPC wire towards an upstream: writing a request body straight from the caller's
+//! parameters, and reading an upstream's HTTP answer (a JSON body or an SSE stream) into the
+//! one JSON-RPC response that answers our request.
 
-use serde_json::Value;
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::mcp::capabilities;
+use crate::mcp::protocol::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
+    MODERN_VERSION,
+};
+
+#[derive(Serialize)]
+struct Envelope<'a, P> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<P>,
+}
+
+/// A JSON-RPC request body with the parameters as given.
+pub fn request_body(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8> {
+    let envelope = Envelope {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    };
+    serde_json::to_vec(&envelope).unwrap_or_default()
+}
+
+/// What a 2026-07-28 server requires in every request's `_meta`, beyond what the client sent.
+#[derive(Clone, Copy)]
+pub struct ModernMeta<'a> {
+    /// The gateway's `clientInfo`, unless the client sent its own.
+    pub client_info: &'a Value,
+    /// A legacy client's capabilities (from its session), unless the client sent its own.
+    pub capabilities: u8,
+    /// A legacy client's log level, unless `_meta` names one.
+    pub log_level: Option<&'a str>,
+}
+
+/// A 2026-07-28 request body: the client's parameters with the per-request `_meta` a modern
+/// server requires, written in one pass. The parameters are read where they are, never copied
+/// (they can be large: tool arguments). The client's `_meta` fields are kept (its own
+/// capabilities, its progress token) except the protocol version, which is the gateway's.
+pub fn modern_request_body(
+    id: &Value,
+    method: &str,
+    params: Option<&Value>,
+    meta: ModernMeta<'_>,
+) -> Vec<u8> {
+    let envelope = Envelope {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params: Some(ModernParams {
+            params: params.and_then(Value::as_object),
+            meta,
+        }),
+    };
+    serde_json::to_vec(&envelope).unwrap_or_default()
+}
+
+struct ModernParams<'a> {
+    /// Parameters that are not an object are replaced, as a server could not read them.
+    params: Option<&'a Map<String, Value>>,
+    meta: ModernMeta<'a>,
+}
+
+impl Serialize for ModernParams<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        let mut client_meta = None;
+        for (name, value) in self.params.into_iter().flatten() {
+            if name == "_meta" {
+                client_meta = Some(value);
+            } else {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        match client_meta {
+            // A `_meta` that is not an object is the client's mistake, passed on for the
+            // server to judge rather than silently replaced.
+            Some(other) if !other.is_object() => map.serialize_entry("_meta", other)?,
+            client => map.serialize_entry(
+                "_meta",
+                &MetaWithModern {
+                    client: client.and_then(Value::as_object),
+                    meta: self.meta,
+                },
+            )?,
+        }
+        map.end()
+    }
+}
+
+struct MetaWithModern<'a> {
+    client: Option<&'a Map<String, Value>>,
+    meta: ModernMeta<'a>,
+}
+
+impl Serialize for MetaWithModern<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let has = |name: &str| self.client.is_some_and(|m| m.contains_key(name));
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in self.client.into_iter().flatten() {
+            if name != META_PROTOCOL_VERSION {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        map.serialize_entry(META_PROTOCOL_VERSION, MODERN_VERSION)?;
+        if !has(META_CLIENT_CAPABILITIES) {
+            map.serialize_entry(
+                META_CLIENT_CAPABILITIES,
+                &capabilities::to_json(self.meta.capabilities),
+            )?;
+        }
+        if !has(META_CLIENT_INFO) {
+            map.serialize_entry(META_CLIENT_INFO, self.meta.client_info)?;
+        }
+        if let Some(level) = self.meta.log_level
+            && !has(META_LOG_LEVEL)
+        {
+            map.serialize_entry(META_LOG_LEVEL, level)?;
+        }
+        map.end()
+    }
+}
+
+/// A JSON-RPC response object with its `result` left as the JSON text it came in.
+#[derive(Deserialize)]
+pub struct RawResponse {
+    /// Present (even as `null`) when the response is a result.
+    #[serde(default, deserialize_with = "present")]
+    pub result: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+/// `Some` for a member that is there, `null` included (an `Option` alone reads `null` as absent).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// The response of a plain JSON body holding one response object, without building a tree of
+/// its result; `None` for any other body (SSE, a batch, not JSON), which
+/// [`response_from_body`] reads.
+pub fn raw_response(content_type: &str, body: &[u8]) -> Option<RawResponse> {
+    if content_type.starts_with("text/event-stream")
+        || body.trim_ascii_start().first() != Some(&b'{')
+    {
+        return None;
+    }
+    serde_json::from_slice(body).ok()
+}
 
 /// The JSON-RPC response in a body, whichever way the upstream framed it.
 pub fn response_from_body(content_type: &str, body: &[u8], id: &Value) -> Option<Value> {
@@ -58,6 +214,85 @@ fn flush(data: &mut String, out: &mut Vec<Value>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn modern(params: Option<Value>, log_level: Option<&str>) -> Value {
+        let meta = ModernMeta {
+            client_info: &json!({"name": "gw"}),
+            capabilities: 0,
+            log_level,
+        };
+        let body = modern_request_body(&json!(7), "tools/call", params.as_ref(), meta);
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    #[test]
+    fn modern_meta_keeps_the_clients_fields() {
+        let out = modern(
+            Some(
+                json!({"name": "add", "arguments": {"a": 1}, "_meta": {"progressToken": 5,
+                META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_INFO: {"name": "client"}}}),
+            ),
+            Some("debug"),
+        );
+        assert_eq!(out["jsonrpc"], "2.0");
+        assert_eq!(out["id"], 7);
+        assert_eq!(out["method"], "tools/call");
+        let params = &out["params"];
+        assert_eq!(params["name"], "add");
+        assert_eq!(params["arguments"], json!({"a": 1}));
+        let meta = &params["_meta"];
+        assert_eq!(meta["progressToken"], 5);
+        assert_eq!(meta[META_PROTOCOL_VERSION], MODERN_VERSION);
+        assert_eq!(meta[META_CLIENT_CAPABILITIES], json!({}));
+        assert_eq!(meta[META_CLIENT_INFO], json!({"name": "client"}));
+        assert_eq!(meta[META_LOG_LEVEL], "debug");
+        assert_eq!(meta.as_object().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn modern_meta_is_added_where_the_client_sent_none() {
+        for params in [None, Some(json!([1, 2])), Some(json!({"name": "add"}))] {
+            let out = modern(params.clone(), None);
+            let meta = &out["params"]["_meta"];
+            assert_eq!(meta[META_PROTOCOL_VERSION], MODERN_VERSION, "{params:?}");
+            assert_eq!(meta[META_CLIENT_INFO], json!({"name": "gw"}));
+            assert!(meta.get(META_LOG_LEVEL).is_none());
+        }
+        // A `_meta` that is not an object is passed on as sent, for the server to judge.
+        let out = modern(Some(json!({"name": "add", "_meta": "x"})), Some("debug"));
+        assert_eq!(out["params"]["_meta"], "x");
+        assert_eq!(out["params"]["name"], "add");
+    }
+
+    #[test]
+    fn raw_responses_keep_the_result_text() {
+        let body =
+            br#" {"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"3"}]}}"#;
+        let r = raw_response("application/json", body).unwrap();
+        assert_eq!(
+            r.result.unwrap().get(),
+            r#"{"content":[{"type":"text","text":"3"}]}"#
+        );
+        let r = raw_response("application/json", br#"{"id":1,"result":null}"#).unwrap();
+        assert_eq!(r.result.unwrap().get(), "null");
+        let r = raw_response("application/json", br#"{"id":1,"error":{"code":-1}}"#).unwrap();
+        assert!(r.result.is_none());
+        assert_eq!(r.error.unwrap()["code"], -1);
+        // Left to response_from_body: batches, SSE, broken JSON.
+        assert!(raw_response("application/json", br#"[{"id":1,"result":{}}]"#).is_none());
+        assert!(raw_response("text/event-stream", br#"{"id":1,"result":{}}"#).is_none());
+        assert!(raw_response("application/json", br#"{"id":1,"result":"#).is_none());
+    }
+
+    #[test]
+    fn plain_request_bodies() {
+        let body = request_body(&json!(3), "initialize", None);
+        assert_eq!(body, br#"{"jsonrpc":"2.0","id":3,"method":"initialize"}"#);
+        let params = json!({"cursor": "c"});
+        let body: Value =
+            serde_json::from_slice(&request_body(&json!(4), "tools/list", Some(&params))).unwrap();
+        assert_eq!(body["params"], params);
+    }
 
     #[test]
     fn finds_the_response_among_notifications() {
