@@ -282,6 +282,17 @@ async def notify(addr: str, path: str) -> None:
     writer.close()
 
 
+def stop_all(procs: list) -> None:
+    """Stops the processes a run started: all asked at once, then each given 10 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def run_notify(bin_dir: Path, work: Path, runs: int) -> dict:
     """Time from `POST /_notify` to a listen stream's notification: one stream direct to the
     upstream, one through `/mcp/{prefix}` and one through the fan-in on `/mcp`, open at once, each
@@ -330,13 +341,7 @@ def run_notify(bin_dir: Path, work: Path, runs: int) -> dict:
 
         return asyncio.run(body())
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 def notify_report(times: dict[str, list[float]], runs: int) -> str:
@@ -469,13 +474,7 @@ def run_kind(kind: str, n: int, bin_dir: Path, work: Path, window: float) -> dic
         r["fds2"] = fds(mpid)
         return r
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 # --------------------------------------------------------------------------------------------
