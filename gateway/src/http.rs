@@ -22,7 +22,6 @@ use crate::state::Gateway;
 const BODY_CEILING: usize = 64 * 1024 * 1024;
 
 pub fn router(gw: Arc<Gateway>) -> Router {
-    crate::admission::watch_queue_delay(&gw);
     Router::new()
         .route(
             "/mcp",

@@ -140,6 +140,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             max_queue_delay: args.max_queue_delay,
         },
     }));
+    // The overload bound's probe (--max-queue-delay): one thread for the process's life.
+    switchboard_gateway::admission::watch_queue_delay(&gw);
     // Turns true on SIGTERM: the operator's stream then ends with a goodbye.
     let (leaving_tx, leaving) = tokio::sync::watch::channel(false);
     // Registered before the first load, so a SIGHUP at any time reloads rather than kills, and
