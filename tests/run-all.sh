@@ -7,6 +7,9 @@
 #
 # Steps:
 #   fmt     cargo fmt --all -- --check
+#   layering tests/layering.py: no file-level import cycle inside a shipped crate beyond those
+#           tests/layering-baseline.txt still lists (it only shrinks); first a planted cycle
+#           must be reported (--self-test)
 #   clippy  cargo clippy --workspace --all-targets -- -D warnings
 #   unit    cargo test --workspace (without the fuzz targets)
 #   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
@@ -43,7 +46,7 @@ step() { # step NAME: prints a banner and the elapsed time of the previous step
   echo "=== $1"
 }
 
-all_steps=(fmt clippy unit fuzz build e2e suites)
+all_steps=(fmt layering clippy unit fuzz build e2e suites)
 if (($# > 0)); then
   wanted=("$@")
 else
@@ -62,13 +65,18 @@ for s in "${wanted[@]}"; do
     || die "unknown step '$s' (steps: ${all_steps[*]}; suites: tests/suites.d/*.sh)"
 done
 
-if wants fmt || wants clippy || wants unit || wants fuzz || wants build; then
+if wants fmt || wants layering || wants clippy || wants unit || wants fuzz || wants build; then
   need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
 fi
 if wants fmt; then
   cargo fmt --version >/dev/null 2>&1 || die "cargo fmt is missing: rustup component add rustfmt"
   step fmt
   cargo fmt --all -- --check || die "formatting differs: run cargo fmt --all"
+fi
+if wants layering; then
+  need python3 "install Python 3.10 or newer (Debian: apt-get install python3)"
+  step layering
+  python3 tests/layering.py --self-test --baseline tests/layering-baseline.txt
 fi
 if wants clippy; then
   cargo clippy --version >/dev/null 2>&1 || die "cargo clippy is missing: rustup component add clippy"

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Layering check: fails when a file-level import cycle exists inside a crate, and prints each.
+
+A module is a file (`src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). Module A depends on module B
+when A names a path that starts at the crate root and reaches B: `use crate::b::...`,
+`crate::b::x` in code, `super::`/`self::` paths resolved from A, and `use` lines of a module
+that re-exports. A module does not depend on its own children or parent through `mod` lines
+alone (a parent declaring `mod child;` is containment, not a use). Cycles are the strongly
+connected components of more than one file; `#[cfg(test)]` modules inside a file count as the
+file (a test that imports its way around the layers is still a cycle in the source).
+
+    tests/layering.py                    # every shipped crate (gateway/, operator/, crds/)
+    tests/layering.py gateway operator   # only these crate directories
+    tests/layering.py --baseline FILE    # cycles listed in FILE are tolerated (the ratchet)
+    tests/layering.py --self-test ...    # first show on a planted cycle that the check can fail
+
+Exit status 0 when no cycle exists beyond the baseline, 1 otherwise. Cycles the baseline lists
+that are gone are reported so the baseline can be shrunk; a baseline that lists a cycle not
+present is an error too (keeps the file honest).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+PATH_RE = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+USE_GROUP_RE = re.compile(r"\buse\s+(crate|super|self)::\{([^;]*)\};", re.S)
+COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+STRING_RE = re.compile(r'"(?:\\.|[^"\\])*"')
+
+
+SHIPPED = ("gateway", "operator", "crds")
+
+
+def crate_dirs(root):
+    out = subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1"],
+        cwd=root, check=True, capture_output=True, text=True,
+    ).stdout
+    dirs = []
+    for pkg in json.loads(out)["packages"]:
+        d = os.path.dirname(pkg["manifest_path"])
+        top = os.path.relpath(d, root).split(os.sep)[0]
+        # The shipped crates; examples and benches are test fixtures with their own shapes.
+        if top in SHIPPED and os.path.isdir(os.path.join(d, "src")):
+            dirs.append(d)
+    return sorted(dirs)
+
+
+def module_files(src):
+    """Map module path (tuple) -> file, for every .rs file under src."""
+    mods = {}
+    for dirpath, _, files in os.walk(src):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, f), src)
+            parts = rel[:-3].split(os.sep)
+            if parts[-1] == "mod":
+                parts = parts[:-1]
+            if parts in (["lib"], ["main"]):
+                parts = []
+            # A binary's main.rs and the library's lib.rs are both roots: keep them apart.
+            key = tuple(parts)
+            if key in mods:
+                key = ("<bin>",) if rel == "main.rs" else key
+            mods[key] = os.path.join(dirpath, f)
+    return mods
+
+
+def resolve(mods, here, head, rest):
+    """The longest module prefix a path names, as a module key, or None."""
+    if head == "crate":
+        base = []
+    elif head == "self":
+        base = list(here)
+    else:  # super, possibly repeated
+        base = list(here[:-1])
+        while rest and rest[0] == "super":
+            rest = rest[1:]
+            base = base[:-1]
+    parts = base + list(rest)
+    for n in range(len(parts), len(base) - 1, -1):
+        key = tuple(parts[:n])
+        if key in mods:
+            return key
+    return None
+
+
+def deps(mods, key, text):
+    text = STRING_RE.sub('""', COMMENT_RE.sub("", text))
+    found = set()
+    # Grouped uses: `use crate::{a::X, b};` names a and b.
+    for m in USE_GROUP_RE.finditer(text):
+        head, body = m.group(1), m.group(2)
+        for item in re.split(r",", re.sub(r"\{[^{}]*\}", "", body)):
+            item = item.strip()
+            if not item:
+                continue
+            first = re.split(r"::|\s", item)
+            rest = [p for p in item.split("::") if re.match(r"^[A-Za-z_]\w*$", p.strip())]
+            if first and rest:
+                r = resolve(mods, key, head, [p.strip() for p in rest])
+                if r is not None:
+                    found.add(r)
+    for m in PATH_RE.finditer(text):
+        head = m.group(1)
+        rest = m.group(2).split("::")[1:]
+        r = resolve(mods, key, head, rest)
+        if r is not None:
+            found.add(r)
+    # Containment is not use: drop self, ancestors and the crate root (lib.rs only declares).
+    return {d for d in found if d != key and d != () and key[: len(d)] != d}
+
+
+def sccs(graph):
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def name(crate, key):
+    return f"{crate}:{'::'.join(key) or 'lib'}"
+
+
+def check(root, dirs):
+    cycles = []
+    for d in dirs:
+        src = os.path.join(d, "src")
+        crate = os.path.relpath(d, root)
+        mods = module_files(src)
+        graph = {}
+        for key, path in mods.items():
+            with open(path, encoding="utf-8") as f:
+                graph[key] = deps(mods, key, f.read())
+        for comp in sccs(graph):
+            edges = []
+            members = set(comp)
+            for k in comp:
+                for w in sorted(graph[k] & members):
+                    edges.append(f"{'::'.join(k)} -> {'::'.join(w)}")
+            cycles.append((frozenset(name(crate, k) for k in comp), edges))
+    return cycles
+
+
+def self_test():
+    """The check can fail: a made-up crate with a cycle is reported, the same without it is not."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "demo", "src")
+        os.makedirs(os.path.join(src, "up"))
+        files = {
+            "lib.rs": "pub mod a;\npub mod up;\n",
+            "a.rs": "use crate::up::b::B;\npub struct A;\n",
+            "up/mod.rs": "pub mod b;\n",
+            "up/b.rs": "// use crate::a::A; (a comment is not a use)\npub struct B;\n",
+        }
+        for rel, text in files.items():
+            with open(os.path.join(src, rel), "w", encoding="utf-8") as f:
+                f.write(text)
+        clean = check(tmp, [os.path.join(tmp, "demo")])
+        with open(os.path.join(src, "up/b.rs"), "a", encoding="utf-8") as f:
+            f.write("fn f() -> super::super::a::A { crate::a::A }\n")
+        cyclic = check(tmp, [os.path.join(tmp, "demo")])
+    assert clean == [], f"self-test: a tree without a cycle was reported: {clean}"
+    assert [sorted(c) for c, _ in cyclic] == [["demo:a", "demo:up::b"]], (
+        f"self-test: the cycle a <-> up::b was not reported as such: {cyclic}"
+    )
+    print("layering: self-test ok (a planted cycle is reported, the clean tree is not)")
+
+
+def main(argv):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if argv[:1] == ["--self-test"]:
+        self_test()
+        argv = argv[1:]
+    baseline_path = None
+    args = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--baseline":
+            baseline_path = argv[i + 1]
+            i += 2
+        else:
+            args.append(argv[i])
+            i += 1
+    dirs = [os.path.join(root, a) for a in args] if args else crate_dirs(root)
+    cycles = check(root, dirs)
+    baseline = []
+    if baseline_path:
+        with open(baseline_path, encoding="utf-8") as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    baseline.append(frozenset(line.split()))
+    found = {c for c, _ in cycles}
+    new = [(c, e) for c, e in cycles if c not in baseline]
+    gone = [b for b in baseline if b not in found]
+    for c, edges in new:
+        print(f"layering: import cycle of {len(c)} files:")
+        for m in sorted(c):
+            print(f"  {m}")
+        print("  edges inside it:")
+        for e in edges:
+            print(f"    {e}")
+    for b in gone:
+        print("layering: the baseline lists a cycle that no longer exists; remove this line:")
+        print("  " + " ".join(sorted(b)))
+    tolerated = len(cycles) - len(new)
+    print(
+        f"layering: {len(dirs)} crates, {len(cycles)} cycles "
+        f"({tolerated} tolerated by the baseline, {len(new)} new)"
+    )
+    return 1 if new or gone else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
