@@ -7,23 +7,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::limits::LimitKind;
-use crate::mcp::protocol::{Era, modern_error_status};
+use crate::limits::{LimitKind, Refused, retry_after_seconds};
+use switchboard_protocol::{Era, modern_error_status};
 
-/// JSON-RPC codes from the JSON-RPC 2.0 specification.
-pub mod codes {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL_ERROR: i64 = -32603;
-    /// Gateway codes in the implementation-defined server error range.
-    pub const UPSTREAM_TIMEOUT: i64 = -32001;
-    pub const UPSTREAM_UNAVAILABLE: i64 = -32002;
-    pub const UPSTREAM_AUTH: i64 = -32003;
-    /// A key's or a server's request limit refused the request (HTTP 429, `Retry-After`).
-    pub const LIMITED: i64 = -32004;
-}
+pub use switchboard_protocol::codes;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
@@ -87,7 +74,7 @@ pub enum GatewayError {
     ForbiddenOrigin,
     #[error("the gateway is overloaded: {0}")]
     Overloaded(String),
-    #[error("{scope} {id:?} is over its {} limit; retry after {}s", kind.label(), crate::limits::retry_after_seconds(*retry_after))]
+    #[error("{scope} {id:?} is over its {} limit; retry after {}s", kind.label(), retry_after_seconds(*retry_after))]
     Limited {
         /// `key` or `server`.
         scope: &'static str,
@@ -208,7 +195,7 @@ impl GatewayError {
                 Some(json!({
                     (*scope): id,
                     "limit": kind.label(),
-                    "retryAfterSeconds": crate::limits::retry_after_seconds(*retry_after),
+                    "retryAfterSeconds": retry_after_seconds(*retry_after),
                 })),
             ),
             // The HTTP status (404) is what clients act on to re-initialize.
@@ -273,8 +260,7 @@ impl GatewayError {
             } => {
                 body["error"][*scope] = json!(id);
                 body["error"]["limit"] = json!(kind.label());
-                body["error"]["retryAfterSeconds"] =
-                    json!(crate::limits::retry_after_seconds(*retry_after));
+                body["error"]["retryAfterSeconds"] = json!(retry_after_seconds(*retry_after));
             }
             _ => {}
         }
@@ -297,9 +283,9 @@ impl GatewayError {
     /// The `Retry-After` header (whole seconds) of a refusal that says when to come back.
     pub fn retry_after(&self) -> Option<HeaderValue> {
         match self {
-            GatewayError::Limited { retry_after, .. } => Some(HeaderValue::from(
-                crate::limits::retry_after_seconds(*retry_after),
-            )),
+            GatewayError::Limited { retry_after, .. } => {
+                Some(HeaderValue::from(retry_after_seconds(*retry_after)))
+            }
             // A busy replica asks for a short pause; a retry may well land on another replica.
             GatewayError::Overloaded(_) => Some(HeaderValue::from_static("1")),
             _ => None,
@@ -325,6 +311,17 @@ impl GatewayError {
 }
 
 /// Wraps an error for the REST endpoints.
+impl From<Refused> for GatewayError {
+    fn from(r: Refused) -> Self {
+        GatewayError::Limited {
+            scope: r.scope,
+            id: r.id,
+            kind: r.kind,
+            retry_after: r.retry_after,
+        }
+    }
+}
+
 pub struct RestError(pub GatewayError);
 
 impl From<GatewayError> for RestError {

@@ -10,15 +10,15 @@ use switchboard_snapshot::UpstreamAuth;
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::mcp::protocol::{Era, HEADER_MISMATCH};
 use crate::protected_resource::auth_challenge;
 use crate::scope::Caller;
 use crate::state::{Gateway, base_url};
 use crate::table::Server;
 use crate::upstream::client::{RpcCall, RpcOutcome, SessionScope};
 use crate::upstream::listing::{ListKind, ListingRequest};
-use crate::upstream::param_headers;
 use crate::upstream::request_credential::{self, RequestCredential, SHARED_PARTITION};
+use switchboard_protocol::param_headers;
+use switchboard_protocol::{Era, HEADER_MISMATCH};
 
 /// One method call as it goes upstream.
 pub struct Forward<'a> {

@@ -20,13 +20,13 @@ use serde_json::{Map, Value, json};
 
 use crate::config_file::load_table;
 use crate::mcp::endpoint::{Incoming, parse_message};
-use crate::mcp::protocol::{decode_header_value, encode_header_value};
 use crate::operator_source::apply_frame;
 use crate::protected_resource::auth_challenge;
 use crate::session::{SessionSealer, TokenKind, UnsealError};
 use crate::state::Gateway;
-use crate::upstream::param_headers;
-use crate::upstream::sse::{SseDecoder, SseEvent};
+use switchboard_protocol::param_headers;
+use switchboard_protocol::sse::{SseDecoder, SseEvent};
+use switchboard_protocol::{decode_header_value, encode_header_value};
 
 const DEFAULT_CASES: u32 = 3_000;
 

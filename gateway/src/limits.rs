@@ -16,7 +16,6 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use switchboard_snapshot::{KeySpec, RequestLimits, Snapshot};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::errors::GatewayError;
 use crate::metrics::Metrics;
 
 /// What a concurrency refusal asks the client to wait: in-flight requests of a gateway end in
@@ -143,11 +142,7 @@ impl Limiters {
     }
 
     /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits.
-    pub fn admit_key(
-        &self,
-        key_id: &str,
-        metrics: &Metrics,
-    ) -> Result<Option<Admission>, GatewayError> {
+    pub fn admit_key(&self, key_id: &str, metrics: &Metrics) -> Result<Option<Admission>, Refused> {
         admit(&self.keys, "key", key_id, metrics)
     }
 
@@ -156,7 +151,7 @@ impl Limiters {
         &self,
         server_id: &str,
         metrics: &Metrics,
-    ) -> Result<Option<Admission>, GatewayError> {
+    ) -> Result<Option<Admission>, Refused> {
         admit(&self.servers, "server", server_id, metrics)
     }
 }
@@ -166,7 +161,7 @@ fn admit(
     scope: &'static str,
     id: &str,
     metrics: &Metrics,
-) -> Result<Option<Admission>, GatewayError> {
+) -> Result<Option<Admission>, Refused> {
     if limiters.is_empty() {
         return Ok(None);
     }
@@ -177,7 +172,7 @@ fn admit(
         Ok(admission) => Ok(Some(admission)),
         Err((kind, wait)) => {
             metrics.limited(scope, id, kind.label());
-            Err(GatewayError::Limited {
+            Err(Refused {
                 scope,
                 id: id.to_string(),
                 kind,
@@ -185,6 +180,17 @@ fn admit(
             })
         }
     }
+}
+
+/// A limit refused a request: this module's own error, which the client-facing error wraps
+/// (`GatewayError::Limited`, HTTP 429 with `Retry-After`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    /// `key` or `server`.
+    pub scope: &'static str,
+    pub id: String,
+    pub kind: LimitKind,
+    pub retry_after: Duration,
 }
 
 /// The identity a key's limiter is kept under across snapshots.

@@ -20,11 +20,11 @@ use sha2::{Digest, Sha256};
 pub struct Session {
     /// First 8 bytes of the opening key's digest: a session only continues with that key.
     pub key_tag: [u8; 8],
-    /// Index into [`crate::mcp::protocol::LEGACY_VERSIONS`] of the negotiated protocol version.
+    /// Index into [`switchboard_protocol::LEGACY_VERSIONS`] of the negotiated protocol version.
     pub version_index: u8,
     /// Unix seconds after which the session is refused.
     pub expires_at: u64,
-    /// The client's capabilities from `initialize` ([`crate::mcp::capabilities`] bits).
+    /// The client's capabilities from `initialize` ([`switchboard_protocol::capabilities`] bits).
     pub capabilities: u8,
     /// Unique per `initialize` (from the nonce): names the upstream sessions opened for it.
     pub tag: u64,

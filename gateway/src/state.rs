@@ -11,7 +11,6 @@ use crate::catalog::Catalog;
 use crate::errors::GatewayError;
 use crate::forward::renews;
 use crate::mcp::exchange::Exchanges;
-use crate::mcp::protocol::LOG_LEVELS;
 use crate::metrics::Metrics;
 use crate::protected_resource::ProtectedResources;
 use crate::scope::Caller;
@@ -21,6 +20,7 @@ use crate::upstream::listing::{ListKind, Listing, ListingRequest};
 use crate::upstream::tokens::Tokens;
 use axum::http::HeaderMap;
 use std::time::Duration;
+use switchboard_protocol::LOG_LEVELS;
 use switchboard_snapshot::GatewaySettings;
 
 pub struct Gateway {

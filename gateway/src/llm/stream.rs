@@ -31,7 +31,7 @@ use crate::llm::provider::Answer;
 use crate::llm::routes::{provider_outcome, record};
 use crate::llm::run::{Prepared, Tally, execute};
 use crate::llm::wire::{Executed, Format, Usage};
-use crate::upstream::sse::{SseDecoder, SseEvent};
+use switchboard_protocol::sse::{SseDecoder, SseEvent};
 
 /// Largest single provider event accepted.
 const MAX_EVENT: usize = 16 * 1024 * 1024;

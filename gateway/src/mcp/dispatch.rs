@@ -11,7 +11,6 @@ use tokio::time::Instant;
 use crate::errors::GatewayError;
 use crate::forward::Forward;
 use crate::mcp::aggregate;
-use crate::mcp::protocol::{Era, may_require_input, named_field};
 use crate::mcp::relay::{Relay, UpstreamRequest};
 use crate::route::{prefixed_name, split_prefixed};
 use crate::scope::{Caller, decide_owner};
@@ -20,6 +19,7 @@ use crate::table::Server;
 use crate::upstream::client::{RpcOutcome, RpcResult, SessionScope};
 use crate::upstream::listing::ListKind;
 use crate::upstream::request_credential::SHARED_PARTITION;
+use switchboard_protocol::{Era, may_require_input, named_field};
 
 /// One client request, as far as the methods care: what it asks and how it may be answered.
 pub struct Request {

@@ -18,20 +18,20 @@ use serde_json::{Map, Value, json};
 
 use crate::errors::{GatewayError, codes, jsonrpc_error_response, jsonrpc_error_response_in};
 use crate::forward::Forward;
-use crate::mcp::capabilities;
 use crate::mcp::dispatch::{Answer, Failure, Request, Target, dispatch};
 use crate::mcp::exchange::{ExchangeRoute, PausedRelay};
 use crate::mcp::listen;
-use crate::mcp::protocol::{
-    self, Era, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SERVER_INFO,
-    MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
-};
 use crate::mcp::relay::{self, ReplyRoute};
 use crate::scope::{Caller, authenticate, identify};
 use crate::session::{Session, TokenKind, UnsealError};
 use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::{RpcOutcome, RpcResult, SessionScope};
+use switchboard_protocol::capabilities;
+use switchboard_protocol::{
+    self as protocol, Era, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
+    META_SERVER_INFO, MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
+};
 
 // The handlers take the whole request and move its headers out: axum's `HeaderMap` extractor
 // would copy them on every call.

@@ -22,14 +22,14 @@ use serde_json::{Map, Value, json};
 
 use crate::errors::GatewayError;
 use crate::forward::Forward;
-use crate::mcp::protocol::Era;
 use crate::mcp::relay::event_stream;
 use crate::route::{prefixed_name, split_prefixed};
 use crate::scope::Caller;
 use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
-use crate::upstream::sse::SseEvent;
+use switchboard_protocol::Era;
+use switchboard_protocol::sse::SseEvent;
 
 pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";

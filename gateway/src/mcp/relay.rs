@@ -38,13 +38,13 @@ use crate::forward::Forward;
 use crate::mcp::dispatch::prefix_task_id;
 use crate::mcp::exchange::{ExchangeRoute, InputReply, PausedRelay, Pending};
 use crate::mcp::listen::tag_subscription;
-use crate::mcp::protocol::{Era, stamp_modern_result};
 use crate::scope::Caller;
 use crate::session::{SessionSealer, TokenKind};
 use crate::state::Gateway;
 use crate::table::{RoutingTable, Server};
 use crate::upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
-use crate::upstream::sse::SseEvent;
+use switchboard_protocol::sse::SseEvent;
+use switchboard_protocol::{Era, stamp_modern_result};
 
 /// An upstream answer on its way to a client as a stream.
 pub struct Relay {

@@ -27,15 +27,15 @@ use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::mcp::protocol::{LATEST_LEGACY_VERSION, MODERN_VERSION};
-use crate::mcp::{capabilities, protocol};
 use crate::table::Server;
 use crate::upstream::address_policy::PolicyResolver;
 use crate::upstream::request_credential::{RequestCredential, SHARED_PARTITION};
-use crate::upstream::sse::{SseDecoder, SseError, SseEvent};
-use crate::upstream::wire::{
+use switchboard_protocol::jsonrpc::{
     ModernMeta, modern_request_body, raw_response, request_body, response_from_body,
 };
+use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
+use switchboard_protocol::{self as protocol, capabilities};
+use switchboard_protocol::{LATEST_LEGACY_VERSION, MODERN_VERSION};
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
 const MAX_UPSTREAM_BODY: usize = 32 * 1024 * 1024;
@@ -77,7 +77,7 @@ pub struct RpcCall<'a> {
 pub struct SessionScope {
     /// The client session's tag, 0 for the shared session.
     pub client: u64,
-    /// The client's capabilities ([`crate::mcp::capabilities`] bits).
+    /// The client's capabilities ([`switchboard_protocol::capabilities`] bits).
     pub capabilities: u8,
 }
 
@@ -310,10 +310,10 @@ impl Upstreams {
     }
 
     /// The era an upstream was found to speak, once a request has told.
-    pub fn era_of(&self, server: &Server) -> Option<crate::mcp::protocol::Era> {
+    pub fn era_of(&self, server: &Server) -> Option<switchboard_protocol::Era> {
         match self.state(server).era.load(Ordering::Relaxed) {
-            ERA_MODERN => Some(crate::mcp::protocol::Era::Modern),
-            ERA_LEGACY => Some(crate::mcp::protocol::Era::Legacy),
+            ERA_MODERN => Some(switchboard_protocol::Era::Modern),
+            ERA_LEGACY => Some(switchboard_protocol::Era::Legacy),
             _ => None,
         }
     }
@@ -873,7 +873,7 @@ impl Reply {
 
     fn rpc_error_code(&self) -> Option<i64> {
         let v: Value = if self.content_type().starts_with("text/event-stream") {
-            crate::upstream::wire::sse_messages(&self.body)
+            switchboard_protocol::jsonrpc::sse_messages(&self.body)
                 .into_iter()
                 .next()?
         } else {

@@ -7,10 +7,10 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::mcp::protocol::Era;
 use crate::table::Server;
 use crate::upstream::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
 use crate::upstream::request_credential::RequestCredential;
+use switchboard_protocol::Era;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ListKind {

@@ -4,8 +4,5 @@ pub mod address_policy;
 pub mod client;
 pub mod credentials;
 pub mod listing;
-pub mod param_headers;
 pub mod request_credential;
-pub mod sse;
 pub mod tokens;
-pub mod wire;

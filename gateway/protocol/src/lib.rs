@@ -9,13 +9,36 @@
 //! `Mcp-Session-Id`, and put every JSON-RPC error on HTTP 200. Following the versioning page,
 //! the body decides the era first (modern `_meta` present, or the method is `initialize`), then
 //! the headers.
+//!
+//! The crate is the leaf of the gateway's layers: it knows JSON-RPC and MCP, nothing of routes,
+//! callers or upstreams. Beside the rules here: [`capabilities`] (client capability bits),
+//! [`jsonrpc`] (request bodies and answers on the wire), [`sse`] (event framing),
+//! [`param_headers`] (`Mcp-Param-*` derived from a tool's schema).
 
-use axum::http::StatusCode;
+pub mod capabilities;
+pub mod jsonrpc;
+pub mod param_headers;
+pub mod sse;
+
+/// JSON-RPC codes from the JSON-RPC 2.0 specification.
+pub mod codes {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// Gateway codes in the implementation-defined server error range.
+    pub const UPSTREAM_TIMEOUT: i64 = -32001;
+    pub const UPSTREAM_UNAVAILABLE: i64 = -32002;
+    pub const UPSTREAM_AUTH: i64 = -32003;
+    /// A key's or a server's request limit refused the request (HTTP 429, `Retry-After`).
+    pub const LIMITED: i64 = -32004;
+}
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use http::StatusCode;
 use serde_json::Value;
-
-use crate::errors::codes;
 
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// Legacy revisions served to clients, oldest first. A sealed session stores an index here.

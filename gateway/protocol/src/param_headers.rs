@@ -4,10 +4,10 @@
 //! forwards the arguments unchanged; for a legacy client calling a modern upstream the gateway
 //! derives them from the schema it listed.
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
-use crate::mcp::protocol::encode_header_value;
+use crate::encode_header_value;
 
 /// Whether the caller already sent tool-parameter headers (then they are forwarded as sent).
 pub fn caller_sent_any(headers: &HeaderMap) -> bool {

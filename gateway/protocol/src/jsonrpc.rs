@@ -7,8 +7,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::mcp::capabilities;
-use crate::mcp::protocol::{
+use crate::capabilities;
+use crate::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
     MODERN_VERSION,
 };
