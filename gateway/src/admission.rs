@@ -40,8 +40,15 @@ use serde_json::Value;
 
 use crate::errors::{GatewayError, RestError, jsonrpc_error_response};
 use crate::llm::errors::LlmError;
-use crate::llm::wire::Format;
-use crate::state::Gateway;
+use crate::llm::format::Format;
+use crate::metrics::Metrics;
+
+/// The replica-wide bounds and the metrics that report them: the state of the [`admit`] layer
+/// and of the queueing-delay probe.
+pub struct Shedding {
+    pub admission: Admission,
+    pub metrics: Arc<Metrics>,
+}
 
 /// How often the probe measures the queueing delay.
 pub const PROBE_PERIOD: Duration = Duration::from_millis(10);
@@ -200,8 +207,8 @@ impl DelayCap {
 /// is no probe: Tokio wakes timers after I/O and runs the task woken last first, so a timer
 /// never sees a queue.) While an echo is outstanding the thread looks again every
 /// [`PROBE_PERIOD`], so a runtime that is stuck is noticed before it answers.
-pub fn watch_queue_delay(gw: &Arc<Gateway>) {
-    let bound = gw.admission.limits.max_queue_delay;
+pub fn watch_queue_delay(shedding: &Arc<Shedding>) {
+    let bound = shedding.admission.limits.max_queue_delay;
     if bound.is_zero() {
         return;
     }
@@ -209,10 +216,10 @@ pub fn watch_queue_delay(gw: &Arc<Gateway>) {
         return;
     };
     let started = echo_pair(&runtime).and_then(|ours| {
-        let gw = Arc::downgrade(gw);
+        let shedding = Arc::downgrade(shedding);
         std::thread::Builder::new()
             .name("admission-probe".into())
-            .spawn(move || probe(ours, &gw, bound))
+            .spawn(move || probe(ours, &shedding, bound))
     });
     if let Err(e) = started {
         tracing::warn!(error = %e, "cannot start the queueing-delay probe: --max-queue-delay is off");
@@ -240,7 +247,7 @@ fn echo_pair(runtime: &tokio::runtime::Handle) -> std::io::Result<UnixStream> {
     Ok(ours)
 }
 
-fn probe(mut echo: UnixStream, gw: &Weak<Gateway>, bound: Duration) {
+fn probe(mut echo: UnixStream, shedding: &Weak<Shedding>, bound: Duration) {
     let mut control = DelayCap::default();
     let mut window_start = Instant::now();
     let mut least: Option<Duration> = None;
@@ -271,16 +278,18 @@ fn probe(mut echo: UnixStream, gw: &Weak<Gateway>, bound: Duration) {
             // Unanswered, the echo has waited this long so far.
             let delay = now.duration_since(sent);
             least = Some(least.map_or(delay, |l| l.min(delay)));
-            let Some(gw) = gw.upgrade() else { return };
+            let Some(shedding) = shedding.upgrade() else {
+                return;
+            };
             if answered {
-                gw.metrics.queue_delay(delay);
+                shedding.metrics.queue_delay(delay);
             }
             if now.duration_since(window_start) >= WINDOW {
-                let admission = &gw.admission;
+                let admission = &shedding.admission;
                 let before = admission.delay_cap();
                 let cap = control.window(now, least.unwrap_or(delay), bound, admission.in_flight());
                 admission.set_delay_cap(cap);
-                gw.metrics.in_flight_cap(cap);
+                shedding.metrics.in_flight_cap(cap);
                 window_start = now;
                 least = None;
                 // Under a steady overload the cap comes and goes: one line a minute says so,
@@ -311,15 +320,24 @@ fn never_shed(path: &str) -> bool {
 
 /// The layer: admits the request for as long as its handler takes to produce the response head,
 /// or sheds it before anything else happens to it.
-pub async fn admit(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+pub async fn admit(
+    State(shedding): State<Arc<Shedding>>,
+    request: Request,
+    next: Next,
+) -> Response {
     if never_shed(request.uri().path()) {
         return next.run(request).await;
     }
-    match gw.admission.try_admit() {
+    match shedding.admission.try_admit() {
         Ok(_permit) => next.run(request).await,
         Err(shed) => {
-            gw.metrics.shed(shed.label());
-            shed_response(request.uri().path(), request.headers(), shed, &gw.admission)
+            shedding.metrics.shed(shed.label());
+            shed_response(
+                request.uri().path(),
+                request.headers(),
+                shed,
+                &shedding.admission,
+            )
         }
     }
 }

@@ -22,7 +22,8 @@ use crate::state::Gateway;
 const BODY_CEILING: usize = 64 * 1024 * 1024;
 
 pub fn router(gw: Arc<Gateway>) -> Router {
-    Router::new()
+    // Each face gets its own context as state; the edge's layers and routes take the gateway.
+    let mcp = Router::new()
         .route(
             "/mcp",
             post(endpoint::aggregate)
@@ -37,20 +38,29 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/mcp-rest/tools/list", get(rest::list_tools))
         .route("/mcp-rest/tools/call", post(rest::call_tool))
+        .with_state(gw.mcp.clone());
+    let llm = Router::new()
         .route("/v1/messages", post(llm::routes::messages))
         .route("/v1/messages/count_tokens", post(llm::routes::count_tokens))
         .route("/v1/chat/completions", post(llm::routes::chat_completions))
         .route("/v1/models", get(llm::routes::models))
+        .with_state(gw.llm.clone());
+    let internal = Router::new()
+        .route("/mcp-internal/exchange", post(endpoint::internal_exchange))
+        .with_state(gw.mcp.clone());
+    Router::new()
+        .merge(mcp)
+        .merge(llm)
         .layer(middleware::from_fn_with_state(
             gw.clone(),
             check_host_and_origin,
         ))
         // Replica to replica (outside the Host check: reached at a pod address); every message
         // is authenticated as the client's own.
-        .route("/mcp-internal/exchange", post(endpoint::internal_exchange))
+        .merge(internal)
         .route(
             "/.well-known/oauth-protected-resource/mcp/{prefix}",
-            get(crate::protected_resource::metadata),
+            get(crate::well_known::protected_resource_metadata),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -62,7 +72,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         ))
         // Outside the body read: a shed request costs no body, no parse, no upstream I/O.
         .layer(middleware::from_fn_with_state(
-            gw.clone(),
+            gw.shedding.clone(),
             crate::admission::admit,
         ))
         .layer(middleware::from_fn_with_state(gw.clone(), drain))

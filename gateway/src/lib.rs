@@ -18,11 +18,11 @@ pub mod admission;
 pub mod catalog;
 pub mod config_file;
 pub mod errors;
-pub mod forward;
 #[cfg(test)]
 mod fuzz;
 pub mod http;
 pub mod limits;
+pub mod live;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
@@ -37,4 +37,5 @@ pub mod session;
 pub mod state;
 pub mod table;
 pub mod upstream;
+pub mod well_known;
 pub mod workload_identity;

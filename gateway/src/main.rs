@@ -141,7 +141,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
     }));
     // The overload bound's probe (--max-queue-delay): one thread for the process's life.
-    switchboard_gateway::admission::watch_queue_delay(&gw);
+    switchboard_gateway::admission::watch_queue_delay(&gw.shedding);
     // Turns true on SIGTERM: the operator's stream then ends with a goodbye.
     let (leaving_tx, leaving) = tokio::sync::watch::channel(false);
     // Registered before the first load, so a SIGHUP at any time reloads rather than kills, and
@@ -186,7 +186,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening");
-    gw.exchanges.set_address(
+    gw.mcp.exchanges.set_address(
         args.advertise_url
             .clone()
             .filter(|u| !u.is_empty())

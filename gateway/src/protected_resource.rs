@@ -7,14 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::Upstreams;
 
@@ -114,7 +109,7 @@ impl ProtectedResources {
     /// well-known locations (path-suffixed first, then the root), cached for a while.
     /// Every candidate passes the address policies first: the challenge's URL is the upstream's
     /// to choose, so it may name any address (a literal one never meets the policy resolver).
-    async fn upstream_document(&self, upstreams: &Upstreams, server: &Server) -> Option<Value> {
+    pub async fn upstream_document(&self, upstreams: &Upstreams, server: &Server) -> Option<Value> {
         let key = (server.id().to_string(), server.revision);
         let cached = self
             .documents
@@ -169,42 +164,4 @@ impl ProtectedResources {
         }
         None
     }
-}
-
-/// `GET /.well-known/oauth-protected-resource/mcp/{prefix}`: public metadata, no key needed
-/// (clients fetch it before they hold any credential).
-pub async fn metadata(
-    State(gw): State<Arc<Gateway>>,
-    Path(prefix): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let table = gw.table();
-    let Some(server) = table
-        .server_by_prefix(&prefix)
-        .filter(|s| s.spec.auth.uses_caller_credential())
-    else {
-        return StatusCode::NOT_FOUND.into_response();
-    };
-    let Some(upstream) = gw
-        .protected_resources
-        .upstream_document(&gw.upstreams, server)
-        .await
-    else {
-        return (
-            StatusCode::BAD_GATEWAY,
-            Json(json!({"error": "upstream_metadata_unavailable", "server": server.id()})),
-        )
-            .into_response();
-    };
-    let base = crate::state::base_url(&table.settings, &headers);
-    let mut document = json!({
-        "resource": format!("{base}/mcp/{prefix}"),
-        "authorization_servers": upstream["authorization_servers"],
-        "bearer_methods_supported": ["header"],
-        "resource_name": format!("switchboard: {prefix}"),
-    });
-    if let Some(scopes) = upstream.get("scopes_supported") {
-        document["scopes_supported"] = scopes.clone();
-    }
-    Json(document).into_response()
 }

@@ -15,10 +15,10 @@ use serde_json::value::RawValue;
 
 use crate::errors::{GatewayError, RestError};
 use crate::mcp::aggregate::{self, PublicItems};
+use crate::mcp::context::McpContext;
 use crate::mcp::dispatch::route_name;
 use crate::route::split_prefixed;
 use crate::scope::{Caller, authenticate};
-use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::listing::ListKind;
 
@@ -28,13 +28,13 @@ pub struct ListQuery {
 }
 
 pub async fn list_tools(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<McpContext>>,
     Query(query): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Response {
-    match list_tools_inner(&gw, query, headers).await {
+    match list_tools_inner(&cx, query, headers).await {
         Ok(raw) => {
-            gw.metrics.request("rest", "tools/list", "ok");
+            cx.metrics.request("rest", "tools/list", "ok");
             let body: Box<str> = raw.into();
             (
                 [(header::CONTENT_TYPE, "application/json")],
@@ -42,7 +42,7 @@ pub async fn list_tools(
             )
                 .into_response()
         }
-        Err(e) => finish(&gw, "tools/list", Err(e)),
+        Err(e) => finish(&cx, "tools/list", Err(e)),
     }
 }
 
@@ -54,16 +54,16 @@ struct RestToolList<'a> {
 }
 
 async fn list_tools_inner(
-    gw: &Gateway,
+    cx: &McpContext,
     query: ListQuery,
     headers: HeaderMap,
 ) -> Result<Box<RawValue>, GatewayError> {
-    let caller = authenticate(gw.table(), headers, &gw.metrics)?;
+    let caller = authenticate(cx.table(), headers, &cx.metrics)?;
     let servers: Vec<Arc<Server>> = match &query.server_id {
         Some(id) => vec![caller.server_for_rest(id)?],
         None => caller.servers_in_scope(),
     };
-    let mut merged = aggregate::merge(gw, &caller, &servers, ListKind::Tools).await;
+    let mut merged = aggregate::merge(cx, &caller, &servers, ListKind::Tools).await;
     if query.server_id.is_some()
         && let Some((_, error)) = merged.failures.pop()
     {
@@ -89,35 +89,36 @@ struct CallBody {
 }
 
 pub async fn call_tool(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<McpContext>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let result = call_tool_inner(&gw, headers, body).await;
-    finish(&gw, "tools/call", result)
+    let result = call_tool_inner(&cx, headers, body).await;
+    finish(&cx, "tools/call", result)
 }
 
 async fn call_tool_inner(
-    gw: &Gateway,
+    cx: &McpContext,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Value, GatewayError> {
-    let table = gw.table();
+    let table = cx.table();
     let limit = table.settings.max_body_bytes;
     if body.len() > limit {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    let caller = authenticate(table, headers, &gw.metrics)?;
+    let caller = authenticate(table, headers, &cx.metrics)?;
     let call: CallBody = serde_json::from_slice(&body)
         .map_err(|e| GatewayError::InvalidRequest(format!("body: {e}")))?;
     let (server, tool) = match &call.server_id {
         Some(id) => routed_by_id(&caller, id, &call.name)?,
         None => {
             denied_by_prefix(&caller, &call.name)?;
-            route_name(gw, &caller, "tools/call", &call.name).await?
+            route_name(cx, &caller, "tools/call", &call.name).await?
         }
     };
-    gw.call_tool(&caller, &server, &tool, call.arguments, &call.name)
+    cx.upstream
+        .call_tool(&caller, &server, &tool, call.arguments, &call.name)
         .await
 }
 
@@ -154,14 +155,14 @@ fn denied_by_prefix(caller: &Caller, name: &str) -> Result<(), GatewayError> {
     Ok(())
 }
 
-fn finish(gw: &Gateway, method: &'static str, result: Result<Value, GatewayError>) -> Response {
+fn finish(cx: &McpContext, method: &'static str, result: Result<Value, GatewayError>) -> Response {
     match result {
         Ok(v) => {
-            gw.metrics.request("rest", method, "ok");
+            cx.metrics.request("rest", method, "ok");
             Json(v).into_response()
         }
         Err(e) => {
-            gw.metrics.request("rest", method, e.outcome());
+            cx.metrics.request("rest", method, e.outcome());
             RestError(e).into_response()
         }
     }

@@ -1,6 +1,8 @@
 //! Aggregate names are `<prefix>__<tool>`. Prefixes are DNS-1123 labels and cannot contain `_`,
 //! so the first `__` ends the prefix: routing is a parse, never a search of listings.
 
+use serde_json::Value;
+
 /// Separator between a server's prefix and the upstream's own name.
 pub const SEPARATOR: &str = "__";
 
@@ -17,6 +19,14 @@ pub fn prefixed_name(prefix: &str, name: &str) -> String {
 pub fn split_prefixed(name: &str) -> Option<(&str, &str)> {
     let (prefix, rest) = name.split_once(SEPARATOR)?;
     (!prefix.is_empty() && !rest.is_empty()).then_some((prefix, rest))
+}
+
+/// Gives the task id in a result the server's prefix (aggregate endpoint): a created task
+/// (`resultType: "task"`) and the task a `tasks/*` method answers about.
+pub fn prefix_task_id(result: &mut Value, prefix: &str) {
+    if let Some(Value::String(id)) = result.get_mut("taskId") {
+        *id = prefixed_name(prefix, id);
+    }
 }
 
 #[cfg(test)]

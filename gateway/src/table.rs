@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use switchboard_snapshot::{
@@ -443,6 +444,18 @@ fn hash_of(value: &impl serde::Serialize) -> u64 {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
     let digest = Sha256::digest(&bytes);
     u64::from_le_bytes(digest[..8].try_into().unwrap_or([0; 8]))
+}
+
+/// The gateway's base URL as clients reach it: `gateway.publicUrl`, else from `Host`.
+pub fn base_url(settings: &GatewaySettings, headers: &HeaderMap) -> String {
+    if let Some(url) = &settings.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use switchboard_gateway::errors::GatewayError;
-use switchboard_gateway::state::Gateway;
+use switchboard_gateway::metrics::Metrics;
 use switchboard_gateway::table::{Model, RoutingTable};
+use switchboard_gateway::upstream::plane::UpstreamPlane;
 use switchboard_snapshot::{ModelProvider, Snapshot};
 use tokio::sync::{Notify, watch};
 
@@ -196,7 +197,12 @@ pub async fn run(
     model_interval: Duration,
     changed: Arc<Notify>,
 ) {
-    let gateway = Gateway::new();
+    // The gateway's own upstream plane (clients, tokens, listings), without its client faces.
+    let plane = UpstreamPlane::new(Arc::new(Metrics::default()));
+    let mut table = Arc::new(
+        RoutingTable::build(&Default::default())
+            .unwrap_or_else(|_| unreachable!("the empty snapshot is valid")),
+    );
     let mut applied_generation = None;
     // Redirects are not followed: a credential must never reach another origin.
     let http = match reqwest::Client::builder()
@@ -214,20 +220,23 @@ pub async fn run(
         let snapshot = snapshots.borrow().clone();
         if applied_generation != Some(snapshot.generation) {
             match RoutingTable::build(&snapshot) {
-                Ok(table) => gateway.apply(table),
+                Ok(built) => {
+                    plane.set_networks(built.networks.clone(), &built);
+                    table = Arc::new(built);
+                    plane.forget_all_but(&table);
+                }
                 Err(e) => tracing::warn!(error = %e, "probe: snapshot does not build"),
             }
             applied_generation = Some(snapshot.generation);
         }
-        let table = gateway.table();
         let rounds = table.servers.iter().map(|server| {
-            let gateway = &gateway;
+            let (plane, table) = (&plane, &table);
             async move {
                 let id = server.id().to_string();
                 if server.spec.auth.uses_caller_credential() {
                     return (id, Probe::DependsOnCaller);
                 }
-                let probe = match gateway.probe(&id).await {
+                let probe = match plane.probe(table.clone(), &id).await {
                     Ok(listing) => Probe::Listed {
                         tools: listing
                             .items

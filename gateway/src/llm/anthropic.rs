@@ -8,7 +8,7 @@ use switchboard_snapshot::ToolVisibility;
 
 use crate::llm::carry::{CARRY_MARK, Carry, carried_token, stand_in_id, sweep_carried_ids};
 use crate::llm::toolset::GatewayTool;
-use crate::llm::wire::{Call, Executed, Usage};
+use crate::llm::turn::{Call, Executed, Usage};
 
 /// Marks the ids of display blocks of visible gateway tools (`mcptoolu_sbv_<id>`): the
 /// gateway drops them from requests (the carried record restores the real exchange).
@@ -117,7 +117,7 @@ fn result_content(items: &[Value]) -> Value {
                 },
             })),
             _ => {
-                let text = crate::llm::wire::Outcome {
+                let text = crate::llm::turn::Outcome {
                     call_id: String::new(),
                     content: vec![item.clone()],
                     is_error: false,

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::errors::GatewayError;
-use crate::llm::wire::Format;
+use crate::llm::format::Format;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {

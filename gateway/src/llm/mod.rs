@@ -5,19 +5,25 @@
 //!
 //! - [`routes`]: the handlers; [`errors`]: every error and its shape in each format.
 //! - [`toolset`]: which gateway tools a request gets; [`schema`]: the one sanitizer.
-//! - [`wire`], [`anthropic`], [`openai`]: what the loop needs of each format.
+//! - [`format`]: the two formats; [`turn`]: the shapes of a tool turn both share; [`wire`],
+//!   [`anthropic`], [`openai`]: what the loop needs of each format.
 //! - [`run`]: the loop, answered whole; [`stream`]: the loop, streamed.
 //! - [`carry`]: hidden tools' work, sealed into ids the client echoes back.
-//! - [`provider`]: the calls to the provider.
+//! - [`provider`]: the calls to the provider; [`record`]: a request's metrics and log line.
+//! - [`context`]: what the handlers need of the gateway.
 
 pub mod anthropic;
 pub mod carry;
+pub mod context;
 pub mod errors;
+pub mod format;
 pub mod openai;
 pub mod provider;
+pub mod record;
 pub mod routes;
 pub mod run;
 pub mod schema;
 pub mod stream;
 pub mod toolset;
+pub mod turn;
 pub mod wire;

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::llm::carry::{CARRY_MARK, Carry, carried_token, stand_in_id, sweep_carried_ids};
 use crate::llm::toolset::GatewayTool;
-use crate::llm::wire::{Call, Executed, Usage};
+use crate::llm::turn::{Call, Executed, Usage};
 
 /// The prefix of carried tool-call ids.
 const ID_PREFIX: &str = "call";
@@ -142,7 +142,7 @@ impl Merged {
     pub fn finish(
         mut self,
         mut last: Value,
-        executed: &[crate::llm::wire::Executed<'_>],
+        executed: &[crate::llm::turn::Executed<'_>],
         mut carry: Carry,
         seal: &dyn Fn(Carry) -> Option<String>,
         usage: Usage,

@@ -12,33 +12,34 @@ use serde_json::{Map, Value, json};
 use switchboard_snapshot::ModelProvider;
 use tokio::time::Instant;
 
+use crate::llm::context::LlmContext;
 use crate::llm::errors::LlmError;
+use crate::llm::format::Format;
 use crate::llm::provider::{self, Provider};
+use crate::llm::record::{provider_outcome, record};
 use crate::llm::run::{self, Prepared, Tally, key_tag};
 use crate::llm::stream;
 use crate::llm::toolset::{self, prefix_of_gateway_url};
-use crate::llm::wire::Format;
 use crate::metrics::{LlmRequestFigures, ServerName};
 use crate::scope::{Caller, KEY_HEADER, authenticate_key};
-use crate::state::Gateway;
 use crate::table::Model;
 
 pub async fn messages(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<LlmContext>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    serve(gw, Format::Anthropic, query, headers, body).await
+    serve(cx, Format::Anthropic, query, headers, body).await
 }
 
 pub async fn chat_completions(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<LlmContext>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    serve(gw, Format::OpenAi, query, headers, body).await
+    serve(cx, Format::OpenAi, query, headers, body).await
 }
 
 /// The gateway key: `x-api-key` (Anthropic clients), `Authorization: Bearer` (OpenAI clients,
@@ -55,7 +56,7 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
     crate::scope::presented_key(headers)
 }
 
-fn caller(gw: &Gateway, mut headers: HeaderMap) -> Result<Caller, LlmError> {
+fn caller(cx: &LlmContext, mut headers: HeaderMap) -> Result<Caller, LlmError> {
     let presented = presented_key(&headers)
         .ok_or(LlmError::Unauthenticated(
             "missing gateway key (x-api-key: <key>, or Authorization: Bearer <key>)",
@@ -66,10 +67,10 @@ fn caller(gw: &Gateway, mut headers: HeaderMap) -> Result<Caller, LlmError> {
     // `X-Switchboard-Key` are never forwarded; `x-api-key` could be).
     headers.remove("x-api-key");
     Ok(authenticate_key(
-        gw.table(),
+        cx.table(),
         headers,
         &presented,
-        &gw.metrics,
+        &cx.metrics,
     )?)
 }
 
@@ -107,8 +108,8 @@ fn model_for(
     Ok(model.clone())
 }
 
-fn parse_body(gw: &Gateway, body: &Bytes) -> Result<Map<String, Value>, LlmError> {
-    let limit = gw.table().settings.max_body_bytes;
+fn parse_body(cx: &LlmContext, body: &Bytes) -> Result<Map<String, Value>, LlmError> {
+    let limit = cx.table().settings.max_body_bytes;
     if body.len() > limit {
         return Err(LlmError::PayloadTooLarge { limit });
     }
@@ -121,14 +122,14 @@ fn parse_body(gw: &Gateway, body: &Bytes) -> Result<Map<String, Value>, LlmError
 
 /// Everything before the first provider call: who, which model, what tools, what body.
 async fn prepare(
-    gw: &Arc<Gateway>,
+    cx: &Arc<LlmContext>,
     format: Format,
     query: Option<String>,
     headers: HeaderMap,
     body: &Bytes,
 ) -> Result<Prepared, LlmError> {
-    let mut body = parse_body(gw, body)?;
-    let caller = caller(gw, headers.clone())?;
+    let mut body = parse_body(cx, body)?;
+    let caller = caller(cx, headers.clone())?;
     let model = model_for(&caller, &body, format)?;
     let tag = key_tag(&caller.key.digest);
     let sealer = &caller.table.sealer;
@@ -139,7 +140,7 @@ async fn prepare(
         prefix_of_gateway_url(url).is_some_and(|p| caller.table.server_by_prefix(p).is_some())
     })?;
     let client_tools = format.client_tool_names(&body);
-    let tools = toolset::resolve(gw, &caller, &model, &references, &client_tools).await?;
+    let tools = toolset::resolve(cx, &caller, &model, &references, &client_tools).await?;
     if tools.has_gateway_run() && body.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
         // Each choice would be a loop of its own, and the others would show the hidden calls.
         return Err(LlmError::invalid(
@@ -157,7 +158,7 @@ async fn prepare(
     endpoint.set_query(query.as_deref());
     Ok(Prepared {
         endpoint,
-        gw: gw.clone(),
+        cx: cx.clone(),
         caller,
         model,
         format,
@@ -169,18 +170,18 @@ async fn prepare(
 }
 
 async fn serve(
-    gw: Arc<Gateway>,
+    cx: Arc<LlmContext>,
     format: Format,
     query: Option<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let prepared = match prepare(&gw, format, query, headers, &body).await {
+    let prepared = match prepare(&cx, format, query, headers, &body).await {
         Ok(p) => p,
         Err(e) => {
             tracing::info!(endpoint = format.as_str(), error = %e, "LLM request refused");
-            gw.metrics.llm_request(
+            cx.metrics.llm_request(
                 &ServerName("-".into()),
                 &LlmRequestFigures {
                     endpoint: format.as_str(),
@@ -221,7 +222,7 @@ async fn serve(
         }
     };
     record(
-        &gw,
+        &cx,
         &model,
         format,
         outcome,
@@ -231,57 +232,6 @@ async fn serve(
         gateway_tools,
     );
     response
-}
-
-/// A bounded label for a provider's error status.
-pub fn provider_outcome(status: axum::http::StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 => "provider_400",
-        401 | 403 => "provider_auth",
-        404 => "provider_404",
-        429 => "provider_429",
-        500..=599 => "provider_5xx",
-        _ => "provider_other",
-    }
-}
-
-/// Metrics and the one log line of a request: ids, names, counts and the outcome; never a
-/// prompt, an argument or a result.
-#[allow(clippy::too_many_arguments)]
-pub fn record(
-    gw: &Gateway,
-    model: &Model,
-    format: Format,
-    outcome: &'static str,
-    tally: &Tally,
-    started: Instant,
-    key: &str,
-    gateway_tools: usize,
-) {
-    gw.metrics.llm_request(
-        &model.metric_name,
-        &LlmRequestFigures {
-            endpoint: format.as_str(),
-            outcome,
-            model_calls: tally.model_calls,
-            input_tokens: tally.usage.input,
-            output_tokens: tally.usage.output,
-        },
-    );
-    tracing::info!(
-        model = model.id(),
-        endpoint = format.as_str(),
-        key,
-        outcome,
-        model_calls = tally.model_calls,
-        gateway_tools,
-        gateway_tool_calls = tally.tool_calls,
-        gateway_tool_errors = tally.tool_errors,
-        input_tokens = tally.usage.input,
-        output_tokens = tally.usage.output,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "LLM request"
-    );
 }
 
 /// No gateway tool runs: one provider call, relayed as it comes (a stream stays a stream).
@@ -312,13 +262,13 @@ async fn pass_through(prepared: Prepared, tally: &mut Tally) -> Result<Response,
 /// `POST /v1/messages/count_tokens`: counted by the provider on the body the model would
 /// get (the gateway's tools and carried work included).
 pub async fn count_tokens(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<LlmContext>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let format = Format::Anthropic;
-    let prepared = match prepare(&gw, format, query, headers, &body).await {
+    let prepared = match prepare(&cx, format, query, headers, &body).await {
         Ok(p) => p,
         Err(e) => return e.into_response(format),
     };
@@ -349,13 +299,13 @@ pub async fn count_tokens(
 /// `GET /v1/models`: the models the key reaches, in a shape both SDKs read (Anthropic's
 /// `data[].id`/`type`/`display_name`/`created_at` and `has_more`, OpenAI's `object`/`created`/
 /// `owned_by`).
-pub async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+pub async fn models(State(cx): State<Arc<LlmContext>>, headers: HeaderMap) -> Response {
     let format = if headers.contains_key("anthropic-version") {
         Format::Anthropic
     } else {
         Format::OpenAi
     };
-    let caller = match caller(&gw, headers) {
+    let caller = match caller(&cx, headers) {
         Ok(c) => c,
         Err(e) => return e.into_response(format),
     };

@@ -11,19 +11,20 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use crate::llm::carry::Carry;
+use crate::llm::context::LlmContext;
 use crate::llm::errors::LlmError;
+use crate::llm::format::Format;
 use crate::llm::provider::Provider;
 use crate::llm::toolset::ToolSet;
-use crate::llm::wire::{Call, Executed, Format, Outcome, Usage};
+use crate::llm::turn::{Call, Executed, Outcome, Usage};
 use crate::llm::{anthropic, openai};
 use crate::scope::Caller;
-use crate::state::Gateway;
 use crate::table::Model;
 
 /// A request ready for the provider: authenticated, its model found, carried work restored,
 /// gateway tools resolved and injected, the model id rewritten.
 pub struct Prepared {
-    pub gw: Arc<Gateway>,
+    pub cx: Arc<LlmContext>,
     pub caller: Caller,
     pub model: Arc<Model>,
     pub format: Format,
@@ -38,7 +39,11 @@ pub struct Prepared {
 
 impl Prepared {
     pub fn provider(&self) -> Provider<'_> {
-        Provider::new(self.gw.upstreams.http(), &self.model, &self.client_headers)
+        Provider::new(
+            self.cx.upstream.upstreams.http(),
+            &self.model,
+            &self.client_headers,
+        )
     }
 
     /// Seals a record for this caller's key.
@@ -139,7 +144,8 @@ pub async fn execute<'t>(
             let outcome = match &call.input {
                 Err(message) => Outcome::error(&call.id, message.clone()),
                 Ok(input) => match prepared
-                    .gw
+                    .cx
+                    .upstream
                     .call_tool(
                         &prepared.caller,
                         &tool.server,
@@ -175,7 +181,7 @@ pub async fn execute<'t>(
         tally.tool_calls += 1;
         tally.tool_errors += u64::from(e.outcome.is_error);
         prepared
-            .gw
+            .cx
             .metrics
             .llm_tool_call(&prepared.model.metric_name, outcome);
         tracing::info!(model = prepared.model.id(), tool = %e.tool.name, server = e.tool.server.id(), outcome, "gateway tool ran for a model");

@@ -26,11 +26,12 @@ use tokio::time::Instant;
 
 use crate::llm::anthropic;
 use crate::llm::errors::LlmError;
+use crate::llm::format::Format;
 use crate::llm::openai;
 use crate::llm::provider::Answer;
-use crate::llm::routes::{provider_outcome, record};
+use crate::llm::record::{provider_outcome, record};
 use crate::llm::run::{Prepared, Tally, execute};
-use crate::llm::wire::{Executed, Format, Usage};
+use crate::llm::turn::{Executed, Usage};
 use switchboard_protocol::sse::{SseDecoder, SseEvent};
 
 /// Largest single provider event accepted.
@@ -101,7 +102,7 @@ pub async fn start(mut prepared: Prepared, started: Instant) -> Response {
 
 fn finish_record(prepared: &Prepared, outcome: &'static str, tally: &Tally, started: Instant) {
     record(
-        &prepared.gw,
+        &prepared.cx,
         &prepared.model,
         prepared.format,
         outcome,
@@ -241,7 +242,7 @@ async fn call(prepared: &Prepared, tally: &mut Tally) -> Result<Result<Events, A
 /// Runs the gateway's calls while pinging the client (`ping` is one encoded event).
 async fn execute_with_pings<'t>(
     prepared: &'t Prepared,
-    calls: Vec<&crate::llm::wire::Call>,
+    calls: Vec<&crate::llm::turn::Call>,
     tally: &mut Tally,
     out: &mut Out,
     ping: &'static [u8],
@@ -268,7 +269,7 @@ enum Route {
     /// A client tool call, held until the iteration ends (index into `held`).
     Held(usize),
     /// A gateway tool call: never relayed.
-    Gateway,
+    LlmContext,
 }
 
 /// One provider iteration, as it was streamed.
@@ -307,7 +308,7 @@ async fn anthropic_loop(
         };
         tally.usage += turn.usage;
         let response = json!({"content": turn.blocks, "stop_reason": turn.stop_reason});
-        // Gateway calls were never relayed; cut off by max_tokens they are not run either.
+        // LlmContext calls were never relayed; cut off by max_tokens they are not run either.
         let calls = Format::Anthropic.runnable_calls(&response);
         let (ours, theirs) = prepared.split(&calls);
         let executed = if ours.is_empty() {
@@ -507,7 +508,7 @@ async fn anthropic_turn(
                 let is_tool = block.get("type").and_then(Value::as_str) == Some("tool_use");
                 let tool_name = block.get("name").and_then(Value::as_str).unwrap_or("");
                 let route = if is_tool && prepared.tools.gateway_run(tool_name).is_some() {
-                    Route::Gateway
+                    Route::LlmContext
                 } else if is_tool {
                     turn.held.push((index, vec![(name.clone(), data.clone())]));
                     Route::Held(turn.held.len() - 1)
@@ -533,7 +534,7 @@ async fn anthropic_turn(
                         out.event(&name, &data).await;
                     }
                     Some(Route::Held(i)) => turn.held[*i].1.push((name.clone(), data)),
-                    Some(Route::Gateway) | None => {}
+                    Some(Route::LlmContext) | None => {}
                 }
             }
             "message_delta" => {

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use switchboard_snapshot::{RequireApproval, ToolFilter, ToolVisibility};
 
+use crate::llm::context::LlmContext;
 use crate::llm::errors::LlmError;
 use crate::llm::schema;
 use crate::route::prefixed_name;
 use crate::scope::Caller;
-use crate::state::Gateway;
 use crate::table::{Model, Server};
 use crate::upstream::listing::ListKind;
 
@@ -185,7 +185,7 @@ pub fn prefix_of_gateway_url(url: &str) -> Option<&str> {
 /// Attached servers the key does not reach are left out (logged); a reference to one is an
 /// error naming it, answered before anything reaches the provider.
 pub async fn resolve(
-    gw: &Gateway,
+    cx: &LlmContext,
     caller: &Caller,
     model: &Model,
     references: &[McpReference],
@@ -242,7 +242,8 @@ pub async fn resolve(
     let mut set = ToolSet::default();
     let mut taken: HashSet<String> = HashSet::new();
     for attachment in attachments {
-        let listing = match gw
+        let listing = match cx
+            .upstream
             .listing(caller, &attachment.server, ListKind::Tools)
             .await
         {
@@ -314,15 +315,15 @@ mod tests {
     #[test]
     fn gateway_urls_name_a_prefix() {
         assert_eq!(
-            prefix_of_gateway_url("http://gw:8080/mcp/docs"),
+            prefix_of_gateway_url("http://cx:8080/mcp/docs"),
             Some("docs")
         );
         assert_eq!(
-            prefix_of_gateway_url("https://gw/mcp/docs/?x=1"),
+            prefix_of_gateway_url("https://cx/mcp/docs/?x=1"),
             Some("docs")
         );
-        assert_eq!(prefix_of_gateway_url("http://gw/mcp"), None);
-        assert_eq!(prefix_of_gateway_url("http://gw/other/docs"), None);
+        assert_eq!(prefix_of_gateway_url("http://cx/mcp"), None);
+        assert_eq!(prefix_of_gateway_url("http://cx/other/docs"), None);
     }
 
     #[test]
@@ -330,10 +331,10 @@ mod tests {
         let mut body = json!({
             "tools": [
                 {"name": "Read", "input_schema": {"type": "object"}},
-                {"type": "mcp", "server_url": "http://gw/mcp/docs", "require_approval": "never", "allowed_tools": ["search"]}
+                {"type": "mcp", "server_url": "http://cx/mcp/docs", "require_approval": "never", "allowed_tools": ["search"]}
             ],
             "mcp_servers": [
-                {"type": "url", "url": "http://gw/mcp/ocr", "name": "ocr"},
+                {"type": "url", "url": "http://cx/mcp/ocr", "name": "ocr"},
                 {"type": "url", "url": "https://elsewhere.example/sse", "name": "x"}
             ]
         });

@@ -13,9 +13,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::errors::GatewayError;
+use crate::mcp::context::McpContext;
 use crate::route::prefixed_name;
 use crate::scope::Caller;
-use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::listing::{ListKind, Listing};
 
@@ -40,13 +40,15 @@ pub struct Merged {
 }
 
 pub async fn merge(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     servers: &[Arc<Server>],
     kind: ListKind,
 ) -> Merged {
-    let listings =
-        futures_util::future::join_all(servers.iter().map(|s| gw.listing(caller, s, kind))).await;
+    let listings = futures_util::future::join_all(
+        servers.iter().map(|s| cx.upstream.listing(caller, s, kind)),
+    )
+    .await;
     let mut merged = Merged {
         kind,
         listings: Vec::new(),
@@ -182,7 +184,7 @@ impl Serialize for ListResult<'_> {
 
 /// One page of the merged list of `kind`, as an MCP list result.
 pub async fn list(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     kind: ListKind,
     cursor: Option<&str>,
@@ -193,7 +195,7 @@ pub async fn list(
         None => 0,
     };
     let scope = caller.servers_in_scope();
-    let merged = merge(gw, caller, &scope, kind).await;
+    let merged = merge(cx, caller, &scope, kind).await;
     let offset = offset.min(merged.len());
     let end = (offset + PAGE_SIZE).min(merged.len());
     let result = ListResult {

@@ -9,15 +9,15 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::forward::Forward;
 use crate::mcp::aggregate;
+use crate::mcp::context::McpContext;
 use crate::mcp::relay::{Relay, UpstreamRequest};
-use crate::route::{prefixed_name, split_prefixed};
+use crate::route::{prefix_task_id, split_prefixed};
 use crate::scope::{Caller, decide_owner};
-use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::{RpcOutcome, RpcResult, SessionScope};
 use crate::upstream::listing::ListKind;
+use crate::upstream::plane::Forward;
 use crate::upstream::request_credential::SHARED_PARTITION;
 use switchboard_protocol::{Era, may_require_input, named_field};
 
@@ -60,14 +60,14 @@ pub enum Target {
 /// Why a method produced no result.
 #[derive(Debug)]
 pub enum Failure {
-    Gateway(GatewayError),
+    McpContext(GatewayError),
     /// The upstream's own JSON-RPC error object, passed on unchanged, with its HTTP status.
     Upstream(Value, StatusCode),
 }
 
 impl From<GatewayError> for Failure {
     fn from(e: GatewayError) -> Self {
-        Failure::Gateway(e)
+        Failure::McpContext(e)
     }
 }
 
@@ -86,19 +86,19 @@ pub enum Answer {
 }
 
 pub async fn dispatch(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     target: &Target,
     request: Request,
 ) -> Result<Answer, Failure> {
     match target {
-        Target::Aggregate => aggregate_method(gw, caller, request).await,
-        Target::Single(server) => single_method(gw, caller, server, request).await,
+        Target::Aggregate => aggregate_method(cx, caller, request).await,
+        Target::Single(server) => single_method(cx, caller, server, request).await,
     }
 }
 
 async fn aggregate_method(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     request: Request,
 ) -> Result<Answer, Failure> {
@@ -110,7 +110,7 @@ async fn aggregate_method(
             .and_then(|p| p.get("cursor"))
             .and_then(Value::as_str);
         return Ok(Answer::Raw(
-            aggregate::list(gw, caller, kind, cursor).await?,
+            aggregate::list(cx, caller, kind, cursor).await?,
         ));
     }
     let Some(field) = named_field(method) else {
@@ -125,11 +125,11 @@ async fn aggregate_method(
     let (server, upstream_name) = if field == "taskId" {
         route_task(caller, &name)?
     } else {
-        route_name(gw, caller, method, &name).await?
+        route_name(cx, caller, method, &name).await?
     };
     params[field] = Value::from(upstream_name);
     let forward = request.forward(method, Some(params));
-    forward_answer(gw, caller, &server, forward, true).await
+    forward_answer(cx, caller, &server, forward, true).await
 }
 
 /// On the aggregate endpoint a task id is `<prefix>__<upstream task id>`: the gateway prefixed
@@ -144,18 +144,10 @@ fn route_task(caller: &Caller, task_id: &str) -> Result<(Arc<Server>, String), G
     Ok((server.clone(), rest.to_string()))
 }
 
-/// Gives the task id in a result the server's prefix (aggregate endpoint): a created task
-/// (`resultType: "task"`) and the task a `tasks/*` method answers about.
-pub fn prefix_task_id(result: &mut Value, prefix: &str) {
-    if let Some(Value::String(id)) = result.get_mut("taskId") {
-        *id = prefixed_name(prefix, id);
-    }
-}
-
 /// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the
 /// snapshot; an unprefixed tool name is judged by the ownership map within the caller's scope.
 pub async fn route_name(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     method: &str,
     name: &str,
@@ -185,7 +177,7 @@ pub async fn route_name(
     match method {
         "tools/call" => {
             let scope = caller.servers_in_scope();
-            let owners = unprefixed_owners(gw, caller, &scope, name).await?;
+            let owners = unprefixed_owners(cx, caller, &scope, name).await?;
             decide_owner(name, owners)
         }
         _ => Err(not_found()),
@@ -202,7 +194,7 @@ pub async fn route_name(
 /// credential, the answer is that 401 (the caller must re-authenticate to see its tools), not
 /// "unknown tool".
 async fn unprefixed_owners(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     scope: &[Arc<Server>],
     name: &str,
@@ -210,12 +202,12 @@ async fn unprefixed_owners(
     let personal = |s: &Server| s.spec.auth.uses_caller_credential();
     let to_list: Vec<&Arc<Server>> = scope
         .iter()
-        .filter(|s| personal(s) || !gw.catalog.has_tools_of(s, SHARED_PARTITION))
+        .filter(|s| personal(s) || !cx.upstream.catalog.has_tools_of(s, SHARED_PARTITION))
         .collect();
     let listings = futures_util::future::join_all(
         to_list
             .iter()
-            .map(|s| gw.listing(caller, s, ListKind::Tools)),
+            .map(|s| cx.upstream.listing(caller, s, ListKind::Tools)),
     )
     .await;
     let owns_personally = |server: &Server| {
@@ -226,7 +218,7 @@ async fn unprefixed_owners(
                     .is_ok_and(|l| l.items.iter().any(|t| t.id() == Some(name)))
         })
     };
-    let owners = gw.catalog.owners_of(name);
+    let owners = cx.upstream.catalog.owners_of(name);
     let found: Vec<Arc<Server>> = scope
         .iter()
         .filter(|s| {
@@ -253,7 +245,7 @@ async fn unprefixed_owners(
 }
 
 async fn single_method(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     server: &Arc<Server>,
     request: Request,
@@ -274,7 +266,7 @@ async fn single_method(
         }
     }
     let forward = request.forward(method, request.params.clone());
-    let mut answer = forward_answer(gw, caller, server, forward, false).await?;
+    let mut answer = forward_answer(cx, caller, server, forward, false).await?;
     if method == "tools/list"
         && let Answer::Json(result) = &mut answer
         && let Some(Value::Array(tools)) = result.get_mut("tools")
@@ -293,7 +285,7 @@ async fn single_method(
 /// legacy client becomes a stream too: the gateway asks the client on it (see
 /// [`crate::mcp::exchange`]).
 async fn forward_answer(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     server: &Arc<Server>,
     request: Forward<'_>,
@@ -303,7 +295,7 @@ async fn forward_answer(
     let bridge_input =
         request.stream && !request.modern_client && may_require_input(request.method);
     let started = Instant::now();
-    let answer = forward(gw, caller, server, &request).await?;
+    let answer = forward(cx, caller, server, &request).await?;
     // What a relay needs to ask the upstream again (a legacy client's input rounds) or to
     // name the method; built only when the answer is relayed, so a plain answer copies nothing.
     let relay = |stream, answered| {
@@ -385,13 +377,13 @@ enum Forwarded {
 /// Sends the method upstream and unwraps its answer. An upstream 403 on a tool call stays a
 /// tool error (only 401 means re-authenticate; docs/architecture.md, "Errors").
 async fn forward(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     server: &Server,
     request: &Forward<'_>,
 ) -> Result<Forwarded, Failure> {
     let method = request.method;
-    match gw.forward(caller, server, request).await {
+    match cx.upstream.forward(caller, server, request).await {
         Ok(RpcOutcome::Result(result)) => Ok(Forwarded::Result(result)),
         Ok(RpcOutcome::Stream(stream)) => Ok(Forwarded::Stream(stream)),
         Ok(RpcOutcome::Error(error, status)) => Err(Failure::Upstream(error, status)),

@@ -17,16 +17,16 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::errors::{GatewayError, codes, jsonrpc_error_response, jsonrpc_error_response_in};
-use crate::forward::Forward;
+use crate::mcp::context::McpContext;
 use crate::mcp::dispatch::{Answer, Failure, Request, Target, dispatch};
-use crate::mcp::exchange::{ExchangeRoute, PausedRelay};
+use crate::mcp::exchange::ExchangeRoute;
 use crate::mcp::listen;
 use crate::mcp::relay::{self, ReplyRoute};
 use crate::scope::{Caller, authenticate, identify};
 use crate::session::{Session, TokenKind, UnsealError};
-use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::{RpcOutcome, RpcResult, SessionScope};
+use crate::upstream::plane::Forward;
 use switchboard_protocol::capabilities;
 use switchboard_protocol::{
     self as protocol, Era, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
@@ -36,22 +36,22 @@ use switchboard_protocol::{
 // The handlers take the whole request and move its headers out: axum's `HeaderMap` extractor
 // would copy them on every call.
 pub async fn aggregate(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<McpContext>>,
     request: axum::extract::Request,
 ) -> Response {
     match into_headers_and_body(request).await {
-        Ok((headers, body)) => handle(&gw, None, headers, body).await,
+        Ok((headers, body)) => handle(&cx, None, headers, body).await,
         Err(refused) => refused,
     }
 }
 
 pub async fn single(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<McpContext>>,
     Path(prefix): Path<String>,
     request: axum::extract::Request,
 ) -> Response {
     match into_headers_and_body(request).await {
-        Ok((headers, body)) => handle(&gw, Some(prefix), headers, body).await,
+        Ok((headers, body)) => handle(&cx, Some(prefix), headers, body).await,
         Err(refused) => refused,
     }
 }
@@ -85,9 +85,9 @@ pub async fn method_not_allowed() -> Response {
 /// DELETE ends a legacy session: its id is refused from then on (on this replica: see
 /// docs/architecture.md, "Sessions"), and the upstream sessions this replica opened for it are
 /// closed.
-pub async fn end_session(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let table = gw.table();
-    let caller = match authenticate(table, headers, &gw.metrics) {
+pub async fn end_session(State(cx): State<Arc<McpContext>>, headers: HeaderMap) -> Response {
+    let table = cx.table();
+    let caller = match authenticate(table, headers, &cx.metrics) {
         Ok(c) => c,
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };
@@ -98,12 +98,14 @@ pub async fn end_session(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> 
         )
             .into_response();
     };
-    let session = match open_session(&gw, &caller, session_id) {
+    let session = match open_session(&cx, &caller, session_id) {
         Ok(s) => s,
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };
-    gw.end_session(session.tag);
-    gw.close_client_sessions(&caller, session.tag).await;
+    cx.end_session(session.tag);
+    cx.upstream
+        .close_client_sessions(&caller, session.tag)
+        .await;
     tracing::info!(key = %caller.key.name, "legacy session ended by the client");
     StatusCode::NO_CONTENT.into_response()
 }
@@ -198,7 +200,7 @@ pub(crate) fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
 }
 
 async fn handle(
-    gw: &Arc<Gateway>,
+    cx: &Arc<McpContext>,
     prefix: Option<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -208,10 +210,10 @@ async fn handle(
     } else {
         "mcp"
     };
-    let table = gw.table();
+    let table = cx.table();
     let limit = table.settings.max_body_bytes;
     let fail = |id: &Value, e: GatewayError, method: &'static str, era: Era| {
-        gw.metrics.request(endpoint, method, e.outcome());
+        cx.metrics.request(endpoint, method, e.outcome());
         jsonrpc_error_response_in(id, &e, era)
     };
     if body.len() > limit {
@@ -224,7 +226,7 @@ async fn handle(
     }
     // The rare branches below (replies, exchanges, handshakes, subscriptions) are boxed: their
     // state would otherwise make every request's future as large as the largest of them.
-    let caller = match authenticate(table, headers, &gw.metrics) {
+    let caller = match authenticate(table, headers, &cx.metrics) {
         Ok(c) => Arc::new(c),
         Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
     };
@@ -233,7 +235,7 @@ async fn handle(
         Ok(Incoming::Reply { id, body: reply }) => {
             if let Some(route) = exchange_route(&caller, id.as_str()) {
                 let response = Box::pin(pass_input_reply(
-                    gw,
+                    cx,
                     &caller,
                     route,
                     reply,
@@ -246,12 +248,12 @@ async fn handle(
                 } else {
                     "failed"
                 };
-                gw.metrics.request(endpoint, "reply", outcome);
+                cx.metrics.request(endpoint, "reply", outcome);
                 return response;
             }
-            return match Box::pin(deliver_reply(gw, &caller, prefix.as_deref(), id, reply)).await {
+            return match Box::pin(deliver_reply(cx, &caller, prefix.as_deref(), id, reply)).await {
                 Ok(()) => {
-                    gw.metrics.request(endpoint, "reply", "ok");
+                    cx.metrics.request(endpoint, "reply", "ok");
                     StatusCode::ACCEPTED.into_response()
                 }
                 Err(e) => fail(&Value::Null, e, "reply", Era::Legacy),
@@ -267,7 +269,7 @@ async fn handle(
             Ok(server) => Target::Single(server),
             // A server the caller cannot reach is invisible: the endpoint does not exist.
             Err(e) => {
-                gw.metrics.request(endpoint, method, e.outcome());
+                cx.metrics.request(endpoint, method, e.outcome());
                 return (StatusCode::NOT_FOUND, e.to_string()).into_response();
             }
         },
@@ -290,15 +292,15 @@ async fn handle(
         // The retry of a call whose legacy upstream asked for input: it resumes the paused
         // stream, wherever that is held.
         let headers = caller.headers.clone();
-        return Box::pin(resume_exchange(gw, &caller, route, message, headers, body)).await;
+        return Box::pin(resume_exchange(cx, &caller, route, message, headers, body)).await;
     }
     let prepared = match era {
         Era::Modern => check_modern(&caller.headers, &message),
-        Era::Legacy => Box::pin(check_legacy(gw, &caller, &target, &message)).await,
+        Era::Legacy => Box::pin(check_legacy(cx, &caller, &target, &message)).await,
     };
     let session = match prepared {
         Ok(Prepared::Answer(response)) => {
-            gw.metrics.request(endpoint, method, "ok");
+            cx.metrics.request(endpoint, method, "ok");
             return response;
         }
         Ok(Prepared::Dispatch { session }) => session,
@@ -312,9 +314,9 @@ async fn handle(
     let accepts_stream = header_str(&caller.headers, "accept")
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     if matches!(target, Target::Aggregate) && message.method == "subscriptions/listen" {
-        gw.metrics.request(endpoint, method, "stream");
+        cx.metrics.request(endpoint, method, "stream");
         return match Box::pin(listen::fan_in(
-            gw,
+            cx,
             &caller,
             id.clone(),
             message.params,
@@ -334,9 +336,9 @@ async fn handle(
                 .and_then(|p| p.get("level"))
                 .and_then(Value::as_str)
         {
-            gw.set_log_level(session.client, level);
+            cx.set_log_level(session.client, level);
         }
-        gw.log_level(session.client)
+        cx.log_level(session.client)
     });
     let request = Request {
         method: message.method.clone(),
@@ -349,31 +351,31 @@ async fn handle(
     let outcome = match (era, message.method.as_str()) {
         (Era::Legacy, "ping") => Ok(Answer::Json(json!({}))),
         (Era::Modern, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
-            Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
+            Failure::McpContext(GatewayError::MethodNotFound(removed.to_string())),
         ),
-        (Era::Modern, "server/discover") => Box::pin(discover(gw, &caller, &target, request)).await,
+        (Era::Modern, "server/discover") => Box::pin(discover(cx, &caller, &target, request)).await,
         (Era::Legacy, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
-            Box::pin(session_setting(gw, &caller, &target, request)).await
+            Box::pin(session_setting(cx, &caller, &target, request)).await
         }
-        _ => dispatch(gw, &caller, &target, request).await,
+        _ => dispatch(cx, &caller, &target, request).await,
     };
     match outcome {
         Ok(Answer::Json(mut result)) => {
-            gw.metrics.request(endpoint, method, "ok");
+            cx.metrics.request(endpoint, method, "ok");
             if era == Era::Modern {
                 protocol::stamp_modern_result(&mut result, &message.method);
             }
             rpc_response(&id, "result", result, StatusCode::OK)
         }
         Ok(Answer::Raw(result)) => {
-            gw.metrics.request(endpoint, method, "ok");
+            cx.metrics.request(endpoint, method, "ok");
             raw_result_response(&id, &result, None)
         }
         Ok(Answer::Relayed {
             result,
             has_result_type,
         }) => {
-            gw.metrics.request(endpoint, method, "ok");
+            cx.metrics.request(endpoint, method, "ok");
             match era {
                 Era::Modern if protocol::has_cache_fields(&message.method) => {
                     let mut result = RpcResult::Raw(result).into_value();
@@ -387,7 +389,7 @@ async fn handle(
             }
         }
         Ok(Answer::Stream(relay)) => {
-            gw.metrics.request(endpoint, method, "stream");
+            cx.metrics.request(endpoint, method, "stream");
             let mut key_tag = [0u8; 8];
             key_tag.copy_from_slice(&caller.key.digest[..8]);
             relay::sse_response(
@@ -398,14 +400,14 @@ async fn handle(
                     key_tag,
                     table: caller.table.clone(),
                     bridge: Some(relay::Bridge {
-                        gw: gw.clone(),
+                        cx: cx.clone(),
                         caller: caller.clone(),
                     }),
                 },
             )
         }
         Err(Failure::Upstream(error, status)) => {
-            gw.metrics.request(endpoint, method, "upstream_error");
+            cx.metrics.request(endpoint, method, "upstream_error");
             // A 2026-07-28 client reads the HTTP status as part of the answer: the upstream's
             // own when it set one, else the revision's rule for the code. Legacy: 200.
             let status = match era {
@@ -417,7 +419,7 @@ async fn handle(
             };
             rpc_response(&id, "error", error, status)
         }
-        Err(Failure::Gateway(e)) => {
+        Err(Failure::McpContext(e)) => {
             tracing::info!(method = %message.method, error = %e, "request failed");
             fail(&id, e, method, era)
         }
@@ -433,19 +435,19 @@ fn exchange_route(caller: &Caller, token: Option<&str>) -> Option<ExchangeRoute>
 /// A legacy client's reply to an input request the gateway asked for a 2026-07-28 upstream:
 /// handed to the stream waiting for it, here or on the replica that holds it.
 async fn pass_input_reply(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     route: ExchangeRoute,
     reply: Map<String, Value>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !gw.exchanges.is_local(&route) {
-        return pass_to_holder(gw, &route, headers, body).await;
+    if !cx.exchanges.is_local(&route) {
+        return pass_to_holder(cx, &route, headers, body).await;
     }
     let _ = caller;
     let key = route.input.clone().unwrap_or_default();
-    match gw.exchanges.reply_sender(route.pending) {
+    match cx.exchanges.reply_sender(route.pending) {
         Some(tx) if tx.try_send((key, reply)).is_ok() => StatusCode::ACCEPTED.into_response(),
         _ => jsonrpc_error_response(
             &Value::Null,
@@ -459,15 +461,15 @@ async fn pass_input_reply(
 /// A 2026-07-28 client's retry carrying the answers a legacy upstream asked for: they go to
 /// the upstream session, and the paused stream resumes as the answer to this request.
 async fn resume_exchange(
-    gw: &Arc<Gateway>,
+    cx: &Arc<McpContext>,
     caller: &Arc<Caller>,
     route: ExchangeRoute,
     message: Message,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !gw.exchanges.is_local(&route) {
-        return pass_to_holder(gw, &route, headers, body).await;
+    if !cx.exchanges.is_local(&route) {
+        return pass_to_holder(cx, &route, headers, body).await;
     }
     let Some(id) = message.id.clone() else {
         return jsonrpc_error_response_in(
@@ -483,7 +485,7 @@ async fn resume_exchange(
         )
     };
     // Checked before the paused stream is taken: a retry missing an answer can be repeated.
-    let Some(keys) = gw.exchanges.paused_keys(route.pending) else {
+    let Some(keys) = cx.exchanges.paused_keys(route.pending) else {
         return fail(over());
     };
     let responses = message
@@ -498,13 +500,12 @@ async fn resume_exchange(
             "inputResponses.{missing} is missing"
         )));
     }
-    let Some(paused) = gw.exchanges.take_paused(route.pending) else {
+    let Some(paused) = cx.exchanges.take_paused(route.pending) else {
         return fail(over());
     };
-    let PausedRelay {
-        mut relay,
-        requests,
-    } = *paused;
+    let Some((mut relay, requests)) = paused.take_relay::<relay::Relay>() else {
+        return fail(over());
+    };
     // The snapshot may have changed while the stream was paused.
     if !caller.reaches(&relay.server) {
         return fail(over());
@@ -520,7 +521,8 @@ async fn resume_exchange(
             .cloned()
             .unwrap_or(Value::Null);
         let reply = json!({"jsonrpc": "2.0", "id": upstream_id, "result": response});
-        let delivered = gw
+        let delivered = cx
+            .upstream
             .deliver_reply(
                 caller,
                 &relay.server,
@@ -553,7 +555,7 @@ async fn resume_exchange(
             key_tag,
             table: caller.table.clone(),
             bridge: Some(relay::Bridge {
-                gw: gw.clone(),
+                cx: cx.clone(),
                 caller: caller.clone(),
             }),
         },
@@ -587,7 +589,7 @@ struct Handoff {
 /// Hands a client's message about an exchange to the replica that holds it (named by the
 /// sealed route), and relays that replica's answer.
 async fn pass_to_holder(
-    gw: &Gateway,
+    cx: &McpContext,
     route: &ExchangeRoute,
     headers: HeaderMap,
     body: Bytes,
@@ -611,11 +613,12 @@ async fn pass_to_holder(
             .collect(),
         body: String::from_utf8_lossy(&body).into_owned(),
     };
-    let sealed = gw.table().sealer.seal_bytes(
+    let sealed = cx.table().sealer.seal_bytes(
         TokenKind::Handoff,
         &serde_json::to_vec(&handoff).unwrap_or_default(),
     );
-    let send = gw
+    let send = cx
+        .upstream
         .upstreams
         .http()
         .post(format!("{}/mcp-internal/exchange", route.address))
@@ -642,8 +645,8 @@ async fn pass_to_holder(
 /// exchange this one holds, sealed (only a replica can have made it). The client's own headers
 /// came along and are checked like any client's; only exchanges held here are served (a
 /// message is never passed on twice).
-pub async fn internal_exchange(State(gw): State<Arc<Gateway>>, sealed: Bytes) -> Response {
-    let table = gw.table();
+pub async fn internal_exchange(State(cx): State<Arc<McpContext>>, sealed: Bytes) -> Response {
+    let table = cx.table();
     let refused = || (StatusCode::FORBIDDEN, "not a message from a replica").into_response();
     if sealed.len() > table.settings.max_body_bytes.saturating_mul(2) + 64 * 1024 {
         return refused();
@@ -679,8 +682,8 @@ pub async fn internal_exchange(State(gw): State<Arc<Gateway>>, sealed: Bytes) ->
     };
     match parse_message(&body) {
         Ok(Incoming::Reply { id, body: reply }) => match exchange_route(&caller, id.as_str()) {
-            Some(route) if gw.exchanges.is_local(&route) => {
-                pass_input_reply(&gw, &caller, route, reply, headers, body).await
+            Some(route) if cx.exchanges.is_local(&route) => {
+                pass_input_reply(&cx, &caller, route, reply, headers, body).await
             }
             _ => not_here(),
         },
@@ -691,8 +694,8 @@ pub async fn internal_exchange(State(gw): State<Arc<Gateway>>, sealed: Bytes) ->
                 .and_then(|p| p.get("requestState"))
                 .and_then(|s| exchange_route(&caller, s.as_str()));
             match route {
-                Some(route) if gw.exchanges.is_local(&route) => {
-                    resume_exchange(&gw, &caller, route, message, headers, body).await
+                Some(route) if cx.exchanges.is_local(&route) => {
+                    resume_exchange(&cx, &caller, route, message, headers, body).await
                 }
                 _ => not_here(),
             }
@@ -705,7 +708,7 @@ pub async fn internal_exchange(State(gw): State<Arc<Gateway>>, sealed: Bytes) ->
 /// [`ReplyRoute`] naming the upstream session that asked; the reply goes there with the
 /// upstream's own id, from whichever replica received it.
 async fn deliver_reply(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     prefix: Option<&str>,
     id: Value,
@@ -736,7 +739,8 @@ async fn deliver_reply(
     let version = HeaderValue::from_str(&route.version)
         .unwrap_or(HeaderValue::from_static(protocol::LATEST_LEGACY_VERSION));
     let bytes = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
-    let status = gw
+    let status = cx
+        .upstream
         .deliver_reply(caller, &server, session, version, bytes)
         .await?;
     if status.is_success() {
@@ -754,7 +758,7 @@ async fn deliver_reply(
 /// removed these methods, and the aggregate has no session of its own to keep them on, so the
 /// gateway acknowledges them there.
 async fn session_setting(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     target: &Target,
     request: Request,
@@ -762,12 +766,12 @@ async fn session_setting(
     let Target::Single(server) = target else {
         return Ok(Answer::Json(json!({})));
     };
-    if gw.upstreams.era_of(server) == Some(Era::Modern) {
+    if cx.upstream.upstreams.era_of(server) == Some(Era::Modern) {
         return Ok(Answer::Json(json!({})));
     }
-    match dispatch(gw, caller, target, request).await {
+    match dispatch(cx, caller, target, request).await {
         Err(Failure::Upstream(e, _))
-            if gw.upstreams.era_of(server) == Some(Era::Modern)
+            if cx.upstream.upstreams.era_of(server) == Some(Era::Modern)
                 && e.get("code").and_then(Value::as_i64) == Some(codes::METHOD_NOT_FOUND) =>
         {
             Ok(Answer::Json(json!({})))
@@ -780,17 +784,21 @@ async fn session_setting(
 /// instructions, capabilities, extensions), with the versions the gateway serves (it speaks
 /// every era to the client, whatever the upstream speaks); on `/mcp` the gateway's.
 async fn discover(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     target: &Target,
     request: Request,
 ) -> Result<Answer, Failure> {
     let Target::Single(server) = target else {
-        return Ok(Answer::Json(gateway_discover(gw, caller).await));
+        return Ok(Answer::Json(gateway_discover(cx, caller).await));
     };
-    let mut result = match gw.legacy_identity(caller, server, request.session).await? {
+    let mut result = match cx
+        .upstream
+        .legacy_identity(caller, server, request.session)
+        .await?
+    {
         Some(init) => discover_from_initialize(&init),
-        None => match dispatch(gw, caller, target, request).await? {
+        None => match dispatch(cx, caller, target, request).await? {
             Answer::Json(v) => v,
             // The upstream's discover arrived as a stream; relay it as it is.
             other => return Ok(other),
@@ -826,10 +834,10 @@ fn discover_from_initialize(init: &Value) -> Value {
 
 /// The aggregate's identity: the gateway, advertising what every server behind it in the
 /// caller's scope supports.
-async fn gateway_discover(gw: &Gateway, caller: &Caller) -> Value {
+async fn gateway_discover(cx: &McpContext, caller: &Caller) -> Value {
     json!({
         "supportedVersions": protocol::supported_versions(),
-        "capabilities": aggregate_capabilities(gw, caller),
+        "capabilities": aggregate_capabilities(cx, caller),
         "ttlMs": 0,
         "cacheScope": "private",
         "_meta": { META_SERVER_INFO: {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")} },
@@ -837,7 +845,7 @@ async fn gateway_discover(gw: &Gateway, caller: &Caller) -> Value {
 }
 
 /// The aggregate endpoint serves tools, prompts and resources merged across servers.
-fn aggregate_capabilities(_gw: &Gateway, _caller: &Caller) -> Value {
+fn aggregate_capabilities(_gw: &McpContext, _caller: &Caller) -> Value {
     json!({
         "tools": {"listChanged": false},
         "prompts": {"listChanged": false},
@@ -912,20 +920,20 @@ fn check_modern(headers: &HeaderMap, message: &Message) -> Result<Prepared, Gate
 /// Legacy: `initialize` opens a sealed session; everything else must present one that this
 /// key opened, that has not expired and that the client has not ended.
 async fn check_legacy(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     target: &Target,
     message: &Message,
 ) -> Result<Prepared, GatewayError> {
     if message.method == "initialize" {
         return Ok(Prepared::Answer(
-            initialize(gw, caller, target, message).await,
+            initialize(cx, caller, target, message).await,
         ));
     }
     let session_id = header_str(&caller.headers, "mcp-session-id").ok_or_else(|| {
         GatewayError::InvalidRequest("missing Mcp-Session-Id; initialize a session first".into())
     })?;
-    let session = open_session(gw, caller, session_id)?;
+    let session = open_session(cx, caller, session_id)?;
     if let Some(v) = header_str(&caller.headers, "mcp-protocol-version")
         && protocol::legacy_version_index(v).is_none()
     {
@@ -945,7 +953,11 @@ async fn check_legacy(
 }
 
 /// A session id this key opened, unexpired and not ended by the client.
-fn open_session(gw: &Gateway, caller: &Caller, session_id: &str) -> Result<Session, GatewayError> {
+fn open_session(
+    cx: &McpContext,
+    caller: &Caller,
+    session_id: &str,
+) -> Result<Session, GatewayError> {
     let session = caller
         .table
         .sealer
@@ -954,7 +966,7 @@ fn open_session(gw: &Gateway, caller: &Caller, session_id: &str) -> Result<Sessi
             UnsealError::Invalid => GatewayError::SessionNotFound,
             UnsealError::WrongKey => GatewayError::SessionForbidden,
         })?;
-    if gw.session_ended(session.tag) {
+    if cx.session_ended(session.tag) {
         return Err(GatewayError::SessionNotFound);
     }
     Ok(session)
@@ -964,7 +976,12 @@ fn open_session(gw: &Gateway, caller: &Caller, session_id: &str) -> Result<Sessi
 /// On `/mcp/{prefix}` the answer is the upstream's own identity (serverInfo, instructions,
 /// capabilities), from the upstream session opened for this client session; on `/mcp`, or if
 /// the upstream cannot be reached now, the gateway's.
-async fn initialize(gw: &Gateway, caller: &Caller, target: &Target, message: &Message) -> Response {
+async fn initialize(
+    cx: &McpContext,
+    caller: &Caller,
+    target: &Target,
+    message: &Message,
+) -> Response {
     let params = message.params.as_ref();
     let requested = params
         .and_then(|p| p.get("protocolVersion"))
@@ -979,7 +996,7 @@ async fn initialize(gw: &Gateway, caller: &Caller, target: &Target, message: &Me
             .seal(&caller.key.digest, index, capabilities, SystemTime::now());
     let mut result = json!({
         "protocolVersion": version,
-        "capabilities": aggregate_capabilities(gw, caller),
+        "capabilities": aggregate_capabilities(cx, caller),
         "serverInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
     });
     if let Target::Single(server) = target {
@@ -987,7 +1004,7 @@ async fn initialize(gw: &Gateway, caller: &Caller, target: &Target, message: &Me
             client: tag,
             capabilities,
         };
-        match upstream_identity(gw, caller, server, scope).await {
+        match upstream_identity(cx, caller, server, scope).await {
             Ok(identity) => {
                 for field in ["capabilities", "serverInfo", "instructions"] {
                     if let Some(v) = identity.get(field) {
@@ -1016,17 +1033,17 @@ async fn initialize(gw: &Gateway, caller: &Caller, target: &Target, message: &Me
 /// `initialize` result, or a 2026-07-28 upstream's `server/discover` (serverInfo read from its
 /// `_meta`, or the top level where a server puts it there).
 async fn upstream_identity(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     server: &Arc<Server>,
     scope: SessionScope,
 ) -> Result<Value, GatewayError> {
-    if let Some(init) = gw.legacy_identity(caller, server, scope).await? {
+    if let Some(init) = cx.upstream.legacy_identity(caller, server, scope).await? {
         return Ok(init);
     }
     let mut forward = Forward::call("server/discover", None);
     forward.session = scope;
-    match gw.forward(caller, server, &forward).await? {
+    match cx.upstream.forward(caller, server, &forward).await? {
         RpcOutcome::Result(discover) => {
             let discover = discover.into_value();
             let mut identity = Map::new();

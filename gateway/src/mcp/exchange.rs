@@ -26,7 +26,6 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::mcp::relay::Relay;
 use crate::session::{SessionSealer, TokenKind};
 
 /// Most exchanges one replica holds open at once, and per client key; past either, new ones
@@ -90,9 +89,28 @@ pub enum Pending {
 
 /// A relay stopped at server-to-client requests: the upstream ids of the requests, by the
 /// keys the client was given.
+///
+/// The store never looks at the relay itself, so it holds it unnamed: the relay (which holds the
+/// MCP context, which holds this store) is the layer above, and takes it back by its type
+/// ([`PausedRelay::take_relay`]).
 pub struct PausedRelay {
-    pub relay: Relay,
+    relay: Box<dyn std::any::Any + Send>,
     pub requests: Vec<(String, Value)>,
+}
+
+impl PausedRelay {
+    pub fn new<R: Send + 'static>(relay: R, requests: Vec<(String, Value)>) -> PausedRelay {
+        PausedRelay {
+            relay: Box::new(relay),
+            requests,
+        }
+    }
+
+    /// The relay and the requests it stopped at; `None` if it was paused as another type.
+    pub fn take_relay<R: 'static>(self) -> Option<(R, Vec<(String, Value)>)> {
+        let relay = self.relay.downcast::<R>().ok()?;
+        Some((*relay, self.requests))
+    }
 }
 
 /// One held exchange: what is held, whose it is, until when.
@@ -245,7 +263,8 @@ mod tests {
         let token = route.seal(&sealer);
         let opened = ExchangeRoute::open(&sealer, &token).unwrap();
         assert_eq!(opened.pending, route.pending);
-        assert!(crate::mcp::relay::ReplyRoute::open(&sealer, &token).is_none());
+        // Not a reply route: the kinds of sealed token never open as each other.
+        assert!(sealer.open_token(TokenKind::ReplyRoute, &token).is_none());
         let stale = ExchangeRoute {
             expires_at: 1,
             ..route

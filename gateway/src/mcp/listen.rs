@@ -21,13 +21,13 @@ use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
 use crate::errors::GatewayError;
-use crate::forward::Forward;
-use crate::mcp::relay::event_stream;
+use crate::mcp::context::McpContext;
+use crate::mcp::event_stream::event_stream;
 use crate::route::{prefixed_name, split_prefixed};
 use crate::scope::Caller;
-use crate::state::Gateway;
 use crate::table::Server;
 use crate::upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
+use crate::upstream::plane::Forward;
 use switchboard_protocol::Era;
 use switchboard_protocol::sse::SseEvent;
 
@@ -45,7 +45,7 @@ type Events = Pin<Box<dyn Stream<Item = (Arc<Server>, SseEvent)> + Send>>;
 
 /// Opens one subscription per server in scope and answers with the fanned-in stream.
 pub async fn fan_in(
-    gw: &Gateway,
+    cx: &McpContext,
     caller: &Caller,
     client_id: Value,
     params: Option<Value>,
@@ -62,7 +62,7 @@ pub async fn fan_in(
         let mut upstream_params = params.clone().unwrap_or_else(|| json!({}));
         upstream_params["notifications"] = upstream_filter;
         async move {
-            if gw.upstreams.era_of(server) == Some(Era::Legacy) {
+            if cx.upstream.upstreams.era_of(server) == Some(Era::Legacy) {
                 return None;
             }
             let forward = Forward {
@@ -73,7 +73,7 @@ pub async fn fan_in(
                 modern_client: true,
                 log_level: None,
             };
-            match gw.forward(caller, server, &forward).await {
+            match cx.upstream.forward(caller, server, &forward).await {
                 Ok(RpcOutcome::Stream(stream)) => Some((server.clone(), stream)),
                 Ok(_) | Err(_) => None,
             }

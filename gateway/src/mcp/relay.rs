@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderValue;
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -34,15 +34,16 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::errors::GatewayError;
-use crate::forward::Forward;
-use crate::mcp::dispatch::prefix_task_id;
+use crate::mcp::context::McpContext;
+use crate::mcp::event_stream::event_stream;
 use crate::mcp::exchange::{ExchangeRoute, InputReply, PausedRelay, Pending};
 use crate::mcp::listen::tag_subscription;
+use crate::route::prefix_task_id;
 use crate::scope::Caller;
 use crate::session::{SessionSealer, TokenKind};
-use crate::state::Gateway;
 use crate::table::{RoutingTable, Server};
 use crate::upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
+use crate::upstream::plane::Forward;
 use switchboard_protocol::sse::SseEvent;
 use switchboard_protocol::{Era, stamp_modern_result};
 
@@ -87,7 +88,7 @@ pub struct Client {
 
 #[derive(Clone)]
 pub struct Bridge {
-    pub gw: Arc<Gateway>,
+    pub cx: Arc<McpContext>,
     pub caller: Arc<Caller>,
 }
 
@@ -149,22 +150,6 @@ pub fn sse_response(relay: Relay, client: Client) -> Response {
     event_stream(Body::from_stream(events))
 }
 
-/// An HTTP 200 `text/event-stream` response that proxies in between must not buffer.
-pub fn event_stream(body: Body) -> Response {
-    let mut response = (StatusCode::OK, body).into_response();
-    let headers = response.headers_mut();
-    // Sized for its three headers: hyper keeps this map for the connection's life (to reuse
-    // it), so a default-sized one would cost every open stream twice the memory.
-    headers.reserve(3);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
-}
-
 /// How long a client has to answer input requests (a person may be answering an elicitation):
 /// the server's timeout, but never less than this.
 const MIN_INPUT_WAIT: Duration = Duration::from_secs(300);
@@ -195,7 +180,7 @@ impl Drop for RelayState {
     /// A client that goes away while its replies are awaited leaves nothing held.
     fn drop(&mut self) {
         if let (Some(awaiting), Some(bridge)) = (&self.awaiting, &self.client.bridge) {
-            bridge.gw.exchanges.release(awaiting.pending);
+            bridge.cx.exchanges.release(awaiting.pending);
         }
     }
 }
@@ -341,12 +326,12 @@ impl RelayState {
             upstream_request: self.relay.upstream_request.clone(),
         };
         // Nobody may come back: the paused upstream request is given up after the wait.
-        let held = bridge.gw.exchanges.hold(
+        let held = bridge.cx.exchanges.hold(
             self.client.key_tag,
-            Pending::Paused(Box::new(PausedRelay {
-                relay: paused,
-                requests: vec![(INPUT_KEY.to_string(), upstream_id)],
-            })),
+            Pending::Paused(Box::new(PausedRelay::new(
+                paused,
+                vec![(INPUT_KEY.to_string(), upstream_id)],
+            ))),
             input_wait(&self.relay.server),
         );
         let Some(route) = held else {
@@ -434,7 +419,7 @@ impl RelayState {
             }));
         }
         let (tx, rx) = mpsc::channel(requests.len().max(1));
-        let Some(route) = bridge.gw.exchanges.hold(
+        let Some(route) = bridge.cx.exchanges.hold(
             self.client.key_tag,
             Pending::Replies(tx),
             input_wait(&self.relay.server),
@@ -505,7 +490,7 @@ impl RelayState {
         let Some(mut awaiting) = self.awaiting.take() else {
             return Ok(());
         };
-        bridge.gw.exchanges.release(awaiting.pending);
+        bridge.cx.exchanges.release(awaiting.pending);
         match outcome {
             Err(_) => {
                 return Err(self.fail(GatewayError::InvalidRequest(
@@ -538,7 +523,12 @@ impl RelayState {
             log_level: request.log_level,
         };
         let server = self.relay.server.clone();
-        match bridge.gw.forward(&bridge.caller, &server, &forward).await {
+        match bridge
+            .cx
+            .upstream
+            .forward(&bridge.caller, &server, &forward)
+            .await
+        {
             Ok(RpcOutcome::Stream(stream)) => {
                 self.relay.deadline = Some(Instant::now() + server.spec.timeout);
                 self.relay.stream = Some(stream);

@@ -4,5 +4,6 @@ pub mod address_policy;
 pub mod client;
 pub mod credentials;
 pub mod listing;
+pub mod plane;
 pub mod request_credential;
 pub mod tokens;

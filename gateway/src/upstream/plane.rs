@@ -1,7 +1,11 @@
-//! The forwarding pipeline of one client request to one upstream: resolve the credential, compose
-//! the headers, send, renew a refused gateway-held token once, relay a refused caller credential
-//! as the caller's 401. One deadline covers the whole request, renewals and retries included.
+//! The upstream plane: everything the gateway keeps about its upstreams (clients and their
+//! sessions, listings, tokens, protected-resource metadata) behind one type, and the forwarding
+//! pipeline of one client request to one upstream: resolve the credential, compose the headers,
+//! send, renew a refused gateway-held token once, relay a refused caller credential as the
+//! caller's 401. One deadline covers the whole request, renewals and retries included. The
+//! renew-once rule is written once ([`UpstreamPlane::renewing`]) for calls and listings alike.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -9,16 +13,29 @@ use serde_json::Value;
 use switchboard_snapshot::UpstreamAuth;
 use tokio::time::Instant;
 
+use crate::catalog::Catalog;
 use crate::errors::GatewayError;
-use crate::protected_resource::auth_challenge;
+use crate::metrics::Metrics;
+use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::scope::Caller;
-use crate::state::{Gateway, base_url};
-use crate::table::Server;
-use crate::upstream::client::{RpcCall, RpcOutcome, SessionScope};
-use crate::upstream::listing::{ListKind, ListingRequest};
+use crate::table::{RoutingTable, Server, base_url};
+use crate::upstream::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
+use crate::upstream::listing::{ListKind, Listing, ListingRequest};
 use crate::upstream::request_credential::{self, RequestCredential, SHARED_PARTITION};
+use crate::upstream::tokens::Tokens;
 use switchboard_protocol::param_headers;
 use switchboard_protocol::{Era, HEADER_MISMATCH};
+use switchboard_snapshot::NetworkPolicy;
+
+/// What the gateway keeps about its upstreams. Every part is a cache a replica rebuilds on
+/// demand (invariant 2); [`UpstreamPlane::apply`] forgets servers that left or changed.
+pub struct UpstreamPlane {
+    pub upstreams: Upstreams,
+    pub catalog: Catalog,
+    pub tokens: Tokens,
+    pub protected_resources: ProtectedResources,
+    metrics: Arc<Metrics>,
+}
 
 /// One method call as it goes upstream.
 pub struct Forward<'a> {
@@ -50,7 +67,124 @@ impl<'a> Forward<'a> {
     }
 }
 
-impl Gateway {
+impl UpstreamPlane {
+    pub fn new(metrics: Arc<Metrics>) -> UpstreamPlane {
+        UpstreamPlane {
+            upstreams: Upstreams::new(),
+            catalog: Catalog::default(),
+            tokens: Tokens::default(),
+            protected_resources: ProtectedResources::default(),
+            metrics,
+        }
+    }
+
+    /// Takes a new table's address policy: called before the table serves.
+    pub fn set_networks(&self, networks: NetworkPolicy, table: &RoutingTable) {
+        self.upstreams.set_networks(networks, &table.servers);
+    }
+
+    /// Forgets what belongs to servers that left `table` or changed: called once it serves, so
+    /// an entry a request of the previous table adds meanwhile is gone too.
+    pub fn forget_all_but(&self, table: &RoutingTable) {
+        let live: std::collections::HashMap<&str, u64> =
+            table.servers.iter().map(|s| (s.id(), s.revision)).collect();
+        let is_live = |id: &str, rev: u64| live.get(id) == Some(&rev);
+        self.catalog.retain(is_live);
+        self.upstreams.retain(is_live);
+        self.tokens.retain(is_live);
+        self.protected_resources.retain(is_live);
+    }
+
+    /// Runs `attempt` with the server's per-request credential; when the upstream refuses a
+    /// token the gateway obtained itself (401), renews it and runs `attempt` once more. A 401
+    /// on the caller's own credential is relayed as the caller's 401 (see [`Self::relay_auth`]).
+    ///
+    /// `attempt` takes the credential by value (a reference-counted header value) so that its
+    /// future borrows nothing the loop holds: an async closure over a borrowed argument is not
+    /// `Send` for every lifetime, which a spawned relay needs.
+    async fn renewing<T, F>(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        mut attempt: impl FnMut(Option<RequestCredential>) -> F,
+    ) -> Result<T, GatewayError>
+    where
+        F: Future<Output = Result<T, GatewayError>>,
+    {
+        let mut rejected = None;
+        loop {
+            let credential = self.credential(caller, server, rejected.as_ref()).await?;
+            match attempt(credential.clone()).await {
+                Err(e) if renews(server, &e, &rejected, &credential) => {
+                    rejected = credential.map(|c| c.value);
+                }
+                other => return other.map_err(|e| self.relay_auth(caller, server, e)),
+            }
+        }
+    }
+
+    /// A server's listing of one kind for the caller's credential partition, cached or
+    /// walked afresh (with the same renew-once rule as [`Self::forward`]).
+    pub async fn listing(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        kind: ListKind,
+    ) -> Result<Arc<Listing>, GatewayError> {
+        self.listing_fresher_than(caller, server, kind, caller.table.settings.listing_ttl)
+            .await
+    }
+
+    /// Lists a server's tools now with the gateway's own credential, as no caller: the
+    /// readiness probe the operator runs. Servers whose catalog depends on the caller's
+    /// credential cannot be probed this way (the caller has none to give).
+    pub async fn probe(
+        &self,
+        table: Arc<RoutingTable>,
+        server_id: &str,
+    ) -> Result<Arc<Listing>, GatewayError> {
+        let server =
+            table
+                .server_by_id(server_id)
+                .cloned()
+                .ok_or_else(|| GatewayError::ServerNotFound {
+                    server: server_id.to_string(),
+                })?;
+        let caller = Caller::probe(table, &server);
+        self.listing_fresher_than(&caller, &server, ListKind::Tools, Duration::ZERO)
+            .await
+    }
+
+    async fn listing_fresher_than(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        kind: ListKind,
+        ttl: Duration,
+    ) -> Result<Arc<Listing>, GatewayError> {
+        let page_cap = caller.table.settings.listing_page_cap;
+        let result = self
+            .renewing(caller, server, |credential| async move {
+                let request = ListingRequest {
+                    server,
+                    caller_headers: &caller.headers,
+                    credential: credential.as_ref(),
+                    kind,
+                };
+                self.catalog
+                    .listing(&self.upstreams, &request, ttl, page_cap)
+                    .await
+            })
+            .await;
+        if let Err(e) = &result {
+            self.metrics.listing_failed(&server.metric_name);
+            if !matches!(e, GatewayError::UpstreamAuthRequired { .. }) {
+                tracing::warn!(server = server.id(), kind = kind.method(), error = %e, "upstream listing failed");
+            }
+        }
+        result
+    }
+
     /// `tools/call` of `tool` (the upstream's own name) on `server`, answered whole: the
     /// result, or an error. `shown_name` is the name the caller used, for errors. An upstream
     /// 403 is a tool result with `isError` (the tool ran into a wall, not the gateway).
@@ -103,27 +237,23 @@ impl Gateway {
             .limiters
             .admit_server(server.id(), &self.metrics)?;
         let deadline = Instant::now() + server.spec.timeout;
-        let mut rejected = None;
-        loop {
-            let credential = self.credential(caller, server, rejected.as_ref()).await?;
-            let result = self
-                .forward_with(caller, server, request, credential.as_ref(), deadline)
-                .await;
-            match result {
-                Err(e) if renews(server, &e, &rejected, &credential) => {
-                    rejected = credential.map(|c| c.value);
-                }
-                Ok(RpcOutcome::Stream(mut stream)) => {
-                    stream.hold(admission);
-                    return Ok(RpcOutcome::Stream(stream));
-                }
-                other => return other.map_err(|e| self.relay_auth(caller, server, e)),
+        let outcome = self
+            .renewing(caller, server, |credential| async move {
+                self.forward_with(caller, server, request, credential.as_ref(), deadline)
+                    .await
+            })
+            .await;
+        match outcome {
+            Ok(RpcOutcome::Stream(mut stream)) => {
+                stream.hold(admission);
+                Ok(RpcOutcome::Stream(stream))
             }
+            other => other,
         }
     }
 
     /// The per-request credential of a server whose credential is not static.
-    pub(crate) async fn credential(
+    async fn credential(
         &self,
         caller: &Caller,
         server: &Server,
@@ -318,12 +448,7 @@ impl Gateway {
     /// with a challenge that points at the gateway's protected-resource metadata for the
     /// server (whose authorization servers are the upstream's). An expected re-auth, so it
     /// logs at info.
-    pub(crate) fn relay_auth(
-        &self,
-        caller: &Caller,
-        server: &Server,
-        error: GatewayError,
-    ) -> GatewayError {
+    fn relay_auth(&self, caller: &Caller, server: &Server, error: GatewayError) -> GatewayError {
         let GatewayError::UpstreamUnauthorized { challenge, .. } = &error else {
             return error;
         };
@@ -384,7 +509,7 @@ fn session_call<'a>(
 
 /// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
 /// on a token the gateway obtained itself, and only once.
-pub(crate) fn renews(
+fn renews(
     server: &Server,
     error: &GatewayError,
     rejected: &Option<HeaderValue>,
