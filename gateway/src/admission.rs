@@ -38,10 +38,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use crate::errors::{GatewayError, RestError, jsonrpc_error_response};
-use crate::llm::errors::LlmError;
-use crate::llm::format::Format;
-use crate::metrics::Metrics;
+use switchboard_core::errors::{GatewayError, RestError, jsonrpc_error_response};
+use switchboard_core::metrics::Metrics;
+use switchboard_llm::errors::LlmError;
+use switchboard_llm::format::Format;
 
 /// The replica-wide bounds and the metrics that report them: the state of the [`admit`] layer
 /// and of the queueing-delay probe.
@@ -486,7 +486,10 @@ mod tests {
         let body = body_json(mcp).await;
         assert_eq!(body["jsonrpc"], "2.0");
         assert_eq!(body["id"], Value::Null);
-        assert_eq!(body["error"]["code"], crate::errors::codes::INTERNAL_ERROR);
+        assert_eq!(
+            body["error"]["code"],
+            switchboard_core::errors::codes::INTERNAL_ERROR
+        );
         assert!(
             body["error"]["message"]
                 .as_str()

@@ -18,15 +18,15 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use serde_json::{Map, Value, json};
 
-use crate::config_file::load_table;
-use crate::mcp::endpoint::{Incoming, parse_message};
-use crate::operator_source::apply_frame;
-use crate::protected_resource::auth_challenge;
-use crate::session::{SessionSealer, TokenKind, UnsealError};
 use crate::state::Gateway;
+use switchboard_core::session::{SessionSealer, TokenKind, UnsealError};
+use switchboard_mcp::endpoint::{Incoming, parse_message};
 use switchboard_protocol::param_headers;
 use switchboard_protocol::sse::{SseDecoder, SseEvent};
 use switchboard_protocol::{decode_header_value, encode_header_value};
+use switchboard_source::config_file::load_table;
+use switchboard_source::operator_source::apply_frame;
+use switchboard_upstream::protected_resource::auth_challenge;
 
 const DEFAULT_CASES: u32 = 3_000;
 

@@ -11,11 +11,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::errors::{GatewayError, RestError};
-use crate::llm;
-use crate::mcp::endpoint;
-use crate::rest;
 use crate::state::Gateway;
+use switchboard_core::errors::{GatewayError, RestError};
+use switchboard_llm as llm;
+use switchboard_mcp::endpoint;
+use switchboard_mcp::rest;
 
 /// Hard ceiling on any request body, above every configurable limit; the per-snapshot
 /// `gateway.maxBodyBytes` is enforced by the handlers.

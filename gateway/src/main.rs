@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use switchboard_gateway::admission::AdmissionLimits;
-use switchboard_gateway::operator_source::OperatorSource;
-use switchboard_gateway::operator_tls::{OperatorTrust, certificate_name};
+use switchboard_gateway::http;
 use switchboard_gateway::serve::{ConnectionLimits, serve};
 use switchboard_gateway::state::{Gateway, LocalSettings};
-use switchboard_gateway::{config_file, http};
+use switchboard_source::config_file;
+use switchboard_source::operator_source::OperatorSource;
+use switchboard_source::operator_tls::{OperatorTrust, certificate_name};
 use tracing_subscriber::EnvFilter;
 
 /// After the drain phase, how long connections still open (long streams, mostly) get to end
@@ -151,7 +152,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut following = None;
     match (&args.config, args.operator.is_empty()) {
         (Some(config), true) => {
-            let Ok(applied) = config_file::initial_load(&gw, config).await else {
+            let Ok(applied) = config_file::initial_load(&*gw, config).await else {
                 anyhow::bail!(
                     "the config file {} is not valid (see the error above)",
                     config.display()
@@ -171,7 +172,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             // The operator's stream is the source of truth; a mounted snapshot only lets a
             // replica serve before it reaches the operator.
             if let Some(file) = initial.as_ref().filter(|f| f.exists()) {
-                let _ = config_file::reload(&gw, file);
+                let _ = config_file::reload(&*gw, file);
             }
             let source = OperatorSource {
                 trust: operator_trust(&args)?,

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::admission::{Admission, AdmissionLimits, Shedding};
-use crate::live::LiveTable;
-use crate::llm::context::LlmContext;
-use crate::mcp::context::McpContext;
-use crate::metrics::Metrics;
-use crate::table::RoutingTable;
-use crate::upstream::plane::UpstreamPlane;
+use switchboard_core::live::{LiveTable, SnapshotSink};
+use switchboard_core::metrics::Metrics;
+use switchboard_core::table::RoutingTable;
+use switchboard_llm::context::LlmContext;
+use switchboard_mcp::context::McpContext;
+use switchboard_upstream::plane::UpstreamPlane;
 
 pub struct Gateway {
     live: Arc<LiveTable>,
@@ -132,5 +132,20 @@ impl Gateway {
 impl Default for Gateway {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Both sources (the config file, the operator stream) feed the gateway through this.
+impl SnapshotSink for Gateway {
+    fn current(&self) -> Arc<RoutingTable> {
+        self.table()
+    }
+
+    fn apply(&self, table: RoutingTable) {
+        Gateway::apply(self, table);
+    }
+
+    fn rejected(&self) {
+        self.metrics.snapshot_rejected();
     }
 }

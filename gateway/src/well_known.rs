@@ -1,6 +1,6 @@
 //! The edge's OAuth protected-resource metadata (RFC 9728) for each server that uses the
 //! caller's own credential; the upstream's own document comes from the upstream plane
-//! ([`crate::protected_resource`]).
+//! ([`switchboard_upstream::protected_resource`]).
 
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ pub async fn protected_resource_metadata(
         )
             .into_response();
     };
-    let base = crate::table::base_url(&table.settings, &headers);
+    let base = switchboard_core::table::base_url(&table.settings, &headers);
     let mut document = json!({
         "resource": format!("{base}/mcp/{prefix}"),
         "authorization_servers": upstream["authorization_servers"],

@@ -446,8 +446,8 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::routing::get;
-    use switchboard_gateway::operator_source::root_cause;
-    use switchboard_gateway::operator_tls::{OperatorTrust, TrustedClient};
+    use switchboard_source::operator_source::root_cause;
+    use switchboard_source::operator_tls::{OperatorTrust, TrustedClient};
 
     const SERVICE: &str = "switchboard-operator.ns.svc";
     const HOUR: Duration = Duration::from_secs(3600);

@@ -12,7 +12,6 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use clap::Parser;
-use switchboard_gateway::operator_tls::certificate_name;
 use switchboard_operator::controller::{Config, Controller};
 use switchboard_operator::delivery::{self, Hub};
 use switchboard_operator::delivery_ca::CaPolicy;
@@ -24,6 +23,7 @@ use switchboard_operator::probe::{self, Probes};
 use switchboard_operator::upstream_policy::{self, UpstreamPolicy};
 use switchboard_snapshot::networks::DEFAULT_DENIED_NETWORKS;
 use switchboard_snapshot::{GatewaySettings, Snapshot, UpstreamNetworks};
+use switchboard_source::operator_tls::certificate_name;
 use tokio::sync::{Notify, watch};
 use tracing_subscriber::EnvFilter;
 

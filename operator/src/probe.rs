@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
-use switchboard_gateway::errors::GatewayError;
-use switchboard_gateway::metrics::Metrics;
-use switchboard_gateway::table::{Model, RoutingTable};
-use switchboard_gateway::upstream::plane::UpstreamPlane;
+use switchboard_core::errors::GatewayError;
+use switchboard_core::metrics::Metrics;
+use switchboard_core::table::{Model, RoutingTable};
 use switchboard_snapshot::{ModelProvider, Snapshot};
+use switchboard_upstream::plane::UpstreamPlane;
 use tokio::sync::{Notify, watch};
 
 use crate::status::{ModelProbe, Probe};

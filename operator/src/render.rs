@@ -409,8 +409,7 @@ fn check_model_alone(
             .replace("models[0].", "spec.")
     };
     switchboard_snapshot::validate(&alone).map_err(|e| user_path(e.to_string()))?;
-    switchboard_gateway::table::RoutingTable::build(&alone)
-        .map_err(|e| user_path(e.to_string()))?;
+    switchboard_core::table::RoutingTable::build(&alone).map_err(|e| user_path(e.to_string()))?;
     Ok(())
 }
 
@@ -427,7 +426,7 @@ fn check_alone(spec: &ServerSpec, settings: &GatewaySettings) -> Result<(), Stri
         ..Snapshot::default()
     };
     switchboard_snapshot::validate(&alone).map_err(|e| strip_index(&e.to_string()))?;
-    switchboard_gateway::table::RoutingTable::build(&alone)
+    switchboard_core::table::RoutingTable::build(&alone)
         .map_err(|e| strip_index(&e.to_string()))?;
     Ok(())
 }

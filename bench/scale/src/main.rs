@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 use http::{HeaderMap, HeaderValue, header};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchboard_gateway::config_file::load_table;
-use switchboard_gateway::operator_source::apply_frame;
-use switchboard_gateway::mcp::dispatch::route_name;
-use switchboard_gateway::scope;
+use switchboard_source::config_file::load_table;
+use switchboard_source::operator_source::apply_frame;
+use switchboard_mcp::dispatch::route_name;
+use switchboard_core::scope;
 use switchboard_gateway::state::Gateway;
 
 const BENCH_KEY: &str = "sk-bench-routing-key";
@@ -258,7 +258,7 @@ fn phases(text: &str, repeat: usize) -> Value {
         let t4 = Instant::now();
         validate(&snap).unwrap_or_else(|e| die(&format!("validate: {e}")));
         let t5 = Instant::now();
-        let table = switchboard_gateway::table::RoutingTable::build(&snap).unwrap_or_else(|e| die(&format!("build: {e}")));
+        let table = switchboard_core::table::RoutingTable::build(&snap).unwrap_or_else(|e| die(&format!("build: {e}")));
         let t6 = Instant::now();
         black_box(table);
         let t7 = Instant::now();

@@ -1,0 +1,24 @@
+//! The pure core of the gateway: what a request is judged by, built from one snapshot and tested
+//! without sockets. Nothing here does I/O.
+//!
+//! - [`table`]: the immutable routing table built from one snapshot; [`live`] holds the one that
+//!   serves now and names the [`live::SnapshotSink`] a source feeds.
+//! - [`scope`], [`route`]: who the caller is, what it reaches, where a name goes.
+//! - [`errors`]: the client-facing error and its one mapping to HTTP, REST and JSON-RPC.
+//! - [`limits`]: per-key and per-server request limits. [`metrics`]: every metric the gateway
+//!   exports. [`session`]: sealing legacy sessions and the other ids clients hold.
+//! - [`workload_identity`]: ServiceAccount tokens verified offline.
+//! - [`credentials`], [`address_policy`]: composing a server's upstream headers; which upstream
+//!   addresses a server may reach.
+
+pub mod address_policy;
+pub mod credentials;
+pub mod errors;
+pub mod limits;
+pub mod live;
+pub mod metrics;
+pub mod route;
+pub mod scope;
+pub mod session;
+pub mod table;
+pub mod workload_identity;

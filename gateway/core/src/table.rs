@@ -1,0 +1,562 @@
+//! The routing table: an immutable, indexed view of one snapshot. A new snapshot builds a new
+//! table that is swapped in whole; a request keeps the table it started with until it ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::http::HeaderMap;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use switchboard_snapshot::{
+    FieldError, GatewaySettings, KeySpec, ModelProvider, ModelSpec, NetworkPolicy, ScopedPolicy,
+    ServerSpec, Snapshot, SnapshotError, ToolFilter, key_hash, resolved_value,
+};
+
+use crate::address_policy::ServerScope;
+use crate::credentials::UpstreamHeaders;
+use crate::limits::Limiters;
+use crate::metrics::ServerName;
+use crate::session::SessionSealer;
+use crate::workload_identity::{Bindings, TokenVerifier};
+
+/// One upstream server as the gateway routes to it.
+#[derive(Debug)]
+pub struct Server {
+    pub spec: ServerSpec,
+    pub url: url::Url,
+    /// Credential, static and forwarded headers, composed once.
+    pub headers: UpstreamHeaders,
+    /// The id as a metric label.
+    pub metric_name: ServerName,
+    /// Changes whenever anything about how we talk to the upstream changes (URL, auth,
+    /// headers); caches keyed by it forget a server's old incarnation by themselves.
+    pub revision: u64,
+    /// Its own `upstreamPolicy`, checked besides `gateway.upstreamNetworks`.
+    pub scope: Option<ServerScope>,
+}
+
+impl Server {
+    pub fn id(&self) -> &str {
+        self.spec.id()
+    }
+    pub fn prefix(&self) -> &str {
+        self.spec.prefix()
+    }
+}
+
+/// A client key, as the gateway knows it: never the key itself.
+#[derive(Debug)]
+pub struct Key {
+    /// `<namespace>/<name>`: the identity its limits are kept under across snapshots.
+    pub id: String,
+    pub name: String,
+    pub namespace: String,
+    pub digest: [u8; 32],
+    pub fingerprint: String,
+    pub servers: Vec<String>,
+    pub access_groups: Vec<String>,
+    /// Model ids (or names in the key's namespace) the key names.
+    pub models: Vec<String>,
+    pub tools: ToolFilter,
+    pub expires_at: Option<SystemTime>,
+}
+
+/// What tenancy needs to know of a server or a model to decide whether a key reaches it.
+struct Reachable<'a> {
+    namespace: &'a str,
+    id: &'a str,
+    name: &'a str,
+    access_groups: &'a [String],
+    allowed_namespaces: &'a [String],
+    allow_all_keys: bool,
+}
+
+impl Key {
+    fn from_spec(spec: &KeySpec) -> Option<Key> {
+        let digest = key_hash::parse_hash(spec.hash.as_deref()?)?;
+        Some(Key {
+            id: crate::limits::key_id(spec),
+            name: spec.name.clone(),
+            namespace: spec.namespace.clone(),
+            fingerprint: key_hash::fingerprint(&digest),
+            digest,
+            servers: spec.servers.clone(),
+            access_groups: spec.access_groups.clone(),
+            models: spec.models.clone(),
+            tools: spec.tools.clone(),
+            // Validation refused unparsable instants before a table is built.
+            expires_at: spec.expiry().and_then(Result::ok),
+        })
+    }
+
+    pub fn is_expired(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|at| now >= at)
+    }
+
+    /// Whether this key reaches `server` (docs/architecture.md, invariant 4): the server's owner must admit
+    /// the key's namespace, and then the server must be open to all keys or named by the key
+    /// (by id, or by name within the key's namespace) or share an access group with it.
+    pub fn reaches(&self, server: &ServerSpec) -> bool {
+        self.reaches_one(
+            &self.servers,
+            Reachable {
+                namespace: &server.namespace,
+                id: server.id(),
+                name: &server.name,
+                access_groups: &server.access_groups,
+                allowed_namespaces: &server.allowed_namespaces,
+                allow_all_keys: server.allow_all_keys,
+            },
+        )
+    }
+
+    /// Whether this key may use `model`: the same tenancy rules as servers, with the key's
+    /// `models` list in place of `servers`.
+    pub fn reaches_model(&self, model: &ModelSpec) -> bool {
+        self.reaches_one(
+            &self.models,
+            Reachable {
+                namespace: &model.namespace,
+                id: model.id(),
+                name: &model.name,
+                access_groups: &model.access_groups,
+                allowed_namespaces: &model.allowed_namespaces,
+                allow_all_keys: model.allow_all_keys,
+            },
+        )
+    }
+
+    fn reaches_one(&self, named: &[String], target: Reachable<'_>) -> bool {
+        let admitted = target.namespace == self.namespace
+            || target
+                .allowed_namespaces
+                .iter()
+                .any(|ns| ns == "*" || *ns == self.namespace);
+        if !admitted {
+            return false;
+        }
+        target.allow_all_keys
+            || named.iter().any(|s| {
+                s == target.id || (target.namespace == self.namespace && *s == target.name)
+            })
+            || self
+                .access_groups
+                .iter()
+                .any(|g| target.access_groups.contains(g))
+    }
+
+    /// Whether this key may use the tool `tool` of `server` (key filters see prefixed names).
+    pub fn admits_tool(&self, server: &ServerSpec, tool: &str) -> bool {
+        if self.tools.allow.is_empty() && self.tools.deny.is_empty() {
+            return true;
+        }
+        self.tools
+            .admits(&crate::route::prefixed_name(server.prefix(), tool))
+    }
+}
+
+pub struct RoutingTable {
+    pub generation: u64,
+    pub settings: GatewaySettings,
+    /// In the snapshot's order, which is the deterministic order of merged listings.
+    pub servers: Vec<Arc<Server>>,
+    by_prefix: HashMap<String, usize>,
+    by_id: HashMap<String, usize>,
+    keys: HashMap<[u8; 32], Arc<Key>>,
+    pub sealer: SessionSealer,
+    /// LLM models, in the snapshot's order (the order `/v1/models` lists them in).
+    pub models: Vec<Arc<Model>>,
+    /// Every name a client may send, to its model.
+    model_by_name: HashMap<String, usize>,
+    /// ServiceAccount tokens in place of keys, when the snapshot accepts them.
+    pub service_accounts: Option<ServiceAccountAuth>,
+    /// The limiters of keys and servers that have limits (taken over from the table before
+    /// where the limits did not change, see `Gateway::apply` in the gateway crate).
+    pub limiters: Limiters,
+    /// Which addresses upstreams may have (`gateway.upstreamNetworks`), checked at connect time.
+    pub networks: NetworkPolicy,
+}
+
+/// How ServiceAccount tokens authenticate: the issuer's verifier, and which key each
+/// ServiceAccount's token stands for.
+#[derive(Debug)]
+pub struct ServiceAccountAuth {
+    pub verifier: TokenVerifier,
+    pub bindings: Bindings<Arc<Key>>,
+}
+
+/// An LLM model as the gateway calls it.
+#[derive(Debug)]
+pub struct Model {
+    pub spec: ModelSpec,
+    /// Where requests of the model's wire format go (`.../v1/messages`, `.../chat/completions`).
+    pub endpoint: url::Url,
+    /// The provider's cheap listing (`.../v1/models`, `.../models`), for probes.
+    pub models_url: url::Url,
+    /// The provider credential as a header, composed once.
+    pub credential: Option<(http::HeaderName, http::HeaderValue)>,
+    /// The id as a metric label.
+    pub metric_name: ServerName,
+}
+
+impl Model {
+    pub fn id(&self) -> &str {
+        self.spec.id()
+    }
+}
+
+impl std::fmt::Debug for RoutingTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutingTable")
+            .field("generation", &self.generation)
+            .field("servers", &self.servers.len())
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl RoutingTable {
+    /// Builds the table from a snapshot that has passed `switchboard_snapshot::validate`; what
+    /// only composing the upstream headers can find (e.g. a `basic` secret without `:`) is
+    /// reported with the field path too.
+    pub fn build(snapshot: &Snapshot) -> Result<RoutingTable, SnapshotError> {
+        let mut errors = Vec::new();
+        let mut servers: Vec<Arc<Server>> = Vec::with_capacity(snapshot.servers.len());
+        for (i, spec) in snapshot.servers.iter().enumerate() {
+            let url = url::Url::parse(&spec.url);
+            let headers = UpstreamHeaders::for_server(spec);
+            let scope = match spec.upstream_policy.as_ref().map(ScopedPolicy::parse) {
+                Some(Ok(policy)) => Some(ServerScope {
+                    key: hash_of(&spec.upstream_policy),
+                    policy: Arc::new(policy),
+                }),
+                Some(Err(e)) => {
+                    errors.extend(e.into_iter().map(|(field, message)| FieldError {
+                        path: format!("servers[{i}].upstreamPolicy.{field}"),
+                        message,
+                    }));
+                    None
+                }
+                None => None,
+            };
+            match (url, headers) {
+                (Ok(url), Ok(headers)) => servers.push(Arc::new(Server {
+                    metric_name: ServerName(spec.id().into()),
+                    revision: spec_revision(spec),
+                    spec: spec.clone(),
+                    url,
+                    headers,
+                    scope,
+                })),
+                (Err(e), _) => errors.push(FieldError {
+                    path: format!("servers[{i}].url"),
+                    message: e.to_string(),
+                }),
+                (_, Err(e)) => errors.push(FieldError {
+                    path: format!("servers[{i}].{}", e.field),
+                    message: e.message,
+                }),
+            }
+        }
+        let networks = NetworkPolicy::parse(&snapshot.gateway.upstream_networks).map_err(|e| {
+            e.into_iter()
+                .map(|(field, message)| FieldError {
+                    path: format!("gateway.upstreamNetworks.{field}"),
+                    message,
+                })
+                .collect::<Vec<_>>()
+        });
+        let networks = match networks {
+            Ok(networks) => networks,
+            Err(e) => {
+                errors.extend(e);
+                NetworkPolicy::default()
+            }
+        };
+        if !errors.is_empty() {
+            return Err(SnapshotError { errors });
+        }
+        let by_prefix = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.prefix().to_string(), i))
+            .collect();
+        let by_id = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id().to_string(), i))
+            .collect();
+        let keys: HashMap<[u8; 32], Arc<Key>> = snapshot
+            .keys
+            .iter()
+            .filter_map(Key::from_spec)
+            .map(|k| (k.digest, Arc::new(k)))
+            .collect();
+        let service_accounts = service_account_auth(snapshot, &keys)?;
+        let models = build_models(snapshot)?;
+        let model_by_name = models
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| m.spec.client_names().map(move |n| (n.to_string(), i)))
+            .collect();
+        let session_secret = snapshot
+            .gateway
+            .session_key
+            .as_ref()
+            .and_then(resolved_value)
+            .map(str::to_owned);
+        Ok(RoutingTable {
+            networks,
+            generation: snapshot.generation,
+            settings: snapshot.gateway.clone(),
+            servers,
+            by_prefix,
+            by_id,
+            keys,
+            sealer: SessionSealer::new(session_secret.as_deref(), snapshot.gateway.session_ttl),
+            models,
+            model_by_name,
+            service_accounts,
+            limiters: Limiters::for_snapshot(snapshot),
+        })
+    }
+
+    /// The model a client's `model` value names.
+    pub fn model_by_name(&self, name: &str) -> Option<&Arc<Model>> {
+        self.model_by_name.get(name).map(|&i| &self.models[i])
+    }
+
+    pub fn server_by_prefix(&self, prefix: &str) -> Option<&Arc<Server>> {
+        self.by_prefix.get(prefix).map(|&i| &self.servers[i])
+    }
+
+    pub fn server_by_id(&self, id: &str) -> Option<&Arc<Server>> {
+        self.by_id.get(id).map(|&i| &self.servers[i])
+    }
+
+    /// Finds the key a caller presented. The map lookup is by SHA-256 digest, so timing reveals
+    /// nothing about stored keys; the final comparison is constant-time all the same.
+    pub fn authenticate(&self, presented: &str) -> Option<&Arc<Key>> {
+        let digest = key_hash::key_digest(presented);
+        let key = self.keys.get(&digest)?;
+        bool::from(key.digest.ct_eq(&digest)).then_some(key)
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+fn service_account_auth(
+    snapshot: &Snapshot,
+    keys: &HashMap<[u8; 32], Arc<Key>>,
+) -> Result<Option<ServiceAccountAuth>, SnapshotError> {
+    let Some(settings) = &snapshot.gateway.service_account_tokens else {
+        return Ok(None);
+    };
+    let verifier = TokenVerifier::new(settings).map_err(|message| SnapshotError {
+        errors: vec![FieldError {
+            path: "gateway.serviceAccountTokens.jwks".into(),
+            message,
+        }],
+    })?;
+    let mut bindings = Bindings::default();
+    for spec in &snapshot.keys {
+        let key = spec
+            .hash
+            .as_deref()
+            .and_then(key_hash::parse_hash)
+            .and_then(|digest| keys.get(&digest));
+        if let Some(key) = key {
+            for account in &spec.service_accounts {
+                bindings.bind(account, key.clone());
+            }
+        }
+    }
+    Ok(Some(ServiceAccountAuth { verifier, bindings }))
+}
+
+fn build_models(snapshot: &Snapshot) -> Result<Vec<Arc<Model>>, SnapshotError> {
+    let mut errors = Vec::new();
+    let mut models = Vec::with_capacity(snapshot.models.len());
+    for (i, spec) in snapshot.models.iter().enumerate() {
+        match model_urls(spec) {
+            Ok((endpoint, models_url)) => {
+                let credential = spec
+                    .api_key
+                    .as_ref()
+                    .and_then(resolved_value)
+                    .and_then(|key| provider_credential(spec.provider, key));
+                models.push(Arc::new(Model {
+                    metric_name: ServerName(spec.id().into()),
+                    spec: spec.clone(),
+                    endpoint,
+                    models_url,
+                    credential,
+                }));
+            }
+            Err(message) => errors.push(FieldError {
+                path: format!("models[{i}].baseUrl"),
+                message,
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(models)
+    } else {
+        Err(SnapshotError { errors })
+    }
+}
+
+/// The provider's endpoints under a base URL, as the providers' own SDKs compose them.
+pub fn model_urls(spec: &ModelSpec) -> Result<(url::Url, url::Url), String> {
+    let base = spec.base_url.trim_end_matches('/');
+    let (endpoint, models) = match spec.provider {
+        ModelProvider::Anthropic => (format!("{base}/v1/messages"), format!("{base}/v1/models")),
+        ModelProvider::Openai => (format!("{base}/chat/completions"), format!("{base}/models")),
+    };
+    let parse = |u: &str| url::Url::parse(u).map_err(|e| format!("not a valid URL: {e}"));
+    Ok((parse(&endpoint)?, parse(&models)?))
+}
+
+/// `x-api-key: <key>` for Anthropic, `Authorization: Bearer <key>` for OpenAI.
+pub fn provider_credential(
+    provider: ModelProvider,
+    key: &str,
+) -> Option<(http::HeaderName, http::HeaderValue)> {
+    let (name, value) = match provider {
+        ModelProvider::Anthropic => (http::HeaderName::from_static("x-api-key"), key.to_string()),
+        ModelProvider::Openai => (http::header::AUTHORIZATION, format!("Bearer {key}")),
+    };
+    let mut value = http::HeaderValue::from_str(&value).ok()?;
+    value.set_sensitive(true);
+    Some((name, value))
+}
+
+/// A hash of everything in a server's spec: two specs with equal revisions talk to the upstream
+/// identically.
+fn spec_revision(spec: &ServerSpec) -> u64 {
+    hash_of(spec)
+}
+
+fn hash_of(value: &impl serde::Serialize) -> u64 {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    u64::from_le_bytes(digest[..8].try_into().unwrap_or([0; 8]))
+}
+
+/// The gateway's base URL as clients reach it: `gateway.publicUrl`, else from `Host`.
+pub fn base_url(settings: &GatewaySettings, headers: &HeaderMap) -> String {
+    if let Some(url) = &settings.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    fn table(yaml: &str) -> RoutingTable {
+        RoutingTable::build(&load(yaml, &SystemLookup).expect("valid test config")).unwrap()
+    }
+
+    const TENANCY: &str = r#"
+servers:
+- {name: own, namespace: team-a, url: "http://x/mcp", accessGroups: [g]}
+- {name: shared, namespace: team-b, url: "http://x/mcp", allowedNamespaces: [team-a], allowAllKeys: true}
+- {name: closed, namespace: team-b, url: "http://x/mcp", allowAllKeys: true}
+- {name: grouped, namespace: team-b, url: "http://x/mcp", accessGroups: [g]}
+keys:
+- {name: a, namespace: team-a, secret: key-a, accessGroups: [g]}
+"#;
+
+    #[test]
+    fn tenancy_admits_own_namespace_and_listed_ones_only() {
+        let t = table(TENANCY);
+        let key = t.authenticate("key-a").expect("key-a authenticates");
+        let reach = |id: &str| key.reaches(&t.server_by_id(id).unwrap().spec);
+        assert!(reach("own"), "own namespace, shared group");
+        assert!(reach("shared"), "other namespace that admits team-a");
+        assert!(
+            !reach("closed"),
+            "other namespace that does not admit team-a"
+        );
+        assert!(!reach("grouped"), "shared group does not override tenancy");
+    }
+
+    #[test]
+    fn keys_reach_models_by_name_group_or_openness_under_tenancy() {
+        let t = table(
+            r#"
+models:
+- {name: named, namespace: team-a, provider: anthropic, baseUrl: "http://p"}
+- {name: grouped, namespace: team-a, provider: openai, baseUrl: "http://p/v1", accessGroups: [g]}
+- {name: open, namespace: team-b, provider: anthropic, baseUrl: "http://p", allowAllKeys: true, allowedNamespaces: [team-a]}
+- {name: closed, namespace: team-b, provider: anthropic, baseUrl: "http://p", allowAllKeys: true}
+- {name: other, namespace: team-a, provider: anthropic, baseUrl: "http://p"}
+keys:
+- {name: a, namespace: team-a, secret: key-a, accessGroups: [g], models: [named]}
+"#,
+        );
+        let key = t.authenticate("key-a").unwrap();
+        let reach = |name: &str| key.reaches_model(&t.model_by_name(name).unwrap().spec);
+        assert!(reach("named") && reach("grouped") && reach("open"));
+        assert!(
+            !reach("closed"),
+            "another namespace that does not admit team-a"
+        );
+        assert!(!reach("other"), "neither named nor grouped");
+        let grouped = t.model_by_name("grouped").unwrap();
+        assert_eq!(grouped.endpoint.as_str(), "http://p/v1/chat/completions");
+        assert_eq!(
+            t.model_by_name("named").unwrap().endpoint.as_str(),
+            "http://p/v1/messages"
+        );
+    }
+
+    #[test]
+    fn unknown_and_expired_keys() {
+        let t = table(
+            "keys:\n- {name: old, secret: k-old, expiresAt: '2001-01-01T00:00:00Z'}\n- {name: new, secret: k-new}\n",
+        );
+        assert!(t.authenticate("nope").is_none());
+        assert!(
+            t.authenticate("k-old")
+                .unwrap()
+                .is_expired(SystemTime::now())
+        );
+        assert!(
+            !t.authenticate("k-new")
+                .unwrap()
+                .is_expired(SystemTime::now())
+        );
+    }
+
+    #[test]
+    fn key_tool_filter_sees_prefixed_names() {
+        let t = table(
+            "servers:\n- {name: w, url: 'http://x/mcp', allowAllKeys: true}\nkeys:\n- {name: k, secret: s, tools: {allow: ['w__get_*']}}\n",
+        );
+        let key = t.authenticate("s").unwrap();
+        let w = &t.server_by_prefix("w").unwrap().spec;
+        assert!(key.admits_tool(w, "get_weather"));
+        assert!(!key.admits_tool(w, "set_weather"));
+    }
+
+    #[test]
+    fn revision_changes_with_the_spec() {
+        let a = table("servers:\n- {name: w, url: 'http://x/mcp'}\n");
+        let b = table("servers:\n- {name: w, url: 'http://y/mcp'}\n");
+        assert_ne!(
+            a.server_by_id("w").unwrap().revision,
+            b.server_by_id("w").unwrap().revision
+        );
+    }
+}

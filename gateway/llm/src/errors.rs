@@ -1,0 +1,186 @@
+//! Every error the LLM endpoints answer themselves, and the one place where each becomes the
+//! status and body a client of that wire format expects (Anthropic's `{"type":"error",...}` or
+//! OpenAI's `{"error":{...}}`). A provider's own errors are not here: they are relayed as sent.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::format::Format;
+use switchboard_core::errors::GatewayError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    #[error("model {0:?} does not exist")]
+    ModelNotFound(String),
+    #[error("the key may not use model {0:?}")]
+    ModelForbidden(String),
+    #[error("ServiceAccount {0} is bound to no key")]
+    NotBound(String),
+    #[error("{field}: {message}")]
+    InvalidRequest { field: String, message: String },
+    #[error("{field}: the key may not use MCP server {server:?}")]
+    McpServerForbidden { field: String, server: String },
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("model {model:?} did not answer within {}", humantime::format_duration(*budget))]
+    ProviderTimeout { model: String, budget: Duration },
+    #[error("model {model:?} is unavailable: {detail}")]
+    ProviderUnavailable { model: String, detail: String },
+    /// A key's limits refused the request (the MCP error's own words).
+    #[error("{message}")]
+    Limited {
+        message: String,
+        retry_after: axum::http::HeaderValue,
+    },
+    /// The replica shed the request (`admission`), in the MCP error's own words.
+    #[error("{message}")]
+    Overloaded {
+        message: String,
+        retry_after: axum::http::HeaderValue,
+    },
+}
+
+impl LlmError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> LlmError {
+        LlmError::InvalidRequest {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            LlmError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            LlmError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            LlmError::ModelForbidden(_)
+            | LlmError::McpServerForbidden { .. }
+            | LlmError::NotBound(_) => StatusCode::FORBIDDEN,
+            LlmError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            LlmError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            LlmError::ProviderTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            LlmError::ProviderUnavailable { .. } => StatusCode::BAD_GATEWAY,
+            LlmError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            LlmError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// Bounded label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LlmError::Unauthenticated(_) => "unauthenticated",
+            LlmError::ModelNotFound(_) => "model_not_found",
+            LlmError::ModelForbidden(_) => "model_forbidden",
+            LlmError::NotBound(_) => "service_account_not_bound",
+            LlmError::InvalidRequest { .. } => "invalid_request",
+            LlmError::McpServerForbidden { .. } => "mcp_server_forbidden",
+            LlmError::PayloadTooLarge { .. } => "payload_too_large",
+            LlmError::ProviderTimeout { .. } => "provider_timeout",
+            LlmError::ProviderUnavailable { .. } => "provider_unavailable",
+            LlmError::Limited { .. } => "rate_limited",
+            LlmError::Overloaded { .. } => "overloaded",
+        }
+    }
+
+    /// Anthropic's error `type` for this error.
+    fn anthropic_type(&self) -> &'static str {
+        match self {
+            LlmError::Unauthenticated(_) => "authentication_error",
+            LlmError::ModelNotFound(_) => "not_found_error",
+            LlmError::ModelForbidden(_)
+            | LlmError::McpServerForbidden { .. }
+            | LlmError::NotBound(_) => "permission_error",
+            LlmError::InvalidRequest { .. } => "invalid_request_error",
+            LlmError::PayloadTooLarge { .. } => "request_too_large",
+            LlmError::ProviderTimeout { .. } => "timeout_error",
+            LlmError::ProviderUnavailable { .. } => "api_error",
+            LlmError::Limited { .. } => "rate_limit_error",
+            LlmError::Overloaded { .. } => "overloaded_error",
+        }
+    }
+
+    /// OpenAI's error `type` and `code` for this error.
+    fn openai_type_and_code(&self) -> (&'static str, &'static str) {
+        match self {
+            LlmError::Unauthenticated(_) => ("invalid_request_error", "invalid_api_key"),
+            LlmError::ModelNotFound(_) => ("invalid_request_error", "model_not_found"),
+            LlmError::ModelForbidden(_)
+            | LlmError::McpServerForbidden { .. }
+            | LlmError::NotBound(_) => ("invalid_request_error", "permission_denied"),
+            LlmError::InvalidRequest { .. } => ("invalid_request_error", "invalid_request"),
+            LlmError::PayloadTooLarge { .. } => ("invalid_request_error", "request_too_large"),
+            LlmError::ProviderTimeout { .. } => ("server_error", "timeout"),
+            LlmError::ProviderUnavailable { .. } => ("server_error", "upstream_unavailable"),
+            LlmError::Limited { .. } => ("requests", "rate_limit_exceeded"),
+            LlmError::Overloaded { .. } => ("server_error", "overloaded"),
+        }
+    }
+
+    /// The error as one JSON body of `format`.
+    pub fn body(&self, format: Format) -> serde_json::Value {
+        let message = self.to_string();
+        match format {
+            Format::Anthropic => json!({
+                "type": "error",
+                "error": {"type": self.anthropic_type(), "message": message},
+            }),
+            Format::OpenAi => {
+                let (kind, code) = self.openai_type_and_code();
+                let param = match self {
+                    LlmError::InvalidRequest { field, .. }
+                    | LlmError::McpServerForbidden { field, .. } => Some(field.clone()),
+                    _ => None,
+                };
+                json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+            }
+        }
+    }
+
+    pub fn into_response(self, format: Format) -> Response {
+        let mut response = (self.status(), axum::Json(self.body(format))).into_response();
+        match self {
+            LlmError::Unauthenticated(_) => {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"switchboard\""),
+                );
+            }
+            LlmError::Limited { retry_after, .. } | LlmError::Overloaded { retry_after, .. } => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, retry_after);
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<GatewayError> for LlmError {
+    /// Errors of the MCP side met while preparing a request (a listing that fails is not
+    /// one: the model then goes without that server's tools).
+    fn from(e: GatewayError) -> LlmError {
+        match e {
+            GatewayError::Unauthenticated(m) => LlmError::Unauthenticated(m),
+            GatewayError::ServiceAccountNotBound { account } => LlmError::NotBound(account),
+            GatewayError::PayloadTooLarge { limit } => LlmError::PayloadTooLarge { limit },
+            limited @ GatewayError::Limited { .. } => LlmError::Limited {
+                message: limited.to_string(),
+                retry_after: limited
+                    .retry_after()
+                    .unwrap_or(HeaderValue::from_static("1")),
+            },
+            overloaded @ GatewayError::Overloaded(_) => LlmError::Overloaded {
+                message: overloaded.to_string(),
+                retry_after: overloaded
+                    .retry_after()
+                    .unwrap_or(HeaderValue::from_static("1")),
+            },
+            other => LlmError::invalid("request", other.to_string()),
+        }
+    }
+}

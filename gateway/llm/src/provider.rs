@@ -1,0 +1,219 @@
+//! Calls to a model's provider: the provider's credential in place of the gateway key, the
+//! client's provider headers (`anthropic-version`, `anthropic-beta`, `openai-*`) passed on
+//! as sent (never invented), one deadline per call, and answers relayed faithfully.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::errors::LlmError;
+use switchboard_core::table::Model;
+
+/// Client headers that belong to the provider's API and go with every call.
+fn is_provider_header(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    (name.starts_with("anthropic-") || name.starts_with("openai-"))
+        // Never the gateway key, whatever header it came in.
+        && name != "x-api-key"
+}
+
+/// Provider answer headers a client may rely on (ids, rate limits); hop-by-hop and framing
+/// headers are the gateway's own.
+fn is_relayed_answer_header(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    name == "content-type"
+        || name == "retry-after"
+        || name == "request-id"
+        || name == "x-request-id"
+        || name.starts_with("anthropic-")
+        || name.starts_with("openai-")
+        || name.starts_with("x-ratelimit-")
+}
+
+pub struct Provider<'a> {
+    pub http: &'a reqwest::Client,
+    pub model: &'a Model,
+    headers: HeaderMap,
+}
+
+impl<'a> Provider<'a> {
+    pub fn new(http: &'a reqwest::Client, model: &'a Model, client_headers: &HeaderMap) -> Self {
+        let headers = client_headers
+            .iter()
+            .filter(|(name, _)| is_provider_header(name))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        Provider {
+            http,
+            model,
+            headers,
+        }
+    }
+
+    /// Posts `body` to `url` (one of the model's endpoints), bounded by `deadline`.
+    pub async fn post(
+        &self,
+        url: &url::Url,
+        body: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<reqwest::Response, LlmError> {
+        let mut request = self
+            .http
+            .post(url.clone())
+            .headers(self.headers.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some((name, value)) = &self.model.credential {
+            request = request.header(name.clone(), value.clone());
+        }
+        match tokio::time::timeout_at(deadline, request.send()).await {
+            Err(_) => Err(self.timeout()),
+            Ok(Err(e)) => Err(LlmError::ProviderUnavailable {
+                model: self.model.id().to_string(),
+                detail: e.without_url().to_string(),
+            }),
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+
+    pub fn timeout(&self) -> LlmError {
+        LlmError::ProviderTimeout {
+            model: self.model.id().to_string(),
+            budget: self.model.spec.timeout,
+        }
+    }
+
+    /// Reads an answer whole, to relay it as it is (a refusal, or a pass-through answer).
+    pub async fn read_whole(
+        &self,
+        response: reqwest::Response,
+        deadline: Instant,
+    ) -> Result<Answer, LlmError> {
+        let status = response.status();
+        let (headers, body) = self.read(response, deadline).await?;
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    async fn read(
+        &self,
+        response: reqwest::Response,
+        deadline: Instant,
+    ) -> Result<(reqwest::header::HeaderMap, Bytes), LlmError> {
+        let headers = response.headers().clone();
+        match tokio::time::timeout_at(deadline, response.bytes()).await {
+            Err(_) => Err(self.timeout()),
+            Ok(Err(e)) => Err(LlmError::ProviderUnavailable {
+                model: self.model.id().to_string(),
+                detail: e.without_url().to_string(),
+            }),
+            Ok(Ok(b)) => Ok((headers, b)),
+        }
+    }
+}
+
+/// A provider's answer read whole (a refusal, or a pass-through answer), kept to relay as it
+/// was sent.
+pub struct Answer {
+    pub status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    /// Puts the answer's relayable headers (ids, rate limits) on another response.
+    pub fn copy_headers_to(&self, to: &mut HeaderMap) {
+        copy_answer_headers(&self.headers, to);
+    }
+
+    pub fn into_response(self) -> Response {
+        relay_bytes(self.status, &self.headers, self.body)
+    }
+
+    /// The body, when it is a JSON object (the providers' error shapes are).
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_slice::<Value>(&self.body)
+            .ok()
+            .filter(Value::is_object)
+    }
+}
+
+/// A provider answer, relayed with its status, relayable headers and body bytes.
+pub fn relay_bytes(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut response = (status, body).into_response();
+    copy_answer_headers(headers, response.headers_mut());
+    response
+}
+
+/// A provider answer relayed as it arrives (a pass-through stream), bounded by `deadline`.
+pub fn relay_streaming(response: reqwest::Response, deadline: Instant, model: String) -> Response {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.bytes_stream().map(move |chunk| {
+        if Instant::now() >= deadline {
+            return Err(std::io::Error::other(format!(
+                "model {model:?} did not finish within its timeout"
+            )));
+        }
+        chunk.map_err(|e| std::io::Error::other(e.without_url().to_string()))
+    });
+    let body = Body::from_stream(TimeBounded::new(body, deadline));
+    let mut out = (status, body).into_response();
+    copy_answer_headers(&headers, out.headers_mut());
+    out
+}
+
+fn copy_answer_headers(from: &reqwest::header::HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if is_relayed_answer_header(name) {
+            to.insert(name.clone(), value.clone());
+        }
+    }
+}
+
+/// Ends a relayed stream at its deadline even when the provider goes silent.
+struct TimeBounded<S> {
+    inner: S,
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<S> TimeBounded<S> {
+    fn new(inner: S, deadline: Instant) -> Self {
+        TimeBounded {
+            inner,
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+        }
+    }
+}
+
+impl<S> futures_util::Stream for TimeBounded<S>
+where
+    S: futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
+{
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Some(Err(std::io::Error::other(
+                "the model did not finish within its timeout",
+            ))));
+        }
+        self.inner.poll_next_unpin(cx)
+    }
+}
+
+use std::future::Future;

@@ -1,0 +1,233 @@
+//! Merged listings on the aggregate endpoint: every server in scope is listed concurrently (each
+//! under its own budget, so the slowest bounds the wait, not the sum), items are prefixed and
+//! filtered, one server's failure is reported beside the others' items, and the merged list is
+//! paged with gateway-issued opaque cursors.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use crate::context::McpContext;
+use switchboard_core::errors::GatewayError;
+use switchboard_core::route::prefixed_name;
+use switchboard_core::scope::Caller;
+use switchboard_core::table::Server;
+use switchboard_upstream::listing::{ListKind, Listing};
+
+/// Items per page of a merged list.
+pub const PAGE_SIZE: usize = 1000;
+pub const META_LISTING_ERRORS: &str = "switchboard.dev/listingErrors";
+pub const META_LISTING_WARNINGS: &str = "switchboard.dev/listingWarnings";
+
+/// Everything in scope of one kind, merged in snapshot order. Items are not copied: the merge
+/// keeps the cached listings and the positions of the visible items, and serializes them with
+/// their prefixed names on the way out (a 50,000-tool catalog is never held twice).
+pub struct Merged {
+    kind: ListKind,
+    listings: Vec<(Arc<Server>, Arc<Listing>)>,
+    /// (index into `listings`, index into that listing's items), visible ones only.
+    visible: Vec<(usize, usize)>,
+    /// Servers whose listing failed, and why; the others' items are still here.
+    pub failures: Vec<(String, GatewayError)>,
+    pub warnings: Vec<Value>,
+    pub ttl_ms: u64,
+    pub private: bool,
+}
+
+pub async fn merge(
+    cx: &McpContext,
+    caller: &Caller,
+    servers: &[Arc<Server>],
+    kind: ListKind,
+) -> Merged {
+    let listings = futures_util::future::join_all(
+        servers.iter().map(|s| cx.upstream.listing(caller, s, kind)),
+    )
+    .await;
+    let mut merged = Merged {
+        kind,
+        listings: Vec::new(),
+        visible: Vec::new(),
+        failures: Vec::new(),
+        warnings: Vec::new(),
+        ttl_ms: u64::MAX,
+        private: false,
+    };
+    for (server, listing) in servers.iter().zip(listings) {
+        match listing {
+            Ok(listing) => absorb(&mut merged, caller, server, listing),
+            Err(e) => merged.failures.push((server.id().to_string(), e)),
+        }
+    }
+    if merged.ttl_ms == u64::MAX {
+        merged.ttl_ms = 0;
+    }
+    merged
+}
+
+impl Merged {
+    /// The failures as reported to clients: `[{server, kind, message}]`.
+    pub fn errors_json(&self) -> Vec<Value> {
+        self.failures
+            .iter()
+            .map(|(server, e)| json!({ "server": server, "kind": e.rest_code(), "message": e.to_string() }))
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.visible.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.visible.is_empty()
+    }
+
+    /// Items `range` as the aggregate shows them, ready to serialize.
+    pub fn items(&self, range: Range<usize>) -> PublicItems<'_> {
+        PublicItems {
+            merged: self,
+            range,
+        }
+    }
+}
+
+fn absorb(merged: &mut Merged, caller: &Caller, server: &Arc<Server>, listing: Arc<Listing>) {
+    let kind = merged.kind;
+    for message in &listing.warnings {
+        tracing::warn!(server = server.id(), kind = kind.method(), %message, "partial listing");
+        merged
+            .warnings
+            .push(json!({ "server": server.id(), "message": message }));
+    }
+    merged.ttl_ms = merged.ttl_ms.min(listing.ttl_ms.unwrap_or(0));
+    merged.private |= listing.private;
+    let at = merged.listings.len();
+    for (i, item) in listing.items.iter().enumerate() {
+        let visible = item
+            .id()
+            .is_some_and(|own| kind != ListKind::Tools || caller.sees_tool(server, own));
+        if visible {
+            merged.visible.push((at, i));
+        }
+    }
+    merged.listings.push((server.clone(), listing));
+}
+
+/// A slice of the merged list, serialized item by item.
+pub struct PublicItems<'a> {
+    merged: &'a Merged,
+    range: Range<usize>,
+}
+
+impl Serialize for PublicItems<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let merged = self.merged;
+        let mut seq = serializer.serialize_seq(Some(self.range.len()))?;
+        for &(l, i) in &merged.visible[self.range.clone()] {
+            let (server, listing) = &merged.listings[l];
+            let item = &listing.items[i];
+            let own = item.id().unwrap_or_default();
+            let text = item.json_with_id(&prefixed_name(server.prefix(), own));
+            let raw = RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
+            seq.serialize_element(&raw)?;
+        }
+        seq.end()
+    }
+}
+
+/// One page of a merged list as an MCP list result (serialized once, straight from the
+/// cached listings).
+struct ListResult<'a> {
+    merged: &'a Merged,
+    page: Range<usize>,
+    next_cursor: Option<String>,
+}
+
+impl Serialize for ListResult<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let merged = self.merged;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry(merged.kind.field(), &merged.items(self.page.clone()))?;
+        if let Some(cursor) = &self.next_cursor {
+            map.serialize_entry("nextCursor", cursor)?;
+        }
+        map.serialize_entry("ttlMs", &merged.ttl_ms)?;
+        map.serialize_entry(
+            "cacheScope",
+            if merged.private { "private" } else { "public" },
+        )?;
+        map.serialize_entry("resultType", "complete")?;
+        let mut meta = Map::new();
+        if !merged.failures.is_empty() {
+            meta.insert(
+                META_LISTING_ERRORS.into(),
+                Value::Array(merged.errors_json()),
+            );
+        }
+        if !merged.warnings.is_empty() {
+            meta.insert(
+                META_LISTING_WARNINGS.into(),
+                Value::Array(merged.warnings.clone()),
+            );
+        }
+        if !meta.is_empty() {
+            map.serialize_entry("_meta", &meta)?;
+        }
+        map.end()
+    }
+}
+
+/// One page of the merged list of `kind`, as an MCP list result.
+pub async fn list(
+    cx: &McpContext,
+    caller: &Caller,
+    kind: ListKind,
+    cursor: Option<&str>,
+) -> Result<Box<RawValue>, GatewayError> {
+    let offset = match cursor {
+        Some(c) => decode_cursor(c)
+            .ok_or_else(|| GatewayError::InvalidParams(format!("invalid cursor {c:?}")))?,
+        None => 0,
+    };
+    let scope = caller.servers_in_scope();
+    let merged = merge(cx, caller, &scope, kind).await;
+    let offset = offset.min(merged.len());
+    let end = (offset + PAGE_SIZE).min(merged.len());
+    let result = ListResult {
+        merged: &merged,
+        page: offset..end,
+        next_cursor: (end < merged.len()).then(|| encode_cursor(end)),
+    };
+    serde_json::value::to_raw_value(&result)
+        .map_err(|e| GatewayError::InvalidRequest(format!("cannot encode the list: {e}")))
+}
+
+fn encode_cursor(offset: usize) -> String {
+    URL_SAFE_NO_PAD.encode(format!("sb1:{offset}"))
+}
+
+fn decode_cursor(cursor: &str) -> Option<usize> {
+    let raw = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    std::str::from_utf8(&raw)
+        .ok()?
+        .strip_prefix("sb1:")?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_reject_garbage() {
+        assert_eq!(decode_cursor(&encode_cursor(1000)), Some(1000));
+        assert_eq!(decode_cursor("nonsense"), None);
+        assert_eq!(decode_cursor(""), None);
+    }
+}

@@ -1,0 +1,433 @@
+//! What each MCP method does, whatever era and endpoint it arrived on. The endpoint module
+//! handles HTTP, eras and sessions; this module turns one method call into upstream requests.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::aggregate;
+use crate::context::McpContext;
+use crate::relay::{Relay, UpstreamRequest};
+use switchboard_core::errors::GatewayError;
+use switchboard_core::route::{prefix_task_id, split_prefixed};
+use switchboard_core::scope::{Caller, decide_owner};
+use switchboard_core::table::Server;
+use switchboard_protocol::{Era, may_require_input, named_field};
+use switchboard_upstream::client::{RpcOutcome, RpcResult, SessionScope};
+use switchboard_upstream::listing::ListKind;
+use switchboard_upstream::plane::Forward;
+use switchboard_upstream::request_credential::SHARED_PARTITION;
+
+/// One client request, as far as the methods care: what it asks and how it may be answered.
+pub struct Request {
+    pub method: String,
+    pub params: Option<Value>,
+    /// The client's era.
+    pub era: Era,
+    /// The client accepts an SSE answer.
+    pub accepts_stream: bool,
+    /// The legacy upstream session its requests use.
+    pub session: SessionScope,
+    /// A legacy client's log level, for 2026-07-28 upstreams.
+    pub log_level: Option<&'static str>,
+}
+
+impl Request {
+    fn forward<'a>(&self, method: &'a str, params: Option<Value>) -> Forward<'a> {
+        Forward {
+            method,
+            params,
+            // Listings are read whole: the gateway filters them.
+            stream: self.accepts_stream && ListKind::from_method(method).is_none(),
+            session: self.session,
+            modern_client: self.era == Era::Modern,
+            log_level: self.log_level,
+        }
+    }
+}
+
+/// Which endpoint a request came in on.
+pub enum Target {
+    /// `POST /mcp`: every server in the caller's scope, prefixed names.
+    Aggregate,
+    /// `POST /mcp/{prefix}`: one server, its own names, routed by the path alone.
+    Single(Arc<Server>),
+}
+
+/// Why a method produced no result.
+#[derive(Debug)]
+pub enum Failure {
+    McpContext(GatewayError),
+    /// The upstream's own JSON-RPC error object, passed on unchanged, with its HTTP status.
+    Upstream(Value, StatusCode),
+}
+
+impl From<GatewayError> for Failure {
+    fn from(e: GatewayError) -> Self {
+        Failure::McpContext(e)
+    }
+}
+
+/// A method's result: a JSON value, (merged listings) JSON already serialized, an upstream's
+/// result passed on as it came, or an upstream's stream to relay event by event.
+pub enum Answer {
+    Json(Value),
+    Raw(Box<RawValue>),
+    /// An upstream's result, unchanged; whether it names its `resultType` (a 2026-07-28 client
+    /// needs one).
+    Relayed {
+        result: Box<RawValue>,
+        has_result_type: bool,
+    },
+    Stream(Box<Relay>),
+}
+
+pub async fn dispatch(
+    cx: &McpContext,
+    caller: &Caller,
+    target: &Target,
+    request: Request,
+) -> Result<Answer, Failure> {
+    match target {
+        Target::Aggregate => aggregate_method(cx, caller, request).await,
+        Target::Single(server) => single_method(cx, caller, server, request).await,
+    }
+}
+
+async fn aggregate_method(
+    cx: &McpContext,
+    caller: &Caller,
+    request: Request,
+) -> Result<Answer, Failure> {
+    let method = request.method.as_str();
+    let params = request.params.clone();
+    if let Some(kind) = ListKind::from_method(method) {
+        let cursor = params
+            .as_ref()
+            .and_then(|p| p.get("cursor"))
+            .and_then(Value::as_str);
+        return Ok(Answer::Raw(
+            aggregate::list(cx, caller, kind, cursor).await?,
+        ));
+    }
+    let Some(field) = named_field(method) else {
+        return Err(GatewayError::MethodNotFound(method.to_string()).into());
+    };
+    let mut params = params.unwrap_or_else(|| json!({}));
+    let name = params
+        .get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
+        .to_string();
+    let (server, upstream_name) = if field == "taskId" {
+        route_task(caller, &name)?
+    } else {
+        route_name(cx, caller, method, &name).await?
+    };
+    params[field] = Value::from(upstream_name);
+    let forward = request.forward(method, Some(params));
+    forward_answer(cx, caller, &server, forward, true).await
+}
+
+/// On the aggregate endpoint a task id is `<prefix>__<upstream task id>`: the gateway prefixed
+/// it when the task was created, so any replica routes it by parse, like a tool name.
+fn route_task(caller: &Caller, task_id: &str) -> Result<(Arc<Server>, String), GatewayError> {
+    let unknown = || GatewayError::NotFound {
+        kind: "task",
+        name: task_id.to_string(),
+    };
+    let (prefix, rest) = split_prefixed(task_id).ok_or_else(unknown)?;
+    let server = caller.server_in_scope(prefix).ok_or_else(unknown)?;
+    Ok((server.clone(), rest.to_string()))
+}
+
+/// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the
+/// snapshot; an unprefixed tool name is judged by the ownership map within the caller's scope.
+pub async fn route_name(
+    cx: &McpContext,
+    caller: &Caller,
+    method: &str,
+    name: &str,
+) -> Result<(Arc<Server>, String), GatewayError> {
+    let not_found = || match method {
+        "tools/call" => GatewayError::ToolNotFound {
+            name: name.to_string(),
+        },
+        "prompts/get" => GatewayError::NotFound {
+            kind: "prompt",
+            name: name.to_string(),
+        },
+        _ => GatewayError::NotFound {
+            kind: "resource",
+            name: name.to_string(),
+        },
+    };
+    // A prefix naming a server in scope routes by parse alone.
+    if let Some((prefix, rest)) = split_prefixed(name)
+        && let Some(server) = caller.server_in_scope(prefix)
+    {
+        if method == "tools/call" && !caller.sees_tool(server, rest) {
+            return Err(not_found());
+        }
+        return Ok((server.clone(), rest.to_string()));
+    }
+    match method {
+        "tools/call" => {
+            let scope = caller.servers_in_scope();
+            let owners = unprefixed_owners(cx, caller, &scope, name).await?;
+            decide_owner(name, owners)
+        }
+        _ => Err(not_found()),
+    }
+}
+
+/// Servers in scope whose tool listing has `name`, so a cold replica answers like a warm one:
+/// servers with a shared credential are judged by the ownership map, after listing those this
+/// replica never listed; servers whose catalog depends on the caller's credential are judged
+/// by the caller's own listing (listed once with that credential, then cached per credential,
+/// empty listings included). Servers outside the scope are never listed.
+///
+/// When no server owns the name but a caller-credential server refused the caller's
+/// credential, the answer is that 401 (the caller must re-authenticate to see its tools), not
+/// "unknown tool".
+async fn unprefixed_owners(
+    cx: &McpContext,
+    caller: &Caller,
+    scope: &[Arc<Server>],
+    name: &str,
+) -> Result<Vec<Arc<Server>>, GatewayError> {
+    let personal = |s: &Server| s.spec.auth.uses_caller_credential();
+    let to_list: Vec<&Arc<Server>> = scope
+        .iter()
+        .filter(|s| personal(s) || !cx.upstream.catalog.has_tools_of(s, SHARED_PARTITION))
+        .collect();
+    let listings = futures_util::future::join_all(
+        to_list
+            .iter()
+            .map(|s| cx.upstream.listing(caller, s, ListKind::Tools)),
+    )
+    .await;
+    let owns_personally = |server: &Server| {
+        to_list.iter().zip(&listings).any(|(s, listing)| {
+            s.id() == server.id()
+                && listing
+                    .as_ref()
+                    .is_ok_and(|l| l.items.iter().any(|t| t.id() == Some(name)))
+        })
+    };
+    let owners = cx.upstream.catalog.owners_of(name);
+    let found: Vec<Arc<Server>> = scope
+        .iter()
+        .filter(|s| {
+            let owns = if personal(s) {
+                owns_personally(s)
+            } else {
+                owners.contains(s.id())
+            };
+            owns && caller.sees_tool(s, name)
+        })
+        .cloned()
+        .collect();
+    if found.is_empty() {
+        let mut listings = listings;
+        if let Some(auth) = listings
+            .iter_mut()
+            .position(|l| matches!(l, Err(GatewayError::UpstreamAuthRequired { .. })))
+            .and_then(|i| listings.swap_remove(i).err())
+        {
+            return Err(auth);
+        }
+    }
+    Ok(found)
+}
+
+async fn single_method(
+    cx: &McpContext,
+    caller: &Caller,
+    server: &Arc<Server>,
+    request: Request,
+) -> Result<Answer, Failure> {
+    let method = request.method.as_str();
+    if method == "tools/call" {
+        let name = request
+            .params
+            .as_ref()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| GatewayError::InvalidParams("params.name must be a string".into()))?;
+        if !caller.sees_tool(server, name) {
+            return Err(GatewayError::ToolNotFound {
+                name: name.to_string(),
+            }
+            .into());
+        }
+    }
+    let forward = request.forward(method, request.params.clone());
+    let mut answer = forward_answer(cx, caller, server, forward, false).await?;
+    if method == "tools/list"
+        && let Answer::Json(result) = &mut answer
+        && let Some(Value::Array(tools)) = result.get_mut("tools")
+    {
+        tools.retain(|t| {
+            t.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| caller.sees_tool(server, n))
+        });
+    }
+    Ok(answer)
+}
+
+/// Sends the method upstream and turns its answer into the client's: a stream to relay, or a
+/// result (on the aggregate endpoint with task ids prefixed). An input-required result for a
+/// legacy client becomes a stream too: the gateway asks the client on it (see
+/// [`crate::exchange`]).
+async fn forward_answer(
+    cx: &McpContext,
+    caller: &Caller,
+    server: &Arc<Server>,
+    request: Forward<'_>,
+    aggregate: bool,
+) -> Result<Answer, Failure> {
+    let listen = request.method == "subscriptions/listen";
+    let bridge_input =
+        request.stream && !request.modern_client && may_require_input(request.method);
+    let started = Instant::now();
+    let answer = forward(cx, caller, server, &request).await?;
+    // What a relay needs to ask the upstream again (a legacy client's input rounds) or to
+    // name the method; built only when the answer is relayed, so a plain answer copies nothing.
+    let relay = |stream, answered| {
+        let Forward {
+            method,
+            params,
+            session,
+            log_level,
+            ..
+        } = request;
+        Answer::Stream(Box::new(Relay {
+            stream,
+            answered,
+            server: server.clone(),
+            prefix_task_ids: aggregate,
+            // A subscription lives as long as it carries events; a request's answer is due
+            // within the server's timeout.
+            deadline: (!listen).then(|| started + server.spec.timeout),
+            upstream_request: Some(UpstreamRequest {
+                method: method.to_string(),
+                params: bridge_input.then_some(params).flatten(),
+                session,
+                log_level,
+            }),
+        }))
+    };
+    // A result the gateway passes on unchanged stays the text it came in (the common case: a
+    // tool's answer); only one that needs a change or a look inside becomes a tree.
+    let answer = match answer {
+        Forwarded::Result(RpcResult::Raw(raw)) if RELAYED_AS_IS.contains(&request.method) => {
+            match unchanged_result(&raw, aggregate, bridge_input) {
+                Some(has_result_type) => {
+                    return Ok(Answer::Relayed {
+                        result: raw,
+                        has_result_type,
+                    });
+                }
+                None => Forwarded::Result(RpcResult::Raw(raw)),
+            }
+        }
+        other => other,
+    };
+    match answer {
+        Forwarded::Result(result) => {
+            let mut result = result.into_value();
+            if bridge_input
+                && result.get("resultType").and_then(Value::as_str) == Some("input_required")
+            {
+                return Ok(relay(None, Some(result)));
+            }
+            if aggregate {
+                prefix_task_id(&mut result, server.prefix());
+            }
+            Ok(Answer::Json(result))
+        }
+        Forwarded::Stream(stream) => Ok(relay(Some(stream), None)),
+    }
+}
+
+/// Methods whose results the gateway never edits (beyond a task id and `resultType`, which
+/// [`unchanged_result`] checks). Listings are not among them: the gateway filters them.
+const RELAYED_AS_IS: &[&str] = &["tools/call", "prompts/get", "completion/complete"];
+
+/// Whether a result goes to the client as it came (then: whether it names its `resultType`):
+/// not when the aggregate endpoint prefixes its task id, nor when it asks a legacy client for
+/// input (a relay does that).
+fn unchanged_result(raw: &RawValue, aggregate: bool, bridge_input: bool) -> Option<bool> {
+    let head = RpcResult::head(raw)?;
+    let changes = (aggregate && head.task_id.is_some())
+        || (bridge_input && head.result_type.as_deref() == Some("input_required"));
+    (!changes).then_some(head.result_type.is_some())
+}
+
+enum Forwarded {
+    Result(RpcResult),
+    Stream(Box<switchboard_upstream::client::UpstreamStream>),
+}
+
+/// Sends the method upstream and unwraps its answer. An upstream 403 on a tool call stays a
+/// tool error (only 401 means re-authenticate; docs/architecture.md, "Errors").
+async fn forward(
+    cx: &McpContext,
+    caller: &Caller,
+    server: &Server,
+    request: &Forward<'_>,
+) -> Result<Forwarded, Failure> {
+    let method = request.method;
+    match cx.upstream.forward(caller, server, request).await {
+        Ok(RpcOutcome::Result(result)) => Ok(Forwarded::Result(result)),
+        Ok(RpcOutcome::Stream(stream)) => Ok(Forwarded::Stream(stream)),
+        Ok(RpcOutcome::Error(error, status)) => Err(Failure::Upstream(error, status)),
+        Err(GatewayError::UpstreamForbidden { server: id }) if method == "tools/call" => {
+            tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
+            Ok(Forwarded::Result(RpcResult::Parsed(json!({
+                "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
+                "isError": true,
+            }))))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_string()).unwrap()
+    }
+
+    #[test]
+    fn results_pass_as_they_came_unless_the_gateway_changes_them() {
+        let plain = raw(r#"{"content":[{"type":"text","text":"3"}],"resultType":"complete"}"#);
+        assert_eq!(unchanged_result(&plain, true, true), Some(true));
+        let legacy = raw(r#"{"content":[],"structuredContent":{"resultType":"x"}}"#);
+        // A nested resultType is not the result's own.
+        assert_eq!(unchanged_result(&legacy, false, false), Some(false));
+        let task = raw(r#"{"resultType":"task","taskId":"t1"}"#);
+        assert_eq!(
+            unchanged_result(&task, true, false),
+            None,
+            "aggregate prefixes it"
+        );
+        assert_eq!(unchanged_result(&task, false, false), Some(true));
+        let input = raw(r#"{"resultType":"input_required","inputRequests":{}}"#);
+        assert_eq!(unchanged_result(&input, false, true), None, "a relay asks");
+        assert_eq!(unchanged_result(&input, false, false), Some(true));
+        // Not an object, or a resultType that is not a string: the tree path decides.
+        assert_eq!(unchanged_result(&raw("[1]"), false, false), None);
+        assert_eq!(
+            unchanged_result(&raw(r#"{"resultType":1}"#), false, false),
+            None
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Cached listings per server, and the tool-ownership map (tool name → server ids) that only
+//! unprefixed names need. Both are caches: a replica that has neither rebuilds them on demand,
+//! and a prefixed call never looks here (docs/architecture.md, invariants 2 and 3).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::client::Upstreams;
+use crate::listing::{Item, ListKind, Listing, ListingRequest, walk};
+use crate::request_credential::SHARED_PARTITION;
+use switchboard_core::errors::GatewayError;
+use switchboard_core::table::Server;
+
+/// (server revision, kind, credential partition). A revision hashes the whole server spec,
+/// id included, so lookups on the request path allocate nothing.
+type EntryKey = (u64, ListKind, u64);
+
+struct Entry {
+    id: String,
+    revision: u64,
+    fetched: Instant,
+    listing: Arc<Listing>,
+}
+
+#[derive(Default)]
+pub struct Catalog {
+    entries: RwLock<HashMap<EntryKey, Entry>>,
+    owners: RwLock<HashMap<String, BTreeSet<String>>>,
+    /// One refresh at a time per (server, kind): concurrent callers wait for it and share it.
+    refreshing: Mutex<HashMap<EntryKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Listings that failed lately, and how.
+    failures: Mutex<HashMap<EntryKey, (Instant, GatewayError)>>,
+}
+
+/// How long a failed listing is answered from memory.
+const FAILURE_TTL: Duration = Duration::from_secs(5);
+
+impl Catalog {
+    fn fresh(
+        &self,
+        server: &Server,
+        kind: ListKind,
+        partition: u64,
+        ttl: Duration,
+    ) -> Option<Arc<Listing>> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.get(&(server.revision, kind, partition))?;
+        (entry.fetched.elapsed() < ttl).then(|| entry.listing.clone())
+    }
+
+    /// Whether this server's tools were ever listed at its current revision for this
+    /// credential partition (stale or not).
+    pub fn has_tools_of(&self, server: &Server, partition: u64) -> bool {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries.contains_key(&(server.revision, ListKind::Tools, partition))
+    }
+
+    /// The input schema of one of the server's tools, from its last listing (any age).
+    pub fn tool_schema(&self, server: &Server, partition: u64, tool: &str) -> Option<Value> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.get(&(server.revision, ListKind::Tools, partition))?;
+        entry
+            .listing
+            .items
+            .iter()
+            .find(|t| t.id() == Some(tool))?
+            .get("inputSchema")
+    }
+
+    /// The server's listing for the caller's credential partition, from cache when younger
+    /// than `ttl`, else walked afresh (an empty listing is cached like any other).
+    pub async fn listing(
+        &self,
+        upstreams: &Upstreams,
+        request: &ListingRequest<'_>,
+        ttl: Duration,
+        page_cap: u32,
+    ) -> Result<Arc<Listing>, GatewayError> {
+        let (server, kind) = (request.server, request.kind);
+        let partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
+        if let Some(hit) = self.fresh(server, kind, partition, ttl) {
+            return Ok(hit);
+        }
+        let key = (server.revision, kind, partition);
+        let lock = {
+            let mut refreshing = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
+            refreshing.entry(key).or_default().clone()
+        };
+        let _guard = lock.lock().await;
+        if let Some(hit) = self.fresh(server, kind, partition, ttl) {
+            return Ok(hit);
+        }
+        if let Some(failure) = self.recent_failure(&key, ttl) {
+            return Err(failure);
+        }
+        let listing = match walk(upstreams, request, page_cap).await {
+            Ok(listing) => listing,
+            Err(e) => {
+                self.remember_failure(key, &e);
+                return Err(e);
+            }
+        };
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        let listing = Arc::new(listing);
+        self.store(server, kind, partition, listing.clone());
+        Ok(listing)
+    }
+
+    /// A listing that failed moments ago fails again without waiting: a hung upstream costs
+    /// aggregate listings its timeout once per `FAILURE_TTL`, not on every request. Auth
+    /// failures are the caller's to answer and are never remembered; a probe (`ttl` zero)
+    /// always asks.
+    fn recent_failure(&self, key: &EntryKey, ttl: Duration) -> Option<GatewayError> {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let (at, error) = failures.get(key)?;
+        (at.elapsed() < FAILURE_TTL.min(ttl)).then(|| error.clone())
+    }
+
+    fn remember_failure(&self, key: EntryKey, error: &GatewayError) {
+        if matches!(
+            error,
+            GatewayError::UpstreamAuthRequired { .. } | GatewayError::UpstreamUnauthorized { .. }
+        ) {
+            return;
+        }
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures.retain(|_, (at, _)| at.elapsed() < FAILURE_TTL);
+        failures.insert(key, (Instant::now(), error.clone()));
+    }
+
+    /// Replaces a server's listing; for tools in the shared partition, also that server's rows
+    /// of the ownership map (never union-only: a tool the upstream stopped serving stops
+    /// routing). Caller-credential listings stay out of the map: they speak for one caller.
+    fn store(&self, server: &Server, kind: ListKind, partition: u64, listing: Arc<Listing>) {
+        if kind == ListKind::Tools && partition == SHARED_PARTITION {
+            let names: BTreeSet<String> = listing
+                .items
+                .iter()
+                .filter_map(Item::id)
+                .filter(|n| server.spec.tools.admits(n))
+                .map(str::to_owned)
+                .collect();
+            let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
+            withdraw(&mut owners, server.id());
+            for name in names {
+                owners
+                    .entry(name)
+                    .or_default()
+                    .insert(server.id().to_string());
+            }
+        }
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        entries.insert(
+            (server.revision, kind, partition),
+            Entry {
+                id: server.id().to_string(),
+                revision: server.revision,
+                fetched: Instant::now(),
+                listing,
+            },
+        );
+    }
+
+    /// Server ids whose last tool listing contains `name`.
+    pub fn owners_of(&self, name: &str) -> BTreeSet<String> {
+        let owners = self.owners.read().unwrap_or_else(|p| p.into_inner());
+        owners.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Drops what belongs to servers that left the table or changed; only their own rows go.
+    pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        let mut gone = BTreeSet::new();
+        entries.retain(|_, e| {
+            let keep = live(&e.id, e.revision);
+            if !keep {
+                gone.insert(e.id.clone());
+            }
+            keep
+        });
+        self.refreshing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(rev, _, _), _| entries.values().any(|e| e.revision == *rev));
+        drop(entries);
+        let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
+        for id in &gone {
+            withdraw(&mut owners, id);
+        }
+    }
+}
+
+fn withdraw(owners: &mut HashMap<String, BTreeSet<String>>, server_id: &str) {
+    owners.retain(|_, ids| {
+        ids.remove(server_id);
+        !ids.is_empty()
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use switchboard_core::table::RoutingTable;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    fn table(yaml: &str) -> RoutingTable {
+        RoutingTable::build(&load(yaml, &SystemLookup).unwrap()).unwrap()
+    }
+
+    fn tools(names: &[&str]) -> Arc<Listing> {
+        Arc::new(Listing {
+            items: names
+                .iter()
+                .map(|n| Item::new(ListKind::Tools, &json!({ "name": n })))
+                .collect(),
+            ..Listing::default()
+        })
+    }
+
+    #[test]
+    fn a_listing_replaces_its_servers_rows_only() {
+        let t = table(
+            "servers:\n- {name: a, url: 'http://x/mcp'}\n- {name: b, url: 'http://x/mcp', tools: {deny: [hidden]}}\n",
+        );
+        let (a, b) = (t.server_by_id("a").unwrap(), t.server_by_id("b").unwrap());
+        let c = Catalog::default();
+        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["x", "y"]));
+        c.store(
+            b,
+            ListKind::Tools,
+            SHARED_PARTITION,
+            tools(&["y", "hidden"]),
+        );
+        c.store(b, ListKind::Tools, 7, tools(&["private"]));
+        assert!(
+            c.owners_of("private").is_empty(),
+            "a caller's own catalog stays out of the map"
+        );
+        assert_eq!(c.owners_of("y").len(), 2);
+        assert!(
+            c.owners_of("hidden").is_empty(),
+            "the server's filter applies to routing"
+        );
+        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["y"]));
+        assert!(
+            c.owners_of("x").is_empty(),
+            "a tool a stopped serving stops routing"
+        );
+        assert_eq!(c.owners_of("y").len(), 2);
+        c.retain(|id, _| id != "b");
+        assert_eq!(c.owners_of("y").into_iter().collect::<Vec<_>>(), vec!["a"]);
+        assert!(c.has_tools_of(a, SHARED_PARTITION) && !c.has_tools_of(b, SHARED_PARTITION));
+    }
+
+    /// Expiry on tokio's clock, paused: a listing is served from memory for exactly its ttl,
+    /// a failure for at most FAILURE_TTL (never longer than the ttl), an auth failure never.
+    #[tokio::test(start_paused = true)]
+    async fn a_listing_is_fresh_for_its_ttl_and_a_failure_for_five_seconds_at_most() {
+        use tokio::time::advance;
+        let t = table("servers:\n- {name: a, url: 'http://x/mcp'}\n");
+        let a = t.server_by_id("a").unwrap();
+        let c = Catalog::default();
+        let ttl = Duration::from_secs(60);
+        let ms = Duration::from_millis(1);
+        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["x"]));
+        advance(ttl - ms).await;
+        assert!(c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl).is_some());
+        advance(ms).await;
+        assert!(
+            c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl).is_none(),
+            "expired at its ttl"
+        );
+        assert!(
+            c.has_tools_of(a, SHARED_PARTITION),
+            "an expired listing still routes until replaced"
+        );
+
+        let key = (a.revision, ListKind::Tools, SHARED_PARTITION);
+        let down = GatewayError::UpstreamUnavailable {
+            server: "a".into(),
+            detail: "connection refused".into(),
+        };
+        c.remember_failure(key, &down);
+        advance(FAILURE_TTL - ms).await;
+        assert!(c.recent_failure(&key, ttl).is_some());
+        assert!(
+            c.recent_failure(&key, Duration::from_secs(1)).is_none(),
+            "never longer than the ttl"
+        );
+        assert!(
+            c.recent_failure(&key, Duration::ZERO).is_none(),
+            "a probe always asks"
+        );
+        advance(ms).await;
+        assert!(
+            c.recent_failure(&key, ttl).is_none(),
+            "forgotten after FAILURE_TTL"
+        );
+
+        let unauthorized = GatewayError::UpstreamAuthRequired {
+            server: "a".into(),
+            www_authenticate: String::new(),
+        };
+        c.remember_failure(key, &unauthorized);
+        assert!(
+            c.recent_failure(&key, ttl).is_none(),
+            "an auth failure is the caller's to answer, never remembered"
+        );
+    }
+}

@@ -1,0 +1,1022 @@
+//! Sending one JSON-RPC request to an upstream MCP server, in whichever protocol era it speaks.
+//!
+//! rmcp's client transport owns its HTTP headers per connection, but the gateway needs
+//! per-request credential headers, a hard deadline on every exchange including the handshake,
+//! credential stripping on cross-origin redirects and the raw HTTP status of every answer (a
+//! 401 must reach the caller as a 401). So this narrow piece speaks Streamable HTTP itself over
+//! a pooled reqwest client.
+//!
+//! Era detection follows the 2026-07-28 versioning rules for a dual-era client: the first
+//! request to an upstream goes out in the modern (stateless) form; a 4xx without a recognised
+//! modern error body means a legacy server, and the request is repeated on a legacy session.
+//! The answer is cached per server revision, so a modern upstream costs exactly one request.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
+use tokio::time::Instant;
+
+use crate::request_credential::{RequestCredential, SHARED_PARTITION};
+use switchboard_core::address_policy::PolicyResolver;
+use switchboard_core::errors::GatewayError;
+use switchboard_core::table::Server;
+use switchboard_protocol::jsonrpc::{
+    ModernMeta, modern_request_body, raw_response, request_body, response_from_body,
+};
+use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
+use switchboard_protocol::{self as protocol, capabilities};
+use switchboard_protocol::{LATEST_LEGACY_VERSION, MODERN_VERSION};
+
+/// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
+const MAX_UPSTREAM_BODY: usize = 32 * 1024 * 1024;
+const MAX_REDIRECTS: usize = 5;
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+const ERA_MODERN: u8 = 1;
+const ERA_LEGACY: u8 = 2;
+
+/// One request to one upstream.
+pub struct RpcCall<'a> {
+    pub server: &'a Server,
+    pub caller_headers: &'a HeaderMap,
+    /// `Mcp-Param-*` headers the gateway derived for a caller that sent none.
+    pub param_headers: Option<&'a HeaderMap>,
+    /// The credential resolved for this request, for arms without a static one.
+    pub credential: Option<&'a RequestCredential>,
+    pub method: &'a str,
+    /// Parameters as they go upstream (names already without the gateway prefix).
+    pub params: Option<&'a Value>,
+    /// Ends the whole exchange, handshake and redirects included.
+    pub deadline: Instant,
+    /// The budget behind `deadline`, named in a timeout error.
+    pub budget: Duration,
+    /// The answer may come back as a stream to relay event by event (the client accepts SSE
+    /// and nothing needs the whole answer first); otherwise an SSE answer is read whole.
+    pub stream: bool,
+    /// Which legacy upstream session the request goes on, for a legacy upstream.
+    pub session: SessionScope,
+    /// The log level a legacy client asked for, carried to a 2026-07-28 upstream in `_meta`
+    /// (which sends no log notifications for a request without one).
+    pub log_level: Option<&'a str>,
+}
+
+/// Whose upstream session a request uses on a legacy upstream. A legacy client's requests go
+/// on an upstream session of its own (opened with its capabilities, closed when it ends);
+/// everything else shares one session per credential partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SessionScope {
+    /// The client session's tag, 0 for the shared session.
+    pub client: u64,
+    /// The client's capabilities ([`switchboard_protocol::capabilities`] bits).
+    pub capabilities: u8,
+}
+
+/// The upstream's JSON-RPC answer: a result, an error object passed on unchanged with the
+/// HTTP status it came with, or an SSE stream to relay.
+#[derive(Debug)]
+pub enum RpcOutcome {
+    Result(RpcResult),
+    Error(Value, StatusCode),
+    Stream(Box<UpstreamStream>),
+}
+
+/// An upstream's `result`. A plain JSON answer keeps it as the text it came in, so a result the
+/// gateway relays unchanged (most tool calls) is never parsed into a tree and written out again;
+/// whoever needs to look inside asks for the tree.
+#[derive(Debug)]
+pub enum RpcResult {
+    Raw(Box<RawValue>),
+    Parsed(Value),
+}
+
+/// The top-level members of a result that decide how the gateway answers with it.
+#[derive(Debug, Default, Deserialize)]
+pub struct ResultHead<'a> {
+    #[serde(rename = "resultType", borrow, default)]
+    pub result_type: Option<Cow<'a, str>>,
+    #[serde(rename = "taskId", default)]
+    pub task_id: Option<IgnoredAny>,
+}
+
+impl RpcResult {
+    pub fn into_value(self) -> Value {
+        match self {
+            // Text the parser accepted once parses again.
+            RpcResult::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+            RpcResult::Parsed(value) => value,
+        }
+    }
+
+    /// The result's deciding members, read without building a tree; `None` for a result that
+    /// is not an object with a string `resultType` (those take the tree path).
+    pub fn head(raw: &RawValue) -> Option<ResultHead<'_>> {
+        if !raw.get().trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(raw.get()).ok()
+    }
+}
+
+/// What the gateway remembers about one upstream (per server revision): its era and, for a
+/// legacy server, its session. Both are caches any replica rebuilds on demand.
+#[derive(Default)]
+struct UpstreamState {
+    /// 0 until a request tells, then ERA_MODERN or ERA_LEGACY.
+    era: AtomicU8,
+    /// Legacy sessions per credential partition and client session: an upstream session is
+    /// bound to the credential that opened it and carries its client's capabilities.
+    sessions: Mutex<HashMap<(u64, SessionScope), SessionSlot>>,
+}
+
+type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
+
+/// Most legacy sessions kept per upstream (one per credential partition and legacy client
+/// session); past it one is forgotten for each new one, and re-opened on use.
+const MAX_SESSIONS_PER_UPSTREAM: usize = 4096;
+
+impl UpstreamState {
+    fn session_slot(&self, partition: u64, scope: SessionScope) -> SessionSlot {
+        let key = (partition, scope);
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.len() >= MAX_SESSIONS_PER_UPSTREAM && !sessions.contains_key(&key) {
+            // One goes (re-opened if its client comes back), not everyone's.
+            if let Some(evicted) = sessions.keys().next().copied() {
+                sessions.remove(&evicted);
+            }
+        }
+        sessions.entry(key).or_default().clone()
+    }
+
+    /// Forgets the upstream sessions opened for one client session; returns them to close.
+    fn take_client_sessions(&self, client: u64) -> Vec<SessionSlot> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let keys: Vec<_> = sessions
+            .keys()
+            .filter(|(_, scope)| scope.client == client)
+            .copied()
+            .collect();
+        keys.iter().filter_map(|k| sessions.remove(k)).collect()
+    }
+}
+
+#[derive(Debug)]
+struct LegacySession {
+    id: Option<HeaderValue>,
+    version: HeaderValue,
+    /// The upstream's `initialize` result: its serverInfo, capabilities and instructions.
+    init: Value,
+}
+
+impl LegacySession {
+    /// The headers every request on this session carries.
+    fn headers(&self) -> HeaderMap {
+        session_headers(self.id.as_ref(), &self.version)
+    }
+}
+
+/// The headers of a request on a legacy session (which may have no id: a sessionless server).
+fn session_headers(id: Option<&HeaderValue>, version: &HeaderValue) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HeaderName::from_static("mcp-protocol-version"),
+        version.clone(),
+    );
+    if let Some(id) = id {
+        headers.insert(HeaderName::from_static("mcp-session-id"), id.clone());
+    }
+    headers
+}
+
+pub struct Upstreams {
+    http: reqwest::Client,
+    /// Keyed by server revision (a hash of the whole spec, id included): the per-call lookup
+    /// allocates nothing and takes a shared lock.
+    states: RwLock<HashMap<u64, (String, Arc<UpstreamState>)>>,
+    next_id: AtomicU64,
+    client_info: Value,
+    /// `gateway.upstreamNetworks`, shared with the client's resolver.
+    networks: Arc<ArcSwap<NetworkPolicy>>,
+    /// Clients for servers with their own `upstreamPolicy`, by the policy's hash.
+    scoped_clients: RwLock<HashMap<u64, reqwest::Client>>,
+}
+
+impl Default for Upstreams {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Upstreams {
+    pub fn new() -> Upstreams {
+        let networks = Arc::new(ArcSwap::from_pointee(
+            NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default(),
+        ));
+        Upstreams {
+            http: http_client(&networks, None),
+            states: RwLock::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
+            networks,
+            scoped_clients: RwLock::default(),
+        }
+    }
+
+    /// The network policy of the snapshot now served (new connections and redirects use it),
+    /// and the servers it serves: clients of server policies no server has any more go.
+    pub fn set_networks(&self, policy: NetworkPolicy, servers: &[Arc<Server>]) {
+        self.networks.store(Arc::new(policy));
+        let live: std::collections::HashSet<u64> = servers
+            .iter()
+            .filter_map(|s| s.scope.as_ref())
+            .map(|s| s.key)
+            .collect();
+        self.scoped_clients
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|key, _| live.contains(key));
+    }
+
+    /// Whether a URL may be used for a server under both policies (its host, and a literal
+    /// address; names are checked again as they resolve).
+    pub fn allows(&self, server: &Server, url: &url::Url) -> Result<(), Denied> {
+        self.networks.load().check_url(url)?;
+        server
+            .scope
+            .as_ref()
+            .map_or(Ok(()), |s| s.policy.check_url(url))
+    }
+
+    /// The HTTP client for a server: the shared one (borrowed: the common case costs
+    /// nothing), or the one for its own policy.
+    pub fn http_for(&self, server: &Server) -> Cow<'_, reqwest::Client> {
+        let Some(scope) = &server.scope else {
+            return Cow::Borrowed(&self.http);
+        };
+        if let Some(client) = self
+            .scoped_clients
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&scope.key)
+        {
+            return Cow::Owned(client.clone());
+        }
+        let client = self
+            .scoped_clients
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(scope.key)
+            .or_insert_with(|| http_client(&self.networks, Some(scope.policy.clone())))
+            .clone();
+        Cow::Owned(client)
+    }
+
+    /// Forgets upstreams that are no longer in the routing table (or changed revision).
+    pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
+        let mut states = self.states.write().unwrap_or_else(|p| p.into_inner());
+        states.retain(|rev, (id, _)| live(id, *rev));
+    }
+
+    fn state(&self, server: &Server) -> Arc<UpstreamState> {
+        if let Some((_, state)) = self
+            .states
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&server.revision)
+        {
+            return state.clone();
+        }
+        let mut states = self.states.write().unwrap_or_else(|p| p.into_inner());
+        states
+            .entry(server.revision)
+            .or_insert_with(|| (server.id().to_string(), Arc::default()))
+            .1
+            .clone()
+    }
+
+    /// The pooled HTTP client for what is not a server's (models, other replicas); a server's
+    /// requests go through [`Upstreams::http_for`].
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The era an upstream was found to speak, once a request has told.
+    pub fn era_of(&self, server: &Server) -> Option<switchboard_protocol::Era> {
+        match self.state(server).era.load(Ordering::Relaxed) {
+            ERA_MODERN => Some(switchboard_protocol::Era::Modern),
+            ERA_LEGACY => Some(switchboard_protocol::Era::Legacy),
+            _ => None,
+        }
+    }
+
+    /// Sends one request and returns the upstream's JSON-RPC answer (for a stream: once its
+    /// headers arrived; the caller bounds the rest).
+    pub async fn call(&self, call: RpcCall<'_>) -> Result<RpcOutcome, GatewayError> {
+        match tokio::time::timeout_at(call.deadline, self.call_in_era(&call)).await {
+            Ok(result) => result,
+            Err(_) => Err(timeout_error(&call)),
+        }
+    }
+
+    /// The upstream's own identity for a legacy client: the `initialize` result of the legacy
+    /// session this scope uses (a legacy upstream), or `None` for a modern upstream (ask it
+    /// `server/discover`).
+    pub async fn legacy_identity(&self, call: RpcCall<'_>) -> Result<Option<Value>, GatewayError> {
+        let state = self.state(call.server);
+        let legacy = async {
+            if state.era.load(Ordering::Relaxed) == 0 {
+                // Unknown yet: one discover tells (and caches) the era.
+                let probe = RpcCall {
+                    method: "server/discover",
+                    params: None,
+                    stream: false,
+                    log_level: None,
+                    ..call
+                };
+                self.call_in_era(&probe).await?;
+            }
+            if state.era.load(Ordering::Relaxed) != ERA_LEGACY {
+                return Ok(None);
+            }
+            let session = self.legacy_session(&call, &state, false).await?;
+            Ok(Some(session.init.clone()))
+        };
+        match tokio::time::timeout_at(call.deadline, legacy).await {
+            Ok(result) => result,
+            Err(_) => Err(timeout_error(&call)),
+        }
+    }
+
+    /// Posts a client's JSON-RPC response (to a server-to-client request) to the upstream
+    /// session that asked; returns the upstream's HTTP status.
+    pub async fn deliver_reply(
+        &self,
+        call: RpcCall<'_>,
+        session: Option<HeaderValue>,
+        version: HeaderValue,
+        body: Vec<u8>,
+    ) -> Result<StatusCode, GatewayError> {
+        let send = self.post(&call, session_headers(session.as_ref(), &version), body);
+        match tokio::time::timeout_at(call.deadline, send).await {
+            Ok(reply) => Ok(reply?.status),
+            Err(_) => Err(timeout_error(&call)),
+        }
+    }
+
+    /// Whether this replica opened an upstream session on `server` for a client session.
+    pub fn has_client_sessions(&self, server: &Server, client: u64) -> bool {
+        let state = self.state(server);
+        let sessions = state.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.keys().any(|(_, scope)| scope.client == client)
+    }
+
+    /// Ends the upstream sessions opened for one client session (HTTP DELETE, as a legacy
+    /// client ends its own); a failure is logged, never the client's problem.
+    pub async fn close_client_sessions(&self, call: RpcCall<'_>, client: u64) {
+        let state = self.state(call.server);
+        for slot in state.take_client_sessions(client) {
+            let Some(session) = slot.lock().await.take() else {
+                continue;
+            };
+            if session.id.is_none() {
+                continue;
+            }
+            let mut headers = session.headers();
+            call.server.headers.apply(
+                call.caller_headers,
+                call.credential.map(|c| &c.value),
+                &mut headers,
+            );
+            let sent = self
+                .http_for(call.server)
+                .delete(call.server.url.clone())
+                .headers(headers)
+                .timeout(call.budget)
+                .send()
+                .await;
+            if let Err(e) = sent {
+                tracing::info!(server = call.server.id(), error = %unavailable(call.server, &e), "closing an upstream session failed");
+            }
+        }
+    }
+
+    async fn call_in_era(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, GatewayError> {
+        let state = self.state(call.server);
+        match state.era.load(Ordering::Relaxed) {
+            ERA_MODERN => self.modern(call).await.map_err(Attempt::into_error),
+            ERA_LEGACY => self.legacy(call, &state).await,
+            _ => match self.modern(call).await {
+                Ok(outcome) => {
+                    state.era.store(ERA_MODERN, Ordering::Relaxed);
+                    Ok(outcome)
+                }
+                Err(Attempt::NotModern) => {
+                    state.era.store(ERA_LEGACY, Ordering::Relaxed);
+                    self.legacy(call, &state).await
+                }
+                Err(Attempt::Failed(e)) => Err(e),
+            },
+        }
+    }
+
+    async fn modern(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, Attempt> {
+        let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_static(MODERN_VERSION),
+        );
+        if let Ok(v) = HeaderValue::from_str(call.method) {
+            headers.insert(HeaderName::from_static("mcp-method"), v);
+        }
+        if let Some(name) = routed_name(call.method, call.params)
+            && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(name))
+        {
+            headers.insert(HeaderName::from_static("mcp-name"), v);
+        }
+        // Tool-parameter headers describe the arguments, which the gateway forwards unchanged.
+        for (name, value) in call.caller_headers {
+            if name.as_str().starts_with("mcp-param-") {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+        if let Some(derived) = call.param_headers {
+            headers.extend(derived.clone());
+        }
+        let meta = ModernMeta {
+            client_info: &self.client_info,
+            capabilities: call.session.capabilities,
+            log_level: call.log_level,
+        };
+        let body = modern_request_body(&id, call.method, call.params, meta);
+        let reply = self
+            .post(call, headers, body)
+            .await
+            .map_err(Attempt::Failed)?;
+        if reply.status.is_success() && call.stream && reply.is_event_stream() {
+            return Ok(RpcOutcome::Stream(Box::new(
+                reply.into_stream(id, None, None),
+            )));
+        }
+        let reply = reply.read(call.server).await.map_err(Attempt::Failed)?;
+        // Only a 4xx needs the error code (to tell a modern error from a legacy server); a
+        // success is parsed once, by `outcome`.
+        match reply.status {
+            s if s.is_success() => reply.outcome(call.server, &id).map_err(Attempt::Failed),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                Err(Attempt::Failed(reply.auth_error(call.server)))
+            }
+            s if s.is_client_error()
+                && reply
+                    .rpc_error_code()
+                    .is_some_and(protocol::is_modern_error_code) =>
+            {
+                reply.outcome(call.server, &id).map_err(Attempt::Failed)
+            }
+            s if s.is_client_error() => Err(Attempt::NotModern),
+            _ => Err(Attempt::Failed(reply.unavailable(call.server))),
+        }
+    }
+
+    async fn legacy(
+        &self,
+        call: &RpcCall<'_>,
+        state: &UpstreamState,
+    ) -> Result<RpcOutcome, GatewayError> {
+        // A dropped upstream session (404) is re-established once, then the request repeats.
+        for attempt in 0..2 {
+            let session = self.legacy_session(call, state, attempt > 0).await?;
+            let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
+            let headers = session.headers();
+            let body = request_body(&id, call.method, call.params);
+            let reply = self.post(call, headers.clone(), body).await?;
+            if reply.status.is_success() && call.stream && reply.is_event_stream() {
+                let cancel = Canceller {
+                    http: self.http_for(call.server).into_owned(),
+                    url: reply.url.clone(),
+                    headers: reply.sent_headers.clone(),
+                };
+                return Ok(RpcOutcome::Stream(Box::new(reply.into_stream(
+                    id,
+                    Some(session.clone()),
+                    Some(cancel),
+                ))));
+            }
+            let reply = reply.read(call.server).await?;
+            match reply.status {
+                StatusCode::NOT_FOUND if session.id.is_some() && attempt == 0 => continue,
+                s if s.is_success() => return reply.outcome(call.server, &id),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                    return Err(reply.auth_error(call.server));
+                }
+                s if s.is_client_error() && reply.rpc_error_code().is_some() => {
+                    return reply.outcome(call.server, &id);
+                }
+                _ => return Err(reply.unavailable(call.server)),
+            }
+        }
+        Err(GatewayError::UpstreamUnavailable {
+            server: call.server.id().to_string(),
+            detail: "the upstream dropped a fresh session".into(),
+        })
+    }
+
+    /// The shared legacy session for this upstream, opened when missing or when `renew`.
+    /// Concurrent callers wait for one handshake rather than opening one each.
+    async fn legacy_session(
+        &self,
+        call: &RpcCall<'_>,
+        state: &UpstreamState,
+        renew: bool,
+    ) -> Result<Arc<LegacySession>, GatewayError> {
+        let partition = call.credential.map_or(SHARED_PARTITION, |c| c.partition);
+        let slot = state.session_slot(partition, call.session);
+        let mut slot = slot.lock().await;
+        if let Some(existing) = slot.as_ref()
+            && !renew
+        {
+            return Ok(existing.clone());
+        }
+        let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let params = json!({
+            "protocolVersion": LATEST_LEGACY_VERSION,
+            "capabilities": capabilities::to_json(call.session.capabilities),
+            "clientInfo": self.client_info,
+        });
+        let reply = self
+            .post(
+                call,
+                HeaderMap::new(),
+                request_body(&id, "initialize", Some(&params)),
+            )
+            .await?
+            .read(call.server)
+            .await?;
+        if matches!(
+            reply.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        ) {
+            return Err(reply.auth_error(call.server));
+        }
+        let session_id = reply.headers.get("mcp-session-id").cloned();
+        let result = match reply.outcome(call.server, &id)? {
+            RpcOutcome::Result(r) => r.into_value(),
+            RpcOutcome::Stream(_) => {
+                return Err(GatewayError::UpstreamUnavailable {
+                    server: call.server.id().to_string(),
+                    detail: "initialize answered with a stream".into(),
+                });
+            }
+            RpcOutcome::Error(e, _) => {
+                return Err(GatewayError::UpstreamUnavailable {
+                    server: call.server.id().to_string(),
+                    detail: format!("initialize failed: {}", e["message"].as_str().unwrap_or("")),
+                });
+            }
+        };
+        let version = result["protocolVersion"]
+            .as_str()
+            .and_then(|v| HeaderValue::from_str(v).ok())
+            .unwrap_or(HeaderValue::from_static(LATEST_LEGACY_VERSION));
+        let session = Arc::new(LegacySession {
+            id: session_id,
+            version,
+            init: result,
+        });
+        let headers = session.headers();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        self.post(
+            call,
+            headers,
+            serde_json::to_vec(&initialized).unwrap_or_default(),
+        )
+        .await?
+        .read(call.server)
+        .await?;
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// One HTTP POST with the server's headers, following same-origin redirects with
+    /// credentials and cross-origin ones without any credential slot.
+    async fn post(
+        &self,
+        call: &RpcCall<'_>,
+        mut headers: HeaderMap,
+        body: Vec<u8>,
+    ) -> Result<SentReply, GatewayError> {
+        headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        call.server.headers.apply(
+            call.caller_headers,
+            call.credential.map(|c| &c.value),
+            &mut headers,
+        );
+        let body = bytes::Bytes::from(body);
+        let mut url = call.server.url.clone();
+        let http = self.http_for(call.server);
+        for _ in 0..=MAX_REDIRECTS {
+            // The first URL passed validation under these policies, but a redirect target did not.
+            if let Err(denied) = self.allows(call.server, &url) {
+                return Err(GatewayError::UpstreamAddressDenied {
+                    server: call.server.id().to_string(),
+                    denied,
+                });
+            }
+            let response = http
+                .post(url.clone())
+                .headers(headers.clone())
+                .body(body.clone())
+                .send()
+                .await
+                .map_err(|e| unavailable(call.server, &e))?;
+            let status = response.status();
+            if matches!(status.as_u16(), 307 | 308)
+                && let Some(next) = response
+                    .headers()
+                    .get(header::LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .and_then(|l| url.join(l).ok())
+            {
+                if next.origin() != url.origin() {
+                    for slot in call.server.headers.secret_slots() {
+                        headers.remove(slot);
+                    }
+                }
+                url = next;
+                continue;
+            }
+            return Ok(SentReply {
+                status,
+                url,
+                sent_headers: headers,
+                response,
+            });
+        }
+        Err(GatewayError::UpstreamUnavailable {
+            server: call.server.id().to_string(),
+            detail: "too many redirects".into(),
+        })
+    }
+}
+
+enum Attempt {
+    /// The upstream does not speak the 2026-07-28 revision.
+    NotModern,
+    Failed(GatewayError),
+}
+
+impl Attempt {
+    fn into_error(self) -> GatewayError {
+        match self {
+            Attempt::Failed(e) => e,
+            Attempt::NotModern => GatewayError::UpstreamUnavailable {
+                server: String::new(),
+                detail: "the upstream no longer speaks the 2026-07-28 revision".into(),
+            },
+        }
+    }
+}
+
+/// An upstream's answer whose body is not read yet: read whole, or relayed as a stream.
+struct SentReply {
+    status: StatusCode,
+    /// Where the request finally went (after same-origin redirects), and with which headers.
+    url: url::Url,
+    sent_headers: HeaderMap,
+    response: reqwest::Response,
+}
+
+impl SentReply {
+    fn is_event_stream(&self) -> bool {
+        self.response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"))
+    }
+
+    async fn read(self, server: &Server) -> Result<Reply, GatewayError> {
+        let headers = self.response.headers().clone();
+        let body = read_limited(self.response).await.map_err(|detail| {
+            GatewayError::UpstreamUnavailable {
+                server: server.id().to_string(),
+                detail,
+            }
+        })?;
+        Ok(Reply {
+            status: self.status,
+            headers,
+            body,
+        })
+    }
+
+    fn into_stream(
+        self,
+        upstream_id: Value,
+        session: Option<Arc<LegacySession>>,
+        cancel: Option<Canceller>,
+    ) -> UpstreamStream {
+        UpstreamStream {
+            status: self.status,
+            session_id: session.as_ref().and_then(|s| s.id.clone()),
+            session_version: session.map(|s| s.version.clone()),
+            upstream_id,
+            body: Box::pin(self.response.bytes_stream()),
+            decoder: SseDecoder::new(MAX_UPSTREAM_BODY),
+            cancel,
+            admission: None,
+        }
+    }
+}
+
+/// Tells a legacy upstream that a request it is still working on was given up (the client
+/// went away): `notifications/cancelled` on the same session, as the legacy transport asks.
+/// (A 2026-07-28 upstream learns it from the closed connection alone.)
+#[derive(Debug)]
+struct Canceller {
+    http: reqwest::Client,
+    url: url::Url,
+    headers: HeaderMap,
+}
+
+impl Canceller {
+    fn cancel(self, request_id: Value) {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": "the client went away"},
+        });
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        handle.spawn(async move {
+            let _ = self
+                .http
+                .post(self.url)
+                .headers(self.headers)
+                .timeout(Duration::from_secs(5))
+                .body(serde_json::to_vec(&body).unwrap_or_default())
+                .send()
+                .await;
+        });
+    }
+}
+
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// An upstream's SSE answer, read one event at a time: memory stays one event, whatever the
+/// length of the stream. Dropped before the answer arrived, it cancels the upstream request.
+pub struct UpstreamStream {
+    /// The upstream's HTTP status (2xx).
+    pub status: StatusCode,
+    /// The id the gateway gave the request upstream: the event that carries it is the answer.
+    pub upstream_id: Value,
+    /// The legacy upstream session the request went on: where replies to the upstream's own
+    /// requests must go.
+    pub session_id: Option<HeaderValue>,
+    pub session_version: Option<HeaderValue>,
+    body: ByteStream,
+    decoder: SseDecoder,
+    cancel: Option<Canceller>,
+    /// The server's concurrency slot, held until the stream ends (see [`switchboard_core::limits`]).
+    admission: Option<switchboard_core::limits::Admission>,
+}
+
+impl std::fmt::Debug for UpstreamStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamStream")
+            .field("status", &self.status)
+            .field("upstream_id", &self.upstream_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamStream {
+    /// Holds a limit's slot for as long as the stream lives.
+    pub fn hold(&mut self, admission: Option<switchboard_core::limits::Admission>) {
+        self.admission = admission;
+    }
+
+    /// The next event, `None` when the upstream ended the stream.
+    pub async fn next_event(&mut self, server: &str) -> Result<Option<SseEvent>, GatewayError> {
+        use futures_util::StreamExt;
+        let broken = |detail: String| GatewayError::UpstreamUnavailable {
+            server: server.to_string(),
+            detail,
+        };
+        loop {
+            match self.decoder.next_event() {
+                Ok(Some(event)) => return Ok(Some(event)),
+                Ok(None) => {}
+                Err(SseError::EventTooLarge(limit)) => {
+                    return Err(broken(format!("an event larger than {limit} bytes")));
+                }
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.decoder.push(&chunk),
+                Some(Err(_)) => return Err(broken("the stream broke".into())),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Whether a message id (its JSON text) is the id of this request: the event carrying it
+    /// is the answer. The gateway's ids are numbers, compared without building anything.
+    pub fn is_answer_id(&self, raw_id: &str) -> bool {
+        match self.upstream_id.as_u64() {
+            Some(n) => raw_id.trim().parse::<u64>() == Ok(n),
+            None => serde_json::from_str::<Value>(raw_id).ok().as_ref() == Some(&self.upstream_id),
+        }
+    }
+
+    /// The upstream answered: nothing is left to cancel.
+    pub fn answered(&mut self) {
+        self.cancel = None;
+    }
+}
+
+impl Drop for UpstreamStream {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel.cancel(self.upstream_id.clone());
+        }
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+}
+
+impl Reply {
+    fn content_type(&self) -> &str {
+        self.headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    fn rpc_error_code(&self) -> Option<i64> {
+        let v: Value = if self.content_type().starts_with("text/event-stream") {
+            switchboard_protocol::jsonrpc::sse_messages(&self.body)
+                .into_iter()
+                .next()?
+        } else {
+            serde_json::from_slice(&self.body).ok()?
+        };
+        v.get("error")?.get("code")?.as_i64()
+    }
+
+    /// The JSON-RPC answer to request `id`, with its id left for the caller to restore.
+    fn outcome(&self, server: &Server, id: &Value) -> Result<RpcOutcome, GatewayError> {
+        if let Some(response) = raw_response(self.content_type(), &self.body) {
+            return Ok(match response.result {
+                Some(result) => RpcOutcome::Result(RpcResult::Raw(result)),
+                None => RpcOutcome::Error(response.error.unwrap_or(Value::Null), self.status),
+            });
+        }
+        let message = response_from_body(self.content_type(), &self.body, id)
+            .or_else(|| {
+                // An error about the request itself may carry a null id.
+                response_from_body(self.content_type(), &self.body, &Value::Null)
+            })
+            .ok_or_else(|| GatewayError::UpstreamUnavailable {
+                server: server.id().to_string(),
+                detail: format!(
+                    "HTTP {}: the body is not a JSON-RPC response",
+                    self.status.as_u16()
+                ),
+            })?;
+        match message {
+            Value::Object(mut m) => {
+                if let Some(result) = m.remove("result") {
+                    Ok(RpcOutcome::Result(RpcResult::Parsed(result)))
+                } else {
+                    Ok(RpcOutcome::Error(
+                        m.remove("error").unwrap_or(Value::Null),
+                        self.status,
+                    ))
+                }
+            }
+            _ => Err(GatewayError::UpstreamUnavailable {
+                server: server.id().to_string(),
+                detail: "the body is not a JSON-RPC response".into(),
+            }),
+        }
+    }
+
+    fn auth_error(&self, server: &Server) -> GatewayError {
+        let challenge = self
+            .headers
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if self.status == StatusCode::FORBIDDEN {
+            GatewayError::UpstreamForbidden {
+                server: server.id().to_string(),
+            }
+        } else {
+            GatewayError::UpstreamUnauthorized {
+                server: server.id().to_string(),
+                challenge,
+            }
+        }
+    }
+
+    fn unavailable(&self, server: &Server) -> GatewayError {
+        GatewayError::UpstreamUnavailable {
+            server: server.id().to_string(),
+            detail: format!("HTTP {}", self.status.as_u16()),
+        }
+    }
+}
+
+/// A pooled client whose resolver applies `networks` (and a server's own policy).
+fn http_client(
+    networks: &Arc<ArcSwap<NetworkPolicy>>,
+    scoped: Option<Arc<switchboard_snapshot::ScopedPolicy>>,
+) -> reqwest::Client {
+    reqwest::Client::builder()
+        .dns_resolver(Arc::new(PolicyResolver {
+            policy: networks.clone(),
+            scoped,
+        }))
+        // Redirects are followed by hand so that credentials never cross origins.
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(256)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_default()
+}
+
+fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
+    // reqwest's message can include the URL; keep only the kind of failure (URLs may carry
+    // credentials in their query string).
+    // The resolver's refusal says which rule (an address, never the URL).
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(denied) = cause.downcast_ref::<Denied>() {
+            return GatewayError::UpstreamAddressDenied {
+                server: server.id().to_string(),
+                denied: denied.clone(),
+            };
+        }
+        source = cause.source();
+    }
+    let kind = if e.is_connect() {
+        "connection refused or unreachable"
+    } else if e.is_timeout() {
+        "timed out"
+    } else if e.is_body() || e.is_decode() {
+        "broken response body"
+    } else {
+        "request failed"
+    };
+    GatewayError::UpstreamUnavailable {
+        server: server.id().to_string(),
+        detail: kind.into(),
+    }
+}
+
+async fn read_limited(mut response: reqwest::Response) -> Result<bytes::Bytes, String> {
+    let mut buf = bytes::BytesMut::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|_| "broken response body".to_string())?
+    {
+        if buf.len() + chunk.len() > MAX_UPSTREAM_BODY {
+            return Err(format!("response larger than {MAX_UPSTREAM_BODY} bytes"));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// The body value the `Mcp-Name` header repeats, for the methods that have one.
+fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
+    params?.get(protocol::named_field(method)?)?.as_str()
+}
+
+fn timeout_error(call: &RpcCall<'_>) -> GatewayError {
+    GatewayError::UpstreamTimeout {
+        server: call.server.id().to_string(),
+        budget: call.budget,
+    }
+}

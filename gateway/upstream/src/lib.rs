@@ -1,0 +1,12 @@
+//! The upstream plane: talking to upstream MCP servers (clients, eras, sessions, redirects,
+//! streams), their credentials (minted, exchanged, the caller's own), their listings and the
+//! tool-ownership map, and their protected-resource metadata. [`plane::UpstreamPlane`] is the
+//! one type the client faces and the operator's probe use.
+
+pub mod catalog;
+pub mod client;
+pub mod listing;
+pub mod plane;
+pub mod protected_resource;
+pub mod request_credential;
+pub mod tokens;

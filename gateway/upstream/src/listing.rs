@@ -1,0 +1,325 @@
+//! Walking an upstream's paginated listing under one deadline (docs/architecture.md, invariant 7).
+
+use std::collections::HashSet;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+
+use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
+use crate::request_credential::RequestCredential;
+use switchboard_core::errors::GatewayError;
+use switchboard_core::table::Server;
+use switchboard_protocol::Era;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListKind {
+    Tools,
+    Prompts,
+    Resources,
+    ResourceTemplates,
+}
+
+impl ListKind {
+    pub fn method(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools/list",
+            ListKind::Prompts => "prompts/list",
+            ListKind::Resources => "resources/list",
+            ListKind::ResourceTemplates => "resources/templates/list",
+        }
+    }
+    /// The field that identifies an item of this kind (the aggregate prefixes it).
+    pub fn id_field(self) -> &'static str {
+        match self {
+            ListKind::Tools | ListKind::Prompts => "name",
+            ListKind::Resources => "uri",
+            ListKind::ResourceTemplates => "uriTemplate",
+        }
+    }
+
+    /// The result field that holds the items.
+    pub fn field(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources => "resources",
+            ListKind::ResourceTemplates => "resourceTemplates",
+        }
+    }
+    pub fn from_method(method: &str) -> Option<ListKind> {
+        [
+            ListKind::Tools,
+            ListKind::Prompts,
+            ListKind::Resources,
+            ListKind::ResourceTemplates,
+        ]
+        .into_iter()
+        .find(|k| k.method() == method)
+    }
+}
+
+/// What to list: one kind, of one server, as one caller (with its credential).
+#[derive(Clone, Copy)]
+pub struct ListingRequest<'a> {
+    pub server: &'a Server,
+    pub caller_headers: &'a axum::http::HeaderMap,
+    pub credential: Option<&'a RequestCredential>,
+    pub kind: ListKind,
+}
+
+/// One listed item, kept compact: its identifying field (a tool's `name`, a resource's `uri`)
+/// apart, everything else as JSON text. A parsed tree costs about 3.6 KB per tool, the text a
+/// tenth of that, and the aggregate writes it out without parsing it again.
+#[derive(Debug, Clone)]
+pub struct Item {
+    field: &'static str,
+    id: Option<String>,
+    /// The item without its identifying field: a JSON object (or, for an item that is not an
+    /// object, the item itself).
+    rest: Box<RawValue>,
+}
+
+impl Item {
+    pub fn new(kind: ListKind, value: &Value) -> Item {
+        let field = kind.id_field();
+        let (id, rest) = match value {
+            Value::Object(object) => {
+                let id = object.get(field).and_then(Value::as_str).map(str::to_owned);
+                let rest: Map<String, Value> = object
+                    .iter()
+                    .filter(|(k, _)| id.is_none() || k.as_str() != field)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                (id, serde_json::value::to_raw_value(&rest))
+            }
+            other => (None, serde_json::value::to_raw_value(other)),
+        };
+        Item {
+            field,
+            id,
+            rest: rest.unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default()),
+        }
+    }
+
+    /// The identifying field's value (`None` when the upstream gave none).
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The item as JSON text with its identifying field set to `id`.
+    pub fn json_with_id(&self, id: &str) -> String {
+        let rest = self.rest.get();
+        if self.id.is_none() || !rest.starts_with('{') {
+            return rest.to_string();
+        }
+        let mut out = String::with_capacity(rest.len() + id.len() + self.field.len() + 8);
+        out.push('{');
+        out.push_str(&Value::from(self.field).to_string());
+        out.push(':');
+        out.push_str(&Value::from(id).to_string());
+        if rest == "{}" {
+            out.push('}');
+        } else {
+            out.push(',');
+            out.push_str(&rest[1..]);
+        }
+        out
+    }
+
+    /// One field of the item, parsed (for the rare reader, such as `Mcp-Param-*` derivation).
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.fields()?.remove(key)
+    }
+
+    /// Every field but the identifying one, parsed (for a reader of several).
+    pub fn fields(&self) -> Option<Map<String, Value>> {
+        serde_json::from_str(self.rest.get()).ok()
+    }
+}
+
+/// Everything one server lists of one kind, with how the walk went.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub items: Vec<Item>,
+    /// Why the walk stopped early, if it did (repeated cursor, page cap, deadline).
+    pub warnings: Vec<String>,
+    /// Smallest `ttlMs` any page gave; `None` when no page gave one.
+    pub ttl_ms: Option<u64>,
+    /// Whether any page was `cacheScope: "private"` (or gave no scope: assume private).
+    pub private: bool,
+}
+
+/// Follows `nextCursor` until the upstream ends the list, the cursor repeats, the page cap is
+/// reached or the deadline passes; each of the last three returns what was collected with a
+/// warning. A failure before the first page is an error.
+pub async fn walk(
+    upstreams: &Upstreams,
+    request: &ListingRequest<'_>,
+    page_cap: u32,
+) -> Result<Listing, GatewayError> {
+    let ListingRequest {
+        server,
+        caller_headers,
+        credential,
+        kind,
+    } = *request;
+    let budget = server.spec.listing_budget();
+    let deadline = Instant::now() + budget;
+    let mut listing = Listing::default();
+    let mut seen = HashSet::new();
+    let mut cursor: Option<String> = None;
+    for page in 0..page_cap {
+        let page_deadline = deadline.min(Instant::now() + server.spec.timeout);
+        let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+        let call = RpcCall {
+            server,
+            caller_headers,
+            param_headers: None,
+            credential,
+            method: kind.method(),
+            params: params.as_ref(),
+            deadline: page_deadline,
+            budget: if page_deadline == deadline {
+                budget
+            } else {
+                server.spec.timeout
+            },
+            stream: false,
+            session: SessionScope::default(),
+            log_level: None,
+        };
+        let result = match upstreams.call(call).await {
+            Ok(RpcOutcome::Result(r)) => r.into_value(),
+            Ok(RpcOutcome::Error(e, _)) if page == 0 => {
+                return Err(GatewayError::UpstreamUnavailable {
+                    server: server.id().to_string(),
+                    detail: format!(
+                        "{} failed: {}",
+                        kind.method(),
+                        e.get("message").and_then(Value::as_str).unwrap_or("error")
+                    ),
+                });
+            }
+            Err(e) if page == 0 => return Err(e),
+            Ok(RpcOutcome::Error(..) | RpcOutcome::Stream(_)) | Err(_)
+                if Instant::now() >= deadline =>
+            {
+                listing.warnings.push(format!(
+                    "listing stopped at the {} deadline after {page} pages",
+                    humantime::format_duration(budget)
+                ));
+                return Ok(listing);
+            }
+            Ok(RpcOutcome::Error(..) | RpcOutcome::Stream(_)) | Err(_) => {
+                listing.warnings.push(format!(
+                    "listing stopped after {page} pages: a later page failed"
+                ));
+                return Ok(listing);
+            }
+        };
+        absorb_page(&mut listing, &result, kind);
+        let era = upstreams.era_of(server);
+        match next_cursor(&result, era) {
+            None => return Ok(listing),
+            Some(next) if !seen.insert(next.clone()) => {
+                listing.warnings.push(format!(
+                    "upstream repeated cursor {next:?}; returning the {} items listed so far",
+                    listing.items.len()
+                ));
+                return Ok(listing);
+            }
+            Some(next) => cursor = Some(next),
+        }
+    }
+    listing.warnings.push(format!(
+        "listing stopped at the page cap ({page_cap} pages); returning the {} items listed so far",
+        listing.items.len()
+    ));
+    Ok(listing)
+}
+
+fn absorb_page(listing: &mut Listing, result: &Value, kind: ListKind) {
+    if let Some(items) = result.get(kind.field()).and_then(Value::as_array) {
+        listing
+            .items
+            .extend(items.iter().map(|item| Item::new(kind, item)));
+    }
+    if let Some(ttl) = result.get("ttlMs").and_then(Value::as_u64) {
+        listing.ttl_ms = Some(listing.ttl_ms.map_or(ttl, |t| t.min(ttl)));
+    }
+    let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
+    listing.private |= !public;
+}
+
+/// The cursor of the next page, if there is one. In the 2026-07-28 revision only an absent or
+/// null `nextCursor` ends a list: `""` is a valid cursor. Legacy revisions predate that rule and
+/// several legacy SDKs serialize "no more pages" as `""`, so from a legacy upstream an empty
+/// string ends the walk; following it would re-request page one and end on the
+/// repeated-cursor guard anyway, one request later.
+fn next_cursor(result: &Value, era: Option<Era>) -> Option<String> {
+    let next = result.get("nextCursor")?.as_str()?;
+    if next.is_empty() && era != Some(Era::Modern) {
+        return None;
+    }
+    Some(next.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_cursor_is_a_cursor_only_in_the_modern_era() {
+        let r = json!({"tools": [], "nextCursor": ""});
+        assert_eq!(next_cursor(&r, Some(Era::Modern)), Some(String::new()));
+        assert_eq!(next_cursor(&r, Some(Era::Legacy)), None);
+        assert_eq!(
+            next_cursor(&json!({"nextCursor": null}), Some(Era::Modern)),
+            None
+        );
+        assert_eq!(next_cursor(&json!({}), Some(Era::Modern)), None);
+    }
+
+    #[test]
+    fn items_keep_everything_and_swap_only_their_id() {
+        let tool = json!({"name": "add", "description": "Add", "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}});
+        let item = Item::new(ListKind::Tools, &tool);
+        assert_eq!(item.id(), Some("add"));
+        let out: Value = serde_json::from_str(&item.json_with_id("w__add")).unwrap();
+        let mut expected = tool.clone();
+        expected["name"] = json!("w__add");
+        assert_eq!(
+            out, expected,
+            "nested fields named like the id stay untouched"
+        );
+        assert_eq!(item.get("inputSchema").unwrap()["type"], "object");
+        let bare = Item::new(ListKind::Tools, &json!({"name": "x"}));
+        assert_eq!(bare.json_with_id("p__x"), r#"{"name":"p__x"}"#);
+        let odd = Item::new(ListKind::Resources, &json!({"name": "no uri"}));
+        assert_eq!(odd.id(), None);
+        assert_eq!(
+            serde_json::from_str::<Value>(&odd.json_with_id("ignored")).unwrap(),
+            json!({"name": "no uri"})
+        );
+    }
+
+    #[test]
+    fn cache_hints_merge_to_smallest_ttl_and_private_if_any() {
+        let mut l = Listing::default();
+        absorb_page(
+            &mut l,
+            &json!({"tools": [1], "ttlMs": 5000, "cacheScope": "public"}),
+            ListKind::Tools,
+        );
+        assert!(!l.private);
+        absorb_page(
+            &mut l,
+            &json!({"tools": [2], "ttlMs": 100, "cacheScope": "private"}),
+            ListKind::Tools,
+        );
+        assert_eq!(l.ttl_ms, Some(100));
+        assert!(l.private);
+        assert_eq!(l.items.len(), 2);
+    }
+}

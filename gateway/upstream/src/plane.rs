@@ -1,0 +1,552 @@
+//! The upstream plane: everything the gateway keeps about its upstreams (clients and their
+//! sessions, listings, tokens, protected-resource metadata) behind one type, and the forwarding
+//! pipeline of one client request to one upstream: resolve the credential, compose the headers,
+//! send, renew a refused gateway-held token once, relay a refused caller credential as the
+//! caller's 401. One deadline covers the whole request, renewals and retries included. The
+//! renew-once rule is written once ([`UpstreamPlane::renewing`]) for calls and listings alike.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::Value;
+use switchboard_snapshot::UpstreamAuth;
+use tokio::time::Instant;
+
+use crate::catalog::Catalog;
+use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
+use crate::listing::{ListKind, Listing, ListingRequest};
+use crate::protected_resource::{ProtectedResources, auth_challenge};
+use crate::request_credential::{self, RequestCredential, SHARED_PARTITION};
+use crate::tokens::Tokens;
+use switchboard_core::errors::GatewayError;
+use switchboard_core::metrics::Metrics;
+use switchboard_core::scope::Caller;
+use switchboard_core::table::{RoutingTable, Server, base_url};
+use switchboard_protocol::param_headers;
+use switchboard_protocol::{Era, HEADER_MISMATCH};
+use switchboard_snapshot::NetworkPolicy;
+
+/// What the gateway keeps about its upstreams. Every part is a cache a replica rebuilds on
+/// demand (invariant 2); [`UpstreamPlane::apply`] forgets servers that left or changed.
+pub struct UpstreamPlane {
+    pub upstreams: Upstreams,
+    pub catalog: Catalog,
+    pub tokens: Tokens,
+    pub protected_resources: ProtectedResources,
+    metrics: Arc<Metrics>,
+}
+
+/// One method call as it goes upstream.
+pub struct Forward<'a> {
+    pub method: &'a str,
+    /// Parameters as the upstream gets them (names already without the gateway prefix).
+    pub params: Option<Value>,
+    /// The answer may be relayed as a stream (see [`RpcCall::stream`]).
+    pub stream: bool,
+    /// The legacy upstream session to use (a legacy client's own, or the shared one).
+    pub session: SessionScope,
+    /// The client speaks 2026-07-28: its `Mcp-Param-*` headers are its own business (passed
+    /// through, never synthesized); a legacy client's are derived from the tool's schema.
+    pub modern_client: bool,
+    /// A legacy client's log level, for a 2026-07-28 upstream.
+    pub log_level: Option<&'static str>,
+}
+
+impl<'a> Forward<'a> {
+    /// A plain request on the shared session, answered whole.
+    pub fn call(method: &'a str, params: Option<Value>) -> Forward<'a> {
+        Forward {
+            method,
+            params,
+            stream: false,
+            session: SessionScope::default(),
+            log_level: None,
+            modern_client: false,
+        }
+    }
+}
+
+impl UpstreamPlane {
+    pub fn new(metrics: Arc<Metrics>) -> UpstreamPlane {
+        UpstreamPlane {
+            upstreams: Upstreams::new(),
+            catalog: Catalog::default(),
+            tokens: Tokens::default(),
+            protected_resources: ProtectedResources::default(),
+            metrics,
+        }
+    }
+
+    /// Takes a new table's address policy: called before the table serves.
+    pub fn set_networks(&self, networks: NetworkPolicy, table: &RoutingTable) {
+        self.upstreams.set_networks(networks, &table.servers);
+    }
+
+    /// Forgets what belongs to servers that left `table` or changed: called once it serves, so
+    /// an entry a request of the previous table adds meanwhile is gone too.
+    pub fn forget_all_but(&self, table: &RoutingTable) {
+        let live: std::collections::HashMap<&str, u64> =
+            table.servers.iter().map(|s| (s.id(), s.revision)).collect();
+        let is_live = |id: &str, rev: u64| live.get(id) == Some(&rev);
+        self.catalog.retain(is_live);
+        self.upstreams.retain(is_live);
+        self.tokens.retain(is_live);
+        self.protected_resources.retain(is_live);
+    }
+
+    /// Runs `attempt` with the server's per-request credential; when the upstream refuses a
+    /// token the gateway obtained itself (401), renews it and runs `attempt` once more. A 401
+    /// on the caller's own credential is relayed as the caller's 401 (see [`Self::relay_auth`]).
+    ///
+    /// `attempt` takes the credential by value (a reference-counted header value) so that its
+    /// future borrows nothing the loop holds: an async closure over a borrowed argument is not
+    /// `Send` for every lifetime, which a spawned relay needs.
+    async fn renewing<T, F>(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        mut attempt: impl FnMut(Option<RequestCredential>) -> F,
+    ) -> Result<T, GatewayError>
+    where
+        F: Future<Output = Result<T, GatewayError>>,
+    {
+        let mut rejected = None;
+        loop {
+            let credential = self.credential(caller, server, rejected.as_ref()).await?;
+            match attempt(credential.clone()).await {
+                Err(e) if renews(server, &e, &rejected, &credential) => {
+                    rejected = credential.map(|c| c.value);
+                }
+                other => return other.map_err(|e| self.relay_auth(caller, server, e)),
+            }
+        }
+    }
+
+    /// A server's listing of one kind for the caller's credential partition, cached or
+    /// walked afresh (with the same renew-once rule as [`Self::forward`]).
+    pub async fn listing(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        kind: ListKind,
+    ) -> Result<Arc<Listing>, GatewayError> {
+        self.listing_fresher_than(caller, server, kind, caller.table.settings.listing_ttl)
+            .await
+    }
+
+    /// Lists a server's tools now with the gateway's own credential, as no caller: the
+    /// readiness probe the operator runs. Servers whose catalog depends on the caller's
+    /// credential cannot be probed this way (the caller has none to give).
+    pub async fn probe(
+        &self,
+        table: Arc<RoutingTable>,
+        server_id: &str,
+    ) -> Result<Arc<Listing>, GatewayError> {
+        let server =
+            table
+                .server_by_id(server_id)
+                .cloned()
+                .ok_or_else(|| GatewayError::ServerNotFound {
+                    server: server_id.to_string(),
+                })?;
+        let caller = Caller::probe(table, &server);
+        self.listing_fresher_than(&caller, &server, ListKind::Tools, Duration::ZERO)
+            .await
+    }
+
+    async fn listing_fresher_than(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        kind: ListKind,
+        ttl: Duration,
+    ) -> Result<Arc<Listing>, GatewayError> {
+        let page_cap = caller.table.settings.listing_page_cap;
+        let result = self
+            .renewing(caller, server, |credential| async move {
+                let request = ListingRequest {
+                    server,
+                    caller_headers: &caller.headers,
+                    credential: credential.as_ref(),
+                    kind,
+                };
+                self.catalog
+                    .listing(&self.upstreams, &request, ttl, page_cap)
+                    .await
+            })
+            .await;
+        if let Err(e) = &result {
+            self.metrics.listing_failed(&server.metric_name);
+            if !matches!(e, GatewayError::UpstreamAuthRequired { .. }) {
+                tracing::warn!(server = server.id(), kind = kind.method(), error = %e, "upstream listing failed");
+            }
+        }
+        result
+    }
+
+    /// `tools/call` of `tool` (the upstream's own name) on `server`, answered whole: the
+    /// result, or an error. `shown_name` is the name the caller used, for errors. An upstream
+    /// 403 is a tool result with `isError` (the tool ran into a wall, not the gateway).
+    pub async fn call_tool(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        tool: &str,
+        arguments: Option<Value>,
+        shown_name: &str,
+    ) -> Result<Value, GatewayError> {
+        let mut params = serde_json::json!({ "name": tool });
+        if let Some(arguments) = arguments {
+            params["arguments"] = arguments;
+        }
+        match self
+            .forward(caller, server, &Forward::call("tools/call", Some(params)))
+            .await
+        {
+            Ok(RpcOutcome::Result(result)) => Ok(result.into_value()),
+            Ok(RpcOutcome::Error(error, _)) => Err(upstream_rpc_error(server, shown_name, error)),
+            Ok(RpcOutcome::Stream(_)) => Err(GatewayError::UpstreamUnavailable {
+                server: server.id().to_string(),
+                detail: "answered a whole-answer request with a stream".into(),
+            }),
+            Err(GatewayError::UpstreamForbidden { server: id }) => {
+                tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
+                Ok(serde_json::json!({
+                    "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
+                    "isError": true,
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One request to a server's upstream under its `timeout`, with the server's credential.
+    ///
+    /// A gateway-held token the upstream refuses (401) is renewed once and the request
+    /// repeats; a 401 on a caller's own credential is relayed to the caller.
+    pub async fn forward(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &Forward<'_>,
+    ) -> Result<RpcOutcome, GatewayError> {
+        // The server's limits refuse before any I/O; a streamed answer holds the slot.
+        let admission = caller
+            .table
+            .limiters
+            .admit_server(server.id(), &self.metrics)?;
+        let deadline = Instant::now() + server.spec.timeout;
+        let outcome = self
+            .renewing(caller, server, |credential| async move {
+                self.forward_with(caller, server, request, credential.as_ref(), deadline)
+                    .await
+            })
+            .await;
+        match outcome {
+            Ok(RpcOutcome::Stream(mut stream)) => {
+                stream.hold(admission);
+                Ok(RpcOutcome::Stream(stream))
+            }
+            other => other,
+        }
+    }
+
+    /// The per-request credential of a server whose credential is not static.
+    async fn credential(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        rejected: Option<&HeaderValue>,
+    ) -> Result<Option<RequestCredential>, GatewayError> {
+        request_credential::resolve(
+            &self.tokens,
+            &self.upstreams.http_for(server),
+            caller.credential_context(),
+            server,
+            rejected,
+        )
+        .await
+    }
+
+    /// Sends a request with its credential. A legacy client's tool call gets the
+    /// `Mcp-Param-*` headers the tool's schema calls for; if the upstream still answers
+    /// HeaderMismatch (its schema changed, or this replica never listed it), the tools are
+    /// listed afresh and the call repeats once.
+    async fn forward_with(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &Forward<'_>,
+        credential: Option<&RequestCredential>,
+        deadline: Instant,
+    ) -> Result<RpcOutcome, GatewayError> {
+        // Only a 2026-07-28 upstream reads Mcp-Param-* headers; a 2026-07-28 client sends its
+        // own (or leaves them out and gets the upstream's answer to that).
+        let derive = request.method == "tools/call"
+            && !request.modern_client
+            && self.upstreams.era_of(server) != Some(Era::Legacy)
+            && !param_headers::caller_sent_any(&caller.headers);
+        if !derive {
+            return self
+                .send(caller, server, request, credential, None, deadline)
+                .await;
+        }
+        let partition = credential.map_or(SHARED_PARTITION, |c| c.partition);
+        let params = request.params.as_ref();
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let derived = || {
+            let arguments = params.and_then(|p| p.get("arguments"));
+            self.catalog
+                .tool_schema(server, partition, tool)
+                .map(|schema| param_headers::derive(&schema, arguments))
+        };
+        let headers = derived();
+        let outcome = self
+            .send(
+                caller,
+                server,
+                request,
+                credential,
+                headers.as_ref(),
+                deadline,
+            )
+            .await;
+        let mismatch = matches!(&outcome, Ok(RpcOutcome::Error(e, _))
+            if e.get("code").and_then(Value::as_i64) == Some(HEADER_MISMATCH));
+        if !mismatch {
+            return outcome;
+        }
+        let settings = &caller.table.settings;
+        let relisted = self
+            .catalog
+            .listing(
+                &self.upstreams,
+                &ListingRequest {
+                    server,
+                    caller_headers: &caller.headers,
+                    credential,
+                    kind: ListKind::Tools,
+                },
+                Duration::ZERO,
+                settings.listing_page_cap,
+            )
+            .await;
+        match relisted {
+            Ok(_) => {
+                let headers = derived();
+                self.send(
+                    caller,
+                    server,
+                    request,
+                    credential,
+                    headers.as_ref(),
+                    deadline,
+                )
+                .await
+            }
+            Err(_) => outcome,
+        }
+    }
+
+    async fn send(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &Forward<'_>,
+        credential: Option<&RequestCredential>,
+        param_headers: Option<&HeaderMap>,
+        deadline: Instant,
+    ) -> Result<RpcOutcome, GatewayError> {
+        let started = Instant::now();
+        let outcome = self
+            .upstreams
+            .call(RpcCall {
+                server,
+                caller_headers: &caller.headers,
+                param_headers,
+                credential,
+                method: request.method,
+                params: request.params.as_ref(),
+                deadline,
+                budget: server.spec.timeout,
+                stream: request.stream,
+                session: request.session,
+                log_level: request.log_level,
+            })
+            .await;
+        let label = match &outcome {
+            Ok(RpcOutcome::Result(_)) => "ok",
+            Ok(RpcOutcome::Error(..)) => "rpc_error",
+            Ok(RpcOutcome::Stream(_)) => "stream",
+            Err(e) => e.outcome(),
+        };
+        self.metrics
+            .upstream_call(&server.metric_name, label, started.elapsed());
+        outcome
+    }
+
+    /// The upstream's `initialize` result when it speaks a legacy revision (from the session
+    /// this scope uses), `None` when it speaks 2026-07-28.
+    pub async fn legacy_identity(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        session: SessionScope,
+    ) -> Result<Option<Value>, GatewayError> {
+        let credential = self.credential(caller, server, None).await?;
+        let call = RpcCall {
+            session,
+            ..session_call(caller, server, credential.as_ref())
+        };
+        self.upstreams
+            .legacy_identity(call)
+            .await
+            .map_err(|e| self.relay_auth(caller, server, e))
+    }
+
+    /// Delivers a client's reply to a server-to-client request to the upstream session that
+    /// asked (named by the sealed reply route); returns the upstream's HTTP status.
+    pub async fn deliver_reply(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        session: Option<HeaderValue>,
+        version: HeaderValue,
+        body: Vec<u8>,
+    ) -> Result<StatusCode, GatewayError> {
+        let credential = self.credential(caller, server, None).await?;
+        self.upstreams
+            .deliver_reply(
+                session_call(caller, server, credential.as_ref()),
+                session,
+                version,
+                body,
+            )
+            .await
+    }
+
+    /// Closes the upstream sessions this replica opened for a legacy client session.
+    pub async fn close_client_sessions(&self, caller: &Caller, client: u64) {
+        for server in caller.table.servers.iter() {
+            if !self.upstreams.has_client_sessions(server, client) {
+                continue;
+            }
+            let Ok(credential) = self.credential(caller, server, None).await else {
+                continue;
+            };
+            self.upstreams
+                .close_client_sessions(session_call(caller, server, credential.as_ref()), client)
+                .await;
+        }
+    }
+
+    /// A 401 from an upstream that uses the caller's own credential becomes the caller's 401,
+    /// with a challenge that points at the gateway's protected-resource metadata for the
+    /// server (whose authorization servers are the upstream's). An expected re-auth, so it
+    /// logs at info.
+    fn relay_auth(&self, caller: &Caller, server: &Server, error: GatewayError) -> GatewayError {
+        let GatewayError::UpstreamUnauthorized { challenge, .. } = &error else {
+            return error;
+        };
+        if !server.spec.auth.uses_caller_credential() {
+            return error;
+        }
+        let upstream = challenge
+            .as_deref()
+            .map(auth_challenge::parse)
+            .unwrap_or_default();
+        if let Some(url) = upstream.get("resource_metadata") {
+            self.protected_resources.remember_source(server, url);
+        }
+        let base = base_url(&caller.table.settings, &caller.headers);
+        let resource_metadata = format!(
+            "{base}/.well-known/oauth-protected-resource/mcp/{}",
+            server.prefix()
+        );
+        let mut www = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+        for field in ["error", "scope", "error_description"] {
+            if let Some(v) = upstream.get(field) {
+                www.push_str(&format!(", {field}=\"{}\"", v.replace('"', "")));
+            }
+        }
+        tracing::info!(
+            server = server.id(),
+            "upstream asked the caller to authenticate (HTTP 401 relayed)"
+        );
+        self.metrics.auth_relayed(&server.metric_name);
+        GatewayError::UpstreamAuthRequired {
+            server: server.id().to_string(),
+            www_authenticate: www,
+        }
+    }
+}
+
+/// An exchange about an upstream session rather than a method call (its handshake, a reply to
+/// the upstream's request, its end), under the server's timeout.
+fn session_call<'a>(
+    caller: &'a Caller,
+    server: &'a Server,
+    credential: Option<&'a RequestCredential>,
+) -> RpcCall<'a> {
+    RpcCall {
+        server,
+        caller_headers: &caller.headers,
+        param_headers: None,
+        credential,
+        method: "initialize",
+        params: None,
+        deadline: Instant::now() + server.spec.timeout,
+        budget: server.spec.timeout,
+        stream: false,
+        session: SessionScope::default(),
+        log_level: None,
+    }
+}
+
+/// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
+/// on a token the gateway obtained itself, and only once.
+fn renews(
+    server: &Server,
+    error: &GatewayError,
+    rejected: &Option<HeaderValue>,
+    credential: &Option<RequestCredential>,
+) -> bool {
+    matches!(error, GatewayError::UpstreamUnauthorized { .. })
+        && rejected.is_none()
+        && credential.is_some()
+        && mints_tokens(server)
+}
+
+/// Whether the gateway obtains this server's token itself (and may renew it on a 401).
+fn mints_tokens(server: &Server) -> bool {
+    matches!(
+        server.spec.auth,
+        UpstreamAuth::Oauth2ClientCredentials { .. } | UpstreamAuth::TokenExchange { .. }
+    )
+}
+
+/// An upstream JSON-RPC error of a tool call: an unknown tool is a 404 like ours; anything
+/// else keeps the upstream's error object.
+fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> GatewayError {
+    let code = error.get("code").and_then(Value::as_i64);
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let lower = message.to_ascii_lowercase();
+    if code == Some(-32602) && (lower.contains("unknown tool") || lower.contains("not found")) {
+        return GatewayError::ToolNotFound {
+            name: name.to_string(),
+        };
+    }
+    GatewayError::Protocol {
+        code: code.unwrap_or(-32603),
+        message: format!("upstream {:?} returned an error: {message}", server.id()),
+        status: StatusCode::BAD_GATEWAY,
+        data: Some(error),
+    }
+}

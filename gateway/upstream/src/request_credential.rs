@@ -1,0 +1,179 @@
+//! The upstream credential of one request, for the auth arms whose credential is not static:
+//! the caller's own (`passthrough`, `oauthDelegate`), minted by the gateway
+//! (`oauth2ClientCredentials`) or exchanged for the caller's (`tokenExchange`).
+//!
+//! Each credential comes with a partition: caches whose content depends on the credential
+//! (upstream sessions, listings) are kept per partition, so two callers with different
+//! catalogs never see each other's (0 is the one shared partition).
+
+use axum::http::{HeaderMap, HeaderValue};
+use sha2::{Digest, Sha256};
+use switchboard_snapshot::UpstreamAuth;
+
+use crate::tokens::{Grant, Tokens, secret};
+use switchboard_core::credentials::{credential_value, strip_scheme};
+use switchboard_core::errors::GatewayError;
+use switchboard_core::scope::CredentialContext;
+use switchboard_core::table::Server;
+
+pub const SHARED_PARTITION: u64 = 0;
+
+#[derive(Debug, Clone)]
+pub struct RequestCredential {
+    pub value: HeaderValue,
+    pub partition: u64,
+}
+
+/// A partition for a caller credential: a hash, never the shared partition.
+pub fn partition_of(credential: &[u8]) -> u64 {
+    let digest = Sha256::digest(credential);
+    u64::from_le_bytes(digest[..8].try_into().unwrap_or([1; 8])).max(1)
+}
+
+/// The delegated-credential header for a server: `X-MCP-<prefix>-Authorization` unless set.
+pub fn delegate_header(server: &Server, configured: Option<&str>) -> String {
+    configured.map_or_else(
+        || format!("x-mcp-{}-authorization", server.prefix()),
+        str::to_ascii_lowercase,
+    )
+}
+
+/// The partition a caller's requests to `server` use (no token request needed to know it).
+pub fn partition(caller: CredentialContext<'_>, server: &Server) -> u64 {
+    caller_credential(caller, server).map_or(SHARED_PARTITION, |v| partition_of(v.as_bytes()))
+}
+
+/// The credential of the caller's own that `server`'s arm uses, if the caller sent one.
+fn caller_credential<'a>(
+    caller: CredentialContext<'a>,
+    server: &Server,
+) -> Option<&'a HeaderValue> {
+    match &server.spec.auth {
+        UpstreamAuth::Passthrough { .. } | UpstreamAuth::TokenExchange { .. } => {
+            caller.own_authorization
+        }
+        UpstreamAuth::OauthDelegate { header, .. } => {
+            header_value(caller.headers, &delegate_header(server, header.as_deref()))
+        }
+        _ => None,
+    }
+}
+
+fn header_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a HeaderValue> {
+    headers.get(name).filter(|v| !v.is_empty())
+}
+
+/// Resolves the credential for one request. `None` when the arm has a static credential (or
+/// none), or when the caller sent no credential of its own (the upstream then answers 401,
+/// which is relayed). `rejected` is a token the upstream just refused: it is renewed.
+pub async fn resolve(
+    tokens: &Tokens,
+    http: &reqwest::Client,
+    caller: CredentialContext<'_>,
+    server: &Server,
+    rejected: Option<&HeaderValue>,
+) -> Result<Option<RequestCredential>, GatewayError> {
+    let rejected_token = rejected
+        .and_then(|v| v.to_str().ok())
+        .map(|v| strip_scheme(v, "Bearer").to_string());
+    let bearer =
+        |token: &str| credential_value(&format!("Bearer {}", strip_scheme(token, "Bearer")));
+    let value = match &server.spec.auth {
+        UpstreamAuth::Passthrough { .. } => caller_credential(caller, server).cloned(),
+        UpstreamAuth::OauthDelegate { .. } => caller_credential(caller, server)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer),
+        UpstreamAuth::Oauth2ClientCredentials {
+            token_url,
+            client_id,
+            client_secret,
+            scopes,
+            audience,
+            client_auth,
+            ..
+        } => {
+            let token = tokens
+                .token(
+                    http,
+                    server,
+                    SHARED_PARTITION,
+                    1,
+                    rejected_token.as_deref(),
+                    || {
+                        let mut form = vec![("grant_type", "client_credentials".to_string())];
+                        if !scopes.is_empty() {
+                            form.push(("scope", scopes.join(" ")));
+                        }
+                        if let Some(a) = audience {
+                            form.push(("audience", a.clone()));
+                        }
+                        Grant {
+                            token_url,
+                            client_id: secret(client_id),
+                            client_secret: Some(secret(client_secret)),
+                            client_auth: *client_auth,
+                            form,
+                        }
+                    },
+                )
+                .await?;
+            bearer(&token)
+        }
+        UpstreamAuth::TokenExchange {
+            token_url,
+            client_id,
+            client_secret,
+            audience,
+            scopes,
+            subject_token_type,
+            client_auth,
+            cache_size,
+            ..
+        } => {
+            let Some(subject) = caller_credential(caller, server).and_then(|v| v.to_str().ok())
+            else {
+                return Ok(None);
+            };
+            let subject = strip_scheme(subject, "Bearer").to_string();
+            let partition = partition_of(subject.as_bytes());
+            let token = tokens
+                .token(
+                    http,
+                    server,
+                    partition,
+                    *cache_size,
+                    rejected_token.as_deref(),
+                    || {
+                        let mut form = vec![
+                            (
+                                "grant_type",
+                                "urn:ietf:params:oauth:grant-type:token-exchange".to_string(),
+                            ),
+                            ("subject_token", subject.clone()),
+                            ("subject_token_type", subject_token_type.clone()),
+                        ];
+                        if let Some(a) = audience {
+                            form.push(("audience", a.clone()));
+                        }
+                        if !scopes.is_empty() {
+                            form.push(("scope", scopes.join(" ")));
+                        }
+                        Grant {
+                            token_url,
+                            client_id: secret(client_id),
+                            client_secret: client_secret.as_ref().map(secret),
+                            client_auth: *client_auth,
+                            form,
+                        }
+                    },
+                )
+                .await?;
+            bearer(&token)
+        }
+        _ => return Ok(None),
+    };
+    Ok(value.map(|value| RequestCredential {
+        value,
+        partition: partition(caller, server),
+    }))
+}
