@@ -122,7 +122,7 @@ impl Gateway {
         self.metrics
             .snapshot_applied(table.generation, table.servers.len(), table.key_count());
         table.limiters.carry_over(&self.live.load().limiters);
-        self.upstream.set_networks(table.networks.clone(), &table);
+        self.upstream.prepare(&table);
         let table = Arc::new(table);
         self.live.store(table.clone());
         self.upstream.forget_all_but(&table);

@@ -133,6 +133,13 @@ fn model_failure(e: &reqwest::Error, budget: Duration) -> ModelProbe {
         } else {
             "the model listing failed"
         };
+        // A refused certificate says why (unknown authority, wrong name, ...).
+        if let Some(tls) = switchboard_upstream::tls::failure_in(e) {
+            return ModelProbe::Failed {
+                reason: "ProviderUnavailable",
+                message: format!("{kind}: {tls}"),
+            };
+        }
         match root {
             Some(root) => format!("{kind}: {root}"),
             None => kind.to_string(),
@@ -145,8 +152,18 @@ fn model_failure(e: &reqwest::Error, budget: Duration) -> ModelProbe {
 }
 
 /// One listing request to the model's provider. Never a model call.
-async fn probe_model(http: &reqwest::Client, model: &Model) -> ModelProbe {
+async fn probe_model(plane: &UpstreamPlane, model: &Model) -> ModelProbe {
     let budget = model.spec.timeout.min(MODEL_PROBE_TIMEOUT);
+    // The gateway's own client for the model: its TLS settings, no redirects followed.
+    let http = match plane.upstreams.http_for_model(model) {
+        Ok(http) => http,
+        Err(message) => {
+            return ModelProbe::Failed {
+                reason: "ProviderUnavailable",
+                message,
+            };
+        }
+    };
     let mut request = http.get(model.models_url.clone()).timeout(budget);
     if let Some((name, value)) = &model.credential {
         request = request.header(name, value);
@@ -204,24 +221,13 @@ pub async fn run(
             .unwrap_or_else(|_| unreachable!("the empty snapshot is valid")),
     );
     let mut applied_generation = None;
-    // Redirects are not followed: a credential must never reach another origin.
-    let http = match reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
-        Ok(http) => http,
-        Err(e) => {
-            tracing::error!(error = %e, "probe: cannot build an HTTP client; models are not probed");
-            reqwest::Client::new()
-        }
-    };
     let mut model_probed: HashMap<String, ([u8; 32], Instant)> = HashMap::new();
     loop {
         let snapshot = snapshots.borrow().clone();
         if applied_generation != Some(snapshot.generation) {
             match RoutingTable::build(&snapshot) {
                 Ok(built) => {
-                    plane.set_networks(built.networks.clone(), &built);
+                    plane.prepare(&built);
                     table = Arc::new(built);
                     plane.forget_all_but(&table);
                 }
@@ -269,8 +275,8 @@ pub async fn run(
             }
         }
         let model_rounds = due.into_iter().map(|model| {
-            let http = &http;
-            async move { (model.id().to_string(), probe_model(http, model).await) }
+            let plane = &plane;
+            async move { (model.id().to_string(), probe_model(plane, model).await) }
         });
         let (results, model_results) = futures_util::future::join(
             futures_util::future::join_all(rounds),

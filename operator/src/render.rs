@@ -364,6 +364,7 @@ fn model_spec(
         });
     }
     Ok(ModelSpec {
+        tls: None,
         id: Some(format!("{namespace}/{name}")),
         name,
         namespace,
@@ -562,6 +563,7 @@ fn server_spec(server: &McpServer, secrets: &SecretData) -> Result<ServerSpec, V
         })
     };
     Ok(ServerSpec {
+        tls: None,
         id: Some(format!("{namespace}/{name}")),
         name: name.clone(),
         namespace: namespace.clone(),

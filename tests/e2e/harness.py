@@ -824,6 +824,9 @@ class AsgiServer:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
+        # uvicorn's TLS settings (ssl_certfile, ssl_keyfile, ssl_ca_certs, ssl_cert_reqs):
+        # set them before start() to serve HTTPS.
+        self.ssl: dict[str, Any] = {}
 
     def start(self) -> Any:
         import uvicorn
@@ -833,9 +836,10 @@ class AsgiServer:
         sock.bind((self._host, 0))
         sock.listen(128)
         self._sock = sock
-        self.url = f"http://{self._host}:{sock.getsockname()[1]}"
+        scheme = "https" if self.ssl else "http"
+        self.url = f"{scheme}://{self._host}:{sock.getsockname()[1]}"
         config = uvicorn.Config(
-            self.app, log_level="warning", access_log=False, lifespan=self._lifespan, interface="asgi3"
+            self.app, log_level="warning", access_log=False, lifespan=self._lifespan, interface="asgi3", **self.ssl
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

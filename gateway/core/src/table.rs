@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use switchboard_snapshot::TlsMaterial;
 use switchboard_snapshot::{
     FieldError, GatewaySettings, KeySpec, ModelProvider, ModelSpec, NetworkPolicy, ScopedPolicy,
     ServerSpec, Snapshot, SnapshotError, ToolFilter, key_hash, resolved_value,
@@ -34,6 +35,8 @@ pub struct Server {
     pub revision: u64,
     /// Its own `upstreamPolicy`, checked besides `gateway.upstreamNetworks`.
     pub scope: Option<ServerScope>,
+    /// Its `tls`, parsed: what its connections (and its token endpoint's) trust and present.
+    pub tls: Option<Arc<TlsMaterial>>,
 }
 
 impl Server {
@@ -176,6 +179,8 @@ pub struct RoutingTable {
     pub limiters: Limiters,
     /// Which addresses upstreams may have (`gateway.upstreamNetworks`), checked at connect time.
     pub networks: NetworkPolicy,
+    /// `gateway.upstreamTls`, parsed: authorities every upstream connection trusts.
+    pub upstream_roots: UpstreamRoots,
 }
 
 /// How ServiceAccount tokens authenticate: the issuer's verifier, and which key each
@@ -198,6 +203,8 @@ pub struct Model {
     pub credential: Option<(http::HeaderName, http::HeaderValue)>,
     /// The id as a metric label.
     pub metric_name: ServerName,
+    /// Its `tls`, parsed.
+    pub tls: Option<Arc<TlsMaterial>>,
 }
 
 impl Model {
@@ -240,8 +247,15 @@ impl RoutingTable {
                 }
                 None => None,
             };
+            let tls = spec.tls.as_ref().and_then(|tls| {
+                TlsMaterial::parse(tls, &format!("servers[{i}].tls"))
+                    .map_err(|e| errors.extend(e))
+                    .ok()
+                    .map(Arc::new)
+            });
             match (url, headers) {
                 (Ok(url), Ok(headers)) => servers.push(Arc::new(Server {
+                    tls,
                     metric_name: ServerName(spec.id().into()),
                     revision: spec_revision(spec),
                     spec: spec.clone(),
@@ -274,6 +288,10 @@ impl RoutingTable {
                 NetworkPolicy::default()
             }
         };
+        let upstream_roots = UpstreamRoots::parse(&snapshot.gateway).unwrap_or_else(|e| {
+            errors.push(e);
+            UpstreamRoots::default()
+        });
         if !errors.is_empty() {
             return Err(SnapshotError { errors });
         }
@@ -308,6 +326,7 @@ impl RoutingTable {
             .map(str::to_owned);
         Ok(RoutingTable {
             networks,
+            upstream_roots,
             generation: snapshot.generation,
             settings: snapshot.gateway.clone(),
             servers,
@@ -381,6 +400,12 @@ fn build_models(snapshot: &Snapshot) -> Result<Vec<Arc<Model>>, SnapshotError> {
     let mut errors = Vec::new();
     let mut models = Vec::with_capacity(snapshot.models.len());
     for (i, spec) in snapshot.models.iter().enumerate() {
+        let tls = spec.tls.as_ref().and_then(|tls| {
+            TlsMaterial::parse(tls, &format!("models[{i}].tls"))
+                .map_err(|e| errors.extend(e))
+                .ok()
+                .map(Arc::new)
+        });
         match model_urls(spec) {
             Ok((endpoint, models_url)) => {
                 let credential = spec
@@ -394,6 +419,7 @@ fn build_models(snapshot: &Snapshot) -> Result<Vec<Arc<Model>>, SnapshotError> {
                     endpoint,
                     models_url,
                     credential,
+                    tls,
                 }));
             }
             Err(message) => errors.push(FieldError {
@@ -406,6 +432,36 @@ fn build_models(snapshot: &Snapshot) -> Result<Vec<Arc<Model>>, SnapshotError> {
         Ok(models)
     } else {
         Err(SnapshotError { errors })
+    }
+}
+
+/// `gateway.upstreamTls.caBundle`, parsed; `key` identifies it (0: none).
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamRoots {
+    pub certificates: Vec<rustls_pki_types::CertificateDer<'static>>,
+    pub key: u64,
+}
+
+impl UpstreamRoots {
+    fn parse(settings: &GatewaySettings) -> Result<UpstreamRoots, FieldError> {
+        let Some(bundle) = settings
+            .upstream_tls
+            .as_ref()
+            .and_then(|t| t.ca_bundle.as_ref())
+        else {
+            return Ok(UpstreamRoots::default());
+        };
+        let mut hash = Sha256::new();
+        let certificates = switchboard_snapshot::tls::certificates(
+            bundle,
+            "gateway.upstreamTls.caBundle",
+            &mut hash,
+        )?;
+        let digest = hash.finalize();
+        Ok(UpstreamRoots {
+            certificates,
+            key: u64::from_le_bytes(digest[..8].try_into().unwrap_or([1; 8])).max(1),
+        })
     }
 }
 

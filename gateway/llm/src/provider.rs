@@ -35,13 +35,18 @@ fn is_relayed_answer_header(name: &HeaderName) -> bool {
 }
 
 pub struct Provider<'a> {
-    pub http: &'a reqwest::Client,
+    /// The client with the model's TLS settings, or why none could be built.
+    http: Result<reqwest::Client, String>,
     pub model: &'a Model,
     headers: HeaderMap,
 }
 
 impl<'a> Provider<'a> {
-    pub fn new(http: &'a reqwest::Client, model: &'a Model, client_headers: &HeaderMap) -> Self {
+    pub fn new(
+        http: Result<reqwest::Client, String>,
+        model: &'a Model,
+        client_headers: &HeaderMap,
+    ) -> Self {
         let headers = client_headers
             .iter()
             .filter(|(name, _)| is_provider_header(name))
@@ -61,8 +66,14 @@ impl<'a> Provider<'a> {
         body: Vec<u8>,
         deadline: Instant,
     ) -> Result<reqwest::Response, LlmError> {
-        let mut request = self
+        let http = self
             .http
+            .as_ref()
+            .map_err(|detail| LlmError::ProviderUnavailable {
+                model: self.model.id().to_string(),
+                detail: detail.clone(),
+            })?;
+        let mut request = http
             .post(url.clone())
             .headers(self.headers.clone())
             .header(header::CONTENT_TYPE, "application/json")
@@ -74,7 +85,9 @@ impl<'a> Provider<'a> {
             Err(_) => Err(self.timeout()),
             Ok(Err(e)) => Err(LlmError::ProviderUnavailable {
                 model: self.model.id().to_string(),
-                detail: e.without_url().to_string(),
+                // A refused certificate says why; otherwise reqwest's words, without the URL.
+                detail: switchboard_upstream::tls::failure_in(&e)
+                    .unwrap_or_else(|| e.without_url().to_string()),
             }),
             Ok(Ok(response)) => Ok(response),
         }
@@ -112,7 +125,9 @@ impl<'a> Provider<'a> {
             Err(_) => Err(self.timeout()),
             Ok(Err(e)) => Err(LlmError::ProviderUnavailable {
                 model: self.model.id().to_string(),
-                detail: e.without_url().to_string(),
+                // A refused certificate says why; otherwise reqwest's words, without the URL.
+                detail: switchboard_upstream::tls::failure_in(&e)
+                    .unwrap_or_else(|| e.without_url().to_string()),
             }),
             Ok(Ok(b)) => Ok((headers, b)),
         }

@@ -40,7 +40,7 @@ pub struct Prepared {
 impl Prepared {
     pub fn provider(&self) -> Provider<'_> {
         Provider::new(
-            self.cx.upstream.upstreams.http(),
+            self.cx.upstream.upstreams.http_for_model(&self.model),
             &self.model,
             &self.client_headers,
         )

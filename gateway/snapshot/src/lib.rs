@@ -9,8 +9,10 @@ pub mod model;
 pub mod names;
 pub mod networks;
 pub mod secret;
+pub mod tls;
 
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};
+pub use tls::{ClientCertificate, GatewayTls, TlsMaterial, UpstreamTls};

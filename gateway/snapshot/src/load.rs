@@ -10,6 +10,8 @@ use crate::model::{ModelSpec, RequestLimits, SCHEMA_VERSION, ServerSpec, Snapsho
 use crate::names::{is_dns_label, is_header_name, is_header_value};
 use crate::networks::{NetworkPolicy, ScopedPolicy};
 use crate::secret::{SecretLookup, SecretSource};
+use crate::tls::{TlsMaterial, UpstreamTls};
+use sha2::Digest;
 
 /// One problem in one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +128,20 @@ pub fn resolve_secrets(
     if let Some(key) = snapshot.gateway.session_key.as_mut() {
         resolve(key, "gateway.sessionKey".into());
     }
+    if let Some(bundle) = snapshot
+        .gateway
+        .upstream_tls
+        .as_mut()
+        .and_then(|t| t.ca_bundle.as_mut())
+    {
+        resolve(bundle, "gateway.upstreamTls.caBundle".into());
+    }
     for (i, server) in snapshot.servers.iter_mut().enumerate() {
+        if let Some(tls) = server.tls.as_mut() {
+            for (field, secret) in tls_secrets_mut(tls) {
+                resolve(secret, format!("servers[{i}].tls.{field}"));
+            }
+        }
         for (j, header) in server.headers.static_headers.iter_mut().enumerate() {
             resolve(
                 &mut header.value,
@@ -140,6 +155,11 @@ pub fn resolve_secrets(
     for (i, model) in snapshot.models.iter_mut().enumerate() {
         if let Some(secret) = model.api_key.as_mut() {
             resolve(secret, format!("models[{i}].apiKey"));
+        }
+        if let Some(tls) = model.tls.as_mut() {
+            for (field, secret) in tls_secrets_mut(tls) {
+                resolve(secret, format!("models[{i}].tls.{field}"));
+            }
         }
     }
     for (i, key) in snapshot.keys.iter_mut().enumerate() {
@@ -166,6 +186,19 @@ pub fn resolve_secrets(
     } else {
         Err(SnapshotError { errors })
     }
+}
+
+/// Every secret of a TLS setting, with its field name.
+fn tls_secrets_mut(tls: &mut UpstreamTls) -> Vec<(&'static str, &mut SecretSource)> {
+    let mut out = Vec::new();
+    if let Some(bundle) = tls.ca_bundle.as_mut() {
+        out.push(("caBundle", bundle));
+    }
+    if let Some(c) = tls.client_certificate.as_mut() {
+        out.push(("clientCertificate.certificate", &mut c.certificate));
+        out.push(("clientCertificate.key", &mut c.key));
+    }
+    out
 }
 
 /// Every secret an auth arm holds, with its field name.
@@ -256,10 +289,23 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         }
     }
 
+    if let Some(bundle) = g.upstream_tls.as_ref().and_then(|t| t.ca_bundle.as_ref()) {
+        let mut hash = sha2::Sha256::new();
+        if let Err(e) = crate::tls::certificates(bundle, "gateway.upstreamTls.caBundle", &mut hash)
+        {
+            v.errors.push(e);
+        }
+    }
+
     let mut ids: HashMap<&str, usize> = HashMap::new();
     let mut prefixes: HashMap<&str, usize> = HashMap::new();
     for (i, server) in snapshot.servers.iter().enumerate() {
         v.server(i, server);
+        if let Some(tls) = &server.tls
+            && let Err(errors) = TlsMaterial::parse(tls, &format!("servers[{i}].tls"))
+        {
+            v.errors.extend(errors);
+        }
         if let Some(first) = ids.insert(server.id(), i) {
             v.err(
                 format!("servers[{i}].id"),
@@ -278,6 +324,11 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
     let mut model_names: HashMap<&str, usize> = HashMap::new();
     for (i, model) in snapshot.models.iter().enumerate() {
         v.model(i, model);
+        if let Some(tls) = &model.tls
+            && let Err(errors) = TlsMaterial::parse(tls, &format!("models[{i}].tls"))
+        {
+            v.errors.extend(errors);
+        }
         if let Some(first) = model_ids.insert(model.id(), i) {
             v.err(
                 format!("models[{i}].id"),

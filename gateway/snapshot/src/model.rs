@@ -91,6 +91,9 @@ pub struct GatewaySettings {
     /// link-local and cloud metadata addresses are refused (`networks.rs`).
     #[serde(default)]
     pub upstream_networks: crate::networks::UpstreamNetworks,
+    /// What every upstream connection trusts besides the public roots (`tls.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_tls: Option<crate::tls::GatewayTls>,
 }
 
 /// How ServiceAccount tokens are verified: the cluster's issuer, the audiences a token must be
@@ -127,6 +130,7 @@ impl Default for GatewaySettings {
             listing_ttl: default_listing_ttl(),
             service_account_tokens: None,
             upstream_networks: Default::default(),
+            upstream_tls: None,
         }
     }
 }
@@ -193,6 +197,9 @@ pub struct ServerSpec {
     /// operator sets it from the namespace's annotations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_policy: Option<crate::networks::ServerAddressPolicy>,
+    /// TLS towards this upstream and its token endpoint and metadata (`tls.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::UpstreamTls>,
 }
 
 /// Request limits, enforced by each replica on its own (N replicas admit up to N times the
@@ -601,6 +608,9 @@ pub struct ModelSpec {
     /// Every admitted key may use this model.
     #[serde(default)]
     pub allow_all_keys: bool,
+    /// TLS towards the provider (`tls.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::UpstreamTls>,
 }
 
 impl ModelSpec {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_snapshot::{SnapshotError, SystemLookup, load};
+use switchboard_snapshot::{SecretLookup, SnapshotError, SystemLookup, load};
 
 use switchboard_core::live::SnapshotSink;
 use switchboard_core::table::RoutingTable;
@@ -22,6 +22,13 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Resolves, validates and indexes a file's content: a table ready to swap in.
 pub fn load_table(content: &[u8]) -> Result<RoutingTable, SnapshotError> {
+    load_table_with(content, &SystemLookup)
+}
+
+fn load_table_with(
+    content: &[u8],
+    lookup: &dyn SecretLookup,
+) -> Result<RoutingTable, SnapshotError> {
     let whole = |message: &str| SnapshotError {
         errors: vec![switchboard_snapshot::FieldError {
             path: String::new(),
@@ -34,8 +41,43 @@ pub fn load_table(content: &[u8]) -> Result<RoutingTable, SnapshotError> {
             "the file is empty (being rewritten?); an empty config is written as {}",
         ));
     }
-    let snapshot = load(text, &SystemLookup)?;
+    let snapshot = load(text, lookup)?;
     RoutingTable::build(&snapshot)
+}
+
+/// The files a config's `{file: ...}` secrets name (keys, tokens, CA bundles, client
+/// certificates), so the watcher can see a rotated one: what the gateway serves is the config
+/// and these files together.
+fn secret_files(content: &[u8]) -> Vec<PathBuf> {
+    struct Recording(std::cell::RefCell<Vec<PathBuf>>);
+    impl SecretLookup for Recording {
+        fn env(&self, name: &str) -> Option<String> {
+            SystemLookup.env(name)
+        }
+        fn file(&self, path: &str) -> std::io::Result<String> {
+            self.0.borrow_mut().push(PathBuf::from(path));
+            SystemLookup.file(path)
+        }
+    }
+    let recording = Recording(Default::default());
+    let _ = load_table_with(content, &recording);
+    recording.0.into_inner()
+}
+
+/// What the watcher compares between polls: the config's bytes and those of its secret files.
+fn read_state(path: &Path, files: &[PathBuf]) -> Option<Vec<u8>> {
+    std::fs::read(path)
+        .ok()
+        .map(|config| with_files(config, files))
+}
+
+fn with_files(mut state: Vec<u8>, files: &[PathBuf]) -> Vec<u8> {
+    for file in files {
+        // A file that cannot be read is a state too (the reload will say what is wrong).
+        state.extend_from_slice(b"\0");
+        state.extend_from_slice(&std::fs::read(file).unwrap_or_default());
+    }
+    state
 }
 
 /// Reads the file and applies it; on error, logs it and keeps what is served. Returns the
@@ -129,7 +171,8 @@ pub async fn watch(
     applied: Option<Vec<u8>>,
     mut hangup: Option<tokio::signal::unix::Signal>,
 ) {
-    let mut last = applied;
+    let mut files = applied.as_deref().map(secret_files).unwrap_or_default();
+    let mut last = applied.map(|config| with_files(config, &files));
     // A changed content seen once; applied when the next poll reads it again.
     let mut settling: Option<Vec<u8>> = None;
     let mut tick = tokio::time::interval(POLL_INTERVAL);
@@ -144,7 +187,7 @@ pub async fn watch(
                 }
             } => true,
         };
-        let current = std::fs::read(&path).ok();
+        let current = read_state(&path, &files);
         if forced {
             tracing::info!("SIGHUP: reloading config");
         } else if current == last {
@@ -157,8 +200,12 @@ pub async fn watch(
         }
         settling = None;
         last = current;
-        // A rejected edit was logged by reload; the previous table keeps serving.
-        let _ = reload(&*sink, &path);
+        // A rejected edit was logged by reload; the previous table keeps serving. A config
+        // that names other files is watched with those from now on (the state then differs
+        // once more, which costs one more reload of the same content).
+        if let Ok(content) = reload(&*sink, &path) {
+            files = secret_files(&content);
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 //! The answer is cached per server revision, so a modern upstream costs exactly one request.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -29,13 +29,14 @@ use tokio::time::Instant;
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::address_policy::PolicyResolver;
 use switchboard_core::errors::GatewayError;
-use switchboard_core::table::Server;
+use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
     ModernMeta, modern_request_body, raw_response, request_body, response_from_body,
 };
 use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
 use switchboard_protocol::{self as protocol, capabilities};
 use switchboard_protocol::{LATEST_LEGACY_VERSION, MODERN_VERSION};
+use switchboard_snapshot::TlsMaterial;
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
 const MAX_UPSTREAM_BODY: usize = 32 * 1024 * 1024;
@@ -198,16 +199,40 @@ fn session_headers(id: Option<&HeaderValue>, version: &HeaderValue) -> HeaderMap
 }
 
 pub struct Upstreams {
-    http: reqwest::Client,
     /// Keyed by server revision (a hash of the whole spec, id included): the per-call lookup
     /// allocates nothing and takes a shared lock.
     states: RwLock<HashMap<u64, (String, Arc<UpstreamState>)>>,
     next_id: AtomicU64,
     client_info: Value,
-    /// `gateway.upstreamNetworks`, shared with the client's resolver.
+    /// `gateway.upstreamNetworks`, shared with the clients' resolvers.
     networks: Arc<ArcSwap<NetworkPolicy>>,
-    /// Clients for servers with their own `upstreamPolicy`, by the policy's hash.
-    scoped_clients: RwLock<HashMap<u64, reqwest::Client>>,
+    /// The HTTP clients, by what tells them apart: the address policy of the server (its own
+    /// `upstreamPolicy`, if any) and its TLS material (`tls`, if any). Every client trusts
+    /// `gateway.upstreamTls` too; when that changes, they are all built again.
+    clients: RwLock<Clients>,
+}
+
+#[derive(Default)]
+struct Clients {
+    /// The gateway-wide roots the clients below were built with.
+    roots: UpstreamRoots,
+    /// `ClientKey::SHARED`: servers with neither their own policy nor TLS settings, models
+    /// without TLS settings, other replicas.
+    by_key: HashMap<ClientKey, Result<reqwest::Client, String>>,
+}
+
+/// What sets one HTTP client apart from another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ClientKey {
+    policy: Option<u64>,
+    tls: Option<u64>,
+}
+
+impl ClientKey {
+    const SHARED: ClientKey = ClientKey {
+        policy: None,
+        tls: None,
+    };
 }
 
 impl Default for Upstreams {
@@ -222,28 +247,32 @@ impl Upstreams {
             NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default(),
         ));
         Upstreams {
-            http: http_client(&networks, None),
             states: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
             networks,
-            scoped_clients: RwLock::default(),
+            clients: RwLock::default(),
         }
     }
 
-    /// The network policy of the snapshot now served (new connections and redirects use it),
-    /// and the servers it serves: clients of server policies no server has any more go.
-    pub fn set_networks(&self, policy: NetworkPolicy, servers: &[Arc<Server>]) {
-        self.networks.store(Arc::new(policy));
-        let live: std::collections::HashSet<u64> = servers
+    /// The network policy and the gateway-wide TLS roots of the snapshot now served (new
+    /// connections and redirects use them), and the servers and models it serves: clients
+    /// nothing uses any more go, and all go when the roots changed.
+    pub fn set_table(&self, table: &RoutingTable) {
+        self.networks.store(Arc::new(table.networks.clone()));
+        let live: HashSet<ClientKey> = table
+            .servers
             .iter()
-            .filter_map(|s| s.scope.as_ref())
-            .map(|s| s.key)
+            .map(|s| server_key(s))
+            .chain(table.models.iter().map(|m| model_key(m)))
+            .chain([ClientKey::SHARED])
             .collect();
-        self.scoped_clients
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|key, _| live.contains(key));
+        let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+        if clients.roots.key != table.upstream_roots.key {
+            clients.roots = table.upstream_roots.clone();
+            clients.by_key.clear();
+        }
+        clients.by_key.retain(|key, _| live.contains(key));
     }
 
     /// Whether a URL may be used for a server under both policies (its host, and a literal
@@ -256,28 +285,51 @@ impl Upstreams {
             .map_or(Ok(()), |s| s.policy.check_url(url))
     }
 
-    /// The HTTP client for a server: the shared one (borrowed: the common case costs
-    /// nothing), or the one for its own policy.
-    pub fn http_for(&self, server: &Server) -> Cow<'_, reqwest::Client> {
-        let Some(scope) = &server.scope else {
-            return Cow::Borrowed(&self.http);
-        };
+    /// The HTTP client for a server (and its token endpoint and metadata): under its own
+    /// policy and with its own TLS settings. A client is a handle to a shared pool (cloning it
+    /// is cheap). An error names what in the TLS settings no client can be built from.
+    pub fn http_for(&self, server: &Server) -> Result<reqwest::Client, GatewayError> {
+        let scoped = server.scope.as_ref().map(|s| s.policy.clone());
+        self.client(server_key(server), scoped, server.tls.as_deref())
+            .map_err(|detail| GatewayError::UpstreamUnavailable {
+                server: server.id().to_string(),
+                detail,
+            })
+    }
+
+    /// The HTTP client for a model's provider, with the model's TLS settings.
+    pub fn http_for_model(&self, model: &Model) -> Result<reqwest::Client, String> {
+        self.client(model_key(model), None, model.tls.as_deref())
+    }
+
+    /// The pooled HTTP client for what has no TLS settings of its own (other replicas).
+    pub fn http(&self) -> reqwest::Client {
+        self.client(ClientKey::SHARED, None, None)
+            .unwrap_or_else(|_| reqwest::Client::new())
+    }
+
+    fn client(
+        &self,
+        key: ClientKey,
+        scoped: Option<Arc<switchboard_snapshot::ScopedPolicy>>,
+        tls: Option<&TlsMaterial>,
+    ) -> Result<reqwest::Client, String> {
         if let Some(client) = self
-            .scoped_clients
+            .clients
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&scope.key)
+            .by_key
+            .get(&key)
         {
-            return Cow::Owned(client.clone());
+            return client.clone();
         }
-        let client = self
-            .scoped_clients
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(scope.key)
-            .or_insert_with(|| http_client(&self.networks, Some(scope.policy.clone())))
-            .clone();
-        Cow::Owned(client)
+        let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+        let roots = clients.roots.clone();
+        clients
+            .by_key
+            .entry(key)
+            .or_insert_with(|| http_client(&self.networks, scoped, &roots, tls))
+            .clone()
     }
 
     /// Forgets upstreams that are no longer in the routing table (or changed revision).
@@ -301,12 +353,6 @@ impl Upstreams {
             .or_insert_with(|| (server.id().to_string(), Arc::default()))
             .1
             .clone()
-    }
-
-    /// The pooled HTTP client for what is not a server's (models, other replicas); a server's
-    /// requests go through [`Upstreams::http_for`].
-    pub fn http(&self) -> &reqwest::Client {
-        &self.http
     }
 
     /// The era an upstream was found to speak, once a request has told.
@@ -396,8 +442,10 @@ impl Upstreams {
                 call.credential.map(|c| &c.value),
                 &mut headers,
             );
-            let sent = self
-                .http_for(call.server)
+            let Ok(http) = self.http_for(call.server) else {
+                continue;
+            };
+            let sent = http
                 .delete(call.server.url.clone())
                 .headers(headers)
                 .timeout(call.budget)
@@ -501,7 +549,7 @@ impl Upstreams {
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && call.stream && reply.is_event_stream() {
                 let cancel = Canceller {
-                    http: self.http_for(call.server).into_owned(),
+                    http: self.http_for(call.server)?,
                     url: reply.url.clone(),
                     headers: reply.sent_headers.clone(),
                 };
@@ -626,7 +674,7 @@ impl Upstreams {
         );
         let body = bytes::Bytes::from(body);
         let mut url = call.server.url.clone();
-        let http = self.http_for(call.server);
+        let http = self.http_for(call.server)?;
         for _ in 0..=MAX_REDIRECTS {
             // The first URL passed validation under these policies, but a redirect target did not.
             if let Err(denied) = self.allows(call.server, &url) {
@@ -946,12 +994,32 @@ impl Reply {
     }
 }
 
-/// A pooled client whose resolver applies `networks` (and a server's own policy).
+fn server_key(server: &Server) -> ClientKey {
+    ClientKey {
+        policy: server.scope.as_ref().map(|s| s.key),
+        tls: server.tls.as_ref().map(|t| t.key),
+    }
+}
+
+fn model_key(model: &Model) -> ClientKey {
+    ClientKey {
+        policy: None,
+        tls: model.tls.as_ref().map(|t| t.key),
+    }
+}
+
+/// A pooled client whose resolver applies `networks` (and a server's own policy), with TLS by
+/// rustls under the gateway-wide roots and the upstream's own settings (`tls.rs`).
 fn http_client(
     networks: &Arc<ArcSwap<NetworkPolicy>>,
     scoped: Option<Arc<switchboard_snapshot::ScopedPolicy>>,
-) -> reqwest::Client {
+    roots: &UpstreamRoots,
+    tls: Option<&TlsMaterial>,
+) -> Result<reqwest::Client, String> {
+    let config = crate::tls::client_config(roots, tls)
+        .map_err(|e| format!("TLS settings unusable: {}", crate::tls::describe(&e)))?;
     reqwest::Client::builder()
+        .use_preconfigured_tls(config)
         .dns_resolver(Arc::new(PolicyResolver {
             policy: networks.clone(),
             scoped,
@@ -962,7 +1030,7 @@ fn http_client(
         .pool_max_idle_per_host(256)
         .tcp_nodelay(true)
         .build()
-        .unwrap_or_default()
+        .map_err(|e| format!("no HTTP client: {e}"))
 }
 
 fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
@@ -978,6 +1046,21 @@ fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
             };
         }
         source = cause.source();
+    }
+    // A refused certificate says why (unknown authority, wrong name, expired, a client
+    // certificate required), never which URL.
+    let presents_certificate = server.tls.as_ref().is_some_and(|t| t.client.is_some());
+    // (Only while sending: a stream that breaks later is a broken upstream, not a refusal.)
+    let sending = e.is_request() || e.is_connect();
+    if let Some(detail) = crate::tls::failure_in(e).or_else(|| {
+        sending
+            .then(|| crate::tls::dropped_after_handshake(e, &server.url, presents_certificate))
+            .flatten()
+    }) {
+        return GatewayError::UpstreamUnavailable {
+            server: server.id().to_string(),
+            detail,
+        };
     }
     let kind = if e.is_connect() {
         "connection refused or unreachable"

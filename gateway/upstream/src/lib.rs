@@ -9,4 +9,5 @@ pub mod listing;
 pub mod plane;
 pub mod protected_resource;
 pub mod request_credential;
+pub mod tls;
 pub mod tokens;

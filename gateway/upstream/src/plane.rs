@@ -25,7 +25,6 @@ use switchboard_core::scope::Caller;
 use switchboard_core::table::{RoutingTable, Server, base_url};
 use switchboard_protocol::param_headers;
 use switchboard_protocol::{Era, HEADER_MISMATCH};
-use switchboard_snapshot::NetworkPolicy;
 
 /// What the gateway keeps about its upstreams. Every part is a cache a replica rebuilds on
 /// demand (invariant 2); [`UpstreamPlane::apply`] forgets servers that left or changed.
@@ -78,9 +77,9 @@ impl UpstreamPlane {
         }
     }
 
-    /// Takes a new table's address policy: called before the table serves.
-    pub fn set_networks(&self, networks: NetworkPolicy, table: &RoutingTable) {
-        self.upstreams.set_networks(networks, &table.servers);
+    /// Takes a new table's address policy and TLS roots: called before the table serves.
+    pub fn prepare(&self, table: &RoutingTable) {
+        self.upstreams.set_table(table);
     }
 
     /// Forgets what belongs to servers that left `table` or changed: called once it serves, so
@@ -261,7 +260,7 @@ impl UpstreamPlane {
     ) -> Result<Option<RequestCredential>, GatewayError> {
         request_credential::resolve(
             &self.tokens,
-            &self.upstreams.http_for(server),
+            &self.upstreams.http_for(server)?,
             caller.credential_context(),
             server,
             rejected,

@@ -132,7 +132,7 @@ impl ProtectedResources {
             format!("{origin}/.well-known/oauth-protected-resource{path}"),
             format!("{origin}/.well-known/oauth-protected-resource"),
         ]);
-        let http = upstreams.http_for(server);
+        let http = upstreams.http_for(server).ok()?;
         for url in candidates {
             let Ok(parsed) = url::Url::parse(&url) else {
                 continue;
