@@ -14,6 +14,7 @@ pub use key::{McpKey, McpKeySpec, McpKeyStatus};
 pub use model_route::{ModelRoute, ModelRouteSpec, ModelRouteStatus};
 pub use server::{McpServer, McpServerSpec, McpServerStatus};
 
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,52 @@ pub struct SecretKeyRef {
     pub name: String,
     /// Key within the Secret's data.
     pub key: String,
+}
+
+/// A key of a ConfigMap in the resource's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKeyRef {
+    /// Name of the ConfigMap (same namespace as the resource).
+    pub name: String,
+    /// Key within the ConfigMap's data.
+    pub key: String,
+}
+
+/// TLS towards an upstream (an McpServer's server, its token endpoint and metadata; a
+/// ModelRoute's provider). Without it the public roots are trusted, plus the gateway-wide
+/// bundle; there is no way to turn verification off.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamTls {
+    /// PEM certificates of the authorities trusted for this upstream besides the public roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<CaBundleRef>,
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) the gateway presents (mTLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<ClientCertificateRef>,
+    /// The name the upstream's certificate must be valid for (default: the URL's host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub server_name: Option<String>,
+}
+
+/// Where a CA bundle is: a key of a Secret or of a ConfigMap (exactly one).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.secretKeyRef) != has(self.configMapKeyRef)").message("tls.caBundle needs exactly one of secretKeyRef and configMapKeyRef"))]
+pub struct CaBundleRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<ConfigMapKeyRef>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCertificateRef {
+    /// A Secret of type `kubernetes.io/tls` in the resource's namespace.
+    pub secret_name: String,
 }
 
 /// Names a filter admits: `allow` empty means every name; `deny` always wins. Entries are exact

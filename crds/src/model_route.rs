@@ -78,6 +78,9 @@ pub struct ModelRouteSpec {
     /// Every admitted key may use this model, whatever its models and groups say.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_all_keys: bool,
+    /// TLS towards the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::UpstreamTls>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

@@ -4,7 +4,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter};
+use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter, UpstreamTls};
 
 /// An upstream MCP server the gateway routes to. Its id is `<namespace>/<name>`; its tools
 /// appear on the aggregate endpoint as `<toolPrefix>__<tool>`.
@@ -76,6 +76,9 @@ pub struct McpServerSpec {
     /// How the gateway authenticates to the upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<ServerAuth>,
+    /// TLS towards the upstream and its token endpoint and metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -92,6 +92,11 @@ fn trim_namespace(namespace: &mut Namespace) {
     trim_metadata(&mut namespace.metadata);
     namespace.spec = None;
     namespace.status = None;
+}
+
+/// What the operator keeps of a ConfigMap (a CA bundle's home): its data and name.
+fn trim_config_map(config_map: &mut ConfigMap) {
+    trim_metadata(&mut config_map.metadata);
 }
 
 /// Secret types the operator never reads (no McpServer, McpKey or ModelRoute credential is a
@@ -179,6 +184,17 @@ impl Controller {
                 )
             })
             .collect();
+        // CA bundles (`tls.caBundle.configMapKeyRef`); under `--secret-selector`, the selected
+        // ones alone, like Secrets.
+        let config_maps = watch_into(
+            Api::<ConfigMap>::all(self.client.clone()),
+            self.config
+                .secret_selector
+                .as_deref()
+                .map_or(all(), |s| all().labels(s)),
+            trim_config_map,
+            self.dirty.clone(),
+        );
         // For their upstream-policy annotations.
         let namespaces = watch_into(
             Api::<Namespace>::all(self.client.clone()),
@@ -190,6 +206,7 @@ impl Controller {
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,
             models.wait_until_ready().await,
+            config_maps.wait_until_ready().await,
             namespaces.wait_until_ready().await,
         ];
         for store in &secrets {
@@ -218,6 +235,7 @@ impl Controller {
                 keys: &keys,
                 models: &models,
                 secrets: &secrets,
+                config_maps: &config_maps,
                 namespaces: &namespaces,
             };
             let result = self.reconcile(stores, &recorder, &mut state).await;
@@ -311,11 +329,26 @@ impl Controller {
                 Some((ns.name_any(), policy))
             })
             .collect();
+        let config_map_data: SecretData = stores
+            .config_maps
+            .state()
+            .iter()
+            .map(|c| {
+                let text = c.data.clone().unwrap_or_default().into_iter();
+                let binary = c.binary_data.clone().unwrap_or_default().into_iter();
+                let data = text
+                    .map(|(k, v)| (k, v.into_bytes()))
+                    .chain(binary.map(|(k, v)| (k, v.0)))
+                    .collect();
+                (object_ref(c.as_ref()), data)
+            })
+            .collect();
         let mut rendered = render(RenderInput {
             servers: &servers,
             keys: &keys,
             models: &models,
             secrets: &secret_data,
+            config_maps: &config_map_data,
             settings,
             upstreams: &self.config.upstreams,
             namespace_policies: &namespace_policies,
@@ -607,6 +640,7 @@ struct Stores<'a> {
     keys: &'a Store<McpKey>,
     models: &'a Store<ModelRoute>,
     secrets: &'a [Store<Secret>],
+    config_maps: &'a Store<ConfigMap>,
     namespaces: &'a Store<Namespace>,
 }
 

@@ -97,6 +97,8 @@ pub struct RenderInput<'a> {
     pub keys: &'a [McpKey],
     pub models: &'a [ModelRoute],
     pub secrets: &'a SecretData,
+    /// ConfigMaps' data, by the same kind of reference (CA bundles may live in one).
+    pub config_maps: &'a SecretData,
     pub settings: GatewaySettings,
     /// Which upstream addresses McpServers may use (admission; the gateway checks again).
     pub upstreams: &'a UpstreamPolicy,
@@ -124,7 +126,7 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
     for server in servers {
         let key = object_ref(server);
         let id = format!("{}/{}", key.0, key.1);
-        let spec = server_spec(server, input.secrets).and_then(|mut spec| {
+        let spec = server_spec(server, input.secrets, input.config_maps).and_then(|mut spec| {
             spec.upstream_policy = namespace_policy(&input, &key.0)?;
             Ok(spec)
         });
@@ -243,7 +245,8 @@ fn render_models(
     for route in routes {
         let key = object_ref(route);
         let id = format!("{}/{}", key.0, key.1);
-        let verdict = match model_spec(route, input.secrets, servers, &existing) {
+        let verdict = match model_spec(route, input.secrets, input.config_maps, servers, &existing)
+        {
             Err(verdict) => verdict,
             Ok(spec) => {
                 let taken = spec
@@ -288,6 +291,7 @@ pub fn model_names(route: &ModelRoute) -> Vec<String> {
 fn model_spec(
     route: &ModelRoute,
     secrets: &SecretData,
+    config_maps: &SecretData,
     servers: &[ServerSpec],
     existing: &HashSet<ObjectRef>,
 ) -> Result<ModelSpec, Verdict> {
@@ -364,7 +368,11 @@ fn model_spec(
         });
     }
     Ok(ModelSpec {
-        tls: None,
+        tls: spec
+            .tls
+            .as_ref()
+            .map(|tls| upstream_tls(tls, &namespace, secrets, config_maps))
+            .transpose()?,
         id: Some(format!("{namespace}/{name}")),
         name,
         namespace,
@@ -452,22 +460,38 @@ fn secret_value(
     reference: &SecretKeyRef,
     field: &str,
 ) -> Result<String, Verdict> {
-    let data = secrets
+    data_value(secrets, "Secret", namespace, reference, field)
+}
+
+/// A key of a Secret or a ConfigMap (`kind`), as text.
+fn data_value(
+    objects: &SecretData,
+    kind: &str,
+    namespace: &str,
+    reference: &SecretKeyRef,
+    field: &str,
+) -> Result<String, Verdict> {
+    let not_found = if kind == "Secret" {
+        "SecretNotFound"
+    } else {
+        "ConfigMapNotFound"
+    };
+    let data = objects
         .get(&(namespace.to_string(), reference.name.clone()))
         .ok_or_else(|| {
             Verdict::rejected(
-                "SecretNotFound",
+                not_found,
                 format!(
-                    "{field}: Secret {namespace}/{} does not exist",
+                    "{field}: {kind} {namespace}/{} does not exist",
                     reference.name
                 ),
             )
         })?;
     let bytes = data.get(&reference.key).ok_or_else(|| {
         Verdict::rejected(
-            "SecretNotFound",
+            not_found,
             format!(
-                "{field}: Secret {namespace}/{} has no key {:?}",
+                "{field}: {kind} {namespace}/{} has no key {:?}",
                 reference.name, reference.key
             ),
         )
@@ -477,9 +501,67 @@ fn secret_value(
         .map_err(|_| {
             Verdict::rejected(
                 "InvalidSecret",
-                format!("{field}: the Secret value is not UTF-8"),
+                format!("{field}: the {kind} value is not UTF-8"),
             )
         })
+}
+
+/// `spec.tls` with its references resolved (the PEM itself is checked by the snapshot's
+/// validation, which names `spec.tls.*`).
+fn upstream_tls(
+    tls: &switchboard_crds::UpstreamTls,
+    namespace: &str,
+    secrets: &SecretData,
+    config_maps: &SecretData,
+) -> Result<switchboard_snapshot::UpstreamTls, Verdict> {
+    let ca_bundle = match &tls.ca_bundle {
+        None => None,
+        Some(bundle) => Some(match (&bundle.secret_key_ref, &bundle.config_map_key_ref) {
+            (Some(r), None) => secret_value(secrets, namespace, r, "spec.tls.caBundle")?,
+            (None, Some(r)) => {
+                let as_secret = SecretKeyRef {
+                    name: r.name.clone(),
+                    key: r.key.clone(),
+                };
+                data_value(
+                    config_maps,
+                    "ConfigMap",
+                    namespace,
+                    &as_secret,
+                    "spec.tls.caBundle",
+                )?
+            }
+            _ => {
+                return Err(Verdict::rejected(
+                    "InvalidSpec",
+                    "spec.tls.caBundle: needs exactly one of secretKeyRef and configMapKeyRef",
+                ));
+            }
+        }),
+    };
+    let client_certificate = match &tls.client_certificate {
+        None => None,
+        Some(c) => {
+            let field = |key: &str| SecretKeyRef {
+                name: c.secret_name.clone(),
+                key: key.into(),
+            };
+            let at = "spec.tls.clientCertificate";
+            Some(switchboard_snapshot::ClientCertificate {
+                certificate: SecretSource::Value {
+                    value: secret_value(secrets, namespace, &field("tls.crt"), at)?,
+                },
+                key: SecretSource::Value {
+                    value: secret_value(secrets, namespace, &field("tls.key"), at)?,
+                },
+            })
+        }
+    };
+    Ok(switchboard_snapshot::UpstreamTls {
+        ca_bundle: ca_bundle.map(|value| SecretSource::Value { value }),
+        client_certificate,
+        server_name: tls.server_name.clone(),
+    })
 }
 
 fn duration(value: Option<&str>, field: &str) -> Result<Option<Duration>, Verdict> {
@@ -511,7 +593,11 @@ fn namespace_policy(
     }
 }
 
-fn server_spec(server: &McpServer, secrets: &SecretData) -> Result<ServerSpec, Verdict> {
+fn server_spec(
+    server: &McpServer,
+    secrets: &SecretData,
+    config_maps: &SecretData,
+) -> Result<ServerSpec, Verdict> {
     let (namespace, name) = object_ref(server);
     let spec = &server.spec;
     let url = match (&spec.url, &spec.service) {
@@ -563,7 +649,11 @@ fn server_spec(server: &McpServer, secrets: &SecretData) -> Result<ServerSpec, V
         })
     };
     Ok(ServerSpec {
-        tls: None,
+        tls: spec
+            .tls
+            .as_ref()
+            .map(|tls| upstream_tls(tls, &namespace, secrets, config_maps))
+            .transpose()?,
         id: Some(format!("{namespace}/{name}")),
         name: name.clone(),
         namespace: namespace.clone(),
@@ -845,6 +935,7 @@ mod tests {
             keys,
             models,
             secrets,
+            config_maps: &SecretData::new(),
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
             namespace_policies,
@@ -968,6 +1059,94 @@ mod tests {
         assert_eq!(m.tools[0].visibility, ToolVisibility::Visible);
         switchboard_snapshot::validate(&r.snapshot).expect("the snapshot is valid");
         assert!(!format!("{:?}", r.models).contains("s3cr3t"));
+    }
+
+    /// `spec.tls` resolves a CA bundle from a Secret or a ConfigMap and a client certificate
+    /// from a kubernetes.io/tls Secret; a missing one refuses the server by name, and a bundle
+    /// that is no PEM is refused with the user's field path. Nothing of the material appears
+    /// in a verdict.
+    #[test]
+    fn tls_references_resolve_or_refuse_by_name() {
+        let ca = rcgen::generate_simple_self_signed(vec!["ca.test".into()]).unwrap();
+        let pem = ca.cert.pem();
+        let pem = pem.trim_end();
+        let with = |tls: serde_json::Value| {
+            server(
+                "t",
+                "s",
+                0,
+                serde_json::json!({"url": "https://s.t.svc/mcp", "tls": tls}),
+            )
+        };
+        let render_with = |servers: &[McpServer], config_maps: &SecretData| {
+            render(RenderInput {
+                servers,
+                keys: &[],
+                models: &[],
+                secrets: &secrets(&[
+                    ("t", "ca", "ca.crt", "not a pem"),
+                    ("t", "client", "tls.crt", "chain"),
+                    ("t", "client", "tls.key", "s3cr3t-key"),
+                ]),
+                config_maps,
+                settings: GatewaySettings::default(),
+                upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+                namespace_policies: &NamespacePolicies::new(),
+            })
+        };
+        let config_maps = secrets(&[("t", "bundle", "ca.crt", pem)]);
+        let verdict = |tls: serde_json::Value| {
+            let r = render_with(&[with(tls)], &config_maps);
+            (r.servers[&("t".into(), "s".into())].clone(), r.snapshot)
+        };
+
+        let (v, _) = verdict(
+            serde_json::json!({"caBundle": {"configMapKeyRef": {"name": "gone", "key": "ca.crt"}}}),
+        );
+        assert!(!v.accepted);
+        assert_eq!(v.reason, "ConfigMapNotFound");
+        assert!(
+            v.message
+                .contains("spec.tls.caBundle: ConfigMap t/gone does not exist"),
+            "{}",
+            v.message
+        );
+
+        let (v, _) = verdict(serde_json::json!({"clientCertificate": {"secretName": "missing"}}));
+        assert_eq!((v.accepted, v.reason), (false, "SecretNotFound"));
+        assert!(
+            v.message.contains("spec.tls.clientCertificate"),
+            "{}",
+            v.message
+        );
+
+        let (v, _) = verdict(
+            serde_json::json!({"caBundle": {"secretKeyRef": {"name": "ca", "key": "ca.crt"}}}),
+        );
+        assert!(!v.accepted, "a bundle that is no PEM is refused");
+        assert!(v.message.contains("spec.tls.caBundle"), "{}", v.message);
+        assert!(
+            !v.message.contains("not a pem"),
+            "the material never shows: {}",
+            v.message
+        );
+
+        let (v, snapshot) = verdict(serde_json::json!({
+            "caBundle": {"configMapKeyRef": {"name": "bundle", "key": "ca.crt"}},
+            "serverName": "mcp.corp.internal",
+        }));
+        assert!(v.accepted, "{v:?}");
+        let tls = snapshot.servers[0]
+            .tls
+            .clone()
+            .expect("the server's tls is rendered");
+        assert_eq!(tls.server_name.as_deref(), Some("mcp.corp.internal"));
+        assert_eq!(
+            tls.ca_bundle
+                .as_ref()
+                .and_then(switchboard_snapshot::resolved_value),
+            Some(pem)
+        );
     }
 
     #[test]

@@ -126,7 +126,7 @@ check "deliveryTls secret: operator serves the Secret, gateways mount only its c
   grep -A6 'name: operator-ca' <<<\"\$out\" | grep -q 'secretName: op-cert' &&
   [[ \$(grep -A8 'secretName: op-cert' <<<\"\$out\" | grep -c 'key:') == 1 ]] &&
   grep -A8 'secretName: op-cert' <<<\"\$out\" | grep -q 'key: ca.crt' &&
-  ! grep -q 'kind: ConfigMap\|configmaps' <<<\"\$out\""
+  ! grep -q 'kind: ConfigMap\|verbs: \[\"get\", \"create\", \"update\"\]' <<<\"\$out\""
 check "deliveryTls off: plain http, no CA mounted" bash -c "
   out=\$(helm template sb $chart -n sb --set operator.deliveryTls.mode=off) &&
   grep -q -- '- \"http://sb-switchboard-operator.sb.svc:9090\"' <<<\"\$out\" &&
@@ -291,6 +291,7 @@ rbac_operator() {
   can yes "$as_op" create configmaps -n "$ns" || rc=1
   can yes "$as_op" update configmaps -n "$ns" || rc=1
   can yes "$as_op" watch namespaces || rc=1
+  can yes "$as_op" watch configmaps -A || rc=1
   return $rc
 }
 rbac_operator_not() {
