@@ -332,15 +332,29 @@ pub async fn admit(
         Ok(_permit) => next.run(request).await,
         Err(shed) => {
             shedding.metrics.shed(shed.label());
-            shed_response(
+            let response = shed_response(
                 request.uri().path(),
                 request.headers(),
                 shed,
                 &shedding.admission,
-            )
+            );
+            // The client may be writing its body before it reads: a small one is taken while
+            // the refusal goes out (cheaper than the reconnect a reset costs it); past the
+            // bounds the connection closes.
+            crate::http::discard_in_background(
+                request.into_body(),
+                SHED_DISCARD_BYTES,
+                SHED_DISCARD_TIME,
+            );
+            response
         }
     }
 }
+
+/// What of a shed request's body is read before its refusal (see `http::discard_body`): shedding must
+/// stay cheap, so less than a refused large body gets.
+const SHED_DISCARD_BYTES: usize = 1024 * 1024;
+const SHED_DISCARD_TIME: Duration = Duration::from_millis(500);
 
 /// The refusal in the protocol of the endpoint asked: a JSON-RPC error on MCP (id `null`: the
 /// body was not read), the provider's error shape on the LLM endpoints, else the REST error.

@@ -90,7 +90,7 @@ async fn read_body_in_time(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let limit = gw.table().settings.max_body_bytes.saturating_add(1);
-    let read = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, limit));
+    let read = read_limited(body, limit);
     // A body that came with its headers (most do) is read without arming a timer.
     let mut read = std::pin::pin!(read);
     let already = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
@@ -99,11 +99,12 @@ async fn read_body_in_time(
         Poll::Pending => tokio::time::timeout(gw.body_read_timeout(), read).await,
     };
     match collected {
-        Ok(Ok(collected)) => {
-            let body = axum::body::Body::from(collected.to_bytes());
+        Ok(Ok(Ok(whole))) => {
+            let body = axum::body::Body::from(whole);
             next.run(Request::from_parts(parts, body)).await
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+        Ok(Ok(Err(rest))) => {
+            discard_in_background(rest, REFUSED_DISCARD_BYTES, REFUSED_DISCARD_TIME);
             RestError(GatewayError::PayloadTooLarge { limit: limit - 1 }).into_response()
         }
         Ok(Err(_)) => (
@@ -117,6 +118,84 @@ async fn read_body_in_time(
             "the request body did not arrive in time",
         )
             .into_response(),
+    }
+}
+
+/// How much of a refused body (too large, or a shed request) is read and thrown away while the
+/// answer goes out, and for how long at most. A client that writes its whole body before it
+/// reads (httpx, the SDKs) would otherwise meet a closed socket, whose reset can destroy the
+/// answer before it is read. Past either bound the connection closes (the answer is out by then).
+pub const REFUSED_DISCARD_BYTES: usize = BODY_CEILING;
+pub const REFUSED_DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The body whole, or, once it passes `limit` bytes, the part not read yet. (One chunk, the
+/// common case, is kept as it came: no copy.)
+async fn read_limited(
+    mut body: axum::body::Body,
+    limit: usize,
+) -> Result<Result<bytes::Bytes, axum::body::Body>, axum::Error> {
+    use http_body_util::BodyExt;
+    let mut first: Option<bytes::Bytes> = None;
+    let mut more: Option<bytes::BytesMut> = None;
+    let mut len = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers
+        };
+        len += data.len();
+        if len > limit {
+            return Ok(Err(body));
+        }
+        match (&mut first, &mut more) {
+            (None, _) => first = Some(data),
+            (Some(head), None) => {
+                let mut buf = bytes::BytesMut::with_capacity(len);
+                buf.extend_from_slice(head);
+                buf.extend_from_slice(&data);
+                more = Some(buf);
+            }
+            (Some(_), Some(buf)) => buf.extend_from_slice(&data),
+        }
+    }
+    Ok(Ok(match (more, first) {
+        (Some(buf), _) => buf.freeze(),
+        (None, Some(head)) => head,
+        (None, None) => bytes::Bytes::new(),
+    }))
+}
+
+/// Answers now and reads the rest of the refused body meanwhile, on a task of its own: the
+/// connection stays readable for the client until the body ended (then it serves the next
+/// request) or a bound passed (then it closes).
+pub fn discard_in_background(
+    body: axum::body::Body,
+    max_bytes: usize,
+    max_time: std::time::Duration,
+) {
+    tokio::spawn(discard_body(body, max_bytes, max_time));
+}
+
+/// Reads and discards what is left of a request body, up to `max_bytes` and `max_time`;
+/// whether it reached the end.
+pub async fn discard_body(
+    mut body: axum::body::Body,
+    max_bytes: usize,
+    max_time: std::time::Duration,
+) -> bool {
+    use http_body_util::BodyExt;
+    let deadline = tokio::time::Instant::now() + max_time;
+    let mut seen = 0usize;
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(None) => return true,
+            Ok(Some(Ok(frame))) => {
+                seen += frame.data_ref().map_or(0, |d| d.len());
+                if seen > max_bytes {
+                    return false;
+                }
+            }
+            Ok(Some(Err(_))) | Err(_) => return false,
+        }
     }
 }
 
@@ -147,6 +226,7 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    gw.upstream.report_cache_sizes();
     (
         [(
             header::CONTENT_TYPE,

@@ -56,6 +56,12 @@ struct ShedLabels {
     reason: &'static str,
 }
 
+/// A cache of the upstream plane: `listings_shared`, `listings_callers`, `tokens`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    cache: &'static str,
+}
+
 type HistogramFamily = Family<ServerLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,6 +131,8 @@ pub struct Metrics {
     auth_relayed: Family<ServerLabels, Counter>,
     limited: Family<LimitedLabels, Counter>,
     shed: Family<ShedLabels, Counter>,
+    /// Set when scraped, like `runtime_tasks`.
+    cache_entries: Family<CacheLabels, Gauge>,
     queue_delay: Histogram,
     in_flight_cap: Gauge,
     snapshot_generation: Gauge,
@@ -180,6 +188,13 @@ impl Default for Metrics {
             "limited_requests",
             "Requests refused by a key's or a server's limits (429), by scope, name and limit",
             limited.clone(),
+        );
+        let cache_entries = Family::<CacheLabels, Gauge>::default();
+        registry.register(
+            "cache_entries",
+            "Entries held by each cache of the upstream plane (listings_shared, listings_callers, \
+             tokens); bounded, so flat under any number of distinct callers",
+            cache_entries.clone(),
         );
         let shed = Family::<ShedLabels, Counter>::default();
         registry.register(
@@ -270,6 +285,7 @@ impl Default for Metrics {
             auth_relayed,
             limited,
             shed,
+            cache_entries,
             queue_delay,
             in_flight_cap,
             snapshot_generation,
@@ -292,6 +308,12 @@ impl Metrics {
                 limit,
             })
             .inc();
+    }
+
+    pub fn cache_entries(&self, cache: &'static str, entries: u64) {
+        self.cache_entries
+            .get_or_create(&CacheLabels { cache })
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
     pub fn shed(&self, reason: &'static str) {

@@ -3,7 +3,9 @@
 //! and a prefixed call never looks here (docs/architecture.md, invariants 2 and 3).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
+
+use moka::sync::Cache;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -26,20 +28,71 @@ struct Entry {
     listing: Arc<Listing>,
 }
 
-#[derive(Default)]
+/// The listings of the shared partition (one per server and kind: bounded by the table) and of
+/// callers' own credentials (one per caller token for servers that use it: bounded in bytes and
+/// dropped when idle, since tokens rotate and a caller that left never comes back for its
+/// listing). Neither grows with time; both forget servers that left or changed.
 pub struct Catalog {
-    entries: RwLock<HashMap<EntryKey, Entry>>,
+    shared: Cache<EntryKey, Arc<Entry>>,
+    callers: Cache<EntryKey, Arc<Entry>>,
     owners: RwLock<HashMap<String, BTreeSet<String>>>,
-    /// One refresh at a time per (server, kind): concurrent callers wait for it and share it.
-    refreshing: Mutex<HashMap<EntryKey, Arc<tokio::sync::Mutex<()>>>>,
-    /// Listings that failed lately, and how.
-    failures: Mutex<HashMap<EntryKey, (Instant, GatewayError)>>,
+    /// One refresh at a time per (server, kind, partition): concurrent callers wait for it and
+    /// share it. A lock nobody waits on for a while goes.
+    refreshing: Cache<EntryKey, Arc<tokio::sync::Mutex<()>>>,
+    /// Listings that failed lately, when (tokio's clock) and how. The cache's own expiry only
+    /// bounds memory; whether a failure still answers is judged by its time.
+    failures: Cache<EntryKey, (Instant, GatewayError)>,
 }
 
 /// How long a failed listing is answered from memory.
 const FAILURE_TTL: Duration = Duration::from_secs(5);
+/// Bytes (approximately: the listing's JSON) of callers' own listings kept at most, and how
+/// long one unused is kept.
+const CALLER_LISTING_BYTES: u64 = 16 * 1024 * 1024;
+const CALLER_LISTING_IDLE: Duration = Duration::from_secs(600);
+/// Listings of the shared partition kept at most (servers × kinds; far above any table).
+const SHARED_LISTINGS: u64 = 100_000;
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog {
+            shared: Cache::builder()
+                .max_capacity(SHARED_LISTINGS)
+                .support_invalidation_closures()
+                .build(),
+            callers: Cache::builder()
+                .max_capacity(CALLER_LISTING_BYTES)
+                .weigher(|_, e: &Arc<Entry>| e.listing.weight())
+                .time_to_idle(CALLER_LISTING_IDLE)
+                .support_invalidation_closures()
+                .build(),
+            owners: RwLock::default(),
+            refreshing: Cache::builder()
+                .max_capacity(SHARED_LISTINGS)
+                .time_to_idle(Duration::from_secs(60))
+                .build(),
+            failures: Cache::builder()
+                .max_capacity(SHARED_LISTINGS)
+                .time_to_live(FAILURE_TTL * 2)
+                .build(),
+        }
+    }
+}
 
 impl Catalog {
+    fn cache(&self, partition: u64) -> &Cache<EntryKey, Arc<Entry>> {
+        if partition == SHARED_PARTITION {
+            &self.shared
+        } else {
+            &self.callers
+        }
+    }
+
+    fn entry(&self, server: &Server, kind: ListKind, partition: u64) -> Option<Arc<Entry>> {
+        self.cache(partition)
+            .get(&(server.revision, kind, partition))
+    }
+
     fn fresh(
         &self,
         server: &Server,
@@ -47,22 +100,31 @@ impl Catalog {
         partition: u64,
         ttl: Duration,
     ) -> Option<Arc<Listing>> {
-        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.get(&(server.revision, kind, partition))?;
+        let entry = self.entry(server, kind, partition)?;
         (entry.fetched.elapsed() < ttl).then(|| entry.listing.clone())
+    }
+
+    /// Entries held now: (shared listings, callers' listings, their approximate bytes).
+    pub fn sizes(&self) -> (u64, u64, u64) {
+        self.shared.run_pending_tasks();
+        self.callers.run_pending_tasks();
+        (
+            self.shared.entry_count(),
+            self.callers.entry_count(),
+            self.callers.weighted_size(),
+        )
     }
 
     /// Whether this server's tools were ever listed at its current revision for this
     /// credential partition (stale or not).
     pub fn has_tools_of(&self, server: &Server, partition: u64) -> bool {
-        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries.contains_key(&(server.revision, ListKind::Tools, partition))
+        self.cache(partition)
+            .contains_key(&(server.revision, ListKind::Tools, partition))
     }
 
     /// The input schema of one of the server's tools, from its last listing (any age).
     pub fn tool_schema(&self, server: &Server, partition: u64, tool: &str) -> Option<Value> {
-        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.get(&(server.revision, ListKind::Tools, partition))?;
+        let entry = self.entry(server, ListKind::Tools, partition)?;
         entry
             .listing
             .items
@@ -86,10 +148,7 @@ impl Catalog {
             return Ok(hit);
         }
         let key = (server.revision, kind, partition);
-        let lock = {
-            let mut refreshing = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
-            refreshing.entry(key).or_default().clone()
-        };
+        let lock = self.refreshing.get_with(key, Default::default);
         let _guard = lock.lock().await;
         if let Some(hit) = self.fresh(server, kind, partition, ttl) {
             return Ok(hit);
@@ -104,10 +163,7 @@ impl Catalog {
                 return Err(e);
             }
         };
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
+        self.failures.invalidate(&key);
         let listing = Arc::new(listing);
         self.store(server, kind, partition, listing.clone());
         Ok(listing)
@@ -118,9 +174,8 @@ impl Catalog {
     /// failures are the caller's to answer and are never remembered; a probe (`ttl` zero)
     /// always asks.
     fn recent_failure(&self, key: &EntryKey, ttl: Duration) -> Option<GatewayError> {
-        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let (at, error) = failures.get(key)?;
-        (at.elapsed() < FAILURE_TTL.min(ttl)).then(|| error.clone())
+        let (at, error) = self.failures.get(key)?;
+        (at.elapsed() < FAILURE_TTL.min(ttl)).then_some(error)
     }
 
     fn remember_failure(&self, key: EntryKey, error: &GatewayError) {
@@ -130,9 +185,7 @@ impl Catalog {
         ) {
             return;
         }
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures.retain(|_, (at, _)| at.elapsed() < FAILURE_TTL);
-        failures.insert(key, (Instant::now(), error.clone()));
+        self.failures.insert(key, (Instant::now(), error.clone()));
     }
 
     /// Replaces a server's listing; for tools in the shared partition, also that server's rows
@@ -156,15 +209,14 @@ impl Catalog {
                     .insert(server.id().to_string());
             }
         }
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        entries.insert(
+        self.cache(partition).insert(
             (server.revision, kind, partition),
-            Entry {
+            Arc::new(Entry {
                 id: server.id().to_string(),
                 revision: server.revision,
                 fetched: Instant::now(),
                 listing,
-            },
+            }),
         );
     }
 
@@ -176,20 +228,25 @@ impl Catalog {
 
     /// Drops what belongs to servers that left the table or changed; only their own rows go.
     pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         let mut gone = BTreeSet::new();
-        entries.retain(|_, e| {
-            let keep = live(&e.id, e.revision);
-            if !keep {
-                gone.insert(e.id.clone());
+        for (_, entry) in self.shared.iter() {
+            if !live(&entry.id, entry.revision) {
+                gone.insert(entry.id.clone());
             }
-            keep
-        });
-        self.refreshing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(rev, _, _), _| entries.values().any(|e| e.revision == *rev));
-        drop(entries);
+        }
+        let live = Arc::new(
+            self.shared
+                .iter()
+                .chain(self.callers.iter())
+                .filter(|(_, e)| live(&e.id, e.revision))
+                .map(|(_, e)| e.revision)
+                .collect::<std::collections::HashSet<u64>>(),
+        );
+        for cache in [&self.shared, &self.callers] {
+            let live = live.clone();
+            // (only fails when the cache was built without invalidation closures)
+            let _ = cache.invalidate_entries_if(move |_, e| !live.contains(&e.revision));
+        }
         let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
         for id in &gone {
             withdraw(&mut owners, id);

@@ -150,6 +150,19 @@ pub struct Listing {
     pub private: bool,
 }
 
+impl Listing {
+    /// About how many bytes the listing holds (its items' text), for a cache bounded in bytes;
+    /// at least 1.
+    pub fn weight(&self) -> u32 {
+        let bytes: usize = self
+            .items
+            .iter()
+            .map(|i| i.rest.get().len() + i.id.as_ref().map_or(0, String::len) + 64)
+            .sum();
+        u32::try_from(bytes.max(1)).unwrap_or(u32::MAX)
+    }
+}
+
 /// Follows `nextCursor` until the upstream ends the list, the cursor repeats, the page cap is
 /// reached or the deadline passes; each of the last three returns what was collected with a
 /// warning. A failure before the first page is an error.

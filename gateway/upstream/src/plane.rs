@@ -94,6 +94,14 @@ impl UpstreamPlane {
         self.protected_resources.retain(is_live);
     }
 
+    /// Puts the caches' sizes into the metrics (called when metrics are scraped).
+    pub fn report_cache_sizes(&self) {
+        let (shared, callers, _) = self.catalog.sizes();
+        self.metrics.cache_entries("listings_shared", shared);
+        self.metrics.cache_entries("listings_callers", callers);
+        self.metrics.cache_entries("tokens", self.tokens.size());
+    }
+
     /// Runs `attempt` with the server's per-request credential; when the upstream refuses a
     /// token the gateway obtained itself (401), renews it and runs `attempt` once more. A 401
     /// on the caller's own credential is relayed as the caller's 401 (see [`Self::relay_auth`]).

@@ -3,8 +3,11 @@
 //! bounded cache). Concurrent callers wait for one token request rather than sending one each.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use moka::sync::Cache;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -34,13 +37,52 @@ struct Minted {
     expires_at: Instant,
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<Minted>>>;
+/// One token's place: the token (behind a lock: concurrent callers wait for one request) and
+/// how long the cache keeps the place (the token's life, known once it is minted).
+#[derive(Default)]
+struct SlotInner {
+    minted: tokio::sync::Mutex<Option<Minted>>,
+    keep_ms: AtomicU64,
+}
 
+type Slot = Arc<SlotInner>;
+
+/// A place is kept while its token lives (plus the margin a renewal needs); an empty one, a
+/// minute.
+struct SlotExpiry;
+
+impl moka::Expiry<u64, Slot> for SlotExpiry {
+    fn expire_after_create(&self, _: &u64, slot: &Slot, _: std::time::Instant) -> Option<Duration> {
+        Some(slot.keep())
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &u64,
+        slot: &Slot,
+        _: std::time::Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(slot.keep())
+    }
+}
+
+impl SlotInner {
+    fn keep(&self) -> Duration {
+        match self.keep_ms.load(Ordering::Relaxed) {
+            0 => Duration::from_secs(60),
+            ms => Duration::from_millis(ms) + EXPIRY_MARGIN,
+        }
+    }
+}
+
+/// The tokens of each server (by id and revision): by caller-token hash (0 for client
+/// credentials), at most the server's `cacheSize` of them (the least used go first; never all
+/// at once), each until it expires.
 #[derive(Default)]
 pub struct Tokens {
-    /// Keyed by (server id, revision, caller-token hash; 0 for client credentials).
-    slots: Mutex<HashMap<(String, u64, u64), Slot>>,
-    pub requests: std::sync::atomic::AtomicU64,
+    servers: RwLock<HashMap<(String, u64), Cache<u64, Slot>>>,
+    pub requests: AtomicU64,
 }
 
 /// What one token request asks for.
@@ -60,28 +102,51 @@ struct TokenResponse {
 }
 
 impl Tokens {
-    fn slot(&self, server: &Server, caller: u64, cache_size: usize) -> Slot {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (server.id().to_string(), server.revision, caller);
-        if !slots.contains_key(&key) {
-            let of_server = slots
-                .keys()
-                .filter(|(id, rev, _)| id == server.id() && *rev == server.revision)
-                .count();
-            if of_server >= cache_size {
-                // Bounded: forget this server's exchanged tokens (they are re-obtained on use).
-                slots.retain(|(id, rev, c), _| {
-                    !(id == server.id() && *rev == server.revision && *c != 0)
-                });
-            }
+    fn of_server(&self, server: &Server, cache_size: usize) -> Cache<u64, Slot> {
+        let key = (server.id().to_string(), server.revision);
+        if let Some(cache) = self
+            .servers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return cache.clone();
         }
-        slots.entry(key).or_default().clone()
+        self.servers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_insert_with(|| {
+                Cache::builder()
+                    .max_capacity(cache_size.max(1) as u64)
+                    .expire_after(SlotExpiry)
+                    .build()
+            })
+            .clone()
+    }
+
+    fn slot(&self, server: &Server, caller: u64, cache_size: usize) -> (Cache<u64, Slot>, Slot) {
+        let cache = self.of_server(server, cache_size);
+        let slot = cache.get_with(caller, Slot::default);
+        (cache, slot)
     }
 
     /// Forgets servers that left the routing table or changed.
     pub fn retain(&self, live: impl Fn(&str, u64) -> bool) {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.retain(|(id, rev, _), _| live(id, *rev));
+        let mut servers = self.servers.write().unwrap_or_else(|p| p.into_inner());
+        servers.retain(|(id, rev), _| live(id, *rev));
+    }
+
+    /// Tokens held now, over every server.
+    pub fn size(&self) -> u64 {
+        let servers = self.servers.read().unwrap_or_else(|p| p.into_inner());
+        servers
+            .values()
+            .map(|c| {
+                c.run_pending_tasks();
+                c.entry_count()
+            })
+            .sum()
     }
 
     /// The cached token for (server, caller), or a fresh one from `grant`. `renew` forces a
@@ -95,8 +160,8 @@ impl Tokens {
         renew: Option<&str>,
         grant: impl FnOnce() -> Grant<'g>,
     ) -> Result<String, GatewayError> {
-        let slot = self.slot(server, caller, cache_size);
-        let mut current = slot.lock().await;
+        let (cache, slot) = self.slot(server, caller, cache_size);
+        let mut current = slot.minted.lock().await;
         let rejected = current
             .as_ref()
             .is_some_and(|minted| renew.is_some_and(|bad| bad == minted.token));
@@ -108,6 +173,12 @@ impl Tokens {
         }
         match self.request(http, server, grant()).await {
             Ok(minted) => {
+                // The cache keeps the place as long as the token lives (stored again, so the
+                // cache reads the new lifetime).
+                let life = minted.expires_at.saturating_duration_since(Instant::now());
+                slot.keep_ms
+                    .store(life.as_millis().max(1) as u64, Ordering::Relaxed);
+                cache.insert(caller, slot.clone());
                 *current = Some(minted.clone());
                 Ok(minted.token)
             }
@@ -172,7 +243,10 @@ impl Tokens {
                 server: server.id().to_string(),
                 budget: deadline,
             })?
-            .map_err(|_| failed("unreachable".into()))?;
+            .map_err(|e| {
+                // A refused certificate says why (the token endpoint uses its server's TLS).
+                failed(crate::tls::failure_in(&e).unwrap_or_else(|| "unreachable".into()))
+            })?;
         let status = response.status();
         let body = tokio::time::timeout(deadline, response.bytes())
             .await
@@ -301,6 +375,44 @@ mod tests {
             "a rejected token is renewed"
         );
         assert_eq!(tokens.requests.load(Ordering::Relaxed), 3);
+    }
+
+    /// More callers than the server's cacheSize: the cache stays at its bound by letting the
+    /// least used go, never by forgetting everyone (the earlier callers' tokens that stay are
+    /// reused without a new request).
+    #[tokio::test]
+    async fn the_token_cache_is_bounded_without_forgetting_everyone() {
+        let url = token_endpoint(Arc::default());
+        let table = one_server();
+        let server = table.server_by_id("a").unwrap();
+        let http = reqwest::Client::new();
+        let tokens = Tokens::default();
+        // The first caller is used often; then 20 callers come once each, over a bound of 8.
+        for _ in 0..5 {
+            tokens
+                .token(&http, server, 1, 8, None, || grant(&url))
+                .await
+                .unwrap();
+        }
+        for caller in 100..120 {
+            tokens
+                .token(&http, server, caller, 8, None, || grant(&url))
+                .await
+                .unwrap();
+        }
+        assert!(tokens.size() <= 8, "held {}", tokens.size());
+        assert!(tokens.size() >= 1);
+        let before = tokens.requests.load(Ordering::Relaxed);
+        assert_eq!(before, 21, "one request per caller");
+        tokens
+            .token(&http, server, 1, 8, None, || grant(&url))
+            .await
+            .unwrap();
+        assert_eq!(
+            tokens.requests.load(Ordering::Relaxed),
+            before,
+            "the frequent caller's token survived the newcomers"
+        );
     }
 
     /// A token endpoint that is down when a renewal is due: the token in hand keeps serving
