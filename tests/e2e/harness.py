@@ -256,6 +256,11 @@ class Upstream:
     def reset(self) -> None:
         httpx.post(f"{self.base}/_reset", timeout=5).raise_for_status()
 
+    def release(self, gate: str) -> None:
+        """Python upstream only: opens `gate`, at which its `progress` tool holds its answer."""
+        assert self.kind == "python", "gates are a feature of the Python upstream"
+        httpx.post(f"{self.base}/_release", json={"gate": gate}, timeout=5).raise_for_status()
+
     def recent_requests(self) -> list[dict]:
         """Rust example upstream only: `GET /_requests`, the last POSTs with their headers."""
         assert self.kind == "rust"
@@ -355,6 +360,22 @@ class Gateway:
 
     def write_config(self, config: dict, *, atomic: bool = True) -> None:
         write_config(self.config_path, config, atomic=atomic)
+
+    def snapshot_applies(self) -> int:
+        """How many snapshots (config versions) this gateway has applied: its /metrics,
+        `switchboard_gateway_snapshot_applies_total`."""
+        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith("switchboard_gateway_snapshot_applies_total "):
+                return int(float(line.split()[1]))
+        raise AssertionError("no switchboard_gateway_snapshot_applies_total in /metrics")
+
+    def write_config_applied(self, config: dict, *, timeout: float = 15.0) -> None:
+        """Writes a changed `config` and waits until the gateway has applied it (its count of
+        applied snapshots grew; an unchanged or invalid file is never applied, so this fails)."""
+        before = self.snapshot_applies()
+        self.write_config(config)
+        wait_until(lambda: self.snapshot_applies() > before, timeout, interval=0.05, what="the gateway to apply the new config")
 
     def logs(self) -> str:
         return self.proc.log_text()
@@ -869,7 +890,8 @@ class RoundRobinBalancer(AsgiServer):
     one by one. Runs uvicorn in a thread on 127.0.0.1 and a free port.
 
     `served` records (backend index, HTTP method, path, Mcp-Session-Id, JSON-RPC method) for every
-    request it forwarded.
+    request it forwarded; `on_chunk`, when set, is called with every chunk of a response body as
+    it is passed to the client (e.g. to see an SSE event go by while the answer is pending).
     """
 
     HOP_BY_HOP = {
@@ -891,6 +913,7 @@ class RoundRobinBalancer(AsgiServer):
         # Set `record_bodies` to keep every response body as the client received it.
         self.record_bodies = False
         self.bodies: list[bytes] = []
+        self.on_chunk: Callable[[bytes], None] | None = None
         self._next = 0
         self._lock = threading.Lock()
 
@@ -956,6 +979,8 @@ class RoundRobinBalancer(AsgiServer):
                 if self.record_bodies:
                     received += chunk
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if self.on_chunk is not None:
+                    self.on_chunk(chunk)
             if self.record_bodies:
                 self.bodies.append(bytes(received))
             await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -4,7 +4,7 @@ be trusted."""
 
 from __future__ import annotations
 
-import time
+import secrets
 
 import httpx
 import pytest
@@ -105,8 +105,10 @@ def test_balancer_alternates_per_request_on_one_connection(procs):
 
 
 def test_balancer_streams_sse_event_by_event(python_upstream):
-    """progress(steps=3, delay=0.6) emits 3 notifications 0.6 s apart before its result; through
-    the balancer each must arrive when it is sent, not all together at the end."""
+    """progress(steps=3, gate=G) emits 3 notifications, then holds its result until G is opened;
+    through the balancer all three must arrive while the result is held (the test opens the
+    gate only then), not all together at the end."""
+    gate = f"lb-{secrets.token_hex(4)}"
     with balancer([python_upstream.base]) as lb:
         body = {
             "jsonrpc": "2.0",
@@ -114,7 +116,7 @@ def test_balancer_streams_sse_event_by_event(python_upstream):
             "method": "tools/call",
             "params": {
                 "name": "progress",
-                "arguments": {"steps": 3, "delay": 0.6},
+                "arguments": {"steps": 3, "delay": 0.05, "gate": gate},
                 "_meta": {
                     "progressToken": "p1",
                     "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
@@ -128,8 +130,8 @@ def test_balancer_streams_sse_event_by_event(python_upstream):
             "Mcp-Method": "tools/call",
             "Mcp-Name": "progress",
         }
-        arrivals: list[tuple[float, str]] = []
-        start = time.monotonic()
+        arrivals: list[str] = []
+        held: list[str] = []
         with httpx.stream("POST", f"{lb.url}/mcp", json=body, headers=headers, timeout=15) as r:
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/event-stream")
@@ -138,12 +140,11 @@ def test_balancer_streams_sse_event_by_event(python_upstream):
                 buf = (buf + chunk).replace("\r\n", "\n")
                 while "\n\n" in buf:
                     event, buf = buf.split("\n\n", 1)
-                    for data in sse_data(event + "\n\n"):
-                        arrivals.append((time.monotonic() - start, data))
-    kinds = [
-        "progress" if '"notifications/progress"' in d else "result" if '"result"' in d else "other" for _, d in arrivals
-    ]
+                    arrivals.extend(sse_data(event + "\n\n"))
+                if not held and sum('"notifications/progress"' in d for d in arrivals) == 3:
+                    held = list(arrivals)
+                    python_upstream.release(gate)
+    kinds = ["progress" if '"notifications/progress"' in d else "result" if '"result"' in d else "other" for d in arrivals]
     assert kinds.count("progress") == 3 and kinds[-1] == "result", arrivals
-    first_progress = next(t for (t, _), k in zip(arrivals, kinds, strict=False) if k == "progress")
-    result_at = arrivals[-1][0]
-    assert result_at - first_progress >= 1.2, f"events arrived together: {arrivals}"
+    assert held and not any('"result"' in d for d in held), f"the three notifications did not arrive before the answer: {held}"
+    assert '"done"' in arrivals[-1], f"the upstream was not released by the notifications: {arrivals[-1]}"

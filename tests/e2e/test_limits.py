@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import statistics
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -26,10 +25,25 @@ from harness import (
 from llm_harness import llm_config, start_provider
 
 LIMITED = -32004
+# How long the calls that hold a limit's slots take upstream. They must outlast the call that is
+# refused meanwhile; the tests check that they did (an ordering) rather than assume it.
+SLOW_MS = 3000
 
 
 def _add(mcp: RawMcp):
     return mcp.call_tool("alpha__add", {"a": 2, "b": 3})
+
+
+def _wait_in_flight(upstream, before: int, n: int) -> None:
+    """Waits until `n` more `tools/call`s than `before` reached the upstream (its /_stats counts a
+    request when it arrives, before it sleeps), i.e. they hold their slots in the gateway, which
+    takes them before any upstream I/O."""
+    wait_until(
+        lambda: method_count(upstream, "tools/call") >= before + n,
+        15,
+        interval=0.02,
+        what=f"{n} slow call(s) to reach the upstream",
+    )
 
 
 def _assert_limited(reply, scope: str, name: str, limit: str) -> None:
@@ -104,18 +118,21 @@ def test_concurrency_limit_counts_calls_in_flight(gateways, rust_upstream):
 
     def slow():
         with RawMcp(gw.mcp_url(), k, MODERN_VERSION, timeout=30) as mcp:
-            return mcp.call_tool("alpha__slow", {"ms": 1500})
+            return mcp.call_tool("alpha__slow", {"ms": SLOW_MS})
 
+    before = method_count(rust_upstream, "tools/call")
     with ThreadPoolExecutor(2) as pool:
         running = [pool.submit(slow) for _ in range(2)]
-        time.sleep(0.5)  # both are in flight upstream
+        _wait_in_flight(rust_upstream, before, 2)
         with RawMcp(gw.mcp_url(), k, MODERN_VERSION) as mcp:
-            started = time.monotonic()
             third = _add(mcp)
-            waited = time.monotonic() - started
+        # (ordering: the refusal came back while both calls were still running)
+        overlapped = not any(f.done() for f in running)
         _assert_limited(third, "key", "default/busy", "concurrency")
+        assert overlapped, "the slow calls ended before the third call was answered: the refusal proves nothing"
+        assert method_count(rust_upstream, "tools/call") == before + 2, "the refused call reached the upstream"
         assert all(f.result().status == 200 for f in running)
-    print(f"a third call while two were in flight: refused in {waited * 1000:.1f} ms")
+    print(f"a third call while two were in flight: refused in {third.elapsed * 1000:.1f} ms")
     with RawMcp(gw.mcp_url(), k, MODERN_VERSION) as mcp:
         assert _add(mcp).status == 200, "the slots came back when the calls ended"
 
@@ -128,12 +145,16 @@ def test_server_limit_applies_across_keys(gateways, rust_upstream):
             [key("one", one, ["alpha"]), key("two", two, ["alpha"])],
         )
     )
+    before = method_count(rust_upstream, "tools/call")
     with ThreadPoolExecutor(1) as pool:
         with RawMcp(gw.mcp_url(), one, MODERN_VERSION, timeout=30) as mcp:
-            running = pool.submit(mcp.call_tool, "alpha__slow", {"ms": 1500})
-            time.sleep(0.5)
+            running = pool.submit(mcp.call_tool, "alpha__slow", {"ms": SLOW_MS})
+            _wait_in_flight(rust_upstream, before, 1)
             with RawMcp(gw.mcp_url(), two, MODERN_VERSION) as other:
-                _assert_limited(_add(other), "server", "alpha", "concurrency")
+                refused = _add(other)
+            overlapped = not running.done()
+            _assert_limited(refused, "server", "alpha", "concurrency")
+            assert overlapped, "the slow call ended before the other key's call was answered: the refusal proves nothing"
             assert running.result().status == 200
     with RawMcp(gw.mcp_url(), two, MODERN_VERSION) as other:
         assert _add(other).status == 200
@@ -196,7 +217,8 @@ def test_a_key_over_its_limit_does_not_slow_another_key(gateways, rust_upstream)
     for t in threads:
         t.start()
     try:
-        time.sleep(0.3)
+        # (measured while the other key is over its limit, i.e. once it has been refused)
+        wait_until(lambda: counts[429] > 0, 15, interval=0.01, what="the hammering key to be refused")
         during = calm_latencies(200)
     finally:
         stop.set()

@@ -8,14 +8,21 @@ examples/upstream/src/main.rs):
 - `cursor=endless` (pages of 2: the 6 base tools, then generated tool_6, tool_7, ...) -> the walk
   stops at `gateway.listingPageCap` pages, or at the listing deadline
   `max(timeout, listingTimeout)` when pages are slow (`delay=MS`);
-- `hang`: never answers -> with `timeout: 1s` a call fails in ~1 s with a timeout error naming
-  the server and the budget, and the aggregate listing still has the other servers' tools,
-  with the failure in `_meta["switchboard.dev/listingErrors"]`.
+- `hang`: never answers -> with `timeout: 1s` a call fails with a timeout error naming the
+  server and the 1 s budget, and the aggregate listing still has the other servers' tools, with
+  the failure in `_meta["switchboard.dev/listingErrors"]`.
+
+No assertion here is on wall-clock time (docs/architecture.md: timing is never asserted). A wait
+is shown bounded by what the answer says (the budget the timeout error names, the pages a walk
+fetched, which the upstream's per-page delay bounds from above) and by the fact that an answer
+comes at all from an upstream that never answers or never ends its cursor (each client here has
+its own timeout, far past the budgets); elapsed times are printed.
 """
 
 from __future__ import annotations
 
 import time
+from urllib.parse import unquote
 
 import pytest
 from harness import (
@@ -36,12 +43,16 @@ from harness import (
 
 ERAS = ["legacy", MODERN_VERSION]
 BASE_TOOLS = ["add", "echo", "request_headers", "slow", "fail", "confirm"]
-# Generous for a debug build on 2 busy cores, small next to the budgets it is added to.
-MARGIN = 1.5
 
 
 def _of(prefix: str, names: list[str]) -> list[str]:
     return sorted(n for n in names if n.startswith(f"{prefix}__"))
+
+
+def _posts_to(upstream, variant: str) -> int:
+    """How many POSTs reached the upstream's `/v/{variant}/mcp` (its /_stats by path)."""
+    by_path = upstream.stats().get("by_path", {})
+    return sum(int(n) for path, n in by_path.items() if unquote(path) == f"/v/{variant}/mcp")
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -78,6 +89,7 @@ def test_repeated_cursor_ends_the_walk_with_a_warning(gateways, rust_upstream, e
         [key("client", secret, ["rep", "ok"])],
     )
     gw = gateways.start(config)
+    before = _posts_to(rust_upstream, "page=2,cursor=repeat,tools=10")
     with RawMcp(gw.mcp_url(), secret, era) as mcp:
         start = time.monotonic()
         tools, metas = mcp.list_all_tools()
@@ -89,7 +101,10 @@ def test_repeated_cursor_ends_the_walk_with_a_warning(gateways, rust_upstream, e
     assert [w["server"] for w in warnings] == ["rep"], warnings
     assert warnings[0]["message"], warnings
     assert listing_meta(metas, LISTING_ERRORS_META) == []
-    assert elapsed < 5, f"a repeated cursor took {elapsed:.1f}s to detect"
+    # A count, not a time: the walk stopped at the repeat (page 2), not at the page cap (100).
+    asked = _posts_to(rust_upstream, "page=2,cursor=repeat,tools=10") - before
+    print(f"a repeated cursor detected in {elapsed:.2f}s, {asked} requests to that upstream")
+    assert 2 <= asked <= 6, f"{asked} requests to the repeating upstream: the walk did not stop at the repeat"
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -119,7 +134,10 @@ def test_endless_cursor_stops_at_the_page_cap(gateways, rust_upstream, era):
 )
 def test_endless_slow_cursor_stops_at_the_listing_deadline(gateways, rust_upstream, timeout, listing_timeout, budget):
     """Pages take 0.4 s each (under the per-request timeout), the cursor never ends and the page
-    cap is far away: the walk ends at max(timeout, listingTimeout), with what it collected."""
+    cap is far away: the walk ends at max(timeout, listingTimeout), with what it collected. The
+    upstream's delay bounds the pages any walk can fetch in `budget` from above, whatever the
+    machine; a walk held to `timeout` alone (1 s) fetches at most 2, so more than that shows
+    listingTimeout (3 s) is the deadline."""
     secret = new_secret("client-key")
     drip = server("drip", rust_upstream.variant_url("cursor=endless,delay=400"), timeout=timeout)
     if listing_timeout:
@@ -133,14 +151,15 @@ def test_endless_slow_cursor_stops_at_the_listing_deadline(gateways, rust_upstre
         reply = mcp.list_tools()
         elapsed = time.monotonic() - start
     assert reply.status == 200, reply.raw
-    assert budget - 0.5 <= elapsed <= budget + MARGIN, f"listing took {elapsed:.2f}s for a {budget}s deadline"
     result = reply.result
     names = tool_names(result["tools"])
     pages_possible = int(budget / 0.4)
     got = len(_of("drip", names))
+    print(f"listing took {elapsed:.2f}s for a {budget}s deadline, {got // 2} pages of the endless cursor")
     assert 2 <= got <= 2 * pages_possible, (got, names)
     if listing_timeout:
-        assert got >= 2 * (pages_possible - 2), f"only {got} tools in a {budget}s listing budget"
+        within_timeout = 2 * int(1.0 / 0.4)
+        assert got > within_timeout, f"only {got} tools: the walk stopped at the 1 s timeout, not at listingTimeout"
     assert _of("ok", names) == sorted(f"ok__{t}" for t in BASE_TOOLS)
     meta = result.get("_meta") or {}
     reported = [w["server"] for w in meta.get(LISTING_WARNINGS_META, [])] + [
@@ -166,20 +185,18 @@ def test_hanging_upstream_times_out_naming_server_and_budget(hanging, era):
         if era == "legacy":
             mcp.initialize()
 
-        start = time.monotonic()
+        # The upstream never answers: any answer is the gateway's bound, and it names the budget.
         reply = mcp.call_tool("slow__add", {"a": 1, "b": 2})
-        elapsed = time.monotonic() - start
-        assert 0.9 <= elapsed <= 1 + MARGIN, f"timeout error after {elapsed:.2f}s for a 1s budget"
+        print(f"timeout error after {reply.elapsed:.2f}s for a 1s budget")
         error = reply.error
         assert error["code"] == UPSTREAM_TIMEOUT, error
         assert "slow" in error["message"] and "1s" in error["message"], error
         assert error["data"] == {"server": "slow", "timeoutMs": 1000}, error
 
-        # The aggregate listing answers within the budget too, with the other server's tools.
-        start = time.monotonic()
+        # The aggregate listing answers too, with the other server's tools and the hung one's
+        # timeout.
         listed = mcp.list_tools()
-        elapsed = time.monotonic() - start
-        assert elapsed <= 1 + MARGIN, f"listing took {elapsed:.2f}s"
+        print(f"listing took {listed.elapsed:.2f}s")
         result = listed.result
         names = tool_names(result["tools"])
         assert _of("ok", names) == sorted(f"ok__{t}" for t in BASE_TOOLS), names
@@ -214,15 +231,14 @@ def test_hanging_upstream_times_out_naming_server_and_budget(hanging, era):
                 reply = init
         else:
             reply = one.call_tool("add", {"a": 1, "b": 2})
-        elapsed = time.monotonic() - start
-        assert elapsed <= 2 * (1 + MARGIN), f"single endpoint took {elapsed:.2f}s"
+        print(f"single endpoint took {time.monotonic() - start:.2f}s")
         assert reply.error["code"] == UPSTREAM_TIMEOUT, reply.message
         assert "slow" in reply.error["message"], reply.message
+        assert reply.error["data"] == {"server": "slow", "timeoutMs": 1000}, reply.message
 
-    start = time.monotonic()
     r = rest_call(gw, secret, "slow__add", {"a": 1, "b": 2})
-    elapsed = time.monotonic() - start
+    print(f"REST timeout after {r.elapsed.total_seconds():.2f}s")
     assert r.status_code == 504, r.text
     assert r.json()["error"]["code"] == "upstream_timeout", r.text
     assert "slow" in r.json()["error"]["message"], r.text
-    assert elapsed <= 1 + MARGIN, f"REST timeout after {elapsed:.2f}s"
+    assert r.json()["error"]["timeoutMs"] == 1000, r.text

@@ -27,9 +27,9 @@ from harness import (
 )
 
 INTERNAL_ERROR = -32603
+# The admitted calls' work upstream. A refusal is answered without waiting for a slot: the test
+# checks that every refusal came back while all of them were still in flight (an ordering).
 SLOW_MS = 2500
-# A refusal is answered without any waiting; far under this even on a busy shared machine.
-FAST_S = 1.0
 
 
 def _metric(gw, name: str, labels: str) -> float:
@@ -99,7 +99,6 @@ def test_calls_beyond_the_bound_are_shed_fast_and_the_admitted_ones_succeed(gate
             shed_mcp.append(legacy.post(body))
         for reply in shed_mcp:
             _assert_shed_mcp(reply)
-            assert reply.elapsed < FAST_S, f"a refusal took {reply.elapsed:.3f} s"
 
         started = time.monotonic()
         rest = httpx.post(
@@ -113,6 +112,9 @@ def test_calls_beyond_the_bound_are_shed_fast_and_the_admitted_ones_succeed(gate
         openai = httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "m", "messages": []},
                             headers=auth, timeout=10)
         refused_in = (time.monotonic() - started) / 3
+        # Shed at once, not queued for a slot: every refusal came back before any admitted call
+        # ended.
+        assert not any(f.done() for f in admitted), "an admitted call ended before the refusals were answered"
         for r in (rest, anthropic, openai):
             assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1, (r.status_code, r.text)
         assert rest.json()["error"]["code"] == "overloaded", rest.text

@@ -21,7 +21,6 @@ wire matters (statuses, SSE framing, ids); the official SDK client where a real 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import re
 import secrets
@@ -320,66 +319,73 @@ def one_gateway(gateways, upstream: Upstream, prefix: str = "up", **server_extra
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("era", ["legacy", MODERN_VERSION])
 def test_progress_notifications_arrive_before_the_result(gateways, python_upstream, era, endpoint):
-    """SDK client, `progress_callback`: 3 notifications 0.3 s apart, then the result 0.3 s
-    after the last. Relayed event by event, the first arrives ~0.9 s before the result; a
-    buffered answer would deliver all four together."""
+    """SDK client, `progress_callback`: the upstream sends 3 notifications, then holds its result
+    at a gate until the client has all three; the callback opens the gate on the third. Relayed
+    event by event, the result follows; a relay that buffered until the answer would deliver no
+    notification while the upstream holds it, and the upstream would answer "not released"."""
     gw, secret = one_gateway(gateways, python_upstream)
-    arrivals: list[tuple[float, float]] = []
+    gate = f"sdk-{secrets.token_hex(4)}"
+    arrivals: list[float] = []
 
     async def scenario():
+        import asyncio
+
         async def on_progress(progress, total, message):
-            arrivals.append((time.monotonic(), progress))
+            arrivals.append(progress)
+            if progress == 3:
+                await asyncio.to_thread(python_upstream.release, gate)
 
         async with sdk_client(endpoint_url(gw, endpoint, "up"), secret, era) as c:
-            start = time.monotonic()
-            result = await c.call_tool(
-                tool_name(endpoint, "up", "progress"), {"steps": 3, "delay": 0.3}, progress_callback=on_progress
+            return await c.call_tool(
+                tool_name(endpoint, "up", "progress"),
+                {"steps": 3, "delay": 0.05, "gate": gate},
+                progress_callback=on_progress,
             )
-            return start, time.monotonic(), result
 
-    start, done, result = run_async(scenario)
+    result = run_async(scenario)
+    assert arrivals == [1, 2, 3], f"progress out of order or missing: {arrivals}"
     assert not result.is_error, result
-    assert result.structured_content == {"result": "done"}
-    assert [p for _, p in arrivals] == [1, 2, 3], f"progress out of order or missing: {arrivals}"
-    firsts = [round(t - start, 3) for t, _ in arrivals]
-    total = round(done - start, 3)
-    assert done - arrivals[0][0] >= 0.5, (
-        f"first notification at {firsts[0]}s, result at {total}s: not relayed as it came"
+    assert result.structured_content == {"result": "done"}, (
+        f"{result.structured_content}: the notifications did not reach the client while the upstream held its answer"
     )
-    assert done - arrivals[-1][0] >= 0.15, f"last notification at {firsts[-1]}s, result at {total}s"
-    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(arrivals)]
-    assert all(g >= 0.15 for g in gaps), f"notifications arrived bunched: at {firsts}"
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("era", ["legacy", MODERN_VERSION])
 def test_progress_relay_wire_is_sse_event_by_event(gateways, python_upstream, era, endpoint):
     """Raw wire: text/event-stream, the progress notifications carry the client's token, the
-    last event is the answer with the client's id, and each event arrives when it is sent."""
+    last event is the answer with the client's id, and each event arrives when it is sent: all
+    three are read while the upstream holds its answer at a gate, which the test opens after."""
     gw, secret = one_gateway(gateways, python_upstream)
     url = endpoint_url(gw, endpoint, "up")
     name = tool_name(endpoint, "up", "progress")
     token = f"tok-{secrets.token_hex(4)}"
     rpc_id = f"req-{secrets.token_hex(4)}"
-    body, headers = tool_call_with_progress(url, secret, era, rpc_id, name, {"steps": 3, "delay": 0.3}, token)
+    gate = f"wire-{secrets.token_hex(4)}"
+    arguments = {"steps": 3, "delay": 0.05, "gate": gate}
+    body, headers = tool_call_with_progress(url, secret, era, rpc_id, name, arguments, token)
     reader = SseReader(url, body, headers)
     try:
         assert reader.status == 200, f"HTTP {reader.status}: {reader.body()[:1000]!r}"
         assert reader.content_type.startswith("text/event-stream"), reader.content_type
+        # (each read returns one event; the answer cannot come before the gate opens)
+        reader.read_until(
+            lambda m: m.get("method") == "notifications/progress" and m["params"]["progress"] == 3, "the third progress"
+        )
+        held = [m for _, m in reader.messages]
+        python_upstream.release(gate)
         messages = reader.read_all()
     finally:
         reader.close()
+    assert not any(is_response(m) for m in held), f"an answer came before the gate opened: {held}"
     progress = [(t, m) for t, m in reader.messages if m.get("method") == "notifications/progress"]
     assert [m["params"]["progress"] for _, m in progress] == [1, 2, 3], reader.messages
     assert all(m["params"]["progressToken"] == token for _, m in progress), progress
-    last_t, last = reader.messages[-1]
+    _, last = reader.messages[-1]
     assert is_response(last, rpc_id), f"the stream must end with the answer to {rpc_id!r}: {messages[-1]}"
-    assert call_result_value(last["result"]) == "done"
+    assert call_result_value(last["result"]) == "done", last
     if era == MODERN_VERSION:
         assert last["result"].get("resultType") == "complete", last
-    assert last_t - progress[0][0] >= 0.5, (
-        f"events bunched: {[(round(t, 3), m.get('method')) for t, m in reader.messages]}"
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -632,7 +638,8 @@ def test_listen_outlives_the_timeout_and_delivers_updates_sdk(gateways, dual_ups
     assert honored == [uri]
     assert touched.structured_content == {"result": "touched"}
     assert isinstance(event, resource_updated) and event.uri == uri, event
-    assert arrived > 2.0, f"the update arrived {arrived:.2f}s after listen opened"
+    # (the update is triggered only after 2.2 s, twice the timeout: a figure, not a check)
+    print(f"the update arrived {arrived:.2f}s after listen opened")
 
 
 def test_listen_wire_stays_open_and_keeps_the_clients_subscription_id(gateways, dual_upstream):
@@ -687,7 +694,8 @@ def test_listen_wire_stays_open_and_keeps_the_clients_subscription_id(gateways, 
     assert not any(is_response(m) for _, m in snapshot), f"the stream answered (timeout?): {snapshot}"
     updated_t, updated = next((t, m) for t, m in snapshot if m.get("method") == "notifications/resources/updated")
     assert updated["params"]["uri"] == uri, updated
-    assert updated_t > 2.0, f"update at {updated_t:.2f}s"
+    # (triggered after the stream was seen open past twice the timeout: a figure, not a check)
+    print(f"update at {updated_t:.2f}s")
     ids = {m["params"]["_meta"].get(SUBSCRIPTION_ID_META) for _, m in snapshot if m.get("method")}
     assert ids == {listen_id}, (
         f"notifications must carry the client's listen id {listen_id!r} as {SUBSCRIPTION_ID_META}; saw {ids}"
@@ -697,8 +705,9 @@ def test_listen_wire_stays_open_and_keeps_the_clients_subscription_id(gateways, 
 @pytest.mark.parametrize("era", ["legacy", MODERN_VERSION])
 def test_relayed_call_stream_is_bounded_by_the_timeout(gateways, dual_upstream, era):
     """The contrast to listen: a tools/call whose answer takes longer than the server's
-    timeout (1 s) gets its progress relayed, then a timeout error (-32001) for its own id at
-    ~1 s, and the stream ends; the upstream run is dropped."""
+    timeout (1 s) gets its progress relayed, then a timeout error (-32001) for its own id that
+    names the 1 s budget, and the stream ends while the upstream is still running (fewer
+    progress events than its whole run sends); the upstream run is dropped."""
     gw, secret = one_gateway(gateways, dual_upstream, timeout="1s")
     url = gw.mcp_url("up")
     arguments = {"seconds": 6, "interval": 0.2}
@@ -712,8 +721,11 @@ def test_relayed_call_stream_is_bounded_by_the_timeout(gateways, dual_upstream, 
     assert messages and is_response(messages[-1], "bounded"), f"no answer for the request: {reader.messages}"
     end_t, end = reader.messages[-1]
     assert end.get("error", {}).get("code") == -32001, f"expected the upstream timeout error: {end}"
-    assert 0.9 <= end_t <= 2.5, f"timeout error after {end_t:.2f}s for a 1s budget"
-    assert any(m.get("method") == "notifications/progress" for m in messages[:-1]), messages
+    assert end["error"].get("data", {}).get("timeoutMs") == 1000, f"the error must name the 1 s budget: {end}"
+    progress = [m for m in messages[:-1] if m.get("method") == "notifications/progress"]
+    # The whole run would send seconds / interval = 30: the stream ended before the upstream did.
+    assert 0 < len(progress) < 30, f"{len(progress)} progress events before the timeout error"
+    print(f"timeout error after {end_t:.2f}s for a 1s budget, {len(progress)} progress events relayed first")
     stats = wait_until(
         lambda: (s := dual_upstream.stats())["cancelled"].get("slow_stream") and s,
         timeout=5,
@@ -939,12 +951,13 @@ def test_closing_the_stream_cancels_the_upstream_request(gateways, procs, era, u
         reader.close()
     closed = time.monotonic()
 
+    # (bounded wait; the run would take 20 s, so "cancelled, not finished" is the ordering that counts)
     stats = wait_until(
         lambda: (s := upstream.stats())["cancelled"].get("slow_stream") and s,
-        timeout=5,
+        timeout=10,
         what="the upstream tool run to be cancelled after the client closed its stream",
     )
-    assert time.monotonic() - closed < 5
+    print(f"the upstream run was cancelled {time.monotonic() - closed:.2f}s after the client closed")
     assert stats["finished"] == {}, stats
     if upstream_kind == "legacy-only":
         assert stats["by_method"].get("notifications/cancelled", 0) >= 1, stats

@@ -117,8 +117,10 @@ def test_in_place_edit_and_sighup(gateways, rust_upstream):
     wait_until(lambda: _works(gw, k, "gamma__add"), RELOAD_WAIT, interval=0.25, what="the in-place edit to apply")
 
     for _ in range(2):
+        # (each SIGHUP re-reads and applies the file: wait for that, not for a while)
+        applied = gw.snapshot_applies()
         gw.proc.signal(signal.SIGHUP)
-        time.sleep(0.3)
+        wait_until(lambda: gw.snapshot_applies() > applied, RELOAD_WAIT, interval=0.05, what="the SIGHUP re-read to apply")
     assert gw.proc.alive(), f"SIGHUP killed the gateway\n{gw.proc.describe()}"
     assert _works(gw, k, "alpha__add")
     assert _works(gw, k, "gamma__add")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import copy
 import re
-import time
 
 import httpx
 import pytest
@@ -126,8 +125,7 @@ def _exercise(gateways, rust_upstream, python_upstream, tmp_path, *, log_format:
     gw.write_config(bad_header)
     wait_until(lambda: "servers[1].auth.header" in gw.logs()[offset:], 5, what="the bad header name to be rejected")
 
-    gw.write_config(config)
-    time.sleep(1.0)
+    gw.write_config_applied(config)
     assert gw.proc.alive()
 
     # Metrics carry names, never secrets (docs/architecture.md, invariant 8).

@@ -22,8 +22,12 @@ session ID" error, so a dual-era client falls back to `initialize`. --instructio
 server's instructions (initialize / server/discover).
 
 Tools: add(a, b) -> a + b; echo(text) -> text; request_headers() -> the HTTP headers this server
-received for that call (lower-case names); progress(steps, delay) -> sends `steps` progress
-notifications `delay` seconds apart, then returns "done" (shows SSE relaying event by event);
+received for that call (lower-case names); progress(steps, delay, gate, hold) -> sends `steps`
+progress notifications `delay` seconds apart, then returns "done" (shows SSE relaying event by
+event); with a `gate` name it answers only once the test opened that gate (POST /_release),
+"not released" after `hold` seconds (default 10): a test that opens the gate when the
+notifications have reached its client shows by ordering, not timing, that they were relayed while
+the upstream still held its answer;
 whoami() -> the --name of this process;
 sample(prompt) -> asks the client's LLM (sampling/createMessage) with `prompt` and returns the
 text it answered; ask(question) -> asks the user (form elicitation, one string field `answer`)
@@ -51,7 +55,9 @@ Test helpers (plain HTTP, not MCP):
   HTTP DELETEs (session ends) by path;
   started/cancelled/finished count runs of the long tools (slow_stream) that began, were
   cancelled (asyncio.CancelledError) and ran to the end;
-- POST /_reset -> zeroes the counters (204).
+- POST /_reset -> zeroes the counters (204);
+- POST /_release with {"gate": NAME} -> opens that gate of the `progress` tool, before or after
+  the tool reaches it (200 {"released": NAME}).
 """
 
 from __future__ import annotations
@@ -91,6 +97,12 @@ server = MCPServer(name=ARGS.name, version="1.0.0", instructions=ARGS.instructio
 # Runs of the long tools, shared with the Stats wrapper (/_stats).
 RUNS: dict[str, Counter[str]] = {"started": Counter(), "cancelled": Counter(), "finished": Counter()}
 TOUCHES = Counter()
+# The gates `progress` holds its answer at, by name (opened by POST /_release).
+GATES: dict[str, asyncio.Event] = {}
+
+
+def gate_of(name: str) -> asyncio.Event:
+    return GATES.setdefault(name, asyncio.Event())
 
 
 @server.tool()
@@ -113,11 +125,19 @@ def request_headers(ctx: Context) -> dict[str, str]:
 
 
 @server.tool()
-async def progress(ctx: Context, steps: int = 3, delay: float = 0.3) -> str:
-    """Send `steps` progress notifications `delay` seconds apart, then answer "done"."""
+async def progress(ctx: Context, steps: int = 3, delay: float = 0.3, gate: str = "", hold: float = 10.0) -> str:
+    """Send `steps` progress notifications `delay` seconds apart, then answer "done"; with a
+    `gate`, only once it is opened (POST /_release), else "not released" after `hold` seconds."""
     for i in range(steps):
         await ctx.report_progress(i + 1, steps, f"step {i + 1}")
         await asyncio.sleep(delay)
+    if gate:
+        try:
+            await asyncio.wait_for(gate_of(gate).wait(), hold)
+        except TimeoutError:
+            return "not released"
+        finally:
+            GATES.pop(gate, None)
     return "done"
 
 
@@ -270,6 +290,19 @@ class Stats:
         if path == "/_reset" and method == "POST":
             self.reset()
             return await self._send_json(send, 204, None)
+        if path == "/_release" and method == "POST":
+            body = b""
+            while True:
+                msg = await receive()
+                body += msg.get("body", b"")
+                if msg["type"] != "http.request" or not msg.get("more_body", False):
+                    break
+            try:
+                name = json.loads(body)["gate"]
+            except (ValueError, KeyError, TypeError):
+                return await self._send_json(send, 400, {"error": 'expected {"gate": NAME}'})
+            gate_of(str(name)).set()
+            return await self._send_json(send, 200, {"released": name})
         if method == "DELETE":
             self.deletes[path] += 1
         if method != "POST":
