@@ -341,7 +341,7 @@ pub async fn admit(
             // The client may be writing its body before it reads: a small one is taken while
             // the refusal goes out (cheaper than the reconnect a reset costs it); past the
             // bounds the connection closes.
-            crate::http::discard_in_background(
+            crate::refused_body::discard_in_background(
                 request.into_body(),
                 SHED_DISCARD_BYTES,
                 SHED_DISCARD_TIME,
@@ -351,7 +351,7 @@ pub async fn admit(
     }
 }
 
-/// What of a shed request's body is read before its refusal (see `http::discard_body`): shedding must
+/// What of a shed request's body is read before its refusal (see `refused_body`): shedding must
 /// stay cheap, so less than a refused large body gets.
 const SHED_DISCARD_BYTES: usize = 1024 * 1024;
 const SHED_DISCARD_TIME: Duration = Duration::from_millis(500);

@@ -11,6 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use crate::refused_body;
 use crate::state::Gateway;
 use switchboard_core::errors::{GatewayError, RestError};
 use switchboard_llm as llm;
@@ -104,7 +105,11 @@ async fn read_body_in_time(
             next.run(Request::from_parts(parts, body)).await
         }
         Ok(Ok(Err(rest))) => {
-            discard_in_background(rest, REFUSED_DISCARD_BYTES, REFUSED_DISCARD_TIME);
+            refused_body::discard_in_background(
+                rest,
+                refused_body::REFUSED_DISCARD_BYTES,
+                refused_body::REFUSED_DISCARD_TIME,
+            );
             RestError(GatewayError::PayloadTooLarge { limit: limit - 1 }).into_response()
         }
         Ok(Err(_)) => (
@@ -120,13 +125,6 @@ async fn read_body_in_time(
             .into_response(),
     }
 }
-
-/// How much of a refused body (too large, or a shed request) is read and thrown away while the
-/// answer goes out, and for how long at most. A client that writes its whole body before it
-/// reads (httpx, the SDKs) would otherwise meet a closed socket, whose reset can destroy the
-/// answer before it is read. Past either bound the connection closes (the answer is out by then).
-pub const REFUSED_DISCARD_BYTES: usize = BODY_CEILING;
-pub const REFUSED_DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The body whole, or, once it passes `limit` bytes, the part not read yet. (One chunk, the
 /// common case, is kept as it came: no copy.)
@@ -162,41 +160,6 @@ async fn read_limited(
         (None, Some(head)) => head,
         (None, None) => bytes::Bytes::new(),
     }))
-}
-
-/// Answers now and reads the rest of the refused body meanwhile, on a task of its own: the
-/// connection stays readable for the client until the body ended (then it serves the next
-/// request) or a bound passed (then it closes).
-pub fn discard_in_background(
-    body: axum::body::Body,
-    max_bytes: usize,
-    max_time: std::time::Duration,
-) {
-    tokio::spawn(discard_body(body, max_bytes, max_time));
-}
-
-/// Reads and discards what is left of a request body, up to `max_bytes` and `max_time`;
-/// whether it reached the end.
-pub async fn discard_body(
-    mut body: axum::body::Body,
-    max_bytes: usize,
-    max_time: std::time::Duration,
-) -> bool {
-    use http_body_util::BodyExt;
-    let deadline = tokio::time::Instant::now() + max_time;
-    let mut seen = 0usize;
-    loop {
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(None) => return true,
-            Ok(Some(Ok(frame))) => {
-                seen += frame.data_ref().map_or(0, |d| d.len());
-                if seen > max_bytes {
-                    return false;
-                }
-            }
-            Ok(Some(Err(_))) | Err(_) => return false,
-        }
-    }
 }
 
 /// While stopping, every answer closes its connection. Closing an idle kept-alive connection

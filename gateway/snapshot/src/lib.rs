@@ -3,6 +3,7 @@
 //! schema with secrets given inline, from the environment or from files.
 
 pub mod delivery;
+pub mod errors;
 pub mod key_hash;
 pub mod load;
 pub mod model;

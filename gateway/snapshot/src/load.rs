@@ -3,45 +3,16 @@
 //! `servers[2].auth.header: "X Token" is not a valid header name`.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 
+pub use crate::errors::{FieldError, SnapshotError};
 use crate::key_hash::{hash_key, parse_hash};
 use crate::model::{ModelSpec, RequestLimits, SCHEMA_VERSION, ServerSpec, Snapshot, UpstreamAuth};
 use crate::names::{is_dns_label, is_header_name, is_header_value};
 use crate::networks::{NetworkPolicy, ScopedPolicy};
+pub use crate::secret::resolved_value;
 use crate::secret::{SecretLookup, SecretSource};
 use crate::tls::{TlsMaterial, UpstreamTls};
 use sha2::Digest;
-
-/// One problem in one field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    pub path: String,
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// Everything wrong with a snapshot; the caller keeps its previous good one.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct SnapshotError {
-    pub errors: Vec<FieldError>,
-}
-
-impl fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self.errors.iter().map(ToString::to_string).collect();
-        f.write_str(&parts.join("; "))
-    }
-}
 
 impl SnapshotError {
     fn one(path: impl Into<String>, message: impl Into<String>) -> Self {
@@ -228,14 +199,6 @@ fn auth_secrets_mut(auth: &mut UpstreamAuth) -> Vec<(&'static str, &mut SecretSo
             }
             all
         }
-    }
-}
-
-/// The resolved value of a secret (after [`resolve_secrets`]); `None` before resolution.
-pub fn resolved_value(source: &SecretSource) -> Option<&str> {
-    match source {
-        SecretSource::Plain(v) | SecretSource::Value { value: v } => Some(v),
-        SecretSource::Env { .. } | SecretSource::File { .. } => None,
     }
 }
 

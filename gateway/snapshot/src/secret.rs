@@ -59,3 +59,11 @@ impl SecretSource {
         }
     }
 }
+
+/// The resolved value of a secret (after `load::resolve_secrets`); `None` before resolution.
+pub fn resolved_value(source: &SecretSource) -> Option<&str> {
+    match source {
+        SecretSource::Plain(v) | SecretSource::Value { value: v } => Some(v),
+        SecretSource::Env { .. } | SecretSource::File { .. } => None,
+    }
+}

@@ -13,8 +13,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::load::{FieldError, resolved_value};
-use crate::secret::SecretSource;
+use crate::errors::FieldError;
+use crate::secret::{SecretSource, resolved_value};
 
 /// `servers[].tls` and `models[].tls`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
