@@ -33,6 +33,73 @@ pub fn request_body(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8>
     serde_json::to_vec(&envelope).unwrap_or_default()
 }
 
+/// The `_meta` keys the 2026-07-28 revision reserves for what a legacy session says once (the
+/// version, the client's capabilities and identity, its log level). A legacy server gets them
+/// from the session instead: one that reads the era from the body first (as this gateway does)
+/// would refuse a request that carries them.
+pub const MODERN_SESSION_META: [&str; 4] = [
+    META_PROTOCOL_VERSION,
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+];
+
+/// A request body for a legacy session: the parameters as given, less the 2026-07-28 reserved
+/// `_meta` keys (a 2026-07-28 client's, or an outer gateway's), written in one pass without
+/// copying the parameters. A request without them is written as it is.
+pub fn legacy_request_body(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8> {
+    let carries_modern = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object)
+        .is_some_and(|m| MODERN_SESSION_META.iter().any(|k| m.contains_key(*k)));
+    let Some(params) = params.and_then(Value::as_object).filter(|_| carries_modern) else {
+        return request_body(id, method, params);
+    };
+    let envelope = Envelope {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params: Some(LegacyParams(params)),
+    };
+    serde_json::to_vec(&envelope).unwrap_or_default()
+}
+
+struct LegacyParams<'a>(&'a Map<String, Value>);
+
+impl Serialize for LegacyParams<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in self.0 {
+            match (name.as_str(), value.as_object()) {
+                ("_meta", Some(meta)) => {
+                    let kept = meta
+                        .iter()
+                        .filter(|(k, _)| !MODERN_SESSION_META.contains(&k.as_str()));
+                    if kept.clone().next().is_some() {
+                        map.serialize_entry("_meta", &LegacyMeta(meta))?;
+                    }
+                }
+                _ => map.serialize_entry(name, value)?,
+            }
+        }
+        map.end()
+    }
+}
+
+struct LegacyMeta<'a>(&'a Map<String, Value>);
+
+impl Serialize for LegacyMeta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in self.0 {
+            if !MODERN_SESSION_META.contains(&name.as_str()) {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
 /// What a 2026-07-28 server requires in every request's `_meta`, beyond what the client sent.
 #[derive(Clone, Copy)]
 pub struct ModernMeta<'a> {
@@ -213,6 +280,42 @@ fn flush(data: &mut String, out: &mut Vec<Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_legacy_body_leaves_out_the_2026_reserved_meta_and_keeps_the_rest() {
+        let params = json!({
+            "name": "t",
+            "arguments": {"x": 1},
+            "_meta": {
+                META_PROTOCOL_VERSION: MODERN_VERSION,
+                META_CLIENT_CAPABILITIES: {"sampling": {}},
+                META_CLIENT_INFO: {"name": "c", "version": "1"},
+                META_LOG_LEVEL: "info",
+                "progressToken": 7,
+                "io.modelcontextprotocol/related-task": {"taskId": "t1"},
+            },
+        });
+        let body: Value =
+            serde_json::from_slice(&legacy_request_body(&json!(1), "tools/call", Some(&params)))
+                .unwrap();
+        assert_eq!(
+            body["params"],
+            json!({"name": "t", "arguments": {"x": 1}, "_meta": {
+                "progressToken": 7, "io.modelcontextprotocol/related-task": {"taskId": "t1"}}})
+        );
+        // Only reserved keys: no `_meta` at all (an empty one says nothing).
+        let only = json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}});
+        let body: Value =
+            serde_json::from_slice(&legacy_request_body(&json!(2), "tools/call", Some(&only)))
+                .unwrap();
+        assert_eq!(body["params"], json!({"name": "t"}));
+        // Nothing reserved: the same bytes as the plain writer.
+        let plain = json!({"name": "t", "_meta": {"progressToken": 1}});
+        assert_eq!(
+            legacy_request_body(&json!(3), "tools/call", Some(&plain)),
+            request_body(&json!(3), "tools/call", Some(&plain))
+        );
+    }
     use serde_json::json;
 
     fn modern(params: Option<Value>, log_level: Option<&str>) -> Value {

@@ -31,7 +31,8 @@ use switchboard_core::address_policy::PolicyResolver;
 use switchboard_core::errors::GatewayError;
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
-    ModernMeta, modern_request_body, raw_response, request_body, response_from_body,
+    ModernMeta, legacy_request_body, modern_request_body, raw_response, request_body,
+    response_from_body,
 };
 use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
 use switchboard_protocol::{self as protocol, capabilities};
@@ -545,7 +546,8 @@ impl Upstreams {
             let session = self.legacy_session(call, state, attempt > 0).await?;
             let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
             let headers = session.headers();
-            let body = request_body(&id, call.method, call.params);
+            // The session says what the 2026-07-28 reserved `_meta` keys would: not both.
+            let body = legacy_request_body(&id, call.method, call.params);
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && call.stream && reply.is_event_stream() {
                 let cancel = Canceller {

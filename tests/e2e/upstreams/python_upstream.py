@@ -212,6 +212,16 @@ async def slow_stream(ctx: Context, seconds: float = 30.0, interval: float = 0.2
     return "finished"
 
 
+# The `_meta` keys the 2026-07-28 revision reserves for what the legacy revisions say in
+# `initialize` and the session.
+MODERN_RESERVED_META = {
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/clientInfo",
+    "io.modelcontextprotocol/logLevel",
+}
+
+
 class Stats:
     """ASGI wrapper: counts MCP POSTs by JSON-RPC method and tool, serves /_stats."""
 
@@ -229,6 +239,9 @@ class Stats:
         self.replies = 0
         self.refused = 0
         self.deletes: Counter[str] = Counter()
+        # 2026-07-28 reserved `_meta` keys that arrived on legacy-form requests (where they do
+        # not belong: a legacy session carries them; a body-first server would refuse them).
+        self.foreign_meta: Counter[str] = Counter()
         for runs in RUNS.values():
             runs.clear()
 
@@ -242,6 +255,7 @@ class Stats:
             "replies": self.replies,
             "refused_modern": self.refused,
             "deletes": dict(self.deletes),
+            "foreign_meta": dict(self.foreign_meta),
             **{kind: dict(runs) for kind, runs in RUNS.items()},
         }
 
@@ -256,7 +270,7 @@ class Stats:
         )
         await send({"type": "http.response.body", "body": data})
 
-    def _count(self, body: bytes) -> None:
+    def _count(self, body: bytes, modern_form: bool = False) -> None:
         try:
             msg = json.loads(body)
         except ValueError:
@@ -270,6 +284,11 @@ class Stats:
                     self.replies += 1  # a client's answer to a server-to-client request
                 continue
             self.methods[m["method"]] += 1
+            meta = (m.get("params") or {}).get("_meta") if isinstance(m.get("params"), dict) else None
+            if not modern_form and isinstance(meta, dict):
+                for k in meta:
+                    if k in MODERN_RESERVED_META:
+                        self.foreign_meta[k] += 1
             if m["method"] == "tools/call":
                 self.tools[str((m.get("params") or {}).get("name"))] += 1
 
@@ -327,7 +346,7 @@ class Stats:
             return await self._send_json(send, 400, {"jsonrpc": "2.0", "id": "server-error", "error": error})
         self.requests += 1
         self.paths[path] += 1
-        self._count(body)
+        self._count(body, self._modern_form(scope))
         replayed = False
 
         async def replay():
