@@ -1,24 +1,76 @@
-"""Acceptance 3 of the one-node cluster: a client pod calls the gateway in a loop (kept-alive
-connections, as an SDK's client) while a gateway pod is deleted, while `helm upgrade` rolls the
-gateway Deployment, and while the operator's leader pod is deleted. Each disruption must cost 0
-failed calls over at least 200 calls; the number of calls and the time each disruption took are
-printed. Then the figures the chart's resource requests and limits come from are printed."""
+"""Acceptance 3 of the one-node cluster: a client pod calls the gateway in a loop (one kept-alive
+connection, as an SDK's client) while the gateway pod that holds that connection is deleted,
+while a gateway pod that does not hold it is deleted, while `helm upgrade` rolls the gateway
+Deployment, and while the operator's leader pod is deleted. Each disruption must cost 0 failed
+calls over at least 200 calls; the number of calls and the time each disruption took are printed.
+
+The pod that holds the connection is found, not guessed (`connection_holder`): the caller names
+its end of the connection of every call, the node's conntrack table names the gateway pod that
+connection goes to, and the pods' own request counters must agree. Deleting that pod must make
+the caller leave the connection and dial another; deleting the other pod must leave the caller's
+connection alone (every call on it, none dialled anew)."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import time
+from typing import NamedTuple
 
+import httpx
 import pytest
 from node import (
-    CHART, GATEWAY_URL, RELEASE_NS, apply, caller_pod, chart_values, get_json, helm, kubectl, pods, ready, wait,
+    CHART, GATEWAY_URL, RELEASE_NS, apply, caller_pod, chart_values, get_json, helm, kubectl, pods, ready, run, wait,
 )
 
 MIN_CALLS = 200
+GATEWAYS = "app.kubernetes.io/component=gateway"
+# The gateway container's port (the chart's `--listen 0.0.0.0:8080`); /metrics is served there,
+# outside the Host check, so a pod address reaches it.
+GATEWAY_PORT = 8080
+# connection_holder: calls the caller makes on one connection between two reads of the pods'
+# counters, how many samples it takes at most, and the slack (ms) of the timestamps.
+SAMPLE_CALLS = 20
+HOLDER_TRIES = 5
+MARGIN_MS = 5
+
+
+class Call(NamedTuple):
+    """One line of the caller's loop (tests/node/caller/main.go): when the call started (unix
+    ms), whether it was answered right, its latency in ms (`ok`) or why it failed, and the
+    connection it went on: the caller's end, `IP:port` ("" when it had none), and `how`:
+    `reused` (kept alive from an earlier call), `new` (dialled for this call), `retried` (the
+    transport tried another connection first) or `none`."""
+    at_ms: int
+    ok: bool
+    detail: str
+    conn: str
+    how: str
+
+    @property
+    def ms(self) -> float:
+        return float(self.detail)
+
+
+def parse_call(line: str) -> Call | None:
+    """`<unix ms> ok <ms> conn=<conn>` or `<unix ms> FAIL <reason> conn=<conn>`, where <conn> is
+    `<IP:port>/<how>` or `none`; None for any other line."""
+    parts = line.split(" ", 2)
+    if len(parts) != 3 or not parts[0].isdigit():
+        return None
+    detail, sep, conn = parts[2].rpartition(" conn=")
+    if not sep:
+        return Call(int(parts[0]), parts[1] == "ok", parts[2], "", "none")
+    address, _, how = conn.rpartition("/")
+    return Call(int(parts[0]), parts[1] == "ok", detail, address, how)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class CallLoop:
-    """The caller's loop pod; its log has one line per call: `<unix ms> ok <ms>` or
-    `<unix ms> FAIL <reason>`."""
+    """The caller's loop pod; its log has one line per call (`Call`)."""
 
     def __init__(self, namespace: str, key: str):
         self.name, self.namespace = "call-loop", namespace
@@ -28,17 +80,12 @@ class CallLoop:
         apply(pod)
         wait(lambda: len(self.calls()) >= 20, 60, "the call loop to make its first calls")
 
-    def calls(self) -> list[tuple[int, bool, str]]:
+    def calls(self) -> list[Call]:
         out = kubectl("logs", self.name, "-n", self.namespace).stdout
-        calls = []
-        for line in out.splitlines():
-            parts = line.split(" ", 2)
-            if len(parts) == 3 and parts[0].isdigit():
-                calls.append((int(parts[0]), parts[1] == "ok", parts[2]))
-        return calls
+        return [call for line in out.splitlines() if (call := parse_call(line))]
 
-    def window(self, start_ms: int, end_ms: int | None = None) -> list[tuple[int, bool, str]]:
-        return [c for c in self.calls() if c[0] >= start_ms and (end_ms is None or c[0] <= end_ms)]
+    def window(self, start_ms: int, end_ms: int | None = None) -> list[Call]:
+        return [c for c in self.calls() if c.at_ms >= start_ms and (end_ms is None or c.at_ms <= end_ms)]
 
     def stop(self) -> None:
         kubectl("delete", "pod", self.name, "-n", self.namespace, "--wait=false")
@@ -49,19 +96,128 @@ def loop(served):
     calls = CallLoop(served["namespace"], served["key"])
     yield calls
     everything = calls.calls()
-    failed = [c for c in everything if not c[1]]
-    print(f"\ncall loop: {len(everything)} calls in all, {len(failed)} failed")
+    failed = [c for c in everything if not c.ok]
+    connections = len({c.conn for c in everything if c.conn})
+    print(f"\ncall loop: {len(everything)} calls in all, {len(failed)} failed, on {connections} connections")
     calls.stop()
 
 
 def gateways_settled() -> bool:
-    gws = pods("app.kubernetes.io/component=gateway")
+    gws = pods(GATEWAYS)
     return len(gws) == 2 and all(ready(p) for p in gws)
 
 
-def measure(loop: CallLoop, what: str, disrupt, settled) -> None:
+def ready_gateways() -> dict[str, str]:
+    """Ready gateway pods: name -> pod IP."""
+    return {p["metadata"]["name"]: p["status"]["podIP"] for p in pods(GATEWAYS)
+            if ready(p) and p["status"].get("podIP")}
+
+
+def mcp_requests_counted(ip: str) -> float:
+    """Requests to /mcp/{prefix} the gateway pod at `ip` has counted, read from its own /metrics:
+    `switchboard_gateway_requests_total` series with endpoint="mcp_single", every method and
+    outcome. The endpoint counts a request before its answer goes out (`handle` in
+    gateway/mcp/src/endpoint.rs), so a call the caller saw answered is counted already."""
+    response = httpx.get(f"http://{ip}:{GATEWAY_PORT}/metrics", timeout=5)
+    response.raise_for_status()
+    total = 0.0
+    for m in re.finditer(r"^switchboard_gateway_requests_total\{([^}]*)\}\s+(\S+)$", response.text, re.M):
+        if dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))).get("endpoint") == "mcp_single":
+            total += float(m.group(2))
+    return total
+
+
+def conntrack_reply_sources(conn: str) -> set[str]:
+    """Who answers the TCP connection whose client end is `conn` (`IP:port`), from the node's
+    conntrack table. These tests run in the node's network namespace, where kube-proxy's DNAT
+    rewrote the Service address the caller dialled to one gateway pod's; the entry's original
+    direction is caller -> Service, its reply direction comes from that pod:
+    `tcp 6 431999 ESTABLISHED src=CALLER dst=SERVICE sport=P dport=80 src=POD dst=CALLER
+    sport=8080 dport=P [ASSURED] ...`. Only ESTABLISHED entries count."""
+    ip, _, port = conn.rpartition(":")
+    tool = shutil.which("conntrack") or "/usr/sbin/conntrack"  # tests/node/setup-tools.sh installs it
+    out = run(tool, "-L", "-p", "tcp", "--orig-src", ip, "--orig-port-src", port, timeout=30).stdout
+    sources = set()
+    for line in out.splitlines():
+        fields = line.split()
+        srcs = [f.removeprefix("src=") for f in fields if f.startswith("src=")]
+        if "ESTABLISHED" in fields and len(srcs) == 2:
+            sources.add(srcs[1])
+    return sources
+
+
+class Holder(NamedTuple):
+    pod: str            # the gateway pod at the other end of the caller's connection
+    conn: str           # the caller's end of that connection, IP:port
+    others: list[str]   # the other Ready gateway pods, which served none of the sampled calls
+
+
+def connection_holder(loop: CallLoop) -> Holder:
+    """Finds the gateway pod that holds the caller's kept-alive connection, from two sides that
+    must agree:
+
+    - the network: the caller names its end of the connection each call went on; the node's
+      conntrack table names the pod that connection was sent to (`conntrack_reply_sources`);
+    - the pods: between two reads of every Ready gateway pod's counters, while the caller made
+      at least SAMPLE_CALLS calls on that one connection, the holder counted at least the calls
+      made wholly between the reads and every other pod counted no request at all.
+
+    A sample in which the caller changed or dialled its connection, or a call failed, proves
+    nothing and is taken again, at most HOLDER_TRIES times."""
+    wait(gateways_settled, 60, "both gateway pods Ready")
+    problems: list[str] = []
+    for _ in range(HOLDER_TRIES):
+        gateways = ready_gateways()
+        if len(gateways) != 2:
+            problems.append(f"Ready gateway pods with an address: {gateways}")
+            wait(gateways_settled, 60, "both gateway pods Ready")
+            continue
+        first = now_ms()
+        try:
+            before = {name: mcp_requests_counted(ip) for name, ip in gateways.items()}
+            counted_from = now_ms()
+            wait(lambda: len(loop.window(counted_from + MARGIN_MS)) >= SAMPLE_CALLS, 30,
+                 f"{SAMPLE_CALLS} calls of the caller to sample")
+            counted_until = now_ms()
+            after = {name: mcp_requests_counted(ip) for name, ip in gateways.items()}
+        except httpx.HTTPError as exc:
+            problems.append(f"reading a gateway pod's /metrics failed: {exc!r}")
+            continue
+        sample = loop.window(first, counted_until)
+        conns = sorted({c.conn for c in sample})
+        unsteady = [c for c in sample if not c.ok or c.how != "reused"]
+        if not sample or unsteady or len(conns) != 1 or not conns[0]:
+            problems.append(f"the caller did not keep one connection through the sample: connections {conns}, "
+                            f"failed or dialled calls {unsteady[:3]}")
+            continue
+        conn = conns[0]
+        sources = conntrack_reply_sources(conn)
+        by_address = sorted(name for name, ip in gateways.items() if ip in sources)
+        # calls that started after the first read and ended before the second: counted between them
+        inside = [c for c in sample
+                  if c.at_ms > counted_from + MARGIN_MS and c.at_ms + c.ms + MARGIN_MS < counted_until]
+        rose = {name: after[name] - before[name] for name in gateways}
+        counted = sorted(name for name, n in rose.items() if n > 0)
+        if len(by_address) != 1:
+            problems.append(f"conntrack: the connection from {conn} is answered by {sorted(sources)}, "
+                            f"not by exactly one of the Ready gateway pods {gateways}")
+        elif not inside or counted != by_address or rose[by_address[0]] < len(inside):
+            problems.append(f"conntrack names {by_address[0]} for {conn}, but while the caller made {len(inside)} calls "
+                            f"on it the pods counted {rose}")
+        else:
+            holder = by_address[0]
+            others = sorted(name for name in gateways if name != holder)
+            print(f"\n  the caller's connection {conn} goes to {holder} ({gateways[holder]}) by the node's conntrack; "
+                  f"{holder} counted {rose[holder]:.0f} requests while the caller made {len(inside)} calls, "
+                  f"{', '.join(others)} counted none")
+            return Holder(holder, conn, others)
+    raise AssertionError(f"the gateway pod holding the caller's connection not found in {HOLDER_TRIES} samples: "
+                         + "; ".join(problems))
+
+
+def measure(loop: CallLoop, what: str, disrupt, settled) -> list[Call]:
     """Runs `disrupt`, waits until `settled`, then until the window holds MIN_CALLS calls; asserts
-    none failed and prints the figures."""
+    none failed, prints the figures and returns the window's calls."""
     start_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     disrupt()
@@ -70,18 +226,19 @@ def measure(loop: CallLoop, what: str, disrupt, settled) -> None:
     wait(lambda: len(loop.window(start_ms)) >= MIN_CALLS, 60, f"{MIN_CALLS} calls since: {what}")
     end_ms = int(time.time() * 1000)
     window = loop.window(start_ms, end_ms)
-    failed = [c for c in window if not c[1]]
-    latencies = sorted(float(c[2]) for c in window if c[1])
+    failed = [c for c in window if not c.ok]
+    latencies = sorted(c.ms for c in window if c.ok)
     p99 = latencies[int(len(latencies) * 0.99) - 1] if latencies else float("nan")
     print(f"\n{what}: took {took:.1f}s until settled; {len(window)} calls from its start "
           f"({(end_ms - start_ms) / 1000:.1f}s), {len(failed)} failed; call p99 {p99:.1f} ms")
     for c in failed[:10]:
-        print(f"  failed at {c[0]}: {c[2]}")
+        print(f"  failed at {c.at_ms}: {c.detail}")
     assert len(window) >= MIN_CALLS
-    assert not failed, f"{what}: {len(failed)} of {len(window)} calls failed, e.g. {failed[0][2]}"
+    assert not failed, f"{what}: {len(failed)} of {len(window)} calls failed, e.g. {failed[0].detail}"
     # Status tells the truth afterwards: a replica that stopped gracefully said goodbye, so it
     # is not reported missing (only one that vanished would be, until --replica-expiry).
     status_settled(loop.namespace, what)
+    return window
 
 
 def status_settled(namespace: str, what: str) -> None:
@@ -98,19 +255,61 @@ def status_settled(namespace: str, what: str) -> None:
     print(f"  status back to 2/2 replicas {time.monotonic() - t0:.1f}s after the window")
 
 
-def test_deleting_a_gateway_pod_loses_no_call(loop):
-    victim = pods("app.kubernetes.io/component=gateway")[0]["metadata"]["name"]
-
+def gone(victim: str):
+    """`settled` of a pod deletion: the victim is gone and two gateway pods are Ready."""
     def settled():
-        names = [p["metadata"]["name"] for p in pods("app.kubernetes.io/component=gateway")]
+        names = [p["metadata"]["name"] for p in pods(GATEWAYS)]
         return victim not in names and gateways_settled()
+    return settled
 
-    measure(loop, f"kubectl delete pod {victim}",
-            lambda: kubectl("delete", "pod", victim, "-n", RELEASE_NS, "--wait=false"), settled)
+
+def test_deleting_the_gateway_pod_holding_the_connection_loses_no_call(loop):
+    held = connection_holder(loop)
+    victim = held.pod
+    deleted_at: list[int] = []
+
+    def delete():
+        deleted_at.append(now_ms())
+        kubectl("delete", "pod", victim, "-n", RELEASE_NS, "--wait=false")
+
+    window = measure(loop, f"kubectl delete pod {victim} (holds the caller's connection {held.conn})",
+                     delete, gone(victim))
+    # The deletion hit the connection in use: the caller was still calling on it after the
+    # delete, then (the stopping replica answers with `Connection: close`) left it for good and
+    # dialled another, which is held by another pod.
+    old = [c for c in window if c.conn == held.conn]
+    moved = [c for c in window if c.conn != held.conn]
+    assert old, f"no call went on {held.conn} after the delete of {victim}: it was not the connection in use"
+    assert moved, f"the caller kept {held.conn} through the deletion of {victim}, which held it"
+    assert moved[0].how in ("new", "retried"), \
+        f"after {held.conn} the caller's next call was not on a dialled connection: {moved[0]}"
+    assert old[-1].at_ms < moved[0].at_ms, \
+        f"the caller went back to {held.conn} after leaving it: {old[-1]} after {moved[0]}"
+    now = connection_holder(loop)
+    assert now.pod != victim and now.conn != held.conn, (held, now)
+    print(f"  {victim} held {held.conn}: the last call on it started {(old[-1].at_ms - deleted_at[0]) / 1000:.1f}s "
+          f"after the delete; the next one dialled {moved[0].conn} ({moved[0].how}); "
+          f"{len({c.conn for c in moved})} connection(s) since, now {now.conn} to {now.pod}")
+
+
+def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop):
+    held = connection_holder(loop)
+    assert held.others, f"no other Ready gateway pod beside {held.pod}"
+    victim = held.others[0]
+    window = measure(loop, f"kubectl delete pod {victim} (the caller's connection {held.conn} is held by {held.pod})",
+                     lambda: kubectl("delete", "pod", victim, "-n", RELEASE_NS, "--wait=false"), gone(victim))
+    # No disruption at all: every call of the window went on the same kept-alive connection,
+    # none was dialled or retried, and that connection still goes to the same pod.
+    disturbed = [c for c in window if c.conn != held.conn or c.how != "reused"]
+    assert not disturbed, (f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
+                           f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
+    now = connection_holder(loop)
+    assert (now.pod, now.conn) == (held.pod, held.conn), (held, now)
+    print(f"  all {len(window)} calls on {held.conn} to {held.pod}, none dialled anew")
 
 
 def test_rolling_helm_upgrade_loses_no_call(loop):
-    before = {p["metadata"]["name"] for p in pods("app.kubernetes.io/component=gateway")}
+    before = {p["metadata"]["name"] for p in pods(GATEWAYS)}
 
     def upgrade():
         # A changed pod annotation rolls the Deployment, as a new image or setting would.
@@ -118,7 +317,7 @@ def test_rolling_helm_upgrade_loses_no_call(loop):
              "--set-string", f"gateway.podAnnotations.rolled={int(time.time())}")
 
     def settled():
-        names = {p["metadata"]["name"] for p in pods("app.kubernetes.io/component=gateway")}
+        names = {p["metadata"]["name"] for p in pods(GATEWAYS)}
         return not (names & before) and gateways_settled()
 
     measure(loop, "helm upgrade rolling the gateway Deployment", upgrade, settled)

@@ -6,8 +6,15 @@
 //	    one tools/call of `echo`; prints one JSON line {"status":..,"ok":..,"body":..};
 //	    exits 0 when the call was answered with the echoed text, 1 otherwise.
 //	caller loop -url URL -key KEY [-interval 20ms]
-//	    calls until SIGTERM; one line per call: "<unix ms> ok <ms>" or "<unix ms> FAIL <reason>".
-//	    Connections are kept alive and reused, as an SDK's client does.
+//	    calls until SIGTERM; one line per call: "<unix ms> ok <ms> conn=<conn>" or
+//	    "<unix ms> FAIL <reason> conn=<conn>". Connections are kept alive and reused, as an SDK's
+//	    client does; <conn> names the one the call went on: "<local address>/reused" (kept alive
+//	    from an earlier call), "<local address>/new" (dialled for this call) or
+//	    "<local address>/retried" (the transport tried another connection first, which failed
+//	    before the request was written), or "none" when the call never had a connection. The
+//	    local address is this pod's end (IP:port): the Service address the pod dials is rewritten
+//	    to a gateway pod's by the node (kube-proxy's DNAT), so the node's conntrack table maps it
+//	    to the gateway pod that holds the connection.
 package main
 
 import (
@@ -17,9 +24,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -40,9 +49,42 @@ func (c *caller) credential() (string, error) {
 	return strings.TrimSpace(string(b)), err
 }
 
+// connUse records which connection a call went on (see the loop's <conn> above). The trace's
+// hooks may run on the transport's goroutines, even after the call returned: hence the lock.
+type connUse struct {
+	mu     sync.Mutex
+	local  string
+	reused bool
+	tries  int
+}
+
+func (u *connUse) got(info httptrace.GotConnInfo) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.tries++
+	u.local = info.Conn.LocalAddr().String()
+	u.reused = info.Reused
+}
+
+func (u *connUse) String() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.tries == 0:
+		return "none"
+	case u.tries > 1:
+		return u.local + "/retried"
+	case u.reused:
+		return u.local + "/reused"
+	default:
+		return u.local + "/new"
+	}
+}
+
 // call makes one tools/call and returns the HTTP status, the body and whether the answer is the
-// echoed text (a JSON-RPC result without isError).
-func (c *caller) call(n int) (int, string, error) {
+// echoed text (a JSON-RPC result without isError); `conn`, when given, learns which connection
+// the call went on.
+func (c *caller) call(n int, conn *connUse) (int, string, error) {
 	text := fmt.Sprintf("call-%d", n)
 	body, _ := json.Marshal(map[string]any{
 		"jsonrpc": "2.0", "id": n, "method": "tools/call",
@@ -69,6 +111,9 @@ func (c *caller) call(n int) (int, string, error) {
 	req.Header.Set("MCP-Protocol-Version", protocolVersion)
 	req.Header.Set("Mcp-Method", "tools/call")
 	req.Header.Set("Mcp-Name", "echo")
+	if conn != nil {
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: conn.got}))
+	}
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return 0, "", err
@@ -126,7 +171,7 @@ func main() {
 	c := &caller{url: *url, key: *key, tokenFile: *tokenFile, client: &http.Client{Timeout: *timeout}}
 	switch mode {
 	case "once":
-		status, body, err := c.call(1)
+		status, body, err := c.call(1, nil)
 		out := map[string]any{"status": status, "ok": err == nil, "body": body}
 		if err != nil {
 			out["error"] = err.Error()
@@ -146,11 +191,12 @@ func main() {
 			default:
 			}
 			start := time.Now()
-			_, _, err := c.call(n)
+			var conn connUse
+			_, _, err := c.call(n, &conn)
 			if err != nil {
-				fmt.Printf("%d FAIL %s\n", start.UnixMilli(), strings.ReplaceAll(err.Error(), "\n", " "))
+				fmt.Printf("%d FAIL %s conn=%s\n", start.UnixMilli(), strings.ReplaceAll(err.Error(), "\n", " "), &conn)
 			} else {
-				fmt.Printf("%d ok %.1f\n", start.UnixMilli(), float64(time.Since(start).Microseconds())/1000)
+				fmt.Printf("%d ok %.1f conn=%s\n", start.UnixMilli(), float64(time.Since(start).Microseconds())/1000, &conn)
 			}
 			time.Sleep(*interval)
 		}
