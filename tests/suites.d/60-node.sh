@@ -3,7 +3,7 @@
 # runc, kube-proxy, CoreDNS, bridge CNI, control plane) in private namespaces; Switchboard's images
 # built (tests/images/build.sh) and imported into the node's containerd under the chart's names;
 # `helm install`; client pods calling the gateway by its Service name with a key and with their
-# ServiceAccount token; a call loop through a gateway pod deletion, a rolling `helm upgrade` and
+# ServiceAccount token; a call loop through the deletion of the gateway pod holding its connection (and of one not holding it), a rolling `helm upgrade` and
 # the operator leader's deletion; resource figures; then the node is stopped and checked to
 # have left nothing behind.
 #
