@@ -479,50 +479,11 @@ impl Controller {
                 continue;
             };
             let served = rollout(state.generation);
-            let expired = key
-                .spec
-                .expires_at
-                .as_deref()
-                .and_then(|t| switchboard_snapshot::parse_instant(t).ok())
-                .is_some_and(|at| at <= std::time::SystemTime::now());
-            let ready = if expired {
-                status::Desired {
-                    type_: "Ready",
-                    status: "False",
-                    reason: "Expired".into(),
-                    message: format!(
-                        "the key expired at {}; gateways refuse it",
-                        key.spec.expires_at.as_deref().unwrap_or_default()
-                    ),
-                }
-            } else if !outcome.verdict.accepted {
-                status::Desired {
-                    type_: "Ready",
-                    status: "False",
-                    reason: outcome.verdict.reason.into(),
-                    message: outcome.verdict.message.clone(),
-                }
-            } else if served.known > 0 && served.serving == served.known {
-                status::Desired {
-                    type_: "Ready",
-                    status: "True",
-                    reason: "Served".into(),
-                    message: format!(
-                        "{}/{} gateway replicas accept this key",
-                        served.serving, served.known
-                    ),
-                }
-            } else {
-                status::Desired {
-                    type_: "Ready",
-                    status: "False",
-                    reason: "Pending".into(),
-                    message: format!(
-                        "{}/{} gateway replicas accept this key",
-                        served.serving, served.known
-                    ),
-                }
-            };
+            let expired_at = key.spec.expires_at.as_deref().filter(|t| {
+                switchboard_snapshot::parse_instant(t)
+                    .is_ok_and(|at| at <= std::time::SystemTime::now())
+            });
+            let ready = status::key_ready(&outcome.verdict, expired_at, served);
             let desired = [status::accepted(&outcome.verdict), ready];
             let written = status::write_key(&self.client, recorder, key, outcome, &desired);
             self.write_alone(state, "McpKey", &object, written).await;

@@ -124,6 +124,37 @@ pub enum ModelProbe {
     },
 }
 
+/// An McpKey's `Ready`: refused once it expired (`expired_at`: its `expiresAt`, when that has
+/// passed), not while the resource is not accepted, and true only when every known gateway
+/// replica serves a generation that has it.
+pub fn key_ready(verdict: &Verdict, expired_at: Option<&str>, served: Rollout) -> Desired {
+    let (status, reason, message) = if let Some(at) = expired_at {
+        (
+            "False",
+            "Expired".to_string(),
+            format!("the key expired at {at}; gateways refuse it"),
+        )
+    } else if !verdict.accepted {
+        ("False", verdict.reason.to_string(), verdict.message.clone())
+    } else {
+        let message = format!(
+            "{}/{} gateway replicas accept this key",
+            served.serving, served.known
+        );
+        if served.known > 0 && served.serving == served.known {
+            ("True", "Served".to_string(), message)
+        } else {
+            ("False", "Pending".to_string(), message)
+        }
+    };
+    Desired {
+        type_: "Ready",
+        status,
+        reason,
+        message,
+    }
+}
+
 pub fn model_ready(verdict: &Verdict, probe: Option<&ModelProbe>) -> Desired {
     let (status, reason, message) = match (verdict.accepted, probe) {
         (false, _) => ("False", "NotAccepted", "not in the snapshot".to_string()),
@@ -369,6 +400,43 @@ mod tests {
             reason: "Accepted",
             message: String::new(),
         }
+    }
+
+    /// A key is Ready only when every known replica serves it; none known is not ready (a new
+    /// leader that knows no replica yet must not say "0/0" is all); expiry and a refused
+    /// resource win over the count.
+    #[test]
+    fn key_ready_needs_every_known_replica() {
+        let v = accepted_verdict();
+        let served = |serving, known| Rollout {
+            serving,
+            known,
+            needed: 3,
+        };
+        let all = key_ready(&v, None, served(2, 2));
+        assert_eq!(
+            (all.status, all.reason.as_str(), all.message.as_str()),
+            ("True", "Served", "2/2 gateway replicas accept this key")
+        );
+        let some = key_ready(&v, None, served(1, 2));
+        assert_eq!((some.status, some.reason.as_str()), ("False", "Pending"));
+        assert_eq!(key_ready(&v, None, served(0, 0)).status, "False");
+        let expired = key_ready(&v, Some("2026-01-01T00:00:00Z"), served(2, 2));
+        assert_eq!(
+            (expired.status, expired.reason.as_str()),
+            ("False", "Expired")
+        );
+        assert!(expired.message.contains("2026-01-01T00:00:00Z"));
+        let refused = Verdict {
+            accepted: false,
+            reason: "SecretNotFound",
+            message: "spec.x: gone".into(),
+        };
+        let r = key_ready(&refused, None, served(2, 2));
+        assert_eq!(
+            (r.status, r.reason.as_str(), r.message.as_str()),
+            ("False", "SecretNotFound", "spec.x: gone")
+        );
     }
 
     #[test]
