@@ -74,7 +74,7 @@ impl Limiter {
 
     /// Admits one request or says which limit refused it and how long to wait. The concurrency
     /// slot is taken first, so a request refused for it spends none of the rate.
-    fn admit(&self) -> Result<Admission, (LimitKind, Duration)> {
+    fn admit(&self) -> Result<LimitPermit, (LimitKind, Duration)> {
         let permit = match &self.in_flight {
             Some(slots) => Some(
                 slots
@@ -90,14 +90,14 @@ impl Limiter {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             return Err((LimitKind::Rate, wait));
         }
-        Ok(Admission { _permit: permit })
+        Ok(LimitPermit { _permit: permit })
     }
 }
 
 /// A request admitted under a limit: holds its concurrency slot until dropped (with the caller
 /// or the relayed stream that holds it).
 #[derive(Debug)]
-pub struct Admission {
+pub struct LimitPermit {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -142,7 +142,7 @@ impl Limiters {
     }
 
     /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits.
-    pub fn admit_key(&self, key_id: &str, metrics: &Metrics) -> Result<Option<Admission>, Refused> {
+    pub fn admit_key(&self, key_id: &str, metrics: &Metrics) -> Result<Option<LimitPermit>, Refused> {
         admit(&self.keys, "key", key_id, metrics)
     }
 
@@ -151,7 +151,7 @@ impl Limiters {
         &self,
         server_id: &str,
         metrics: &Metrics,
-    ) -> Result<Option<Admission>, Refused> {
+    ) -> Result<Option<LimitPermit>, Refused> {
         admit(&self.servers, "server", server_id, metrics)
     }
 }
@@ -161,7 +161,7 @@ fn admit(
     scope: &'static str,
     id: &str,
     metrics: &Metrics,
-) -> Result<Option<Admission>, Refused> {
+) -> Result<Option<LimitPermit>, Refused> {
     if limiters.is_empty() {
         return Ok(None);
     }

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::errors::GatewayError;
-use crate::limits::Admission;
+use crate::limits::LimitPermit;
 use crate::metrics::Metrics;
 use crate::route::prefixed_name;
 use crate::table::{Key, RoutingTable, Server};
@@ -22,7 +22,7 @@ pub struct Caller {
     /// (only then can `Authorization` be the caller's credential for an upstream).
     pub own_authorization: Option<HeaderValue>,
     /// The key's concurrency slot, held as long as the caller is (a relayed stream holds it).
-    _admission: Option<Admission>,
+    _admission: Option<LimitPermit>,
 }
 
 /// The header that carries the gateway key when `Authorization` carries the caller's own

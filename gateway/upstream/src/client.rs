@@ -843,7 +843,7 @@ pub struct UpstreamStream {
     decoder: SseDecoder,
     cancel: Option<Canceller>,
     /// The server's concurrency slot, held until the stream ends (see [`switchboard_core::limits`]).
-    admission: Option<switchboard_core::limits::Admission>,
+    admission: Option<switchboard_core::limits::LimitPermit>,
 }
 
 impl std::fmt::Debug for UpstreamStream {
@@ -857,7 +857,7 @@ impl std::fmt::Debug for UpstreamStream {
 
 impl UpstreamStream {
     /// Holds a limit's slot for as long as the stream lives.
-    pub fn hold(&mut self, admission: Option<switchboard_core::limits::Admission>) {
+    pub fn hold(&mut self, admission: Option<switchboard_core::limits::LimitPermit>) {
         self.admission = admission;
     }
 
