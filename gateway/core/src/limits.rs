@@ -142,7 +142,11 @@ impl Limiters {
     }
 
     /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits.
-    pub fn admit_key(&self, key_id: &str, metrics: &Metrics) -> Result<Option<LimitPermit>, Refused> {
+    pub fn admit_key(
+        &self,
+        key_id: &str,
+        metrics: &Metrics,
+    ) -> Result<Option<LimitPermit>, Refused> {
         admit(&self.keys, "key", key_id, metrics)
     }
 

@@ -269,7 +269,7 @@ enum Route {
     /// A client tool call, held until the iteration ends (index into `held`).
     Held(usize),
     /// A gateway tool call: never relayed.
-    LlmContext,
+    Gateway,
 }
 
 /// One provider iteration, as it was streamed.
@@ -308,7 +308,7 @@ async fn anthropic_loop(
         };
         tally.usage += turn.usage;
         let response = json!({"content": turn.blocks, "stop_reason": turn.stop_reason});
-        // LlmContext calls were never relayed; cut off by max_tokens they are not run either.
+        // Gateway calls were never relayed; cut off by max_tokens they are not run either.
         let calls = Format::Anthropic.runnable_calls(&response);
         let (ours, theirs) = prepared.split(&calls);
         let executed = if ours.is_empty() {
@@ -508,7 +508,7 @@ async fn anthropic_turn(
                 let is_tool = block.get("type").and_then(Value::as_str) == Some("tool_use");
                 let tool_name = block.get("name").and_then(Value::as_str).unwrap_or("");
                 let route = if is_tool && prepared.tools.gateway_run(tool_name).is_some() {
-                    Route::LlmContext
+                    Route::Gateway
                 } else if is_tool {
                     turn.held.push((index, vec![(name.clone(), data.clone())]));
                     Route::Held(turn.held.len() - 1)
@@ -534,7 +534,7 @@ async fn anthropic_turn(
                         out.event(&name, &data).await;
                     }
                     Some(Route::Held(i)) => turn.held[*i].1.push((name.clone(), data)),
-                    Some(Route::LlmContext) | None => {}
+                    Some(Route::Gateway) | None => {}
                 }
             }
             "message_delta" => {

@@ -60,14 +60,14 @@ pub enum Target {
 /// Why a method produced no result.
 #[derive(Debug)]
 pub enum Failure {
-    McpContext(GatewayError),
+    Gateway(GatewayError),
     /// The upstream's own JSON-RPC error object, passed on unchanged, with its HTTP status.
     Upstream(Value, StatusCode),
 }
 
 impl From<GatewayError> for Failure {
     fn from(e: GatewayError) -> Self {
-        Failure::McpContext(e)
+        Failure::Gateway(e)
     }
 }
 

@@ -353,7 +353,7 @@ async fn handle(
     let outcome = match (era, message.method.as_str()) {
         (Era::Legacy, "ping") => Ok(Answer::Json(json!({}))),
         (Era::Modern, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
-            Failure::McpContext(GatewayError::MethodNotFound(removed.to_string())),
+            Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
         ),
         (Era::Modern, "server/discover") => Box::pin(discover(cx, &caller, &target, request)).await,
         (Era::Legacy, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
@@ -421,7 +421,7 @@ async fn handle(
             };
             rpc_response(&id, "error", error, status)
         }
-        Err(Failure::McpContext(e)) => {
+        Err(Failure::Gateway(e)) => {
             tracing::info!(method = %message.method, error = %e, "request failed");
             fail(&id, e, method, era)
         }
@@ -847,7 +847,7 @@ async fn gateway_discover(cx: &McpContext, caller: &Caller) -> Value {
 }
 
 /// The aggregate endpoint serves tools, prompts and resources merged across servers.
-fn aggregate_capabilities(_gw: &McpContext, _caller: &Caller) -> Value {
+fn aggregate_capabilities(_cx: &McpContext, _caller: &Caller) -> Value {
     json!({
         "tools": {"listChanged": false},
         "prompts": {"listChanged": false},
