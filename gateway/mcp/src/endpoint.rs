@@ -212,11 +212,32 @@ async fn handle(
     } else {
         "mcp"
     };
+    let (response, counted) = answer(cx, prefix, headers, body).await;
+    // The request metric, once per request whatever the exit (a notification counts nothing).
+    if let Some((method, outcome)) = counted {
+        cx.metrics.request(endpoint, method, outcome);
+    }
+    response
+}
+
+/// What a request's metric says: (method, outcome), `None` for nothing to count.
+type Counted = Option<(&'static str, &'static str)>;
+
+/// The answer to one MCP POST, and what its metric says.
+async fn answer(
+    cx: &Arc<McpContext>,
+    prefix: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (Response, Counted) {
     let table = cx.table();
     let limit = table.settings.max_body_bytes;
     let fail = |id: &Value, e: GatewayError, method: &'static str, era: Era| {
-        cx.metrics.request(endpoint, method, e.outcome());
-        jsonrpc_error_response_in(id, &e, era)
+        let outcome = e.outcome();
+        (
+            jsonrpc_error_response_in(id, &e, era),
+            Some((method, outcome)),
+        )
     };
     if body.len() > limit {
         return fail(
@@ -250,14 +271,10 @@ async fn handle(
                 } else {
                     "failed"
                 };
-                cx.metrics.request(endpoint, "reply", outcome);
-                return response;
+                return (response, Some(("reply", outcome)));
             }
             return match Box::pin(deliver_reply(cx, &caller, prefix.as_deref(), id, reply)).await {
-                Ok(()) => {
-                    cx.metrics.request(endpoint, "reply", "ok");
-                    StatusCode::ACCEPTED.into_response()
-                }
+                Ok(()) => (StatusCode::ACCEPTED.into_response(), Some(("reply", "ok"))),
                 Err(e) => fail(&Value::Null, e, "reply", Era::Legacy),
             };
         }
@@ -271,8 +288,8 @@ async fn handle(
             Ok(server) => Target::Single(server),
             // A server the caller cannot reach is invisible: the endpoint does not exist.
             Err(e) => {
-                cx.metrics.request(endpoint, method, e.outcome());
-                return (StatusCode::NOT_FOUND, e.to_string()).into_response();
+                let response = (StatusCode::NOT_FOUND, e.to_string()).into_response();
+                return (response, Some((method, e.outcome())));
             }
         },
     };
@@ -294,39 +311,37 @@ async fn handle(
         // The retry of a call whose legacy upstream asked for input: it resumes the paused
         // stream, wherever that is held.
         let headers = caller.headers.clone();
-        return Box::pin(resume_exchange(cx, &caller, route, message, headers, body)).await;
+        let response = Box::pin(resume_exchange(cx, &caller, route, message, headers, body)).await;
+        return (response, None);
     }
     let prepared = match era {
         Era::Modern => check_modern(&caller.headers, &message),
         Era::Legacy => Box::pin(check_legacy(cx, &caller, &target, &message)).await,
     };
     let session = match prepared {
-        Ok(Prepared::Answer(response)) => {
-            cx.metrics.request(endpoint, method, "ok");
-            return response;
-        }
+        Ok(Prepared::Answer(response)) => return (response, Some((method, "ok"))),
         Ok(Prepared::Dispatch { session }) => session,
         Err(e) => return fail(&id, e, method, era),
     };
     if message.id.is_none() {
         // Notifications (initialized, cancelled, ...) concern the gateway's own session with
         // the client; a request the client gives up is cancelled by closing its stream.
-        return StatusCode::ACCEPTED.into_response();
+        return (StatusCode::ACCEPTED.into_response(), None);
     }
     let accepts_stream = header_str(&caller.headers, "accept")
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     if matches!(target, Target::Aggregate) && message.method == "subscriptions/listen" {
-        cx.metrics.request(endpoint, method, "stream");
-        return match Box::pin(listen::fan_in(
+        let listened = Box::pin(listen::fan_in(
             cx,
             &caller,
             id.clone(),
             message.params,
             session,
         ))
-        .await
-        {
-            Ok(response) => response,
+        .await;
+        return match listened {
+            Ok(response) => (response, Some((method, "stream"))),
+            // (once: it used to count as a stream and as its error)
             Err(e) => fail(&id, e, method, era),
         };
     }
@@ -363,22 +378,21 @@ async fn handle(
     };
     match outcome {
         Ok(Answer::Json(mut result)) => {
-            cx.metrics.request(endpoint, method, "ok");
             if era == Era::Modern {
                 protocol::stamp_modern_result(&mut result, &message.method);
             }
-            rpc_response(&id, "result", result, StatusCode::OK)
+            let response = rpc_response(&id, "result", result, StatusCode::OK);
+            (response, Some((method, "ok")))
         }
-        Ok(Answer::Raw(result)) => {
-            cx.metrics.request(endpoint, method, "ok");
-            raw_result_response(&id, &result, None)
-        }
+        Ok(Answer::Raw(result)) => (
+            raw_result_response(&id, &result, None),
+            Some((method, "ok")),
+        ),
         Ok(Answer::Relayed {
             result,
             has_result_type,
         }) => {
-            cx.metrics.request(endpoint, method, "ok");
-            match era {
+            let response = match era {
                 Era::Modern if protocol::has_cache_fields(&message.method) => {
                     let mut result = RpcResult::Raw(result).into_value();
                     protocol::stamp_modern_result(&mut result, &message.method);
@@ -388,13 +402,13 @@ async fn handle(
                     raw_result_response(&id, &result, Some(r#""resultType":"complete""#))
                 }
                 _ => raw_result_response(&id, &result, None),
-            }
+            };
+            (response, Some((method, "ok")))
         }
         Ok(Answer::Stream(relay)) => {
-            cx.metrics.request(endpoint, method, "stream");
             let mut key_tag = [0u8; 8];
             key_tag.copy_from_slice(&caller.key.digest[..8]);
-            relay::sse_response(
+            let response = relay::sse_response(
                 *relay,
                 relay::Client {
                     id,
@@ -406,10 +420,10 @@ async fn handle(
                         caller: caller.clone(),
                     }),
                 },
-            )
+            );
+            (response, Some((method, "stream")))
         }
         Err(Failure::Upstream(error, status)) => {
-            cx.metrics.request(endpoint, method, "upstream_error");
             // A 2026-07-28 client reads the HTTP status as part of the answer: the upstream's
             // own when it set one, else the revision's rule for the code. Legacy: 200.
             let status = match era {
@@ -419,7 +433,10 @@ async fn handle(
                     error.get("code").and_then(Value::as_i64).unwrap_or(0),
                 ),
             };
-            rpc_response(&id, "error", error, status)
+            (
+                rpc_response(&id, "error", error, status),
+                Some((method, "upstream_error")),
+            )
         }
         Err(Failure::Gateway(e)) => {
             tracing::info!(method = %message.method, error = %e, "request failed");
