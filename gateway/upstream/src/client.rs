@@ -290,7 +290,7 @@ impl Upstreams {
     /// policy and with its own TLS settings. A client is a handle to a shared pool (cloning it
     /// is cheap). An error names what in the TLS settings no client can be built from.
     pub fn http_for(&self, server: &Server) -> Result<reqwest::Client, GatewayError> {
-        let scoped = server.scope.as_ref().map(|s| s.policy.clone());
+        let scoped = server.scope.as_ref().map(|s| &s.policy);
         self.client(server_key(server), scoped, server.tls.as_deref())
             .map_err(|detail| GatewayError::UpstreamUnavailable {
                 server: server.id().to_string(),
@@ -309,10 +309,12 @@ impl Upstreams {
             .unwrap_or_else(|_| reqwest::Client::new())
     }
 
+    /// The client for `key`, built on first use (the policy is cloned only then: a lookup on
+    /// the request path allocates nothing).
     fn client(
         &self,
         key: ClientKey,
-        scoped: Option<Arc<switchboard_snapshot::ScopedPolicy>>,
+        scoped: Option<&Arc<switchboard_snapshot::ScopedPolicy>>,
         tls: Option<&TlsMaterial>,
     ) -> Result<reqwest::Client, String> {
         if let Some(client) = self
@@ -329,7 +331,7 @@ impl Upstreams {
         clients
             .by_key
             .entry(key)
-            .or_insert_with(|| http_client(&self.networks, scoped, &roots, tls))
+            .or_insert_with(|| http_client(&self.networks, scoped.cloned(), &roots, tls))
             .clone()
     }
 
