@@ -11,13 +11,9 @@ file (a test that imports its way around the layers is still a cycle in the sour
 
     tests/layering.py                    # every shipped crate (gateway/, operator/, crds/)
     tests/layering.py gateway operator   # only these crate directories
-    tests/layering.py --baseline FILE    # cycles listed in FILE are tolerated (a ratchet for a
-                                         # tree that still has some; the shipped crates have none)
     tests/layering.py --self-test ...    # first show on a planted cycle that the check can fail
 
-Exit status 0 when no cycle exists beyond the baseline, 1 otherwise. Cycles the baseline lists
-that are gone are reported so the baseline can be shrunk; a baseline that lists a cycle not
-present is an error too (keeps the file honest).
+Exit status 0 when no cycle exists, 1 otherwise.
 """
 
 import json
@@ -226,44 +222,17 @@ def main(argv):
     if argv[:1] == ["--self-test"]:
         self_test()
         argv = argv[1:]
-    baseline_path = None
-    args = []
-    i = 0
-    while i < len(argv):
-        if argv[i] == "--baseline":
-            baseline_path = argv[i + 1]
-            i += 2
-        else:
-            args.append(argv[i])
-            i += 1
-    dirs = [os.path.join(root, a) for a in args] if args else crate_dirs(root)
+    dirs = [os.path.join(root, a) for a in argv] if argv else crate_dirs(root)
     cycles = check(root, dirs)
-    baseline = []
-    if baseline_path:
-        with open(baseline_path, encoding="utf-8") as f:
-            for line in f:
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    baseline.append(frozenset(line.split()))
-    found = {c for c, _ in cycles}
-    new = [(c, e) for c, e in cycles if c not in baseline]
-    gone = [b for b in baseline if b not in found]
-    for c, edges in new:
-        print(f"layering: import cycle of {len(c)} files:")
-        for m in sorted(c):
+    for members, edges in cycles:
+        print(f"layering: import cycle of {len(members)} files:")
+        for m in sorted(members):
             print(f"  {m}")
         print("  edges inside it:")
         for e in edges:
             print(f"    {e}")
-    for b in gone:
-        print("layering: the baseline lists a cycle that no longer exists; remove this line:")
-        print("  " + " ".join(sorted(b)))
-    tolerated = len(cycles) - len(new)
-    print(
-        f"layering: {len(dirs)} crates, {len(cycles)} cycles "
-        f"({tolerated} tolerated by the baseline, {len(new)} new)"
-    )
-    return 1 if new or gone else 0
+    print(f"layering: {len(dirs)} crates, {len(cycles)} cycles")
+    return 1 if cycles else 0
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ async fn read_body_in_time(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let limit = gw.table().settings.max_body_bytes.saturating_add(1);
-    let read = read_limited(body, limit);
+    let read = read_body_up_to(body, limit);
     // A body that came with its headers (most do) is read without arming a timer.
     let mut read = std::pin::pin!(read);
     let already = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
@@ -128,7 +128,7 @@ async fn read_body_in_time(
 
 /// The body whole, or, once it passes `limit` bytes, the part not read yet. (One chunk, the
 /// common case, is kept as it came: no copy.)
-async fn read_limited(
+async fn read_body_up_to(
     mut body: axum::body::Body,
     limit: usize,
 ) -> Result<Result<bytes::Bytes, axum::body::Body>, axum::Error> {

@@ -20,26 +20,21 @@ pub fn discard_in_background(
     tokio::spawn(discard_body(body, max_bytes, max_time));
 }
 
-/// Reads and discards what is left of a request body, up to `max_bytes` and `max_time`;
-/// whether it reached the end.
-pub async fn discard_body(
-    mut body: axum::body::Body,
-    max_bytes: usize,
-    max_time: std::time::Duration,
-) -> bool {
+/// Reads and discards what is left of a request body, up to `max_bytes` and `max_time`.
+async fn discard_body(mut body: axum::body::Body, max_bytes: usize, max_time: std::time::Duration) {
     use http_body_util::BodyExt;
     let deadline = tokio::time::Instant::now() + max_time;
     let mut seen = 0usize;
     loop {
         match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(None) => return true,
             Ok(Some(Ok(frame))) => {
                 seen += frame.data_ref().map_or(0, |d| d.len());
                 if seen > max_bytes {
-                    return false;
+                    return;
                 }
             }
-            Ok(Some(Err(_))) | Err(_) => return false,
+            // The end, a broken body or the deadline.
+            Ok(None) | Ok(Some(Err(_))) | Err(_) => return,
         }
     }
 }

@@ -131,42 +131,21 @@ def test_mtls_upstream_needs_the_gateways_client_certificate(gateways, fronts, u
     assert "requires a client certificate" in refused.text, refused.text[:400]
     assert front.tool_calls() == 0
 
+    def presenting(cert, key_path):
+        tls = {
+            "caBundle": {"file": str(ca_file)},
+            "clientCertificate": {"certificate": {"file": str(cert)}, "key": {"file": str(key_path)}},
+        }
+        return gateways.start(gateway_config([server("tls", url, tls=tls)], [key("c", secret, ["tls"])]))
+
     # A certificate from another authority is refused by the upstream too.
     stranger_cert, stranger_key = PrivateCa("stranger").issue("x", client=True).write(tmp_path, "stranger")
-    stranger = gateways.start(
-        gateway_config(
-            [
-                server(
-                    "tls",
-                    url,
-                    tls={
-                        "caBundle": {"file": str(ca_file)},
-                        "clientCertificate": {"certificate": {"file": str(stranger_cert)}, "key": {"file": str(stranger_key)}},
-                    },
-                )
-            ],
-            [key("c", secret, ["tls"])],
-        )
-    )
+    stranger = presenting(stranger_cert, stranger_key)
     refused = _add(stranger, secret)
     assert refused.status_code == 502 and "refuses the client certificate" in refused.text, refused.text[:400]
     assert front.tool_calls() == 0
 
-    with_cert = gateways.start(
-        gateway_config(
-            [
-                server(
-                    "tls",
-                    url,
-                    tls={
-                        "caBundle": {"file": str(ca_file)},
-                        "clientCertificate": {"certificate": {"file": str(cert_file)}, "key": {"file": str(key_file)}},
-                    },
-                )
-            ],
-            [key("c", secret, ["tls"])],
-        )
-    )
+    with_cert = presenting(cert_file, key_file)
     _assert_added(_add(with_cert, secret))
     assert front.tool_calls() == 1
     log = with_cert.proc.stderr_path.read_text() + with_cert.proc.stdout_path.read_text()

@@ -2,8 +2,9 @@
 //! certificate authorities the gateway trusts besides the public roots, the client certificate
 //! it presents (mTLS), and the name an upstream's certificate must be valid for.
 //!
-//! PEM material is parsed here, once per snapshot, so a bad bundle is refused with the field that
-//! holds it (by the operator when it renders, by the gateway when it loads a file) and the
+//! PEM material is parsed here, when a snapshot is validated and again when its table is built
+//! (a few certificates; the parsed form stays with the table), so a bad bundle is refused with
+//! the field that holds it (by the operator when it renders, by the gateway when it loads a file) and the
 //! previous snapshot keeps serving. There is no switch to skip verification.
 
 use std::sync::Arc;

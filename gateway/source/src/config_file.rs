@@ -45,23 +45,27 @@ fn load_table_with(
     RoutingTable::build(&snapshot)
 }
 
-/// The files a config's `{file: ...}` secrets name (keys, tokens, CA bundles, client
-/// certificates), so the watcher can see a rotated one: what the gateway serves is the config
-/// and these files together.
-fn secret_files(content: &[u8]) -> Vec<PathBuf> {
-    struct Recording(std::cell::RefCell<Vec<PathBuf>>);
-    impl SecretLookup for Recording {
-        fn env(&self, name: &str) -> Option<String> {
-            SystemLookup.env(name)
-        }
-        fn file(&self, path: &str) -> std::io::Result<String> {
-            self.0.borrow_mut().push(PathBuf::from(path));
-            SystemLookup.file(path)
-        }
+/// What a load read: the config's content, and the files its `{file: ...}` secrets name
+/// (keys, tokens, CA bundles, client certificates), so the watcher can see a rotated one: what
+/// the gateway serves is the config and these files together.
+#[derive(Debug)]
+pub struct Applied {
+    pub content: Vec<u8>,
+    pub secret_files: Vec<PathBuf>,
+}
+
+/// The system's environment and files, noting which files were read.
+#[derive(Default)]
+struct Recording(std::cell::RefCell<Vec<PathBuf>>);
+
+impl SecretLookup for Recording {
+    fn env(&self, name: &str) -> Option<String> {
+        SystemLookup.env(name)
     }
-    let recording = Recording(Default::default());
-    let _ = load_table_with(content, &recording);
-    recording.0.into_inner()
+    fn file(&self, path: &str) -> std::io::Result<String> {
+        self.0.borrow_mut().push(PathBuf::from(path));
+        SystemLookup.file(path)
+    }
 }
 
 /// What the watcher compares between polls: the config's bytes and those of its secret files.
@@ -80,9 +84,8 @@ fn with_files(mut state: Vec<u8>, files: &[PathBuf]) -> Vec<u8> {
     state
 }
 
-/// Reads the file and applies it; on error, logs it and keeps what is served. Returns the
-/// content read, whether or not it applied.
-pub fn reload(sink: &dyn SnapshotSink, path: &Path) -> Result<Vec<u8>, SnapshotError> {
+/// Reads the file and applies it; on error, logs it and keeps what is served.
+pub fn reload(sink: &dyn SnapshotSink, path: &Path) -> Result<Applied, SnapshotError> {
     apply_content(sink, path, std::fs::read(path))
 }
 
@@ -91,14 +94,15 @@ fn apply_content(
     sink: &dyn SnapshotSink,
     path: &Path,
     content: std::io::Result<Vec<u8>>,
-) -> Result<Vec<u8>, SnapshotError> {
+) -> Result<Applied, SnapshotError> {
     let content = content.map_err(|e| SnapshotError {
         errors: vec![switchboard_snapshot::FieldError {
             path: String::new(),
             message: format!("cannot read {}: {e}", path.display()),
         }],
     });
-    let result = content.and_then(|c| load_table(&c).map(|t| (t, c)));
+    let recording = Recording::default();
+    let result = content.and_then(|c| load_table_with(&c, &recording).map(|t| (t, c)));
     match result {
         Ok((table, content)) => {
             if table.settings.session_key.is_none() {
@@ -113,7 +117,10 @@ fn apply_content(
                 "config applied"
             );
             sink.apply(table);
-            Ok(content)
+            Ok(Applied {
+                content,
+                secret_files: recording.0.into_inner(),
+            })
         }
         Err(e) => {
             sink.rejected();
@@ -131,7 +138,7 @@ const STARTUP_SETTLE: Duration = Duration::from_secs(5);
 /// rewritten in place waits for the write to end instead of exiting on an empty or half
 /// written file. A file that has not changed for a poll interval loads at once. After
 /// `STARTUP_SETTLE` the content is judged as it is (an invalid file still stops the gateway).
-pub async fn initial_load(sink: &dyn SnapshotSink, path: &Path) -> Result<Vec<u8>, SnapshotError> {
+pub async fn initial_load(sink: &dyn SnapshotSink, path: &Path) -> Result<Applied, SnapshotError> {
     let deadline = tokio::time::Instant::now() + STARTUP_SETTLE;
     let mut content = std::fs::read(path);
     while tokio::time::Instant::now() < deadline {
@@ -168,11 +175,16 @@ pub async fn initial_load(sink: &dyn SnapshotSink, path: &Path) -> Result<Vec<u8
 pub async fn watch(
     sink: Arc<dyn SnapshotSink>,
     path: PathBuf,
-    applied: Option<Vec<u8>>,
+    applied: Option<Applied>,
     mut hangup: Option<tokio::signal::unix::Signal>,
 ) {
-    let mut files = applied.as_deref().map(secret_files).unwrap_or_default();
-    let mut last = applied.map(|config| with_files(config, &files));
+    let (mut files, mut last) = match applied {
+        Some(a) => {
+            let state = with_files(a.content, &a.secret_files);
+            (a.secret_files, Some(state))
+        }
+        None => (Vec::new(), None),
+    };
     // A changed content seen once; applied when the next poll reads it again.
     let mut settling: Option<Vec<u8>> = None;
     let mut tick = tokio::time::interval(POLL_INTERVAL);
@@ -203,8 +215,8 @@ pub async fn watch(
         // A rejected edit was logged by reload; the previous table keeps serving. A config
         // that names other files is watched with those from now on (the state then differs
         // once more, which costs one more reload of the same content).
-        if let Ok(content) = reload(&*sink, &path) {
-            files = secret_files(&content);
+        if let Ok(applied) = reload(&*sink, &path) {
+            files = applied.secret_files;
         }
     }
 }

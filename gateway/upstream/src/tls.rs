@@ -41,10 +41,7 @@ pub fn client_config(
         .build()
         .map_err(|e| rustls::Error::General(e.to_string()))?;
     let verifier: Arc<dyn ServerCertVerifier> = match own.and_then(|o| o.server_name.clone()) {
-        Some(name) => Arc::new(NamedVerifier {
-            inner: verifier,
-            name,
-        }),
+        Some(name) => Arc::new(NamedVerifier::new(verifier, name)),
         None => verifier,
     };
     let builder = rustls::ClientConfig::builder_with_provider(provider)
@@ -86,11 +83,18 @@ fn env_bundle() -> &'static [CertificateDer<'static>] {
     })
 }
 
-/// Verifies a certificate for the configured name instead of the URL's host.
+/// WebPKI verification for a configured name instead of the dialed one (an upstream's
+/// `tls.serverName`; the operator Service's name, which the snapshot stream dials by address).
 #[derive(Debug)]
-struct NamedVerifier {
+pub struct NamedVerifier {
     inner: Arc<WebPkiServerVerifier>,
     name: ServerName<'static>,
+}
+
+impl NamedVerifier {
+    pub fn new(inner: Arc<WebPkiServerVerifier>, name: ServerName<'static>) -> NamedVerifier {
+        NamedVerifier { inner, name }
+    }
 }
 
 impl ServerCertVerifier for NamedVerifier {
@@ -157,62 +161,57 @@ pub fn describe(error: &rustls::Error) -> String {
     }
 }
 
-/// The TLS failure in an error's chain of causes, described.
-pub fn failure_in(error: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
-            return Some(describe(tls));
-        }
-        // An io::Error's `source` is its inner error's source, skipping the inner error itself
-        // (where rustls puts its own, often inside another io::Error): step into it instead.
-        source = match cause
+type Cause<'a> = &'a (dyn std::error::Error + 'static);
+
+/// An error and its causes, outermost first. An io::Error's `source` is its inner error's
+/// source, skipping the inner error itself (where rustls puts its own, often inside another
+/// io::Error): the walk steps into it instead.
+fn causes(error: Cause<'_>) -> impl Iterator<Item = Cause<'_>> {
+    std::iter::successors(Some(error), |cause| {
+        match cause
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
         {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            Some(inner) => Some(inner as Cause<'_>),
             None => cause.source(),
-        };
-    }
-    None
+        }
+    })
 }
 
-/// An HTTPS upstream that hung up (end of stream or reset) without a TLS close: what a server that requires a client
-/// certificate (or refuses the one given) does when it sends no alert (many do; TLS 1.3 lets
-/// the client finish its handshake first). Said as the likely cause, not as fact.
+/// The TLS failure in an error's chain of causes, described.
+pub fn failure_in(error: Cause<'_>) -> Option<String> {
+    causes(error)
+        .find_map(|cause| cause.downcast_ref::<rustls::Error>())
+        .map(describe)
+}
+
+/// An HTTPS upstream that hung up (end of stream or reset) without a TLS close: what a server
+/// that requires a client certificate (or refuses the one given) does when it sends no alert
+/// (many do; TLS 1.3 lets the client finish its handshake first). Said as the likely cause, not
+/// as fact.
 pub fn dropped_after_handshake(
-    error: &(dyn std::error::Error + 'static),
+    error: Cause<'_>,
     url: &url::Url,
     presents_certificate: bool,
 ) -> Option<String> {
-    if url.scheme() != "https" {
-        return None;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>()
-            && matches!(
+    let hung_up = causes(error).any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
                 io.kind(),
                 std::io::ErrorKind::UnexpectedEof
                     | std::io::ErrorKind::ConnectionReset
                     | std::io::ErrorKind::BrokenPipe
             )
-        {
-            return Some(if presents_certificate {
-                "TLS: the upstream closed the connection without a TLS close; an upstream that refuses the client certificate it was given does this (tls.clientCertificate)".into()
-            } else {
-                "TLS: the upstream closed the connection without a TLS close; an upstream that requires a client certificate does this when none is given (tls.clientCertificate)".into()
-            });
-        }
-        source = match cause
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => cause.source(),
-        };
+        })
+    });
+    if url.scheme() != "https" || !hung_up {
+        return None;
     }
-    None
+    Some(if presents_certificate {
+        "TLS: the upstream closed the connection without a TLS close; an upstream that refuses the client certificate it was given does this (tls.clientCertificate)".into()
+    } else {
+        "TLS: the upstream closed the connection without a TLS close; an upstream that requires a client certificate does this when none is given (tls.clientCertificate)".into()
+    })
 }
 
 #[cfg(test)]
