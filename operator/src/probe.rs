@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
-use switchboard_core::errors::GatewayError;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::{Model, RoutingTable};
 use switchboard_snapshot::{ModelProvider, Snapshot};
+use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::plane::UpstreamPlane;
 use tokio::sync::{Notify, watch};
 
@@ -190,14 +190,18 @@ fn model_due(
     }
 }
 
-fn failure(e: &GatewayError) -> Probe {
+fn failure(e: &UpstreamError) -> Probe {
     let reason = match e {
-        GatewayError::UpstreamTimeout { .. } => "UpstreamTimeout",
-        GatewayError::UpstreamUnauthorized { .. } | GatewayError::UpstreamForbidden { .. } => {
-            "UpstreamAuthFailed"
-        }
-        GatewayError::UpstreamAddressDenied { .. } => "UpstreamAddressDenied",
-        _ => "UpstreamUnavailable",
+        UpstreamError::Timeout { .. } => "UpstreamTimeout",
+        UpstreamError::Unauthorized { .. }
+        | UpstreamError::Forbidden { .. }
+        | UpstreamError::AuthRequired { .. } => "UpstreamAuthFailed",
+        UpstreamError::AddressDenied { .. } => "UpstreamAddressDenied",
+        UpstreamError::Unavailable { .. }
+        | UpstreamError::Rpc { .. }
+        | UpstreamError::ToolNotFound { .. }
+        | UpstreamError::ServerNotFound { .. }
+        | UpstreamError::Limited(_) => "UpstreamUnavailable",
     };
     Probe::Failed {
         reason,

@@ -61,7 +61,7 @@ pub async fn merge(
     for (server, listing) in servers.iter().zip(listings) {
         match listing {
             Ok(listing) => absorb(&mut merged, caller, server, listing),
-            Err(e) => merged.failures.push((server.id().to_string(), e)),
+            Err(e) => merged.failures.push((server.id().to_string(), e.into())),
         }
     }
     if merged.ttl_ms == u64::MAX {

@@ -17,6 +17,7 @@ use switchboard_core::scope::{Caller, decide_owner};
 use switchboard_core::table::Server;
 use switchboard_protocol::{Era, may_require_input, named_field};
 use switchboard_upstream::client::{RpcOutcome, RpcResult, SessionScope};
+use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::listing::ListKind;
 use switchboard_upstream::plane::Forward;
 use switchboard_upstream::request_credential::SHARED_PARTITION;
@@ -68,6 +69,12 @@ pub enum Failure {
 impl From<GatewayError> for Failure {
     fn from(e: GatewayError) -> Self {
         Failure::Gateway(e)
+    }
+}
+
+impl From<UpstreamError> for Failure {
+    fn from(e: UpstreamError) -> Self {
+        Failure::Gateway(e.into())
     }
 }
 
@@ -235,10 +242,10 @@ async fn unprefixed_owners(
         let mut listings = listings;
         if let Some(auth) = listings
             .iter_mut()
-            .position(|l| matches!(l, Err(GatewayError::UpstreamAuthRequired { .. })))
+            .position(|l| matches!(l, Err(UpstreamError::AuthRequired { .. })))
             .and_then(|i| listings.swap_remove(i).err())
         {
-            return Err(auth);
+            return Err(auth.into());
         }
     }
     Ok(found)
@@ -387,7 +394,7 @@ async fn forward(
         Ok(RpcOutcome::Result(result)) => Ok(Forwarded::Result(result)),
         Ok(RpcOutcome::Stream(stream)) => Ok(Forwarded::Stream(stream)),
         Ok(RpcOutcome::Error(error, status)) => Err(Failure::Upstream(error, status)),
-        Err(GatewayError::UpstreamForbidden { server: id }) if method == "tools/call" => {
+        Err(UpstreamError::Forbidden { server: id }) if method == "tools/call" => {
             tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
             Ok(Forwarded::Result(RpcResult::Parsed(json!({
                 "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],

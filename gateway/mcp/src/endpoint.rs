@@ -560,7 +560,7 @@ async fn resume_exchange(
                     detail: format!("the upstream refused the answer (HTTP {})", status.as_u16()),
                 });
             }
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.into()),
         }
     }
     relay.deadline = Some(tokio::time::Instant::now() + relay.server.spec.timeout);

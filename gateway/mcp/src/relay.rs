@@ -45,6 +45,7 @@ use switchboard_core::table::{RoutingTable, Server};
 use switchboard_protocol::sse::SseEvent;
 use switchboard_protocol::{Era, stamp_modern_result};
 use switchboard_upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
+use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::plane::Forward;
 
 /// An upstream answer on its way to a client as a stream.
@@ -219,7 +220,7 @@ impl RelayState {
                 Some(deadline) => {
                     match tokio::time::timeout_at(deadline, stream.next_event(server.id())).await {
                         Ok(next) => next,
-                        Err(_) => Err(GatewayError::UpstreamTimeout {
+                        Err(_) => Err(UpstreamError::Timeout {
                             server: server.id().to_string(),
                             budget: server.spec.timeout,
                         }),
@@ -238,7 +239,7 @@ impl RelayState {
                     server: server.id().to_string(),
                     detail: "the stream ended without an answer".into(),
                 })),
-                Err(e) => Some(self.fail(e)),
+                Err(e) => Some(self.fail(e.into())),
             };
         }
     }
@@ -539,7 +540,7 @@ impl RelayState {
                 Ok(())
             }
             Ok(RpcOutcome::Error(error, _)) => Err(self.error_answer(error)),
-            Err(e) => Err(self.fail(e)),
+            Err(e) => Err(self.fail(e.into())),
         }
     }
 

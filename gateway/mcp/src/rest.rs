@@ -120,6 +120,7 @@ async fn call_tool_inner(
     cx.upstream
         .call_tool(&caller, &server, &tool, call.arguments, &call.name)
         .await
+        .map_err(Into::into)
 }
 
 /// With `server_id`, the name may carry that server's prefix or none; scope is checked before

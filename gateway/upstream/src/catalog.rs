@@ -12,9 +12,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::client::Upstreams;
+use crate::error::UpstreamError;
 use crate::listing::{Item, ListKind, Listing, ListingRequest, walk};
 use crate::request_credential::SHARED_PARTITION;
-use switchboard_core::errors::GatewayError;
 use switchboard_core::table::Server;
 
 /// (server revision, kind, credential partition). A revision hashes the whole server spec,
@@ -41,7 +41,7 @@ pub struct Catalog {
     refreshing: Cache<EntryKey, Arc<tokio::sync::Mutex<()>>>,
     /// Listings that failed lately, when (tokio's clock) and how. The cache's own expiry only
     /// bounds memory; whether a failure still answers is judged by its time.
-    failures: Cache<EntryKey, (Instant, GatewayError)>,
+    failures: Cache<EntryKey, (Instant, UpstreamError)>,
 }
 
 /// How long a failed listing is answered from memory.
@@ -141,7 +141,7 @@ impl Catalog {
         request: &ListingRequest<'_>,
         ttl: Duration,
         page_cap: u32,
-    ) -> Result<Arc<Listing>, GatewayError> {
+    ) -> Result<Arc<Listing>, UpstreamError> {
         let (server, kind) = (request.server, request.kind);
         let partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
         if let Some(hit) = self.fresh(server, kind, partition, ttl) {
@@ -173,15 +173,15 @@ impl Catalog {
     /// aggregate listings its timeout once per `FAILURE_TTL`, not on every request. Auth
     /// failures are the caller's to answer and are never remembered; a probe (`ttl` zero)
     /// always asks.
-    fn recent_failure(&self, key: &EntryKey, ttl: Duration) -> Option<GatewayError> {
+    fn recent_failure(&self, key: &EntryKey, ttl: Duration) -> Option<UpstreamError> {
         let (at, error) = self.failures.get(key)?;
         (at.elapsed() < FAILURE_TTL.min(ttl)).then_some(error)
     }
 
-    fn remember_failure(&self, key: EntryKey, error: &GatewayError) {
+    fn remember_failure(&self, key: EntryKey, error: &UpstreamError) {
         if matches!(
             error,
-            GatewayError::UpstreamAuthRequired { .. } | GatewayError::UpstreamUnauthorized { .. }
+            UpstreamError::AuthRequired { .. } | UpstreamError::Unauthorized { .. }
         ) {
             return;
         }
@@ -341,7 +341,7 @@ mod tests {
         );
 
         let key = (a.revision, ListKind::Tools, SHARED_PARTITION);
-        let down = GatewayError::UpstreamUnavailable {
+        let down = UpstreamError::Unavailable {
             server: "a".into(),
             detail: "connection refused".into(),
         };
@@ -362,7 +362,7 @@ mod tests {
             "forgotten after FAILURE_TTL"
         );
 
-        let unauthorized = GatewayError::UpstreamAuthRequired {
+        let unauthorized = UpstreamError::AuthRequired {
             server: "a".into(),
             www_authenticate: String::new(),
         };

@@ -26,9 +26,9 @@ use serde_json::{Value, json};
 use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
 use tokio::time::Instant;
 
+use crate::error::UpstreamError;
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::address_policy::PolicyResolver;
-use switchboard_core::errors::GatewayError;
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
     ModernMeta, legacy_request_body, modern_request_body, raw_response, request_body,
@@ -289,10 +289,10 @@ impl Upstreams {
     /// The HTTP client for a server (and its token endpoint and metadata): under its own
     /// policy and with its own TLS settings. A client is a handle to a shared pool (cloning it
     /// is cheap). An error names what in the TLS settings no client can be built from.
-    pub fn http_for(&self, server: &Server) -> Result<reqwest::Client, GatewayError> {
+    pub fn http_for(&self, server: &Server) -> Result<reqwest::Client, UpstreamError> {
         let scoped = server.scope.as_ref().map(|s| &s.policy);
         self.client(server_key(server), scoped, server.tls.as_deref())
-            .map_err(|detail| GatewayError::UpstreamUnavailable {
+            .map_err(|detail| UpstreamError::Unavailable {
                 server: server.id().to_string(),
                 detail,
             })
@@ -369,7 +369,7 @@ impl Upstreams {
 
     /// Sends one request and returns the upstream's JSON-RPC answer (for a stream: once its
     /// headers arrived; the caller bounds the rest).
-    pub async fn call(&self, call: RpcCall<'_>) -> Result<RpcOutcome, GatewayError> {
+    pub async fn call(&self, call: RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
         match tokio::time::timeout_at(call.deadline, self.call_in_era(&call)).await {
             Ok(result) => result,
             Err(_) => Err(timeout_error(&call)),
@@ -379,7 +379,7 @@ impl Upstreams {
     /// The upstream's own identity for a legacy client: the `initialize` result of the legacy
     /// session this scope uses (a legacy upstream), or `None` for a modern upstream (ask it
     /// `server/discover`).
-    pub async fn legacy_identity(&self, call: RpcCall<'_>) -> Result<Option<Value>, GatewayError> {
+    pub async fn legacy_identity(&self, call: RpcCall<'_>) -> Result<Option<Value>, UpstreamError> {
         let state = self.state(call.server);
         let legacy = async {
             if state.era.load(Ordering::Relaxed) == 0 {
@@ -413,7 +413,7 @@ impl Upstreams {
         session: Option<HeaderValue>,
         version: HeaderValue,
         body: Vec<u8>,
-    ) -> Result<StatusCode, GatewayError> {
+    ) -> Result<StatusCode, UpstreamError> {
         let send = self.post(&call, session_headers(session.as_ref(), &version), body);
         match tokio::time::timeout_at(call.deadline, send).await {
             Ok(reply) => Ok(reply?.status),
@@ -460,7 +460,7 @@ impl Upstreams {
         }
     }
 
-    async fn call_in_era(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, GatewayError> {
+    async fn call_in_era(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
         let state = self.state(call.server);
         match state.era.load(Ordering::Relaxed) {
             ERA_MODERN => self.modern(call).await.map_err(Attempt::into_error),
@@ -542,7 +542,7 @@ impl Upstreams {
         &self,
         call: &RpcCall<'_>,
         state: &UpstreamState,
-    ) -> Result<RpcOutcome, GatewayError> {
+    ) -> Result<RpcOutcome, UpstreamError> {
         // A dropped upstream session (404) is re-established once, then the request repeats.
         for attempt in 0..2 {
             let session = self.legacy_session(call, state, attempt > 0).await?;
@@ -576,7 +576,7 @@ impl Upstreams {
                 _ => return Err(reply.unavailable(call.server)),
             }
         }
-        Err(GatewayError::UpstreamUnavailable {
+        Err(UpstreamError::Unavailable {
             server: call.server.id().to_string(),
             detail: "the upstream dropped a fresh session".into(),
         })
@@ -589,7 +589,7 @@ impl Upstreams {
         call: &RpcCall<'_>,
         state: &UpstreamState,
         renew: bool,
-    ) -> Result<Arc<LegacySession>, GatewayError> {
+    ) -> Result<Arc<LegacySession>, UpstreamError> {
         let partition = call.credential.map_or(SHARED_PARTITION, |c| c.partition);
         let slot = state.session_slot(partition, call.session);
         let mut slot = slot.lock().await;
@@ -623,13 +623,13 @@ impl Upstreams {
         let result = match reply.outcome(call.server, &id)? {
             RpcOutcome::Result(r) => r.into_value(),
             RpcOutcome::Stream(_) => {
-                return Err(GatewayError::UpstreamUnavailable {
+                return Err(UpstreamError::Unavailable {
                     server: call.server.id().to_string(),
                     detail: "initialize answered with a stream".into(),
                 });
             }
             RpcOutcome::Error(e, _) => {
-                return Err(GatewayError::UpstreamUnavailable {
+                return Err(UpstreamError::Unavailable {
                     server: call.server.id().to_string(),
                     detail: format!("initialize failed: {}", e["message"].as_str().unwrap_or("")),
                 });
@@ -665,7 +665,7 @@ impl Upstreams {
         call: &RpcCall<'_>,
         mut headers: HeaderMap,
         body: Vec<u8>,
-    ) -> Result<SentReply, GatewayError> {
+    ) -> Result<SentReply, UpstreamError> {
         headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
         headers.insert(
             header::CONTENT_TYPE,
@@ -682,7 +682,7 @@ impl Upstreams {
         for _ in 0..=MAX_REDIRECTS {
             // The first URL passed validation under these policies, but a redirect target did not.
             if let Err(denied) = self.allows(call.server, &url) {
-                return Err(GatewayError::UpstreamAddressDenied {
+                return Err(UpstreamError::AddressDenied {
                     server: call.server.id().to_string(),
                     denied,
                 });
@@ -717,7 +717,7 @@ impl Upstreams {
                 response,
             });
         }
-        Err(GatewayError::UpstreamUnavailable {
+        Err(UpstreamError::Unavailable {
             server: call.server.id().to_string(),
             detail: "too many redirects".into(),
         })
@@ -727,14 +727,14 @@ impl Upstreams {
 enum Attempt {
     /// The upstream does not speak the 2026-07-28 revision.
     NotModern,
-    Failed(GatewayError),
+    Failed(UpstreamError),
 }
 
 impl Attempt {
-    fn into_error(self) -> GatewayError {
+    fn into_error(self) -> UpstreamError {
         match self {
             Attempt::Failed(e) => e,
-            Attempt::NotModern => GatewayError::UpstreamUnavailable {
+            Attempt::NotModern => UpstreamError::Unavailable {
                 server: String::new(),
                 detail: "the upstream no longer speaks the 2026-07-28 revision".into(),
             },
@@ -760,14 +760,15 @@ impl SentReply {
             .is_some_and(|c| c.starts_with("text/event-stream"))
     }
 
-    async fn read(self, server: &Server) -> Result<Reply, GatewayError> {
+    async fn read(self, server: &Server) -> Result<Reply, UpstreamError> {
         let headers = self.response.headers().clone();
-        let body = read_limited(self.response).await.map_err(|detail| {
-            GatewayError::UpstreamUnavailable {
-                server: server.id().to_string(),
-                detail,
-            }
-        })?;
+        let body =
+            read_limited(self.response)
+                .await
+                .map_err(|detail| UpstreamError::Unavailable {
+                    server: server.id().to_string(),
+                    detail,
+                })?;
         Ok(Reply {
             status: self.status,
             headers,
@@ -864,9 +865,9 @@ impl UpstreamStream {
     }
 
     /// The next event, `None` when the upstream ended the stream.
-    pub async fn next_event(&mut self, server: &str) -> Result<Option<SseEvent>, GatewayError> {
+    pub async fn next_event(&mut self, server: &str) -> Result<Option<SseEvent>, UpstreamError> {
         use futures_util::StreamExt;
-        let broken = |detail: String| GatewayError::UpstreamUnavailable {
+        let broken = |detail: String| UpstreamError::Unavailable {
             server: server.to_string(),
             detail,
         };
@@ -935,7 +936,7 @@ impl Reply {
     }
 
     /// The JSON-RPC answer to request `id`, with its id left for the caller to restore.
-    fn outcome(&self, server: &Server, id: &Value) -> Result<RpcOutcome, GatewayError> {
+    fn outcome(&self, server: &Server, id: &Value) -> Result<RpcOutcome, UpstreamError> {
         if let Some(response) = raw_response(self.content_type(), &self.body) {
             return Ok(match response.result {
                 Some(result) => RpcOutcome::Result(RpcResult::Raw(result)),
@@ -947,7 +948,7 @@ impl Reply {
                 // An error about the request itself may carry a null id.
                 response_from_body(self.content_type(), &self.body, &Value::Null)
             })
-            .ok_or_else(|| GatewayError::UpstreamUnavailable {
+            .ok_or_else(|| UpstreamError::Unavailable {
                 server: server.id().to_string(),
                 detail: format!(
                     "HTTP {}: the body is not a JSON-RPC response",
@@ -965,33 +966,33 @@ impl Reply {
                     ))
                 }
             }
-            _ => Err(GatewayError::UpstreamUnavailable {
+            _ => Err(UpstreamError::Unavailable {
                 server: server.id().to_string(),
                 detail: "the body is not a JSON-RPC response".into(),
             }),
         }
     }
 
-    fn auth_error(&self, server: &Server) -> GatewayError {
+    fn auth_error(&self, server: &Server) -> UpstreamError {
         let challenge = self
             .headers
             .get(header::WWW_AUTHENTICATE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         if self.status == StatusCode::FORBIDDEN {
-            GatewayError::UpstreamForbidden {
+            UpstreamError::Forbidden {
                 server: server.id().to_string(),
             }
         } else {
-            GatewayError::UpstreamUnauthorized {
+            UpstreamError::Unauthorized {
                 server: server.id().to_string(),
                 challenge,
             }
         }
     }
 
-    fn unavailable(&self, server: &Server) -> GatewayError {
-        GatewayError::UpstreamUnavailable {
+    fn unavailable(&self, server: &Server) -> UpstreamError {
+        UpstreamError::Unavailable {
             server: server.id().to_string(),
             detail: format!("HTTP {}", self.status.as_u16()),
         }
@@ -1037,14 +1038,14 @@ fn http_client(
         .map_err(|e| format!("no HTTP client: {e}"))
 }
 
-fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
+fn unavailable(server: &Server, e: &reqwest::Error) -> UpstreamError {
     // reqwest's message can include the URL; keep only the kind of failure (URLs may carry
     // credentials in their query string).
     // The resolver's refusal says which rule (an address, never the URL).
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         if let Some(denied) = cause.downcast_ref::<Denied>() {
-            return GatewayError::UpstreamAddressDenied {
+            return UpstreamError::AddressDenied {
                 server: server.id().to_string(),
                 denied: denied.clone(),
             };
@@ -1061,7 +1062,7 @@ fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
             .then(|| crate::tls::dropped_after_handshake(e, &server.url, presents_certificate))
             .flatten()
     }) {
-        return GatewayError::UpstreamUnavailable {
+        return UpstreamError::Unavailable {
             server: server.id().to_string(),
             detail,
         };
@@ -1075,7 +1076,7 @@ fn unavailable(server: &Server, e: &reqwest::Error) -> GatewayError {
     } else {
         "request failed"
     };
-    GatewayError::UpstreamUnavailable {
+    UpstreamError::Unavailable {
         server: server.id().to_string(),
         detail: kind.into(),
     }
@@ -1101,8 +1102,8 @@ fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
     params?.get(protocol::named_field(method)?)?.as_str()
 }
 
-fn timeout_error(call: &RpcCall<'_>) -> GatewayError {
-    GatewayError::UpstreamTimeout {
+fn timeout_error(call: &RpcCall<'_>) -> UpstreamError {
+    UpstreamError::Timeout {
         server: call.server.id().to_string(),
         budget: call.budget,
     }

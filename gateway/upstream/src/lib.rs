@@ -1,10 +1,12 @@
 //! The upstream plane: talking to upstream MCP servers (clients, eras, sessions, redirects,
 //! streams), their credentials (minted, exchanged, the caller's own), their listings and the
 //! tool-ownership map, and their protected-resource metadata. [`plane::UpstreamPlane`] is the
-//! one type the client faces and the operator's probe use.
+//! one type the client faces and the operator's probe use; [`error::UpstreamError`] is all it
+//! returns when something fails (the faces map it to their client-facing error once).
 
 pub mod catalog;
 pub mod client;
+pub mod error;
 pub mod listing;
 pub mod plane;
 pub mod protected_resource;

@@ -7,8 +7,8 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
+use crate::error::UpstreamError;
 use crate::request_credential::RequestCredential;
-use switchboard_core::errors::GatewayError;
 use switchboard_core::table::Server;
 use switchboard_protocol::Era;
 
@@ -170,7 +170,7 @@ pub async fn walk(
     upstreams: &Upstreams,
     request: &ListingRequest<'_>,
     page_cap: u32,
-) -> Result<Listing, GatewayError> {
+) -> Result<Listing, UpstreamError> {
     let ListingRequest {
         server,
         caller_headers,
@@ -205,7 +205,7 @@ pub async fn walk(
         let result = match upstreams.call(call).await {
             Ok(RpcOutcome::Result(r)) => r.into_value(),
             Ok(RpcOutcome::Error(e, _)) if page == 0 => {
-                return Err(GatewayError::UpstreamUnavailable {
+                return Err(UpstreamError::Unavailable {
                     server: server.id().to_string(),
                     detail: format!(
                         "{} failed: {}",

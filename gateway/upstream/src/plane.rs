@@ -15,11 +15,11 @@ use tokio::time::Instant;
 
 use crate::catalog::Catalog;
 use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
+use crate::error::UpstreamError;
 use crate::listing::{ListKind, Listing, ListingRequest};
 use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::request_credential::{self, RequestCredential, SHARED_PARTITION};
 use crate::tokens::Tokens;
-use switchboard_core::errors::GatewayError;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::scope::Caller;
 use switchboard_core::table::{RoutingTable, Server, base_url};
@@ -114,9 +114,9 @@ impl UpstreamPlane {
         caller: &Caller,
         server: &Server,
         mut attempt: impl FnMut(Option<RequestCredential>) -> F,
-    ) -> Result<T, GatewayError>
+    ) -> Result<T, UpstreamError>
     where
-        F: Future<Output = Result<T, GatewayError>>,
+        F: Future<Output = Result<T, UpstreamError>>,
     {
         let mut rejected = None;
         loop {
@@ -137,7 +137,7 @@ impl UpstreamPlane {
         caller: &Caller,
         server: &Server,
         kind: ListKind,
-    ) -> Result<Arc<Listing>, GatewayError> {
+    ) -> Result<Arc<Listing>, UpstreamError> {
         self.listing_fresher_than(caller, server, kind, caller.table.settings.listing_ttl)
             .await
     }
@@ -149,14 +149,12 @@ impl UpstreamPlane {
         &self,
         table: Arc<RoutingTable>,
         server_id: &str,
-    ) -> Result<Arc<Listing>, GatewayError> {
-        let server =
-            table
-                .server_by_id(server_id)
-                .cloned()
-                .ok_or_else(|| GatewayError::ServerNotFound {
-                    server: server_id.to_string(),
-                })?;
+    ) -> Result<Arc<Listing>, UpstreamError> {
+        let server = table.server_by_id(server_id).cloned().ok_or_else(|| {
+            UpstreamError::ServerNotFound {
+                server: server_id.to_string(),
+            }
+        })?;
         let caller = Caller::probe(table, &server);
         self.listing_fresher_than(&caller, &server, ListKind::Tools, Duration::ZERO)
             .await
@@ -168,7 +166,7 @@ impl UpstreamPlane {
         server: &Server,
         kind: ListKind,
         ttl: Duration,
-    ) -> Result<Arc<Listing>, GatewayError> {
+    ) -> Result<Arc<Listing>, UpstreamError> {
         let page_cap = caller.table.settings.listing_page_cap;
         let result = self
             .renewing(caller, server, |credential| async move {
@@ -185,7 +183,7 @@ impl UpstreamPlane {
             .await;
         if let Err(e) = &result {
             self.metrics.listing_failed(&server.metric_name);
-            if !matches!(e, GatewayError::UpstreamAuthRequired { .. }) {
+            if !matches!(e, UpstreamError::AuthRequired { .. }) {
                 tracing::warn!(server = server.id(), kind = kind.method(), error = %e, "upstream listing failed");
             }
         }
@@ -202,7 +200,7 @@ impl UpstreamPlane {
         tool: &str,
         arguments: Option<Value>,
         shown_name: &str,
-    ) -> Result<Value, GatewayError> {
+    ) -> Result<Value, UpstreamError> {
         let mut params = serde_json::json!({ "name": tool });
         if let Some(arguments) = arguments {
             params["arguments"] = arguments;
@@ -213,11 +211,11 @@ impl UpstreamPlane {
         {
             Ok(RpcOutcome::Result(result)) => Ok(result.into_value()),
             Ok(RpcOutcome::Error(error, _)) => Err(upstream_rpc_error(server, shown_name, error)),
-            Ok(RpcOutcome::Stream(_)) => Err(GatewayError::UpstreamUnavailable {
+            Ok(RpcOutcome::Stream(_)) => Err(UpstreamError::Unavailable {
                 server: server.id().to_string(),
                 detail: "answered a whole-answer request with a stream".into(),
             }),
-            Err(GatewayError::UpstreamForbidden { server: id }) => {
+            Err(UpstreamError::Forbidden { server: id }) => {
                 tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
                 Ok(serde_json::json!({
                     "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
@@ -237,7 +235,7 @@ impl UpstreamPlane {
         caller: &Caller,
         server: &Server,
         request: &Forward<'_>,
-    ) -> Result<RpcOutcome, GatewayError> {
+    ) -> Result<RpcOutcome, UpstreamError> {
         // The server's limits refuse before any I/O; a streamed answer holds the slot.
         let admission = caller
             .table
@@ -265,7 +263,7 @@ impl UpstreamPlane {
         caller: &Caller,
         server: &Server,
         rejected: Option<&HeaderValue>,
-    ) -> Result<Option<RequestCredential>, GatewayError> {
+    ) -> Result<Option<RequestCredential>, UpstreamError> {
         request_credential::resolve(
             &self.tokens,
             &self.upstreams.http_for(server)?,
@@ -287,7 +285,7 @@ impl UpstreamPlane {
         request: &Forward<'_>,
         credential: Option<&RequestCredential>,
         deadline: Instant,
-    ) -> Result<RpcOutcome, GatewayError> {
+    ) -> Result<RpcOutcome, UpstreamError> {
         // Only a 2026-07-28 upstream reads Mcp-Param-* headers; a 2026-07-28 client sends its
         // own (or leaves them out and gets the upstream's answer to that).
         let derive = request.method == "tools/call"
@@ -367,7 +365,7 @@ impl UpstreamPlane {
         credential: Option<&RequestCredential>,
         param_headers: Option<&HeaderMap>,
         deadline: Instant,
-    ) -> Result<RpcOutcome, GatewayError> {
+    ) -> Result<RpcOutcome, UpstreamError> {
         let started = Instant::now();
         let outcome = self
             .upstreams
@@ -403,7 +401,7 @@ impl UpstreamPlane {
         caller: &Caller,
         server: &Server,
         session: SessionScope,
-    ) -> Result<Option<Value>, GatewayError> {
+    ) -> Result<Option<Value>, UpstreamError> {
         let credential = self.credential(caller, server, None).await?;
         let call = RpcCall {
             session,
@@ -424,7 +422,7 @@ impl UpstreamPlane {
         session: Option<HeaderValue>,
         version: HeaderValue,
         body: Vec<u8>,
-    ) -> Result<StatusCode, GatewayError> {
+    ) -> Result<StatusCode, UpstreamError> {
         let credential = self.credential(caller, server, None).await?;
         self.upstreams
             .deliver_reply(
@@ -455,8 +453,8 @@ impl UpstreamPlane {
     /// with a challenge that points at the gateway's protected-resource metadata for the
     /// server (whose authorization servers are the upstream's). An expected re-auth, so it
     /// logs at info.
-    fn relay_auth(&self, caller: &Caller, server: &Server, error: GatewayError) -> GatewayError {
-        let GatewayError::UpstreamUnauthorized { challenge, .. } = &error else {
+    fn relay_auth(&self, caller: &Caller, server: &Server, error: UpstreamError) -> UpstreamError {
+        let UpstreamError::Unauthorized { challenge, .. } = &error else {
             return error;
         };
         if !server.spec.auth.uses_caller_credential() {
@@ -485,7 +483,7 @@ impl UpstreamPlane {
             "upstream asked the caller to authenticate (HTTP 401 relayed)"
         );
         self.metrics.auth_relayed(&server.metric_name);
-        GatewayError::UpstreamAuthRequired {
+        UpstreamError::AuthRequired {
             server: server.id().to_string(),
             www_authenticate: www,
         }
@@ -518,11 +516,11 @@ fn session_call<'a>(
 /// on a token the gateway obtained itself, and only once.
 fn renews(
     server: &Server,
-    error: &GatewayError,
+    error: &UpstreamError,
     rejected: &Option<HeaderValue>,
     credential: &Option<RequestCredential>,
 ) -> bool {
-    matches!(error, GatewayError::UpstreamUnauthorized { .. })
+    matches!(error, UpstreamError::Unauthorized { .. })
         && rejected.is_none()
         && credential.is_some()
         && mints_tokens(server)
@@ -538,7 +536,7 @@ fn mints_tokens(server: &Server) -> bool {
 
 /// An upstream JSON-RPC error of a tool call: an unknown tool is a 404 like ours; anything
 /// else keeps the upstream's error object.
-fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> GatewayError {
+fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> UpstreamError {
     let code = error.get("code").and_then(Value::as_i64);
     let message = error
         .get("message")
@@ -546,14 +544,14 @@ fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> GatewayError
         .unwrap_or_default();
     let lower = message.to_ascii_lowercase();
     if code == Some(-32602) && (lower.contains("unknown tool") || lower.contains("not found")) {
-        return GatewayError::ToolNotFound {
+        return UpstreamError::ToolNotFound {
             name: name.to_string(),
         };
     }
-    GatewayError::Protocol {
+    UpstreamError::Rpc {
+        server: server.id().to_string(),
         code: code.unwrap_or(-32603),
-        message: format!("upstream {:?} returned an error: {message}", server.id()),
-        status: StatusCode::BAD_GATEWAY,
-        data: Some(error),
+        message: message.to_string(),
+        error,
     }
 }

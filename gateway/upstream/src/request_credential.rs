@@ -10,9 +10,9 @@ use axum::http::{HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 use switchboard_snapshot::UpstreamAuth;
 
+use crate::error::UpstreamError;
 use crate::tokens::{Grant, Tokens, secret};
 use switchboard_core::credentials::{credential_value, strip_scheme};
-use switchboard_core::errors::GatewayError;
 use switchboard_core::scope::CredentialContext;
 use switchboard_core::table::Server;
 
@@ -72,7 +72,7 @@ pub async fn resolve(
     caller: CredentialContext<'_>,
     server: &Server,
     rejected: Option<&HeaderValue>,
-) -> Result<Option<RequestCredential>, GatewayError> {
+) -> Result<Option<RequestCredential>, UpstreamError> {
     let rejected_token = rejected
         .and_then(|v| v.to_str().ok())
         .map(|v| strip_scheme(v, "Bearer").to_string());

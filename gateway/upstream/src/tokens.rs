@@ -15,7 +15,7 @@ use serde::Deserialize;
 use switchboard_snapshot::{ClientAuthMethod, resolved_value};
 use tokio::time::Instant;
 
-use switchboard_core::errors::GatewayError;
+use crate::error::UpstreamError;
 use switchboard_core::table::Server;
 
 /// A token is renewed this long before it expires, so no request goes out with one about to.
@@ -159,7 +159,7 @@ impl Tokens {
         cache_size: usize,
         renew: Option<&str>,
         grant: impl FnOnce() -> Grant<'g>,
-    ) -> Result<String, GatewayError> {
+    ) -> Result<String, UpstreamError> {
         let (cache, slot) = self.slot(server, caller, cache_size);
         let mut current = slot.minted.lock().await;
         let rejected = current
@@ -206,10 +206,10 @@ impl Tokens {
         http: &reqwest::Client,
         server: &Server,
         grant: Grant<'_>,
-    ) -> Result<Minted, GatewayError> {
+    ) -> Result<Minted, UpstreamError> {
         self.requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let failed = |detail: String| GatewayError::UpstreamUnavailable {
+        let failed = |detail: String| UpstreamError::Unavailable {
             server: server.id().to_string(),
             detail: format!("token endpoint: {detail}"),
         };
@@ -239,7 +239,7 @@ impl Tokens {
         let deadline = server.spec.timeout;
         let response = tokio::time::timeout(deadline, request.form(&form).send())
             .await
-            .map_err(|_| GatewayError::UpstreamTimeout {
+            .map_err(|_| UpstreamError::Timeout {
                 server: server.id().to_string(),
                 budget: deadline,
             })?
@@ -250,7 +250,7 @@ impl Tokens {
         let status = response.status();
         let body = tokio::time::timeout(deadline, response.bytes())
             .await
-            .map_err(|_| GatewayError::UpstreamTimeout {
+            .map_err(|_| UpstreamError::Timeout {
                 server: server.id().to_string(),
                 budget: deadline,
             })?
@@ -450,7 +450,7 @@ mod tests {
         tokio::time::resume();
         let expired = token(None).await;
         assert!(
-            matches!(&expired, Err(GatewayError::UpstreamUnavailable { detail, .. }) if detail.contains("HTTP 503")),
+            matches!(&expired, Err(UpstreamError::Unavailable { detail, .. }) if detail.contains("HTTP 503")),
             "expired: {expired:?}"
         );
         assert_eq!(asked(), 4);
