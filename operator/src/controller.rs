@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -23,6 +23,7 @@ use switchboard_snapshot::{GatewaySettings, SecretSource, Snapshot};
 use tokio::sync::{Notify, watch};
 
 use crate::delivery::{Hub, Published};
+use crate::gateways;
 use crate::keys::{MANAGED_BY, ensure_key_secrets, generate_key};
 use crate::metrics::Metrics;
 use crate::probe::Probes;
@@ -41,6 +42,9 @@ pub struct Config {
     pub upstreams: crate::upstream_policy::UpstreamPolicy,
     /// `--secret-selector`: only Secrets with these labels (and the operator's own) are seen.
     pub secret_selector: Option<String>,
+    /// The gateway's ServiceAccount (namespace, name): its pods are the replicas status
+    /// expects (see [`crate::gateways`]).
+    pub gateway_service_account: (String, String),
 }
 
 pub struct Controller {
@@ -54,6 +58,8 @@ pub struct Controller {
     pub snapshots: watch::Sender<Arc<Snapshot>>,
     /// The cluster's ServiceAccount issuer keys, for workload tokens (see [`crate::issuer`]).
     pub issuer: watch::Receiver<Option<ServiceAccountTokens>>,
+    /// Turned true after the first render: only a warm replica contends for the lease.
+    pub warm: watch::Sender<bool>,
 }
 
 /// Per server (or model): the hash of its rendered spec and the snapshot generation that first
@@ -202,7 +208,15 @@ impl Controller {
             trim_namespace,
             self.dirty.clone(),
         );
+        let (gateway_namespace, gateway_account) = &self.config.gateway_service_account;
+        let gateway_pods = watch_into(
+            Api::<Pod>::namespaced(self.client.clone(), gateway_namespace),
+            all().fields(&gateways::selector(gateway_account)),
+            gateways::trim,
+            self.dirty.clone(),
+        );
         let mut ready = vec![
+            gateway_pods.wait_until_ready().await,
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,
             models.wait_until_ready().await,
@@ -237,9 +251,14 @@ impl Controller {
                 secrets: &secrets,
                 config_maps: &config_maps,
                 namespaces: &namespaces,
+                gateway_pods: &gateway_pods,
             };
             let result = self.reconcile(stores, &recorder, &mut state).await;
             self.metrics.reconciled(started.elapsed(), result.is_err());
+            if result.is_ok() {
+                self.warm
+                    .send_if_modified(|warm| !std::mem::replace(warm, true));
+            }
             if let Err(e) = result {
                 tracing::warn!(error = %e, "reconcile failed; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -402,7 +421,7 @@ impl Controller {
                 )
             }),
         );
-        let replicas = self.hub.replicas();
+        let replicas = gateways::expected(self.hub.replicas(), &stores.gateway_pods.state());
         self.metrics.replicas(
             replicas.iter().filter(|(_, r)| r.connected).count(),
             replicas.len(),
@@ -603,6 +622,7 @@ struct Stores<'a> {
     secrets: &'a [Store<Secret>],
     config_maps: &'a Store<ConfigMap>,
     namespaces: &'a Store<Namespace>,
+    gateway_pods: &'a Store<Pod>,
 }
 
 #[derive(Default)]

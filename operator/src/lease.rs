@@ -9,16 +9,25 @@
 //! changes nothing. The holder, for its part, counts itself leader only while its renewals
 //! succeed: a renewal that fails or does not answer within a renew interval ends its leadership
 //! at once, two renew intervals (2/3 of `duration`) before a standby may take over.
+//!
+//! Who takes over: only a warm replica contends (one that has rendered the world once), and a
+//! standby watches the Lease, so a lease its holder hands back on the way out is taken at once
+//! by the replica that was standing by, not by the holder's replacement pod starting up (which
+//! would have to sync its caches first, while the gateways had no one to follow).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::StreamExt;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
-use tokio::sync::watch;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 pub struct LeaseConfig {
@@ -88,21 +97,57 @@ impl Observation {
     }
 }
 
+/// What the election waits for besides its timer.
+pub struct Signals {
+    /// Turns true when `stop`s the election (SIGTERM).
+    pub stop: watch::Receiver<bool>,
+    /// Turns true once this replica has rendered the world: a cold replica never contends.
+    pub warm: watch::Receiver<bool>,
+    /// Notified when the Lease object changes: a standby looks again at once (a release).
+    pub lease_changed: Arc<Notify>,
+}
+
 /// Runs the election loop, publishing whether this replica holds the lease, until `stop`
 /// turns true: then it steps down (publishes `false` first, so nothing more is written as
-/// leader) and hands the lease back, so a standby takes over at its next round instead of
-/// waiting for the lease to expire.
+/// leader) and hands the lease back, which the standby's watch of the Lease sees at once.
 pub async fn run(
     client: kube::Client,
     config: LeaseConfig,
     leader: watch::Sender<bool>,
     stop: watch::Receiver<bool>,
+    warm: watch::Receiver<bool>,
 ) {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let lease_changed = Arc::new(Notify::new());
+    let watching = tokio::spawn(watch_lease(
+        api.clone(),
+        config.name.clone(),
+        lease_changed.clone(),
+    ));
     let store = KubeLease {
-        api: Api::namespaced(client, &config.namespace),
+        api,
         name: config.name.clone(),
     };
-    elect(&store, &config, Timestamp::now, leader, stop).await
+    let signals = Signals {
+        stop,
+        warm,
+        lease_changed,
+    };
+    elect(&store, &config, Timestamp::now, leader, signals).await;
+    watching.abort();
+}
+
+/// Wakes the election on every change of the Lease (a watch of that one object).
+async fn watch_lease(api: Api<Lease>, name: String, changed: Arc<Notify>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(api, config).default_backoff().touched_objects();
+    futures_util::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(_) => changed.notify_one(),
+            Err(e) => tracing::debug!(error = %e, "lease watch error (retrying)"),
+        }
+    }
 }
 
 /// The election over any store, with the wall clock it writes into the record (tests skew it).
@@ -111,11 +156,27 @@ pub async fn elect<S: LeaseStore>(
     config: &LeaseConfig,
     wall_clock: impl Fn() -> Timestamp,
     leader: watch::Sender<bool>,
-    mut stop: watch::Receiver<bool>,
+    signals: Signals,
 ) {
+    let Signals {
+        mut stop,
+        mut warm,
+        lease_changed,
+    } = signals;
     let renew_every = config.duration / 3;
     let mut observation = Observation::default();
     while !*stop.borrow() {
+        if !*warm.borrow() {
+            tokio::select! {
+                // (the guard wait_for returns must not live across the next await)
+                closed = async { warm.wait_for(|w| *w).await.is_err() } => if closed {
+                    // The controller is gone without ever rendering: never contend.
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+                _ = stop.changed() => {}
+            }
+            continue;
+        }
         // A round that does not finish within a renew interval counts as a failed renewal.
         let round = try_acquire(store, config, &wall_clock, &mut observation);
         let holding = match tokio::time::timeout(renew_every, round).await {
@@ -136,6 +197,8 @@ pub async fn elect<S: LeaseStore>(
         tokio::select! {
             () = tokio::time::sleep(renew_every) => {}
             _ = stop.changed() => {}
+            // (the holder's own renewals change the Lease too: only a standby listens)
+            () = lease_changed.notified(), if !holding => {}
         }
     }
     let held = leader.send_replace(false);
@@ -277,6 +340,16 @@ mod tests {
     #[derive(Default)]
     struct MemoryLease {
         state: Mutex<Option<(Record, u64)>>,
+        /// Every candidate's `lease_changed`, notified on each write (the Lease watch).
+        watchers: Mutex<Vec<Arc<Notify>>>,
+    }
+
+    impl MemoryLease {
+        fn changed(&self) {
+            for watcher in self.watchers.lock().unwrap().iter() {
+                watcher.notify_one();
+            }
+        }
     }
 
     #[derive(Clone)]
@@ -307,6 +380,7 @@ mod tests {
                 return Ok(false);
             }
             *state = Some((record, 1));
+            self.lease.changed();
             Ok(true)
         }
         async fn replace(&self, record: Record, version: String) -> Result<bool, kube::Error> {
@@ -316,6 +390,7 @@ mod tests {
                 Some((current, v)) if v.to_string() == version => {
                     *current = record;
                     *v += 1;
+                    self.lease.changed();
                     Ok(true)
                 }
                 _ => Ok(false),
@@ -326,6 +401,7 @@ mod tests {
     struct Candidate {
         leader: watch::Receiver<bool>,
         stop: watch::Sender<bool>,
+        warm: watch::Sender<bool>,
         client: Client,
         task: tokio::task::JoinHandle<()>,
     }
@@ -333,8 +409,25 @@ mod tests {
     const DURATION: Duration = Duration::from_secs(15);
 
     fn candidate(lease: &Arc<MemoryLease>, name: &str, skew_seconds: i64) -> Candidate {
+        cold_candidate(lease, name, skew_seconds, true)
+    }
+
+    fn cold_candidate(
+        lease: &Arc<MemoryLease>,
+        name: &str,
+        skew_seconds: i64,
+        warm: bool,
+    ) -> Candidate {
         let (leader_tx, leader) = watch::channel(false);
         let (stop, stop_rx) = watch::channel(false);
+        let (warm, warm_rx) = watch::channel(warm);
+        let lease_changed = Arc::new(Notify::new());
+        lease.watchers.lock().unwrap().push(lease_changed.clone());
+        let signals = Signals {
+            stop: stop_rx,
+            warm: warm_rx,
+            lease_changed,
+        };
         let client = Client {
             lease: lease.clone(),
             cut_off: Arc::default(),
@@ -354,11 +447,12 @@ mod tests {
             base + elapsed + k8s_openapi::jiff::SignedDuration::from_secs(skew_seconds)
         };
         let task = tokio::spawn(async move {
-            elect(&store, &config, clock, leader_tx, stop_rx).await;
+            elect(&store, &config, clock, leader_tx, signals).await;
         });
         Candidate {
             leader,
             stop,
+            warm,
             client,
             task,
         }
@@ -423,23 +517,46 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_holder_that_stops_hands_over_within_one_renew_interval() {
+    async fn a_holder_that_stops_hands_over_to_the_warm_standby_at_once() {
         let lease = Arc::new(MemoryLease::default());
         let a = candidate(&lease, "a", 30);
         watch_for(&[&a], DURATION, || *a.leader.borrow()).await;
         let b = candidate(&lease, "b", -30);
         watch_for(&[&a, &b], DURATION * 2, || false).await;
+        // `a`'s replacement starts while `a` steps down; it has not rendered yet.
+        let c = cold_candidate(&lease, "c", 0, false);
         a.stop.send_replace(true); // what SIGTERM does in main
-        let took = watch_for(&[&a, &b], DURATION, || *b.leader.borrow())
+        let took = watch_for(&[&a, &b, &c], DURATION, || *b.leader.borrow())
             .await
             .expect("b never took over after a stepped down");
-        assert!(
-            took <= DURATION / 3 + Duration::from_millis(200),
-            "handover took {took:?}"
-        );
+        // The watch, not b's next round: one step of watch_for (its renew interval is 5 s).
+        assert!(took <= Duration::from_millis(100), "handover took {took:?}");
         assert!(a.task.await.is_ok(), "a's election ended");
         let record = lease.state.lock().unwrap().clone().unwrap().0;
         assert_eq!((record.holder.as_str(), record.transitions), ("b", 1));
+        // Warm or not, the newcomer waits while b renews.
+        c.warm.send_replace(true);
+        assert_eq!(
+            watch_for(&[&b, &c], DURATION * 2, || *c.leader.borrow()).await,
+            None
+        );
+        b.stop.send_replace(true);
+        watch_for(&[&b, &c], DURATION, || *c.leader.borrow())
+            .await
+            .expect("the newcomer, warm now, never took a released lease");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cold_replica_never_takes_a_free_lease() {
+        let lease = Arc::new(MemoryLease::default());
+        let cold = cold_candidate(&lease, "cold", 0, false);
+        let took = watch_for(&[&cold], DURATION * 3, || *cold.leader.borrow()).await;
+        assert_eq!(took, None, "a replica that never rendered took the lease");
+        assert!(lease.state.lock().unwrap().is_none(), "it even created it");
+        cold.warm.send_replace(true);
+        watch_for(&[&cold], DURATION, || *cold.leader.borrow())
+            .await
+            .expect("warm now, it never took the free lease");
     }
 
     #[test]

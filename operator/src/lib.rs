@@ -6,13 +6,15 @@
 //! - [`controller`]: the watch → render → publish → status loop.
 //! - [`delivery`]: the snapshot stream gateway replicas follow, with TokenReview;
 //!   [`delivery_tls`] serves it over TLS, from [`delivery_ca`]'s CA or a provided Secret.
-//! - [`lease`]: leader election. [`probe`]: readiness probes (servers: a tool listing; models:
+//! - [`gateways`]: the gateway pods status expects, whichever operator replica they follow.
+//! - [`lease`]: leader election (a warm standby takes a released lease at once). [`probe`]: readiness probes (servers: a tool listing; models:
 //!   the provider's model listing, never a model call). [`keys`]: McpKey Secrets.
 
 pub mod controller;
 pub mod delivery;
 pub mod delivery_ca;
 pub mod delivery_tls;
+pub mod gateways;
 pub mod issuer;
 pub mod keys;
 pub mod lease;

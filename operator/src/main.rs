@@ -194,6 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // end the process at once).
     let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (warm_tx, warm_rx) = watch::channel(false);
     let election = tokio::spawn(lease::run(
         client.clone(),
         LeaseConfig {
@@ -204,6 +205,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         leader_tx,
         stop_rx,
+        warm_rx,
     ));
     tokio::spawn(probe::run(
         snapshots_rx,
@@ -273,6 +275,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             upstreams,
             secret_selector: (!args.secret_selector.is_empty())
                 .then(|| args.secret_selector.clone()),
+            gateway_service_account: (sa_namespace.to_string(), sa_name.to_string()),
         },
         hub: hub.clone(),
         probes,
@@ -281,6 +284,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         dirty,
         snapshots: snapshots_tx,
         issuer: issuer_rx,
+        warm: warm_tx,
     };
     tokio::spawn(controller.run());
 

@@ -62,7 +62,9 @@ impl OperatorSource {
                 Err(reason) => {
                     tracing::info!(operator = %endpoint, %reason, "snapshot stream unavailable; serving the last good snapshot");
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    // Gently: after a leader change the first tries may reach the old leader on
+                    // its way out or a standby not yet holding the lease (both answer at once).
+                    backoff = (backoff * 3 / 2).min(MAX_BACKOFF);
                 }
             }
         }
