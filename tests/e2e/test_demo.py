@@ -31,6 +31,12 @@ def test_demo_script_serves_mcp_and_a_model_with_a_hidden_tool(tmp_path):
         "SWITCHBOARD_DEMO_PROFILE": "debug",
         "SWITCHBOARD_LISTEN": listen,
     }
+    # The script's own build first, untimed: it builds three packages alone, whose features
+    # differ from the workspace build's, so on a fresh cache it compiles for minutes (a cold run
+    # once timed out on it); the wait below is then for the demo to start, not for cargo.
+    subprocess.run(["cargo", "build", "-p", "switchboard-gateway", "-p", "switchboard-example-upstream",
+                    "-p", "switchboard-scripted-provider"], cwd=REPO_ROOT, env=env, check=True, timeout=1800,
+                   stdout=subprocess.DEVNULL)
     log = (tmp_path / "demo.log").open("wb")
     demo = subprocess.Popen(
         [str(REPO_ROOT / "examples" / "demo.sh")], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
