@@ -7,6 +7,9 @@ pairing (issue 20 item 11, acceptance 9).
   server that reads the era from the body first (as this gateway does) would refuse them. The
   control: the same upstream speaking 2026-07-28 gets them, so the check sees the keys when
   they are sent.
+- A legacy client of a 2026-07-28 upstream: results (a tool call, a listing, on the server's
+  endpoint and the aggregate one) reach it without the 2026-07-28 result fields (`resultType`,
+  `ttlMs`, `cacheScope`). The control: a 2026-07-28 client of the same upstream gets them.
 - client -> gateway A -> gateway B -> the Python SDK upstream, in the four pairings of client era
   and upstream era, with sampling, elicitation and roots round trips: every answer right.
 """
@@ -17,6 +20,7 @@ import pytest
 from harness import (
     LEGACY_VERSION,
     MODERN_VERSION,
+    RawMcp,
     gateway_config,
     key,
     new_secret,
@@ -62,6 +66,30 @@ def test_a_legacy_session_gets_no_2026_reserved_meta(gateways, procs, upstream_k
         # Control: a 2026-07-28 upstream gets the modern form, which the check does not count;
         # the keys are there (the request is modern), so an empty count means nothing leaked.
         assert stats["refused_modern"] == 0 and stats["foreign_meta"] == {}, stats
+
+
+MODERN_RESULT_FIELDS = {"resultType", "ttlMs", "cacheScope"}
+
+
+def test_a_legacy_client_gets_no_2026_result_fields(gateways, procs):
+    upstream = start_python_upstream(procs, "dual")
+    secret = new_secret("client-key")
+    gw = gateways.start(gateway_config([server("up", upstream.mcp_url)], [key("client", secret, ["up"])]))
+    seen: dict[tuple[str, str, str], set[str]] = {}
+    for era in ("legacy", MODERN_VERSION):
+        for endpoint, url, tool in (("single", gw.mcp_url("up"), "echo"), ("aggregate", gw.mcp_url(), "up__echo")):
+            with RawMcp(url, secret, era) as mcp:
+                call = mcp.call_tool(tool, {"text": "hi"})
+                listing = mcp.list_tools()
+            for what, reply in (("tools/call", call), ("tools/list", listing)):
+                assert reply.status == 200 and reply.result is not None, f"{era} {endpoint} {what}: {reply.raw[:500]!r}"
+                seen[(era, endpoint, what)] = MODERN_RESULT_FIELDS & set(reply.result)
+    leaked = {k: v for k, v in seen.items() if k[0] == "legacy" and v}
+    assert not leaked, f"2026-07-28 result fields reached a legacy client: {leaked}"
+    # Control: the same upstream's results carry them to a 2026-07-28 client.
+    assert seen[(MODERN_VERSION, "single", "tools/call")] == {"resultType"}, seen
+    for endpoint in ("single", "aggregate"):
+        assert seen[(MODERN_VERSION, endpoint, "tools/list")] == MODERN_RESULT_FIELDS, seen
 
 
 @pytest.mark.parametrize("endpoint", ["single", "aggregate"])

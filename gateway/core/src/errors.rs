@@ -340,7 +340,7 @@ impl IntoResponse for RestError {
 
 /// An MCP JSON-RPC error response for request `id` (`null` when the request had none).
 pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
-    jsonrpc_error_response_in(id, error, Era::Legacy)
+    jsonrpc_error_response_in(id, error, Era::Rev2025)
 }
 
 /// The same, for a client of `era`: a 2026-07-28 client gets the revision's status for the
@@ -348,7 +348,7 @@ pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
 pub fn jsonrpc_error_response_in(id: &Value, error: &GatewayError, era: Era) -> Response {
     let rpc = error.jsonrpc_error();
     let mut status = error.mcp_http_status();
-    if era == Era::Modern && status == StatusCode::OK {
+    if era == Era::Rev2026 && status == StatusCode::OK {
         status = modern_error_status(rpc["code"].as_i64().unwrap_or(0));
     }
     let body = json!({ "jsonrpc": "2.0", "id": id, "error": rpc });

@@ -17,6 +17,7 @@ use switchboard_core::errors::GatewayError;
 use switchboard_core::route::prefixed_name;
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
+use switchboard_protocol::Era;
 use switchboard_upstream::listing::{ListKind, Listing};
 
 /// Items per page of a merged list.
@@ -146,6 +147,8 @@ struct ListResult<'a> {
     merged: &'a Merged,
     page: Range<usize>,
     next_cursor: Option<String>,
+    /// A 2026-07-28 client: its revision's result fields are written (a legacy one gets none).
+    modern: bool,
 }
 
 impl Serialize for ListResult<'_> {
@@ -156,12 +159,14 @@ impl Serialize for ListResult<'_> {
         if let Some(cursor) = &self.next_cursor {
             map.serialize_entry("nextCursor", cursor)?;
         }
-        map.serialize_entry("ttlMs", &merged.ttl_ms)?;
-        map.serialize_entry(
-            "cacheScope",
-            if merged.private { "private" } else { "public" },
-        )?;
-        map.serialize_entry("resultType", "complete")?;
+        if self.modern {
+            map.serialize_entry("ttlMs", &merged.ttl_ms)?;
+            map.serialize_entry(
+                "cacheScope",
+                if merged.private { "private" } else { "public" },
+            )?;
+            map.serialize_entry("resultType", "complete")?;
+        }
         let mut meta = Map::new();
         if !merged.failures.is_empty() {
             meta.insert(
@@ -188,6 +193,7 @@ pub async fn list(
     caller: &Caller,
     kind: ListKind,
     cursor: Option<&str>,
+    era: Era,
 ) -> Result<Box<RawValue>, GatewayError> {
     let offset = match cursor {
         Some(c) => decode_cursor(c)
@@ -202,6 +208,7 @@ pub async fn list(
         merged: &merged,
         page: offset..end,
         next_cursor: (end < merged.len()).then(|| encode_cursor(end)),
+        modern: era == Era::Rev2026,
     };
     serde_json::value::to_raw_value(&result)
         .map_err(|e| GatewayError::InvalidRequest(format!("cannot encode the list: {e}")))

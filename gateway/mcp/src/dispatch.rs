@@ -44,7 +44,7 @@ impl Request {
             // Listings are read whole: the gateway filters them.
             stream: self.accepts_stream && ListKind::from_method(method).is_none(),
             session: self.session,
-            modern_client: self.era == Era::Modern,
+            modern_client: self.era == Era::Rev2026,
             log_level: self.log_level,
         }
     }
@@ -117,7 +117,7 @@ async fn aggregate_method(
             .and_then(|p| p.get("cursor"))
             .and_then(Value::as_str);
         return Ok(Answer::Raw(
-            aggregate::list(cx, caller, kind, cursor).await?,
+            aggregate::list(cx, caller, kind, cursor, request.era).await?,
         ));
     }
     let Some(field) = named_field(method) else {

@@ -244,14 +244,14 @@ async fn answer(
             &Value::Null,
             GatewayError::PayloadTooLarge { limit },
             "-",
-            Era::Legacy,
+            Era::Rev2025,
         );
     }
     // The rare branches below (replies, exchanges, handshakes, subscriptions) are boxed: their
     // state would otherwise make every request's future as large as the largest of them.
     let caller = match authenticate(table, headers, &cx.metrics) {
         Ok(c) => Arc::new(c),
-        Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
+        Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
     };
     let message = match parse_message(&body) {
         Ok(Incoming::Call(m)) => m,
@@ -275,10 +275,10 @@ async fn answer(
             }
             return match Box::pin(deliver_reply(cx, &caller, prefix.as_deref(), id, reply)).await {
                 Ok(()) => (StatusCode::ACCEPTED.into_response(), Some(("reply", "ok"))),
-                Err(e) => fail(&Value::Null, e, "reply", Era::Legacy),
+                Err(e) => fail(&Value::Null, e, "reply", Era::Rev2025),
             };
         }
-        Err(e) => return fail(&Value::Null, e, "-", Era::Legacy),
+        Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
     };
     let id = message.id.clone().unwrap_or(Value::Null);
     let method = metric_method(&message.method);
@@ -301,7 +301,7 @@ async fn answer(
         version_header,
         has_session,
     );
-    if era == Era::Modern
+    if era == Era::Rev2026
         && let Some(route) = message
             .params
             .as_ref()
@@ -315,8 +315,8 @@ async fn answer(
         return (response, None);
     }
     let prepared = match era {
-        Era::Modern => check_modern(&caller.headers, &message),
-        Era::Legacy => Box::pin(check_legacy(cx, &caller, &target, &message)).await,
+        Era::Rev2026 => check_modern(&caller.headers, &message),
+        Era::Rev2025 => Box::pin(check_legacy(cx, &caller, &target, &message)).await,
     };
     let session = match prepared {
         Ok(Prepared::Answer(response)) => return (response, Some((method, "ok"))),
@@ -345,7 +345,7 @@ async fn answer(
             Err(e) => fail(&id, e, method, era),
         };
     }
-    let log_level = (era == Era::Legacy && session.client != 0).then(|| {
+    let log_level = (era == Era::Rev2025 && session.client != 0).then(|| {
         if message.method == "logging/setLevel"
             && let Some(level) = message
                 .params
@@ -366,20 +366,23 @@ async fn answer(
         log_level,
     };
     let outcome = match (era, message.method.as_str()) {
-        (Era::Legacy, "ping") => Ok(Answer::Json(json!({}))),
-        (Era::Modern, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
+        (Era::Rev2025, "ping") => Ok(Answer::Json(json!({}))),
+        (Era::Rev2026, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
             Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
         ),
-        (Era::Modern, "server/discover") => Box::pin(discover(cx, &caller, &target, request)).await,
-        (Era::Legacy, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
+        (Era::Rev2026, "server/discover") => {
+            Box::pin(discover(cx, &caller, &target, request)).await
+        }
+        (Era::Rev2025, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
             Box::pin(session_setting(cx, &caller, &target, request)).await
         }
         _ => dispatch(cx, &caller, &target, request).await,
     };
     match outcome {
         Ok(Answer::Json(mut result)) => {
-            if era == Era::Modern {
-                protocol::stamp_modern_result(&mut result, &message.method);
+            match era {
+                Era::Rev2026 => protocol::stamp_modern_result(&mut result, &message.method),
+                Era::Rev2025 => protocol::strip_modern_result(&mut result),
             }
             let response = rpc_response(&id, "result", result, StatusCode::OK);
             (response, Some((method, "ok")))
@@ -393,13 +396,20 @@ async fn answer(
             has_result_type,
         }) => {
             let response = match era {
-                Era::Modern if protocol::has_cache_fields(&message.method) => {
+                Era::Rev2026 if protocol::has_cache_fields(&message.method) => {
                     let mut result = RpcResult::Raw(result).into_value();
                     protocol::stamp_modern_result(&mut result, &message.method);
                     rpc_response(&id, "result", result, StatusCode::OK)
                 }
-                Era::Modern if !has_result_type => {
+                Era::Rev2026 if !has_result_type => {
                     raw_result_response(&id, &result, Some(r#""resultType":"complete""#))
+                }
+                // A 2026-07-28 upstream's result to a legacy client: without that revision's
+                // fields (the head read says whether it has any; most legacy pairs have none).
+                Era::Rev2025 if has_result_type => {
+                    let mut result = RpcResult::Raw(result).into_value();
+                    protocol::strip_modern_result(&mut result);
+                    rpc_response(&id, "result", result, StatusCode::OK)
                 }
                 _ => raw_result_response(&id, &result, None),
             };
@@ -427,9 +437,9 @@ async fn answer(
             // A 2026-07-28 client reads the HTTP status as part of the answer: the upstream's
             // own when it set one, else the revision's rule for the code. Legacy: 200.
             let status = match era {
-                Era::Legacy => StatusCode::OK,
-                Era::Modern if status.is_client_error() => status,
-                Era::Modern => protocol::modern_error_status(
+                Era::Rev2025 => StatusCode::OK,
+                Era::Rev2026 if status.is_client_error() => status,
+                Era::Rev2026 => protocol::modern_error_status(
                     error.get("code").and_then(Value::as_i64).unwrap_or(0),
                 ),
             };
@@ -494,10 +504,10 @@ async fn resume_exchange(
         return jsonrpc_error_response_in(
             &Value::Null,
             &GatewayError::InvalidRequest("a retry with requestState must be a request".into()),
-            Era::Modern,
+            Era::Rev2026,
         );
     };
-    let fail = |e: GatewayError| jsonrpc_error_response_in(&id, &e, Era::Modern);
+    let fail = |e: GatewayError| jsonrpc_error_response_in(&id, &e, Era::Rev2026);
     let over = || {
         GatewayError::InvalidParams(
             "requestState names an exchange that is over (answered, timed out or cancelled)".into(),
@@ -570,7 +580,7 @@ async fn resume_exchange(
         relay,
         relay::Client {
             id,
-            era: Era::Modern,
+            era: Era::Rev2026,
             key_tag,
             table: caller.table.clone(),
             bridge: Some(relay::Bridge {
@@ -785,12 +795,12 @@ async fn session_setting(
     let Target::Single(server) = target else {
         return Ok(Answer::Json(json!({})));
     };
-    if cx.upstream.upstreams.era_of(server) == Some(Era::Modern) {
+    if cx.upstream.upstreams.era_of(server) == Some(Era::Rev2026) {
         return Ok(Answer::Json(json!({})));
     }
     match dispatch(cx, caller, target, request).await {
         Err(Failure::Upstream(e, _))
-            if cx.upstream.upstreams.era_of(server) == Some(Era::Modern)
+            if cx.upstream.upstreams.era_of(server) == Some(Era::Rev2026)
                 && e.get("code").and_then(Value::as_i64) == Some(codes::METHOD_NOT_FOUND) =>
         {
             Ok(Answer::Json(json!({})))

@@ -62,7 +62,7 @@ pub async fn fan_in(
         let mut upstream_params = params.clone().unwrap_or_else(|| json!({}));
         upstream_params["notifications"] = upstream_filter;
         async move {
-            if cx.upstream.upstreams.era_of(server) == Some(Era::Legacy) {
+            if cx.upstream.upstreams.era_of(server) == Some(Era::Rev2025) {
                 return None;
             }
             let forward = Forward {

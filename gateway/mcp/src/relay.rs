@@ -43,7 +43,7 @@ use switchboard_core::scope::Caller;
 use switchboard_core::session::{SessionSealer, TokenKind};
 use switchboard_core::table::{RoutingTable, Server};
 use switchboard_protocol::sse::SseEvent;
-use switchboard_protocol::{Era, stamp_modern_result};
+use switchboard_protocol::{Era, stamp_modern_result, strip_modern_result};
 use switchboard_upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
 use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::plane::Forward;
@@ -275,8 +275,8 @@ impl RelayState {
         if let (Some(id), Some(_)) = (probe.id, &probe.method) {
             let id = id.to_owned();
             return match self.client.era {
-                Era::Legacy => self.relay_request(event, id),
-                Era::Modern => self.pause_for_input(event, &id),
+                Era::Rev2025 => self.relay_request(event, id),
+                Era::Rev2026 => self.pause_for_input(event, &id),
             };
         }
         event.encode()
@@ -362,7 +362,7 @@ impl RelayState {
                 .upstream_request
                 .as_ref()
                 .is_some_and(|r| r.params.is_some());
-        if self.client.era == Era::Legacy
+        if self.client.era == Era::Rev2025
             && can_bridge
             && let Some(result) = message.get_mut("result")
             && result.get("resultType").and_then(Value::as_str) == Some("input_required")
@@ -372,7 +372,7 @@ impl RelayState {
             return frames;
         }
         self.done = true;
-        let modern = self.client.era == Era::Modern;
+        let modern = self.client.era == Era::Rev2026;
         let prefix = self
             .relay
             .prefix_task_ids
@@ -386,6 +386,8 @@ impl RelayState {
         if let Some(result) = message.get_mut("result") {
             if modern {
                 stamp_modern_result(result, method);
+            } else {
+                strip_modern_result(result);
             }
             if let Some(prefix) = &prefix {
                 prefix_task_id(result, prefix);

@@ -70,10 +70,12 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Era {
-    /// 2026-07-28: stateless, version per request.
-    Modern,
-    /// 2024-11-05 .. 2025-11-25: `initialize`, then a session.
-    Legacy,
+    /// The 2026-07-28 revision: stateless, the version in every request. (A later revision
+    /// that keeps its wire is served here too; one that changes it gets a variant of its own.)
+    Rev2026,
+    /// The revisions 2024-11-05 … 2025-11-25 ("legacy" in prose and logs): `initialize`,
+    /// then a session.
+    Rev2025,
 }
 
 /// Which era a POST speaks.
@@ -88,17 +90,17 @@ pub fn classify(
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(META_PROTOCOL_VERSION));
     if meta_version.is_some() {
-        return Era::Modern;
+        return Era::Rev2026;
     }
     if method == "initialize" {
-        return Era::Legacy;
+        return Era::Rev2025;
     }
     if has_session {
-        return Era::Legacy;
+        return Era::Rev2025;
     }
     match version_header {
-        Some(v) if !LEGACY_VERSIONS.contains(&v) => Era::Modern,
-        _ => Era::Legacy,
+        Some(v) if !LEGACY_VERSIONS.contains(&v) => Era::Rev2026,
+        _ => Era::Rev2025,
     }
 }
 
@@ -150,9 +152,6 @@ pub fn may_require_input(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
 }
 
-/// Completes a result for a 2026-07-28 client with what that revision requires and a legacy
-/// upstream's answer lacks: `resultType` on every result, and the cache hints (`ttlMs`,
-/// `cacheScope`) on listings, reads and discovery. Fields the upstream set stay as they are.
 /// The methods whose 2026-07-28 results carry `ttlMs` and `cacheScope`.
 pub fn has_cache_fields(method: &str) -> bool {
     matches!(
@@ -166,6 +165,9 @@ pub fn has_cache_fields(method: &str) -> bool {
     )
 }
 
+/// Completes a result for a 2026-07-28 client with what that revision requires and a legacy
+/// upstream's answer lacks: `resultType` on every result, and the cache hints (`ttlMs`,
+/// `cacheScope`) on listings, reads and discovery. Fields the upstream set stay as they are.
 pub fn stamp_modern_result(result: &mut Value, method: &str) {
     let Value::Object(m) = result else { return };
     m.entry("resultType")
@@ -175,6 +177,19 @@ pub fn stamp_modern_result(result: &mut Value, method: &str) {
         m.entry("cacheScope")
             .or_insert_with(|| Value::from("private"));
     }
+}
+
+/// The reverse of [`stamp_modern_result`], for a legacy client of a 2026-07-28 upstream:
+/// takes away what only 2026-07-28 results have (`resultType: "complete"`, which a legacy
+/// result means by being one, and the cache hints). A `resultType` of another kind (an
+/// input-required result, a task) is left to the code that translates it.
+pub fn strip_modern_result(result: &mut Value) {
+    let Value::Object(m) = result else { return };
+    if m.get("resultType").and_then(Value::as_str) == Some("complete") {
+        m.remove("resultType");
+    }
+    m.remove("ttlMs");
+    m.remove("cacheScope");
 }
 
 /// The HTTP status of a JSON-RPC error in the 2026-07-28 era (legacy: always 200).
@@ -230,26 +245,42 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn each_era_gets_only_its_own_result_fields() {
+        let legacy = json!({"content": [], "isError": false});
+        let mut modern = legacy.clone();
+        stamp_modern_result(&mut modern, "tools/list");
+        assert_eq!(modern["resultType"], "complete");
+        assert_eq!(modern["cacheScope"], "private");
+        let mut back = modern.clone();
+        strip_modern_result(&mut back);
+        assert_eq!(back, legacy, "stamp then strip is the legacy result again");
+        // An input-required result keeps its kind: the relay translates it, not this.
+        let mut input = json!({"resultType": "input_required", "inputRequests": {}});
+        strip_modern_result(&mut input);
+        assert_eq!(input["resultType"], "input_required");
+    }
+
+    #[test]
     fn body_decides_before_headers() {
         let modern = json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
         assert_eq!(
             classify("tools/list", Some(&modern), None, false),
-            Era::Modern
+            Era::Rev2026
         );
         assert_eq!(
             classify("initialize", Some(&modern), None, false),
-            Era::Modern
+            Era::Rev2026
         );
-        assert_eq!(classify("initialize", None, None, false), Era::Legacy);
+        assert_eq!(classify("initialize", None, None, false), Era::Rev2025);
         assert_eq!(
             classify("tools/list", None, Some("2025-06-18"), true),
-            Era::Legacy
+            Era::Rev2025
         );
         assert_eq!(
             classify("tools/list", None, Some("2026-07-28"), false),
-            Era::Modern
+            Era::Rev2026
         );
-        assert_eq!(classify("tools/list", None, None, false), Era::Legacy);
+        assert_eq!(classify("tools/list", None, None, false), Era::Rev2025);
     }
 
     #[test]

@@ -361,8 +361,8 @@ impl Upstreams {
     /// The era an upstream was found to speak, once a request has told.
     pub fn era_of(&self, server: &Server) -> Option<switchboard_protocol::Era> {
         match self.state(server).era.load(Ordering::Relaxed) {
-            ERA_MODERN => Some(switchboard_protocol::Era::Modern),
-            ERA_LEGACY => Some(switchboard_protocol::Era::Legacy),
+            ERA_MODERN => Some(switchboard_protocol::Era::Rev2026),
+            ERA_LEGACY => Some(switchboard_protocol::Era::Rev2025),
             _ => None,
         }
     }

@@ -272,7 +272,7 @@ fn absorb_page(listing: &mut Listing, result: &Value, kind: ListKind) {
 /// repeated-cursor guard anyway, one request later.
 fn next_cursor(result: &Value, era: Option<Era>) -> Option<String> {
     let next = result.get("nextCursor")?.as_str()?;
-    if next.is_empty() && era != Some(Era::Modern) {
+    if next.is_empty() && era != Some(Era::Rev2026) {
         return None;
     }
     Some(next.to_string())
@@ -285,13 +285,13 @@ mod tests {
     #[test]
     fn empty_cursor_is_a_cursor_only_in_the_modern_era() {
         let r = json!({"tools": [], "nextCursor": ""});
-        assert_eq!(next_cursor(&r, Some(Era::Modern)), Some(String::new()));
-        assert_eq!(next_cursor(&r, Some(Era::Legacy)), None);
+        assert_eq!(next_cursor(&r, Some(Era::Rev2026)), Some(String::new()));
+        assert_eq!(next_cursor(&r, Some(Era::Rev2025)), None);
         assert_eq!(
-            next_cursor(&json!({"nextCursor": null}), Some(Era::Modern)),
+            next_cursor(&json!({"nextCursor": null}), Some(Era::Rev2026)),
             None
         );
-        assert_eq!(next_cursor(&json!({}), Some(Era::Modern)), None);
+        assert_eq!(next_cursor(&json!({}), Some(Era::Rev2026)), None);
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl UpstreamPlane {
         // own (or leaves them out and gets the upstream's answer to that).
         let derive = request.method == "tools/call"
             && !request.modern_client
-            && self.upstreams.era_of(server) != Some(Era::Legacy)
+            && self.upstreams.era_of(server) != Some(Era::Rev2025)
             && !param_headers::caller_sent_any(&caller.headers);
         if !derive {
             return self
