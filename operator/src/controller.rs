@@ -28,7 +28,8 @@ use crate::keys::{MANAGED_BY, ensure_key_secrets, generate_key};
 use crate::metrics::Metrics;
 use crate::probe::Probes;
 use crate::render::{
-    NamespacePolicies, ObjectRef, RenderInput, SecretData, model_names, object_ref, render,
+    KeyOutcome, NamespacePolicies, ObjectRef, RenderInput, Rendered, SecretData, model_names,
+    object_ref, render,
 };
 use crate::status::{self, Rollout};
 use crate::upstream_policy::namespace_policy;
@@ -276,6 +277,8 @@ impl Controller {
         }
     }
 
+    /// One pass: gather the world from the caches, render it, publish the snapshot when it
+    /// changed, then (the lease holder only) plan and write every resource's status.
     async fn reconcile(
         &self,
         stores: Stores<'_>,
@@ -283,100 +286,81 @@ impl Controller {
         state: &mut LoopState,
     ) -> Result<(), kube::Error> {
         let is_leader = *self.leader.borrow();
-        let servers: Vec<McpServer> = stores
-            .servers
-            .state()
-            .iter()
-            .map(|s| (**s).clone())
-            .collect();
-        let keys: Vec<McpKey> = stores.keys.state().iter().map(|k| (**k).clone()).collect();
-        let models: Vec<ModelRoute> = stores
-            .models
-            .state()
-            .iter()
-            .map(|m| (**m).clone())
-            .collect();
-        // (a Secret both watches see is kept once)
-        let secret_objects: Vec<Arc<Secret>> = stores
-            .secrets
-            .iter()
-            .flat_map(|store| store.state())
-            .map(|s| (object_ref(s.as_ref()), s))
-            .collect::<BTreeMap<_, _>>()
-            .into_values()
-            .collect();
-        let secret_data: SecretData = secret_objects
-            .iter()
-            .map(|s| {
-                let data = s
-                    .data
-                    .clone()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                (object_ref(s.as_ref()), data)
-            })
-            .collect();
-        if is_leader && ensure_key_secrets(&self.client, &keys, &secret_data).await > 0 {
+        let world = gather(stores);
+        if is_leader && ensure_key_secrets(&self.client, &world.keys, &world.secret_data).await > 0
+        {
             return Ok(()); // the Secret watch brings us back with the new keys
         }
         if is_leader && !state.was_leader {
             // A new holder continues the generation sequence gateways already saw.
-            state.generation = state
-                .generation
-                .max(self.stored_generation(&secret_objects));
+            state.generation = state.generation.max(self.stored_generation(&world.secrets));
             state.published_hash = None;
             // Generations numbered while standing by meant nothing to any replica.
             state.included.clear();
             state.included_models.clear();
         }
         state.was_leader = is_leader;
+        let session_key = self.session_key(&world.secrets, is_leader, &mut state.new_session_key);
+        let mut rendered = self.render(&world, session_key.clone());
+        let snapshot = std::mem::take(&mut rendered.snapshot);
+        self.publish(snapshot, session_key.as_deref(), is_leader, state)
+            .await?;
+        let replicas = gateways::expected(self.hub.replicas(), &world.gateway_pods);
+        self.metrics.replicas(
+            replicas.iter().filter(|(_, r)| r.connected).count(),
+            replicas.len(),
+        );
+        if !is_leader {
+            return Ok(());
+        }
+        let live: std::collections::HashSet<crate::retries::ObjectKey> = world
+            .servers
+            .iter()
+            .map(|s| ("McpServer", object_ref(s)))
+            .chain(world.models.iter().map(|m| ("ModelRoute", object_ref(m))))
+            .chain(world.keys.iter().map(|k| ("McpKey", object_ref(k))))
+            .map(|(kind, (namespace, name))| (kind, namespace, name))
+            .collect();
+        state.retries.retain(|k| live.contains(k));
+        let planned = plan_statuses(&world, &rendered, state, &replicas, &self.probes);
+        for status in planned {
+            self.write_planned(state, recorder, status).await;
+        }
+        Ok(())
+    }
 
+    /// The snapshot of a world (pure but for reading the issuer keys and settings).
+    fn render(&self, world: &World, session_key: Option<String>) -> Rendered {
         let mut settings = self.config.settings.clone();
         settings.service_account_tokens = self.issuer.borrow().clone();
-        let session_key = self.session_key(&secret_objects, is_leader, &mut state.new_session_key);
-        settings.session_key = session_key
-            .clone()
-            .map(|value| SecretSource::Value { value });
-        let namespace_policies: NamespacePolicies = stores
-            .namespaces
-            .state()
-            .iter()
-            .filter_map(|ns| {
-                let policy = namespace_policy(ns.metadata.annotations.as_ref()?).transpose()?;
-                Some((ns.name_any(), policy))
-            })
-            .collect();
-        let config_map_data: SecretData = stores
-            .config_maps
-            .state()
-            .iter()
-            .map(|c| {
-                let text = c.data.clone().unwrap_or_default().into_iter();
-                let binary = c.binary_data.clone().unwrap_or_default().into_iter();
-                let data = text
-                    .map(|(k, v)| (k, v.into_bytes()))
-                    .chain(binary.map(|(k, v)| (k, v.0)))
-                    .collect();
-                (object_ref(c.as_ref()), data)
-            })
-            .collect();
+        settings.session_key = session_key.map(|value| SecretSource::Value { value });
         let mut rendered = render(RenderInput {
-            servers: &servers,
-            keys: &keys,
-            models: &models,
-            secrets: &secret_data,
-            config_maps: &config_map_data,
+            servers: &world.servers,
+            keys: &world.keys,
+            models: &world.models,
+            secrets: &world.secret_data,
+            config_maps: &world.config_map_data,
             settings,
             upstreams: &self.config.upstreams,
-            namespace_policies: &namespace_policies,
+            namespace_policies: &world.namespace_policies,
         });
         if let Some(selector) = &self.config.secret_selector {
             rendered.note_secret_selector(selector);
         }
-        let content_hash = hash(&serde_json::to_vec(&rendered.snapshot).unwrap_or_default());
-        let mut snapshot = rendered.snapshot;
+        rendered
+    }
+
+    /// Publishes a snapshot whose content changed under the next generation (to the hub, the
+    /// probes, and on the lease holder the snapshot Secret), and notes which generation first
+    /// carried each server's and model's current spec.
+    async fn publish(
+        &self,
+        mut snapshot: Snapshot,
+        session_key: Option<&str>,
+        is_leader: bool,
+        state: &mut LoopState,
+    ) -> Result<(), kube::Error> {
+        let content_hash = hash(&serde_json::to_vec(&snapshot).unwrap_or_default());
         if state.published_hash != Some(content_hash) {
             state.generation += 1;
             snapshot.generation = state.generation;
@@ -395,119 +379,66 @@ impl Controller {
                 "snapshot published"
             );
             if is_leader {
-                self.store_snapshot(&frame, session_key.as_deref()).await?;
+                self.store_snapshot(&frame, session_key).await?;
             }
             state.published_hash = Some(content_hash);
-        } else {
-            snapshot.generation = state.generation;
         }
         include(
             &mut state.included,
             state.generation,
             snapshot.servers.iter().map(|spec| {
-                (
-                    (spec.namespace.clone(), spec.name.clone()),
-                    serde_json::to_vec(spec).unwrap_or_default(),
-                )
+                let key = (spec.namespace.clone(), spec.name.clone());
+                (key, serde_json::to_vec(spec).unwrap_or_default())
             }),
         );
         include(
             &mut state.included_models,
             state.generation,
             snapshot.models.iter().map(|spec| {
-                (
-                    (spec.namespace.clone(), spec.name.clone()),
-                    serde_json::to_vec(spec).unwrap_or_default(),
-                )
+                let key = (spec.namespace.clone(), spec.name.clone());
+                (key, serde_json::to_vec(spec).unwrap_or_default())
             }),
         );
-        let replicas = gateways::expected(self.hub.replicas(), &stores.gateway_pods.state());
-        self.metrics.replicas(
-            replicas.iter().filter(|(_, r)| r.connected).count(),
-            replicas.len(),
-        );
-        if !is_leader {
-            return Ok(());
-        }
-        let live: std::collections::HashSet<crate::retries::ObjectKey> = servers
-            .iter()
-            .map(|s| ("McpServer", object_ref(s)))
-            .chain(models.iter().map(|m| ("ModelRoute", object_ref(m))))
-            .chain(keys.iter().map(|k| ("McpKey", object_ref(k))))
-            .map(|(kind, (namespace, name))| (kind, namespace, name))
-            .collect();
-        state.retries.retain(|k| live.contains(k));
-        let rollout = |needed: u64| Rollout {
-            // A replica that dropped its stream may be gone: it counts as expected, not serving.
-            serving: replicas
-                .iter()
-                .filter(|(_, r)| r.connected && r.serving >= needed)
-                .count(),
-            known: replicas.len(),
-            needed,
-        };
-        for server in &servers {
-            let key = object_ref(server);
-            let Some(verdict) = rendered.servers.get(&key) else {
-                continue;
-            };
-            let id = format!("{}/{}", key.0, key.1);
-            let needed = state.included.get(&key).map(|(_, g)| *g);
-            let probe = self.probes.get(&id);
-            let desired = [
-                status::accepted(verdict),
-                status::programmed(verdict, needed.map(rollout)),
-                status::ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
-            ];
-            let prefix = server
-                .spec
-                .tool_prefix
-                .clone()
-                .unwrap_or_else(|| server.name_any());
-            let mut fields = BTreeMap::from([("prefix", serde_json::json!(prefix))]);
-            if let Some(status::Probe::Listed { tools, at }) = &probe {
-                fields.insert("toolCount", serde_json::json!(tools));
-                fields.insert(
-                    "lastListed",
-                    serde_json::json!(last_listed(server, *tools, *at)),
-                );
-            }
-            let written = status::write_server(&self.client, recorder, server, &desired, fields);
-            self.write_alone(state, "McpServer", &key, written).await;
-        }
-        for route in &models {
-            let key = object_ref(route);
-            let Some(verdict) = rendered.models.get(&key) else {
-                continue;
-            };
-            let id = format!("{}/{}", key.0, key.1);
-            let needed = state.included_models.get(&key).map(|(_, g)| *g);
-            let probe = self.probes.model(&id);
-            let desired = [
-                status::accepted(verdict),
-                status::programmed(verdict, needed.map(rollout)),
-                status::model_ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
-            ];
-            let fields = BTreeMap::from([("modelNames", serde_json::json!(model_names(route)))]);
-            let written = status::write_model(&self.client, recorder, route, &desired, fields);
-            self.write_alone(state, "ModelRoute", &key, written).await;
-        }
-        for key in &keys {
-            let object = object_ref(key);
-            let Some(outcome) = rendered.keys.get(&object) else {
-                continue;
-            };
-            let served = rollout(state.generation);
-            let expired_at = key.spec.expires_at.as_deref().filter(|t| {
-                switchboard_snapshot::parse_instant(t)
-                    .is_ok_and(|at| at <= std::time::SystemTime::now())
-            });
-            let ready = status::key_ready(&outcome.verdict, expired_at, served);
-            let desired = [status::accepted(&outcome.verdict), ready];
-            let written = status::write_key(&self.client, recorder, key, outcome, &desired);
-            self.write_alone(state, "McpKey", &object, written).await;
-        }
         Ok(())
+    }
+
+    /// Writes one planned status (see [`Self::write_alone`]).
+    async fn write_planned(
+        &self,
+        state: &mut LoopState,
+        recorder: &Recorder,
+        status: PlannedStatus<'_>,
+    ) {
+        match status {
+            PlannedStatus::Server {
+                object,
+                desired,
+                fields,
+            } => {
+                let written =
+                    status::write_server(&self.client, recorder, object, &desired, fields);
+                self.write_alone(state, "McpServer", &object_ref(object), written)
+                    .await;
+            }
+            PlannedStatus::Model {
+                object,
+                desired,
+                fields,
+            } => {
+                let written = status::write_model(&self.client, recorder, object, &desired, fields);
+                self.write_alone(state, "ModelRoute", &object_ref(object), written)
+                    .await;
+            }
+            PlannedStatus::Key {
+                object,
+                outcome,
+                desired,
+            } => {
+                let written = status::write_key(&self.client, recorder, object, outcome, &desired);
+                self.write_alone(state, "McpKey", &object_ref(object), written)
+                    .await;
+            }
+        }
     }
 
     /// Runs one object's status write unless that object is backing off; a failure is logged,
@@ -636,6 +567,187 @@ struct LoopState {
     new_session_key: Option<String>,
 }
 
+/// Everything one pass reads, copied out of the caches once.
+struct World {
+    servers: Vec<McpServer>,
+    keys: Vec<McpKey>,
+    models: Vec<ModelRoute>,
+    /// Every watched Secret (the operator's own among them), each once.
+    secrets: Vec<Arc<Secret>>,
+    secret_data: SecretData,
+    config_map_data: SecretData,
+    namespace_policies: NamespacePolicies,
+    gateway_pods: Vec<Arc<Pod>>,
+}
+
+fn copied<K: Clone + kube::Resource<DynamicType = ()> + 'static>(store: &Store<K>) -> Vec<K> {
+    store.state().iter().map(|o| (**o).clone()).collect()
+}
+
+fn gather(stores: Stores<'_>) -> World {
+    let servers = copied(stores.servers);
+    let keys = copied(stores.keys);
+    let models = copied(stores.models);
+    // (a Secret both watches see is kept once)
+    let secrets: Vec<Arc<Secret>> = stores
+        .secrets
+        .iter()
+        .flat_map(|store| store.state())
+        .map(|s| (object_ref(s.as_ref()), s))
+        .collect::<BTreeMap<_, _>>()
+        .into_values()
+        .collect();
+    let secret_data: SecretData = secrets
+        .iter()
+        .map(|s| {
+            let data = s.data.clone().unwrap_or_default();
+            let data = data.into_iter().map(|(k, v)| (k, v.0)).collect();
+            (object_ref(s.as_ref()), data)
+        })
+        .collect();
+    let config_map_data: SecretData = stores
+        .config_maps
+        .state()
+        .iter()
+        .map(|c| {
+            let text = c.data.clone().unwrap_or_default().into_iter();
+            let binary = c.binary_data.clone().unwrap_or_default().into_iter();
+            let data = text
+                .map(|(k, v)| (k, v.into_bytes()))
+                .chain(binary.map(|(k, v)| (k, v.0)))
+                .collect();
+            (object_ref(c.as_ref()), data)
+        })
+        .collect();
+    let namespace_policies: NamespacePolicies = stores
+        .namespaces
+        .state()
+        .iter()
+        .filter_map(|ns| {
+            let policy = namespace_policy(ns.metadata.annotations.as_ref()?).transpose()?;
+            Some((ns.name_any(), policy))
+        })
+        .collect();
+    World {
+        servers,
+        keys,
+        models,
+        secrets,
+        secret_data,
+        config_map_data,
+        namespace_policies,
+        gateway_pods: stores.gateway_pods.state(),
+    }
+}
+
+/// The status one resource should have, before it is written.
+enum PlannedStatus<'a> {
+    Server {
+        object: &'a McpServer,
+        desired: [status::Desired; 3],
+        fields: BTreeMap<&'static str, serde_json::Value>,
+    },
+    Model {
+        object: &'a ModelRoute,
+        desired: [status::Desired; 3],
+        fields: BTreeMap<&'static str, serde_json::Value>,
+    },
+    Key {
+        object: &'a McpKey,
+        outcome: &'a KeyOutcome,
+        desired: [status::Desired; 2],
+    },
+}
+
+/// Every resource's status from the world, its rendering, the replicas status expects and the
+/// latest probes: no I/O, so a world can be checked without an API server.
+fn plan_statuses<'a>(
+    world: &'a World,
+    rendered: &'a Rendered,
+    state: &LoopState,
+    replicas: &[(String, crate::delivery::Replica)],
+    probes: &Probes,
+) -> Vec<PlannedStatus<'a>> {
+    let rollout = |needed: u64| Rollout {
+        // A replica that dropped its stream may be gone: it counts as expected, not serving.
+        serving: replicas
+            .iter()
+            .filter(|(_, r)| r.connected && r.serving >= needed)
+            .count(),
+        known: replicas.len(),
+        needed,
+    };
+    let mut planned = Vec::new();
+    for server in &world.servers {
+        let key = object_ref(server);
+        let Some(verdict) = rendered.servers.get(&key) else {
+            continue;
+        };
+        let id = format!("{}/{}", key.0, key.1);
+        let needed = state.included.get(&key).map(|(_, g)| *g);
+        let probe = probes.get(&id);
+        let desired = [
+            status::accepted(verdict),
+            status::programmed(verdict, needed.map(rollout)),
+            status::ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
+        ];
+        let prefix = server
+            .spec
+            .tool_prefix
+            .clone()
+            .unwrap_or_else(|| server.name_any());
+        let mut fields = BTreeMap::from([("prefix", serde_json::json!(prefix))]);
+        if let Some(status::Probe::Listed { tools, at }) = &probe {
+            fields.insert("toolCount", serde_json::json!(tools));
+            fields.insert(
+                "lastListed",
+                serde_json::json!(last_listed(server, *tools, *at)),
+            );
+        }
+        planned.push(PlannedStatus::Server {
+            object: server,
+            desired,
+            fields,
+        });
+    }
+    for route in &world.models {
+        let key = object_ref(route);
+        let Some(verdict) = rendered.models.get(&key) else {
+            continue;
+        };
+        let id = format!("{}/{}", key.0, key.1);
+        let needed = state.included_models.get(&key).map(|(_, g)| *g);
+        let probe = probes.model(&id);
+        let desired = [
+            status::accepted(verdict),
+            status::programmed(verdict, needed.map(rollout)),
+            status::model_ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
+        ];
+        let fields = BTreeMap::from([("modelNames", serde_json::json!(model_names(route)))]);
+        planned.push(PlannedStatus::Model {
+            object: route,
+            desired,
+            fields,
+        });
+    }
+    for key in &world.keys {
+        let Some(outcome) = rendered.keys.get(&object_ref(key)) else {
+            continue;
+        };
+        let expired_at = key.spec.expires_at.as_deref().filter(|t| {
+            switchboard_snapshot::parse_instant(t)
+                .is_ok_and(|at| at <= std::time::SystemTime::now())
+        });
+        let ready = status::key_ready(&outcome.verdict, expired_at, rollout(state.generation));
+        planned.push(PlannedStatus::Key {
+            object: key,
+            outcome,
+            desired: [status::accepted(&outcome.verdict), ready],
+        });
+    }
+    planned
+}
+
 /// `lastListed` moves on only when the count changed or the recorded time is a minute old:
 /// a probe every few seconds must not turn into a status write every few seconds.
 fn last_listed(server: &McpServer, tools: usize, at: k8s_openapi::jiff::Timestamp) -> String {
@@ -654,4 +766,157 @@ fn last_listed(server: &McpServer, tools: usize, at: k8s_openapi::jiff::Timestam
 
 fn hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use switchboard_crds::{McpKeySpec, McpServerSpec};
+
+    use super::*;
+    use crate::delivery::Replica;
+    use crate::upstream_policy::UpstreamPolicy;
+
+    fn world() -> World {
+        let mut server = McpServer::new(
+            "tools",
+            serde_json::from_value::<McpServerSpec>(serde_json::json!({
+                "url": "http://tools.apps.svc/mcp", "accessGroups": ["apps"]
+            }))
+            .expect("valid server"),
+        );
+        server.metadata.namespace = Some("apps".into());
+        let mut key = McpKey::new(
+            "apps",
+            serde_json::from_value::<McpKeySpec>(serde_json::json!({
+                "secretName": "apps-key", "accessGroups": ["apps"]
+            }))
+            .expect("valid key"),
+        );
+        key.metadata.namespace = Some("apps".into());
+        let secret_data = SecretData::from([(
+            ("apps".to_string(), "apps-key".to_string()),
+            BTreeMap::from([(crate::render::KEY_FIELD.to_string(), b"sk-apps".to_vec())]),
+        )]);
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("gw-b".into());
+        pod.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        World {
+            servers: vec![server],
+            keys: vec![key],
+            models: Vec::new(),
+            secrets: Vec::new(),
+            secret_data,
+            config_map_data: SecretData::new(),
+            namespace_policies: NamespacePolicies::new(),
+            gateway_pods: vec![Arc::new(pod)],
+        }
+    }
+
+    fn rendered(world: &World) -> Rendered {
+        render(RenderInput {
+            servers: &world.servers,
+            keys: &world.keys,
+            models: &world.models,
+            secrets: &world.secret_data,
+            config_maps: &world.config_map_data,
+            settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).expect("default policy"),
+            namespace_policies: &world.namespace_policies,
+        })
+    }
+
+    fn replica(connected: bool, serving: u64) -> Replica {
+        Replica {
+            serving,
+            connected,
+            last_seen: Instant::now(),
+            rejected: None,
+        }
+    }
+
+    /// (type, status, message) of every planned condition, by resource kind.
+    fn conditions(planned: &[PlannedStatus<'_>]) -> Vec<(&'static str, &'static str, String)> {
+        planned
+            .iter()
+            .flat_map(|p| {
+                let (kind, desired): (&'static str, &[status::Desired]) = match p {
+                    PlannedStatus::Server { desired, .. } => ("McpServer", desired),
+                    PlannedStatus::Model { desired, .. } => ("ModelRoute", desired),
+                    PlannedStatus::Key { desired, .. } => ("McpKey", desired),
+                };
+                desired
+                    .iter()
+                    .filter(|d| d.type_ != "Accepted")
+                    .map(move |d| (kind, d.status, format!("{} {}", d.type_, d.message)))
+            })
+            .filter(|(kind, _, text)| *kind == "McpKey" || text.starts_with("Programmed"))
+            .collect()
+    }
+
+    /// The pass a new lease holder makes: one gateway follows it and serves the generation that
+    /// carries the key and the server; the other runs (its pod is Ready) but follows no one
+    /// yet. Neither the key nor the server may be reported as served by every replica.
+    #[test]
+    fn a_gateway_pod_that_follows_no_one_keeps_status_pending() {
+        let world = world();
+        let rendered = rendered(&world);
+        assert!(
+            rendered.keys.values().all(|k| k.verdict.accepted),
+            "{rendered:?}"
+        );
+        let mut state = LoopState {
+            generation: 3,
+            ..LoopState::default()
+        };
+        state
+            .included
+            .insert(("apps".into(), "tools".into()), ([0; 32], 3));
+        let probes = Probes::default();
+
+        let known = vec![("gw-a".to_string(), replica(true, 3))];
+        let replicas = gateways::expected(known.clone(), &world.gateway_pods);
+        let planned = plan_statuses(&world, &rendered, &state, &replicas, &probes);
+        assert_eq!(
+            conditions(&planned),
+            [
+                (
+                    "McpServer",
+                    "False",
+                    "Programmed 1/2 gateway replicas serve generation 3".to_string()
+                ),
+                (
+                    "McpKey",
+                    "False",
+                    "Ready 1/2 gateway replicas accept this key".to_string()
+                ),
+            ]
+        );
+
+        // The control: the hub's view alone would have said every replica serves.
+        let hub_only = plan_statuses(&world, &rendered, &state, &known, &probes);
+        assert!(conditions(&hub_only).iter().all(|(_, s, _)| *s == "True"));
+
+        // Once the other gateway follows and acknowledges, both are True.
+        let both = vec![
+            ("gw-a".to_string(), replica(true, 3)),
+            ("gw-b".to_string(), replica(true, 3)),
+        ];
+        let replicas = gateways::expected(both, &world.gateway_pods);
+        let planned = plan_statuses(&world, &rendered, &state, &replicas, &probes);
+        assert!(
+            conditions(&planned)
+                .iter()
+                .all(|(_, s, m)| *s == "True" && m.contains("2/2")),
+            "{:?}",
+            conditions(&planned)
+        );
+    }
 }
