@@ -32,6 +32,7 @@ use crate::render::{
     object_ref, render,
 };
 use crate::status::{self, Rollout};
+use crate::status_write;
 use crate::upstream_policy::namespace_policy;
 
 pub struct Config {
@@ -416,7 +417,7 @@ impl Controller {
                 fields,
             } => {
                 let written =
-                    status::write_server(&self.client, recorder, object, &desired, fields);
+                    status_write::write_server(&self.client, recorder, object, &desired, fields);
                 self.write_alone(state, "McpServer", &object_ref(object), written)
                     .await;
             }
@@ -425,7 +426,8 @@ impl Controller {
                 desired,
                 fields,
             } => {
-                let written = status::write_model(&self.client, recorder, object, &desired, fields);
+                let written =
+                    status_write::write_model(&self.client, recorder, object, &desired, fields);
                 self.write_alone(state, "ModelRoute", &object_ref(object), written)
                     .await;
             }
@@ -434,7 +436,8 @@ impl Controller {
                 outcome,
                 desired,
             } => {
-                let written = status::write_key(&self.client, recorder, object, outcome, &desired);
+                let written =
+                    status_write::write_key(&self.client, recorder, object, outcome, &desired);
                 self.write_alone(state, "McpKey", &object_ref(object), written)
                     .await;
             }
@@ -533,7 +536,7 @@ impl Controller {
         });
         api.patch(
             &self.config.snapshot_secret,
-            &PatchParams::apply(status::FIELD_MANAGER).force(),
+            &PatchParams::apply(status_write::FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
         .await

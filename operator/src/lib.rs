@@ -2,7 +2,7 @@
 //! serves it to gateway replicas, and reports on each resource what actually happened.
 //!
 //! - [`render`]: pure: resources + Secrets → snapshot + verdicts (tested without an API server).
-//! - [`status`]: pure condition logic, and writing status by server-side apply.
+//! - [`status`]: pure condition logic; [`status_write`] writes it by server-side apply.
 //! - [`controller`]: the watch → render → publish → status loop.
 //! - [`delivery`]: the snapshot stream gateway replicas follow, with TokenReview;
 //!   [`delivery_tls`] serves it over TLS, from [`delivery_ca`]'s CA or a provided Secret.
@@ -23,4 +23,5 @@ pub mod probe;
 pub mod render;
 pub mod retries;
 pub mod status;
+pub mod status_write;
 pub mod upstream_policy;

@@ -30,12 +30,65 @@ pub type ObjectRef = (String, String);
 /// Secret data by `(namespace, name)`, values decoded.
 pub type SecretData = HashMap<ObjectRef, BTreeMap<String, Vec<u8>>>;
 
+/// Why a resource is in the snapshot or not: the `reason` of its `Accepted` condition (and of
+/// `Ready` for a key that is not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Accepted,
+    InvalidSpec,
+    InvalidSecret,
+    SecretNotFound,
+    ConfigMapNotFound,
+    DuplicateKey,
+    ModelNameConflict,
+    PrefixConflict,
+    ServerNotAccepted,
+    ServerNotAdmitted,
+    ServerNotFound,
+    ServiceAccountConflict,
+    UpstreamAddressDenied,
+    UpstreamPolicyInvalid,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Accepted => "Accepted",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::InvalidSecret => "InvalidSecret",
+            Reason::SecretNotFound => "SecretNotFound",
+            Reason::ConfigMapNotFound => "ConfigMapNotFound",
+            Reason::DuplicateKey => "DuplicateKey",
+            Reason::ModelNameConflict => "ModelNameConflict",
+            Reason::PrefixConflict => "PrefixConflict",
+            Reason::ServerNotAccepted => "ServerNotAccepted",
+            Reason::ServerNotAdmitted => "ServerNotAdmitted",
+            Reason::ServerNotFound => "ServerNotFound",
+            Reason::ServiceAccountConflict => "ServiceAccountConflict",
+            Reason::UpstreamAddressDenied => "UpstreamAddressDenied",
+            Reason::UpstreamPolicyInvalid => "UpstreamPolicyInvalid",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// (so a test reads `assert_eq!(verdict.reason, "PrefixConflict")`)
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// Whether a resource made it into the snapshot, and if not why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub accepted: bool,
-    /// CamelCase reason for the `Accepted` condition.
-    pub reason: &'static str,
+    pub reason: Reason,
     /// Human-readable; names fields and other resources, never secret values.
     pub message: String,
 }
@@ -44,11 +97,11 @@ impl Verdict {
     fn accepted(message: impl Into<String>) -> Verdict {
         Verdict {
             accepted: true,
-            reason: "Accepted",
+            reason: Reason::Accepted,
             message: message.into(),
         }
     }
-    fn rejected(reason: &'static str, message: impl Into<String>) -> Verdict {
+    fn rejected(reason: Reason, message: impl Into<String>) -> Verdict {
         Verdict {
             accepted: false,
             reason,
@@ -82,7 +135,9 @@ impl Rendered {
             .chain(self.models.values_mut())
             .chain(self.keys.values_mut().map(|k| &mut k.verdict));
         for verdict in verdicts {
-            if verdict.reason == "SecretNotFound" && verdict.message.ends_with("does not exist") {
+            if verdict.reason == Reason::SecretNotFound
+                && verdict.message.ends_with("does not exist")
+            {
                 verdict.message.push_str(&format!(
                     " (the operator only sees Secrets labelled {selector})"
                 ));
@@ -133,17 +188,17 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
         let verdict = match spec {
             Err(verdict) => verdict,
             Ok(spec) => match input.upstreams.check(&spec) {
-                Err(message) => Verdict::rejected("UpstreamAddressDenied", message),
+                Err(message) => Verdict::rejected(Reason::UpstreamAddressDenied, message),
                 Ok(()) => match prefixes.get(spec.prefix()) {
                     Some(owner) => Verdict::rejected(
-                        "PrefixConflict",
+                        Reason::PrefixConflict,
                         format!(
                             "tool prefix {:?} is already used by McpServer {owner}",
                             spec.prefix()
                         ),
                     ),
                     None => match check_alone(&spec, &input.settings) {
-                        Err(message) => Verdict::rejected("InvalidSpec", message),
+                        Err(message) => Verdict::rejected(Reason::InvalidSpec, message),
                         Ok(()) => {
                             prefixes.insert(spec.prefix().to_string(), id.clone());
                             specs.push(spec);
@@ -178,13 +233,13 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
             let hash = spec.hash.clone().unwrap_or_default();
             if let Some(owner) = by_hash.get(&hash) {
                 outcome.verdict = Verdict::rejected(
-                    "DuplicateKey",
+                    Reason::DuplicateKey,
                     format!("McpKey {owner} already uses the same key; every key must be unique"),
                 );
                 return None;
             }
             if let Err(message) = check_key_alone(&spec) {
-                outcome.verdict = Verdict::rejected("InvalidSpec", message);
+                outcome.verdict = Verdict::rejected(Reason::InvalidSpec, message);
                 return None;
             }
             if let Some((account, owner)) = spec
@@ -193,7 +248,7 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
                 .find_map(|a| bound_accounts.get(a).map(|owner| (a, owner)))
             {
                 outcome.verdict = Verdict::rejected(
-                    "ServiceAccountConflict",
+                    Reason::ServiceAccountConflict,
                     format!("McpKey {owner} already binds ServiceAccount {account}"),
                 );
                 return None;
@@ -254,11 +309,11 @@ fn render_models(
                     .find_map(|n| names.get(n).map(|owner| (n.to_string(), owner.clone())));
                 match taken {
                     Some((name, owner)) => Verdict::rejected(
-                        "ModelNameConflict",
+                        Reason::ModelNameConflict,
                         format!("model name {name:?} is already used by ModelRoute {owner}"),
                     ),
                     None => match check_model_alone(&spec, servers, &input.settings) {
-                        Err(message) => Verdict::rejected("InvalidSpec", message),
+                        Err(message) => Verdict::rejected(Reason::InvalidSpec, message),
                         Ok(()) => {
                             for name in spec.client_names() {
                                 names.insert(name.to_string(), id.clone());
@@ -307,7 +362,7 @@ fn model_spec(
         None => 8,
         Some(n) => u32::try_from(n).map_err(|_| {
             Verdict::rejected(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 "spec.maxIterations: must be between 1 and 64",
             )
         })?,
@@ -323,14 +378,14 @@ fn model_spec(
         let Some(server) = servers.iter().find(|s| s.id() == server_id) else {
             return Err(if existing.contains(&(server_ns, server_name)) {
                 Verdict::rejected(
-                    "ServerNotAccepted",
+                    Reason::ServerNotAccepted,
                     format!(
                         "{field}: McpServer {server_id} is not in the snapshot (see its Accepted condition)"
                     ),
                 )
             } else {
                 Verdict::rejected(
-                    "ServerNotFound",
+                    Reason::ServerNotFound,
                     format!("{field}: McpServer {server_id} does not exist"),
                 )
             });
@@ -342,7 +397,7 @@ fn model_spec(
                 .any(|ns| ns == "*" || *ns == namespace);
         if !admitted {
             return Err(Verdict::rejected(
-                "ServerNotAdmitted",
+                Reason::ServerNotAdmitted,
                 format!(
                     "{field}: McpServer {server_id} does not admit namespace {namespace} (its spec.allowedNamespaces)"
                 ),
@@ -411,14 +466,13 @@ fn check_model_alone(
         models: vec![spec.clone()],
         ..Snapshot::default()
     };
-    let user_path = |message: String| {
-        message
-            .replace("models[0].apiKey", "spec.apiKeySecretRef")
-            .replace("models[0].name", "metadata.name")
-            .replace("models[0].", "spec.")
-    };
-    switchboard_snapshot::validate(&alone).map_err(|e| user_path(e.to_string()))?;
-    switchboard_core::table::RoutingTable::build(&alone).map_err(|e| user_path(e.to_string()))?;
+    const RENAMED: &[(&str, &str)] = &[
+        ("apiKey", "spec.apiKeySecretRef"),
+        ("name", "metadata.name"),
+    ];
+    switchboard_snapshot::validate(&alone).map_err(|e| user_paths(e, "models", RENAMED))?;
+    switchboard_core::table::RoutingTable::build(&alone)
+        .map_err(|e| user_paths(e, "models", RENAMED))?;
     Ok(())
 }
 
@@ -434,9 +488,9 @@ fn check_alone(spec: &ServerSpec, settings: &GatewaySettings) -> Result<(), Stri
         servers: vec![spec.clone()],
         ..Snapshot::default()
     };
-    switchboard_snapshot::validate(&alone).map_err(|e| strip_index(&e.to_string()))?;
+    switchboard_snapshot::validate(&alone).map_err(|e| user_paths(e, "servers", &[]))?;
     switchboard_core::table::RoutingTable::build(&alone)
-        .map_err(|e| strip_index(&e.to_string()))?;
+        .map_err(|e| user_paths(e, "servers", &[]))?;
     Ok(())
 }
 
@@ -446,12 +500,45 @@ fn check_key_alone(spec: &KeySpec) -> Result<(), String> {
         keys: vec![spec.clone()],
         ..Snapshot::default()
     };
-    switchboard_snapshot::validate(&alone).map_err(|e| e.to_string().replace("keys[0].", "spec."))
+    switchboard_snapshot::validate(&alone).map_err(|e| user_paths(e, "keys", &[]))
 }
 
-/// `servers[0].auth.header: ...` → `spec.auth.header: ...` (the user's field path).
-fn strip_index(message: &str) -> String {
-    message.replace("servers[0].", "spec.")
+/// The snapshot's complaints about the one resource checked alone (entry 0 of `list`), each
+/// field path said the way the user wrote it: `servers[0].auth.header` is the McpServer's
+/// `spec.auth.header`; `renamed` maps the snapshot's fields whose resource field has another
+/// name (`models[0].apiKey` is `spec.apiKeySecretRef`). Paths elsewhere stay as they are.
+fn user_paths(
+    error: switchboard_snapshot::SnapshotError,
+    list: &str,
+    renamed: &[(&str, &str)],
+) -> String {
+    let user_path = |path: &str| -> Option<String> {
+        let field = path.strip_prefix(list)?.strip_prefix("[0]")?;
+        let field = field.strip_prefix('.').unwrap_or(field);
+        for (from, to) in renamed {
+            if let Some(rest) = field.strip_prefix(from)
+                && (rest.is_empty() || rest.starts_with(['.', '[']))
+            {
+                return Some(format!("{to}{rest}"));
+            }
+        }
+        Some(if field.is_empty() {
+            "spec".to_string()
+        } else {
+            format!("spec.{field}")
+        })
+    };
+    let fields: Vec<String> = error
+        .errors
+        .into_iter()
+        .map(|mut e| {
+            if let Some(path) = user_path(&e.path) {
+                e.path = path;
+            }
+            e.to_string()
+        })
+        .collect();
+    fields.join("; ")
 }
 
 fn secret_value(
@@ -472,9 +559,9 @@ fn data_value(
     field: &str,
 ) -> Result<String, Verdict> {
     let not_found = if kind == "Secret" {
-        "SecretNotFound"
+        Reason::SecretNotFound
     } else {
-        "ConfigMapNotFound"
+        Reason::ConfigMapNotFound
     };
     let data = objects
         .get(&(namespace.to_string(), reference.name.clone()))
@@ -500,7 +587,7 @@ fn data_value(
         .map(|s| s.trim_end_matches(['\r', '\n']).to_string())
         .map_err(|_| {
             Verdict::rejected(
-                "InvalidSecret",
+                Reason::InvalidSecret,
                 format!("{field}: the {kind} value is not UTF-8"),
             )
         })
@@ -533,7 +620,7 @@ fn upstream_tls(
             }
             _ => {
                 return Err(Verdict::rejected(
-                    "InvalidSpec",
+                    Reason::InvalidSpec,
                     "spec.tls.caBundle: needs exactly one of secretKeyRef and configMapKeyRef",
                 ));
             }
@@ -569,7 +656,7 @@ fn duration(value: Option<&str>, field: &str) -> Result<Option<Duration>, Verdic
         .map(|v| {
             humantime::parse_duration(v).map_err(|_| {
                 Verdict::rejected(
-                    "InvalidSpec",
+                    Reason::InvalidSpec,
                     format!("{field}: {v:?} is not a duration such as 30s"),
                 )
             })
@@ -587,7 +674,7 @@ fn namespace_policy(
         None => Ok(None),
         Some(Ok(policy)) => Ok(Some(policy.clone())),
         Some(Err(message)) => Err(Verdict::rejected(
-            "UpstreamPolicyInvalid",
+            Reason::UpstreamPolicyInvalid,
             format!("namespace {namespace}: {message}"),
         )),
     }
@@ -611,7 +698,7 @@ fn server_spec(
         ),
         _ => {
             return Err(Verdict::rejected(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 "exactly one of spec.url and spec.service must be set",
             ));
         }
@@ -630,7 +717,7 @@ fn server_spec(
             }
             _ => {
                 return Err(Verdict::rejected(
-                    "InvalidSpec",
+                    Reason::InvalidSpec,
                     format!(
                         "spec.headers.static[{i}]: needs exactly one of value and secretKeyRef"
                     ),
@@ -706,7 +793,7 @@ fn upstream_auth(
 ) -> Result<UpstreamAuth, Verdict> {
     let required = |field: &str| {
         Verdict::rejected(
-            "InvalidSpec",
+            Reason::InvalidSpec,
             format!(
                 "spec.auth.{field} is required for auth type {:?}",
                 auth.auth_type
@@ -732,7 +819,7 @@ fn upstream_auth(
                 value: secret_value(secrets, namespace, r, field)?,
             }),
             _ => Err(Verdict::rejected(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 format!("{field}: needs exactly one of clientId and clientIdRef"),
             )),
         }
@@ -830,7 +917,7 @@ fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Option<KeySpec>)
         Ok(s) if !s.is_empty() => s,
         Ok(_) => {
             let verdict = Verdict::rejected(
-                "InvalidSecret",
+                Reason::InvalidSecret,
                 format!("Secret {namespace}/{} holds an empty key", reference.name),
             );
             return (
@@ -898,6 +985,42 @@ mod tests {
         let t = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 - age).unwrap();
         s.metadata.creation_timestamp = Some(Time(t));
         s
+    }
+
+    #[test]
+    fn field_paths_are_the_resources_own() {
+        use switchboard_snapshot::{FieldError, SnapshotError};
+        let error = |paths: &[&str]| SnapshotError {
+            errors: paths
+                .iter()
+                .map(|p| FieldError {
+                    path: p.to_string(),
+                    message: "wrong".into(),
+                })
+                .collect(),
+        };
+        let renamed = &[
+            ("apiKey", "spec.apiKeySecretRef"),
+            ("name", "metadata.name"),
+        ];
+        assert_eq!(
+            user_paths(
+                error(&[
+                    "models[0].apiKey",
+                    "models[0].name",
+                    "models[0].names[1]",
+                    "models[0]"
+                ]),
+                "models",
+                renamed
+            ),
+            "spec.apiKeySecretRef: wrong; metadata.name: wrong; spec.names[1]: wrong; spec: wrong"
+        );
+        // Another entry (an attached server) and a path of no entry are left as they are.
+        assert_eq!(
+            user_paths(error(&["servers[1].url", "gateway.x", ""]), "servers", &[]),
+            "servers[1].url: wrong; gateway.x: wrong; wrong"
+        );
     }
 
     fn secrets(entries: &[(&str, &str, &str, &str)]) -> SecretData {
@@ -1113,7 +1236,7 @@ mod tests {
         );
 
         let (v, _) = verdict(serde_json::json!({"clientCertificate": {"secretName": "missing"}}));
-        assert_eq!((v.accepted, v.reason), (false, "SecretNotFound"));
+        assert_eq!((v.accepted, v.reason), (false, Reason::SecretNotFound));
         assert!(
             v.message.contains("spec.tls.clientCertificate"),
             "{}",

@@ -1,20 +1,13 @@
 //! Status: what each resource's conditions should say, computed from the render, the replicas'
-//! acknowledgements and the readiness probes (pure), and written by server-side apply only
-//! when it changed. Events mark transitions, not every reconcile.
-
-use std::collections::BTreeMap;
+//! acknowledgements and the readiness probes, and which events a change is worth. All pure;
+//! [`crate::status_write`] writes it (server-side apply, only when it changed).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
-use switchboard_crds::{Condition, McpKey, McpServer, ModelRoute};
+use kube::runtime::events::{Event, EventType};
+use switchboard_crds::Condition;
 
-use crate::render::{KeyOutcome, Verdict};
-
-pub const FIELD_MANAGER: &str = "switchboard-operator";
+use crate::render::Verdict;
 
 /// A condition before timestamps: what we decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +56,7 @@ pub fn accepted(verdict: &Verdict) -> Desired {
     Desired {
         type_: "Accepted",
         status: if verdict.accepted { "True" } else { "False" },
-        reason: verdict.reason.into(),
+        reason: verdict.reason.to_string(),
         message: verdict.message.clone(),
     }
 }
@@ -179,7 +172,7 @@ pub fn model_ready(verdict: &Verdict, probe: Option<&ModelProbe>) -> Desired {
 }
 
 /// Turns decisions into conditions, keeping `lastTransitionTime` where the status is unchanged.
-fn conditions(
+pub(crate) fn conditions(
     desired: &[Desired],
     current: &[Condition],
     generation: Option<i64>,
@@ -205,7 +198,7 @@ fn conditions(
 }
 
 /// Whether the conditions say something other than `current` (timestamps aside).
-fn differs(desired: &[Condition], current: &[Condition]) -> bool {
+pub(crate) fn differs(desired: &[Condition], current: &[Condition]) -> bool {
     let key = |c: &Condition| {
         (
             c.type_.clone(),
@@ -220,148 +213,11 @@ fn differs(desired: &[Condition], current: &[Condition]) -> bool {
     a != b
 }
 
-/// Writes a server's status if it changed; publishes events for transitions.
-pub async fn write_server(
-    client: &kube::Client,
-    recorder: &Recorder,
-    server: &McpServer,
-    desired: &[Desired],
-    fields: BTreeMap<&'static str, serde_json::Value>,
-) -> Result<bool, kube::Error> {
-    let status = server.status.clone().unwrap_or_default();
-    let current = CurrentStatus {
-        conditions: &status.conditions,
-        observed_generation: status.observed_generation,
-        fields: serde_json::to_value(&status).unwrap_or_default(),
-    };
-    write_status(client, recorder, server, &current, desired, fields).await
-}
-
-/// Writes a ModelRoute's status if it changed; publishes events for transitions.
-pub async fn write_model(
-    client: &kube::Client,
-    recorder: &Recorder,
-    route: &ModelRoute,
-    desired: &[Desired],
-    fields: BTreeMap<&'static str, serde_json::Value>,
-) -> Result<bool, kube::Error> {
-    let status = route.status.clone().unwrap_or_default();
-    let current = CurrentStatus {
-        conditions: &status.conditions,
-        observed_generation: status.observed_generation,
-        fields: serde_json::to_value(&status).unwrap_or_default(),
-    };
-    write_status(client, recorder, route, &current, desired, fields).await
-}
-
-/// A resource's status as stored.
-struct CurrentStatus<'a> {
-    conditions: &'a [Condition],
-    observed_generation: Option<i64>,
-    /// The whole status as JSON, to compare the extra fields with.
-    fields: serde_json::Value,
-}
-
-/// Server-side applies `observedGeneration`, the conditions and `fields` to the status of
-/// `object` when any of them changed.
-async fn write_status<K>(
-    client: &kube::Client,
-    recorder: &Recorder,
-    object: &K,
-    current: &CurrentStatus<'_>,
-    desired: &[Desired],
-    fields: BTreeMap<&'static str, serde_json::Value>,
-) -> Result<bool, kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    let generation = object.meta().generation;
-    let wanted = conditions(desired, current.conditions, generation);
-    let fields_changed = fields
-        .iter()
-        .any(|(k, v)| current.fields.get(*k) != Some(v))
-        || current.observed_generation != generation;
-    if !differs(&wanted, current.conditions) && !fields_changed {
-        return Ok(false);
-    }
-    let mut body = json!({ "observedGeneration": generation, "conditions": wanted });
-    for (k, v) in fields {
-        body[k] = v;
-    }
-    let api: Api<K> = Api::namespaced(client.clone(), &object.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": body,
-    });
-    api.patch_status(
-        &object.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    announce(recorder, object, &wanted, current.conditions).await;
-    Ok(true)
-}
-
-pub async fn write_key(
-    client: &kube::Client,
-    recorder: &Recorder,
-    key: &McpKey,
-    outcome: &KeyOutcome,
-    desired: &[Desired],
-) -> Result<bool, kube::Error> {
-    let status = key.status.clone().unwrap_or_default();
-    let generation = key.metadata.generation;
-    let wanted = conditions(desired, &status.conditions, generation);
-    let unchanged = !differs(&wanted, &status.conditions)
-        && status.fingerprint == outcome.fingerprint
-        && status.secret_name.as_deref() == Some(key.spec.secret_name.as_str())
-        && status.observed_generation == generation;
-    if unchanged {
-        return Ok(false);
-    }
-    let api: Api<McpKey> = Api::namespaced(client.clone(), &key.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": "switchboard.dev/v1alpha1",
-        "kind": "McpKey",
-        "status": {
-            "observedGeneration": generation,
-            "fingerprint": outcome.fingerprint,
-            "secretName": key.spec.secret_name,
-            "conditions": wanted,
-        }
-    });
-    api.patch_status(
-        &key.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    announce(recorder, key, &wanted, &status.conditions).await;
-    Ok(true)
-}
-
-/// One event per condition whose status or reason changed (not per write).
-async fn announce<K>(recorder: &Recorder, object: &K, wanted: &[Condition], current: &[Condition])
-where
-    K: Resource<DynamicType = ()>,
-{
-    for event in transitions(wanted, current) {
-        if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
-            tracing::debug!(error = %e, "could not publish an event");
-        }
-    }
-}
-
 /// The events for a status write: a condition that changed status or reason gets one, named by
 /// the condition's reason (`UpstreamUnavailable`, `UpstreamAuthFailed`, ...). The recorder groups
 /// events by reason, so a reason per cause keeps a later cause from hiding under an earlier one
 /// (a connection refused that turns into a 401 is a second event, not a repeat of the first).
-fn transitions(wanted: &[Condition], current: &[Condition]) -> Vec<Event> {
+pub(crate) fn transitions(wanted: &[Condition], current: &[Condition]) -> Vec<Event> {
     wanted
         .iter()
         .filter(|c| {
@@ -393,11 +249,12 @@ fn transitions(wanted: &[Condition], current: &[Condition]) -> Vec<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::Reason;
 
     fn accepted_verdict() -> Verdict {
         Verdict {
             accepted: true,
-            reason: "Accepted",
+            reason: Reason::Accepted,
             message: String::new(),
         }
     }
@@ -429,7 +286,7 @@ mod tests {
         assert!(expired.message.contains("2026-01-01T00:00:00Z"));
         let refused = Verdict {
             accepted: false,
-            reason: "SecretNotFound",
+            reason: Reason::SecretNotFound,
             message: "spec.x: gone".into(),
         };
         let r = key_ready(&refused, None, served(2, 2));
@@ -508,7 +365,7 @@ mod tests {
         );
         let rejected = Verdict {
             accepted: false,
-            reason: "SecretNotFound",
+            reason: Reason::SecretNotFound,
             message: String::new(),
         };
         assert_eq!(ready(&rejected, None).status, "False");
@@ -540,7 +397,7 @@ mod tests {
         );
         let rejected = Verdict {
             accepted: false,
-            reason: "ServerNotFound",
+            reason: Reason::ServerNotFound,
             message: String::new(),
         };
         let r = model_ready(&rejected, Some(&ModelProbe::Answered { status: 200 }));

@@ -1,0 +1,152 @@
+//! Writing status: the conditions [`crate::status`] decided, by server-side apply, only when
+//! they say something new; an event per transition (not per write).
+
+use std::collections::BTreeMap;
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::Recorder;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use switchboard_crds::{Condition, McpKey, McpServer, ModelRoute};
+
+use crate::render::KeyOutcome;
+use crate::status::{Desired, conditions, differs, transitions};
+
+pub const FIELD_MANAGER: &str = "switchboard-operator";
+
+/// Writes a server's status if it changed; publishes events for transitions.
+pub async fn write_server(
+    client: &kube::Client,
+    recorder: &Recorder,
+    server: &McpServer,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error> {
+    let status = server.status.clone().unwrap_or_default();
+    let current = CurrentStatus {
+        conditions: &status.conditions,
+        observed_generation: status.observed_generation,
+        fields: serde_json::to_value(&status).unwrap_or_default(),
+    };
+    write_status(client, recorder, server, &current, desired, fields).await
+}
+
+/// Writes a ModelRoute's status if it changed; publishes events for transitions.
+pub async fn write_model(
+    client: &kube::Client,
+    recorder: &Recorder,
+    route: &ModelRoute,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error> {
+    let status = route.status.clone().unwrap_or_default();
+    let current = CurrentStatus {
+        conditions: &status.conditions,
+        observed_generation: status.observed_generation,
+        fields: serde_json::to_value(&status).unwrap_or_default(),
+    };
+    write_status(client, recorder, route, &current, desired, fields).await
+}
+
+/// A resource's status as stored.
+struct CurrentStatus<'a> {
+    conditions: &'a [Condition],
+    observed_generation: Option<i64>,
+    /// The whole status as JSON, to compare the extra fields with.
+    fields: serde_json::Value,
+}
+
+/// Server-side applies `observedGeneration`, the conditions and `fields` to the status of
+/// `object` when any of them changed.
+async fn write_status<K>(
+    client: &kube::Client,
+    recorder: &Recorder,
+    object: &K,
+    current: &CurrentStatus<'_>,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let generation = object.meta().generation;
+    let wanted = conditions(desired, current.conditions, generation);
+    let fields_changed = fields
+        .iter()
+        .any(|(k, v)| current.fields.get(*k) != Some(v))
+        || current.observed_generation != generation;
+    if !differs(&wanted, current.conditions) && !fields_changed {
+        return Ok(false);
+    }
+    let mut body = json!({ "observedGeneration": generation, "conditions": wanted });
+    for (k, v) in fields {
+        body[k] = v;
+    }
+    let api: Api<K> = Api::namespaced(client.clone(), &object.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": body,
+    });
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    announce(recorder, object, &wanted, current.conditions).await;
+    Ok(true)
+}
+
+pub async fn write_key(
+    client: &kube::Client,
+    recorder: &Recorder,
+    key: &McpKey,
+    outcome: &KeyOutcome,
+    desired: &[Desired],
+) -> Result<bool, kube::Error> {
+    let status = key.status.clone().unwrap_or_default();
+    let generation = key.metadata.generation;
+    let wanted = conditions(desired, &status.conditions, generation);
+    let unchanged = !differs(&wanted, &status.conditions)
+        && status.fingerprint == outcome.fingerprint
+        && status.secret_name.as_deref() == Some(key.spec.secret_name.as_str())
+        && status.observed_generation == generation;
+    if unchanged {
+        return Ok(false);
+    }
+    let api: Api<McpKey> = Api::namespaced(client.clone(), &key.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "switchboard.dev/v1alpha1",
+        "kind": "McpKey",
+        "status": {
+            "observedGeneration": generation,
+            "fingerprint": outcome.fingerprint,
+            "secretName": key.spec.secret_name,
+            "conditions": wanted,
+        }
+    });
+    api.patch_status(
+        &key.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    announce(recorder, key, &wanted, &status.conditions).await;
+    Ok(true)
+}
+
+/// One event per condition whose status or reason changed (not per write).
+async fn announce<K>(recorder: &Recorder, object: &K, wanted: &[Condition], current: &[Condition])
+where
+    K: Resource<DynamicType = ()>,
+{
+    for event in transitions(wanted, current) {
+        if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!(error = %e, "could not publish an event");
+        }
+    }
+}
