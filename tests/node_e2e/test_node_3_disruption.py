@@ -117,7 +117,7 @@ def mcp_requests_counted(ip: str) -> float:
     """Requests to /mcp/{prefix} the gateway pod at `ip` has counted, read from its own /metrics:
     `switchboard_gateway_requests_total` series with endpoint="mcp_single", every method and
     outcome. The endpoint counts a request before its answer goes out (`handle` in
-    gateway/mcp/src/endpoint.rs), so a call the caller saw answered is counted already."""
+    gateway/mcp/src/endpoint/mod.rs), so a call the caller saw answered is counted already."""
     response = httpx.get(f"http://{ip}:{GATEWAY_PORT}/metrics", timeout=5)
     response.raise_for_status()
     total = 0.0

@@ -1,0 +1,259 @@
+//! The answer to one MCP POST: the era told apart, its checks, then dispatch (or a reply routed
+//! to the relay that asked), and what the request's metric says.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::context::McpContext;
+use crate::dispatch::{Answer, Failure, Request, Target, dispatch};
+use crate::listen;
+use crate::relay::{self};
+use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in};
+use switchboard_core::scope::authenticate;
+use switchboard_protocol::{self as protocol, Era};
+use switchboard_upstream::client::RpcResult;
+
+use super::input::{deliver_reply, exchange_route, pass_input_reply, resume_exchange};
+use super::legacy::{check_legacy, session_setting};
+use super::message::{Incoming, Prepared, parse_message};
+use super::modern::{check_modern, discover};
+use super::replies::{header_str, metric_method, raw_result_response, rpc_response};
+
+/// What a request's metric says: (method, outcome), `None` for nothing to count.
+pub(super) type Counted = Option<(&'static str, &'static str)>;
+
+/// The answer to one MCP POST, and what its metric says.
+pub(super) async fn answer(
+    cx: &Arc<McpContext>,
+    prefix: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (Response, Counted) {
+    let table = cx.table();
+    let limit = table.settings.max_body_bytes;
+    let fail = |id: &Value, e: GatewayError, method: &'static str, era: Era| {
+        let outcome = e.outcome();
+        (
+            jsonrpc_error_response_in(id, &e, era),
+            Some((method, outcome)),
+        )
+    };
+    if body.len() > limit {
+        return fail(
+            &Value::Null,
+            GatewayError::PayloadTooLarge { limit },
+            "-",
+            Era::Rev2025,
+        );
+    }
+    // The rare branches below (replies, exchanges, handshakes, subscriptions) are boxed: their
+    // state would otherwise make every request's future as large as the largest of them.
+    let caller = match authenticate(table, headers, &cx.metrics) {
+        Ok(c) => Arc::new(c),
+        Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
+    };
+    let message = match parse_message(&body) {
+        Ok(Incoming::Call(m)) => m,
+        Ok(Incoming::Reply { id, body: reply }) => {
+            if let Some(route) = exchange_route(&caller, id.as_str()) {
+                let response = Box::pin(pass_input_reply(
+                    cx,
+                    &caller,
+                    route,
+                    reply,
+                    caller.headers.clone(),
+                    body,
+                ))
+                .await;
+                let outcome = if response.status().is_success() {
+                    "ok"
+                } else {
+                    "failed"
+                };
+                return (response, Some(("reply", outcome)));
+            }
+            return match Box::pin(deliver_reply(cx, &caller, prefix.as_deref(), id, reply)).await {
+                Ok(()) => (StatusCode::ACCEPTED.into_response(), Some(("reply", "ok"))),
+                Err(e) => fail(&Value::Null, e, "reply", Era::Rev2025),
+            };
+        }
+        Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
+    };
+    let id = message.id.clone().unwrap_or(Value::Null);
+    let method = metric_method(&message.method);
+    let target = match &prefix {
+        None => Target::Aggregate,
+        Some(p) => match caller.server_for_path(p) {
+            Ok(server) => Target::Single(server),
+            // A server the caller cannot reach is invisible: the endpoint does not exist.
+            Err(e) => {
+                let response = (StatusCode::NOT_FOUND, e.to_string()).into_response();
+                return (response, Some((method, e.outcome())));
+            }
+        },
+    };
+    let version_header = header_str(&caller.headers, "mcp-protocol-version");
+    let has_session = caller.headers.contains_key("mcp-session-id");
+    let era = protocol::classify(
+        &message.method,
+        message.params.as_ref(),
+        version_header,
+        has_session,
+    );
+    if era == Era::Rev2026
+        && let Some(route) = message
+            .params
+            .as_ref()
+            .and_then(|p| p.get("requestState"))
+            .and_then(|s| exchange_route(&caller, s.as_str()))
+    {
+        // The retry of a call whose legacy upstream asked for input: it resumes the paused
+        // stream, wherever that is held.
+        let headers = caller.headers.clone();
+        let response = Box::pin(resume_exchange(cx, &caller, route, message, headers, body)).await;
+        return (response, None);
+    }
+    let prepared = match era {
+        Era::Rev2026 => check_modern(&caller.headers, &message),
+        Era::Rev2025 => Box::pin(check_legacy(cx, &caller, &target, &message)).await,
+    };
+    let session = match prepared {
+        Ok(Prepared::Answer(response)) => return (response, Some((method, "ok"))),
+        Ok(Prepared::Dispatch { session }) => session,
+        Err(e) => return fail(&id, e, method, era),
+    };
+    if message.id.is_none() {
+        // Notifications (initialized, cancelled, ...) concern the gateway's own session with
+        // the client; a request the client gives up is cancelled by closing its stream.
+        return (StatusCode::ACCEPTED.into_response(), None);
+    }
+    let accepts_stream = header_str(&caller.headers, "accept")
+        .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
+    if matches!(target, Target::Aggregate) && message.method == "subscriptions/listen" {
+        let listened = Box::pin(listen::fan_in(
+            cx,
+            &caller,
+            id.clone(),
+            message.params,
+            session,
+        ))
+        .await;
+        return match listened {
+            Ok(response) => (response, Some((method, "stream"))),
+            // (once: it used to count as a stream and as its error)
+            Err(e) => fail(&id, e, method, era),
+        };
+    }
+    let log_level = (era == Era::Rev2025 && session.client != 0).then(|| {
+        if message.method == "logging/setLevel"
+            && let Some(level) = message
+                .params
+                .as_ref()
+                .and_then(|p| p.get("level"))
+                .and_then(Value::as_str)
+        {
+            cx.set_log_level(session.client, level);
+        }
+        cx.log_level(session.client)
+    });
+    let request = Request {
+        method: message.method.clone(),
+        params: message.params,
+        era,
+        accepts_stream,
+        session,
+        log_level,
+    };
+    let outcome = match (era, message.method.as_str()) {
+        (Era::Rev2025, "ping") => Ok(Answer::Json(json!({}))),
+        (Era::Rev2026, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
+            Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
+        ),
+        (Era::Rev2026, "server/discover") => {
+            Box::pin(discover(cx, &caller, &target, request)).await
+        }
+        (Era::Rev2025, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
+            Box::pin(session_setting(cx, &caller, &target, request)).await
+        }
+        _ => dispatch(cx, &caller, &target, request).await,
+    };
+    match outcome {
+        Ok(Answer::Json(mut result)) => {
+            match era {
+                Era::Rev2026 => protocol::stamp_modern_result(&mut result, &message.method),
+                Era::Rev2025 => protocol::strip_modern_result(&mut result),
+            }
+            let response = rpc_response(&id, "result", result, StatusCode::OK);
+            (response, Some((method, "ok")))
+        }
+        Ok(Answer::Raw(result)) => (
+            raw_result_response(&id, &result, None),
+            Some((method, "ok")),
+        ),
+        Ok(Answer::Relayed {
+            result,
+            has_result_type,
+        }) => {
+            let response = match era {
+                Era::Rev2026 if protocol::has_cache_fields(&message.method) => {
+                    let mut result = RpcResult::Raw(result).into_value();
+                    protocol::stamp_modern_result(&mut result, &message.method);
+                    rpc_response(&id, "result", result, StatusCode::OK)
+                }
+                Era::Rev2026 if !has_result_type => {
+                    raw_result_response(&id, &result, Some(r#""resultType":"complete""#))
+                }
+                // A 2026-07-28 upstream's result to a legacy client: without that revision's
+                // fields (the head read says whether it has any; most legacy pairs have none).
+                Era::Rev2025 if has_result_type => {
+                    let mut result = RpcResult::Raw(result).into_value();
+                    protocol::strip_modern_result(&mut result);
+                    rpc_response(&id, "result", result, StatusCode::OK)
+                }
+                _ => raw_result_response(&id, &result, None),
+            };
+            (response, Some((method, "ok")))
+        }
+        Ok(Answer::Stream(relay)) => {
+            let mut key_tag = [0u8; 8];
+            key_tag.copy_from_slice(&caller.key.digest[..8]);
+            let response = relay::sse_response(
+                *relay,
+                relay::Client {
+                    id,
+                    era,
+                    key_tag,
+                    table: caller.table.clone(),
+                    bridge: Some(relay::Bridge {
+                        cx: cx.clone(),
+                        caller: caller.clone(),
+                    }),
+                },
+            );
+            (response, Some((method, "stream")))
+        }
+        Err(Failure::Upstream(error, status)) => {
+            // A 2026-07-28 client reads the HTTP status as part of the answer: the upstream's
+            // own when it set one, else the revision's rule for the code. Legacy: 200.
+            let status = match era {
+                Era::Rev2025 => StatusCode::OK,
+                Era::Rev2026 if status.is_client_error() => status,
+                Era::Rev2026 => protocol::modern_error_status(
+                    error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                ),
+            };
+            (
+                rpc_response(&id, "error", error, status),
+                Some((method, "upstream_error")),
+            )
+        }
+        Err(Failure::Gateway(e)) => {
+            tracing::info!(method = %message.method, error = %e, "request failed");
+            fail(&id, e, method, era)
+        }
+    }
+}

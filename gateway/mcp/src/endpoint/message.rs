@@ -1,0 +1,107 @@
+//! What a client sent: one JSON-RPC message read (a call, or a reply to a relayed request), and
+//! what the era checks made of it (`Prepared`).
+
+use std::borrow::Cow;
+
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use switchboard_core::errors::GatewayError;
+use switchboard_upstream::client::SessionScope;
+
+/// A JSON-RPC message from a client.
+pub enum Incoming {
+    /// A request (with an id) or a notification (without).
+    Call(Message),
+    /// A response to a request the gateway relayed to the client.
+    Reply { id: Value, body: Map<String, Value> },
+}
+
+pub struct Message {
+    pub(super) id: Option<Value>,
+    pub(super) method: String,
+    pub params: Option<Value>,
+}
+
+/// The members of a call the gateway reads, read without building a tree of the whole message
+/// (a call is most of what clients send). Anything this does not take (a reply, a member of the
+/// wrong type, a repeated member) goes to the full reading below, which says what is wrong.
+#[derive(Deserialize)]
+pub(super) struct CallMembers<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    method: String,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+}
+
+/// `Some` for a member that is there, `null` included (`Option` alone reads `null` as absent,
+/// and `"id": null` is not a notification).
+pub(super) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
+    // Only an object: serde would also read a struct from an array, by position.
+    if body.trim_ascii_start().first() == Some(&b'{')
+        && let Ok(call) = serde_json::from_slice::<CallMembers>(body)
+        && call.jsonrpc == "2.0"
+        && call.params.as_ref().is_none_or(Value::is_object)
+    {
+        return Ok(Incoming::Call(Message {
+            id: call.id,
+            method: call.method,
+            params: call.params,
+        }));
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
+    let Value::Object(mut obj) = value else {
+        return Err(GatewayError::InvalidRequest(
+            "the body must be one JSON-RPC message (batches are not supported)".into(),
+        ));
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(GatewayError::InvalidRequest(
+            "jsonrpc must be \"2.0\"".into(),
+        ));
+    }
+    let Some(method) = obj.remove("method") else {
+        // A response: it must answer something, with a result or an error.
+        let answers = obj.contains_key("result") != obj.contains_key("error");
+        return match obj.get("id") {
+            Some(id) if answers && !id.is_null() => Ok(Incoming::Reply {
+                id: id.clone(),
+                body: obj,
+            }),
+            _ => Err(GatewayError::InvalidRequest(
+                "a message without a method is a response: it needs an id and one of result or error".into(),
+            )),
+        };
+    };
+    let method = method
+        .as_str()
+        .ok_or_else(|| GatewayError::InvalidRequest("method must be a string".into()))?
+        .to_string();
+    let params = obj.remove("params");
+    if params.as_ref().is_some_and(|p| !p.is_object()) {
+        return Err(GatewayError::InvalidRequest(
+            "params must be an object".into(),
+        ));
+    }
+    Ok(Incoming::Call(Message {
+        id: obj.remove("id"),
+        method,
+        params,
+    }))
+}
+
+pub(super) enum Prepared {
+    /// The gateway answers itself (legacy `initialize`).
+    Answer(Response),
+    /// Go on to the method, on this client's upstream sessions.
+    Dispatch { session: SessionScope },
+}

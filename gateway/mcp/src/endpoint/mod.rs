@@ -1,0 +1,206 @@
+//! The client-facing Streamable HTTP endpoint (`POST /mcp`, `POST /mcp/{prefix}`, `DELETE` of a
+//! legacy session): checks the gateway key, tells the two protocol eras apart, keeps legacy
+//! sessions sealed in their ids, validates 2026-07-28 request headers, routes clients' replies
+//! to relayed server-to-client requests, and answers with one JSON-RPC response or a relayed
+//! stream.
+//!
+//! Rooms: `message` (reading a call), `answer` (one POST's answer), `modern` and `legacy` (each
+//! era's checks and its own methods), `input` (replies to relayed requests), `replies` (writing
+//! answers).
+
+mod answer;
+mod input;
+mod legacy;
+mod message;
+mod modern;
+mod replies;
+
+pub use input::internal_exchange;
+pub use message::{Incoming, parse_message};
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::context::McpContext;
+use answer::answer;
+use legacy::open_session;
+use replies::header_str;
+use switchboard_core::errors::jsonrpc_error_response;
+use switchboard_core::scope::authenticate;
+
+// The handlers take the whole request and move its headers out: axum's `HeaderMap` extractor
+// would copy them on every call.
+pub async fn aggregate(
+    State(cx): State<Arc<McpContext>>,
+    request: axum::extract::Request,
+) -> Response {
+    match into_headers_and_body(request).await {
+        Ok((headers, body)) => handle(&cx, None, headers, body).await,
+        Err(refused) => refused,
+    }
+}
+
+pub async fn single(
+    State(cx): State<Arc<McpContext>>,
+    Path(prefix): Path<String>,
+    request: axum::extract::Request,
+) -> Response {
+    match into_headers_and_body(request).await {
+        Ok((headers, body)) => handle(&cx, Some(prefix), headers, body).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The request's headers and body (read whole by the body-read layer already).
+async fn into_headers_and_body(
+    request: axum::extract::Request,
+) -> Result<(HeaderMap, Bytes), Response> {
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(body) => Ok((parts.headers, body)),
+        Err(_) => Err((
+            StatusCode::BAD_REQUEST,
+            "the request body could not be read",
+        )
+            .into_response()),
+    }
+}
+
+/// GET: a legacy server-to-client stream outside any request. The gateway keeps no stream per
+/// session (a replica holds nothing a request depends on), and the 2026-07-28 revision has
+/// none: both allow 405.
+pub async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST, DELETE")],
+    )
+        .into_response()
+}
+
+/// DELETE ends a legacy session: its id is refused from then on (on this replica: see
+/// docs/architecture.md, "Sessions"), and the upstream sessions this replica opened for it are
+/// closed.
+pub async fn end_session(State(cx): State<Arc<McpContext>>, headers: HeaderMap) -> Response {
+    let table = cx.table();
+    let caller = match authenticate(table, headers, &cx.metrics) {
+        Ok(c) => c,
+        Err(e) => return jsonrpc_error_response(&Value::Null, &e),
+    };
+    let Some(session_id) = header_str(&caller.headers, "mcp-session-id") else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "DELETE needs the Mcp-Session-Id of the session to end",
+        )
+            .into_response();
+    };
+    let session = match open_session(&cx, &caller, session_id) {
+        Ok(s) => s,
+        Err(e) => return jsonrpc_error_response(&Value::Null, &e),
+    };
+    cx.end_session(session.tag);
+    cx.upstream
+        .close_client_sessions(&caller, session.tag)
+        .await;
+    tracing::info!(key = %caller.key.name, "legacy session ended by the client");
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn handle(
+    cx: &Arc<McpContext>,
+    prefix: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let endpoint = if prefix.is_some() {
+        "mcp_single"
+    } else {
+        "mcp"
+    };
+    let (response, counted) = answer(cx, prefix, headers, body).await;
+    // The request metric, once per request whatever the exit (a notification counts nothing).
+    if let Some((method, outcome)) = counted {
+        cx.metrics.request(endpoint, method, outcome);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use serde_json::value::RawValue;
+
+    use super::replies::raw_result_response;
+    use super::*;
+
+    async fn body_of(response: Response) -> Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn calls_read_like_the_full_reading() {
+        let call = |body: &str| match parse_message(body.as_bytes()) {
+            Ok(Incoming::Call(m)) => Some((m.id, m.method, m.params)),
+            _ => None,
+        };
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"x":[1]}"#),
+            Some((
+                Some(json!(1)),
+                "tools/call".into(),
+                Some(json!({"name": "a"}))
+            ))
+        );
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Some((None, "notifications/initialized".into(), None))
+        );
+        // "id": null is a request with a null id, not a notification.
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#)
+                .unwrap()
+                .0,
+            Some(Value::Null)
+        );
+        // A repeated member: the last one counts, as in the full reading.
+        assert_eq!(
+            call(r#"{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}"#)
+                .unwrap()
+                .1,
+            "b"
+        );
+        for refused in [
+            r#"["2.0","ping",1]"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#,
+        ] {
+            assert!(call(refused).is_none(), "{refused}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relayed_result_gets_its_result_type_in_front() {
+        const STAMP: Option<&str> = Some(r#""resultType":"complete""#);
+        let result = RawValue::from_string(r#" {"content":[],"isError":false}"#.into()).unwrap();
+        let body = body_of(raw_result_response(&json!(7), &result, STAMP)).await;
+        assert_eq!(
+            body,
+            json!({"jsonrpc": "2.0", "id": 7,
+                   "result": {"resultType": "complete", "content": [], "isError": false}})
+        );
+        let empty = RawValue::from_string("{ }".into()).unwrap();
+        let body = body_of(raw_result_response(&json!("a"), &empty, STAMP)).await;
+        assert_eq!(body["result"], json!({"resultType": "complete"}));
+        let body = body_of(raw_result_response(&json!(1), &result, None)).await;
+        assert_eq!(body["result"], json!({"content": [], "isError": false}));
+    }
+}

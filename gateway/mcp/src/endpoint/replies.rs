@@ -1,0 +1,107 @@
+//! Writing JSON-RPC answers (a value, or an upstream's result as it came) and the small readers
+//! every era uses.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use switchboard_core::errors::GatewayError;
+
+pub(super) fn protocol_error(code: i64, message: String, data: Option<Value>) -> GatewayError {
+    GatewayError::Protocol {
+        code,
+        message,
+        status: StatusCode::BAD_REQUEST,
+        data,
+    }
+}
+
+pub(super) fn rpc_response(id: &Value, kind: &str, payload: Value, status: StatusCode) -> Response {
+    let mut body = Map::with_capacity(3);
+    body.insert("jsonrpc".into(), Value::from("2.0"));
+    body.insert("id".into(), id.clone());
+    body.insert(kind.into(), payload);
+    let bytes = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response()
+}
+
+/// A result serialized already (merged listings, which carry `resultType` themselves, or an
+/// upstream's result as it came), with `first_member` (`"name":value`) added in front of the
+/// result object's own members. Only an object result gets one.
+pub(super) fn raw_result_response(
+    id: &Value,
+    result: &RawValue,
+    first_member: Option<&str>,
+) -> Response {
+    let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
+    let result = result.get();
+    let extra = first_member.map_or(0, str::len);
+    let mut body = Vec::with_capacity(result.len() + extra + id.len() + 40);
+    body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    body.extend_from_slice(id.as_bytes());
+    body.extend_from_slice(b",\"result\":");
+    match (first_member, result.trim_start().strip_prefix('{')) {
+        (Some(member), Some(members)) => {
+            body.push(b'{');
+            body.extend_from_slice(member.as_bytes());
+            if !members.trim_start().starts_with('}') {
+                body.push(b',');
+            }
+            body.extend_from_slice(members.as_bytes());
+        }
+        _ => body.extend_from_slice(result.as_bytes()),
+    }
+    body.push(b'}');
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+pub(super) fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Method names as metric labels: the known ones, else "other" (clients choose method names,
+/// and a label set must stay bounded).
+pub(super) fn metric_method(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "completion/complete",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+    ];
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
