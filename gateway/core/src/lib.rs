@@ -21,4 +21,4 @@ pub mod route;
 pub mod scope;
 pub mod session;
 pub mod table;
-pub mod workload_identity;
+mod workload_identity;

@@ -12,18 +12,18 @@
 //! - [`provider`]: the calls to the provider; [`record`]: a request's metrics and log line.
 //! - [`context`]: what the handlers need of the gateway.
 
-pub mod anthropic;
-pub mod carry;
+mod anthropic;
+mod carry;
 pub mod context;
 pub mod errors;
 pub mod format;
-pub mod openai;
-pub mod provider;
-pub mod record;
+mod openai;
+mod provider;
+mod record;
 pub mod routes;
-pub mod run;
-pub mod schema;
-pub mod stream;
-pub mod toolset;
-pub mod turn;
-pub mod wire;
+mod run;
+mod schema;
+mod stream;
+mod toolset;
+mod turn;
+mod wire;

@@ -84,10 +84,6 @@ impl Merged {
         self.visible.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.visible.is_empty()
-    }
-
     /// Items `range` as the aggregate shows them, ready to serialize.
     pub fn items(&self, range: Range<usize>) -> PublicItems<'_> {
         PublicItems {

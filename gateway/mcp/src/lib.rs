@@ -2,12 +2,12 @@
 //! listings, the event-by-event relay, era bridging, subscriptions) and the REST face. Handlers
 //! take [`context::McpContext`].
 
-pub mod aggregate;
+mod aggregate;
 pub mod context;
 pub mod dispatch;
 pub mod endpoint;
-pub mod event_stream;
-pub mod exchange;
-pub mod listen;
-pub mod relay;
+mod event_stream;
+mod exchange;
+mod listen;
+mod relay;
 pub mod rest;

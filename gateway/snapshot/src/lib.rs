@@ -3,13 +3,13 @@
 //! schema with secrets given inline, from the environment or from files.
 
 pub mod delivery;
-pub mod errors;
+mod errors;
 pub mod key_hash;
 pub mod load;
-pub mod model;
-pub mod names;
+mod model;
+mod names;
 pub mod networks;
-pub mod secret;
+mod secret;
 pub mod tls;
 
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};

@@ -762,13 +762,7 @@ impl SentReply {
 
     async fn read(self, server: &Server) -> Result<Reply, UpstreamError> {
         let headers = self.response.headers().clone();
-        let body =
-            read_limited(self.response)
-                .await
-                .map_err(|detail| UpstreamError::Unavailable {
-                    server: server.id().to_string(),
-                    detail,
-                })?;
+        let body = read_limited(self.response, server).await?;
         Ok(Reply {
             status: self.status,
             headers,
@@ -1082,15 +1076,25 @@ fn unavailable(server: &Server, e: &reqwest::Error) -> UpstreamError {
     }
 }
 
-async fn read_limited(mut response: reqwest::Response) -> Result<bytes::Bytes, String> {
+/// An upstream's whole answer, at most `MAX_UPSTREAM_BODY` bytes.
+async fn read_limited(
+    mut response: reqwest::Response,
+    server: &Server,
+) -> Result<bytes::Bytes, UpstreamError> {
+    let unavailable = |detail: String| UpstreamError::Unavailable {
+        server: server.id().to_string(),
+        detail,
+    };
     let mut buf = bytes::BytesMut::new();
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|_| "broken response body".to_string())?
+        .map_err(|_| unavailable("broken response body".into()))?
     {
         if buf.len() + chunk.len() > MAX_UPSTREAM_BODY {
-            return Err(format!("response larger than {MAX_UPSTREAM_BODY} bytes"));
+            return Err(unavailable(format!(
+                "response larger than {MAX_UPSTREAM_BODY} bytes"
+            )));
         }
         buf.extend_from_slice(&chunk);
     }

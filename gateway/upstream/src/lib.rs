@@ -4,7 +4,7 @@
 //! one type the client faces and the operator's probe use; [`error::UpstreamError`] is all it
 //! returns when something fails (the faces map it to their client-facing error once).
 
-pub mod catalog;
+mod catalog;
 pub mod client;
 pub mod error;
 pub mod listing;
@@ -12,4 +12,4 @@ pub mod plane;
 pub mod protected_resource;
 pub mod request_credential;
 pub mod tls;
-pub mod tokens;
+mod tokens;

@@ -19,7 +19,7 @@ use switchboard_upstream::client::RpcResult;
 
 use super::input::{deliver_reply, exchange_route, pass_input_reply, resume_exchange};
 use super::legacy::{check_legacy, session_setting};
-use super::message::{Incoming, Prepared, parse_message};
+use super::message::{EraChecked, Incoming, parse_message};
 use super::modern::{check_modern, discover};
 use super::replies::{header_str, metric_method, raw_result_response, rpc_response};
 
@@ -122,8 +122,8 @@ pub(super) async fn answer(
         Era::Rev2025 => Box::pin(check_legacy(cx, &caller, &target, &message)).await,
     };
     let session = match prepared {
-        Ok(Prepared::Answer(response)) => return (response, Some((method, "ok"))),
-        Ok(Prepared::Dispatch { session }) => session,
+        Ok(EraChecked::Answer(response)) => return (response, Some((method, "ok"))),
+        Ok(EraChecked::Dispatch { session }) => session,
         Err(e) => return fail(&id, e, method, era),
     };
     if message.id.is_none() {

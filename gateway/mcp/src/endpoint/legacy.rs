@@ -19,7 +19,7 @@ use switchboard_protocol::{self as protocol, Era, META_SERVER_INFO};
 use switchboard_upstream::client::{RpcOutcome, SessionScope};
 use switchboard_upstream::plane::Forward;
 
-use super::message::{Message, Prepared};
+use super::message::{EraChecked, Message};
 use super::modern::aggregate_capabilities;
 use super::replies::{header_str, rpc_response};
 
@@ -57,9 +57,9 @@ pub(super) async fn check_legacy(
     caller: &Caller,
     target: &Target,
     message: &Message,
-) -> Result<Prepared, GatewayError> {
+) -> Result<EraChecked, GatewayError> {
     if message.method == "initialize" {
-        return Ok(Prepared::Answer(
+        return Ok(EraChecked::Answer(
             initialize(cx, caller, target, message).await,
         ));
     }
@@ -77,7 +77,7 @@ pub(super) async fn check_legacy(
             data: None,
         });
     }
-    Ok(Prepared::Dispatch {
+    Ok(EraChecked::Dispatch {
         session: SessionScope {
             client: session.tag,
             capabilities: session.capabilities,

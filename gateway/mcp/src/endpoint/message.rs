@@ -1,5 +1,5 @@
 //! What a client sent: one JSON-RPC message read (a call, or a reply to a relayed request), and
-//! what the era checks made of it (`Prepared`).
+//! what the era checks made of it (`EraChecked`).
 
 use std::borrow::Cow;
 
@@ -99,7 +99,8 @@ pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
     }))
 }
 
-pub(super) enum Prepared {
+/// What a request's era checks decided: the gateway answers itself, or the method goes on.
+pub(super) enum EraChecked {
     /// The gateway answers itself (legacy `initialize`).
     Answer(Response),
     /// Go on to the method, on this client's upstream sessions.

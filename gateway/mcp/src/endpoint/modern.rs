@@ -14,7 +14,7 @@ use switchboard_protocol::{
 };
 use switchboard_upstream::client::SessionScope;
 
-use super::message::{Message, Prepared};
+use super::message::{EraChecked, Message};
 use super::replies::{header_str, protocol_error};
 
 /// `server/discover`: on `/mcp/{prefix}` the upstream's own answer (its serverInfo,
@@ -95,7 +95,7 @@ pub(super) fn aggregate_capabilities(_cx: &McpContext, _caller: &Caller) -> Valu
 pub(super) fn check_modern(
     headers: &HeaderMap,
     message: &Message,
-) -> Result<Prepared, GatewayError> {
+) -> Result<EraChecked, GatewayError> {
     let meta = message
         .params
         .as_ref()
@@ -142,7 +142,7 @@ pub(super) fn check_modern(
     // A legacy upstream hears a 2026-07-28 client's capabilities through the session the
     // gateway opens for them.
     let capabilities = capabilities::to_bits(meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)));
-    Ok(Prepared::Dispatch {
+    Ok(EraChecked::Dispatch {
         session: SessionScope {
             client: 0,
             capabilities,
