@@ -555,3 +555,180 @@ fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> UpstreamErro
         error,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The pipeline against an in-process upstream (an axum app on a loopback port): the
+    //! renew-once rule and the relayed 401, counted from the upstream's side.
+
+    use std::sync::Mutex;
+
+    use axum::Router;
+    use axum::extract::State;
+    use axum::http::header;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::post;
+
+    use super::*;
+
+    /// What the fake upstream saw, and how it answers.
+    #[derive(Default)]
+    struct Seen {
+        /// Tokens the token endpoint issued.
+        issued: Mutex<u32>,
+        /// The `Authorization` of every MCP request.
+        authorizations: Mutex<Vec<Option<String>>>,
+        /// Refuse every token, not only the first.
+        refuse_all: bool,
+    }
+
+    async fn token(State(seen): State<Arc<Seen>>) -> Response {
+        let n = {
+            let mut issued = seen.issued.lock().unwrap();
+            *issued += 1;
+            *issued
+        };
+        axum::Json(serde_json::json!({
+            "access_token": format!("t{n}"), "token_type": "Bearer", "expires_in": 3600
+        }))
+        .into_response()
+    }
+
+    async fn mcp(State(seen): State<Arc<Seen>>, headers: HeaderMap, body: String) -> Response {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        seen.authorizations
+            .lock()
+            .unwrap()
+            .push(authorization.clone());
+        if authorization.as_deref() != Some("Bearer t2") || seen.refuse_all {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(
+                    header::WWW_AUTHENTICATE,
+                    "Bearer resource_metadata=\"https://idp.example/rm\", scope=\"tools\"",
+                )],
+            )
+                .into_response();
+        }
+        let id = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("id").cloned())
+            .unwrap_or(Value::Null);
+        axum::Json(serde_json::json!({
+            "jsonrpc": "2.0", "id": id,
+            "result": {"content": [{"type": "text", "text": "ok"}], "resultType": "complete"}
+        }))
+        .into_response()
+    }
+
+    async fn upstream(seen: Arc<Seen>) -> String {
+        let app = Router::new()
+            .route("/oauth/token", post(token))
+            .route("/mcp", post(mcp))
+            .with_state(seen);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        base
+    }
+
+    fn table(yaml: &str) -> Arc<RoutingTable> {
+        let snapshot = switchboard_snapshot::parse(yaml).expect("a valid snapshot");
+        Arc::new(RoutingTable::build(&snapshot).expect("a valid table"))
+    }
+
+    async fn call(table: &Arc<RoutingTable>) -> Result<RpcOutcome, UpstreamError> {
+        let plane = UpstreamPlane::new(Arc::new(Metrics::default()));
+        plane.prepare(table);
+        let server = table.servers[0].clone();
+        let caller = Caller::probe(table.clone(), &server);
+        let params = serde_json::json!({"name": "echo", "arguments": {}});
+        plane
+            .forward(&caller, &server, &Forward::call("tools/call", Some(params)))
+            .await
+    }
+
+    fn client_credentials(base: &str) -> Arc<RoutingTable> {
+        table(&format!(
+            "servers:\n  - name: up\n    url: {base}/mcp\n    timeout: 5s\n    auth:\n      type: oauth2ClientCredentials\n      tokenUrl: {base}/oauth/token\n      clientId: gateway\n      clientSecret: secret-gateway\n"
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_refused_gateway_token_is_renewed_once_and_the_call_repeats() {
+        let seen = Arc::new(Seen::default());
+        let base = upstream(seen.clone()).await;
+        let outcome = call(&client_credentials(&base)).await;
+        assert!(
+            matches!(outcome, Ok(RpcOutcome::Result(_))),
+            "{:?}",
+            outcome.err()
+        );
+        assert_eq!(
+            *seen.issued.lock().unwrap(),
+            2,
+            "one token, then one renewal"
+        );
+        let sent = seen.authorizations.lock().unwrap().clone();
+        assert_eq!(
+            sent,
+            [Some("Bearer t1".to_string()), Some("Bearer t2".to_string())]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_refused_again_is_not_renewed_twice() {
+        let seen = Arc::new(Seen {
+            refuse_all: true,
+            ..Seen::default()
+        });
+        let base = upstream(seen.clone()).await;
+        let outcome = call(&client_credentials(&base)).await;
+        assert!(
+            matches!(outcome, Err(UpstreamError::Unauthorized { .. })),
+            "a gateway-held token refused twice is the gateway's failure: {:?}",
+            outcome.err()
+        );
+        assert_eq!(*seen.issued.lock().unwrap(), 2);
+        assert_eq!(seen.authorizations.lock().unwrap().len(), 2, "no third try");
+    }
+
+    #[tokio::test]
+    async fn a_refused_caller_credential_becomes_the_callers_challenge() {
+        let seen = Arc::new(Seen::default());
+        let base = upstream(seen.clone()).await;
+        let table = table(&format!(
+            "gateway:\n  publicUrl: https://gw.example\nservers:\n  - name: up\n    url: {base}/mcp\n    timeout: 5s\n    auth: {{type: passthrough}}\n"
+        ));
+        let outcome = call(&table).await;
+        let Err(UpstreamError::AuthRequired {
+            www_authenticate, ..
+        }) = outcome
+        else {
+            panic!("expected the caller's 401, got {:?}", outcome.err());
+        };
+        assert!(
+            www_authenticate.starts_with(
+                "Bearer resource_metadata=\"https://gw.example/.well-known/oauth-protected-resource/mcp/up\""
+            ),
+            "{www_authenticate}"
+        );
+        assert!(
+            www_authenticate.contains("scope=\"tools\""),
+            "{www_authenticate}"
+        );
+        assert!(
+            !www_authenticate.contains("idp.example"),
+            "the upstream's metadata stays behind the gateway's"
+        );
+        assert_eq!(
+            seen.authorizations.lock().unwrap().as_slice(),
+            [None],
+            "one try, no credential of the gateway's sent"
+        );
+        assert_eq!(*seen.issued.lock().unwrap(), 0);
+    }
+}
