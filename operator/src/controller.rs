@@ -83,6 +83,9 @@ fn include<'a>(
     }
 }
 
+/// How long the first listing of the gateway's pods is waited for.
+const GATEWAY_PODS_SYNC: Duration = Duration::from_secs(30);
+
 /// For kinds cached as they are.
 fn whole<K>(_: &mut K) {}
 
@@ -217,8 +220,19 @@ impl Controller {
             gateways::trim,
             self.dirty.clone(),
         );
+        // Bounded: without the permission to list pods (a chart older than the operator), the
+        // operator still serves, and status counts the replicas connected to it, as it used to.
+        if tokio::time::timeout(GATEWAY_PODS_SYNC, gateway_pods.wait_until_ready())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                namespace = %gateway_namespace,
+                "cannot list the gateway's pods (RBAC: pods get/list/watch in that namespace?); \
+                 until it can, status counts only the gateway replicas that follow this operator"
+            );
+        }
         let mut ready = vec![
-            gateway_pods.wait_until_ready().await,
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,
             models.wait_until_ready().await,

@@ -31,16 +31,24 @@ pub struct OperatorSource {
     pub trust: Option<OperatorTrust>,
 }
 
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// A stream with no bytes (not even a keep-alive) for this long is considered dead.
 const STREAM_IDLE: Duration = Duration::from_secs(45);
+
+/// A stream the operator accepted: its body, the token it was opened with, where acks go.
+struct Opened {
+    response: reqwest::Response,
+    token: String,
+    ack_base: url::Url,
+}
 
 impl OperatorSource {
     /// Follows the operator for the life of the process.
     pub async fn follow(self, sink: Arc<dyn SnapshotSink>) {
         let plain = stream_client(None).unwrap_or_default();
         let mut trusted: Option<TrustedClient> = None;
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = FIRST_BACKOFF;
         let mut turn = 0usize;
         while !*self.leaving.borrow() {
             let endpoint = &self.endpoints[turn % self.endpoints.len()];
@@ -54,11 +62,20 @@ impl OperatorSource {
                 }),
             };
             let watched = match attempt {
-                Ok(http) => self.watch_once(&http, endpoint, &*sink).await,
+                Ok(http) => match self.open(&http, endpoint).await {
+                    Ok(opened) => {
+                        // A stream that was followed starts the retries afresh: the next
+                        // connection (after a leader change, say) is tried at once, however
+                        // long the backoff had grown before.
+                        backoff = FIRST_BACKOFF;
+                        self.read_stream(&http, opened, &*sink).await
+                    }
+                    Err(reason) => Err(reason),
+                },
                 Err(reason) => Err(reason),
             };
             match watched {
-                Ok(()) => backoff = Duration::from_millis(50),
+                Ok(()) => backoff = FIRST_BACKOFF,
                 Err(reason) => {
                     tracing::info!(operator = %endpoint, %reason, "snapshot stream unavailable; serving the last good snapshot");
                     tokio::time::sleep(backoff).await;
@@ -81,15 +98,11 @@ impl OperatorSource {
             })
     }
 
-    async fn watch_once(
-        &self,
-        http: &reqwest::Client,
-        endpoint: &url::Url,
-        sink: &dyn SnapshotSink,
-    ) -> Result<(), String> {
+    /// Opens the stream at `endpoint` (an answer other than 200 is a refusal).
+    async fn open(&self, http: &reqwest::Client, endpoint: &url::Url) -> Result<Opened, String> {
         let token = self.token()?;
         let url = endpoint.join(WATCH_PATH).map_err(|e| e.to_string())?;
-        let mut response = http
+        let response = http
             .get(url)
             .bearer_auth(&token)
             .header(REPLICA_HEADER, &self.replica)
@@ -109,6 +122,26 @@ impl OperatorSource {
             .filter(|u| u.scheme() == endpoint.scheme())
             .unwrap_or_else(|| endpoint.clone());
         tracing::info!(operator = %endpoint, acks = %ack_base, "following the operator's snapshot stream");
+        Ok(Opened {
+            response,
+            token,
+            ack_base,
+        })
+    }
+
+    /// Applies and acknowledges every snapshot of an opened stream until it breaks (`Err`) or
+    /// the process leaves (`Ok`, after a goodbye).
+    async fn read_stream(
+        &self,
+        http: &reqwest::Client,
+        opened: Opened,
+        sink: &dyn SnapshotSink,
+    ) -> Result<(), String> {
+        let Opened {
+            mut response,
+            token,
+            ack_base,
+        } = opened;
         let mut buffer: Vec<u8> = Vec::new();
         let mut leaving = self.leaving.clone();
         loop {
