@@ -39,6 +39,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::StatusCode;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// Legacy revisions served to clients, oldest first. A sealed session stores an index here.
@@ -192,6 +193,62 @@ pub fn strip_modern_result(result: &mut Value) {
     m.remove("cacheScope");
 }
 
+/// [`strip_modern_result`] on a result kept as text (a relayed tool answer): only its top-level
+/// members are read, as text, and written again without the 2026-07-28 ones; nothing below
+/// them is parsed, and the text written is JSON by construction (not validated again). `None`
+/// when the text is not an object of plain member names (the caller takes the tree path then).
+pub fn strip_modern_raw(raw: &RawValue) -> Option<String> {
+    let Members(members) = serde_json::from_str(raw.get()).ok()?;
+    let mut out = String::with_capacity(raw.get().len());
+    out.push('{');
+    for (name, value) in members {
+        let modern = match name {
+            "ttlMs" | "cacheScope" => true,
+            "resultType" => value.get() == "\"complete\"",
+            _ => false,
+        };
+        if modern {
+            continue;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(name);
+        out.push_str("\":");
+        out.push_str(value.get());
+    }
+    out.push('}');
+    Some(out)
+}
+
+/// An object's top-level members in order, each value as its text. A member name must be
+/// borrowable (no escapes), which is what makes writing it back as `"name"` exact.
+struct Members<'a>(Vec<(&'a str, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<&'de str, &'de RawValue>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 /// The HTTP status of a JSON-RPC error in the 2026-07-28 era (legacy: always 200).
 pub fn modern_error_status(code: i64) -> StatusCode {
     match code {
@@ -254,6 +311,18 @@ mod tests {
         let mut back = modern.clone();
         strip_modern_result(&mut back);
         assert_eq!(back, legacy, "stamp then strip is the legacy result again");
+        // The same on the text, without a tree: member order and values as they came.
+        let text = serde_json::value::to_raw_value(&modern).unwrap();
+        let stripped = strip_modern_raw(&text).expect("plain member names");
+        assert_eq!(serde_json::from_str::<Value>(&stripped).unwrap(), legacy);
+        let kept = RawValue::from_string(
+            r#"{"content":[{"type":"text","text":"ttlMs"}],"resultType":"task","ttlMs":5}"#.into(),
+        )
+        .unwrap();
+        assert_eq!(
+            strip_modern_raw(&kept).unwrap(),
+            r#"{"content":[{"type":"text","text":"ttlMs"}],"resultType":"task"}"#
+        );
         // An input-required result keeps its kind: the relay translates it, not this.
         let mut input = json!({"resultType": "input_required", "inputRequests": {}});
         strip_modern_result(&mut input);

@@ -191,7 +191,7 @@ pub(super) async fn answer(
             (response, Some((method, "ok")))
         }
         Ok(Answer::Raw(result)) => (
-            raw_result_response(&id, &result, None),
+            raw_result_response(&id, result.get(), None),
             Some((method, "ok")),
         ),
         Ok(Answer::Relayed {
@@ -205,16 +205,19 @@ pub(super) async fn answer(
                     rpc_response(&id, "result", result, StatusCode::OK)
                 }
                 Era::Rev2026 if !has_result_type => {
-                    raw_result_response(&id, &result, Some(r#""resultType":"complete""#))
+                    raw_result_response(&id, result.get(), Some(r#""resultType":"complete""#))
                 }
                 // A 2026-07-28 upstream's result to a legacy client: without that revision's
                 // fields (the head read says whether it has any; most legacy pairs have none).
-                Era::Rev2025 if has_result_type => {
-                    let mut result = RpcResult::Raw(result).into_value();
-                    protocol::strip_modern_result(&mut result);
-                    rpc_response(&id, "result", result, StatusCode::OK)
-                }
-                _ => raw_result_response(&id, &result, None),
+                Era::Rev2025 if has_result_type => match protocol::strip_modern_raw(&result) {
+                    Some(stripped) => raw_result_response(&id, &stripped, None),
+                    None => {
+                        let mut result = RpcResult::Raw(result).into_value();
+                        protocol::strip_modern_result(&mut result);
+                        rpc_response(&id, "result", result, StatusCode::OK)
+                    }
+                },
+                _ => raw_result_response(&id, result.get(), None),
             };
             (response, Some((method, "ok")))
         }

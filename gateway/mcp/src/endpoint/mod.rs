@@ -191,16 +191,16 @@ mod tests {
     async fn a_relayed_result_gets_its_result_type_in_front() {
         const STAMP: Option<&str> = Some(r#""resultType":"complete""#);
         let result = RawValue::from_string(r#" {"content":[],"isError":false}"#.into()).unwrap();
-        let body = body_of(raw_result_response(&json!(7), &result, STAMP)).await;
+        let body = body_of(raw_result_response(&json!(7), result.get(), STAMP)).await;
         assert_eq!(
             body,
             json!({"jsonrpc": "2.0", "id": 7,
                    "result": {"resultType": "complete", "content": [], "isError": false}})
         );
         let empty = RawValue::from_string("{ }".into()).unwrap();
-        let body = body_of(raw_result_response(&json!("a"), &empty, STAMP)).await;
+        let body = body_of(raw_result_response(&json!("a"), empty.get(), STAMP)).await;
         assert_eq!(body["result"], json!({"resultType": "complete"}));
-        let body = body_of(raw_result_response(&json!(1), &result, None)).await;
+        let body = body_of(raw_result_response(&json!(1), result.get(), None)).await;
         assert_eq!(body["result"], json!({"content": [], "isError": false}));
     }
 }

@@ -3,7 +3,6 @@
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use switchboard_core::errors::GatewayError;
@@ -39,11 +38,10 @@ pub(super) fn rpc_response(id: &Value, kind: &str, payload: Value, status: Statu
 /// result object's own members. Only an object result gets one.
 pub(super) fn raw_result_response(
     id: &Value,
-    result: &RawValue,
+    result: &str,
     first_member: Option<&str>,
 ) -> Response {
     let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
-    let result = result.get();
     let extra = first_member.map_or(0, str::len);
     let mut body = Vec::with_capacity(result.len() + extra + id.len() + 40);
     body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
