@@ -424,38 +424,28 @@ impl Controller {
         recorder: &Recorder,
         status: PlannedStatus<'_>,
     ) {
-        match status {
-            PlannedStatus::Server {
-                object,
-                desired,
-                fields,
-            } => {
-                let written =
-                    status_write::write_server(&self.client, recorder, object, &desired, fields);
-                self.write_alone(state, "McpServer", &object_ref(object), written)
-                    .await;
+        let (kind, object) = status.object();
+        let client = &self.client;
+        let written = async move {
+            match status {
+                PlannedStatus::Server {
+                    object,
+                    desired,
+                    fields,
+                } => status_write::write_server(client, recorder, object, &desired, fields).await,
+                PlannedStatus::Model {
+                    object,
+                    desired,
+                    fields,
+                } => status_write::write_model(client, recorder, object, &desired, fields).await,
+                PlannedStatus::Key {
+                    object,
+                    outcome,
+                    desired,
+                } => status_write::write_key(client, recorder, object, outcome, &desired).await,
             }
-            PlannedStatus::Model {
-                object,
-                desired,
-                fields,
-            } => {
-                let written =
-                    status_write::write_model(&self.client, recorder, object, &desired, fields);
-                self.write_alone(state, "ModelRoute", &object_ref(object), written)
-                    .await;
-            }
-            PlannedStatus::Key {
-                object,
-                outcome,
-                desired,
-            } => {
-                let written =
-                    status_write::write_key(&self.client, recorder, object, outcome, &desired);
-                self.write_alone(state, "McpKey", &object_ref(object), written)
-                    .await;
-            }
-        }
+        };
+        self.write_alone(state, kind, &object, written).await;
     }
 
     /// Runs one object's status write unless that object is backing off; a failure is logged,
@@ -674,6 +664,17 @@ enum PlannedStatus<'a> {
         outcome: &'a KeyOutcome,
         desired: [status::Desired; 2],
     },
+}
+
+impl PlannedStatus<'_> {
+    /// The resource's kind and reference (what its status-write backoff is kept under).
+    fn object(&self) -> (&'static str, ObjectRef) {
+        match self {
+            PlannedStatus::Server { object, .. } => ("McpServer", object_ref(*object)),
+            PlannedStatus::Model { object, .. } => ("ModelRoute", object_ref(*object)),
+            PlannedStatus::Key { object, .. } => ("McpKey", object_ref(*object)),
+        }
+    }
 }
 
 /// Every resource's status from the world, its rendering, the replicas status expects and the

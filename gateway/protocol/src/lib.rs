@@ -186,11 +186,17 @@ pub fn stamp_modern_result(result: &mut Value, method: &str) {
 /// input-required result, a task) is left to the code that translates it.
 pub fn strip_modern_result(result: &mut Value) {
     let Value::Object(m) = result else { return };
-    if m.get("resultType").and_then(Value::as_str) == Some("complete") {
-        m.remove("resultType");
+    m.retain(|name, value| !only_modern(name, value.as_str() == Some("complete")));
+}
+
+/// Whether a result member is one only a 2026-07-28 result has (`complete`: its value is the
+/// string "complete"). The one rule both strips follow.
+fn only_modern(name: &str, complete: bool) -> bool {
+    match name {
+        "ttlMs" | "cacheScope" => true,
+        "resultType" => complete,
+        _ => false,
     }
-    m.remove("ttlMs");
-    m.remove("cacheScope");
 }
 
 /// [`strip_modern_result`] on a result kept as text (a relayed tool answer): only its top-level
@@ -202,12 +208,7 @@ pub fn strip_modern_raw(raw: &RawValue) -> Option<String> {
     let mut out = String::with_capacity(raw.get().len());
     out.push('{');
     for (name, value) in members {
-        let modern = match name {
-            "ttlMs" | "cacheScope" => true,
-            "resultType" => value.get() == "\"complete\"",
-            _ => false,
-        };
-        if modern {
+        if only_modern(name, value.get() == "\"complete\"") {
             continue;
         }
         if out.len() > 1 {
