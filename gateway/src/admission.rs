@@ -32,9 +32,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::HeaderMap;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
@@ -318,18 +317,18 @@ fn never_shed(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics") || path.starts_with("/mcp-internal/")
 }
 
-/// The layer: admits the request for as long as its handler takes to produce the response head,
-/// or sheds it before anything else happens to it.
-pub async fn admit(
-    State(shedding): State<Arc<Shedding>>,
+/// Admits a request (the permit is held for as long as its handler takes to produce the
+/// response head), or sheds it before anything else happens to it: the refusal is the answer.
+/// Paths a replica always serves are admitted without a permit.
+pub fn admit(
+    shedding: &Shedding,
     request: Request,
-    next: Next,
-) -> Response {
+) -> Result<(Option<Permit<'_>>, Request), Box<Response>> {
     if never_shed(request.uri().path()) {
-        return next.run(request).await;
+        return Ok((None, request));
     }
     match shedding.admission.try_admit() {
-        Ok(_permit) => next.run(request).await,
+        Ok(permit) => Ok((Some(permit), request)),
         Err(shed) => {
             shedding.metrics.shed(shed.label());
             let response = shed_response(
@@ -346,7 +345,7 @@ pub async fn admit(
                 SHED_DISCARD_BYTES,
                 SHED_DISCARD_TIME,
             );
-            response
+            Err(Box::new(response))
         }
     }
 }

@@ -1,4 +1,15 @@
-//! The HTTP router: MCP, REST, health and metrics, behind DNS-rebinding protection.
+//! The HTTP router: MCP, REST, the LLM APIs, health and metrics, behind one edge layer that
+//! does, in this order, what every request needs before a handler sees it:
+//!
+//! 1. shedding: past the replica's bounds a request is refused before anything else happens
+//!    to it (no body read, no parse, no upstream I/O);
+//! 2. the body read whole, in time and under `gateway.maxBodyBytes`;
+//! 3. DNS-rebinding protection on the client faces (`Host` and `Origin`);
+//! 4. while stopping, `Connection: close` on every answer.
+//!
+//! One layer rather than one per job: each `from_fn` layer costs a boxed future and a pass
+//! through the router's service stack on every call (about a tenth of the instructions of a
+//! proxied call, measured in BENCHMARKS.md).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -52,10 +63,6 @@ pub fn router(gw: Arc<Gateway>) -> Router {
     Router::new()
         .merge(mcp)
         .merge(llm)
-        .layer(middleware::from_fn_with_state(
-            gw.clone(),
-            check_host_and_origin,
-        ))
         // Replica to replica (outside the Host check: reached at a pod address); every message
         // is authenticated as the client's own.
         .merge(internal)
@@ -67,28 +74,56 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(BODY_CEILING))
-        .layer(middleware::from_fn_with_state(
-            gw.clone(),
-            read_body_in_time,
-        ))
-        // Outside the body read: a shed request costs no body, no parse, no upstream I/O.
-        .layer(middleware::from_fn_with_state(
-            gw.shedding.clone(),
-            crate::admission::admit,
-        ))
-        .layer(middleware::from_fn_with_state(gw.clone(), drain))
+        .layer(middleware::from_fn_with_state(gw.clone(), edge))
         .with_state(gw)
+}
+
+/// The edge layer (the module's comment says what it does, and why in one layer).
+async fn edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    // The permit is held until the handler produced the response head.
+    let (_permit, request) = match crate::admission::admit(&gw.shedding, request) {
+        Ok(admitted) => admitted,
+        Err(shed) => return *shed,
+    };
+    let request = match read_body_in_time(&gw, request).await {
+        Ok(request) => request,
+        Err(refused) => return *refused,
+    };
+    let mut response = if is_client_face(request.uri().path()) && !host_and_origin_ok(&gw, &request)
+    {
+        RestError(GatewayError::ForbiddenOrigin).into_response()
+    } else {
+        next.run(request).await
+    };
+    // While stopping, every answer closes its connection. Closing an idle kept-alive
+    // connection races with a client that is sending on it at that moment (the client sees
+    // EOF, and may not retry a POST); an answer that says `Connection: close` does not race:
+    // the client reads it before it sends again, and its next request opens a connection the
+    // Service sends elsewhere. (HTTP/2 connections get a GOAWAY at shutdown instead.)
+    if gw.is_draining() {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
+/// The endpoints clients call through a Service or an Ingress: under DNS-rebinding protection.
+/// (Health, metrics, the protected-resource metadata and replica-to-replica calls are reached at
+/// pod addresses by kubelets, Prometheus and other replicas.)
+fn is_client_face(path: &str) -> bool {
+    path == "/mcp"
+        || path.starts_with("/mcp/")
+        || path.starts_with("/mcp-rest/")
+        || path.starts_with("/v1/")
 }
 
 /// Reads a request's whole body within `--body-read-timeout` and no larger than
 /// `gateway.maxBodyBytes` (one byte more, so the handler still answers an oversized body in its
 /// own protocol): a client that trickles its body, or sends far too much, cannot pin a task and
-/// its buffer. The handlers then find the body already in memory.
-async fn read_body_in_time(
-    State(gw): State<Arc<Gateway>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// its buffer. The handler then finds the body already in memory; a refusal is the answer.
+async fn read_body_in_time(gw: &Gateway, request: Request) -> Result<Request, Box<Response>> {
     let (parts, body) = request.into_parts();
     let limit = gw.table().settings.max_body_bytes.saturating_add(1);
     let read = read_body_up_to(body, limit);
@@ -100,29 +135,32 @@ async fn read_body_in_time(
         Poll::Pending => tokio::time::timeout(gw.body_read_timeout(), read).await,
     };
     match collected {
-        Ok(Ok(Ok(whole))) => {
-            let body = axum::body::Body::from(whole);
-            next.run(Request::from_parts(parts, body)).await
-        }
+        Ok(Ok(Ok(whole))) => Ok(Request::from_parts(parts, axum::body::Body::from(whole))),
         Ok(Ok(Err(rest))) => {
             refused_body::discard_in_background(
                 rest,
                 refused_body::REFUSED_DISCARD_BYTES,
                 refused_body::REFUSED_DISCARD_TIME,
             );
-            RestError(GatewayError::PayloadTooLarge { limit: limit - 1 }).into_response()
+            Err(Box::new(
+                RestError(GatewayError::PayloadTooLarge { limit: limit - 1 }).into_response(),
+            ))
         }
-        Ok(Err(_)) => (
-            StatusCode::BAD_REQUEST,
-            "the request body could not be read",
-        )
-            .into_response(),
-        Err(_) => (
-            StatusCode::REQUEST_TIMEOUT,
-            [(header::CONNECTION, "close")],
-            "the request body did not arrive in time",
-        )
-            .into_response(),
+        Ok(Err(_)) => Err(Box::new(
+            (
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            )
+                .into_response(),
+        )),
+        Err(_) => Err(Box::new(
+            (
+                StatusCode::REQUEST_TIMEOUT,
+                [(header::CONNECTION, "close")],
+                "the request body did not arrive in time",
+            )
+                .into_response(),
+        )),
     }
 }
 
@@ -162,22 +200,6 @@ async fn read_body_up_to(
     }))
 }
 
-/// While stopping, every answer closes its connection. Closing an idle kept-alive connection
-/// races with a client that is sending on it at that moment (the client sees EOF, and may not
-/// retry a POST); an answer that says `Connection: close` does not race: the client reads it
-/// before it sends again, and its next request opens a connection the Service sends elsewhere.
-/// (HTTP/2 connections get a GOAWAY at shutdown instead, which has no such race.)
-async fn drain(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    if gw.is_draining() {
-        response.headers_mut().insert(
-            header::CONNECTION,
-            header::HeaderValue::from_static("close"),
-        );
-    }
-    response
-}
-
 async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     if gw.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
@@ -202,11 +224,7 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
 
 /// DNS-rebinding protection: `Host` must be loopback or a configured name, and a browser's
 /// `Origin`, when present, must be loopback or configured.
-async fn check_host_and_origin(
-    State(gw): State<Arc<Gateway>>,
-    request: Request,
-    next: Next,
-) -> Response {
+fn host_and_origin_ok(gw: &Gateway, request: &Request) -> bool {
     let table = gw.table();
     let settings = &table.settings;
     let host = request
@@ -229,11 +247,7 @@ async fn check_host_and_origin(
                 || matches_allowed(origin_host, &settings.allowed_hosts)
         }
     };
-    if host_ok && origin_ok {
-        next.run(request).await
-    } else {
-        RestError(GatewayError::ForbiddenOrigin).into_response()
-    }
+    host_ok && origin_ok
 }
 
 fn strip_port(host: &str) -> &str {

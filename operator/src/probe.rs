@@ -12,12 +12,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use http::{HeaderName, HeaderValue};
 use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::{Model, RoutingTable};
 use switchboard_snapshot::{ModelProvider, Snapshot};
 use switchboard_upstream::error::UpstreamError;
+use switchboard_upstream::http_client::HttpError;
 use switchboard_upstream::plane::UpstreamPlane;
 use tokio::sync::{Notify, watch};
 
@@ -112,42 +114,15 @@ pub fn model_answer(status: u16, keyed: bool) -> ModelProbe {
     }
 }
 
-/// A failed request, described without its URL (a base URL may carry credentials).
-fn model_failure(e: &reqwest::Error, budget: Duration) -> ModelProbe {
-    let what = if e.is_timeout() {
-        format!(
-            "the provider did not answer the model listing within {}",
-            humantime::format_duration(budget)
-        )
-    } else {
-        // reqwest's own message names the URL; the root cause (e.g. "Connection refused")
-        // does not.
-        let mut root = None;
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            root = Some(c);
-            cause = c.source();
-        }
-        let kind = if e.is_connect() {
-            "cannot connect to the provider"
-        } else {
-            "the model listing failed"
-        };
-        // A refused certificate says why (unknown authority, wrong name, ...).
-        if let Some(tls) = switchboard_upstream::tls::failure_in(e) {
-            return ModelProbe::Failed {
-                reason: "ProviderUnavailable",
-                message: format!("{kind}: {tls}"),
-            };
-        }
-        match root {
-            Some(root) => format!("{kind}: {root}"),
-            None => kind.to_string(),
-        }
+/// A failed request, described by its cause, never its URL (a base URL may carry credentials).
+fn model_failure(e: &HttpError) -> ModelProbe {
+    let kind = match e {
+        HttpError::Connect | HttpError::Denied(_) => "cannot connect to the provider",
+        _ => "the model listing failed",
     };
     ModelProbe::Failed {
         reason: "ProviderUnavailable",
-        message: what,
+        message: format!("{kind}: {e}"),
     }
 }
 
@@ -164,16 +139,26 @@ async fn probe_model(plane: &UpstreamPlane, model: &Model) -> ModelProbe {
             };
         }
     };
-    let mut request = http.get(model.models_url.clone()).timeout(budget);
+    let mut request = http.get(&model.models_url);
     if let Some((name, value)) = &model.credential {
-        request = request.header(name, value);
+        request = request.header(name.clone(), value.clone());
     }
     if model.spec.provider == ModelProvider::Anthropic {
-        request = request.header("anthropic-version", ANTHROPIC_VERSION);
+        request = request.header(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
     }
-    match request.send().await {
-        Ok(response) => model_answer(response.status().as_u16(), model.credential.is_some()),
-        Err(e) => model_failure(&e, budget),
+    match tokio::time::timeout(budget, request.send()).await {
+        Ok(Ok(response)) => model_answer(response.status().as_u16(), model.credential.is_some()),
+        Ok(Err(e)) => model_failure(&e),
+        Err(_) => ModelProbe::Failed {
+            reason: "ProviderUnavailable",
+            message: format!(
+                "the provider did not answer the model listing within {}",
+                humantime::format_duration(budget)
+            ),
+        },
     }
 }
 
@@ -359,10 +344,13 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         drop(listener); // nothing listens there any more
-        let http = reqwest::Client::new();
-        let url = format!("http://user:s3cr3t@127.0.0.1:{port}/v1/models?key=s3cr3t");
-        let e = http.get(url).send().await.expect_err("nothing listens");
-        let ModelProbe::Failed { reason, message } = model_failure(&e, MODEL_PROBE_TIMEOUT) else {
+        let http = switchboard_upstream::http_client::HttpClient::plain().unwrap();
+        let url = url::Url::parse(&format!(
+            "http://user:s3cr3t@127.0.0.1:{port}/v1/models?key=s3cr3t"
+        ))
+        .unwrap();
+        let e = http.get(&url).send().await.expect_err("nothing listens");
+        let ModelProbe::Failed { reason, message } = model_failure(&e) else {
             panic!("a failure");
         };
         assert_eq!(reason, "ProviderUnavailable");

@@ -3,7 +3,7 @@
 //! as sent (never invented), one deadline per call, and answers relayed faithfully.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -12,6 +12,11 @@ use tokio::time::Instant;
 
 use crate::errors::LlmError;
 use switchboard_core::table::Model;
+use switchboard_upstream::http_client::{self, HttpClient, HttpError, HttpResponse};
+
+/// Largest provider answer read whole (a refusal, a non-streamed answer); a streamed one is
+/// relayed or read one event at a time.
+const MAX_PROVIDER_ANSWER: usize = 64 * 1024 * 1024;
 
 /// Client headers that belong to the provider's API and go with every call.
 fn is_provider_header(name: &HeaderName) -> bool {
@@ -36,14 +41,14 @@ fn is_relayed_answer_header(name: &HeaderName) -> bool {
 
 pub struct Provider<'a> {
     /// The client with the model's TLS settings, or why none could be built.
-    http: Result<reqwest::Client, String>,
+    http: Result<HttpClient, String>,
     pub model: &'a Model,
     headers: HeaderMap,
 }
 
 impl<'a> Provider<'a> {
     pub fn new(
-        http: Result<reqwest::Client, String>,
+        http: Result<HttpClient, String>,
         model: &'a Model,
         client_headers: &HeaderMap,
     ) -> Self {
@@ -65,7 +70,7 @@ impl<'a> Provider<'a> {
         url: &url::Url,
         body: Vec<u8>,
         deadline: Instant,
-    ) -> Result<reqwest::Response, LlmError> {
+    ) -> Result<HttpResponse, LlmError> {
         let http = self
             .http
             .as_ref()
@@ -74,22 +79,30 @@ impl<'a> Provider<'a> {
                 detail: detail.clone(),
             })?;
         let mut request = http
-            .post(url.clone())
+            .post(url)
             .headers(self.headers.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(body);
+            .body("application/json", body);
         if let Some((name, value)) = &self.model.credential {
             request = request.header(name.clone(), value.clone());
         }
         match tokio::time::timeout_at(deadline, request.send()).await {
             Err(_) => Err(self.timeout()),
-            Ok(Err(e)) => Err(LlmError::ProviderUnavailable {
-                model: self.model.id().to_string(),
-                // A refused certificate says why; otherwise reqwest's words, without the URL.
-                detail: switchboard_upstream::tls::failure_in(&e)
-                    .unwrap_or_else(|| e.without_url().to_string()),
-            }),
+            Ok(Err(e)) => Err(self.unavailable(e)),
             Ok(Ok(response)) => Ok(response),
+        }
+    }
+
+    /// A failed exchange, named by cause (a refused certificate says why), never by URL.
+    fn unavailable(&self, error: HttpError) -> LlmError {
+        let detail = match error {
+            HttpError::HungUp => switchboard_upstream::tls::hung_up_detail(
+                self.model.tls.as_ref().is_some_and(|t| t.client.is_some()),
+            ),
+            other => other.to_string(),
+        };
+        LlmError::ProviderUnavailable {
+            model: self.model.id().to_string(),
+            detail,
         }
     }
 
@@ -103,7 +116,7 @@ impl<'a> Provider<'a> {
     /// Reads an answer whole, to relay it as it is (a refusal, or a pass-through answer).
     pub async fn read_whole(
         &self,
-        response: reqwest::Response,
+        response: HttpResponse,
         deadline: Instant,
     ) -> Result<Answer, LlmError> {
         let status = response.status();
@@ -117,19 +130,15 @@ impl<'a> Provider<'a> {
 
     async fn read(
         &self,
-        response: reqwest::Response,
+        response: HttpResponse,
         deadline: Instant,
-    ) -> Result<(reqwest::header::HeaderMap, Bytes), LlmError> {
-        let headers = response.headers().clone();
-        match tokio::time::timeout_at(deadline, response.bytes()).await {
+    ) -> Result<(HeaderMap, Bytes), LlmError> {
+        let (parts, body) = response.into_parts();
+        let read = http_client::read_limited(body, MAX_PROVIDER_ANSWER);
+        match tokio::time::timeout_at(deadline, read).await {
             Err(_) => Err(self.timeout()),
-            Ok(Err(e)) => Err(LlmError::ProviderUnavailable {
-                model: self.model.id().to_string(),
-                // A refused certificate says why; otherwise reqwest's words, without the URL.
-                detail: switchboard_upstream::tls::failure_in(&e)
-                    .unwrap_or_else(|| e.without_url().to_string()),
-            }),
-            Ok(Ok(b)) => Ok((headers, b)),
+            Ok(Err(e)) => Err(self.unavailable(e)),
+            Ok(Ok(b)) => Ok((parts.headers, b)),
         }
     }
 }
@@ -138,7 +147,7 @@ impl<'a> Provider<'a> {
 /// was sent.
 pub struct Answer {
     pub status: StatusCode,
-    headers: reqwest::header::HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 }
 
@@ -161,27 +170,23 @@ impl Answer {
 }
 
 /// A provider answer, relayed with its status, relayable headers and body bytes.
-pub fn relay_bytes(
-    status: StatusCode,
-    headers: &reqwest::header::HeaderMap,
-    body: Bytes,
-) -> Response {
+pub fn relay_bytes(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Response {
     let mut response = (status, body).into_response();
     copy_answer_headers(headers, response.headers_mut());
     response
 }
 
 /// A provider answer relayed as it arrives (a pass-through stream), bounded by `deadline`.
-pub fn relay_streaming(response: reqwest::Response, deadline: Instant, model: String) -> Response {
+pub fn relay_streaming(response: HttpResponse, deadline: Instant, model: String) -> Response {
     let status = response.status();
     let headers = response.headers().clone();
-    let body = response.bytes_stream().map(move |chunk| {
+    let body = http_client::byte_stream(response).map(move |chunk| {
         if Instant::now() >= deadline {
             return Err(std::io::Error::other(format!(
                 "model {model:?} did not finish within its timeout"
             )));
         }
-        chunk.map_err(|e| std::io::Error::other(e.without_url().to_string()))
+        chunk.map_err(|_| std::io::Error::other("the provider's stream broke"))
     });
     let body = Body::from_stream(TimeBounded::new(body, deadline));
     let mut out = (status, body).into_response();
@@ -189,7 +194,7 @@ pub fn relay_streaming(response: reqwest::Response, deadline: Instant, model: St
     out
 }
 
-fn copy_answer_headers(from: &reqwest::header::HeaderMap, to: &mut HeaderMap) {
+fn copy_answer_headers(from: &HeaderMap, to: &mut HeaderMap) {
     for (name, value) in from {
         if is_relayed_answer_header(name) {
             to.insert(name.clone(), value.clone());

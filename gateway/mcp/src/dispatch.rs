@@ -89,6 +89,9 @@ pub enum Answer {
         result: Box<RawValue>,
         has_result_type: bool,
     },
+    /// An upstream's result already written for a legacy client (without the 2026-07-28
+    /// members), from the one read that decided it could be passed on.
+    ForLegacy(String),
     Stream(Box<Relay>),
 }
 
@@ -333,13 +336,14 @@ async fn forward_answer(
     // tool's answer); only one that needs a change or a look inside becomes a tree.
     let answer = match answer {
         Forwarded::Result(RpcResult::Raw(raw)) if RELAYED_AS_IS.contains(&request.method) => {
-            match unchanged_result(&raw, aggregate, bridge_input) {
-                Some(has_result_type) => {
+            match unchanged_result(&raw, aggregate, bridge_input, request.modern_client) {
+                Some(Unchanged::AsItCame { has_result_type }) => {
                     return Ok(Answer::Relayed {
                         result: raw,
                         has_result_type,
                     });
                 }
+                Some(Unchanged::ForLegacy(text)) => return Ok(Answer::ForLegacy(text)),
                 None => Forwarded::Result(RpcResult::Raw(raw)),
             }
         }
@@ -366,14 +370,47 @@ async fn forward_answer(
 /// [`unchanged_result`] checks). Listings are not among them: the gateway filters them.
 const RELAYED_AS_IS: &[&str] = &["tools/call", "prompts/get", "completion/complete"];
 
-/// Whether a result goes to the client as it came (then: whether it names its `resultType`):
-/// not when the aggregate endpoint prefixes its task id, nor when it asks a legacy client for
-/// input (a relay does that).
-fn unchanged_result(raw: &RawValue, aggregate: bool, bridge_input: bool) -> Option<bool> {
-    let head = RpcResult::head(raw)?;
-    let changes = (aggregate && head.task_id.is_some())
-        || (bridge_input && head.result_type.as_deref() == Some("input_required"));
-    (!changes).then_some(head.result_type.is_some())
+/// A result the gateway passes on without making it a tree.
+#[derive(Debug, PartialEq)]
+enum Unchanged {
+    /// As it came; whether it names its `resultType` (a 2026-07-28 client needs one).
+    AsItCame { has_result_type: bool },
+    /// For a legacy client, written again without the 2026-07-28 members.
+    ForLegacy(String),
+}
+
+/// Whether a result goes to the client without becoming a tree: not when the aggregate
+/// endpoint prefixes its task id, nor when it asks a legacy client for input (a relay does
+/// that). Its top-level members are read once; for a legacy client the same read writes it
+/// without what only a 2026-07-28 result has.
+fn unchanged_result(
+    raw: &RawValue,
+    aggregate: bool,
+    bridge_input: bool,
+    modern_client: bool,
+) -> Option<Unchanged> {
+    if modern_client {
+        let head = RpcResult::head(raw)?;
+        let changes = aggregate && head.task_id.is_some();
+        return (!changes).then_some(Unchanged::AsItCame {
+            has_result_type: head.result_type.is_some(),
+        });
+    }
+    let members = switchboard_protocol::ResultMembers::read(raw)?;
+    if members.has("resultType") && members.result_type_is("complete").is_none() {
+        return None; // not a string: the tree path decides
+    }
+    let changes = (aggregate && members.has("taskId"))
+        || (bridge_input && members.result_type_is("input_required") == Some(true));
+    if changes {
+        return None;
+    }
+    Some(match members.without_modern() {
+        Some(text) => Unchanged::ForLegacy(text),
+        None => Unchanged::AsItCame {
+            has_result_type: members.has("resultType"),
+        },
+    })
 }
 
 enum Forwarded {
@@ -415,26 +452,68 @@ mod tests {
 
     #[test]
     fn results_pass_as_they_came_unless_the_gateway_changes_them() {
+        let as_it_came = |has_result_type| Some(Unchanged::AsItCame { has_result_type });
+        // (A 2026-07-28 client, then a legacy one.)
         let plain = raw(r#"{"content":[{"type":"text","text":"3"}],"resultType":"complete"}"#);
-        assert_eq!(unchanged_result(&plain, true, true), Some(true));
+        assert_eq!(
+            unchanged_result(&plain, true, false, true),
+            as_it_came(true)
+        );
+        assert_eq!(
+            unchanged_result(&plain, true, true, false),
+            Some(Unchanged::ForLegacy(
+                r#"{"content":[{"type":"text","text":"3"}]}"#.into()
+            )),
+            "a legacy client gets it without resultType, from the same read"
+        );
         let legacy = raw(r#"{"content":[],"structuredContent":{"resultType":"x"}}"#);
         // A nested resultType is not the result's own.
-        assert_eq!(unchanged_result(&legacy, false, false), Some(false));
+        assert_eq!(
+            unchanged_result(&legacy, false, false, true),
+            as_it_came(false)
+        );
+        assert_eq!(
+            unchanged_result(&legacy, false, false, false),
+            as_it_came(false)
+        );
         let task = raw(r#"{"resultType":"task","taskId":"t1"}"#);
         assert_eq!(
-            unchanged_result(&task, true, false),
+            unchanged_result(&task, true, false, true),
             None,
             "aggregate prefixes it"
         );
-        assert_eq!(unchanged_result(&task, false, false), Some(true));
-        let input = raw(r#"{"resultType":"input_required","inputRequests":{}}"#);
-        assert_eq!(unchanged_result(&input, false, true), None, "a relay asks");
-        assert_eq!(unchanged_result(&input, false, false), Some(true));
-        // Not an object, or a resultType that is not a string: the tree path decides.
-        assert_eq!(unchanged_result(&raw("[1]"), false, false), None);
+        assert_eq!(unchanged_result(&task, true, false, false), None);
         assert_eq!(
-            unchanged_result(&raw(r#"{"resultType":1}"#), false, false),
-            None
+            unchanged_result(&task, false, false, true),
+            as_it_came(true)
         );
+        assert_eq!(
+            unchanged_result(&task, false, false, false),
+            as_it_came(true)
+        );
+        let input = raw(r#"{"resultType":"input_required","inputRequests":{}}"#);
+        assert_eq!(
+            unchanged_result(&input, false, true, false),
+            None,
+            "a relay asks"
+        );
+        assert_eq!(
+            unchanged_result(&input, false, false, false),
+            as_it_came(true)
+        );
+        let escaped = raw(r#"{"resultType":"input\u005frequired","inputRequests":{}}"#);
+        assert_eq!(
+            unchanged_result(&escaped, false, true, false),
+            None,
+            "escaped, the same"
+        );
+        // Not an object, or a resultType that is not a string: the tree path decides.
+        for modern in [true, false] {
+            assert_eq!(unchanged_result(&raw("[1]"), false, false, modern), None);
+            assert_eq!(
+                unchanged_result(&raw(r#"{"resultType":1}"#), false, false, modern),
+                None
+            );
+        }
     }
 }

@@ -204,23 +204,84 @@ fn only_modern(name: &str, complete: bool) -> bool {
 /// them is parsed, and the text written is JSON by construction (not validated again). `None`
 /// when the text is not an object of plain member names (the caller takes the tree path then).
 pub fn strip_modern_raw(raw: &RawValue) -> Option<String> {
-    let Members(members) = serde_json::from_str(raw.get()).ok()?;
-    let mut out = String::with_capacity(raw.get().len());
-    out.push('{');
-    for (name, value) in members {
-        if only_modern(name, value.get() == "\"complete\"") {
-            continue;
+    let members = ResultMembers::read(raw)?;
+    Some(
+        members
+            .without_modern()
+            .unwrap_or_else(|| raw.get().to_string()),
+    )
+}
+
+/// A result's top-level members, read once as text: what decides how the gateway answers
+/// with it (`resultType`, `taskId`), and, for a legacy client, the result written again without
+/// the 2026-07-28 members, from the same read.
+pub struct ResultMembers<'a>(Members<'a>);
+
+impl<'a> ResultMembers<'a> {
+    /// `None` when the text is not an object of plain member names.
+    pub fn read(raw: &'a RawValue) -> Option<ResultMembers<'a>> {
+        if !raw.get().trim_start().starts_with('{') {
+            return None;
         }
-        if out.len() > 1 {
-            out.push(',');
-        }
-        out.push('"');
-        out.push_str(name);
-        out.push_str("\":");
-        out.push_str(value.get());
+        serde_json::from_str(raw.get()).ok().map(ResultMembers)
     }
-    out.push('}');
-    Some(out)
+
+    fn get(&self, name: &str) -> Option<&'a RawValue> {
+        self.0.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+
+    /// Whether `resultType` is the string `kind`; `None` when there is no `resultType` or it
+    /// is not a string.
+    pub fn result_type_is(&self, kind: &str) -> Option<bool> {
+        let text = self.get("resultType")?.get();
+        match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+            Some(plain) if !plain.contains('\\') => Some(plain == kind),
+            // An escaped string: compared as the string it means.
+            _ => serde_json::from_str::<std::borrow::Cow<'_, str>>(text)
+                .ok()
+                .map(|t| t == kind),
+        }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// The result's text without the members only a 2026-07-28 result has; `None` when it has
+    /// none (the text as it came is the answer then).
+    pub fn without_modern(&self) -> Option<String> {
+        let complete = |value: &RawValue| value.get() == "\"complete\"";
+        if !self
+            .0
+            .0
+            .iter()
+            .any(|(name, value)| only_modern(name, complete(value)))
+        {
+            return None;
+        }
+        let total: usize = self
+            .0
+            .0
+            .iter()
+            .map(|(n, v)| n.len() + v.get().len() + 4)
+            .sum();
+        let mut out = String::with_capacity(total + 2);
+        out.push('{');
+        for (name, value) in &self.0.0 {
+            if only_modern(name, complete(value)) {
+                continue;
+            }
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push('"');
+            out.push_str(name);
+            out.push_str("\":");
+            out.push_str(value.get());
+        }
+        out.push('}');
+        Some(out)
+    }
 }
 
 /// An object's top-level members in order, each value as its text. A member name must be

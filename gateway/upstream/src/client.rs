@@ -4,7 +4,7 @@
 //! per-request credential headers, a hard deadline on every exchange including the handshake,
 //! credential stripping on cross-origin redirects and the raw HTTP status of every answer (a
 //! 401 must reach the caller as a 401). So this narrow piece speaks Streamable HTTP itself over
-//! a pooled reqwest client.
+//! the gateway's own pooled client (`http_client.rs`).
 //!
 //! Era detection follows the 2026-07-28 versioning rules for a dual-era client: the first
 //! request to an upstream goes out in the modern (stateless) form; a 4xx without a recognised
@@ -27,8 +27,8 @@ use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
 use tokio::time::Instant;
 
 use crate::error::UpstreamError;
+use crate::http_client::{self, ByteStream, HttpClient, HttpResponse};
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
-use switchboard_core::address_policy::PolicyResolver;
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
     ModernMeta, legacy_request_body, modern_request_body, raw_response, request_body,
@@ -219,7 +219,7 @@ struct Clients {
     roots: UpstreamRoots,
     /// `ClientKey::SHARED`: servers with neither their own policy nor TLS settings, models
     /// without TLS settings, other replicas.
-    by_key: HashMap<ClientKey, Result<reqwest::Client, String>>,
+    by_key: HashMap<ClientKey, Result<HttpClient, String>>,
 }
 
 /// What sets one HTTP client apart from another.
@@ -289,7 +289,7 @@ impl Upstreams {
     /// The HTTP client for a server (and its token endpoint and metadata): under its own
     /// policy and with its own TLS settings. A client is a handle to a shared pool (cloning it
     /// is cheap). An error names what in the TLS settings no client can be built from.
-    pub fn http_for(&self, server: &Server) -> Result<reqwest::Client, UpstreamError> {
+    pub fn http_for(&self, server: &Server) -> Result<HttpClient, UpstreamError> {
         let scoped = server.scope.as_ref().map(|s| &s.policy);
         self.client(server_key(server), scoped, server.tls.as_deref())
             .map_err(|detail| UpstreamError::Unavailable {
@@ -299,14 +299,14 @@ impl Upstreams {
     }
 
     /// The HTTP client for a model's provider, with the model's TLS settings.
-    pub fn http_for_model(&self, model: &Model) -> Result<reqwest::Client, String> {
+    pub fn http_for_model(&self, model: &Model) -> Result<HttpClient, String> {
         self.client(model_key(model), None, model.tls.as_deref())
     }
 
-    /// The pooled HTTP client for what has no TLS settings of its own (other replicas).
-    pub fn http(&self) -> reqwest::Client {
+    /// The pooled HTTP client for what has no TLS settings of its own (other replicas). An
+    /// error names a gateway-wide CA bundle no client can be built with.
+    pub fn http(&self) -> Result<HttpClient, String> {
         self.client(ClientKey::SHARED, None, None)
-            .unwrap_or_else(|_| reqwest::Client::new())
     }
 
     /// The client for `key`, built on first use (the policy is cloned only then: a lookup on
@@ -316,7 +316,7 @@ impl Upstreams {
         key: ClientKey,
         scoped: Option<&Arc<switchboard_snapshot::ScopedPolicy>>,
         tls: Option<&TlsMaterial>,
-    ) -> Result<reqwest::Client, String> {
+    ) -> Result<HttpClient, String> {
         if let Some(client) = self
             .clients
             .read()
@@ -449,14 +449,15 @@ impl Upstreams {
                 continue;
             };
             let sent = http
-                .delete(call.server.url.clone())
+                .request(http::Method::DELETE, &call.server.url)
                 .headers(headers)
-                .timeout(call.budget)
-                .send()
-                .await;
-            if let Err(e) = sent {
-                tracing::info!(server = call.server.id(), error = %unavailable(call.server, &e), "closing an upstream session failed");
-            }
+                .send();
+            let error = match tokio::time::timeout(call.budget, sent).await {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => UpstreamError::http(call.server, e),
+                Err(_) => timeout_error(&call),
+            };
+            tracing::info!(server = call.server.id(), %error, "closing an upstream session failed");
         }
     }
 
@@ -688,12 +689,12 @@ impl Upstreams {
                 });
             }
             let response = http
-                .post(url.clone())
+                .post(&url)
                 .headers(headers.clone())
-                .body(body.clone())
+                .body("application/json", body.clone())
                 .send()
                 .await
-                .map_err(|e| unavailable(call.server, &e))?;
+                .map_err(|e| UpstreamError::http(call.server, e))?;
             let status = response.status();
             if matches!(status.as_u16(), 307 | 308)
                 && let Some(next) = response
@@ -748,7 +749,7 @@ struct SentReply {
     /// Where the request finally went (after same-origin redirects), and with which headers.
     url: url::Url,
     sent_headers: HeaderMap,
-    response: reqwest::Response,
+    response: HttpResponse,
 }
 
 impl SentReply {
@@ -761,11 +762,13 @@ impl SentReply {
     }
 
     async fn read(self, server: &Server) -> Result<Reply, UpstreamError> {
-        let headers = self.response.headers().clone();
-        let body = read_limited(self.response, server).await?;
+        let (parts, body) = self.response.into_parts();
+        let body = http_client::read_limited(body, MAX_UPSTREAM_BODY)
+            .await
+            .map_err(|e| UpstreamError::http(server, e))?;
         Ok(Reply {
             status: self.status,
-            headers,
+            headers: parts.headers,
             body,
         })
     }
@@ -781,7 +784,7 @@ impl SentReply {
             session_id: session.as_ref().and_then(|s| s.id.clone()),
             session_version: session.map(|s| s.version.clone()),
             upstream_id,
-            body: Box::pin(self.response.bytes_stream()),
+            body: http_client::byte_stream(self.response),
             decoder: SseDecoder::new(MAX_UPSTREAM_BODY),
             cancel,
             admission: None,
@@ -794,7 +797,7 @@ impl SentReply {
 /// (A 2026-07-28 upstream learns it from the closed connection alone.)
 #[derive(Debug)]
 struct Canceller {
-    http: reqwest::Client,
+    http: HttpClient,
     url: url::Url,
     headers: HeaderMap,
 }
@@ -810,20 +813,16 @@ impl Canceller {
             return;
         };
         handle.spawn(async move {
-            let _ = self
+            let send = self
                 .http
-                .post(self.url)
+                .post(&self.url)
                 .headers(self.headers)
-                .timeout(Duration::from_secs(5))
-                .body(serde_json::to_vec(&body).unwrap_or_default())
-                .send()
-                .await;
+                .json(&body)
+                .send();
+            let _ = tokio::time::timeout(Duration::from_secs(5), send).await;
         });
     }
 }
-
-type ByteStream =
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
 /// An upstream's SSE answer, read one event at a time: memory stays one event, whatever the
 /// length of the stream. Dropped before the answer arrived, it cancels the upstream request.
@@ -1014,91 +1013,16 @@ fn http_client(
     scoped: Option<Arc<switchboard_snapshot::ScopedPolicy>>,
     roots: &UpstreamRoots,
     tls: Option<&TlsMaterial>,
-) -> Result<reqwest::Client, String> {
+) -> Result<HttpClient, String> {
     let config = crate::tls::client_config(roots, tls)
         .map_err(|e| format!("TLS settings unusable: {}", crate::tls::describe(&e)))?;
-    reqwest::Client::builder()
-        .use_preconfigured_tls(config)
-        .dns_resolver(Arc::new(PolicyResolver {
-            policy: networks.clone(),
-            scoped,
-        }))
-        // Redirects are followed by hand so that credentials never cross origins.
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(256)
-        .tcp_nodelay(true)
-        .build()
-        .map_err(|e| format!("no HTTP client: {e}"))
-}
-
-fn unavailable(server: &Server, e: &reqwest::Error) -> UpstreamError {
-    // reqwest's message can include the URL; keep only the kind of failure (URLs may carry
-    // credentials in their query string).
-    // The resolver's refusal says which rule (an address, never the URL).
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        if let Some(denied) = cause.downcast_ref::<Denied>() {
-            return UpstreamError::AddressDenied {
-                server: server.id().to_string(),
-                denied: denied.clone(),
-            };
-        }
-        source = cause.source();
-    }
-    // A refused certificate says why (unknown authority, wrong name, expired, a client
-    // certificate required), never which URL.
-    let presents_certificate = server.tls.as_ref().is_some_and(|t| t.client.is_some());
-    // (Only while sending: a stream that breaks later is a broken upstream, not a refusal.)
-    let sending = e.is_request() || e.is_connect();
-    if let Some(detail) = crate::tls::failure_in(e).or_else(|| {
-        sending
-            .then(|| crate::tls::dropped_after_handshake(e, &server.url, presents_certificate))
-            .flatten()
-    }) {
-        return UpstreamError::Unavailable {
-            server: server.id().to_string(),
-            detail,
-        };
-    }
-    let kind = if e.is_connect() {
-        "connection refused or unreachable"
-    } else if e.is_timeout() {
-        "timed out"
-    } else if e.is_body() || e.is_decode() {
-        "broken response body"
-    } else {
-        "request failed"
-    };
-    UpstreamError::Unavailable {
-        server: server.id().to_string(),
-        detail: kind.into(),
-    }
-}
-
-/// An upstream's whole answer, at most `MAX_UPSTREAM_BODY` bytes.
-async fn read_limited(
-    mut response: reqwest::Response,
-    server: &Server,
-) -> Result<bytes::Bytes, UpstreamError> {
-    let unavailable = |detail: String| UpstreamError::Unavailable {
-        server: server.id().to_string(),
-        detail,
-    };
-    let mut buf = bytes::BytesMut::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|_| unavailable("broken response body".into()))?
-    {
-        if buf.len() + chunk.len() > MAX_UPSTREAM_BODY {
-            return Err(unavailable(format!(
-                "response larger than {MAX_UPSTREAM_BODY} bytes"
-            )));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
+    let server_name = tls.and_then(|t| t.server_name.clone());
+    Ok(HttpClient::new(
+        networks.clone(),
+        scoped,
+        config,
+        server_name,
+    ))
 }
 
 /// The body value the `Mcp-Name` header repeats, for the methods that have one.

@@ -9,6 +9,8 @@ use serde_json::Value;
 use switchboard_core::errors::GatewayError;
 use switchboard_core::limits::Refused;
 
+use crate::http_client::HttpError;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum UpstreamError {
     #[error("upstream {server:?} did not answer within {}", humantime::format_duration(*budget))]
@@ -57,6 +59,28 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// An exchange with `server` (or its token endpoint or metadata) that failed at the HTTP
+    /// level, named by cause.
+    pub fn http(server: &switchboard_core::table::Server, error: HttpError) -> UpstreamError {
+        let server_id = server.id().to_string();
+        match error {
+            HttpError::Denied(denied) => UpstreamError::AddressDenied {
+                server: server_id,
+                denied,
+            },
+            HttpError::HungUp => UpstreamError::Unavailable {
+                server: server_id,
+                detail: crate::tls::hung_up_detail(
+                    server.tls.as_ref().is_some_and(|t| t.client.is_some()),
+                ),
+            },
+            other => UpstreamError::Unavailable {
+                server: server_id,
+                detail: other.to_string(),
+            },
+        }
+    }
+
     /// The outcome label of the upstream-call metric (the client-facing error's code).
     pub fn outcome(&self) -> &'static str {
         match self {

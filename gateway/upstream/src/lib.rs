@@ -7,6 +7,7 @@
 mod catalog;
 pub mod client;
 pub mod error;
+pub mod http_client;
 pub mod listing;
 pub mod plane;
 pub mod protected_resource;

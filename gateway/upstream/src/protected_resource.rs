@@ -11,9 +11,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::client::Upstreams;
+use crate::http_client::read_limited;
 use switchboard_core::table::Server;
 
 /// How long an upstream's metadata is reused.
+/// Largest metadata document read (RFC 9728 documents are a few hundred bytes).
+const MAX_METADATA: usize = 256 * 1024;
 const METADATA_TTL: Duration = Duration::from_secs(300);
 
 /// Parsing `WWW-Authenticate` challenges.
@@ -142,11 +145,14 @@ impl ProtectedResources {
                 continue;
             }
             let fetch = async {
-                let response = http.get(parsed).send().await.ok()?;
+                let response = http.get(&parsed).send().await.ok()?;
                 if !response.status().is_success() {
                     return None;
                 }
-                let document: Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+                let body = read_limited(response.into_body(), MAX_METADATA)
+                    .await
+                    .ok()?;
+                let document: Value = serde_json::from_slice(&body).ok()?;
                 document.get("authorization_servers")?.as_array()?;
                 Some(document)
             };

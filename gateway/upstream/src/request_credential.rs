@@ -68,7 +68,7 @@ fn header_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a HeaderValu
 /// which is relayed). `rejected` is a token the upstream just refused: it is renewed.
 pub async fn resolve(
     tokens: &Tokens,
-    http: &reqwest::Client,
+    http: &crate::http_client::HttpClient,
     caller: CredentialContext<'_>,
     server: &Server,
     rejected: Option<&HeaderValue>,

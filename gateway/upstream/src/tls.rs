@@ -5,8 +5,9 @@
 //! `SSL_CERT_FILE` names (read once, at the first client), `gateway.upstreamTls.caBundle`, and
 //! the upstream's own `tls.caBundle`. Clients are built per distinct material, so a rotated
 //! bundle or certificate (a new snapshot) gets a new client and the old pool goes. An
-//! upstream's `tls.serverName` replaces the URL's host as the name its certificate must be valid
-//! for; the SNI sent stays the URL's host. There is no way to skip verification.
+//! upstream's `tls.serverName` replaces the URL's host as the name sent in SNI and the name its
+//! certificate must be valid for (`http_client.rs` sets it per client). There is no way to skip
+//! verification.
 
 use std::sync::{Arc, OnceLock};
 
@@ -40,21 +41,17 @@ pub fn client_config(
     let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
         .build()
         .map_err(|e| rustls::Error::General(e.to_string()))?;
-    let verifier: Arc<dyn ServerCertVerifier> = match own.and_then(|o| o.server_name.clone()) {
-        Some(name) => Arc::new(NamedVerifier::new(verifier, name)),
-        None => verifier,
-    };
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    let mut config = match own.and_then(|o| o.client.as_ref()) {
+    let config = match own.and_then(|o| o.client.as_ref()) {
         Some(identity) => {
             builder.with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())?
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // ALPN (h2, then http/1.1) is the connector's to set: it offers what it can speak.
     Ok(config)
 }
 
@@ -185,16 +182,11 @@ pub fn failure_in(error: Cause<'_>) -> Option<String> {
         .map(describe)
 }
 
-/// An HTTPS upstream that hung up (end of stream or reset) without a TLS close: what a server
-/// that requires a client certificate (or refuses the one given) does when it sends no alert
-/// (many do; TLS 1.3 lets the client finish its handshake first). Said as the likely cause, not
-/// as fact.
-pub fn dropped_after_handshake(
-    error: Cause<'_>,
-    url: &url::Url,
-    presents_certificate: bool,
-) -> Option<String> {
-    let hung_up = causes(error).any(|cause| {
+/// Whether an exchange ended because the peer hung up (end of stream or reset) without a TLS
+/// close: on HTTPS, what a server that requires a client certificate (or refuses the one given)
+/// does when it sends no alert (many do; TLS 1.3 lets the client finish its handshake first).
+pub fn hung_up(error: Cause<'_>) -> bool {
+    causes(error).any(|cause| {
         cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
             matches!(
                 io.kind(),
@@ -203,15 +195,16 @@ pub fn dropped_after_handshake(
                     | std::io::ErrorKind::BrokenPipe
             )
         })
-    });
-    if url.scheme() != "https" || !hung_up {
-        return None;
-    }
-    Some(if presents_certificate {
+    })
+}
+
+/// What a hang-up on HTTPS likely means (said as the likely cause, not as fact).
+pub fn hung_up_detail(presents_certificate: bool) -> String {
+    if presents_certificate {
         "TLS: the upstream closed the connection without a TLS close; an upstream that refuses the client certificate it was given does this (tls.clientCertificate)".into()
     } else {
         "TLS: the upstream closed the connection without a TLS close; an upstream that requires a client certificate does this when none is given (tls.clientCertificate)".into()
-    })
+    }
 }
 
 #[cfg(test)]
@@ -242,8 +235,10 @@ mod tests {
     }
 
     #[test]
-    fn the_default_config_trusts_the_public_roots_and_offers_h2() {
+    fn the_default_config_leaves_alpn_to_the_connector() {
+        // hyper-rustls refuses (panics on) a configuration with ALPN already set.
         let config = client_config(&UpstreamRoots::default(), None).unwrap();
-        assert_eq!(config.alpn_protocols[0], b"h2");
+        assert!(config.alpn_protocols.is_empty());
+        assert!(crate::http_client::HttpClient::plain().is_ok());
     }
 }

@@ -16,6 +16,8 @@ use switchboard_snapshot::{ClientAuthMethod, resolved_value};
 use tokio::time::Instant;
 
 use crate::error::UpstreamError;
+use crate::http_client::{HttpClient, HttpError, read_limited};
+use http::HeaderValue;
 use switchboard_core::table::Server;
 
 /// A token is renewed this long before it expires, so no request goes out with one about to.
@@ -28,6 +30,8 @@ const EXPIRY_SKEW: Duration = Duration::from_secs(5);
 /// After a renewal failed while the token in hand is still valid, the next attempt waits this
 /// long; the token keeps serving meanwhile, so a token endpoint that is down (or hangs) is not
 /// asked, and waited for, on every request.
+/// Largest token endpoint answer read (a token answer is a few KiB).
+const MAX_TOKEN_ANSWER: usize = 1024 * 1024;
 const RENEW_RETRY: Duration = Duration::from_secs(2);
 
 #[derive(Clone)]
@@ -153,7 +157,7 @@ impl Tokens {
     /// new token (after an upstream 401), unless another caller renewed it meanwhile.
     pub async fn token<'g>(
         &self,
-        http: &reqwest::Client,
+        http: &HttpClient,
         server: &Server,
         caller: u64,
         cache_size: usize,
@@ -203,7 +207,7 @@ impl Tokens {
 
     async fn request(
         &self,
-        http: &reqwest::Client,
+        http: &HttpClient,
         server: &Server,
         grant: Grant<'_>,
     ) -> Result<Minted, UpstreamError> {
@@ -214,7 +218,9 @@ impl Tokens {
             detail: format!("token endpoint: {detail}"),
         };
         let mut form = grant.form;
-        let mut request = http.post(grant.token_url);
+        let token_url = url::Url::parse(grant.token_url)
+            .map_err(|_| failed("the token URL is not a URL".into()))?;
+        let mut request = http.post(&token_url);
         match grant.client_auth {
             ClientAuthMethod::ClientSecretBasic => {
                 // RFC 6749 section 2.3.1: each part is form-encoded before the pair is encoded.
@@ -226,8 +232,11 @@ impl Tokens {
                     encode(grant.client_id),
                     encode(grant.client_secret.unwrap_or_default())
                 );
-                request =
-                    request.header("authorization", format!("Basic {}", STANDARD.encode(pair)));
+                if let Ok(value) =
+                    HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair)))
+                {
+                    request = request.header(http::header::AUTHORIZATION, value);
+                }
             }
             ClientAuthMethod::ClientSecretPost => {
                 form.push(("client_id", grant.client_id.to_string()));
@@ -236,25 +245,25 @@ impl Tokens {
                 }
             }
         }
+        // One deadline for the exchange, the answer's body included.
         let deadline = server.spec.timeout;
-        let response = tokio::time::timeout(deadline, request.form(&form).send())
+        let exchange = async {
+            let response = request.form(&form).send().await?;
+            let status = response.status();
+            let body = read_limited(response.into_body(), MAX_TOKEN_ANSWER).await?;
+            Ok::<_, HttpError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(deadline, exchange)
             .await
             .map_err(|_| UpstreamError::Timeout {
                 server: server.id().to_string(),
                 budget: deadline,
             })?
-            .map_err(|e| {
-                // A refused certificate says why (the token endpoint uses its server's TLS).
-                failed(crate::tls::failure_in(&e).unwrap_or_else(|| "unreachable".into()))
+            // A refused certificate says why (the token endpoint uses its server's TLS).
+            .map_err(|e| match UpstreamError::http(server, e) {
+                UpstreamError::Unavailable { detail, .. } => failed(detail),
+                other => other,
             })?;
-        let status = response.status();
-        let body = tokio::time::timeout(deadline, response.bytes())
-            .await
-            .map_err(|_| UpstreamError::Timeout {
-                server: server.id().to_string(),
-                budget: deadline,
-            })?
-            .map_err(|_| failed("broken response".into()))?;
         if !status.is_success() {
             // The endpoint's error code only (invalid_client, ...): bodies may echo inputs.
             let code = serde_json::from_slice::<serde_json::Value>(&body)
@@ -288,6 +297,10 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use switchboard_core::table::RoutingTable;
     use switchboard_snapshot::{SystemLookup, load};
+
+    fn test_client() -> HttpClient {
+        HttpClient::plain().unwrap()
+    }
 
     /// A token endpoint on its own thread and runtime (its clock is not the test's paused one)
     /// minting `t-1`, `t-2`, ... valid for an hour; while `down` is set it answers 503.
@@ -351,7 +364,7 @@ mod tests {
         let url = token_endpoint(Arc::default());
         let table = one_server();
         let server = table.server_by_id("a").unwrap();
-        let http = reqwest::Client::new();
+        let http = test_client();
         let tokens = Tokens::default();
         let token = |renew| tokens.token(&http, server, 0, 8, renew, || grant(&url));
         assert_eq!(token(None).await.unwrap(), "t-1");
@@ -385,7 +398,7 @@ mod tests {
         let url = token_endpoint(Arc::default());
         let table = one_server();
         let server = table.server_by_id("a").unwrap();
-        let http = reqwest::Client::new();
+        let http = test_client();
         let tokens = Tokens::default();
         // The first caller is used often; then 20 callers come once each, over a bound of 8.
         for _ in 0..5 {
@@ -424,7 +437,7 @@ mod tests {
         let url = token_endpoint(down.clone());
         let table = one_server();
         let server = table.server_by_id("a").unwrap();
-        let http = reqwest::Client::new();
+        let http = test_client();
         let tokens = Tokens::default();
         let token = |renew| tokens.token(&http, server, 0, 8, renew, || grant(&url));
         let asked = || tokens.requests.load(Ordering::Relaxed);

@@ -1,11 +1,11 @@
 //! What every format's streamed loop shares: the client's stream (`Out`), a provider's events,
 //! how an iteration ends, the provider call, pings while gateway tools run, the next round.
 
-use std::pin::Pin;
 use std::time::Duration;
+use switchboard_upstream::http_client::{self, ByteStream};
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -66,7 +66,7 @@ pub(super) fn encode(name: Option<&str>, data: &Value) -> Bytes {
 
 /// The provider's events, one at a time, within a deadline.
 pub(super) struct Events {
-    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    body: ByteStream,
     decoder: SseDecoder,
     deadline: Instant,
 }
@@ -92,7 +92,7 @@ impl Events {
                     ));
                 }
                 Ok(None) => return Ok(None),
-                Ok(Some(Err(e))) => return Err(TurnEnd::Broken(e.without_url().to_string())),
+                Ok(Some(Err(e))) => return Err(TurnEnd::Broken(e.to_string())),
                 Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
             }
         }
@@ -143,7 +143,7 @@ pub(super) async fn call(
         return Ok(Err(provider.read_whole(response, deadline).await?));
     }
     Ok(Ok(Events {
-        body: Box::pin(response.bytes_stream()),
+        body: http_client::byte_stream(response),
         decoder: SseDecoder::new(MAX_EVENT),
         deadline,
     }))

@@ -194,6 +194,9 @@ pub(super) async fn answer(
             raw_result_response(&id, result.get(), None),
             Some((method, "ok")),
         ),
+        Ok(Answer::ForLegacy(text)) => {
+            (raw_result_response(&id, &text, None), Some((method, "ok")))
+        }
         Ok(Answer::Relayed {
             result,
             has_result_type,
@@ -207,16 +210,8 @@ pub(super) async fn answer(
                 Era::Rev2026 if !has_result_type => {
                     raw_result_response(&id, result.get(), Some(r#""resultType":"complete""#))
                 }
-                // A 2026-07-28 upstream's result to a legacy client: without that revision's
-                // fields (the head read says whether it has any; most legacy pairs have none).
-                Era::Rev2025 if has_result_type => match protocol::strip_modern_raw(&result) {
-                    Some(stripped) => raw_result_response(&id, &stripped, None),
-                    None => {
-                        let mut result = RpcResult::Raw(result).into_value();
-                        protocol::strip_modern_result(&mut result);
-                        rpc_response(&id, "result", result, StatusCode::OK)
-                    }
-                },
+                // (A legacy client's result came without 2026-07-28 members already, or as
+                // `ForLegacy`: dispatch read them.)
                 _ => raw_result_response(&id, result.get(), None),
             };
             (response, Some((method, "ok")))

@@ -211,24 +211,22 @@ pub(super) async fn pass_to_holder(
         TokenKind::Handoff,
         &serde_json::to_vec(&handoff).unwrap_or_default(),
     );
-    let send = cx
-        .upstream
-        .upstreams
-        .http()
-        .post(format!("{}/mcp-internal/exchange", route.address))
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .body(sealed)
+    let (Ok(http), Ok(url)) = (
+        cx.upstream.upstreams.http(),
+        url::Url::parse(&format!("{}/mcp-internal/exchange", route.address)),
+    ) else {
+        return unreachable();
+    };
+    let send = http
+        .post(&url)
+        .body("application/octet-stream", sealed)
         .send();
     let Ok(Ok(response)) = tokio::time::timeout(HANDOFF_TIMEOUT, send).await else {
         return unreachable();
     };
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
-    let mut out = (
-        status,
-        axum::body::Body::from_stream(response.bytes_stream()),
-    )
-        .into_response();
+    let mut out = (status, axum::body::Body::new(response.into_body())).into_response();
     if let Some(ct) = content_type {
         out.headers_mut().insert(header::CONTENT_TYPE, ct);
     }

@@ -1,0 +1,496 @@
+//! The HTTP client every outbound call of the gateway uses (upstream MCP servers, their token
+//! endpoints and metadata, LLM providers, other replicas): hyper-util's pooled client straight,
+//! with TLS by rustls (HTTP/2 or HTTP/1.1 by ALPN) and the address-policy resolver.
+//!
+//! Why not a higher-level client: the gateway follows redirects itself (credentials never cross
+//! origins), bounds each exchange by one deadline of its own, needs the raw status of every
+//! answer, and sends an upstream's `tls.serverName` as the SNI. A general client's redirect
+//! policy, timeouts, decompression and proxy lookup are all switched off or in the way; what is
+//! left is this file, and it costs a third of the instructions per call.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, header};
+use http_body_util::{BodyDataStream, BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::ServerName;
+use switchboard_core::table::UpstreamRoots;
+use switchboard_snapshot::{Denied, NetworkPolicy, ScopedPolicy, UpstreamNetworks};
+
+/// An answer whose body is still to be read (whole, or as a stream).
+pub type HttpResponse = Response<Incoming>;
+
+/// A body as a stream of chunks, for relaying.
+pub type ByteStream = BodyDataStream<Incoming>;
+
+/// A pooled client: a handle, cheap to clone; clones share connections.
+#[derive(Clone, Debug)]
+pub struct HttpClient {
+    inner: Client<HttpsConnector<HttpConnector<PolicyResolver>>, Full<Bytes>>,
+}
+
+/// Why an exchange failed, in words that name the cause and never the URL (which may carry
+/// credentials in its query).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HttpError {
+    /// The name resolved only to addresses a policy refuses.
+    #[error("{0}")]
+    Denied(Denied),
+    /// A refused certificate, a required client certificate, … (see `tls::describe`).
+    #[error("{0}")]
+    Tls(String),
+    /// An HTTPS peer hung up during or right after the handshake without a TLS close (see
+    /// `tls::hung_up_detail`: what the likely cause is depends on the certificate offered).
+    #[error("TLS: the upstream closed the connection without a TLS close")]
+    HungUp,
+    #[error("connection refused or unreachable")]
+    Connect,
+    #[error("request failed")]
+    Request,
+    #[error("broken response body")]
+    Body,
+    #[error("response larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("timed out")]
+    Timeout,
+    #[error("the URL cannot be sent: {0}")]
+    Url(&'static str),
+}
+
+impl HttpClient {
+    /// A client whose connections resolve names under `networks` (and a server's own policy),
+    /// and speak TLS with `tls`; `server_name` is sent as SNI and checked in the certificate
+    /// instead of the URL's host.
+    pub fn new(
+        networks: Arc<ArcSwap<NetworkPolicy>>,
+        scoped: Option<Arc<ScopedPolicy>>,
+        tls: rustls::ClientConfig,
+        server_name: Option<ServerName<'static>>,
+    ) -> HttpClient {
+        let mut http = HttpConnector::new_with_resolver(PolicyResolver {
+            policy: networks,
+            scoped,
+        });
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let builder = match server_name {
+            Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name)),
+            None => builder,
+        };
+        let connector = builder.enable_http1().enable_http2().wrap_connector(http);
+        let inner = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        HttpClient { inner }
+    }
+
+    /// A client under the default network policy and the public roots, with no TLS settings
+    /// of any upstream (the operator's probes of a model before any snapshot, tests).
+    pub fn plain() -> Result<HttpClient, String> {
+        let networks = NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default();
+        let tls = crate::tls::client_config(&UpstreamRoots::default(), None)
+            .map_err(|e| crate::tls::describe(&e))?;
+        Ok(HttpClient::new(
+            Arc::new(ArcSwap::from_pointee(networks)),
+            None,
+            tls,
+            None,
+        ))
+    }
+
+    /// A request to `url` (its fragment is never sent). User and password in the URL become
+    /// Basic authentication, as browsers and curl do, and are not sent in the request line.
+    pub fn request(&self, method: Method, url: &url::Url) -> Outgoing<'_> {
+        let mut headers = HeaderMap::new();
+        let uri = if url.username().is_empty() && url.password().is_none() {
+            url[..url::Position::AfterQuery].parse::<http::Uri>()
+        } else {
+            // The URL holds them percent-encoded; the header holds the bytes they encode.
+            let decoded =
+                |part: &str| percent_encoding::percent_decode_str(part).collect::<Vec<u8>>();
+            let mut pair = decoded(url.username());
+            pair.push(b':');
+            pair.extend(decoded(url.password().unwrap_or_default()));
+            use base64::Engine;
+            let basic = base64::engine::general_purpose::STANDARD.encode(pair);
+            if let Ok(value) = HeaderValue::from_str(&format!("Basic {basic}")) {
+                headers.insert(header::AUTHORIZATION, value);
+            }
+            let mut bare = url.clone();
+            let _ = bare.set_username("");
+            let _ = bare.set_password(None);
+            bare[..url::Position::AfterQuery].parse::<http::Uri>()
+        };
+        Outgoing {
+            client: self,
+            method,
+            uri,
+            https: url.scheme() == "https",
+            headers,
+            body: Bytes::new(),
+        }
+    }
+
+    pub fn get(&self, url: &url::Url) -> Outgoing<'_> {
+        self.request(Method::GET, url)
+    }
+
+    pub fn post(&self, url: &url::Url) -> Outgoing<'_> {
+        self.request(Method::POST, url)
+    }
+}
+
+/// One request being put together.
+pub struct Outgoing<'c> {
+    client: &'c HttpClient,
+    method: Method,
+    uri: Result<http::Uri, http::uri::InvalidUri>,
+    https: bool,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Outgoing<'_> {
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// These headers too (replacing one of the same name set before).
+    pub fn headers(mut self, headers: HeaderMap) -> Self {
+        if self.headers.is_empty() {
+            self.headers = headers;
+        } else {
+            self.headers.extend(headers);
+        }
+        self
+    }
+
+    pub fn body(mut self, content_type: &'static str, body: impl Into<Bytes>) -> Self {
+        self.headers
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        self.body = body.into();
+        self
+    }
+
+    /// An `application/x-www-form-urlencoded` body.
+    pub fn form(self, pairs: &[(&str, String)]) -> Self {
+        let encoded = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())))
+            .finish();
+        self.body("application/x-www-form-urlencoded", encoded)
+    }
+
+    pub fn json(self, value: &impl serde::Serialize) -> Self {
+        self.body(
+            "application/json",
+            serde_json::to_vec(value).unwrap_or_default(),
+        )
+    }
+
+    /// Sends the request; the answer's body is left to read. No deadline of its own: the
+    /// caller bounds the whole exchange (redirects and body included) with one.
+    pub async fn send(self) -> Result<HttpResponse, HttpError> {
+        let uri = self.uri.map_err(|_| HttpError::Url("not a valid URI"))?;
+        let mut request = Request::new(Full::new(self.body));
+        *request.method_mut() = self.method;
+        *request.uri_mut() = uri;
+        *request.headers_mut() = self.headers;
+        self.client
+            .inner
+            .request(request)
+            .await
+            .map_err(|e| classify(&e, self.https))
+    }
+}
+
+/// What a failed exchange means: the resolver's refusal (which rule, an address, never the
+/// URL), a TLS failure (why), or the kind of failure.
+fn classify(error: &hyper_util::client::legacy::Error, https: bool) -> HttpError {
+    let cause: &(dyn std::error::Error + 'static) = error;
+    let mut source = Some(cause);
+    while let Some(cause) = source {
+        if let Some(denied) = cause.downcast_ref::<Denied>() {
+            return HttpError::Denied(denied.clone());
+        }
+        source = cause.source();
+    }
+    if let Some(detail) = crate::tls::failure_in(error) {
+        return HttpError::Tls(detail);
+    }
+    if https && crate::tls::hung_up(error) {
+        return HttpError::HungUp;
+    }
+    if error.is_connect() {
+        HttpError::Connect
+    } else {
+        HttpError::Request
+    }
+}
+
+/// A whole body, at most `limit` bytes.
+pub async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, HttpError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(HttpError::TooLarge(limit)),
+        Err(_) => Err(HttpError::Body),
+    }
+}
+
+/// A body as a stream of its chunks.
+pub fn byte_stream(response: HttpResponse) -> ByteStream {
+    BodyDataStream::new(response.into_body())
+}
+
+/// The connect-time half of `gateway.upstreamNetworks` (the rule is in the snapshot crate's
+/// `networks.rs`). Validation refuses URLs whose host is a denied literal address; this resolver
+/// refuses names that resolve to one, so a name cannot smuggle a metadata or API server address
+/// past validation (DNS answers change; this runs on every new connection). Redirect targets are
+/// checked by the client before it follows them.
+///
+/// A resolver sees no port, so an address listed in `denyEndpoints` is refused on every port
+/// when it is reached by name (on its own port when reached by a literal address). A server with
+/// its own `upstreamPolicy` gets its own client, whose resolver applies both policies: a resolver
+/// only sees a host name, not which server asked.
+#[derive(Clone)]
+struct PolicyResolver {
+    policy: Arc<ArcSwap<NetworkPolicy>>,
+    scoped: Option<Arc<ScopedPolicy>>,
+}
+
+impl tower_service::Service<Name> for PolicyResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let policy = self.policy.clone();
+        let scoped = self.scoped.clone();
+        Box::pin(async move {
+            let resolved: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let policy = policy.load();
+            let mut denied = None;
+            let allowed: Vec<SocketAddr> = resolved
+                .into_iter()
+                .filter(|addr| {
+                    let scoped = scoped.as_ref().map_or(Ok(()), |s| s.check_ip(addr.ip()));
+                    match policy.check_any_port(addr.ip()).and(scoped) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            denied.get_or_insert(e);
+                            false
+                        }
+                    }
+                })
+                .collect();
+            match (allowed.is_empty(), denied) {
+                (true, Some(denied)) => Err(Box::new(denied) as Self::Error),
+                _ => Ok(allowed.into_iter()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use std::sync::Mutex;
+    use switchboard_snapshot::TlsMaterial;
+
+    /// A private CA and a serving certificate for `name` under it.
+    fn ca_and_leaf(name: &str) -> (CertificateDer<'static>, rustls::ServerConfig) {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // A subject of its own: a client finds a certificate's issuer by name.
+        static SERIAL: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, format!("test CA {serial}"));
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+        )
+        .unwrap();
+        (ca_cert.der().clone(), server)
+    }
+
+    /// What an HTTPS server saw of one connection: the SNI and the HTTP version spoken.
+    #[derive(Default, Debug, Clone, PartialEq)]
+    struct Seen {
+        sni: Option<String>,
+        version: Option<http::Version>,
+    }
+
+    /// An HTTPS server on loopback offering `alpn`, answering every request with 200.
+    async fn https_server(
+        mut config: rustls::ServerConfig,
+        alpn: &[&[u8]],
+    ) -> (SocketAddr, Arc<Mutex<Seen>>) {
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                record.lock().unwrap().sni = tls.get_ref().1.server_name().map(str::to_owned);
+                let record = record.clone();
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    record.lock().unwrap().version = Some(request.version());
+                    async {
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                            "ok",
+                        ))))
+                    }
+                });
+                tokio::spawn(
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .into_owned(),
+                );
+            }
+        });
+        (address, seen)
+    }
+
+    fn client(ca: &CertificateDer<'static>, server_name: Option<&str>) -> HttpClient {
+        let material = TlsMaterial {
+            roots: vec![ca.clone()],
+            client: None,
+            server_name: server_name.map(|n| ServerName::try_from(n.to_string()).unwrap()),
+            key: 1,
+        };
+        let config = crate::tls::client_config(&UpstreamRoots::default(), Some(&material)).unwrap();
+        let networks = NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default();
+        HttpClient::new(
+            Arc::new(ArcSwap::from_pointee(networks)),
+            None,
+            config,
+            material.server_name.clone(),
+        )
+    }
+
+    async fn get(client: &HttpClient, address: SocketAddr) -> Result<http::StatusCode, HttpError> {
+        let url = url::Url::parse(&format!("https://{address}/mcp")).unwrap();
+        Ok(client.get(&url).send().await?.status())
+    }
+
+    #[tokio::test]
+    async fn https_upstreams_get_h2_by_alpn_and_the_configured_server_name_as_sni() {
+        let (ca, config) = ca_and_leaf("mcp.corp.internal");
+        let (address, seen) = https_server(config, &[b"h2", b"http/1.1"]).await;
+        let http = client(&ca, Some("mcp.corp.internal"));
+        assert_eq!(get(&http, address).await.unwrap(), 200);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.sni.as_deref(), Some("mcp.corp.internal"));
+        assert_eq!(seen.version, Some(http::Version::HTTP_2));
+    }
+
+    #[tokio::test]
+    async fn an_http1_only_upstream_gets_http1() {
+        let (ca, config) = ca_and_leaf("mcp.corp.internal");
+        let (address, seen) = https_server(config, &[b"http/1.1"]).await;
+        let http = client(&ca, Some("mcp.corp.internal"));
+        assert_eq!(get(&http, address).await.unwrap(), 200);
+        assert_eq!(seen.lock().unwrap().version, Some(http::Version::HTTP_11));
+    }
+
+    #[tokio::test]
+    async fn without_the_server_name_the_address_is_checked_and_refused() {
+        // The control case: the same server and CA, dialed by address with no serverName. No
+        // SNI goes out for an address, and the certificate does not name it.
+        let (ca, config) = ca_and_leaf("mcp.corp.internal");
+        let (address, seen) = https_server(config, &[b"h2", b"http/1.1"]).await;
+        let http = client(&ca, None);
+        match get(&http, address).await {
+            Err(HttpError::Tls(detail)) => {
+                assert!(
+                    detail.contains("not valid for the expected name"),
+                    "{detail}"
+                )
+            }
+            other => panic!("refused by name, got {other:?}"),
+        }
+        assert_eq!(seen.lock().unwrap().version, None, "no request was served");
+        // And another CA is refused as unknown, whatever the name.
+        let (other_ca, _) = ca_and_leaf("mcp.corp.internal");
+        let stranger = client(&other_ca, Some("mcp.corp.internal"));
+        match get(&stranger, address).await {
+            Err(HttpError::Tls(detail)) => {
+                assert!(detail.contains("unknown authority"), "{detail}")
+            }
+            other => panic!("refused as unknown, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn url_userinfo_becomes_basic_authentication_and_is_not_in_the_request_line() {
+        let seen = Arc::new(Mutex::new(None::<(String, Option<String>)>));
+        let record = seen.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let record = record.clone();
+            async move {
+                let auth = request
+                    .headers()
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                *record.lock().unwrap() = Some((request.uri().to_string(), auth));
+                "ok"
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let http = HttpClient::plain().unwrap();
+        let url = url::Url::parse(&format!("http://us%40er:p%3Ass@{address}/v1?x=1#frag")).unwrap();
+        assert_eq!(http.get(&url).send().await.unwrap().status(), 200);
+        let (uri, auth) = seen.lock().unwrap().clone().unwrap();
+        assert_eq!(uri, "/v1?x=1");
+        use base64::Engine;
+        let expected = base64::engine::general_purpose::STANDARD.encode("us@er:p:ss");
+        assert_eq!(auth, Some(format!("Basic {expected}")));
+    }
+}
