@@ -6,7 +6,8 @@
 //! server whose limits did not change, so a config reload neither refills a rate nor forgets the
 //! requests in flight.
 
-use std::collections::HashMap;
+// Looked up on every call by names from the snapshot: foldhash, not SipHash (see table.rs).
+use foldhash::HashMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;

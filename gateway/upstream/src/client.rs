@@ -12,7 +12,11 @@
 //! The answer is cached per server revision, so a modern upstream costs exactly one request.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+// Looked up on every call by keys of the gateway's own (revisions, client keys): foldhash,
+// not SipHash (the core table's maps say why).
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -248,7 +252,7 @@ impl Upstreams {
             NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default(),
         ));
         Upstreams {
-            states: RwLock::new(HashMap::new()),
+            states: RwLock::new(HashMap::default()),
             next_id: AtomicU64::new(1),
             client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
             networks,
