@@ -70,6 +70,14 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/.well-known/oauth-protected-resource/mcp/{prefix}",
             get(crate::well_known::protected_resource_metadata),
         )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(crate::well_known::gateway_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp-rest",
+            get(crate::well_known::gateway_metadata),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

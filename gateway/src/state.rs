@@ -123,6 +123,7 @@ impl Gateway {
             .snapshot_applied(table.generation, table.servers.len(), table.key_count());
         table.limiters.carry_over(&self.live.load().limiters);
         self.upstream.prepare(&table);
+        self.upstream.serve_people(&mut table);
         let table = Arc::new(table);
         self.live.store(table.clone());
         self.upstream.forget_all_but(&table);

@@ -1,6 +1,11 @@
-//! The edge's OAuth protected-resource metadata (RFC 9728) for each server that uses the
-//! caller's own credential; the upstream's own document comes from the upstream plane
-//! ([`switchboard_upstream::protected_resource`]).
+//! The edge's OAuth protected-resource metadata (RFC 9728), at the path-specific well-known
+//! URLs of its client faces:
+//!
+//! - a server that uses the caller's own credential: the upstream's authorization servers
+//!   (the upstream's own document, from [`switchboard_upstream::protected_resource`]): the
+//!   client needs a token the upstream accepts;
+//! - every other endpoint, when people sign in (`identityProviders`): the gateway's identity
+//!   providers, from which an MCP client starts the OAuth flow after the gateway's 401.
 
 use std::sync::Arc;
 
@@ -24,7 +29,7 @@ pub async fn protected_resource_metadata(
         .server_by_prefix(&prefix)
         .filter(|s| s.spec.auth.uses_caller_credential())
     else {
-        return StatusCode::NOT_FOUND.into_response();
+        return gateway_document(&table, &headers, &format!("/mcp/{prefix}"));
     };
     let Some(upstream) = gw
         .upstream
@@ -47,6 +52,55 @@ pub async fn protected_resource_metadata(
     });
     if let Some(scopes) = upstream.get("scopes_supported") {
         document["scopes_supported"] = scopes.clone();
+    }
+    Json(document).into_response()
+}
+
+/// `GET /.well-known/oauth-protected-resource/mcp` (and `/mcp-rest`): the aggregate endpoint's
+/// and REST's metadata, where people sign in.
+pub async fn gateway_metadata(
+    State(gw): State<Arc<Gateway>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let resource = uri
+        .path()
+        .strip_prefix("/.well-known/oauth-protected-resource")
+        .unwrap_or("/mcp");
+    gateway_document(&gw.table(), &headers, resource)
+}
+
+/// The metadata of one of the gateway's own resources: its identity providers as the
+/// authorization servers (404 when nobody signs in here).
+fn gateway_document(
+    table: &switchboard_core::table::RoutingTable,
+    headers: &HeaderMap,
+    resource: &str,
+) -> Response {
+    let Some(people) = &table.people else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let mut issuers: Vec<&str> = Vec::new();
+    let mut scopes: Vec<&str> = Vec::new();
+    for (_, spec, _) in people.providers() {
+        if !issuers.contains(&spec.issuer.as_str()) {
+            issuers.push(&spec.issuer);
+        }
+        for scope in &spec.scopes {
+            if !scopes.contains(&scope.as_str()) {
+                scopes.push(scope);
+            }
+        }
+    }
+    let base = switchboard_core::table::base_url(&table.settings, headers);
+    let mut document = json!({
+        "resource": format!("{base}{resource}"),
+        "authorization_servers": issuers,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "switchboard",
+    });
+    if !scopes.is_empty() {
+        document["scopes_supported"] = json!(scopes);
     }
     Json(document).into_response()
 }

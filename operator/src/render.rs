@@ -271,6 +271,9 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
             servers: specs,
             keys: key_specs,
             models: model_specs,
+            // People sign in through the standalone file's identityProviders for now; the
+            // resources for them are the next step of issue 21.
+            identity_providers: Vec::new(),
         },
         servers: verdicts,
         keys,
@@ -954,6 +957,7 @@ fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Option<KeySpec>)
             .iter()
             .map(|account| format!("{}/{account}", key.namespace().unwrap_or_default()))
             .collect(),
+        people: Vec::new(),
         tools: key
             .spec
             .tools

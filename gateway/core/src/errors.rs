@@ -16,6 +16,19 @@ pub use switchboard_protocol::codes;
 pub enum GatewayError {
     #[error("{0}")]
     Unauthenticated(&'static str),
+    /// A 401 on an endpoint people sign in to: the challenge points at the gateway's
+    /// protected-resource metadata, from which an MCP client starts the OAuth flow.
+    #[error("{reason}")]
+    SignInRequired {
+        reason: &'static str,
+        www_authenticate: String,
+    },
+    /// A signed-in person no key grants anything (403 `insufficient_scope`).
+    #[error("{person} is granted no scope on this gateway")]
+    PersonNotGranted {
+        person: String,
+        www_authenticate: String,
+    },
     #[error("the key may not use server {server:?}")]
     AccessDenied { server: String },
     #[error("unknown server {server:?}")]
@@ -96,8 +109,11 @@ impl GatewayError {
     pub fn http_status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
-            Unauthenticated(_) | UpstreamAuthRequired { .. } => StatusCode::UNAUTHORIZED,
+            Unauthenticated(_) | SignInRequired { .. } | UpstreamAuthRequired { .. } => {
+                StatusCode::UNAUTHORIZED
+            }
             AccessDenied { .. }
+            | PersonNotGranted { .. }
             | SessionForbidden
             | ForbiddenOrigin
             | ServiceAccountNotBound { .. } => StatusCode::FORBIDDEN,
@@ -124,7 +140,8 @@ impl GatewayError {
     pub fn rest_code(&self) -> &'static str {
         use GatewayError::*;
         match self {
-            Unauthenticated(_) => "unauthenticated",
+            Unauthenticated(_) | SignInRequired { .. } => "unauthenticated",
+            PersonNotGranted { .. } => "insufficient_scope",
             AccessDenied { .. } => "access_denied",
             ServerNotFound { .. } => "server_not_found",
             ToolNotFound { .. } => "tool_not_found",
@@ -155,6 +172,8 @@ impl GatewayError {
         use GatewayError::*;
         let (code, data) = match self {
             Unauthenticated(_)
+            | SignInRequired { .. }
+            | PersonNotGranted { .. }
             | SessionForbidden
             | ForbiddenOrigin
             | ServiceAccountNotBound { .. } => (codes::INVALID_REQUEST, None),
@@ -216,6 +235,8 @@ impl GatewayError {
         use GatewayError::*;
         match self {
             Unauthenticated(_)
+            | SignInRequired { .. }
+            | PersonNotGranted { .. }
             | UpstreamAuthRequired { .. }
             | SessionNotFound
             | SessionForbidden
@@ -274,6 +295,12 @@ impl GatewayError {
                 "Bearer realm=\"switchboard\", error=\"invalid_token\"",
             )),
             GatewayError::UpstreamAuthRequired {
+                www_authenticate, ..
+            }
+            | GatewayError::SignInRequired {
+                www_authenticate, ..
+            }
+            | GatewayError::PersonNotGranted {
                 www_authenticate, ..
             } => HeaderValue::from_str(www_authenticate).ok(),
             _ => None,

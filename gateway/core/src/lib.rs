@@ -14,11 +14,17 @@
 pub mod address_policy;
 pub mod credentials;
 pub mod errors;
+pub mod jwks;
+pub mod key;
 pub mod limits;
 pub mod live;
 pub mod metrics;
+pub mod people;
 pub mod route;
 pub mod scope;
 pub mod session;
 pub mod table;
 mod workload_identity;
+
+#[cfg(test)]
+mod sign_in_tests;

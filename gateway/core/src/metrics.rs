@@ -50,6 +50,14 @@ struct LimitedLabels {
     limit: &'static str,
 }
 
+/// A person's token checked (`people`): `issuer` is one of the snapshot's identity providers'
+/// (only a token naming one is checked as a person's), `outcome` `ok`, `no_grant` or a refusal.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignInLabels {
+    issuer: String,
+    outcome: &'static str,
+}
+
 /// A request the replica shed (`admission`): `reason` is `in_flight` or `queue_delay`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShedLabels {
@@ -131,6 +139,7 @@ pub struct Metrics {
     auth_relayed: Family<ServerLabels, Counter>,
     limited: Family<LimitedLabels, Counter>,
     shed: Family<ShedLabels, Counter>,
+    sign_ins: Family<SignInLabels, Counter>,
     /// Set when scraped, like `runtime_tasks`.
     cache_entries: Family<CacheLabels, Gauge>,
     queue_delay: Histogram,
@@ -195,6 +204,12 @@ impl Default for Metrics {
             "Entries held by each cache of the upstream plane (listings_shared, listings_callers, \
              tokens); bounded, so flat under any number of distinct callers",
             cache_entries.clone(),
+        );
+        let sign_ins = Family::<SignInLabels, Counter>::default();
+        registry.register(
+            "sign_ins",
+            "People's access tokens checked, by issuer and outcome (ok, no_grant, or why refused)",
+            sign_ins.clone(),
         );
         let shed = Family::<ShedLabels, Counter>::default();
         registry.register(
@@ -285,6 +300,7 @@ impl Default for Metrics {
             auth_relayed,
             limited,
             shed,
+            sign_ins,
             cache_entries,
             queue_delay,
             in_flight_cap,
@@ -314,6 +330,15 @@ impl Metrics {
         self.cache_entries
             .get_or_create(&CacheLabels { cache })
             .set(i64::try_from(entries).unwrap_or(i64::MAX));
+    }
+
+    pub fn sign_in(&self, issuer: &str, outcome: &'static str) {
+        self.sign_ins
+            .get_or_create(&SignInLabels {
+                issuer: issuer.to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     pub fn shed(&self, reason: &'static str) {

@@ -9,20 +9,29 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use crate::errors::GatewayError;
 use crate::limits::LimitPermit;
 use crate::metrics::Metrics;
+use crate::people::{Person, Signed};
 use crate::route::prefixed_name;
 use crate::table::{Key, RoutingTable, Server};
 use crate::workload_identity::looks_like_jwt;
 
 /// An authenticated request: the key, the routing table it started with, and its headers.
 pub struct Caller {
+    /// The key presented, or the one a ServiceAccount token stands for, or the first (by id)
+    /// of the keys that grant a signed-in person their scope.
     pub key: Arc<Key>,
+    /// A signed-in person: who, and the further keys that grant them scope (the union of what
+    /// `key` and these reach is theirs; every one's limits apply).
+    pub person: Option<Arc<Person>>,
+    also: Vec<Arc<Key>>,
     pub table: Arc<RoutingTable>,
     pub headers: HeaderMap,
     /// The caller's own `Authorization`, when the gateway key came in `X-Switchboard-Key`
     /// (only then can `Authorization` be the caller's credential for an upstream).
     pub own_authorization: Option<HeaderValue>,
-    /// The key's concurrency slot, held as long as the caller is (a relayed stream holds it).
+    /// The key's concurrency slot, held as long as the caller is (a relayed stream holds it),
+    /// and those of a person's further keys (apart: a caller with one key allocates nothing).
     _admission: Option<LimitPermit>,
+    _also_admitted: Vec<LimitPermit>,
 }
 
 /// The header that carries the gateway key when `Authorization` carries the caller's own
@@ -42,14 +51,89 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
         .filter(|k| !k.is_empty())
 }
 
+/// The endpoint a caller called, as a protected resource (RFC 9728): where people sign in, a
+/// 401 points at its metadata.
+#[derive(Debug, Clone, Copy)]
+pub enum Resource<'a> {
+    /// `/mcp`.
+    Mcp,
+    /// `/mcp/{prefix}`.
+    McpServer(&'a str),
+    /// `/mcp-rest/...`.
+    Rest,
+}
+
+impl Resource<'_> {
+    /// The resource's path (built only for a challenge: never on a call that authenticates).
+    pub fn path(self) -> String {
+        match self {
+            Resource::Mcp => "/mcp".into(),
+            Resource::McpServer(prefix) => format!("/mcp/{prefix}"),
+            Resource::Rest => "/mcp-rest".into(),
+        }
+    }
+}
+
 /// Authenticates the caller and admits the request under its key's limits (a refused request
 /// is a 429 before anything else happens).
 pub fn authenticate(
     table: Arc<RoutingTable>,
     headers: HeaderMap,
     metrics: &Metrics,
+    resource: Resource<'_>,
 ) -> Result<Caller, GatewayError> {
-    identify(table, headers)?.admitted(metrics)
+    let Some(presented) = presented_key(&headers).map(str::to_owned) else {
+        let missing = GatewayError::Unauthenticated(MISSING_KEY);
+        return Err(sign_in_challenge(&table, &headers, resource, missing));
+    };
+    caller_for_key(table, headers, &presented, Some(metrics), Some(resource))?.admitted(metrics)
+}
+
+const MISSING_KEY: &str =
+    "missing gateway key (Authorization: Bearer <key>, or X-Switchboard-Key: <key>)";
+
+/// Where people sign in (the snapshot has identity providers), the gateway's own 401 says where
+/// to get a token (RFC 9728: `resource_metadata`), and a person without a grant gets 403
+/// `insufficient_scope`; elsewhere the error stays as it is.
+pub fn sign_in_challenge(
+    table: &RoutingTable,
+    headers: &HeaderMap,
+    resource: Resource<'_>,
+    error: GatewayError,
+) -> GatewayError {
+    if table.people.is_none() {
+        return error;
+    }
+    let base = crate::table::base_url(&table.settings, headers);
+    let metadata = format!(
+        "{base}/.well-known/oauth-protected-resource{}",
+        resource.path()
+    );
+    match error {
+        GatewayError::Unauthenticated(reason) => {
+            // RFC 6750: a request without credentials gets no error code.
+            let presented =
+                headers.contains_key(header::AUTHORIZATION) || headers.contains_key(KEY_HEADER);
+            let www_authenticate = if presented {
+                format!(
+                    "Bearer resource_metadata=\"{metadata}\", error=\"invalid_token\", error_description=\"{reason}\""
+                )
+            } else {
+                format!("Bearer resource_metadata=\"{metadata}\"")
+            };
+            GatewayError::SignInRequired {
+                reason,
+                www_authenticate,
+            }
+        }
+        GatewayError::PersonNotGranted { person, .. } => GatewayError::PersonNotGranted {
+            person,
+            www_authenticate: format!(
+                "Bearer resource_metadata=\"{metadata}\", error=\"insufficient_scope\""
+            ),
+        },
+        other => other,
+    }
 }
 
 /// Authenticates a key the endpoint found in its own way (the LLM endpoints also take
@@ -60,43 +144,125 @@ pub fn authenticate_key(
     presented: &str,
     metrics: &Metrics,
 ) -> Result<Caller, GatewayError> {
-    caller_for_key(table, headers, presented)?.admitted(metrics)
+    caller_for_key(table, headers, presented, Some(metrics), None)?.admitted(metrics)
 }
 
 /// Authenticates the caller without counting the request against its limits: for a message
 /// another replica handed over, which that replica admitted.
 pub fn identify(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
     let presented = presented_key(&headers)
-        .ok_or(GatewayError::Unauthenticated(
-            "missing gateway key (Authorization: Bearer <key>, or X-Switchboard-Key: <key>)",
-        ))?
+        .ok_or(GatewayError::Unauthenticated(MISSING_KEY))?
         .to_string();
-    caller_for_key(table, headers, &presented)
+    caller_for_key(table, headers, &presented, None, None)
 }
 
+/// The caller a presented credential makes: a key, a person (sign-ins counted in `metrics`), or
+/// a ServiceAccount. A refusal on a `resource` people sign in to carries its challenge.
 fn caller_for_key(
     table: Arc<RoutingTable>,
     headers: HeaderMap,
     presented: &str,
+    metrics: Option<&Metrics>,
+    resource: Option<Resource<'_>>,
 ) -> Result<Caller, GatewayError> {
-    let key = match table.authenticate(presented) {
-        Some(key) => key.clone(),
-        None => service_account_key(&table, presented)?,
+    let (key, person, also) = match grants_of(&table, presented, metrics) {
+        Ok(found) => found,
+        Err(e) => {
+            return Err(match resource {
+                Some(resource) => sign_in_challenge(&table, &headers, resource, e),
+                None => e,
+            });
+        }
     };
-    if key.is_expired(SystemTime::now()) {
-        return Err(GatewayError::Unauthenticated("the gateway key has expired"));
-    }
     let own_authorization = headers
         .contains_key(KEY_HEADER)
         .then(|| headers.get(header::AUTHORIZATION).cloned())
         .flatten();
     Ok(Caller {
         key,
+        person,
+        also,
         table,
         headers,
         own_authorization,
         _admission: None,
+        _also_admitted: Vec::new(),
     })
+}
+
+/// A credential's key, and for a person, who they are and their further grants.
+type Grants = (Arc<Key>, Option<Arc<Person>>, Vec<Arc<Key>>);
+
+fn grants_of(
+    table: &RoutingTable,
+    presented: &str,
+    metrics: Option<&Metrics>,
+) -> Result<Grants, GatewayError> {
+    let (key, person, also) = match table.authenticate(presented) {
+        Some(key) => (key.clone(), None, Vec::new()),
+        None => match signed_in(table, presented, metrics)? {
+            Some(signed) => {
+                let mut grants = signed.grants.into_iter();
+                // `verify` returns at least one grant, and the unexpired ones are kept.
+                let first = grants.next().ok_or_else(|| not_granted(&signed.person))?;
+                (first, Some(signed.person), grants.collect())
+            }
+            None => (service_account_key(table, presented)?, None, Vec::new()),
+        },
+    };
+    if key.is_expired(SystemTime::now()) {
+        return Err(GatewayError::Unauthenticated("the gateway key has expired"));
+    }
+    Ok((key, person, also))
+}
+
+/// A person's access token, when the snapshot has identity providers and the token is one of
+/// theirs (`None`: not a person's token; a key or a ServiceAccount token is tried instead).
+/// Grants whose key has expired are left out; a person left with none gets 403.
+fn signed_in(
+    table: &RoutingTable,
+    presented: &str,
+    metrics: Option<&Metrics>,
+) -> Result<Option<Signed>, GatewayError> {
+    let Some(people) = &table.people else {
+        return Ok(None);
+    };
+    let Some(issuer) = looks_like_jwt(presented)
+        .then(|| people.issuer_of(presented))
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    let count = |outcome| {
+        if let Some(metrics) = metrics {
+            metrics.sign_in(&issuer, outcome);
+        }
+    };
+    match people.verify(&table.identity_keys, presented) {
+        Ok(mut signed) => {
+            let now = SystemTime::now();
+            signed.grants.retain(|k| !k.is_expired(now));
+            if signed.grants.is_empty() {
+                count("no_grant");
+                return Err(not_granted(&signed.person));
+            }
+            count("ok");
+            Ok(Some(signed))
+        }
+        Err(refusal) => {
+            count(refusal.label());
+            tracing::info!(%issuer, reason = refusal.reason(), "sign-in refused");
+            Err(GatewayError::Unauthenticated(refusal.reason()))
+        }
+    }
+}
+
+fn not_granted(person: &Person) -> GatewayError {
+    tracing::info!(person = %person, "a signed-in person no unexpired key grants any scope");
+    GatewayError::PersonNotGranted {
+        person: person.to_string(),
+        www_authenticate: String::new(),
+    }
 }
 
 /// The key a ServiceAccount token stands for (docs/architecture.md, "Workload identity"). A
@@ -126,7 +292,35 @@ impl Caller {
     /// The caller, admitted under its key's limits.
     fn admitted(mut self, metrics: &Metrics) -> Result<Caller, GatewayError> {
         self._admission = self.table.limiters.admit_key(&self.key.id, metrics)?;
+        for key in &self.also {
+            let permit = self.table.limiters.admit_key(&key.id, metrics)?;
+            self._also_admitted.extend(permit);
+        }
         Ok(self)
+    }
+
+    /// Every key whose scope this caller has (one, except for a person several keys grant).
+    fn grants(&self) -> impl Iterator<Item = &Arc<Key>> {
+        std::iter::once(&self.key).chain(&self.also)
+    }
+
+    /// Who is calling, for log lines: the key's name, or the signed-in person (issuer and
+    /// subject; never their token).
+    pub fn who(&self) -> std::borrow::Cow<'_, str> {
+        match &self.person {
+            Some(person) => std::borrow::Cow::Owned(person.to_string()),
+            None => std::borrow::Cow::Borrowed(&self.key.name),
+        }
+    }
+
+    /// What sessions and exchanges this caller opens are bound to: the person, else the key.
+    pub fn tag(&self) -> &[u8; 32] {
+        self.person.as_ref().map_or(&self.key.digest, |p| &p.tag)
+    }
+
+    /// Whether this caller may use `model`.
+    pub fn reaches_model(&self, model: &switchboard_snapshot::ModelSpec) -> bool {
+        self.grants().any(|k| k.reaches_model(model))
     }
 
     /// The gateway itself, calling `server` with no caller headers (readiness probes).
@@ -145,10 +339,13 @@ impl Caller {
         };
         Caller {
             key: Arc::new(key),
+            person: None,
+            also: Vec::new(),
             table,
             headers: HeaderMap::new(),
             own_authorization: None,
             _admission: None,
+            _also_admitted: Vec::new(),
         }
     }
 
@@ -161,13 +358,18 @@ impl Caller {
     }
 
     pub fn reaches(&self, server: &Server) -> bool {
-        self.key.reaches(&server.spec)
+        self.grants().any(|k| k.reaches(&server.spec))
     }
 
     /// Whether `tool` (the upstream's own name) of `server` is visible to this caller: the
     /// server's filter and the key's filter both admit it.
     pub fn sees_tool(&self, server: &Server, tool: &str) -> bool {
-        server.spec.tools.admits(tool) && self.key.admits_tool(&server.spec, tool)
+        // A tool is a person's when one of the keys that reach its server admits it (not when
+        // a key that reaches another server does).
+        server.spec.tools.admits(tool)
+            && self
+                .grants()
+                .any(|k| k.reaches(&server.spec) && k.admits_tool(&server.spec, tool))
     }
 
     /// The servers this caller reaches on the aggregate endpoint, in snapshot order, narrowed
@@ -281,7 +483,7 @@ mod tests {
         if let Some(n) = narrow {
             headers.insert("x-mcp-servers", HeaderValue::from_str(n).unwrap());
         }
-        authenticate(table, headers, &Metrics::default()).expect("key authenticates")
+        authenticate(table, headers, &Metrics::default(), Resource::Mcp).expect("key authenticates")
     }
 
     const TWO: &str = "servers:\n- {name: a, url: 'http://x/mcp', allowAllKeys: true}\n- {name: b, url: 'http://x/mcp', allowAllKeys: true}\n- {name: c, url: 'http://x/mcp'}\nkeys:\n- {name: k, secret: s1}\n";
@@ -341,12 +543,13 @@ mod tests {
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer user-token"),
         );
-        let c = authenticate(table.clone(), headers, &Metrics::default())
+        let c = authenticate(table.clone(), headers, &Metrics::default(), Resource::Mcp)
             .expect("key from X-Switchboard-Key");
         assert_eq!(c.own_authorization.unwrap(), "Bearer user-token");
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s1"));
-        let c = authenticate(table, headers, &Metrics::default()).expect("key from Authorization");
+        let c = authenticate(table, headers, &Metrics::default(), Resource::Mcp)
+            .expect("key from Authorization");
         assert!(
             c.own_authorization.is_none(),
             "the gateway key is never the caller's credential"

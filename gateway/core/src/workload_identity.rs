@@ -10,10 +10,11 @@
 
 use std::collections::HashMap;
 
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
-use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
+use jsonwebtoken::{Validation, decode, decode_header};
 use serde::Deserialize;
 use switchboard_snapshot::ServiceAccountTokens;
+
+use crate::jwks::SigningKeys;
 
 /// A verified token's ServiceAccount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,8 +65,7 @@ impl Refusal {
 pub struct TokenVerifier {
     issuer: String,
     audiences: Vec<String>,
-    /// By key id; keys without one are tried in turn.
-    keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    keys: SigningKeys,
     /// Tokens verified lately (by SHA-256), with their expiry: a workload sends the same token
     /// for minutes, and a signature check costs more than the rest of a request.
     verified: moka::sync::Cache<[u8; 32], (ServiceAccount, u64)>,
@@ -110,28 +110,7 @@ const LEEWAY_SECONDS: u64 = 30;
 impl TokenVerifier {
     /// The verifier of a snapshot's settings; an error names the key set's problem.
     pub fn new(settings: &ServiceAccountTokens) -> Result<TokenVerifier, String> {
-        let set: JwkSet = serde_json::from_value(settings.jwks.clone())
-            .map_err(|e| format!("not a JSON Web Key Set: {e}"))?;
-        let mut keys = Vec::new();
-        for (i, jwk) in set.keys.iter().enumerate() {
-            let algorithm = match (&jwk.common.key_algorithm, &jwk.algorithm) {
-                (Some(alg), _) => alg.to_string().parse::<Algorithm>().ok(),
-                (None, AlgorithmParameters::RSA(_)) => Some(Algorithm::RS256),
-                (None, AlgorithmParameters::EllipticCurve(ec)) => match ec.curve {
-                    EllipticCurve::P256 => Some(Algorithm::ES256),
-                    EllipticCurve::P384 => Some(Algorithm::ES384),
-                    _ => None,
-                },
-                _ => None,
-            };
-            let Some(algorithm) = algorithm else {
-                return Err(format!(
-                    "keys[{i}]: an algorithm this gateway cannot verify"
-                ));
-            };
-            let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("keys[{i}]: {e}"))?;
-            keys.push((jwk.common.key_id.clone(), algorithm, key));
-        }
+        let keys = SigningKeys::parse(&settings.jwks, true)?;
         Ok(TokenVerifier {
             issuer: settings.issuer.clone(),
             audiences: settings.audiences.clone(),
@@ -162,12 +141,9 @@ impl TokenVerifier {
 
     fn verify_signed(&self, token: &str) -> Result<(ServiceAccount, u64), Refusal> {
         let header = decode_header(token).map_err(|_| Refusal::Malformed)?;
-        let candidates = self.keys.iter().filter(|(kid, alg, _)| {
-            *alg == header.alg && (header.kid.is_none() || kid.is_none() || *kid == header.kid)
-        });
         let mut outcome = Err(Refusal::UnknownSigningKey);
-        for (_, alg, key) in candidates {
-            let mut validation = Validation::new(*alg);
+        for (alg, key) in self.keys.candidates(&header) {
+            let mut validation = Validation::new(alg);
             validation.set_issuer(&[&self.issuer]);
             validation.set_audience(&self.audiences);
             validation.leeway = LEEWAY_SECONDS;
@@ -263,12 +239,9 @@ impl<K: Clone> Bindings<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jsonwebtoken::{EncodingKey, Header, encode};
     use serde_json::json;
 
-    const KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQDB5QL/wURjlQHE\ni4Aow7bxDli2e19wPecQgclADyJLvtXdCodkhRDlLua4YR+nduofWwTr3vKiF4FJ\n9ryiITWelS+BiY94eK4gRvloX+81FcugMVTc9srv269RXTrsDgbF49CBhbBJmwFz\nuinAOOSWpPhrXdYg6Sj/i/D6uRdzuPGXA7mvNElh6dVhHVjgzCOtuRPLAYeCVHNu\nPbbQyDcpKj4bZMx7trE0kQl4XiuaJAytVzEuQlQOo/LbPUN5jfanMIaUv8ADfHa+\nu/qWMTc/jqrWZY3zU2D+5lbhb49mEcB+YN4BXS9q03lXuhs96qLAt7V9wFSPpKK8\nn3IyIRTbAgMBAAECggEAFTwpF2yJumRD1Mw4ZX6FxyG8moOpgKfu6fJk4ZSmu2fz\nkSlJibs/DfKUhyXv6w3Nd1CnGdQJe7IaUUjqANGlRzBsiwHPSjDhVRygzQsQrh4s\ndmdgtXB76kgDi+Qrg1XH7R1VpRHIrE8DGjMNxoUUl+EKaevVezY97LrdUgA6bsxl\n8hrepVMdbR5jQg4MuQDNDtl9mnrAnhuSy/7ThN+Y1TJRMjiuWACb5GF1iv0kTveY\nfQD/IE165NCWE8gI2vYN1EZCfU+IMsr0/d0rWdhrdGpudWb3X+YBUAu++fmCSiBI\nAMH4AQuiqptQF2GlELeHfhEzazF8OrCQD8QiwfxESQKBgQD2H315fXP+3e3IoS0h\nmQ2pu3xV8NheuDbBU1u5aqb0gnOROuhNHtgVYWWlMaFFNBwLJKNPNf/nydY8qJsx\nMVhmwNWeqor6XIX/lWN4eOXrWrwToiZffTqYeZVpDRSvNGjCs7KsHvyg2eyNRERd\nfjN2vJ+VMawBdg0SFR990B032QKBgQDJrPXO6LIfUIGAmShGS09V8+4CI0P1qnRn\n2AVDlaJeGrcW3CzMGAQdxyxAHKBbFE3BIjbLOKuZEuf3a23HWIe18d9UAFGk6odD\nbtHAKBwCViQKbqwLkOMUPXHrkxpKjFdKnfkM81mF31o1b6aWzjFlNGFnkEvFkSfC\nAXZ78ulV0wKBgQC6O/2/zjPVaKyioYL650s1Yc6lYQb4NUAJbT/8vzzxyzwTapWY\ntXwgQYCeTT2QleuaavC/4UZwZ4OahqJXyNTxe3ypALcE1rn2OV35LNIdEp055fpP\nSvzpnyZ1RRaftHKI0VyjbRcPx5Z9Fmj8rZ/XesbuJ5XVzTP6uM0JcE6LkQKBgHIb\nAhjHX8CH9D2majsbcQ/Yq9lZyqG8h5AZkSDkELHdu6mbeV0gWXPftRGxIKlnm3ai\nvQ3OSoiZQdWjWsFnPaGb8Be+9nKwn0dv9A0cpHxN8KZWZ9FDcLeK7GG1ITL8pIb7\nSmYhaY1tCcUiHsdEcn4oXNQTuEtYDX6fBUKr9YkxAoGAVo8u9Hcl/L9EG5SLuiOB\nalkUOf5BaQDrjOLgEOTN0gVp8tRqf6inbQ/3ZEiIqr9rJ2TpJJu/qmrranIqhG71\ns7SrnSl5lXZMrBkR+Bnvne+Omv3IOhsFatmeBCF6FENKWcR1iG87dJ7T7jdm/2N3\nLin5cEHvCU3085scwjQJLV0=\n-----END PRIVATE KEY-----";
-    const OTHER_PEM: &str = "-----BEGIN PRIVATE KEY-----\nMIIEvgIBADANBgkqhkiG9w0BAQEFAASCBKgwggSkAgEAAoIBAQDJyjROsLBa2ZwK\n+0Nlhvuax30wR8fwB2Owjse9g8OLRlQI0FOz3hEN4xUw2WMRpBXaurzSo+qo0BPT\no0/9hZX7MEZARKovwyogPDu8mbMBiIeh4VegdK+iFKUl5kWhXpL2Lf9B0uwKHxtg\nKvzJ1LvIxbC601HN5VTx2Rio2igjroK4mcz2ncDgFdHF2MJ2/KXENPkw+SE/qmXr\nhMooGij4BoWakTxIc5S3cSkEYu6Ry/9PfJv8bRY3rB5kviKjQUyII78DTZenUf1I\nCuNsTBTh9oSxQjbOgBNZh745qW8aPSE9oKul4SSql4bYX1o2DxNs4S37DZy4d4gD\nqcmd/VeJAgMBAAECggEADTbbNp9q6IOTmmfswakDQrquLXk4L35aGcDyLCxgf0Bg\nDZBG74cGdAYSDOW9M/WukLJTlOjXpNJrfoledaEjTPAJya+jKOKyGGG9+NuI+kUD\ncV4dPgxvR2WjR4861l/e096KG0rT2tSvO675jS8wVOwWZvx998YPbtp1hGAQWEgC\nn5okFwLaYubCSwNyt0Jq7kcwzj2i4EUZYFhuUjrpYmBi9No4mGBgofLpBX6TY2xN\noH9dIvzdwPnzXg0LmcSUrkzdVBxi29tDVU8BJ73KoacWVkdCZNiHV18rxyZSFSow\nAb8l9nTy/N1j2gphf/JOsBQZsloPxt3WCLHSP34tuQKBgQDxiSFO7HcK4vHLSiCG\nBgCEVGxbQdawozsVWB5xCnukia+Ievewl14N96SeEEFjAoSPYRKHtC3gDU23hdAJ\ni7qdy3avhL3QYDgzLnHM3jjRMzV8hgrT1TId+12zjTSQ+KkFlv8hXzXts3RX8t3L\nAF9wtiwLlbql0YI9B5ni8zXEZwKBgQDV37/8/bAT6MqdnYxMgS0VT9I3LtBuc8Ws\nuawh+hRf0HxnRwAtIv3G0+cWtu/y9V3nuoLUhWnTU5zpUP1wtiqxXDTuThMnmzMh\nGn+Hwotx75WomLTVK+I4P+8OXq8uzvS40tbeDEbh++dnyQfd+qTt0Lxsz9JrgTxX\nfxiJYbEOjwKBgQCaWhDQF+sHKPpt+EQKgeFor27DbrKdFOMYA8UIZjOXdWmYZUTO\nNB0l/eDUJf0zIZPG8LjfwfQjHz1QD5Jf10x9tF13UvPeKu8fPgn5avWSMxB2ME7R\nCohJgq5hpNY34sBY0yLdl7Ol4K1z2r+EEAvtwm0pRhkOCHIbQDVGRDhS9wKBgBb6\nSAUlOEKbUxFl+MnLYw2UGtCk7e2/8G/jLtQjqwa0PnlWDnXK+Zrf70bodpUSuXkI\n979fagQzSntioSf32lRdxK4Jo1MxAGhBEYyDYTnndJu9dEgmw9IpRES19XpA79ff\nhwgqJ39l8fGbjoXRxOBr+aJzHXdBVjtMQ1WXMk+PAoGBAJ/zidhVcQ5wVJnjNd52\nUia5u/pNbN7baKSiyA0/1qrKwtRRIr3Aq2KBQqdt7Kc8tl65uolp7YFsnF9B1BSq\nt2F++F+F6tZFwZ0PBtU3sJDrkMbVK1Uc+KjPNw3MxhD75GT/N8IoCV3qShjFcugW\nHFScxttXFHCHr9vYzKcBSRkQ\n-----END PRIVATE KEY-----";
-    const N: &str = "weUC_8FEY5UBxIuAKMO28Q5YtntfcD3nEIHJQA8iS77V3QqHZIUQ5S7muGEfp3bqH1sE697yoheBSfa8oiE1npUvgYmPeHiuIEb5aF_vNRXLoDFU3PbK79uvUV067A4GxePQgYWwSZsBc7opwDjklqT4a13WIOko_4vw-rkXc7jxlwO5rzRJYenVYR1Y4MwjrbkTywGHglRzbj220Mg3KSo-G2TMe7axNJEJeF4rmiQMrVcxLkJUDqPy2z1DeY32pzCGlL_AA3x2vrv6ljE3P46q1mWN81Ng_uZW4W-PZhHAfmDeAV0vatN5V7obPeqiwLe1fcBUj6SivJ9yMiEU2w";
+    use crate::jwks::test_keys::{KEY_PEM, N, OTHER_PEM, token};
 
     fn verifier() -> TokenVerifier {
         TokenVerifier::new(&ServiceAccountTokens {
@@ -277,17 +250,6 @@ mod tests {
             jwks: json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1", "n": N, "e": "AQAB"}]}),
         })
         .expect("a valid key set")
-    }
-
-    fn token(pem: &str, kid: &str, claims: serde_json::Value) -> String {
-        let mut header = Header::new(Algorithm::RS256);
-        header.kid = Some(kid.into());
-        encode(
-            &header,
-            &claims,
-            &EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap(),
-        )
-        .unwrap()
     }
 
     fn claims(aud: &str, exp_in: i64) -> serde_json::Value {

@@ -31,7 +31,7 @@ pub fn record(
     outcome: &'static str,
     tally: &Tally,
     started: Instant,
-    key: &str,
+    caller: &str,
     gateway_tools: usize,
 ) {
     cx.metrics.llm_request(
@@ -47,7 +47,7 @@ pub fn record(
     tracing::info!(
         model = model.id(),
         endpoint = format.as_str(),
-        key,
+        caller,
         outcome,
         model_calls = tally.model_calls,
         gateway_tools,

@@ -88,7 +88,7 @@ fn model_for(
         .table
         .model_by_name(name)
         .ok_or_else(|| LlmError::ModelNotFound(name.to_string()))?;
-    if !caller.key.reaches_model(&model.spec) {
+    if !caller.reaches_model(&model.spec) {
         return Err(LlmError::ModelForbidden(name.to_string()));
     }
     let served = match model.spec.provider {
@@ -131,7 +131,7 @@ async fn prepare(
     let mut body = parse_body(cx, body)?;
     let caller = caller(cx, headers.clone())?;
     let model = model_for(&caller, &body, format)?;
-    let tag = key_tag(&caller.key.digest);
+    let tag = key_tag(caller.tag());
     let sealer = &caller.table.sealer;
     format.expand(&mut body, &|token| {
         crate::carry::Carry::open(sealer, token, tag, model.id())
@@ -195,7 +195,7 @@ async fn serve(
         }
     };
     let model = prepared.model.clone();
-    let key = prepared.caller.key.name.clone();
+    let key = prepared.caller.who().into_owned();
     let gateway_tools = prepared.tools.tools.len();
     if prepared.stream && prepared.tools.has_gateway_run() {
         // The loop streams on its own task; it records its figures when it ends.
@@ -313,7 +313,7 @@ pub async fn models(State(cx): State<Arc<LlmContext>>, headers: HeaderMap) -> Re
         .table
         .models
         .iter()
-        .filter(|m| caller.key.reaches_model(&m.spec))
+        .filter(|m| caller.reaches_model(&m.spec))
         .flat_map(|m| m.spec.client_names().map(move |name| (m, name)))
         .map(|(m, name)| {
             json!({

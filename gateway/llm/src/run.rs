@@ -53,7 +53,7 @@ impl Prepared {
 
     pub fn new_carry(&self) -> Carry {
         Carry {
-            key_tag: key_tag(&self.caller.key.digest),
+            key_tag: key_tag(self.caller.tag()),
             model: self.model.id().to_string(),
             ..Carry::default()
         }

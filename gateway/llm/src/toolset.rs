@@ -203,7 +203,7 @@ pub async fn resolve(
             continue;
         };
         if !caller.reaches(server) {
-            tracing::debug!(model = model.id(), server = server.id(), key = %caller.key.name, "the key does not reach a server attached to the model; its tools are left out");
+            tracing::debug!(model = model.id(), server = server.id(), caller = %caller.who(), "the key does not reach a server attached to the model; its tools are left out");
             continue;
         }
         attachments.push(Attachment {

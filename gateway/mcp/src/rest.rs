@@ -18,7 +18,7 @@ use crate::context::McpContext;
 use crate::dispatch::route_name;
 use switchboard_core::errors::{GatewayError, RestError};
 use switchboard_core::route::split_prefixed;
-use switchboard_core::scope::{Caller, authenticate};
+use switchboard_core::scope::{Caller, Resource, authenticate};
 use switchboard_core::table::Server;
 use switchboard_upstream::listing::ListKind;
 
@@ -58,7 +58,7 @@ async fn list_tools_inner(
     query: ListQuery,
     headers: HeaderMap,
 ) -> Result<Box<RawValue>, GatewayError> {
-    let caller = authenticate(cx.table(), headers, &cx.metrics)?;
+    let caller = authenticate(cx.table(), headers, &cx.metrics, Resource::Rest)?;
     let servers: Vec<Arc<Server>> = match &query.server_id {
         Some(id) => vec![caller.server_for_rest(id)?],
         None => caller.servers_in_scope(),
@@ -107,7 +107,7 @@ async fn call_tool_inner(
     if body.len() > limit {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    let caller = authenticate(table, headers, &cx.metrics)?;
+    let caller = authenticate(table, headers, &cx.metrics, Resource::Rest)?;
     let call: CallBody = serde_json::from_slice(&body)
         .map_err(|e| GatewayError::InvalidRequest(format!("body: {e}")))?;
     let (server, tool) = match &call.server_id {

@@ -4,6 +4,7 @@
 
 pub mod delivery;
 mod errors;
+mod identity;
 pub mod key_hash;
 pub mod load;
 mod model;
@@ -12,6 +13,7 @@ pub mod networks;
 mod secret;
 pub mod tls;
 
+pub use identity::{ALGORITHMS, IdentityClaims, IdentityProviderSpec, PeopleBinding};
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};

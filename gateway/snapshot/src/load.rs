@@ -345,6 +345,7 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             );
         }
     }
+    v.identity(snapshot);
     let mut bound: HashMap<&str, usize> = HashMap::new();
     for (i, key) in snapshot.keys.iter().enumerate() {
         for (j, account) in key.service_accounts.iter().enumerate() {
@@ -404,6 +405,16 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         v.limits(&format!("{path}.limits"), key.limits.as_ref());
     }
     v.finish()
+}
+
+/// A URL whose host is loopback (`localhost`, 127.0.0.0/8, ::1).
+fn is_loopback_url(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
 }
 
 #[derive(Default)]
@@ -628,6 +639,103 @@ impl Validator {
         }
     }
 
+    /// `identityProviders` and the `keys[].people` that name them.
+    fn identity(&mut self, snapshot: &Snapshot) {
+        let mut providers: HashMap<(&str, &str), usize> = HashMap::new();
+        for (i, provider) in snapshot.identity_providers.iter().enumerate() {
+            let path = format!("identityProviders[{i}]");
+            if !crate::names::is_dns_subdomain(&provider.name) {
+                self.err(format!("{path}.name"), "must be a DNS subdomain name");
+            } else if let Some(first) = providers.insert((&provider.namespace, &provider.name), i) {
+                self.err(
+                    format!("{path}.name"),
+                    format!("{:?} is already identityProviders[{first}]", provider.name),
+                );
+            }
+            match url::Url::parse(&provider.issuer) {
+                Ok(u) if u.scheme() == "https" || (u.scheme() == "http" && is_loopback_url(&u)) => {
+                    if u.query().is_some() || u.fragment().is_some() {
+                        self.err(
+                            format!("{path}.issuer"),
+                            "an issuer has no query or fragment",
+                        );
+                    }
+                    self.upstream_url(format!("{path}.issuer"), &provider.issuer);
+                }
+                Ok(_) => self.err(
+                    format!("{path}.issuer"),
+                    "must be an https URL (http only on loopback, for tests)",
+                ),
+                Err(e) => self.err(format!("{path}.issuer"), format!("not a valid URL: {e}")),
+            }
+            if let Some(jwks) = &provider.jwks_url {
+                self.upstream_url(format!("{path}.jwksUrl"), jwks);
+            }
+            if provider.audiences.is_empty() || provider.audiences.iter().any(String::is_empty) {
+                self.err(
+                    format!("{path}.audiences"),
+                    "must name at least one audience",
+                );
+            }
+            if provider.algorithms.is_empty() {
+                self.err(
+                    format!("{path}.algorithms"),
+                    "must name at least one algorithm",
+                );
+            }
+            for (j, alg) in provider.algorithms.iter().enumerate() {
+                if !crate::identity::ALGORITHMS.contains(&alg.as_str()) {
+                    self.err(
+                        format!("{path}.algorithms[{j}]"),
+                        format!(
+                            "{alg:?} is not one of {} (no HMAC, no none)",
+                            crate::identity::ALGORITHMS.join(", ")
+                        ),
+                    );
+                }
+            }
+            for (field, claim) in [
+                ("subject", &provider.claims.subject),
+                ("groups", &provider.claims.groups),
+            ] {
+                if claim.is_empty() || claim.split('.').any(str::is_empty) {
+                    self.err(
+                        format!("{path}.claims.{field}"),
+                        "must be a claim name or a dotted path (realm_access.roles)",
+                    );
+                }
+            }
+            if provider.clock_skew > std::time::Duration::from_secs(600) {
+                self.err(format!("{path}.clockSkew"), "must be at most 10m");
+            }
+        }
+        for (i, key) in snapshot.keys.iter().enumerate() {
+            for (j, people) in key.people.iter().enumerate() {
+                let path = format!("keys[{i}].people[{j}]");
+                if !providers.contains_key(&(key.namespace.as_str(), people.provider.as_str())) {
+                    self.err(
+                        format!("{path}.provider"),
+                        format!(
+                            "no identity provider {:?} in namespace {:?}",
+                            people.provider, key.namespace
+                        ),
+                    );
+                }
+                if people.subjects.is_empty() && people.groups.is_empty() {
+                    self.err(path.clone(), "must name subjects, groups or both");
+                }
+                if people
+                    .subjects
+                    .iter()
+                    .chain(&people.groups)
+                    .any(String::is_empty)
+                {
+                    self.err(path, "subjects and groups must not be empty strings");
+                }
+            }
+        }
+    }
+
     /// A URL the gateway connects to: http or https with a host, and not a literal address
     /// the network policy denies. The URL is not echoed: it may carry credentials (user:pass@
     /// or a query token).
@@ -667,6 +775,30 @@ mod tests {
 
     fn load_str(text: &str) -> Result<Snapshot, SnapshotError> {
         load(text, &NoLookup)
+    }
+
+    #[test]
+    fn identity_providers_and_people_bindings_are_checked_by_field() {
+        let good = "identityProviders:\n- name: corp\n  issuer: https://login.example/realms/r\n  audiences: [switchboard]\nkeys:\n- name: team-a\n  secret: s1\n  people: [{provider: corp, groups: [team-a]}]\n";
+        let s = load_str(good).unwrap();
+        assert_eq!(s.identity_providers[0].claims.subject, "sub");
+        assert_eq!(s.identity_providers[0].algorithms, ["RS256", "ES256"]);
+        assert_eq!(s.keys[0].people[0].groups, ["team-a"]);
+        let bad = "identityProviders:\n- name: corp\n  issuer: http://login.example/realms/r\n  audiences: []\n  algorithms: [HS256]\n  claims: {groups: 'realm_access.'}\nkeys:\n- name: team-a\n  secret: s1\n  people: [{provider: other, groups: [team-a]}, {provider: corp}]\n";
+        let err = load_str(bad).unwrap_err().to_string();
+        for field in [
+            "identityProviders[0].issuer",
+            "identityProviders[0].audiences",
+            "identityProviders[0].algorithms[0]",
+            "identityProviders[0].claims.groups",
+            "keys[0].people[0].provider",
+            "keys[0].people[1]",
+        ] {
+            assert!(err.contains(field), "{field} missing in {err}");
+        }
+        // http is accepted on loopback (test identity providers).
+        let local = good.replace("https://login.example", "http://127.0.0.1:8080");
+        assert!(load_str(&local).is_ok());
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Snapshot {
     /// LLM models the gateway fronts on `/v1/messages` and `/v1/chat/completions`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<ModelSpec>,
+    /// OpenID Connect providers whose people sign in (`keys[].people` says with which scope).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identity_providers: Vec<crate::identity::IdentityProviderSpec>,
 }
 
 impl Default for Snapshot {
@@ -45,6 +48,7 @@ impl Default for Snapshot {
             servers: Vec::new(),
             keys: Vec::new(),
             models: Vec::new(),
+            identity_providers: Vec::new(),
         }
     }
 }
@@ -249,7 +253,7 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     Ok(Rate { count, period })
 }
 
-fn default_namespace() -> String {
+pub(crate) fn default_namespace() -> String {
     DEFAULT_NAMESPACE.to_string()
 }
 fn default_timeout() -> Duration {
@@ -535,6 +539,10 @@ pub struct KeySpec {
     /// for every ServiceAccount of a namespace (see `gateway.serviceAccountTokens`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_accounts: Vec<String>,
+    /// People signed in with an identity provider of this namespace who act with this key's
+    /// scope (`identityProviders`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub people: Vec<crate::identity::PeopleBinding>,
     /// Filter over prefixed tool names (`<prefix>__<tool>`).
     #[serde(default)]
     pub tools: ToolFilter,

@@ -270,6 +270,13 @@ impl Upstreams {
             .iter()
             .map(|s| server_key(s))
             .chain(table.models.iter().map(|m| model_key(m)))
+            .chain(
+                table
+                    .people
+                    .iter()
+                    .flat_map(|p| p.providers())
+                    .map(|(_, _, tls)| tls_key(tls.map(|t| &**t))),
+            )
             .chain([ClientKey::SHARED])
             .collect();
         let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
@@ -305,6 +312,17 @@ impl Upstreams {
     /// The HTTP client for a model's provider, with the model's TLS settings.
     pub fn http_for_model(&self, model: &Model) -> Result<HttpClient, String> {
         self.client(model_key(model), None, model.tls.as_deref())
+    }
+
+    /// The HTTP client for an identity provider's discovery and keys, with its TLS settings.
+    pub fn http_for_tls(&self, tls: Option<&TlsMaterial>) -> Result<HttpClient, String> {
+        self.client(tls_key(tls), None, tls)
+    }
+
+    /// Whether a URL may be used under `gateway.upstreamNetworks` (its host, and a literal
+    /// address; names are checked again as they resolve).
+    pub fn allows_url(&self, url: &url::Url) -> Result<(), Denied> {
+        self.networks.load().check_url(url)
     }
 
     /// The pooled HTTP client for what has no TLS settings of its own (other replicas). An
@@ -1000,6 +1018,13 @@ fn server_key(server: &Server) -> ClientKey {
     ClientKey {
         policy: server.scope.as_ref().map(|s| s.key),
         tls: server.tls.as_ref().map(|t| t.key),
+    }
+}
+
+fn tls_key(tls: Option<&TlsMaterial>) -> ClientKey {
+    ClientKey {
+        policy: None,
+        tls: tls.map(|t| t.key),
     }
 }
 

@@ -8,6 +8,7 @@ mod catalog;
 pub mod client;
 pub mod error;
 pub mod http_client;
+pub mod identity_keys;
 pub mod listing;
 pub mod plane;
 pub mod protected_resource;

@@ -5,6 +5,7 @@
 //! caller's 401. One deadline covers the whole request, renewals and retries included. The
 //! renew-once rule is written once ([`UpstreamPlane::renewing`]) for calls and listings alike.
 
+use crate::identity_keys::KeyFetcher;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,9 @@ use switchboard_protocol::{Era, HEADER_MISMATCH};
 /// What the gateway keeps about its upstreams. Every part is a cache a replica rebuilds on
 /// demand (invariant 2); [`UpstreamPlane::apply`] forgets servers that left or changed.
 pub struct UpstreamPlane {
-    pub upstreams: Upstreams,
+    pub upstreams: Arc<Upstreams>,
+    /// Identity providers' signing keys, fetched for the tables this plane serves.
+    pub identity_keys: Arc<KeyFetcher>,
     pub catalog: Catalog,
     pub tokens: Tokens,
     pub protected_resources: ProtectedResources,
@@ -69,7 +72,8 @@ impl<'a> Forward<'a> {
 impl UpstreamPlane {
     pub fn new(metrics: Arc<Metrics>) -> UpstreamPlane {
         UpstreamPlane {
-            upstreams: Upstreams::new(),
+            upstreams: Arc::new(Upstreams::new()),
+            identity_keys: Arc::default(),
             catalog: Catalog::default(),
             tokens: Tokens::default(),
             protected_resources: ProtectedResources::default(),
@@ -80,6 +84,13 @@ impl UpstreamPlane {
     /// Takes a new table's address policy and TLS roots: called before the table serves.
     pub fn prepare(&self, table: &RoutingTable) {
         self.upstreams.set_table(table);
+    }
+
+    /// Gives a table the gateway is about to serve the one store of identity providers' keys
+    /// this plane's fetcher fills (keys outlive snapshots), and has its providers fetched.
+    pub fn serve_people(&self, table: &mut RoutingTable) {
+        table.identity_keys = self.identity_keys.store.clone();
+        self.identity_keys.set_table(table, self.upstreams.clone());
     }
 
     /// Forgets what belongs to servers that left `table` or changed: called once it serves, so

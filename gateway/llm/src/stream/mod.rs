@@ -100,7 +100,7 @@ fn finish_record(prepared: &Prepared, outcome: &'static str, tally: &Tally, star
         outcome,
         tally,
         started,
-        &prepared.caller.key.name,
+        &prepared.caller.who(),
         prepared.tools.tools.len(),
     );
 }

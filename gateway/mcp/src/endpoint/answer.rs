@@ -13,7 +13,7 @@ use crate::dispatch::{Answer, Failure, Request, Target, dispatch};
 use crate::listen;
 use crate::relay::{self};
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in};
-use switchboard_core::scope::authenticate;
+use switchboard_core::scope::{Resource, authenticate};
 use switchboard_protocol::{self as protocol, Era};
 use switchboard_upstream::client::RpcResult;
 
@@ -52,7 +52,11 @@ pub(super) async fn answer(
     }
     // The rare branches below (replies, exchanges, handshakes, subscriptions) are boxed: their
     // state would otherwise make every request's future as large as the largest of them.
-    let caller = match authenticate(table, headers, &cx.metrics) {
+    let resource = match prefix.as_deref() {
+        Some(prefix) => Resource::McpServer(prefix),
+        None => Resource::Mcp,
+    };
+    let caller = match authenticate(table, headers, &cx.metrics, resource) {
         Ok(c) => Arc::new(c),
         Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
     };
@@ -218,7 +222,7 @@ pub(super) async fn answer(
         }
         Ok(Answer::Stream(relay)) => {
             let mut key_tag = [0u8; 8];
-            key_tag.copy_from_slice(&caller.key.digest[..8]);
+            key_tag.copy_from_slice(&caller.tag()[..8]);
             let response = relay::sse_response(
                 *relay,
                 relay::Client {

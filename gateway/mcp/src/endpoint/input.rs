@@ -23,7 +23,7 @@ use super::message::{Incoming, Message, parse_message};
 /// An exchange route the caller's key may use, from a token the client echoed.
 pub(super) fn exchange_route(caller: &Caller, token: Option<&str>) -> Option<ExchangeRoute> {
     let route = ExchangeRoute::open(&caller.table.sealer, token?)?;
-    (route.key_tag == caller.key.digest[..8]).then_some(route)
+    (route.key_tag == caller.tag()[..8]).then_some(route)
 }
 
 /// A legacy client's reply to an input request the gateway asked for a 2026-07-28 upstream:
@@ -140,7 +140,7 @@ pub(super) async fn resume_exchange(
     }
     relay.deadline = Some(tokio::time::Instant::now() + relay.server.spec.timeout);
     let mut key_tag = [0u8; 8];
-    key_tag.copy_from_slice(&caller.key.digest[..8]);
+    key_tag.copy_from_slice(&caller.tag()[..8]);
     relay::sse_response(
         relay,
         relay::Client {
@@ -312,7 +312,7 @@ pub(super) async fn deliver_reply(
         .as_str()
         .and_then(|token| ReplyRoute::open(&caller.table.sealer, token))
         .ok_or_else(unknown)?;
-    if route.key_tag != caller.key.digest[..8] {
+    if route.key_tag != caller.tag()[..8] {
         return Err(unknown());
     }
     let server = caller

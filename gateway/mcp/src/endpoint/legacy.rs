@@ -94,7 +94,7 @@ pub(super) fn open_session(
     let session = caller
         .table
         .sealer
-        .unseal(session_id, &caller.key.digest, SystemTime::now())
+        .unseal(session_id, caller.tag(), SystemTime::now())
         .map_err(|e| match e {
             UnsealError::Invalid => GatewayError::SessionNotFound,
             UnsealError::WrongKey => GatewayError::SessionForbidden,
@@ -126,7 +126,7 @@ pub(super) async fn initialize(
         caller
             .table
             .sealer
-            .seal(&caller.key.digest, index, capabilities, SystemTime::now());
+            .seal(caller.tag(), index, capabilities, SystemTime::now());
     let mut result = json!({
         "protocolVersion": version,
         "capabilities": aggregate_capabilities(cx, caller),

@@ -31,7 +31,7 @@ use answer::answer;
 use legacy::open_session;
 use replies::header_str;
 use switchboard_core::errors::jsonrpc_error_response;
-use switchboard_core::scope::authenticate;
+use switchboard_core::scope::{Resource, authenticate};
 
 // The handlers take the whole request and move its headers out: axum's `HeaderMap` extractor
 // would copy them on every call.
@@ -87,7 +87,7 @@ pub async fn method_not_allowed() -> Response {
 /// closed.
 pub async fn end_session(State(cx): State<Arc<McpContext>>, headers: HeaderMap) -> Response {
     let table = cx.table();
-    let caller = match authenticate(table, headers, &cx.metrics) {
+    let caller = match authenticate(table, headers, &cx.metrics, Resource::Mcp) {
         Ok(c) => c,
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };
@@ -106,7 +106,7 @@ pub async fn end_session(State(cx): State<Arc<McpContext>>, headers: HeaderMap) 
     cx.upstream
         .close_client_sessions(&caller, session.tag)
         .await;
-    tracing::info!(key = %caller.key.name, "legacy session ended by the client");
+    tracing::info!(caller = %caller.who(), "legacy session ended by the client");
     StatusCode::NO_CONTENT.into_response()
 }
 

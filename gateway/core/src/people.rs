@@ -1,0 +1,476 @@
+//! People signed in with an identity provider (`identityProviders`, `keys[].people`): an
+//! access token verified against its provider's signing keys, and the keys whose scope the
+//! person acts with.
+//!
+//! Verification is offline, like ServiceAccount tokens: signature, issuer, audience, expiry and
+//! not-before (with the provider's clock skew), algorithm, required claims. The signing keys
+//! come from the provider (discovery, then its JWKS), fetched by the upstream plane into an
+//! [`IdentityKeys`] store that outlives snapshots: a provider that is down does not take the
+//! keys already fetched with it. A token signed with a key the store does not hold asks for a
+//! fetch (bounded in rate by the fetcher) and is refused meanwhile.
+//!
+//! Precedence when several keys name a person (by subject or by a group): the person gets the
+//! union of what those keys reach, and every one of their limits applies, so that being in a
+//! second group never lifts the first group's budget. Subjects and groups are compared exactly.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+use base64::Engine;
+use jsonwebtoken::{Algorithm, Validation, decode, decode_header};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use switchboard_snapshot::{FieldError, IdentityProviderSpec, Snapshot, TlsMaterial};
+
+use crate::jwks::SigningKeys;
+use crate::key::Key;
+
+/// A verified person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    /// The identity provider's id (`<namespace>/<name>`).
+    pub provider: String,
+    pub issuer: String,
+    pub subject: String,
+    pub groups: Vec<String>,
+    /// What sessions and exchanges opened by this person are bound to (never a key's digest:
+    /// two people acting with one key do not share sessions).
+    pub tag: [u8; 32],
+}
+
+impl std::fmt::Display for Person {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.issuer, self.subject)
+    }
+}
+
+/// A person and the keys that grant them their scope (none: the person is refused with 403).
+#[derive(Debug, Clone)]
+pub struct Signed {
+    pub person: Arc<Person>,
+    pub grants: Vec<Arc<Key>>,
+}
+
+/// Why a token was refused: a 401 with this reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Malformed,
+    UnknownIssuer,
+    /// The provider's keys were never fetched (the provider has been unreachable so far).
+    KeysNotLoaded,
+    UnknownSigningKey,
+    AlgorithmNotAccepted,
+    BadSignature,
+    Expired,
+    NotYetValid,
+    WrongAudience,
+    MissingSubject,
+    RequiredClaim,
+}
+
+impl Refusal {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "the access token is not a well-formed JWT",
+            Refusal::UnknownIssuer => {
+                "the access token's issuer is not an identity provider of this gateway"
+            }
+            Refusal::KeysNotLoaded => {
+                "the identity provider's signing keys could not be fetched yet"
+            }
+            Refusal::UnknownSigningKey => {
+                "the access token is signed with a key its identity provider does not publish"
+            }
+            Refusal::AlgorithmNotAccepted => {
+                "the access token's signature algorithm is not accepted for its identity provider"
+            }
+            Refusal::BadSignature => "the access token's signature does not verify",
+            Refusal::Expired => "the access token has expired",
+            Refusal::NotYetValid => "the access token is not valid yet",
+            Refusal::WrongAudience => "the access token is not for this gateway (its audience)",
+            Refusal::MissingSubject => "the access token names no subject",
+            Refusal::RequiredClaim => {
+                "the access token lacks a claim its identity provider requires"
+            }
+        }
+    }
+
+    /// The outcome label of the sign-in metric.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "malformed",
+            Refusal::UnknownIssuer => "unknown_issuer",
+            Refusal::KeysNotLoaded => "keys_not_loaded",
+            Refusal::UnknownSigningKey => "unknown_signing_key",
+            Refusal::AlgorithmNotAccepted => "algorithm_not_accepted",
+            Refusal::BadSignature => "bad_signature",
+            Refusal::Expired => "expired",
+            Refusal::NotYetValid => "not_yet_valid",
+            Refusal::WrongAudience => "wrong_audience",
+            Refusal::MissingSubject => "missing_subject",
+            Refusal::RequiredClaim => "required_claim",
+        }
+    }
+}
+
+/// The signing keys of every identity provider, fetched by the upstream plane, kept across
+/// snapshots and through a provider's outage.
+#[derive(Default)]
+pub struct IdentityKeys {
+    keys: RwLock<HashMap<String, Arc<SigningKeys>>>,
+    /// Providers a token asked to be fetched again (an unknown key id).
+    wanted: Mutex<HashSet<String>>,
+    /// Wakes the fetcher when something is wanted.
+    pub wake: tokio::sync::Notify,
+}
+
+impl IdentityKeys {
+    pub fn get(&self, provider: &str) -> Option<Arc<SigningKeys>> {
+        self.keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(provider)
+            .cloned()
+    }
+
+    pub fn set(&self, provider: &str, keys: SigningKeys) {
+        self.keys
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(provider.to_string(), Arc::new(keys));
+    }
+
+    /// Forgets the keys of providers no snapshot names any more.
+    pub fn retain(&self, live: &HashSet<String>) {
+        self.keys
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| live.contains(id));
+    }
+
+    /// Asks the fetcher to fetch a provider's keys again.
+    pub fn want(&self, provider: &str) {
+        let new = self
+            .wanted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(provider.to_string());
+        if new {
+            self.wake.notify_one();
+        }
+    }
+
+    /// What was asked for since the last call.
+    pub fn take_wanted(&self) -> HashSet<String> {
+        std::mem::take(&mut *self.wanted.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The snapshot's identity providers with their grants: part of the routing table.
+pub struct People {
+    providers: Vec<Provider>,
+    /// Tokens verified lately (by SHA-256), with their person and expiry: a client sends the
+    /// same token for minutes, and a signature check costs more than the rest of a request.
+    verified: moka::sync::Cache<[u8; 32], (Arc<Person>, u64)>,
+}
+
+impl std::fmt::Debug for People {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<_> = self.providers.iter().map(|p| &p.id).collect();
+        f.debug_struct("People").field("providers", &ids).finish()
+    }
+}
+
+struct Provider {
+    id: String,
+    spec: IdentityProviderSpec,
+    /// `tls`, parsed: discovery and the JWKS are fetched with it.
+    tls: Option<Arc<TlsMaterial>>,
+    algorithms: Vec<Algorithm>,
+    by_subject: HashMap<String, Vec<Arc<Key>>>,
+    by_group: HashMap<String, Vec<Arc<Key>>>,
+}
+
+/// Most verified tokens remembered, and for how long at most (never past a token's expiry).
+const VERIFIED_CAPACITY: u64 = 10_000;
+const VERIFIED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl People {
+    /// The snapshot's providers, each with the keys that bind its people (`keys` by digest,
+    /// as the table holds them). `None` when the snapshot has no identity provider; an error
+    /// names a provider's unusable TLS settings.
+    pub fn build(
+        snapshot: &Snapshot,
+        keys: &foldhash::HashMap<[u8; 32], Arc<Key>>,
+    ) -> Result<Option<People>, Vec<FieldError>> {
+        if snapshot.identity_providers.is_empty() {
+            return Ok(None);
+        }
+        let mut errors = Vec::new();
+        let mut providers: Vec<Provider> = snapshot
+            .identity_providers
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Provider {
+                id: spec.id(),
+                tls: spec.tls.as_ref().and_then(|tls| {
+                    TlsMaterial::parse(tls, &format!("identityProviders[{i}].tls"))
+                        .map_err(|e| errors.extend(e))
+                        .ok()
+                        .map(Arc::new)
+                }),
+                algorithms: spec
+                    .algorithms
+                    .iter()
+                    .filter_map(|a| a.parse::<Algorithm>().ok())
+                    .collect(),
+                spec: spec.clone(),
+                by_subject: HashMap::new(),
+                by_group: HashMap::new(),
+            })
+            .collect();
+        for spec in &snapshot.keys {
+            let Some(key) = spec
+                .hash
+                .as_deref()
+                .and_then(switchboard_snapshot::key_hash::parse_hash)
+                .and_then(|digest| keys.get(&digest))
+            else {
+                continue;
+            };
+            for binding in &spec.people {
+                let Some(provider) = providers.iter_mut().find(|p| {
+                    p.spec.namespace == spec.namespace && p.spec.name == binding.provider
+                }) else {
+                    continue;
+                };
+                for subject in &binding.subjects {
+                    provider
+                        .by_subject
+                        .entry(subject.clone())
+                        .or_default()
+                        .push(key.clone());
+                }
+                for group in &binding.groups {
+                    provider
+                        .by_group
+                        .entry(group.clone())
+                        .or_default()
+                        .push(key.clone());
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Some(People {
+            providers,
+            verified: moka::sync::Cache::builder()
+                .max_capacity(VERIFIED_CAPACITY)
+                .time_to_live(VERIFIED_FOR)
+                .build(),
+        }))
+    }
+
+    /// The issuer a token names (unverified), when it is one of these providers': only then is
+    /// it a person's token rather than a ServiceAccount's or a key.
+    pub fn issuer_of(&self, token: &str) -> Option<String> {
+        unverified_issuer(token).filter(|iss| self.providers.iter().any(|p| p.spec.issuer == *iss))
+    }
+
+    /// Each provider: its id, its settings and its parsed TLS material.
+    pub fn providers(
+        &self,
+    ) -> impl Iterator<Item = (&str, &IdentityProviderSpec, Option<&Arc<TlsMaterial>>)> {
+        self.providers
+            .iter()
+            .map(|p| (p.id.as_str(), &p.spec, p.tls.as_ref()))
+    }
+
+    /// The person a token proves and the keys that grant them scope, or why not.
+    pub fn verify(&self, keys: &IdentityKeys, token: &str) -> Result<Signed, Refusal> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = unix_now();
+        let person = match self.verified.get(&digest) {
+            Some((person, exp)) if now < exp => person,
+            _ => {
+                let (person, exp) = self.verify_signed(keys, token, now)?;
+                let person = Arc::new(person);
+                self.verified.insert(digest, (person.clone(), exp));
+                person
+            }
+        };
+        let grants = self.grants(&person);
+        Ok(Signed { person, grants })
+    }
+
+    /// Every key that names the person or one of their groups, each once, in key order.
+    fn grants(&self, person: &Person) -> Vec<Arc<Key>> {
+        let Some(provider) = self.providers.iter().find(|p| p.id == person.provider) else {
+            return Vec::new();
+        };
+        let mut grants: Vec<Arc<Key>> = Vec::new();
+        let by_groups = person
+            .groups
+            .iter()
+            .filter_map(|g| provider.by_group.get(g))
+            .flatten();
+        for key in provider
+            .by_subject
+            .get(&person.subject)
+            .into_iter()
+            .flatten()
+            .chain(by_groups)
+        {
+            if !grants.iter().any(|k| Arc::ptr_eq(k, key)) {
+                grants.push(key.clone());
+            }
+        }
+        grants.sort_by(|a, b| a.id.cmp(&b.id));
+        grants
+    }
+
+    fn verify_signed(
+        &self,
+        store: &IdentityKeys,
+        token: &str,
+        now: u64,
+    ) -> Result<(Person, u64), Refusal> {
+        let header = decode_header(token).map_err(|_| Refusal::Malformed)?;
+        let issuer = unverified_issuer(token).ok_or(Refusal::Malformed)?;
+        let mut outcome = Err(Refusal::UnknownIssuer);
+        // Several providers may share an issuer (another namespace, other audiences): the
+        // first that accepts the token decides.
+        for provider in self.providers.iter().filter(|p| p.spec.issuer == issuer) {
+            match provider.verify(store, token, &header, now) {
+                Ok(verified) => return Ok(verified),
+                Err(refusal) => outcome = Err(refusal),
+            }
+        }
+        outcome
+    }
+}
+
+impl Provider {
+    fn verify(
+        &self,
+        store: &IdentityKeys,
+        token: &str,
+        header: &jsonwebtoken::Header,
+        now: u64,
+    ) -> Result<(Person, u64), Refusal> {
+        if !self.algorithms.contains(&header.alg) {
+            return Err(Refusal::AlgorithmNotAccepted);
+        }
+        let Some(keys) = store.get(&self.id) else {
+            store.want(&self.id);
+            return Err(Refusal::KeysNotLoaded);
+        };
+        let mut outcome = Err(Refusal::UnknownSigningKey);
+        for (alg, key) in keys.candidates(header) {
+            let mut validation = Validation::new(alg);
+            validation.set_issuer(&[&self.spec.issuer]);
+            validation.set_audience(&self.spec.audiences);
+            validation.leeway = self.spec.clock_skew.as_secs();
+            validation.validate_nbf = true;
+            validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+            match decode::<Value>(token, key, &validation) {
+                Ok(data) => return self.person(&data.claims, now),
+                Err(e) => {
+                    outcome = Err(refusal(e.kind()));
+                    if outcome != Err(Refusal::BadSignature) {
+                        // The signature verified: another key would not change the verdict.
+                        return outcome;
+                    }
+                }
+            }
+        }
+        if outcome == Err(Refusal::UnknownSigningKey) {
+            // A rotated key: the fetcher looks again (at a bounded rate).
+            store.want(&self.id);
+        }
+        outcome
+    }
+
+    fn person(&self, claims: &Value, now: u64) -> Result<(Person, u64), Refusal> {
+        for (name, want) in &self.spec.required_claims {
+            if claim(claims, name).and_then(Value::as_str) != Some(want.as_str()) {
+                return Err(Refusal::RequiredClaim);
+            }
+        }
+        let subject = claim(claims, &self.spec.claims.subject)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or(Refusal::MissingSubject)?
+            .to_string();
+        let groups = match claim(claims, &self.spec.claims.groups) {
+            Some(Value::String(g)) => vec![g.clone()],
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(now);
+        let tag: [u8; 32] = Sha256::new()
+            .chain_update(b"person\0")
+            .chain_update(self.id.as_bytes())
+            .chain_update(b"\0")
+            .chain_update(subject.as_bytes())
+            .finalize()
+            .into();
+        Ok((
+            Person {
+                provider: self.id.clone(),
+                issuer: self.spec.issuer.clone(),
+                subject,
+                groups,
+                tag,
+            },
+            exp,
+        ))
+    }
+}
+
+/// A claim by dotted path (`realm_access.roles`).
+pub(crate) fn claim<'a>(claims: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .try_fold(claims, |value, part| value.get(part))
+}
+
+/// The `iss` of a token, read before any verification only to pick the provider whose keys
+/// verify it (nothing else of an unverified token is used).
+fn unverified_issuer(token: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Iss {
+        iss: String,
+    }
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice::<Iss>(&bytes).ok().map(|i| i.iss)
+}
+
+fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> Refusal {
+    use jsonwebtoken::errors::ErrorKind;
+    match kind {
+        ErrorKind::ExpiredSignature => Refusal::Expired,
+        ErrorKind::ImmatureSignature => Refusal::NotYetValid,
+        ErrorKind::InvalidAudience => Refusal::WrongAudience,
+        ErrorKind::InvalidIssuer => Refusal::UnknownIssuer,
+        ErrorKind::InvalidSignature => Refusal::BadSignature,
+        // A token without an audience is not for this gateway either.
+        ErrorKind::MissingRequiredClaim(claim) if claim == "aud" => Refusal::WrongAudience,
+        ErrorKind::MissingRequiredClaim(_) => Refusal::RequiredClaim,
+        _ => Refusal::Malformed,
+    }
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,263 @@
+//! People signing in, end to end inside the core: tokens signed with a test key, verified by a
+//! routing table built from a config with identity providers, and the callers they make
+//! (`people.rs` and `scope.rs` together; apart so that `people` need not know the table).
+use std::sync::Arc;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::errors::GatewayError;
+use crate::jwks::SigningKeys;
+use crate::jwks::test_keys::{KEY_PEM, N, OTHER_PEM, token};
+use crate::people::{Refusal, Signed, claim, unix_now};
+use crate::table::RoutingTable;
+use switchboard_snapshot::{SystemLookup, load};
+
+const ISSUER: &str = "https://login.example/realms/corp";
+
+const CONFIG: &str = r#"
+identityProviders:
+- name: corp
+  issuer: https://login.example/realms/corp
+  audiences: [switchboard]
+  requiredClaims: {azp: mcp-cli}
+- name: roles
+  issuer: https://roles.example
+  audiences: [switchboard]
+  algorithms: [ES256]
+  claims: {groups: realm_access.roles}
+servers:
+- {name: a, url: 'http://a/mcp'}
+- {name: b, url: 'http://b/mcp'}
+keys:
+- {name: team-a, secret: s-a, servers: [a], tools: {allow: ['a__read*']}, people: [{provider: corp, groups: [team-a]}]}
+- {name: team-b, secret: s-b, servers: [b], limits: {concurrentRequests: 1}, people: [{provider: corp, groups: [team-b]}]}
+- {name: alice, secret: s-alice, servers: [a], people: [{provider: corp, subjects: [alice]}]}
+"#;
+
+fn table() -> RoutingTable {
+    let table = RoutingTable::build(&load(CONFIG, &SystemLookup).unwrap()).unwrap();
+    let jwks = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1", "n": N, "e": "AQAB"}]});
+    table
+        .identity_keys
+        .set("default/corp", SigningKeys::parse(&jwks, true).unwrap());
+    table
+}
+
+fn now() -> i64 {
+    unix_now() as i64
+}
+
+fn claims(sub: &str, groups: &[&str]) -> Value {
+    json!({"iss": ISSUER, "aud": "switchboard", "azp": "mcp-cli", "sub": sub,
+           "groups": groups, "exp": now() + 300, "iat": now(), "nbf": now()})
+}
+
+fn verify(table: &RoutingTable, token: &str) -> Result<Signed, Refusal> {
+    table
+        .people
+        .as_ref()
+        .unwrap()
+        .verify(&table.identity_keys, token)
+}
+
+fn grant_names(signed: &Signed) -> Vec<&str> {
+    signed.grants.iter().map(|k| k.name.as_str()).collect()
+}
+
+#[test]
+fn a_person_gets_every_key_that_names_them_or_their_groups() {
+    let t = table();
+    let alice = verify(
+        &t,
+        &token(KEY_PEM, "k1", claims("alice", &["team-a", "team-b"])),
+    )
+    .unwrap();
+    assert_eq!(alice.person.subject, "alice");
+    assert_eq!(alice.person.provider, "default/corp");
+    assert_eq!(grant_names(&alice), ["alice", "team-a", "team-b"]);
+    let bob = verify(&t, &token(KEY_PEM, "k1", claims("bob", &["team-b"]))).unwrap();
+    assert_eq!(grant_names(&bob), ["team-b"]);
+    assert_ne!(
+        alice.person.tag, bob.person.tag,
+        "people do not share sessions"
+    );
+    let carol = verify(&t, &token(KEY_PEM, "k1", claims("carol", &["elsewhere"]))).unwrap();
+    assert!(
+        carol.grants.is_empty(),
+        "verified, but granted nothing (a 403, not a 401)"
+    );
+}
+
+#[test]
+fn bad_tokens_are_refused_with_their_reason() {
+    let t = table();
+    let mut wrong_aud = claims("alice", &["team-a"]);
+    wrong_aud["aud"] = json!("another-api");
+    let mut expired = claims("alice", &["team-a"]);
+    expired["exp"] = json!(now() - 3600);
+    let mut early = claims("alice", &["team-a"]);
+    early["nbf"] = json!(now() + 3600);
+    let mut other_client = claims("alice", &["team-a"]);
+    other_client["azp"] = json!("some-other-client");
+    let mut no_sub = claims("", &["team-a"]);
+    no_sub.as_object_mut().unwrap().remove("sub");
+    let mut no_aud = claims("alice", &["team-a"]);
+    no_aud.as_object_mut().unwrap().remove("aud");
+    let cases = [
+        (token(KEY_PEM, "k1", wrong_aud), Refusal::WrongAudience),
+        (token(KEY_PEM, "k1", no_aud), Refusal::WrongAudience),
+        (token(KEY_PEM, "k1", expired), Refusal::Expired),
+        (token(KEY_PEM, "k1", early), Refusal::NotYetValid),
+        (token(KEY_PEM, "k1", other_client), Refusal::RequiredClaim),
+        (token(KEY_PEM, "k1", no_sub), Refusal::MissingSubject),
+        // Signed by another key under the same key id: a forgery.
+        (
+            token(OTHER_PEM, "k1", claims("alice", &["team-a"])),
+            Refusal::BadSignature,
+        ),
+    ];
+    for (token, want) in cases {
+        assert_eq!(verify(&t, &token).unwrap_err(), want);
+    }
+    // A tampered payload: the signature no longer verifies.
+    let good = token(KEY_PEM, "k1", claims("bob", &["team-b"]));
+    let parts: Vec<&str> = good.split('.').collect();
+    let forged_claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(&claims("bob", &["team-a"])).unwrap());
+    let tampered = format!("{}.{}.{}", parts[0], forged_claims, parts[2]);
+    assert_eq!(verify(&t, &tampered).unwrap_err(), Refusal::BadSignature);
+    // An issuer the gateway does not know is not a person's token at all.
+    let mut stranger = claims("alice", &["team-a"]);
+    stranger["iss"] = json!("https://evil.example");
+    let stranger = token(KEY_PEM, "k1", stranger);
+    assert!(t.people.as_ref().unwrap().issuer_of(&stranger).is_none());
+    assert_eq!(verify(&t, &stranger).unwrap_err(), Refusal::UnknownIssuer);
+}
+
+#[test]
+fn an_unknown_key_id_asks_for_the_keys_again_and_a_provider_without_keys_refuses() {
+    let t = table();
+    let rotated = token(KEY_PEM, "k2", claims("alice", &["team-a"]));
+    assert_eq!(
+        verify(&t, &rotated).unwrap_err(),
+        Refusal::UnknownSigningKey
+    );
+    assert!(t.identity_keys.take_wanted().contains("default/corp"));
+    // The same key, published under its new id: accepted without a new table.
+    let jwks = json!({"keys": [{"kty": "RSA", "alg": "RS256", "kid": "k2", "n": N, "e": "AQAB"}]});
+    t.identity_keys
+        .set("default/corp", SigningKeys::parse(&jwks, false).unwrap());
+    assert!(verify(&t, &rotated).is_ok());
+    // The other provider's keys were never fetched; its algorithm is refused first.
+    let mut roles = claims("alice", &[]);
+    roles["iss"] = json!("https://roles.example");
+    assert_eq!(
+        verify(&t, &token(KEY_PEM, "k1", roles)).unwrap_err(),
+        Refusal::AlgorithmNotAccepted
+    );
+}
+
+#[test]
+fn groups_come_from_nested_claims() {
+    let value = json!({"realm_access": {"roles": ["admin", "dev"]}, "groups": "solo"});
+    assert_eq!(
+        claim(&value, "realm_access.roles"),
+        Some(&json!(["admin", "dev"]))
+    );
+    assert_eq!(claim(&value, "groups"), Some(&json!("solo")));
+    assert_eq!(claim(&value, "realm_access.missing"), None);
+}
+
+#[test]
+fn a_person_reaches_the_union_and_each_grant_filters_only_its_own_servers() {
+    use crate::scope::{Resource, authenticate};
+    use axum::http::{HeaderMap, HeaderValue, header};
+    let t = Arc::new(table());
+    let mut headers = HeaderMap::new();
+    let token = token(KEY_PEM, "k1", claims("dave", &["team-a", "team-b"]));
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    let metrics = crate::metrics::Metrics::default();
+    let caller = authenticate(t.clone(), headers, &metrics, Resource::Mcp).unwrap();
+    let (a, b) = (
+        t.server_by_prefix("a").unwrap(),
+        t.server_by_prefix("b").unwrap(),
+    );
+    assert!(caller.reaches(a) && caller.reaches(b));
+    // team-a's filter narrows server a; team-b's lack of one does not widen it.
+    assert!(caller.sees_tool(a, "read_file"));
+    assert!(!caller.sees_tool(a, "write_file"));
+    assert!(caller.sees_tool(b, "write_file"));
+    assert_eq!(caller.tag(), &caller.person.as_ref().unwrap().tag);
+    // Nobody signed in: the 401 says where to sign in.
+    let err = authenticate(
+        t.clone(),
+        HeaderMap::new(),
+        &metrics,
+        Resource::McpServer("a"),
+    )
+    .err()
+    .unwrap();
+    let challenge = err.www_authenticate().unwrap();
+    assert_eq!(
+        challenge.to_str().unwrap(),
+        "Bearer resource_metadata=\"http://localhost/.well-known/oauth-protected-resource/mcp/a\""
+    );
+    // Signed in, granted nothing: 403 insufficient_scope.
+    let mut headers = HeaderMap::new();
+    let nobody = token_for("erin", &["elsewhere"]);
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {nobody}")).unwrap(),
+    );
+    let err = authenticate(t, headers, &metrics, Resource::Mcp)
+        .err()
+        .unwrap();
+    assert_eq!(err.http_status(), axum::http::StatusCode::FORBIDDEN);
+    assert!(
+        err.www_authenticate()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains("insufficient_scope")
+    );
+}
+
+#[test]
+fn every_matching_keys_limits_apply() {
+    use crate::scope::{Resource, authenticate};
+    use axum::http::{HeaderMap, HeaderValue, header};
+    let t = Arc::new(table());
+    let metrics = crate::metrics::Metrics::default();
+    let as_person = |sub: &str, groups: &[&str]| {
+        let mut headers = HeaderMap::new();
+        let value = format!("Bearer {}", token_for(sub, groups));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&value).unwrap(),
+        );
+        authenticate(t.clone(), headers, &metrics, Resource::Mcp)
+    };
+    // dave's first key (team-a, by id) has no limit; team-b allows one request at once.
+    let first = as_person("dave", &["team-a", "team-b"]).expect("one in flight");
+    let second = as_person("dave", &["team-a", "team-b"]);
+    assert!(
+        matches!(second, Err(GatewayError::Limited { .. })),
+        "team-b's bound holds although team-a has none"
+    );
+    drop(first);
+    assert!(
+        as_person("dave", &["team-a", "team-b"]).is_ok(),
+        "the slot came back"
+    );
+    // Only in team-a: team-b's bound is not his.
+    let _a = as_person("erin", &["team-a"]).unwrap();
+    assert!(as_person("erin", &["team-a"]).is_ok());
+}
+
+fn token_for(sub: &str, groups: &[&str]) -> String {
+    token(KEY_PEM, "k1", claims(sub, groups))
+}

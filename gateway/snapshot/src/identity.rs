@@ -1,0 +1,114 @@
+//! People signing in with the company's OpenID Connect identity provider: which providers the
+//! gateway trusts (`identityProviders`), and which people and groups act with a key's scope
+//! (`keys[].people`). The gateway fetches each provider's signing keys itself (discovery, then
+//! the JWKS), so the snapshot carries only what a platform team writes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tls::UpstreamTls;
+
+/// One identity provider (an OIDC issuer) whose access tokens the gateway accepts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IdentityProviderSpec {
+    /// Referenced by `keys[].people[].provider`.
+    pub name: String,
+    #[serde(default = "crate::model::default_namespace")]
+    pub namespace: String,
+    /// The `iss` of its tokens, exactly; also where discovery is read
+    /// (`<issuer>/.well-known/openid-configuration`).
+    pub issuer: String,
+    /// A token must be for one of these (its `aud`). Keycloak: add an audience mapper for the
+    /// gateway's client; Entra ID: the application ID URI.
+    pub audiences: Vec<String>,
+    /// Signature algorithms accepted (`RS256`, `RS384`, `RS512`, `PS256`, `PS384`, `PS512`,
+    /// `ES256`, `ES384`, `EdDSA`). Never `none`, never HMAC: the gateway holds no shared secret.
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<String>,
+    /// How far the gateway's clock may be from the provider's (`exp`, `nbf`, `iat`).
+    #[serde(default = "default_clock_skew", with = "humantime_serde")]
+    pub clock_skew: Duration,
+    /// Which claims name the person and their groups.
+    #[serde(default)]
+    pub claims: IdentityClaims,
+    /// Claims a token must carry with exactly these string values (e.g. `azp: mcp-cli`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub required_claims: BTreeMap<String, String>,
+    /// The provider's JWKS, when it should not be taken from discovery's `jwks_uri`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_url: Option<String>,
+    /// Scopes a client asks for (the protected-resource metadata's `scopes_supported`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// TLS settings for discovery and the JWKS (a private CA, a client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
+}
+
+impl IdentityProviderSpec {
+    /// `<namespace>/<name>`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Claim names, as dotted paths into the token's claims (`realm_access.roles` is Keycloak's
+/// realm roles; a member name that itself has dots cannot be named).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IdentityClaims {
+    /// The person (a string claim).
+    #[serde(default = "default_subject_claim")]
+    pub subject: String,
+    /// Their groups (a string or an array of strings; missing means none).
+    #[serde(default = "default_groups_claim")]
+    pub groups: String,
+}
+
+impl Default for IdentityClaims {
+    fn default() -> Self {
+        IdentityClaims {
+            subject: default_subject_claim(),
+            groups: default_groups_claim(),
+        }
+    }
+}
+
+/// People who act with a key's scope: by subject, or by a group they are in. A person matched
+/// by several keys gets the union of their reach, under every matching key's limits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PeopleBinding {
+    /// An identity provider of the key's namespace, by name.
+    pub provider: String,
+    /// Subjects (the provider's subject claim), exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subjects: Vec<String>,
+    /// Groups (the provider's groups claim), exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
+/// The algorithms a provider's keys may sign with.
+pub const ALGORITHMS: &[&str] = &[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+fn default_algorithms() -> Vec<String> {
+    vec!["RS256".into(), "ES256".into()]
+}
+
+fn default_clock_skew() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_subject_claim() -> String {
+    "sub".into()
+}
+
+fn default_groups_claim() -> String {
+    "groups".into()
+}
