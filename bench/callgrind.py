@@ -4,14 +4,17 @@ of requests, counts that do not move when other engineers' builds share the mach
 
     python3 bench/callgrind.py --oha OHA --upstream UPSTREAM_BIN GATEWAY_BIN [GATEWAY_BIN ...] \
         [--requests 2000] [--path gw-2026|gw-2026-single|gw-legacy|gw-rest] [--top 25] [--out DIR] \
-        [--floor FLOOR_BIN]
+        [--floor FLOOR_BIN] [--person-labels LABEL,...]
 
 For each gateway binary: starts the upstream and the gateway (under callgrind, collection off
 at start-up), warms up with 200 requests, zeroes the counters, sends exactly --requests
 `tools/call`s one at a time with oha, dumps, and reports instructions per call (Ir/call) and
 the functions with the most inclusive and self instructions (callgrind_annotate). Several
 binaries give a before/after; --floor adds bench/floor's pass-through proxy first, so every
-gateway's count is also a ratio to it. Output files stay in --out (default /tmp/switchboard-callgrind).
+gateway's count is also a ratio to it. --person-labels: for those labels the caller is a person
+signed in with an identity provider (an RS256 access token, verified by the gateway against a JWKS
+this script serves on loopback) instead of a key; give the same binary twice to compare (needs
+PyJWT, as in the tests' venv). Output files stay in --out (default /tmp/switchboard-callgrind).
 """
 
 from __future__ import annotations
@@ -29,11 +32,56 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench as B  # noqa: E402
 
 
+class Signer:
+    """An identity provider for the person runs: one RSA key, its JWKS served on loopback, and
+    access tokens for one subject (valid for an hour)."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import jwt
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self.jwt = jwt
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
+        body = json.dumps({"keys": [{**jwk, "kid": "bench", "alg": "RS256", "use": "sig"}]}).encode()
+
+        class Jwks(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def provider(self) -> dict:
+        return {"name": "bench", "issuer": self.issuer, "audiences": ["switchboard"], "jwksUrl": f"{self.issuer}/jwks"}
+
+    def token(self) -> str:
+        now = int(time.time())
+        claims = {"iss": self.issuer, "aud": "switchboard", "sub": "bench-user", "exp": now + 3600, "iat": now}
+        return self.jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "bench"})
+
+
 def run_one(args, binary: str, label: str, outdir: Path) -> dict:
     procs = B.Procs(outdir)
     try:
         up = procs.start(f"upstream-{label}", [args.upstream, "--listen", "127.0.0.1:0", "--record", "0"])
         cfg = B.gateway_config([B.server("ex", f"{up.url}/mcp")])
+        person = label in args.person_labels
+        if person:
+            signer = Signer()
+            cfg["identityProviders"] = [signer.provider()]
+            cfg["keys"][0]["people"] = [{"provider": "bench", "subjects": ["bench-user"]}]
         cfg_path = outdir / "callgrind.yaml"
         cfg_path.write_text(B.to_yaml(cfg))
         cg_out = outdir / f"callgrind.{label}.out"
@@ -51,7 +99,14 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
                 binary, "--config", str(cfg_path), "--listen", "127.0.0.1:0"], ready_timeout=120,
                 env={"RUST_LOG": "warn"})
             path = next(p for p in B.gateway_paths(gw, "ex", "rust", single=True) if p.via == args.path)
-        ok, detail = path.check()
+            if person:
+                path.headers["Authorization"] = f"Bearer {signer.token()}"
+        # (A person's first call may find the provider's keys not fetched yet: a bounded wait.)
+        for _ in range(50):
+            ok, detail = path.check()
+            if ok or not person:
+                break
+            time.sleep(0.2)
         if not ok:
             raise RuntimeError(f"{label}: check failed: {detail}")
         bench = B.Bench(argparse.Namespace(quick=True), args.oha, outdir)
@@ -120,8 +175,10 @@ def main() -> int:
     ap.add_argument("--path", default="gw-2026", choices=["gw-2026", "gw-2026-single", "gw-legacy", "gw-rest"])
     ap.add_argument("--floor", default="", help="also count bench/floor's binary (first, labelled floor)")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--person-labels", default="", help="labels whose caller is a signed-in person")
     ap.add_argument("--out", default="/tmp/switchboard-callgrind")
     args = ap.parse_args()
+    args.person_labels = set(filter(None, args.person_labels.split(",")))
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     labels = args.labels.split(",") if args.labels else [f"g{i}" for i in range(len(args.gateways))]

@@ -198,15 +198,23 @@ fn grants_of(
     presented: &str,
     metrics: Option<&Metrics>,
 ) -> Result<Grants, GatewayError> {
-    let (key, person, also) = match table.authenticate(presented) {
-        Some(key) => (key.clone(), None, Vec::new()),
-        None => match signed_in(table, presented, metrics)? {
-            Some(signed) => {
-                let mut grants = signed.grants.into_iter();
-                // `verify` returns at least one grant, and the unexpired ones are kept.
-                let first = grants.next().ok_or_else(|| not_granted(&signed.person))?;
-                (first, Some(signed.person), grants.collect())
-            }
+    // A JWT is tried as a person's token first (where people sign in): hashing a 1 KB token to
+    // look it up among the keys costs more than finding the person it proves. (A key is never a
+    // JWT of a configured identity provider, which is what `signed_in` checks before anything.)
+    let person = if table.people.is_some() && looks_like_jwt(presented) {
+        signed_in(table, presented, metrics)?
+    } else {
+        None
+    };
+    let (key, person, also) = match person {
+        Some(signed) => {
+            let mut grants = signed.grants.into_iter();
+            // `signed_in` keeps the unexpired grants and refuses a person left with none.
+            let first = grants.next().ok_or_else(|| not_granted(&signed.person))?;
+            (first, Some(signed.person), grants.collect())
+        }
+        None => match table.authenticate(presented) {
+            Some(key) => (key.clone(), None, Vec::new()),
             None => (service_account_key(table, presented)?, None, Vec::new()),
         },
     };
@@ -227,18 +235,22 @@ fn signed_in(
     let Some(people) = &table.people else {
         return Ok(None);
     };
-    let Some(issuer) = looks_like_jwt(presented)
-        .then(|| people.issuer_of(presented))
-        .flatten()
-    else {
-        return Ok(None);
+    // A token verified lately: its person, without parsing it again.
+    let (issuer, verified) = match people.remembered(presented) {
+        Some(signed) => (signed.person.issuer.clone(), Ok(signed)),
+        None => {
+            let Some(issuer) = people.issuer_of(presented) else {
+                return Ok(None); // not a person's token: a key or a ServiceAccount's
+            };
+            (issuer, people.verify(&table.identity_keys, presented))
+        }
     };
     let count = |outcome| {
         if let Some(metrics) = metrics {
             metrics.sign_in(&issuer, outcome);
         }
     };
-    match people.verify(&table.identity_keys, presented) {
+    match verified {
         Ok(mut signed) => {
             let now = SystemTime::now();
             signed.grants.retain(|k| !k.is_expired(now));

@@ -90,6 +90,22 @@ fn a_person_gets_every_key_that_names_them_or_their_groups() {
 }
 
 #[test]
+fn a_verified_token_is_remembered_and_only_that_token() {
+    let t = table();
+    let people = t.people.as_ref().unwrap();
+    let alice = token(KEY_PEM, "k1", claims("alice", &["team-a"]));
+    assert!(people.remembered(&alice).is_none(), "not verified yet");
+    verify(&t, &alice).unwrap();
+    let again = people.remembered(&alice).expect("remembered");
+    assert_eq!(again.person.subject, "alice");
+    // Another token of the same person is its own entry; a forged one is never remembered.
+    let forged = token(OTHER_PEM, "k1", claims("alice", &["team-a"]));
+    assert!(people.remembered(&forged).is_none());
+    assert_eq!(verify(&t, &forged).unwrap_err(), Refusal::BadSignature);
+    assert!(people.remembered(&forged).is_none());
+}
+
+#[test]
 fn bad_tokens_are_refused_with_their_reason() {
     let t = table();
     let mut wrong_aud = claims("alice", &["team-a"]);
