@@ -24,5 +24,13 @@ upstream=$!
   --api-key "$DEMO_PROVIDER_KEY" --script examples/demo-provider-script.json >/dev/null &
 provider=$!
 trap 'kill $upstream $provider 2>/dev/null || true' EXIT
+# The gateway lists its servers on the first request: wait (bounded) until both are listening,
+# or a first `tools/list` right after start-up finds the upstream not there yet.
+for port in 8931 8932; do
+  for _ in $(seq 1 200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+done
 echo "gateway key: $SWITCHBOARD_DEMO_KEY   try: curl -s localhost:8080/mcp-rest/tools/list -H 'Authorization: Bearer $SWITCHBOARD_DEMO_KEY'"
 "$bin/switchboard-gateway" --config examples/standalone.yaml --listen "${SWITCHBOARD_LISTEN:-127.0.0.1:8080}"
