@@ -88,26 +88,12 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 
 /// The edge layer (the module's comment says what it does, and why in one layer).
 async fn edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    // The permit is held until the handler produced the response head.
-    let (_permit, request) = match crate::admission::admit(&gw.shedding, request) {
-        Ok(admitted) => admitted,
-        Err(shed) => return *shed,
-    };
-    let request = match read_body_in_time(&gw, request).await {
-        Ok(request) => request,
-        Err(refused) => return *refused,
-    };
-    let mut response = if is_client_face(request.uri().path()) && !host_and_origin_ok(&gw, &request)
-    {
-        RestError(GatewayError::ForbiddenOrigin).into_response()
-    } else {
-        next.run(request).await
-    };
-    // While stopping, every answer closes its connection. Closing an idle kept-alive
-    // connection races with a client that is sending on it at that moment (the client sees
-    // EOF, and may not retry a POST); an answer that says `Connection: close` does not race:
-    // the client reads it before it sends again, and its next request opens a connection the
-    // Service sends elsewhere. (HTTP/2 connections get a GOAWAY at shutdown instead.)
+    let mut response = admitted_answer(&gw, request, next).await;
+    // While stopping, every answer closes its connection, refusals included. Closing an idle
+    // kept-alive connection races with a client that is sending on it at that moment (the
+    // client sees EOF, and may not retry a POST); an answer that says `Connection: close` does
+    // not race: the client reads it before it sends again, and its next request opens a
+    // connection the Service sends elsewhere. (HTTP/2 connections get a GOAWAY at shutdown.)
     if gw.is_draining() {
         response.headers_mut().insert(
             header::CONNECTION,
@@ -115,6 +101,24 @@ async fn edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> R
         );
     }
     response
+}
+
+/// The answer to a request past shedding, the body read and the Host/Origin check, or the
+/// refusal of whichever of them refused it.
+async fn admitted_answer(gw: &Gateway, request: Request, next: Next) -> Response {
+    // The permit is held until the handler produced the response head.
+    let (_permit, request) = match crate::admission::admit(&gw.shedding, request) {
+        Ok(admitted) => admitted,
+        Err(shed) => return *shed,
+    };
+    let request = match read_body_in_time(gw, request).await {
+        Ok(request) => request,
+        Err(refused) => return *refused,
+    };
+    if is_client_face(request.uri().path()) && !host_and_origin_ok(gw, &request) {
+        return RestError(GatewayError::ForbiddenOrigin).into_response();
+    }
+    next.run(request).await
 }
 
 /// The endpoints clients call through a Service or an Ingress: under DNS-rebinding protection.

@@ -12,7 +12,7 @@ from harness import gateway_config, wait_until
 
 
 def test_sigterm_answers_with_connection_close_then_exits(gateways):
-    gw = gateways.start(gateway_config([], []), env={"SWITCHBOARD_DRAIN": "3s"})
+    gw = gateways.start(gateway_config([], [], maxBodyBytes=256), env={"SWITCHBOARD_DRAIN": "3s"})
     host, port = gw.proc.addr.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     conn.request("GET", "/healthz")
@@ -38,6 +38,19 @@ def test_sigterm_answers_with_connection_close_then_exits(gateways):
     assert during.status == 200 and during.read() == b"ok"
     assert (during.getheader("connection") or "").lower() == "close", during.getheaders()
     conn.close()
+    # The edge's own refusals too: a body over maxBodyBytes (413, before any handler) and a
+    # Host the gateway does not serve (403).
+    for body, headers, status in [
+        (b"{" + b" " * 1024 + b"}", {"Content-Type": "application/json"}, 413),
+        (b"{}", {"Host": "evil.example", "Content-Type": "application/json"}, 403),
+    ]:
+        refused = http.client.HTTPConnection(host, int(port), timeout=5)
+        refused.request("POST", "/mcp", body=body, headers=headers)
+        answer = refused.getresponse()
+        assert answer.status == status, answer.status
+        answer.read()
+        assert (answer.getheader("connection") or "").lower() == "close", (status, answer.getheaders())
+        refused.close()
     # After the drain period the process ends by itself (bounded wait, not a timing check).
     wait_until(lambda: gw.proc.popen.poll() is not None, 20, what="the gateway to exit after draining")
     assert gw.proc.popen.returncode == 0, gw.logs()[-2000:]

@@ -104,6 +104,16 @@ def test_the_401_points_at_the_metadata_and_the_metadata_at_keycloak(signed_in, 
     assert discovery["issuer"] == keycloak.issuer and "S256" in discovery["code_challenge_methods_supported"]
 
 
+def _list_tools(url: str, token: str) -> httpx.Response:
+    """A 2026-07-28 `tools/list` with `token` as the bearer, answered as it comes (refusals too)."""
+    return httpx.post(
+        url,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Authorization": f"Bearer {token}", "MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": "tools/list"},
+        timeout=15,
+    )
+
+
 def _tampered(token: str) -> str:
     header, payload, signature = token.split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -128,12 +138,7 @@ def test_refusals_say_why_in_the_log_and_never_log_the_token(signed_in, keycloak
         "no grant": (keycloak.token("carol")["access_token"], 403, "granted no scope"),
     }
     for name, (token, status, reason) in cases.items():
-        reply = httpx.post(
-            gw.mcp_url(),
-            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-            headers={"Authorization": f"Bearer {token}", "MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": "tools/list"},
-            timeout=15,
-        )
+        reply = _list_tools(gw.mcp_url(), token)
         assert reply.status_code == status, f"{name}: {reply.status_code} {reply.text}"
         assert reason in reply.text, f"{name}: {reply.text}"
         challenge = reply.headers.get("www-authenticate", "")
@@ -148,7 +153,6 @@ def test_refusals_say_why_in_the_log_and_never_log_the_token(signed_in, keycloak
         assert line in metrics, f"{line} missing in:\n" + "\n".join(m for m in metrics.splitlines() if "sign_ins" in m)
     logs = gw.logs()
     assert "the access token is not for this gateway" in logs and "signature does not verify" in logs
-
     for token, _, _ in cases.values():
         assert token not in logs, "a token reached the log"
 
@@ -167,14 +171,9 @@ def test_zz_keycloak_down_keeps_held_keys_working_and_keys_never_depend_on_it(si
     keycloak.stop()
     # A token naming a key id the gateway does not hold makes it fetch Keycloak's keys again,
     # which fails now: the keys it holds must stay.
-    header, payload, signature = unused.split(".")
+    _, payload, signature = unused.split(".")
     rotated = base64.urlsafe_b64encode(json.dumps({"alg": "RS256", "kid": "rotated-away"}).encode()).rstrip(b"=").decode()
-    refused = httpx.post(
-        gw.mcp_url(),
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-        headers={"Authorization": f"Bearer {rotated}.{payload}.{signature}", "MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": "tools/list"},
-        timeout=15,
-    )
+    refused = _list_tools(gw.mcp_url(), f"{rotated}.{payload}.{signature}")
     assert refused.status_code == 401 and "does not publish" in refused.text, refused.text
     wait_until(lambda: "fetching identity provider keys failed" in gw.logs(), 30, what="the failed refetch")
     assert "keeping_previous_keys=true" in gw.logs()
@@ -183,12 +182,7 @@ def test_zz_keycloak_down_keeps_held_keys_working_and_keys_never_depend_on_it(si
     # A gateway that starts while Keycloak is down cannot verify people yet, and says so; its
     # keys work all the same.
     fresh = gateways.start(config_path=gw.config_path)
-    reply = httpx.post(
-        fresh.mcp_url(),
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-        headers={"Authorization": f"Bearer {unused}", "MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": "tools/list"},
-        timeout=15,
-    )
+    reply = _list_tools(fresh.mcp_url(), unused)
     assert reply.status_code == 401 and "signing keys could not be fetched yet" in reply.text, reply.text
     assert _names(fresh, plain_key, MODERN_VERSION), "a key does not depend on the identity provider"
 
