@@ -20,6 +20,7 @@ pub mod limits;
 pub mod live;
 pub mod metrics;
 pub mod people;
+pub mod remembered_tokens;
 pub mod route;
 pub mod scope;
 pub mod session;

@@ -25,6 +25,7 @@ use switchboard_snapshot::{FieldError, IdentityProviderSpec, Snapshot, TlsMateri
 
 use crate::jwks::SigningKeys;
 use crate::key::Key;
+use crate::remembered_tokens::{RememberedTokens, unix_now};
 
 /// A verified person.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,14 +171,8 @@ impl IdentityKeys {
 /// The snapshot's identity providers with their grants: part of the routing table.
 pub struct People {
     providers: Vec<Provider>,
-    /// Tokens verified lately, with their person and expiry: a client sends the same token for
-    /// minutes, and a signature check costs more than the rest of a request. Kept under a fast
-    /// hash of the token with the token itself, compared whole on a hit (in constant time): a
-    /// collision only costs a verification, it never finds another person. (SHA-256 of a 1 KB
-    /// token would cost more than the rest of the call.)
-    verified: moka::sync::Cache<u64, Arc<Remembered>, foldhash::fast::RandomState>,
-    /// Hashes the tokens for `verified` (one seed per table).
-    hasher: foldhash::fast::RandomState,
+    /// Tokens verified lately, with their person (`remembered_tokens.rs` says why and how).
+    verified: RememberedTokens<Arc<Person>>,
 }
 
 impl std::fmt::Debug for People {
@@ -185,13 +180,6 @@ impl std::fmt::Debug for People {
         let ids: Vec<_> = self.providers.iter().map(|p| &p.id).collect();
         f.debug_struct("People").field("providers", &ids).finish()
     }
-}
-
-/// A verified token, as `People::verified` keeps it.
-struct Remembered {
-    token: Box<str>,
-    person: Arc<Person>,
-    exp: u64,
 }
 
 struct Provider {
@@ -203,10 +191,6 @@ struct Provider {
     by_subject: HashMap<String, Vec<Arc<Key>>>,
     by_group: HashMap<String, Vec<Arc<Key>>>,
 }
-
-/// Most verified tokens remembered, and for how long at most (never past a token's expiry).
-const VERIFIED_CAPACITY: u64 = 10_000;
-const VERIFIED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl People {
     /// The snapshot's providers, each with the keys that bind its people (`keys` by digest,
@@ -257,20 +241,13 @@ impl People {
                 }) else {
                     continue;
                 };
-                for subject in &binding.subjects {
-                    provider
-                        .by_subject
-                        .entry(subject.clone())
-                        .or_default()
-                        .push(key.clone());
-                }
-                for group in &binding.groups {
-                    provider
-                        .by_group
-                        .entry(group.clone())
-                        .or_default()
-                        .push(key.clone());
-                }
+                let bind = |by: &mut HashMap<String, Vec<Arc<Key>>>, names: &[String]| {
+                    for name in names {
+                        by.entry(name.clone()).or_default().push(key.clone());
+                    }
+                };
+                bind(&mut provider.by_subject, &binding.subjects);
+                bind(&mut provider.by_group, &binding.groups);
             }
         }
         if !errors.is_empty() {
@@ -278,11 +255,7 @@ impl People {
         }
         Ok(Some(People {
             providers,
-            verified: moka::sync::Cache::builder()
-                .max_capacity(VERIFIED_CAPACITY)
-                .time_to_live(VERIFIED_FOR)
-                .build_with_hasher(foldhash::fast::RandomState::default()),
-            hasher: foldhash::fast::RandomState::default(),
+            verified: RememberedTokens::default(),
         }))
     }
 
@@ -304,32 +277,22 @@ impl People {
     /// The person a token verified lately proves, with the keys that grant them scope: the
     /// path of every call but a token's first (no signature check, no parsing).
     pub fn remembered(&self, token: &str) -> Option<Signed> {
-        use std::hash::BuildHasher;
-        let hit = self.verified.get(&self.hasher.hash_one(token))?;
-        let same = subtle::ConstantTimeEq::ct_eq(hit.token.as_bytes(), token.as_bytes());
-        if !bool::from(same) || unix_now() >= hit.exp {
-            return None;
-        }
-        let person = hit.person.clone();
+        let person = self.verified.get(token)?;
         let grants = self.grants(&person);
         Some(Signed { person, grants })
     }
 
-    /// The person a token proves and the keys that grant them scope, or why not.
-    pub fn verify(&self, keys: &IdentityKeys, token: &str) -> Result<Signed, Refusal> {
-        if let Some(signed) = self.remembered(token) {
-            return Ok(signed);
-        }
-        use std::hash::BuildHasher;
-        let (person, exp) = self.verify_signed(keys, token, unix_now())?;
+    /// The person a token `issuer_of` named `issuer` proves, and the keys that grant them
+    /// scope, or why not; the token is remembered. (Callers ask `remembered` first.)
+    pub fn verify(
+        &self,
+        keys: &IdentityKeys,
+        token: &str,
+        issuer: &str,
+    ) -> Result<Signed, Refusal> {
+        let (person, exp) = self.verify_signed(keys, token, issuer, unix_now())?;
         let person = Arc::new(person);
-        let remembered = Remembered {
-            token: token.into(),
-            person: person.clone(),
-            exp,
-        };
-        self.verified
-            .insert(self.hasher.hash_one(token), Arc::new(remembered));
+        self.verified.insert(token, person.clone(), exp);
         let grants = self.grants(&person);
         Ok(Signed { person, grants })
     }
@@ -364,10 +327,10 @@ impl People {
         &self,
         store: &IdentityKeys,
         token: &str,
+        issuer: &str,
         now: u64,
     ) -> Result<(Person, u64), Refusal> {
         let header = decode_header(token).map_err(|_| Refusal::Malformed)?;
-        let issuer = unverified_issuer(token).ok_or(Refusal::Malformed)?;
         let mut outcome = Err(Refusal::UnknownIssuer);
         // Several providers may share an issuer (another namespace, other audiences): the
         // first that accepts the token decides.
@@ -496,10 +459,4 @@ fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> Refusal {
         ErrorKind::MissingRequiredClaim(_) => Refusal::RequiredClaim,
         _ => Refusal::Malformed,
     }
-}
-
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -95,7 +95,7 @@ const MISSING_KEY: &str =
 /// Where people sign in (the snapshot has identity providers), the gateway's own 401 says where
 /// to get a token (RFC 9728: `resource_metadata`), and a person without a grant gets 403
 /// `insufficient_scope`; elsewhere the error stays as it is.
-pub fn sign_in_challenge(
+fn sign_in_challenge(
     table: &RoutingTable,
     headers: &HeaderMap,
     resource: Resource<'_>,
@@ -235,38 +235,36 @@ fn signed_in(
     let Some(people) = &table.people else {
         return Ok(None);
     };
+    let count = |issuer: &str, outcome| {
+        if let Some(metrics) = metrics {
+            metrics.sign_in(issuer, outcome);
+        }
+    };
     // A token verified lately: its person, without parsing it again.
-    let (issuer, verified) = match people.remembered(presented) {
-        Some(signed) => (signed.person.issuer.clone(), Ok(signed)),
+    let mut signed = match people.remembered(presented) {
+        Some(signed) => signed,
         None => {
             let Some(issuer) = people.issuer_of(presented) else {
                 return Ok(None); // not a person's token: a key or a ServiceAccount's
             };
-            (issuer, people.verify(&table.identity_keys, presented))
-        }
-    };
-    let count = |outcome| {
-        if let Some(metrics) = metrics {
-            metrics.sign_in(&issuer, outcome);
-        }
-    };
-    match verified {
-        Ok(mut signed) => {
-            let now = SystemTime::now();
-            signed.grants.retain(|k| !k.is_expired(now));
-            if signed.grants.is_empty() {
-                count("no_grant");
-                return Err(not_granted(&signed.person));
+            match people.verify(&table.identity_keys, presented, &issuer) {
+                Ok(signed) => signed,
+                Err(refusal) => {
+                    count(&issuer, refusal.label());
+                    tracing::info!(%issuer, reason = refusal.reason(), "sign-in refused");
+                    return Err(GatewayError::Unauthenticated(refusal.reason()));
+                }
             }
-            count("ok");
-            Ok(Some(signed))
         }
-        Err(refusal) => {
-            count(refusal.label());
-            tracing::info!(%issuer, reason = refusal.reason(), "sign-in refused");
-            Err(GatewayError::Unauthenticated(refusal.reason()))
-        }
+    };
+    let now = SystemTime::now();
+    signed.grants.retain(|k| !k.is_expired(now));
+    if signed.grants.is_empty() {
+        count(&signed.person.issuer, "no_grant");
+        return Err(not_granted(&signed.person));
     }
+    count(&signed.person.issuer, "ok");
+    Ok(Some(signed))
 }
 
 fn not_granted(person: &Person) -> GatewayError {

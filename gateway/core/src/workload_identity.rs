@@ -15,6 +15,7 @@ use serde::Deserialize;
 use switchboard_snapshot::ServiceAccountTokens;
 
 use crate::jwks::SigningKeys;
+use crate::remembered_tokens::RememberedTokens;
 
 /// A verified token's ServiceAccount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,14 +67,9 @@ pub struct TokenVerifier {
     issuer: String,
     audiences: Vec<String>,
     keys: SigningKeys,
-    /// Tokens verified lately (by SHA-256), with their expiry: a workload sends the same token
-    /// for minutes, and a signature check costs more than the rest of a request.
-    verified: moka::sync::Cache<[u8; 32], (ServiceAccount, u64)>,
+    /// Tokens verified lately, with their ServiceAccount (`remembered_tokens.rs`).
+    verified: RememberedTokens<ServiceAccount>,
 }
-
-/// Most verified tokens remembered, and for how long at most (never past a token's expiry).
-const VERIFIED_CAPACITY: u64 = 10_000;
-const VERIFIED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl std::fmt::Debug for TokenVerifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,27 +111,17 @@ impl TokenVerifier {
             issuer: settings.issuer.clone(),
             audiences: settings.audiences.clone(),
             keys,
-            verified: moka::sync::Cache::builder()
-                .max_capacity(VERIFIED_CAPACITY)
-                .time_to_live(VERIFIED_FOR)
-                .build(),
+            verified: RememberedTokens::default(),
         })
     }
 
     /// The ServiceAccount a token proves, or why it proves none.
     pub fn verify(&self, token: &str) -> Result<ServiceAccount, Refusal> {
-        use sha2::{Digest, Sha256};
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        if let Some((account, exp)) = self.verified.get(&digest)
-            && now < exp
-        {
+        if let Some(account) = self.verified.get(token) {
             return Ok(account);
         }
         let (account, exp) = self.verify_signed(token)?;
-        self.verified.insert(digest, (account.clone(), exp));
+        self.verified.insert(token, account.clone(), exp);
         Ok(account)
     }
 

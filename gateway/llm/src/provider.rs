@@ -94,15 +94,9 @@ impl<'a> Provider<'a> {
 
     /// A failed exchange, named by cause (a refused certificate says why), never by URL.
     fn unavailable(&self, error: HttpError) -> LlmError {
-        let detail = match error {
-            HttpError::HungUp => switchboard_upstream::tls::hung_up_detail(
-                self.model.tls.as_ref().is_some_and(|t| t.client.is_some()),
-            ),
-            other => other.to_string(),
-        };
         LlmError::ProviderUnavailable {
             model: self.model.id().to_string(),
-            detail,
+            detail: error.detail(self.model.tls.as_ref().is_some_and(|t| t.client.is_some())),
         }
     }
 

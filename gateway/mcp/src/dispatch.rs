@@ -381,21 +381,14 @@ enum Unchanged {
 
 /// Whether a result goes to the client without becoming a tree: not when the aggregate
 /// endpoint prefixes its task id, nor when it asks a legacy client for input (a relay does
-/// that). Its top-level members are read once; for a legacy client the same read writes it
-/// without what only a 2026-07-28 result has.
+/// that; only a legacy client's request has `bridge_input`). Its top-level members are read
+/// once; for a legacy client the same read writes it without what only a 2026-07-28 result has.
 fn unchanged_result(
     raw: &RawValue,
     aggregate: bool,
     bridge_input: bool,
     modern_client: bool,
 ) -> Option<Unchanged> {
-    if modern_client {
-        let head = RpcResult::head(raw)?;
-        let changes = aggregate && head.task_id.is_some();
-        return (!changes).then_some(Unchanged::AsItCame {
-            has_result_type: head.result_type.is_some(),
-        });
-    }
     let members = switchboard_protocol::ResultMembers::read(raw)?;
     if members.has("resultType") && members.result_type_is("complete").is_none() {
         return None; // not a string: the tree path decides
@@ -405,7 +398,8 @@ fn unchanged_result(
     if changes {
         return None;
     }
-    Some(match members.without_modern() {
+    let for_legacy = (!modern_client).then(|| members.without_modern()).flatten();
+    Some(match for_legacy {
         Some(text) => Unchanged::ForLegacy(text),
         None => Unchanged::AsItCame {
             has_result_type: members.has("resultType"),

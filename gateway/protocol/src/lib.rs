@@ -199,19 +199,6 @@ fn only_modern(name: &str, complete: bool) -> bool {
     }
 }
 
-/// [`strip_modern_result`] on a result kept as text (a relayed tool answer): only its top-level
-/// members are read, as text, and written again without the 2026-07-28 ones; nothing below
-/// them is parsed, and the text written is JSON by construction (not validated again). `None`
-/// when the text is not an object of plain member names (the caller takes the tree path then).
-pub fn strip_modern_raw(raw: &RawValue) -> Option<String> {
-    let members = ResultMembers::read(raw)?;
-    Some(
-        members
-            .without_modern()
-            .unwrap_or_else(|| raw.get().to_string()),
-    )
-}
-
 /// A result's top-level members, read once as text: what decides how the gateway answers
 /// with it (`resultType`, `taskId`), and, for a legacy client, the result written again without
 /// the 2026-07-28 members, from the same read.
@@ -248,7 +235,8 @@ impl<'a> ResultMembers<'a> {
     }
 
     /// The result's text without the members only a 2026-07-28 result has; `None` when it has
-    /// none (the text as it came is the answer then).
+    /// none (the text as it came is the answer then). Written from the members as they came,
+    /// nothing below them parsed: JSON by construction, not validated again.
     pub fn without_modern(&self) -> Option<String> {
         let complete = |value: &RawValue| value.get() == "\"complete\"";
         if !self
@@ -375,14 +363,19 @@ mod tests {
         assert_eq!(back, legacy, "stamp then strip is the legacy result again");
         // The same on the text, without a tree: member order and values as they came.
         let text = serde_json::value::to_raw_value(&modern).unwrap();
-        let stripped = strip_modern_raw(&text).expect("plain member names");
+        let stripped = ResultMembers::read(&text)
+            .and_then(|m| m.without_modern())
+            .expect("plain member names, with 2026-07-28 members");
         assert_eq!(serde_json::from_str::<Value>(&stripped).unwrap(), legacy);
         let kept = RawValue::from_string(
             r#"{"content":[{"type":"text","text":"ttlMs"}],"resultType":"task","ttlMs":5}"#.into(),
         )
         .unwrap();
         assert_eq!(
-            strip_modern_raw(&kept).unwrap(),
+            ResultMembers::read(&kept)
+                .unwrap()
+                .without_modern()
+                .unwrap(),
             r#"{"content":[{"type":"text","text":"ttlMs"}],"resultType":"task"}"#
         );
         // An input-required result keeps its kind: the relay translates it, not this.

@@ -11,7 +11,6 @@
 //! modern error body means a legacy server, and the request is repeated on a legacy session.
 //! The answer is cached per server revision, so a modern upstream costs exactly one request.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 
 // Looked up on every call by keys of the gateway's own (revisions, client keys): foldhash,
@@ -23,8 +22,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
@@ -105,15 +102,6 @@ pub enum RpcResult {
     Parsed(Value),
 }
 
-/// The top-level members of a result that decide how the gateway answers with it.
-#[derive(Debug, Default, Deserialize)]
-pub struct ResultHead<'a> {
-    #[serde(rename = "resultType", borrow, default)]
-    pub result_type: Option<Cow<'a, str>>,
-    #[serde(rename = "taskId", default)]
-    pub task_id: Option<IgnoredAny>,
-}
-
 impl RpcResult {
     pub fn into_value(self) -> Value {
         match self {
@@ -121,15 +109,6 @@ impl RpcResult {
             RpcResult::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
             RpcResult::Parsed(value) => value,
         }
-    }
-
-    /// The result's deciding members, read without building a tree; `None` for a result that
-    /// is not an object with a string `resultType` (those take the tree path).
-    pub fn head(raw: &RawValue) -> Option<ResultHead<'_>> {
-        if !raw.get().trim_start().starts_with('{') {
-            return None;
-        }
-        serde_json::from_str(raw.get()).ok()
     }
 }
 

@@ -68,15 +68,9 @@ impl UpstreamError {
                 server: server_id,
                 denied,
             },
-            HttpError::HungUp => UpstreamError::Unavailable {
-                server: server_id,
-                detail: crate::tls::hung_up_detail(
-                    server.tls.as_ref().is_some_and(|t| t.client.is_some()),
-                ),
-            },
             other => UpstreamError::Unavailable {
                 server: server_id,
-                detail: other.to_string(),
+                detail: other.detail(server.tls.as_ref().is_some_and(|t| t.client.is_some())),
             },
         }
     }

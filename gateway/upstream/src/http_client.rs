@@ -68,6 +68,17 @@ pub enum HttpError {
     Url(&'static str),
 }
 
+impl HttpError {
+    /// The failure in words for a server's condition or a client's error; a hang-up on HTTPS is
+    /// told by whether a client certificate was offered (`tls::hung_up_detail`).
+    pub fn detail(&self, presents_certificate: bool) -> String {
+        match self {
+            HttpError::HungUp => crate::tls::hung_up_detail(presents_certificate),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl HttpClient {
     /// A client whose connections resolve names under `networks` (and a server's own policy),
     /// and speak TLS with `tls`; `server_name` is sent as SNI and checked in the certificate
