@@ -19,6 +19,8 @@ import httpx
 from harness import REPO_ROOT, wait_until
 
 REALM = "switchboard"
+# The audience the realm's clients put in people's tokens for the gateway.
+GATEWAY_AUDIENCE = "switchboard-gateway"
 REALM_FILE = REPO_ROOT / "tests" / "keycloak" / "realm-switchboard.json"
 SETUP = REPO_ROOT / "tests" / "setup-keycloak.sh"
 # A cold start builds Keycloak's optimized server first (about two minutes on two shared cores).
@@ -41,6 +43,7 @@ class Keycloak:
     log: Path
     passwords: dict[str, str]
     client_secrets: dict[str, str]
+    admin_password: str
 
     @property
     def issuer(self) -> str:
@@ -57,6 +60,62 @@ class Keycloak:
         )
         assert reply.status_code == 200, f"Keycloak refused the password grant for {user}: {reply.status_code} {reply.text}"
         return reply.json()
+
+    def admin(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """A call to Keycloak's admin REST API for the test realm (`path` under
+        /admin/realms/<realm>), as the bootstrap admin of this start."""
+        token = httpx.post(
+            f"{self.base}/realms/master/protocol/openid-connect/token",
+            data={"grant_type": "password", "client_id": "admin-cli", "username": "admin", "password": self.admin_password},
+            timeout=30,
+        )
+        assert token.status_code == 200, f"the admin sign-in failed: {token.status_code} {token.text}"
+        reply = httpx.request(
+            method, f"{self.base}/admin/realms/{REALM}{path}",
+            headers={"Authorization": f"Bearer {token.json()['access_token']}"}, timeout=30, **kwargs,
+        )
+        assert reply.status_code < 300, f"admin {method} {path}: {reply.status_code} {reply.text}"
+        return reply
+
+    def open_registration(self) -> None:
+        """What a realm needs for MCP clients that register themselves (RFC 7591), as an admin
+        would set it (docs/people.md): anonymous registration from loopback clients without a
+        consent screen, and every client's tokens naming the gateway as audience with the
+        person's groups (a realm default client scope), since Keycloak ignores the `resource`
+        parameter (RFC 8707) MCP clients send."""
+        policies = self.admin(
+            "GET", "/components", params={"type": "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"}
+        ).json()
+        for policy in policies:
+            if policy.get("subType") != "anonymous":
+                continue
+            if policy["providerId"] == "consent-required":
+                self.admin("DELETE", f"/components/{policy['id']}")
+            elif policy["providerId"] == "trusted-hosts":
+                policy["config"] = {
+                    "trusted-hosts": ["127.0.0.1", "localhost"],
+                    "host-sending-registration-request-must-match": ["true"],
+                    "client-uris-must-match": ["true"],
+                }
+                self.admin("PUT", f"/components/{policy['id']}", json=policy)
+        scope = {
+            "name": "switchboard",
+            "protocol": "openid-connect",
+            "attributes": {"include.in.token.scope": "false", "display.on.consent.screen": "false"},
+            "protocolMappers": [
+                {
+                    "name": "gateway audience", "protocol": "openid-connect", "protocolMapper": "oidc-audience-mapper",
+                    "config": {"included.custom.audience": GATEWAY_AUDIENCE, "access.token.claim": "true", "id.token.claim": "false"},
+                },
+                {
+                    "name": "groups", "protocol": "openid-connect", "protocolMapper": "oidc-group-membership-mapper",
+                    "config": {"claim.name": "groups", "full.path": "false", "access.token.claim": "true", "id.token.claim": "true", "userinfo.token.claim": "true"},
+                },
+            ],
+        }
+        created = self.admin("POST", "/client-scopes", json=scope)
+        scope_id = created.headers["location"].rsplit("/", 1)[-1]
+        self.admin("PUT", f"/default-default-client-scopes/{scope_id}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -87,12 +146,13 @@ def start(logdir: Path) -> Keycloak:
             client["secret"] = client_secrets[client["clientId"]] = secrets.token_urlsafe(24)
     (imports / REALM_FILE.name).write_text(json.dumps(realm))
     port = _free_port()
+    admin_password = secrets.token_urlsafe(16)
     env = {
         **os.environ,
         "JAVA_HOME": java_home,
         "PATH": f"{java_home}/bin:{os.environ.get('PATH', '')}",
         "KC_BOOTSTRAP_ADMIN_USERNAME": "admin",
-        "KC_BOOTSTRAP_ADMIN_PASSWORD": secrets.token_urlsafe(16),
+        "KC_BOOTSTRAP_ADMIN_PASSWORD": admin_password,
     }
     log = logdir / "keycloak.log"
     out = log.open("wb")
@@ -101,7 +161,8 @@ def start(logdir: Path) -> Keycloak:
          "--http-port", str(port), "--import-realm", "--hostname-strict", "false", "--health-enabled", "false"],
         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )
-    kc = Keycloak(base=f"http://127.0.0.1:{port}", proc=proc, log=log, passwords=passwords, client_secrets=client_secrets)
+    kc = Keycloak(base=f"http://127.0.0.1:{port}", proc=proc, log=log, passwords=passwords, client_secrets=client_secrets,
+                  admin_password=admin_password)
 
     def up() -> bool:
         assert proc.poll() is None, f"Keycloak exited ({proc.returncode}):\n{log.read_text(errors='replace')[-4000:]}"

@@ -10,8 +10,11 @@ tests/e2e/keycloak.py) and act with the scope of the keys that name them or thei
   `insufficient_scope`;
 - a gateway key keeps working beside it.
 
-The OAuth authorization-code flow of the SDK clients, brokered mode and token exchange are the
-next parts of the issue (not here yet).
+- token exchange on the person's behalf (RFC 8693): an API that takes only Keycloak tokens for
+  its own audience gets one exchanged from the person's token, never the token they presented;
+  two people get two tokens, each kept per person.
+
+The SDK clients' OAuth flow is in test_people_oauth_clients.py.
 """
 
 from __future__ import annotations
@@ -21,7 +24,21 @@ import json
 
 import httpx
 import pytest
-from harness import MODERN_VERSION, RawMcp, wait_until, call_result_value, gateway_config, key, new_secret, rest_list, rest_tool_names, server, start_rust_upstream
+from harness import (
+    MODERN_VERSION,
+    RawMcp,
+    asgi_server,
+    call_result_value,
+    gateway_config,
+    key,
+    new_secret,
+    read_asgi_request,
+    rest_list,
+    rest_tool_names,
+    server,
+    start_rust_upstream,
+    wait_until,
+)
 from keycloak import start as start_keycloak
 
 AUDIENCE = "switchboard-gateway"
@@ -161,6 +178,112 @@ def test_a_gateway_key_keeps_working_beside_people(signed_in):
     gw, _, _, plain_key = signed_in
     names = _names(gw, plain_key, MODERN_VERSION)
     assert any(n.startswith("alpha__") for n in names) and any(n.startswith("beta__") for n in names)
+
+
+class WeatherApi:
+    """An upstream that accepts only Keycloak's tokens for its own audience (`weather-api`):
+    every bearer is introspected at Keycloak with the API's own client credentials, and one that
+    is not active or not for this audience gets 401. Its one tool answers who the token names.
+    `bearers` records every Authorization it was sent."""
+
+    def __init__(self, keycloak):
+        self.keycloak = keycloak
+        self.bearers: list[str] = []
+        self.subjects: dict[str, str] = {}  # accepted token -> preferred_username
+
+    async def _introspect(self, token: str) -> dict:
+        async with httpx.AsyncClient(timeout=15) as http:
+            reply = await http.post(
+                f"{self.keycloak.issuer}/protocol/openid-connect/token/introspect",
+                data={"token": token},
+                auth=("weather-api", self.keycloak.client_secrets["weather-api"]),
+            )
+        return reply.json() if reply.status_code == 200 else {}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        request = await read_asgi_request(scope, receive)
+        if request is None:
+            return
+        body, headers = request
+        auth = headers.get("authorization", "")
+        self.bearers.append(auth)
+        token = auth.removeprefix("Bearer ").strip()
+        claims = await self._introspect(token) if token else {}
+        audience = claims.get("aud")
+        audiences = audience if isinstance(audience, list) else [audience]
+        if not claims.get("active") or "weather-api" not in audiences:
+            return await _reply(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", b'Bearer error="invalid_token"')])
+        self.subjects[token] = claims.get("username") or claims.get("preferred_username")
+        req = json.loads(body or b"{}")
+        if "id" not in req:
+            return await _reply(send, 202, None)
+        if req.get("method") == "tools/list":
+            tool = {"name": "forecast", "description": "who asked", "inputSchema": {"type": "object"}}
+            result = {"tools": [tool], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+        elif req.get("method") == "tools/call":
+            who = self.subjects[token]
+            result = {"content": [{"type": "text", "text": who}], "structuredContent": {"for": who}, "resultType": "complete"}
+        else:
+            return await _reply(send, 200, {"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32601, "message": "no"}})
+        return await _reply(send, 200, {"jsonrpc": "2.0", "id": req["id"], "result": result})
+
+
+async def _reply(send, status: int, payload, extra_headers=()):
+    data = b"" if payload is None else json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json"), *extra_headers]})
+    await send({"type": "http.response.body", "body": data})
+
+
+@pytest.mark.parametrize("era", ["legacy", MODERN_VERSION])
+def test_token_exchange_on_the_persons_behalf_reaches_an_api_that_takes_only_its_own_tokens(gateways, keycloak, era):
+    api = WeatherApi(keycloak)
+    with asgi_server(api) as upstream:
+        exchange = {
+            "type": "tokenExchange",
+            "tokenUrl": f"{keycloak.issuer}/protocol/openid-connect/token",
+            "clientId": "switchboard-gateway",
+            "clientSecret": keycloak.client_secrets["switchboard-gateway"],
+            "audience": "weather-api",
+        }
+        config = gateway_config(
+            [server("weather", f"{upstream.url}/mcp", auth=exchange)],
+            [
+                key("team-a", new_secret("team-a"), ["weather"], people=[{"provider": "corp", "groups": ["team-a"]}]),
+                key("team-b", new_secret("team-b"), ["weather"], people=[{"provider": "corp", "groups": ["team-b"]}]),
+            ],
+        )
+        config["identityProviders"] = [{"name": "corp", "issuer": keycloak.issuer, "audiences": [AUDIENCE]}]
+        gw = gateways.start(config)
+        presented = {}
+        for person in ("alice", "bob", "alice"):
+            # A fresh token each time: alice's second one is a refreshed token of hers.
+            token = keycloak.token(person)["access_token"]
+            presented.setdefault(person, []).append(token)
+            with RawMcp(gw.mcp_url(), token, era) as mcp:
+                reply = mcp.call_tool("weather__forecast", {})
+                assert reply.status == 200, reply.raw
+                assert call_result_value(reply.result) == {"for": person}, reply.result
+        # The API got tokens for itself only, never one a person presented to the gateway.
+        sent = [b.removeprefix("Bearer ") for b in api.bearers]
+        assert sent, "nothing reached the API"
+        for tokens in presented.values():
+            assert not set(tokens) & set(sent), "a token the person presented reached the upstream"
+        by_person = {}
+        for token, who in api.subjects.items():
+            by_person.setdefault(who, set()).add(token)
+        counts = {who: len(tokens) for who, tokens in by_person.items()}  # never the tokens
+        assert set(by_person) == {"alice", "bob"}, counts
+        assert not by_person["alice"] & by_person["bob"], "two people shared an upstream token"
+        # Exchanged once per person and kept: alice's refreshed token did not start over.
+        assert counts == {"alice": 1, "bob": 1}, counts
+        # Control: the same API refuses the token alice presents to the gateway.
+        refused = httpx.post(
+            f"{upstream.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Authorization": f"Bearer {presented['alice'][0]}"}, timeout=15,
+        )
+        assert refused.status_code == 401, refused.text
 
 
 def test_zz_keycloak_down_keeps_held_keys_working_and_keys_never_depend_on_it(signed_in, keycloak, gateways):

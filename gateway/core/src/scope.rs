@@ -25,8 +25,9 @@ pub struct Caller {
     also: Vec<Arc<Key>>,
     pub table: Arc<RoutingTable>,
     pub headers: HeaderMap,
-    /// The caller's own `Authorization`, when the gateway key came in `X-Switchboard-Key`
-    /// (only then can `Authorization` be the caller's credential for an upstream).
+    /// The caller's own `Authorization`, as the subject of a `tokenExchange` (or what a
+    /// `passthrough` server gets): when the gateway key came in `X-Switchboard-Key`, or a
+    /// signed-in person's token (their one credential).
     pub own_authorization: Option<HeaderValue>,
     /// The key's concurrency slot, held as long as the caller is (a relayed stream holds it),
     /// and those of a person's further keys (apart: a caller with one key allocates nothing).
@@ -174,8 +175,7 @@ fn caller_for_key(
             });
         }
     };
-    let own_authorization = headers
-        .contains_key(KEY_HEADER)
+    let own_authorization = (person.is_some() || headers.contains_key(KEY_HEADER))
         .then(|| headers.get(header::AUTHORIZATION).cloned())
         .flatten();
     Ok(Caller {
@@ -364,6 +364,7 @@ impl Caller {
         CredentialContext {
             headers: &self.headers,
             own_authorization: self.own_authorization.as_ref(),
+            person: self.person.as_ref().map(|p| &p.tag),
         }
     }
 
@@ -475,6 +476,9 @@ pub fn decide_owner(
 pub struct CredentialContext<'a> {
     pub headers: &'a HeaderMap,
     pub own_authorization: Option<&'a HeaderValue>,
+    /// A signed-in person's tag: what is exchanged on their behalf is kept per person, so a
+    /// refreshed token of theirs does not start over (and two people never share).
+    pub person: Option<&'a [u8; 32]>,
 }
 
 #[cfg(test)]

@@ -212,6 +212,14 @@ fn a_person_reaches_the_union_and_each_grant_filters_only_its_own_servers() {
     assert!(!caller.sees_tool(a, "write_file"));
     assert!(caller.sees_tool(b, "write_file"));
     assert_eq!(caller.tag(), &caller.person.as_ref().unwrap().tag);
+    // The person's token is their one credential: the subject of a token exchange on their
+    // behalf, kept per person.
+    let context = caller.credential_context();
+    assert_eq!(
+        context.own_authorization.unwrap().to_str().unwrap(),
+        format!("Bearer {token}")
+    );
+    assert_eq!(context.person, Some(&caller.person.as_ref().unwrap().tag));
     // Nobody signed in: the 401 says where to sign in.
     let err = authenticate(
         t.clone(),

@@ -38,9 +38,17 @@ pub fn delegate_header(server: &Server, configured: Option<&str>) -> String {
     )
 }
 
-/// The partition a caller's requests to `server` use (no token request needed to know it).
+/// The partition a caller's requests to `server` use (no token request needed to know it):
+/// per credential of the caller's own, except that what is exchanged for a signed-in person is
+/// theirs whichever of their tokens they present.
 pub fn partition(caller: CredentialContext<'_>, server: &Server) -> u64 {
-    caller_credential(caller, server).map_or(SHARED_PARTITION, |v| partition_of(v.as_bytes()))
+    let Some(own) = caller_credential(caller, server) else {
+        return SHARED_PARTITION;
+    };
+    match (&server.spec.auth, caller.person) {
+        (UpstreamAuth::TokenExchange { .. }, Some(tag)) => partition_of(tag),
+        _ => partition_of(own.as_bytes()),
+    }
 }
 
 /// The credential of the caller's own that `server`'s arm uses, if the caller sent one.
@@ -135,12 +143,11 @@ pub async fn resolve(
                 return Ok(None);
             };
             let subject = strip_scheme(subject, "Bearer").to_string();
-            let partition = partition_of(subject.as_bytes());
             let token = tokens
                 .token(
                     http,
                     server,
-                    partition,
+                    partition(caller, server),
                     *cache_size,
                     rejected_token.as_deref(),
                     || {
@@ -176,4 +183,63 @@ pub async fn resolve(
         value,
         partition: partition(caller, server),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_core::table::RoutingTable;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    fn table() -> RoutingTable {
+        let exchange = "{type: tokenExchange, tokenUrl: 'http://idp/token', clientId: c, clientSecret: s}";
+        let yaml = format!(
+            "servers:\n- {{name: ex, url: 'http://x/mcp', auth: {exchange}}}\n- {{name: pass, url: 'http://y/mcp', auth: {{type: passthrough}}}}\n"
+        );
+        RoutingTable::build(&load(&yaml, &SystemLookup).unwrap()).unwrap()
+    }
+
+    fn context<'a>(
+        headers: &'a HeaderMap,
+        token: &'a HeaderValue,
+        person: Option<&'a [u8; 32]>,
+    ) -> CredentialContext<'a> {
+        CredentialContext {
+            headers,
+            own_authorization: Some(token),
+            person,
+        }
+    }
+
+    /// What is exchanged for a person is theirs whichever token they present (a refreshed token
+    /// does not start over), and never another person's; a caller that is not a person, and a
+    /// passthrough server, partition by the credential itself.
+    #[test]
+    fn exchanges_are_kept_per_person_and_passthrough_per_credential() {
+        let table = table();
+        let (ex, pass) = (
+            table.server_by_id("ex").unwrap(),
+            table.server_by_id("pass").unwrap(),
+        );
+        let headers = HeaderMap::new();
+        let (first, refreshed) = (
+            HeaderValue::from_static("Bearer first"),
+            HeaderValue::from_static("Bearer refreshed"),
+        );
+        let (alice, bob) = ([1u8; 32], [2u8; 32]);
+        let of = |token, person, server| partition(context(&headers, token, person), server);
+        assert_eq!(of(&first, Some(&alice), ex), of(&refreshed, Some(&alice), ex));
+        assert_ne!(of(&first, Some(&alice), ex), of(&first, Some(&bob), ex));
+        assert_ne!(of(&first, None, ex), of(&refreshed, None, ex));
+        assert_ne!(of(&first, Some(&alice), pass), of(&refreshed, Some(&alice), pass));
+        for p in [of(&first, Some(&alice), ex), of(&first, None, pass)] {
+            assert_ne!(p, SHARED_PARTITION);
+        }
+        let none = CredentialContext {
+            headers: &headers,
+            own_authorization: None,
+            person: Some(&alice),
+        };
+        assert_eq!(partition(none, ex), SHARED_PARTITION);
+    }
 }
