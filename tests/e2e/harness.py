@@ -730,13 +730,15 @@ def sdk_client(
     *,
     headers: dict[str, str] | None = None,
     record: list | None = None,
+    auth: Any = None,
     **client_options: Any,
 ):
     """An async context manager yielding a connected `mcp.Client` for `url`.
 
     era "legacy" runs the initialize handshake; "2026-07-28" pins the stateless revision (no
     probe); "auto" probes `server/discover` first. `record`, when given, receives
-    (method, url, status, response headers) for every HTTP exchange. `client_options` go to
+    (method, url, status, response headers) for every HTTP exchange. `auth` is an httpx2 auth
+    flow (the SDK's `OAuthClientProvider` signs a person in). `client_options` go to
     `mcp.Client` (e.g. sampling_callback, elicitation_callback, list_roots_callback).
     """
     import httpx2
@@ -756,7 +758,7 @@ def sdk_client(
     @contextlib.asynccontextmanager
     async def connect():
         async with httpx2.AsyncClient(
-            headers=h, timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [on_response]}
+            headers=h, timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [on_response]}, auth=auth
         ) as http:
             async with Client(
                 streamable_http_client(url, http_client=http),

@@ -6,14 +6,16 @@ log's tail and the command that installs it."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
+import secrets
 import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-
-import json
-import secrets
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 from harness import REPO_ROOT, wait_until
@@ -21,6 +23,8 @@ from harness import REPO_ROOT, wait_until
 REALM = "switchboard"
 # The audience the realm's clients put in people's tokens for the gateway.
 GATEWAY_AUDIENCE = "switchboard-gateway"
+# The client scope MCP clients ask for to get a token for the gateway (`open_registration`).
+GATEWAY_SCOPE = "switchboard"
 REALM_FILE = REPO_ROOT / "tests" / "keycloak" / "realm-switchboard.json"
 SETUP = REPO_ROOT / "tests" / "setup-keycloak.sh"
 # A cold start builds Keycloak's optimized server first (about two minutes on two shared cores).
@@ -61,6 +65,28 @@ class Keycloak:
         assert reply.status_code == 200, f"Keycloak refused the password grant for {user}: {reply.status_code} {reply.text}"
         return reply.json()
 
+    async def log_in(self, authorization_url: str, user: str) -> dict[str, str]:
+        """What a person does in the browser an MCP client opens: Keycloak's login page for
+        `authorization_url`, the form filled in with `user`'s password, and the redirect back to
+        the client. Returns the redirect's query (code, state, iss), never following it (the
+        client's redirect URI needs no listener)."""
+        async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
+            page = await browser.get(authorization_url)
+            assert page.status_code == 200, f"Keycloak's login page: {page.status_code} {page.text[:500]}"
+            form = re.search(r'<form[^>]*id="kc-form-login"[^>]*action="([^"]+)"', page.text)
+            assert form, f"no login form on Keycloak's page:\n{page.text[:1500]}"
+            # Keycloak's cookies are `Secure`; a browser sends them to a loopback address over
+            # plain HTTP (a secure context), httpx does not: sent here as the browser would.
+            cookies = "; ".join(c.split(";", 1)[0] for c in page.headers.get_list("set-cookie"))
+            answer = await browser.post(
+                html.unescape(form.group(1)),
+                data={"username": user, "password": self.passwords[user], "credentialId": ""},
+                headers={"Cookie": cookies},
+            )
+            assert answer.status_code == 302, f"the login was not accepted: {answer.status_code} {answer.text[:500]}"
+            query = parse_qs(urlparse(answer.headers["location"]).query)
+            return {name: values[0] for name, values in query.items()}
+
     def admin(self, method: str, path: str, **kwargs) -> httpx.Response:
         """A call to Keycloak's admin REST API for the test realm (`path` under
         /admin/realms/<realm>), as the bootstrap admin of this start."""
@@ -78,11 +104,13 @@ class Keycloak:
         return reply
 
     def open_registration(self) -> None:
-        """What a realm needs for MCP clients that register themselves (RFC 7591), as an admin
-        would set it (docs/people.md): anonymous registration from loopback clients without a
-        consent screen, and every client's tokens naming the gateway as audience with the
-        person's groups (a realm default client scope), since Keycloak ignores the `resource`
-        parameter (RFC 8707) MCP clients send."""
+        """What a realm needs for MCP clients that register themselves (RFC 7591), as README
+        tells an admin: anonymous registration from loopback clients without a consent screen,
+        and a client scope `switchboard` (an optional scope every client gets) that puts the
+        gateway's audience and the person's groups in the token. MCP clients ask for the scopes
+        the gateway's metadata lists (`identityProviders[].scopes: [switchboard]`); Keycloak
+        ignores the `resource` parameter (RFC 8707) they send, so the scope carries the
+        audience."""
         policies = self.admin(
             "GET", "/components", params={"type": "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"}
         ).json()
@@ -99,7 +127,7 @@ class Keycloak:
                 }
                 self.admin("PUT", f"/components/{policy['id']}", json=policy)
         scope = {
-            "name": "switchboard",
+            "name": GATEWAY_SCOPE,
             "protocol": "openid-connect",
             "attributes": {"include.in.token.scope": "false", "display.on.consent.screen": "false"},
             "protocolMappers": [
@@ -115,7 +143,7 @@ class Keycloak:
         }
         created = self.admin("POST", "/client-scopes", json=scope)
         scope_id = created.headers["location"].rsplit("/", 1)[-1]
-        self.admin("PUT", f"/default-default-client-scopes/{scope_id}")
+        self.admin("PUT", f"/default-optional-client-scopes/{scope_id}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

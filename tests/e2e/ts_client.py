@@ -62,11 +62,14 @@ def ts_client(
     roots: list[dict] | None = None,
     progress: bool = False,
     headers: dict[str, str] | None = None,
+    oauth: tuple[str, str, str] | None = None,
     timeout: float = 30.0,
 ) -> dict[str, Any]:
     """Runs the TypeScript client once and returns its JSON line, plus "exit" (its exit code) and
-    "stderr". mode: "legacy", "auto" or a pinned revision ("2026-07-28"). The process is bounded
-    by `timeout` (the client's own bound) plus a grace period."""
+    "stderr". mode: "legacy", "auto" or a pinned revision ("2026-07-28"). `oauth` is (person,
+    password, redirect URI): the SDK's OAuth client signs that person in (the password goes in
+    the client's environment, never on its command line). The process is bounded by `timeout`
+    (the client's own bound) plus a grace period."""
     node, directory = require_node()
     argv = [node, str(NODE_CLIENT), "--url", url, "--mode", mode, "--timeout", str(timeout), "--modules", str(directory)]
     if key is not None:
@@ -85,9 +88,15 @@ def ts_client(
         argv += ["--roots", json.dumps(roots)]
     if progress:
         argv.append("--progress")
+    env = None
+    if oauth is not None:
+        person, password, redirect = oauth
+        argv += ["--oauth-user", person, "--oauth-redirect", redirect]
+        env = {**os.environ, "MCP_OAUTH_PASSWORD": password}
     try:
         done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout + 20, cwd=REPO_ROOT, check=False
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout + 20, cwd=REPO_ROOT, check=False,
+            env=env,
         )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(

@@ -21,6 +21,11 @@
 //   that plus 10 s, after which it prints an error and exits 1.
 // --modules: the directory tests/setup-node.sh installed into (default: $SWITCHBOARD_NODE, else
 //   ${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/node).
+// --oauth-user USER --oauth-redirect URI: the SDK's OAuth client signs USER in (password in
+//   $MCP_OAUTH_PASSWORD, never on the command line): it registers dynamically, and the browser
+//   step is done here by filling in the identity provider's login form (Keycloak's) and reading
+//   the redirect to URI (nothing listens there); then finishAuth and a new connection. The output
+//   gets "oauth": {"registered", "signedIn"}.
 //
 // Output, on success (exit 0):
 //   {"result": CallToolResult, "notifications": [{"method", "params", "t"}...],
@@ -43,11 +48,13 @@ import { parseArgs } from 'node:util';
 const USAGE =
   'usage: node mcp_client.mjs --url URL [--header "Name: value"]... [--mode legacy|auto|2026-07-28] ' +
   '[--call TOOL --args JSON] [--list] [--sampling-reply TEXT] [--elicit-reply JSON] [--roots JSON] ' +
-  '[--progress] [--timeout SECONDS] [--modules DIR]';
+  '[--progress] [--timeout SECONDS] [--modules DIR] [--oauth-user USER --oauth-redirect URI]';
 
 const notifications = [];
 const handled = { sampling: 0, elicitation: 0, roots: 0 };
 const http = [];
+// With --oauth-user: whether the client registered and whom it signed in.
+let oauth;
 let printed = false;
 
 const now = () => Math.round(performance.now() * 1000) / 1000;
@@ -63,7 +70,7 @@ function fail(err, code = 1) {
   if (err?.code !== undefined) error.code = err.code;
   if (err?.data !== undefined) error.data = err.data;
   if (err?.cause !== undefined) error.cause = String(err.cause?.message ?? err.cause);
-  emit({ error, notifications, handled, http }, code);
+  emit({ error, notifications, handled, http, oauth }, code);
 }
 
 function parseJson(flag, text) {
@@ -126,6 +133,86 @@ function recordingFetch() {
   };
 }
 
+/** Keycloak's login form, filled in as a person would: the redirect's code and issuer. */
+async function browserLogin(authorizationUrl, user, password) {
+  const cookies = new Map();
+  const keep = response => {
+    for (const c of response.headers.getSetCookie()) {
+      const [pair] = c.split(';');
+      const i = pair.indexOf('=');
+      cookies.set(pair.slice(0, i), pair.slice(i + 1));
+    }
+  };
+  const cookie = () => [...cookies].map(([k, v]) => `${k}=${v}`).join('; ');
+  const page = await fetch(authorizationUrl, { redirect: 'manual' });
+  keep(page);
+  const html = await page.text();
+  const form = /<form[^>]*id="kc-form-login"[^>]*action="([^"]+)"/.exec(html);
+  if (page.status !== 200 || !form) throw new Error(`no login form at the authorization endpoint (HTTP ${page.status})`);
+  const action = form[1].replaceAll('&amp;', '&');
+  const answer = await fetch(action, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: cookie() },
+    body: new URLSearchParams({ username: user, password, credentialId: '' })
+  });
+  const location = answer.headers.get('location');
+  if (answer.status !== 302 || !location) throw new Error(`the login was not accepted (HTTP ${answer.status})`);
+  const query = new URL(location).searchParams;
+  if (!query.get('code')) throw new Error(`the identity provider sent no code: ${query.get('error') ?? 'no error either'}`);
+  return { code: query.get('code'), iss: query.get('iss') ?? undefined };
+}
+
+/** An OAuthClientProvider kept in memory, whose browser step is browserLogin. */
+class LoginProvider {
+  constructor(user, password, redirect, record) {
+    Object.assign(this, { user, password, redirect, record });
+  }
+  get redirectUrl() {
+    return this.redirect;
+  }
+  get clientMetadata() {
+    return {
+      client_name: 'switchboard-e2e-ts',
+      redirect_uris: [this.redirect],
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none'
+    };
+  }
+  clientInformation() {
+    return this.client;
+  }
+  saveClientInformation(client) {
+    this.client = client;
+    this.record.registered = true;
+  }
+  tokens() {
+    return this.saved;
+  }
+  saveTokens(tokens) {
+    this.saved = tokens;
+    this.record.signedIn = this.user;
+  }
+  saveCodeVerifier(verifier) {
+    this.verifier = verifier;
+  }
+  codeVerifier() {
+    return this.verifier;
+  }
+  // Kept with the code verifier, so the SDK checks that the code comes back from the
+  // authorization server the flow started at (SEP-2352).
+  saveDiscoveryState(state) {
+    this.discovery = state;
+  }
+  discoveryState() {
+    return this.discovery;
+  }
+  async redirectToAuthorization(url) {
+    this.login = await browserLogin(url.href, this.user, this.password);
+  }
+}
+
 async function main() {
   let opts;
   try {
@@ -142,7 +229,9 @@ async function main() {
         roots: { type: 'string' },
         progress: { type: 'boolean', default: false },
         timeout: { type: 'string', default: '30' },
-        modules: { type: 'string' }
+        modules: { type: 'string' },
+        'oauth-user': { type: 'string' },
+        'oauth-redirect': { type: 'string' }
       },
       strict: true
     }));
@@ -184,44 +273,66 @@ async function main() {
   if (elicitContent !== undefined) capabilities.elicitation = { form: {} };
   if (roots !== undefined) capabilities.roots = { listChanged: false };
 
-  const client = new Client(
-    { name: 'switchboard-e2e-ts', version: '0' },
-    { capabilities, versionNegotiation: negotiation }
-  );
-  if (capabilities.sampling) {
-    client.setRequestHandler('sampling/createMessage', async () => {
-      handled.sampling += 1;
-      return { model: 'test-model', role: 'assistant', content: { type: 'text', text: opts['sampling-reply'] } };
-    });
+  oauth = opts['oauth-user'] !== undefined ? { registered: false, signedIn: null } : undefined;
+  let provider;
+  if (oauth) {
+    const password = process.env.MCP_OAUTH_PASSWORD;
+    if (!password || !opts['oauth-redirect']) return fail(new Error(`--oauth-user needs --oauth-redirect and $MCP_OAUTH_PASSWORD`), 2);
+    provider = new LoginProvider(opts['oauth-user'], password, opts['oauth-redirect'], oauth);
   }
-  if (capabilities.elicitation) {
-    client.setRequestHandler('elicitation/create', async () => {
-      handled.elicitation += 1;
-      return { action: 'accept', content: elicitContent };
-    });
-  }
-  if (capabilities.roots) {
-    client.setRequestHandler('roots/list', async () => {
-      handled.roots += 1;
-      return { roots };
-    });
-  }
-  client.setNotificationHandler('notifications/message', n => {
-    notifications.push({ method: 'notifications/message', params: n.params, t: now() });
-  });
   const errors = [];
-  client.onerror = e => errors.push(String(e?.message ?? e));
+  const newClient = () => {
+    const c = new Client(
+      { name: 'switchboard-e2e-ts', version: '0' },
+      { capabilities, versionNegotiation: negotiation }
+    );
+    if (capabilities.sampling) {
+      c.setRequestHandler('sampling/createMessage', async () => {
+        handled.sampling += 1;
+        return { model: 'test-model', role: 'assistant', content: { type: 'text', text: opts['sampling-reply'] } };
+      });
+    }
+    if (capabilities.elicitation) {
+      c.setRequestHandler('elicitation/create', async () => {
+        handled.elicitation += 1;
+        return { action: 'accept', content: elicitContent };
+      });
+    }
+    if (capabilities.roots) {
+      c.setRequestHandler('roots/list', async () => {
+        handled.roots += 1;
+        return { roots };
+      });
+    }
+    c.setNotificationHandler('notifications/message', n => {
+      notifications.push({ method: 'notifications/message', params: n.params, t: now() });
+    });
+    c.onerror = e => errors.push(String(e?.message ?? e));
+    return c;
+  };
+  let client = newClient();
 
-  const transport = new StreamableHTTPClientTransport(new URL(opts.url), {
+  const newTransport = () => new StreamableHTTPClientTransport(new URL(opts.url), {
     requestInit: { headers },
     fetch: recordingFetch(),
+    authProvider: provider,
     // A dropped stream is an error to report, not something to paper over.
     reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1 }
   });
+  const transport = newTransport();
 
-  const out = { sdk: `@modelcontextprotocol/client@${sdkVersion}`, notifications, handled, http };
+  const out = { sdk: `@modelcontextprotocol/client@${sdkVersion}`, notifications, handled, http, oauth };
   try {
-    await client.connect(transport, { timeout: timeoutMs });
+    try {
+      await client.connect(transport, { timeout: timeoutMs });
+    } catch (e) {
+      // The interactive OAuth flow: the provider has been to the login page; hand the code to
+      // the transport and connect again (the way the SDK documents for a redirect flow).
+      if (!provider?.login || e?.name !== 'UnauthorizedError') throw e;
+      await transport.finishAuth(provider.login.code, provider.login.iss);
+      client = newClient();
+      await client.connect(newTransport(), { timeout: timeoutMs });
+    }
     out.protocolVersion = client.getNegotiatedProtocolVersion();
     out.era = client.getProtocolEra();
     if (opts.list) {
