@@ -73,6 +73,12 @@ pub struct McpKeySpec {
         length(max = 64)
     )]
     pub expires_at: Option<String>,
+    /// People who act with this key's scope, signed in with an IdentityProvider of this
+    /// namespace: by subject or by group. A person several keys name gets the union of their
+    /// reach, under every one's limits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub people: Vec<PeopleBinding>,
     /// Limits on this key's requests (MCP, REST and LLM alike), per gateway replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.burst) || has(self.rate)").message("spec.limits.burst needs spec.limits.rate"))]
@@ -91,4 +97,25 @@ pub struct McpKeyStatus {
     pub secret_name: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// People of one identity provider: by subject, by group, or both.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.subjects) ? size(self.subjects) : 0) + (has(self.groups) ? size(self.groups) : 0) > 0").message("spec.people[] needs subjects, groups or both"))]
+pub struct PeopleBinding {
+    /// An IdentityProvider of this namespace, by name.
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(max = 253)
+    )]
+    pub provider: String,
+    /// Subjects (the provider's subject claim), exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 256)))]
+    pub subjects: Vec<String>,
+    /// Groups (the provider's groups claim), exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 256)))]
+    pub groups: Vec<String>,
 }

@@ -1,16 +1,18 @@
-//! The Kubernetes API of Switchboard: `McpServer`, `McpKey` and `ModelRoute` in
-//! `switchboard.dev/v1alpha1`.
+//! The Kubernetes API of Switchboard: `McpServer`, `McpKey`, `ModelRoute` and
+//! `IdentityProvider` in `switchboard.dev/v1alpha1`.
 //!
 //! Everything a standalone config file can say about a server, key or model can be said here; secrets
 //! are references to Kubernetes Secrets in the resource's namespace, which the operator resolves
 //! into the snapshot. Admission-time validation lives in the schema (patterns, enums) and in
 //! CEL rules, so `kubectl apply` names the field that is wrong.
 
+pub mod identity_provider;
 pub mod key;
 pub mod model_route;
 pub mod server;
 
-pub use key::{McpKey, McpKeySpec, McpKeyStatus};
+pub use identity_provider::{IdentityProvider, IdentityProviderSpec, IdentityProviderStatus};
+pub use key::{McpKey, McpKeySpec, McpKeyStatus, PeopleBinding};
 pub use model_route::{ModelRoute, ModelRouteSpec, ModelRouteStatus};
 pub use server::{McpServer, McpServerSpec, McpServerStatus};
 
@@ -123,5 +125,9 @@ pub fn crd_manifests() -> Vec<(&'static str, String)> {
         ("switchboard.dev_mcpservers.yaml", yaml(&McpServer::crd())),
         ("switchboard.dev_mcpkeys.yaml", yaml(&McpKey::crd())),
         ("switchboard.dev_modelroutes.yaml", yaml(&ModelRoute::crd())),
+        (
+            "switchboard.dev_identityproviders.yaml",
+            yaml(&IdentityProvider::crd()),
+        ),
     ]
 }

@@ -17,7 +17,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
-use switchboard_crds::{McpKey, McpServer, ModelRoute};
+use switchboard_crds::{IdentityProvider, McpKey, McpServer, ModelRoute};
 use switchboard_snapshot::ServiceAccountTokens;
 use switchboard_snapshot::{GatewaySettings, SecretSource, Snapshot};
 use tokio::sync::{Notify, watch};
@@ -176,6 +176,12 @@ impl Controller {
             whole,
             self.dirty.clone(),
         );
+        let identity_providers = watch_into(
+            Api::<IdentityProvider>::all(self.client.clone()),
+            all(),
+            whole,
+            self.dirty.clone(),
+        );
         // With a selector, two watches: the selected Secrets, and the operator's own (the
         // snapshot Secret, generated keys), which a label selector cannot OR in.
         let own = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
@@ -236,6 +242,7 @@ impl Controller {
             servers.wait_until_ready().await,
             keys.wait_until_ready().await,
             models.wait_until_ready().await,
+            identity_providers.wait_until_ready().await,
             config_maps.wait_until_ready().await,
             namespaces.wait_until_ready().await,
         ];
@@ -264,6 +271,7 @@ impl Controller {
                 servers: &servers,
                 keys: &keys,
                 models: &models,
+                identity_providers: &identity_providers,
                 secrets: &secrets,
                 config_maps: &config_maps,
                 namespaces: &namespaces,
@@ -334,6 +342,12 @@ impl Controller {
             .map(|s| ("McpServer", object_ref(s)))
             .chain(world.models.iter().map(|m| ("ModelRoute", object_ref(m))))
             .chain(world.keys.iter().map(|k| ("McpKey", object_ref(k))))
+            .chain(
+                world
+                    .identity_providers
+                    .iter()
+                    .map(|p| ("IdentityProvider", object_ref(p))),
+            )
             .map(|(kind, (namespace, name))| (kind, namespace, name))
             .collect();
         state.retries.retain(|k| live.contains(k));
@@ -353,6 +367,7 @@ impl Controller {
             servers: &world.servers,
             keys: &world.keys,
             models: &world.models,
+            identity_providers: &world.identity_providers,
             secrets: &world.secret_data,
             config_maps: &world.config_map_data,
             settings,
@@ -443,6 +458,16 @@ impl Controller {
                     outcome,
                     desired,
                 } => status_write::write_key(client, recorder, object, outcome, &desired).await,
+                PlannedStatus::IdentityProvider {
+                    object,
+                    desired,
+                    fields,
+                } => {
+                    status_write::write_identity_provider(
+                        client, recorder, object, &desired, fields,
+                    )
+                    .await
+                }
             }
         };
         self.write_alone(state, kind, &object, written).await;
@@ -557,6 +582,7 @@ struct Stores<'a> {
     servers: &'a Store<McpServer>,
     keys: &'a Store<McpKey>,
     models: &'a Store<ModelRoute>,
+    identity_providers: &'a Store<IdentityProvider>,
     secrets: &'a [Store<Secret>],
     config_maps: &'a Store<ConfigMap>,
     namespaces: &'a Store<Namespace>,
@@ -579,6 +605,7 @@ struct World {
     servers: Vec<McpServer>,
     keys: Vec<McpKey>,
     models: Vec<ModelRoute>,
+    identity_providers: Vec<IdentityProvider>,
     /// Every watched Secret (the operator's own among them), each once.
     secrets: Vec<Arc<Secret>>,
     secret_data: SecretData,
@@ -595,6 +622,7 @@ fn gather(stores: Stores<'_>) -> World {
     let servers = copied(stores.servers);
     let keys = copied(stores.keys);
     let models = copied(stores.models);
+    let identity_providers = copied(stores.identity_providers);
     // (a Secret both watches see is kept once)
     let secrets: Vec<Arc<Secret>> = stores
         .secrets
@@ -639,6 +667,7 @@ fn gather(stores: Stores<'_>) -> World {
         servers,
         keys,
         models,
+        identity_providers,
         secrets,
         secret_data,
         config_map_data,
@@ -664,6 +693,11 @@ enum PlannedStatus<'a> {
         outcome: &'a KeyOutcome,
         desired: [status::Desired; 2],
     },
+    IdentityProvider {
+        object: &'a IdentityProvider,
+        desired: [status::Desired; 3],
+        fields: BTreeMap<&'static str, serde_json::Value>,
+    },
 }
 
 impl PlannedStatus<'_> {
@@ -673,6 +707,9 @@ impl PlannedStatus<'_> {
             PlannedStatus::Server { object, .. } => ("McpServer", object_ref(*object)),
             PlannedStatus::Model { object, .. } => ("ModelRoute", object_ref(*object)),
             PlannedStatus::Key { object, .. } => ("McpKey", object_ref(*object)),
+            PlannedStatus::IdentityProvider { object, .. } => {
+                ("IdentityProvider", object_ref(*object))
+            }
         }
     }
 }
@@ -763,6 +800,26 @@ fn plan_statuses<'a>(
             desired: [status::accepted(&outcome.verdict), ready],
         });
     }
+    for provider in &world.identity_providers {
+        let key = object_ref(provider);
+        let Some(verdict) = rendered.identity_providers.get(&key) else {
+            continue;
+        };
+        let probe = probes.identity_keys(&format!("{}/{}", key.0, key.1));
+        let keys = status::keys_loaded(verdict, probe.as_ref().filter(|_| verdict.accepted));
+        // Served once every replica has a generation at least as new as this pass's.
+        let served = verdict.accepted.then(|| rollout(state.generation));
+        let ready = status::identity_provider_ready(verdict, &keys, served);
+        let mut fields = BTreeMap::new();
+        if let Some(status::KeysProbe::Loaded { keys }) = &probe {
+            fields.insert("signingKeys", serde_json::json!(keys));
+        }
+        planned.push(PlannedStatus::IdentityProvider {
+            object: provider,
+            desired: [status::accepted(verdict), keys, ready],
+            fields,
+        });
+    }
     planned
 }
 
@@ -830,6 +887,7 @@ mod tests {
             servers: vec![server],
             keys: vec![key],
             models: Vec::new(),
+            identity_providers: Vec::new(),
             secrets: Vec::new(),
             secret_data,
             config_map_data: SecretData::new(),
@@ -843,6 +901,7 @@ mod tests {
             servers: &world.servers,
             keys: &world.keys,
             models: &world.models,
+            identity_providers: &world.identity_providers,
             secrets: &world.secret_data,
             config_maps: &world.config_map_data,
             settings: GatewaySettings::default(),
@@ -869,6 +928,9 @@ mod tests {
                     PlannedStatus::Server { desired, .. } => ("McpServer", desired),
                     PlannedStatus::Model { desired, .. } => ("ModelRoute", desired),
                     PlannedStatus::Key { desired, .. } => ("McpKey", desired),
+                    PlannedStatus::IdentityProvider { desired, .. } => {
+                        ("IdentityProvider", desired)
+                    }
                 };
                 desired
                     .iter()

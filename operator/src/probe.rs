@@ -20,10 +20,11 @@ use switchboard_core::table::{Model, RoutingTable};
 use switchboard_snapshot::{ModelProvider, Snapshot};
 use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::http_client::HttpError;
+use switchboard_upstream::identity_keys;
 use switchboard_upstream::plane::UpstreamPlane;
 use tokio::sync::{Notify, watch};
 
-use crate::status::{ModelProbe, Probe};
+use crate::status::{KeysProbe, ModelProbe, Probe};
 
 /// The Anthropic API version the model listing is asked for.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -34,6 +35,7 @@ const MODEL_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Probes {
     results: Mutex<HashMap<String, Probe>>,
     models: Mutex<HashMap<String, ModelProbe>>,
+    identity_keys: Mutex<HashMap<String, KeysProbe>>,
 }
 
 impl Probes {
@@ -75,6 +77,32 @@ impl Probes {
         }
         models.insert(model_id.to_string(), probe);
         true
+    }
+
+    /// What the last fetch of an identity provider's keys found (`<namespace>/<name>`).
+    pub fn identity_keys(&self, provider_id: &str) -> Option<KeysProbe> {
+        self.identity_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(provider_id)
+            .cloned()
+    }
+
+    /// Records a provider's keys (or why not); true when it changes what status says. Providers
+    /// not in `live` are forgotten.
+    fn record_identity_keys(
+        &self,
+        results: Vec<(String, KeysProbe)>,
+        live: &HashSet<String>,
+    ) -> bool {
+        let mut held = self.identity_keys.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|id, _| live.contains(id));
+        let mut changed = false;
+        for (id, probe) in results {
+            changed |= held.get(&id) != Some(&probe);
+            held.insert(id, probe);
+        }
+        changed
     }
 
     /// Forgets models no longer in the snapshot (a model created again is probed afresh).
@@ -211,6 +239,7 @@ pub async fn run(
     );
     let mut applied_generation = None;
     let mut model_probed: HashMap<String, ([u8; 32], Instant)> = HashMap::new();
+    let mut keys_fetched: HashMap<String, ([u8; 32], Instant, bool)> = HashMap::new();
     loop {
         let snapshot = snapshots.borrow().clone();
         if applied_generation != Some(snapshot.generation) {
@@ -267,12 +296,63 @@ pub async fn run(
             let plane = &plane;
             async move { (model.id().to_string(), probe_model(plane, model).await) }
         });
-        let (results, model_results) = futures_util::future::join(
+        // Identity providers: fetched as a gateway fetches them (discovery, then the key set,
+        // with the provider's TLS and the address policy) when new or changed, again each
+        // probe interval while failing, and as often as gateways refresh them once loaded.
+        let providers: Vec<_> = table.people.iter().flat_map(|p| p.providers()).collect();
+        let live: HashSet<String> = providers.iter().map(|(id, ..)| id.to_string()).collect();
+        keys_fetched.retain(|id, _| live.contains(id));
+        let key_rounds = providers
+            .into_iter()
+            .filter(|(id, spec, _)| {
+                let hash: [u8; 32] =
+                    Sha256::digest(serde_json::to_vec(spec).unwrap_or_default()).into();
+                let due = match keys_fetched.get(*id) {
+                    None => true,
+                    Some((h, at, ok)) => {
+                        let wait = if *ok {
+                            identity_keys::REFRESH
+                        } else {
+                            interval
+                        };
+                        *h != hash || now.duration_since(*at) >= wait
+                    }
+                };
+                if due {
+                    keys_fetched.insert(id.to_string(), (hash, now, false));
+                }
+                due
+            })
+            .map(|(id, spec, tls)| {
+                let upstreams = plane.upstreams.clone();
+                async move {
+                    let probe =
+                        match identity_keys::fetch(&upstreams, spec, tls.map(|t| &**t)).await {
+                            Ok(keys) => KeysProbe::Loaded { keys: keys.len() },
+                            Err(message) => KeysProbe::Failed {
+                                reason: if message.starts_with("discovery") {
+                                    "DiscoveryFailed"
+                                } else {
+                                    "KeysNotLoaded"
+                                },
+                                message,
+                            },
+                        };
+                    (id.to_string(), probe)
+                }
+            });
+        let (results, model_results, key_results) = futures_util::future::join3(
             futures_util::future::join_all(rounds),
             futures_util::future::join_all(model_rounds),
+            futures_util::future::join_all(key_rounds),
         )
         .await;
-        let mut any = false;
+        for (id, probe) in &key_results {
+            if let Some(entry) = keys_fetched.get_mut(id) {
+                entry.2 = matches!(probe, KeysProbe::Loaded { .. });
+            }
+        }
+        let mut any = probes.record_identity_keys(key_results, &live);
         for (id, probe) in results {
             any |= probes.record(&id, probe);
         }

@@ -1,4 +1,4 @@
-//! Rendering: McpServers, McpKeys, ModelRoutes and the Secrets they reference → one gateway
+//! Rendering: McpServers, McpKeys, ModelRoutes, IdentityProviders and the Secrets they reference → one gateway
 //! snapshot, plus a verdict per resource saying what happened to it. Pure: no API server, no clock, no I/O, so
 //! every rule here is tested over plain values.
 //!
@@ -12,7 +12,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use switchboard_crds::model_route as crd_model;
 use switchboard_crds::server::{AuthType, ClientAuth, ServerAuth};
-use switchboard_crds::{McpKey, McpServer, ModelRoute, SecretKeyRef};
+use switchboard_crds::{IdentityProvider, McpKey, McpServer, ModelRoute, SecretKeyRef};
 
 use crate::upstream_policy::UpstreamPolicy;
 use switchboard_snapshot::{
@@ -40,6 +40,7 @@ pub enum Reason {
     SecretNotFound,
     ConfigMapNotFound,
     DuplicateKey,
+    IdentityProviderNotFound,
     ModelNameConflict,
     PrefixConflict,
     ServerNotAccepted,
@@ -59,6 +60,7 @@ impl Reason {
             Reason::SecretNotFound => "SecretNotFound",
             Reason::ConfigMapNotFound => "ConfigMapNotFound",
             Reason::DuplicateKey => "DuplicateKey",
+            Reason::IdentityProviderNotFound => "IdentityProviderNotFound",
             Reason::ModelNameConflict => "ModelNameConflict",
             Reason::PrefixConflict => "PrefixConflict",
             Reason::ServerNotAccepted => "ServerNotAccepted",
@@ -123,6 +125,7 @@ pub struct Rendered {
     pub servers: BTreeMap<ObjectRef, Verdict>,
     pub keys: BTreeMap<ObjectRef, KeyOutcome>,
     pub models: BTreeMap<ObjectRef, Verdict>,
+    pub identity_providers: BTreeMap<ObjectRef, Verdict>,
 }
 
 impl Rendered {
@@ -133,6 +136,7 @@ impl Rendered {
             .servers
             .values_mut()
             .chain(self.models.values_mut())
+            .chain(self.identity_providers.values_mut())
             .chain(self.keys.values_mut().map(|k| &mut k.verdict));
         for verdict in verdicts {
             if verdict.reason == Reason::SecretNotFound
@@ -151,6 +155,7 @@ pub struct RenderInput<'a> {
     pub servers: &'a [McpServer],
     pub keys: &'a [McpKey],
     pub models: &'a [ModelRoute],
+    pub identity_providers: &'a [IdentityProvider],
     pub secrets: &'a SecretData,
     /// ConfigMaps' data, by the same kind of reference (CA bundles may live in one).
     pub config_maps: &'a SecretData,
@@ -212,6 +217,7 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
     }
     specs.sort_by(|a, b| a.id().cmp(b.id()));
     let (models, model_specs) = render_models(&input, &specs);
+    let (identity_providers, provider_specs) = render_identity_providers(&input);
 
     let mut keys = BTreeMap::new();
     let mut key_specs = Vec::new();
@@ -230,6 +236,20 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
         let (mut outcome, spec) = key_spec(key, input.secrets);
         let (namespace, name) = object_ref(key);
         let spec = spec.and_then(|spec| {
+            if let Some((j, missing)) = spec.people.iter().enumerate().find(|(_, p)| {
+                !provider_specs
+                    .iter()
+                    .any(|s| s.namespace == namespace && s.name == p.provider)
+            }) {
+                outcome.verdict = Verdict::rejected(
+                    Reason::IdentityProviderNotFound,
+                    format!(
+                        "spec.people[{j}].provider: IdentityProvider {namespace}/{} does not exist or is not accepted",
+                        missing.provider
+                    ),
+                );
+                return None;
+            }
             let hash = spec.hash.clone().unwrap_or_default();
             if let Some(owner) = by_hash.get(&hash) {
                 outcome.verdict = Verdict::rejected(
@@ -238,7 +258,7 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
                 );
                 return None;
             }
-            if let Err(message) = check_key_alone(&spec) {
+            if let Err(message) = check_key_alone(&spec, &provider_specs) {
                 outcome.verdict = Verdict::rejected(Reason::InvalidSpec, message);
                 return None;
             }
@@ -271,14 +291,88 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
             servers: specs,
             keys: key_specs,
             models: model_specs,
-            // People sign in through the standalone file's identityProviders for now; the
-            // resources for them are the next step of issue 21.
-            identity_providers: Vec::new(),
+            identity_providers: provider_specs,
         },
         servers: verdicts,
         keys,
         models,
+        identity_providers,
     }
+}
+
+/// IdentityProviders → the snapshot's providers and a verdict each (checked alone the way the
+/// gateway will, so one bad provider leaves only itself and the keys that name it out).
+fn render_identity_providers(
+    input: &RenderInput<'_>,
+) -> (
+    BTreeMap<ObjectRef, Verdict>,
+    Vec<switchboard_snapshot::IdentityProviderSpec>,
+) {
+    let mut verdicts = BTreeMap::new();
+    let mut specs = Vec::new();
+    for provider in input.identity_providers {
+        let key = object_ref(provider);
+        let spec = identity_provider_spec(provider, input.secrets, input.config_maps);
+        let verdict = match spec {
+            Err(verdict) => verdict,
+            Ok(spec) => {
+                let alone = Snapshot {
+                    identity_providers: vec![spec.clone()],
+                    ..Snapshot::default()
+                };
+                match switchboard_snapshot::validate(&alone) {
+                    Err(e) => Verdict::rejected(
+                        Reason::InvalidSpec,
+                        user_paths(e, "identityProviders", &[]),
+                    ),
+                    Ok(()) => {
+                        let message = format!("people of {} sign in", spec.issuer);
+                        specs.push(spec);
+                        Verdict::accepted(message)
+                    }
+                }
+            }
+        };
+        verdicts.insert(key, verdict);
+    }
+    specs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    (verdicts, specs)
+}
+
+fn identity_provider_spec(
+    provider: &IdentityProvider,
+    secrets: &SecretData,
+    config_maps: &SecretData,
+) -> Result<switchboard_snapshot::IdentityProviderSpec, Verdict> {
+    let (namespace, name) = object_ref(provider);
+    let spec = &provider.spec;
+    let claims = spec.claims.clone().unwrap_or_default();
+    let defaults = switchboard_snapshot::IdentityClaims::default();
+    Ok(switchboard_snapshot::IdentityProviderSpec {
+        issuer: spec.issuer.clone(),
+        audiences: spec.audiences.clone(),
+        algorithms: if spec.algorithms.is_empty() {
+            switchboard_snapshot::default_algorithms()
+        } else {
+            spec.algorithms.iter().map(|a| a.as_str().into()).collect()
+        },
+        clock_skew: duration(spec.clock_skew.as_deref(), "spec.clockSkew")?
+            .unwrap_or_else(switchboard_snapshot::default_clock_skew),
+        claims: switchboard_snapshot::IdentityClaims {
+            subject: claims.subject.unwrap_or(defaults.subject),
+            groups: claims.groups.unwrap_or(defaults.groups),
+        },
+        required_claims: spec.required_claims.clone(),
+        jwks_url: spec.jwks_url.clone(),
+        scopes: spec.scopes.clone(),
+        tls: spec
+            .tls
+            .as_ref()
+            .map(|tls| upstream_tls(tls, &namespace, secrets, config_maps))
+            .transpose()?,
+        name,
+        namespace,
+    })
 }
 
 /// ModelRoutes → model specs and verdicts. `servers` are the servers in the snapshot: a model
@@ -497,10 +591,15 @@ fn check_alone(spec: &ServerSpec, settings: &GatewaySettings) -> Result<(), Stri
     Ok(())
 }
 
-/// Validates one key the way the gateway will (one bad key never blocks the snapshot).
-fn check_key_alone(spec: &KeySpec) -> Result<(), String> {
+/// Validates one key the way the gateway will (one bad key never blocks the snapshot), beside
+/// the identity providers its people may name.
+fn check_key_alone(
+    spec: &KeySpec,
+    providers: &[switchboard_snapshot::IdentityProviderSpec],
+) -> Result<(), String> {
     let alone = Snapshot {
         keys: vec![spec.clone()],
+        identity_providers: providers.to_vec(),
         ..Snapshot::default()
     };
     switchboard_snapshot::validate(&alone).map_err(|e| user_paths(e, "keys", &[]))
@@ -957,7 +1056,16 @@ fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Option<KeySpec>)
             .iter()
             .map(|account| format!("{}/{account}", key.namespace().unwrap_or_default()))
             .collect(),
-        people: Vec::new(),
+        people: key
+            .spec
+            .people
+            .iter()
+            .map(|p| switchboard_snapshot::PeopleBinding {
+                provider: p.provider.clone(),
+                subjects: p.subjects.clone(),
+                groups: p.groups.clone(),
+            })
+            .collect(),
         tools: key
             .spec
             .tools
@@ -1061,6 +1169,7 @@ mod tests {
             servers,
             keys,
             models,
+            identity_providers: &[],
             secrets,
             config_maps: &SecretData::new(),
             settings: GatewaySettings::default(),
@@ -1210,6 +1319,7 @@ mod tests {
                 servers,
                 keys: &[],
                 models: &[],
+                identity_providers: &[],
                 secrets: &secrets(&[
                     ("t", "ca", "ca.crt", "not a pem"),
                     ("t", "client", "tls.crt", "chain"),
@@ -1550,6 +1660,114 @@ mod tests {
         let v = &r.servers[&("a".into(), "b".into())];
         assert_eq!(v.reason, "InvalidSpec");
         assert!(v.message.starts_with("spec.auth"), "{}", v.message);
+    }
+
+    /// IdentityProviders render with the snapshot's defaults; a bad one is refused alone with
+    /// the field named; a key's people need an accepted provider of its own namespace, and a key
+    /// whose provider is missing is left out alone (the reason says which).
+    #[test]
+    fn identity_providers_and_the_people_keys_name() {
+        let provider = |ns: &str, name: &str, spec: serde_json::Value| {
+            let mut p = IdentityProvider::new(name, serde_json::from_value(spec).unwrap());
+            p.metadata.namespace = Some(ns.into());
+            p
+        };
+        let providers = [
+            provider(
+                "a",
+                "corp",
+                serde_json::json!({"issuer": "https://login.example/realms/corp", "audiences": ["gw"], "claims": {"groups": "realm_access.roles"}, "scopes": ["switchboard"]}),
+            ),
+            provider(
+                "a",
+                "plain",
+                serde_json::json!({"issuer": "http://login.example/realms/x", "audiences": ["gw"]}),
+            ),
+        ];
+        let people =
+            |provider: &str| serde_json::json!([{"provider": provider, "groups": ["team-a"]}]);
+        let keys = [
+            key(
+                "a",
+                "team-a",
+                3,
+                serde_json::json!({"secretName": "ka", "people": people("corp")}),
+            ),
+            key(
+                "a",
+                "ghost",
+                2,
+                serde_json::json!({"secretName": "kg", "people": people("gone")}),
+            ),
+            key(
+                "a",
+                "refused",
+                1,
+                serde_json::json!({"secretName": "kr", "people": people("plain")}),
+            ),
+            key(
+                "b",
+                "elsewhere",
+                0,
+                serde_json::json!({"secretName": "kb", "people": people("corp")}),
+            ),
+        ];
+        let secrets = secrets(&[
+            ("a", "ka", "key", "k1"),
+            ("a", "kg", "key", "k2"),
+            ("a", "kr", "key", "k3"),
+            ("b", "kb", "key", "k4"),
+        ]);
+        let r = render(RenderInput {
+            servers: &[],
+            keys: &keys,
+            models: &[],
+            identity_providers: &providers,
+            secrets: &secrets,
+            config_maps: &SecretData::new(),
+            settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+            namespace_policies: &NamespacePolicies::new(),
+        });
+        let corp = &r.snapshot.identity_providers;
+        assert_eq!(corp.len(), 1, "{corp:?}");
+        assert_eq!(
+            (corp[0].namespace.as_str(), corp[0].name.as_str()),
+            ("a", "corp")
+        );
+        assert_eq!(corp[0].algorithms, ["RS256", "ES256"]);
+        assert_eq!(corp[0].claims.subject, "sub");
+        assert_eq!(corp[0].claims.groups, "realm_access.roles");
+        assert_eq!(corp[0].clock_skew, Duration::from_secs(60));
+        let plain = &r.identity_providers[&("a".into(), "plain".into())];
+        assert_eq!(plain.reason, "InvalidSpec");
+        assert!(
+            plain
+                .message
+                .starts_with("spec.issuer: must be an https URL"),
+            "{}",
+            plain.message
+        );
+        let served: Vec<&str> = r.snapshot.keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(served, ["team-a"]);
+        assert_eq!(r.snapshot.keys[0].people[0].groups, ["team-a"]);
+        for (ns, name, provider) in [
+            ("a", "ghost", "a/gone"),
+            ("a", "refused", "a/plain"),
+            ("b", "elsewhere", "b/corp"),
+        ] {
+            let v = &r.keys[&(ns.into(), name.into())].verdict;
+            assert_eq!(v.reason, "IdentityProviderNotFound", "{name}");
+            assert!(
+                v.message.contains(&format!(
+                    "spec.people[0].provider: IdentityProvider {provider} "
+                )),
+                "{}",
+                v.message
+            );
+        }
+        // The snapshot the gateway gets is one it accepts.
+        switchboard_snapshot::validate(&r.snapshot).expect("a valid snapshot");
     }
 
     fn key(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> McpKey {

@@ -148,6 +148,84 @@ pub fn key_ready(verdict: &Verdict, expired_at: Option<&str>, served: Rollout) -
     }
 }
 
+/// What the operator found at an identity provider: its signing keys, or why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeysProbe {
+    Loaded {
+        keys: usize,
+    },
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// An IdentityProvider's `KeysLoaded`: discovery and the key set read the way a gateway reads
+/// them (`Unknown` until the first look).
+pub fn keys_loaded(verdict: &Verdict, probe: Option<&KeysProbe>) -> Desired {
+    let (status, reason, message) = match (verdict.accepted, probe) {
+        (false, _) => ("False", "NotAccepted", "not in the snapshot".to_string()),
+        (true, None) => (
+            "Unknown",
+            "Fetching",
+            "the provider's keys have not been fetched yet".to_string(),
+        ),
+        (true, Some(KeysProbe::Loaded { keys })) => (
+            "True",
+            "KeysLoaded",
+            format!("discovery read, {keys} signing keys loaded"),
+        ),
+        (true, Some(KeysProbe::Failed { reason, message })) => ("False", *reason, message.clone()),
+    };
+    Desired {
+        type_: "KeysLoaded",
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// An IdentityProvider's `Ready`: accepted, its keys loaded, and served by every known gateway
+/// replica (a grant naming it works on each of them).
+pub fn identity_provider_ready(
+    verdict: &Verdict,
+    keys: &Desired,
+    served: Option<Rollout>,
+) -> Desired {
+    let (status, reason, message) = if !verdict.accepted {
+        ("False", verdict.reason.to_string(), verdict.message.clone())
+    } else if keys.status != "True" {
+        (keys.status, keys.reason.clone(), keys.message.clone())
+    } else {
+        match served {
+            Some(r) if r.known > 0 && r.serving == r.known => (
+                "True",
+                "Ready".to_string(),
+                format!(
+                    "{}/{} gateway replicas serve it; {}",
+                    r.serving, r.known, keys.message
+                ),
+            ),
+            Some(r) => (
+                "False",
+                "Pending".to_string(),
+                format!("{}/{} gateway replicas serve it", r.serving, r.known),
+            ),
+            None => (
+                "False",
+                "Pending".to_string(),
+                "not published yet".to_string(),
+            ),
+        }
+    };
+    Desired {
+        type_: "Ready",
+        status,
+        reason,
+        message,
+    }
+}
+
 pub fn model_ready(verdict: &Verdict, probe: Option<&ModelProbe>) -> Desired {
     let (status, reason, message) = match (verdict.accepted, probe) {
         (false, _) => ("False", "NotAccepted", "not in the snapshot".to_string()),

@@ -7,7 +7,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::Recorder;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use switchboard_crds::{Condition, McpKey, McpServer, ModelRoute};
+use switchboard_crds::{Condition, IdentityProvider, McpKey, McpServer, ModelRoute};
 
 use crate::render::KeyOutcome;
 use crate::status::{Desired, conditions, differs, transitions};
@@ -46,6 +46,23 @@ pub async fn write_model(
         fields: serde_json::to_value(&status).unwrap_or_default(),
     };
     write_status(client, recorder, route, &current, desired, fields).await
+}
+
+/// Writes an IdentityProvider's status if it changed; publishes events for transitions.
+pub async fn write_identity_provider(
+    client: &kube::Client,
+    recorder: &Recorder,
+    provider: &IdentityProvider,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error> {
+    let status = provider.status.clone().unwrap_or_default();
+    let current = CurrentStatus {
+        conditions: &status.conditions,
+        observed_generation: status.observed_generation,
+        fields: serde_json::to_value(&status).unwrap_or_default(),
+    };
+    write_status(client, recorder, provider, &current, desired, fields).await
 }
 
 /// A resource's status as stored.

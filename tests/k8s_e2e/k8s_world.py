@@ -139,6 +139,10 @@ def model_route(name: str, namespace: str = "default", **spec: Any) -> dict:
     return {"apiVersion": GROUP_VERSION, "kind": "ModelRoute", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
+def identity_provider(name: str, namespace: str = "default", **spec: Any) -> dict:
+    return {"apiVersion": GROUP_VERSION, "kind": "IdentityProvider", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
 def secret(name: str, namespace: str, data: dict[str, str]) -> dict:
     return {
         "apiVersion": "v1",
@@ -281,7 +285,7 @@ class Cluster:
         """Server-side apply of one namespaced switchboard.dev object straight through the API (no
         kubectl process): the cheapest possible write."""
         assert self._api is not None
-        plural = {"McpServer": "mcpservers", "McpKey": "mcpkeys", "ModelRoute": "modelroutes"}[obj["kind"]]
+        plural = {"McpServer": "mcpservers", "McpKey": "mcpkeys", "ModelRoute": "modelroutes", "IdentityProvider": "identityproviders"}[obj["kind"]]
         meta = obj["metadata"]
         r = self._api.patch(
             f"/apis/{GROUP_VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
@@ -297,6 +301,9 @@ class Cluster:
 
     def key(self, name: str, namespace: str = "default") -> dict | None:
         return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/mcpkeys/{name}")
+
+    def identity_provider(self, name: str, namespace: str = "default") -> dict | None:
+        return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/identityproviders/{name}")
 
     def model_route(self, name: str, namespace: str = "default") -> dict | None:
         return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/modelroutes/{name}")
@@ -587,7 +594,12 @@ class World:
         interval: float = 0.1,
     ) -> tuple[dict, float]:
         """Polls a resource until its condition matches; returns (condition, seconds waited)."""
-        getter = {"mcpserver": self.cluster.server, "mcpkey": self.cluster.key, "modelroute": self.cluster.model_route}[kind]
+        getter = {
+            "mcpserver": self.cluster.server,
+            "mcpkey": self.cluster.key,
+            "modelroute": self.cluster.model_route,
+            "identityprovider": self.cluster.identity_provider,
+        }[kind]
         pred = want if callable(want) else (lambda c, s=want: c.get("status") == s)
         t0 = time.monotonic()
         last: list[dict | None] = [None]
@@ -745,6 +757,7 @@ def assert_no_secret_leaks(world: World) -> dict[str, int]:
         "kubectl get mcpservers -A -o yaml": world.cluster.kubectl("get", "mcpservers", "-A", "-o", "yaml").stdout,
         "kubectl get mcpkeys -A -o yaml": world.cluster.kubectl("get", "mcpkeys", "-A", "-o", "yaml").stdout,
         "kubectl get modelroutes -A -o yaml": world.cluster.kubectl("get", "modelroutes", "-A", "-o", "yaml").stdout,
+        "kubectl get identityproviders -A -o yaml": world.cluster.kubectl("get", "identityproviders", "-A", "-o", "yaml").stdout,
         "kubectl get events -A -o yaml": world.cluster.kubectl("get", "events", "-A", "-o", "yaml").stdout,
     }
     for identity, proc in world.operators.items():

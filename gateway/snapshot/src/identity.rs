@@ -97,11 +97,13 @@ pub const ALGORITHMS: &[&str] = &[
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
 
-fn default_algorithms() -> Vec<String> {
+/// `RS256` and `ES256` (what a provider that says nothing else signs with).
+pub fn default_algorithms() -> Vec<String> {
     vec!["RS256".into(), "ES256".into()]
 }
 
-fn default_clock_skew() -> Duration {
+/// A minute.
+pub fn default_clock_skew() -> Duration {
     Duration::from_secs(60)
 }
 

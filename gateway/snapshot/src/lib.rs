@@ -13,7 +13,10 @@ pub mod networks;
 mod secret;
 pub mod tls;
 
-pub use identity::{ALGORITHMS, IdentityClaims, IdentityProviderSpec, PeopleBinding};
+pub use identity::{
+    ALGORITHMS, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_algorithms,
+    default_clock_skew,
+};
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};

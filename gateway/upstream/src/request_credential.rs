@@ -192,7 +192,8 @@ mod tests {
     use switchboard_snapshot::{SystemLookup, load};
 
     fn table() -> RoutingTable {
-        let exchange = "{type: tokenExchange, tokenUrl: 'http://idp/token', clientId: c, clientSecret: s}";
+        let exchange =
+            "{type: tokenExchange, tokenUrl: 'http://idp/token', clientId: c, clientSecret: s}";
         let yaml = format!(
             "servers:\n- {{name: ex, url: 'http://x/mcp', auth: {exchange}}}\n- {{name: pass, url: 'http://y/mcp', auth: {{type: passthrough}}}}\n"
         );
@@ -228,10 +229,16 @@ mod tests {
         );
         let (alice, bob) = ([1u8; 32], [2u8; 32]);
         let of = |token, person, server| partition(context(&headers, token, person), server);
-        assert_eq!(of(&first, Some(&alice), ex), of(&refreshed, Some(&alice), ex));
+        assert_eq!(
+            of(&first, Some(&alice), ex),
+            of(&refreshed, Some(&alice), ex)
+        );
         assert_ne!(of(&first, Some(&alice), ex), of(&first, Some(&bob), ex));
         assert_ne!(of(&first, None, ex), of(&refreshed, None, ex));
-        assert_ne!(of(&first, Some(&alice), pass), of(&refreshed, Some(&alice), pass));
+        assert_ne!(
+            of(&first, Some(&alice), pass),
+            of(&refreshed, Some(&alice), pass)
+        );
         for p in [of(&first, Some(&alice), ex), of(&first, None, pass)] {
             assert_ne!(p, SHARED_PARTITION);
         }

@@ -1,0 +1,131 @@
+//! `IdentityProvider`: an OpenID Connect issuer whose people sign in to the gateway with their
+//! own access tokens (`McpKey.spec.people` says with which scope).
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{Condition, UpstreamTls};
+
+/// An identity provider whose access tokens the gateway accepts. The gateway reads its OIDC
+/// discovery document and signing keys itself and verifies tokens offline; the operator reads
+/// them too, to say in status whether it can. McpKeys of this namespace name it in
+/// `spec.people[].provider`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "switchboard.dev",
+    version = "v1alpha1",
+    kind = "IdentityProvider",
+    namespaced,
+    status = "IdentityProviderStatus",
+    shortname = "idp",
+    category = "switchboard",
+    printcolumn = r#"{"name":"Issuer","type":"string","jsonPath":".spec.issuer"}"#,
+    printcolumn = r#"{"name":"Keys","type":"integer","jsonPath":".status.signingKeys"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentityProviderSpec {
+    /// The `iss` of its tokens, exactly (`https://login.example.com/realms/corp`); discovery is
+    /// read at `<issuer>/.well-known/openid-configuration`. https (http only on loopback).
+    #[schemars(
+        regex(pattern = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"),
+        length(max = 2048)
+    )]
+    pub issuer: String,
+    /// A token must be for one of these (its `aud`): Keycloak, the audience an audience mapper
+    /// adds; Entra ID, the application ID URI.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 512)))]
+    pub audiences: Vec<String>,
+    /// Signature algorithms accepted (default `RS256`, `ES256`). Never `none`, never HMAC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 9))]
+    pub algorithms: Vec<SigningAlgorithm>,
+    /// How far the gateway's clock may be from the provider's for `exp` and `nbf` (default
+    /// `60s`, at most `10m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m)$"))]
+    pub clock_skew: Option<String>,
+    /// Which claims name the person and their groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<IdentityClaims>,
+    /// Claims a token must carry with exactly these string values (e.g. `azp: mcp-cli`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 16))]
+    pub required_claims: BTreeMap<String, String>,
+    /// The provider's JWKS, when not the discovery document's `jwks_uri`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://\S+$"), length(max = 2048))]
+    pub jwks_url: Option<String>,
+    /// What MCP clients ask for (the protected-resource metadata's `scopes_supported`): for
+    /// Keycloak, the client scope that puts the gateway in the token's audience.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(regex(pattern = r"^[!#-\[\]-~]+$")))]
+    pub scopes: Vec<String>,
+    /// TLS for discovery and the key set (a private CA, a client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
+}
+
+/// The signature algorithms a provider's keys may use.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum SigningAlgorithm {
+    RS256,
+    RS384,
+    RS512,
+    PS256,
+    PS384,
+    PS512,
+    ES256,
+    ES384,
+    EdDSA,
+}
+
+impl SigningAlgorithm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SigningAlgorithm::RS256 => "RS256",
+            SigningAlgorithm::RS384 => "RS384",
+            SigningAlgorithm::RS512 => "RS512",
+            SigningAlgorithm::PS256 => "PS256",
+            SigningAlgorithm::PS384 => "PS384",
+            SigningAlgorithm::PS512 => "PS512",
+            SigningAlgorithm::ES256 => "ES256",
+            SigningAlgorithm::ES384 => "ES384",
+            SigningAlgorithm::EdDSA => "EdDSA",
+        }
+    }
+}
+
+/// Claim names, as dotted paths into the token (`realm_access.roles` is Keycloak's realm roles).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentityClaims {
+    /// The person (default `sub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[^.\s]+(\.[^.\s]+)*$"), length(max = 256))]
+    pub subject: Option<String>,
+    /// Their groups: a string or an array of strings (default `groups`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[^.\s]+(\.[^.\s]+)*$"), length(max = 256))]
+    pub groups: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentityProviderStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// How many signing keys the operator loaded from the provider the last time it looked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_keys: Option<i64>,
+    /// `Accepted` (in the snapshot), `KeysLoaded` (discovery and the key set read, with the
+    /// reason when not), `Ready` (both, and every gateway replica serves it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
