@@ -7,7 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Condition, UpstreamTls};
+use crate::{Condition, SecretKeyRef, UpstreamTls};
 
 /// An identity provider whose access tokens the gateway accepts. The gateway reads its OIDC
 /// discovery document and signing keys itself and verifies tokens offline; the operator reads
@@ -69,6 +69,34 @@ pub struct IdentityProviderSpec {
     /// TLS for discovery and the key set (a private CA, a client certificate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
+    /// Brokered mode: the gateway is the authorization server MCP clients see and sends people
+    /// here to log in (for a provider without dynamic registration or resource indicators).
+    /// At most one IdentityProvider is brokered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brokered: Option<Brokered>,
+}
+
+/// The gateway's own confidential client at the provider.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Brokered {
+    /// The client id; its redirect URI at the provider is `<gateway public URL>/oauth/callback`.
+    #[schemars(length(min = 1, max = 256))]
+    pub client_id: String,
+    /// Its secret, from a Secret in this namespace.
+    pub client_secret_ref: SecretKeyRef,
+    /// Scopes asked of the provider (default `openid`; must include it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub scopes: Vec<String>,
+    /// Lifetime of the gateway's access tokens (default `5m`, 30s to 1h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(s|m|h)$"))]
+    pub access_token_ttl: Option<String>,
+    /// How long a login lasts without logging in again (default `8h`, at most 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(s|m|h)$"))]
+    pub refresh_token_ttl: Option<String>,
 }
 
 /// The signature algorithms a provider's keys may use.

@@ -78,6 +78,15 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/.well-known/oauth-protected-resource/mcp-rest",
             get(crate::well_known::gateway_metadata),
         )
+        // The authorization server of a brokered identity provider (404 without one).
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(crate::oauth::metadata),
+        )
+        .route("/oauth/register", post(crate::oauth::register))
+        .route("/oauth/authorize", get(crate::oauth::authorize))
+        .route("/oauth/callback", get(crate::oauth::callback))
+        .route("/oauth/token", post(crate::oauth::token))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -129,6 +138,7 @@ fn is_client_face(path: &str) -> bool {
         || path.starts_with("/mcp/")
         || path.starts_with("/mcp-rest/")
         || path.starts_with("/v1/")
+        || path.starts_with("/oauth/")
 }
 
 /// Reads a request's whole body within `--body-read-timeout` and no larger than

@@ -17,6 +17,7 @@ pub mod admission;
 #[cfg(test)]
 mod fuzz;
 pub mod http;
+pub mod oauth;
 pub mod refused_body;
 pub mod serve;
 pub mod state;

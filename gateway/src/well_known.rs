@@ -5,7 +5,8 @@
 //!   (the upstream's own document, from [`switchboard_upstream::protected_resource`]): the
 //!   client needs a token the upstream accepts;
 //! - every other endpoint, when people sign in (`identityProviders`): the gateway's identity
-//!   providers, from which an MCP client starts the OAuth flow after the gateway's 401.
+//!   providers, from which an MCP client starts the OAuth flow after the gateway's 401 (for a
+//!   brokered provider, the gateway itself: `crate::oauth`).
 
 use std::sync::Arc;
 
@@ -80,10 +81,16 @@ fn gateway_document(
     let Some(people) = &table.people else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    let base = switchboard_core::table::base_url(&table.settings, headers);
+    // A brokered provider's people sign in at the gateway itself, listed first (clients take
+    // the first authorization server).
     let mut issuers: Vec<&str> = Vec::new();
+    if people.brokered().is_some() {
+        issuers.push(&base);
+    }
     let mut scopes: Vec<&str> = Vec::new();
     for (_, spec, _) in people.providers() {
-        if !issuers.contains(&spec.issuer.as_str()) {
+        if spec.brokered.is_none() && !issuers.contains(&spec.issuer.as_str()) {
             issuers.push(&spec.issuer);
         }
         for scope in &spec.scopes {
@@ -92,7 +99,6 @@ fn gateway_document(
             }
         }
     }
-    let base = switchboard_core::table::base_url(&table.settings, headers);
     let mut document = json!({
         "resource": format!("{base}{resource}"),
         "authorization_servers": issuers,

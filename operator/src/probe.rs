@@ -328,7 +328,9 @@ pub async fn run(
                 async move {
                     let probe =
                         match identity_keys::fetch(&upstreams, spec, tls.map(|t| &**t)).await {
-                            Ok(keys) => KeysProbe::Loaded { keys: keys.len() },
+                            Ok(fetched) => KeysProbe::Loaded {
+                                keys: fetched.keys.len(),
+                            },
                             Err(message) => KeysProbe::Failed {
                                 reason: if message.starts_with("discovery") {
                                     "DiscoveryFailed"

@@ -370,8 +370,42 @@ fn identity_provider_spec(
             .as_ref()
             .map(|tls| upstream_tls(tls, &namespace, secrets, config_maps))
             .transpose()?,
+        brokered: spec
+            .brokered
+            .as_ref()
+            .map(|b| brokered(b, &namespace, secrets))
+            .transpose()?,
         name,
         namespace,
+    })
+}
+
+fn brokered(
+    b: &switchboard_crds::identity_provider::Brokered,
+    namespace: &str,
+    secrets: &SecretData,
+) -> Result<switchboard_snapshot::Brokered, Verdict> {
+    let field = "spec.brokered.clientSecretRef";
+    Ok(switchboard_snapshot::Brokered {
+        client_id: b.client_id.clone(),
+        client_secret: SecretSource::Value {
+            value: secret_value(secrets, namespace, &b.client_secret_ref, field)?,
+        },
+        scopes: if b.scopes.is_empty() {
+            switchboard_snapshot::default_brokered_scopes()
+        } else {
+            b.scopes.clone()
+        },
+        access_token_ttl: duration(
+            b.access_token_ttl.as_deref(),
+            "spec.brokered.accessTokenTtl",
+        )?
+        .unwrap_or_else(switchboard_snapshot::default_access_ttl),
+        refresh_token_ttl: duration(
+            b.refresh_token_ttl.as_deref(),
+            "spec.brokered.refreshTokenTtl",
+        )?
+        .unwrap_or_else(switchboard_snapshot::default_refresh_ttl),
     })
 }
 
@@ -1768,6 +1802,55 @@ mod tests {
         }
         // The snapshot the gateway gets is one it accepts.
         switchboard_snapshot::validate(&r.snapshot).expect("a valid snapshot");
+    }
+
+    /// A brokered IdentityProvider's client secret comes from its Secret; without the Secret
+    /// the provider is left out with SecretNotFound naming the field.
+    #[test]
+    fn a_brokered_provider_takes_its_client_secret_from_a_secret() {
+        let mut p = IdentityProvider::new(
+            "corp",
+            serde_json::from_value(serde_json::json!({
+                "issuer": "https://login.example/realms/corp", "audiences": ["gw"],
+                "brokered": {"clientId": "switchboard-gateway", "clientSecretRef": {"name": "idp", "key": "secret"}, "accessTokenTtl": "2m"}
+            }))
+            .unwrap(),
+        );
+        p.metadata.namespace = Some("a".into());
+        let render_with = |secrets: &SecretData| {
+            render(RenderInput {
+                servers: &[],
+                keys: &[],
+                models: &[],
+                identity_providers: std::slice::from_ref(&p),
+                secrets,
+                config_maps: &SecretData::new(),
+                settings: GatewaySettings::default(),
+                upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+                namespace_policies: &NamespacePolicies::new(),
+            })
+        };
+        let r = render_with(&secrets(&[("a", "idp", "secret", "s3cr3t")]));
+        let brokered = r.snapshot.identity_providers[0]
+            .brokered
+            .as_ref()
+            .expect("brokered");
+        assert_eq!(
+            switchboard_snapshot::resolved_value(&brokered.client_secret),
+            Some("s3cr3t")
+        );
+        assert_eq!(brokered.access_token_ttl, Duration::from_secs(120));
+        assert_eq!(brokered.scopes, ["openid"]);
+        let r = render_with(&SecretData::new());
+        let v = &r.identity_providers[&("a".into(), "corp".into())];
+        assert_eq!(v.reason, "SecretNotFound");
+        assert!(
+            v.message
+                .starts_with("spec.brokered.clientSecretRef: Secret a/idp does not exist"),
+            "{}",
+            v.message
+        );
+        assert!(r.snapshot.identity_providers.is_empty());
     }
 
     fn key(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> McpKey {

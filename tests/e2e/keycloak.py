@@ -14,6 +14,7 @@ import secrets
 import socket
 import subprocess
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -71,21 +72,42 @@ class Keycloak:
         the client. Returns the redirect's query (code, state, iss), never following it (the
         client's redirect URI needs no listener)."""
         async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
-            page = await browser.get(authorization_url)
-            assert page.status_code == 200, f"Keycloak's login page: {page.status_code} {page.text[:500]}"
-            form = re.search(r'<form[^>]*id="kc-form-login"[^>]*action="([^"]+)"', page.text)
-            assert form, f"no login form on Keycloak's page:\n{page.text[:1500]}"
-            # Keycloak's cookies are `Secure`; a browser sends them to a loopback address over
-            # plain HTTP (a secure context), httpx does not: sent here as the browser would.
-            cookies = "; ".join(c.split(";", 1)[0] for c in page.headers.get_list("set-cookie"))
-            answer = await browser.post(
-                html.unescape(form.group(1)),
-                data={"username": user, "password": self.passwords[user], "credentialId": ""},
-                headers={"Cookie": cookies},
-            )
-            assert answer.status_code == 302, f"the login was not accepted: {answer.status_code} {answer.text[:500]}"
-            query = parse_qs(urlparse(answer.headers["location"]).query)
+            back = await self._login_form(browser, authorization_url, user)
+            query = parse_qs(urlparse(back).query)
             return {name: values[0] for name, values in query.items()}
+
+    async def log_in_through(self, authorization_url: str, user: str, route: Callable[[str], str]) -> dict[str, str]:
+        """The browser of a brokered login: the gateway's authorization endpoint sends it to
+        Keycloak, the person logs in, Keycloak sends it to the gateway's callback, which sends it
+        to the client. `route` maps each gateway URL to the replica the browser's request lands
+        on (a load balancer's choice). Returns the client redirect's query."""
+        async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
+            start = await browser.get(route(authorization_url))
+            assert start.status_code == 302, f"the gateway's authorization endpoint: {start.status_code} {start.text[:500]}"
+            to_keycloak = start.headers["location"]
+            assert to_keycloak.startswith(self.issuer), f"not sent to Keycloak: {to_keycloak[:200]}"
+            back = await self._login_form(browser, to_keycloak, user)
+            done = await browser.get(route(back))
+            assert done.status_code == 302, f"the gateway's callback: {done.status_code} {done.text[:500]}"
+            query = parse_qs(urlparse(done.headers["location"]).query)
+            return {name: values[0] for name, values in query.items()}
+
+    async def _login_form(self, browser: httpx.AsyncClient, url: str, user: str) -> str:
+        """Keycloak's login page at `url`, filled in; the URL it redirects to."""
+        page = await browser.get(url)
+        assert page.status_code == 200, f"Keycloak's login page: {page.status_code} {page.text[:500]}"
+        form = re.search(r'<form[^>]*id="kc-form-login"[^>]*action="([^"]+)"', page.text)
+        assert form, f"no login form on Keycloak's page:\n{page.text[:1500]}"
+        # Keycloak's cookies are `Secure`; a browser sends them to a loopback address over
+        # plain HTTP (a secure context), httpx does not: sent here as the browser would.
+        cookies = "; ".join(c.split(";", 1)[0] for c in page.headers.get_list("set-cookie"))
+        answer = await browser.post(
+            html.unescape(form.group(1)),
+            data={"username": user, "password": self.passwords[user], "credentialId": ""},
+            headers={"Cookie": cookies},
+        )
+        assert answer.status_code == 302, f"the login was not accepted: {answer.status_code} {answer.text[:500]}"
+        return answer.headers["location"]
 
     def admin(self, method: str, path: str, **kwargs) -> httpx.Response:
         """A call to Keycloak's admin REST API for the test realm (`path` under

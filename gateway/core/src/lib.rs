@@ -12,6 +12,7 @@
 //!   addresses a server may reach.
 
 pub mod address_policy;
+pub mod broker;
 pub mod credentials;
 pub mod errors;
 pub mod jwks;

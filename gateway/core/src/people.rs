@@ -23,6 +23,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use switchboard_snapshot::{FieldError, IdentityProviderSpec, Snapshot, TlsMaterial};
 
+use crate::broker::{AccessRecord, BrokerSealer, Record};
 use crate::jwks::SigningKeys;
 use crate::key::Key;
 use crate::remembered_tokens::{RememberedTokens, unix_now};
@@ -38,6 +39,9 @@ pub struct Person {
     /// What sessions and exchanges opened by this person are bound to (never a key's digest:
     /// two people acting with one key do not share sessions).
     pub tag: [u8; 32],
+    /// Signed in through the gateway (brokered mode): the provider's access token the gateway
+    /// holds for them, the subject of a token exchange on their behalf.
+    pub provider_token: Option<String>,
 }
 
 impl std::fmt::Display for Person {
@@ -68,6 +72,10 @@ pub enum Refusal {
     WrongAudience,
     MissingSubject,
     RequiredClaim,
+    /// A brokered token the gateway cannot open: not its own, tampered with, or expired.
+    NotIssuedHere,
+    /// A brokered token issued for another resource (another gateway's URL).
+    OtherResource,
 }
 
 impl Refusal {
@@ -94,6 +102,10 @@ impl Refusal {
             Refusal::RequiredClaim => {
                 "the access token lacks a claim its identity provider requires"
             }
+            Refusal::NotIssuedHere => {
+                "the access token was not issued by this gateway, or it has expired"
+            }
+            Refusal::OtherResource => "the access token was issued for another resource",
         }
     }
 
@@ -111,8 +123,17 @@ impl Refusal {
             Refusal::WrongAudience => "wrong_audience",
             Refusal::MissingSubject => "missing_subject",
             Refusal::RequiredClaim => "required_claim",
+            Refusal::NotIssuedHere => "not_issued_here",
+            Refusal::OtherResource => "other_resource",
         }
     }
+}
+
+/// A provider's authorization and token endpoints, from its discovery document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginEndpoints {
+    pub authorization: String,
+    pub token: String,
 }
 
 /// The signing keys of every identity provider, fetched by the upstream plane, kept across
@@ -120,6 +141,8 @@ impl Refusal {
 #[derive(Default)]
 pub struct IdentityKeys {
     keys: RwLock<HashMap<String, Arc<SigningKeys>>>,
+    /// Where people log in at each provider (its discovery document), for brokered mode.
+    login: RwLock<HashMap<String, Arc<LoginEndpoints>>>,
     /// Providers a token asked to be fetched again (an unknown key id).
     wanted: Mutex<HashSet<String>>,
     /// Wakes the fetcher when something is wanted.
@@ -148,6 +171,25 @@ impl IdentityKeys {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|id, _| live.contains(id));
+        self.login
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| live.contains(id));
+    }
+
+    pub fn login(&self, provider: &str) -> Option<Arc<LoginEndpoints>> {
+        self.login
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(provider)
+            .cloned()
+    }
+
+    pub fn set_login(&self, provider: &str, endpoints: LoginEndpoints) {
+        self.login
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(provider.to_string(), Arc::new(endpoints));
     }
 
     /// Asks the fetcher to fetch a provider's keys again.
@@ -297,6 +339,56 @@ impl People {
         Ok(Signed { person, grants })
     }
 
+    /// The brokered provider (at most one): the gateway is the authorization server for it.
+    pub fn brokered(&self) -> Option<&IdentityProviderSpec> {
+        self.providers
+            .iter()
+            .map(|p| &p.spec)
+            .find(|spec| spec.brokered.is_some())
+    }
+
+    /// Who a provider's own token names (the brokered login reads the token the provider gave
+    /// the gateway): verified as any person's token is.
+    pub fn identify(&self, keys: &IdentityKeys, token: &str) -> Result<Person, Refusal> {
+        let issuer = self.issuer_of(token).ok_or(Refusal::UnknownIssuer)?;
+        self.verify_signed(keys, token, &issuer, unix_now())
+            .map(|(person, _)| person)
+    }
+
+    /// The person an access token the gateway issued proves (brokered mode), and the keys that
+    /// grant them scope: opened (never parsed as a JWT), its resource under `base`, and
+    /// remembered like a verified token.
+    pub fn verify_brokered(
+        &self,
+        sealer: &BrokerSealer,
+        token: &str,
+        base: &str,
+    ) -> Result<Signed, Refusal> {
+        let record: AccessRecord = sealer
+            .open(Record::Access, token, std::time::SystemTime::now())
+            .ok_or(Refusal::NotIssuedHere)?;
+        let under_base = record
+            .audience
+            .strip_prefix(base)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+        if !under_base {
+            return Err(Refusal::OtherResource);
+        }
+        let provider = self
+            .providers
+            .iter()
+            .find(|p| p.id == record.identity.provider && p.spec.brokered.is_some())
+            .ok_or(Refusal::UnknownIssuer)?;
+        let person = Arc::new(provider.person_named(
+            record.identity.subject,
+            record.identity.groups,
+            Some(record.provider_access),
+        ));
+        self.verified.insert(token, person.clone(), record.exp);
+        let grants = self.grants(&person);
+        Ok(Signed { person, grants })
+    }
+
     /// Every key that names the person or one of their groups, each once, in key order.
     fn grants(&self, person: &Person) -> Vec<Arc<Key>> {
         let Some(provider) = self.providers.iter().find(|p| p.id == person.provider) else {
@@ -406,6 +498,17 @@ impl Provider {
             _ => Vec::new(),
         };
         let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(now);
+        Ok((self.person_named(subject, groups, None), exp))
+    }
+
+    /// The person a provider's subject and groups make (the tag is the same however they
+    /// signed in: directly or through the gateway).
+    fn person_named(
+        &self,
+        subject: String,
+        groups: Vec<String>,
+        provider_token: Option<String>,
+    ) -> Person {
         let tag: [u8; 32] = Sha256::new()
             .chain_update(b"person\0")
             .chain_update(self.id.as_bytes())
@@ -413,16 +516,14 @@ impl Provider {
             .chain_update(subject.as_bytes())
             .finalize()
             .into();
-        Ok((
-            Person {
-                provider: self.id.clone(),
-                issuer: self.spec.issuer.clone(),
-                subject,
-                groups,
-                tag,
-            },
-            exp,
-        ))
+        Person {
+            provider: self.id.clone(),
+            issuer: self.spec.issuer.clone(),
+            subject,
+            groups,
+            tag,
+            provider_token,
+        }
     }
 }
 

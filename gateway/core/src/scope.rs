@@ -166,7 +166,7 @@ fn caller_for_key(
     metrics: Option<&Metrics>,
     resource: Option<Resource<'_>>,
 ) -> Result<Caller, GatewayError> {
-    let (key, person, also) = match grants_of(&table, presented, metrics) {
+    let (key, person, also) = match grants_of(&table, &headers, presented, metrics) {
         Ok(found) => found,
         Err(e) => {
             return Err(match resource {
@@ -175,9 +175,17 @@ fn caller_for_key(
             });
         }
     };
-    let own_authorization = (person.is_some() || headers.contains_key(KEY_HEADER))
-        .then(|| headers.get(header::AUTHORIZATION).cloned())
-        .flatten();
+    // Signed in through the gateway, a person's credential for an upstream is the provider's
+    // token the gateway holds for them, never the gateway's own token.
+    let brokered = person
+        .as_ref()
+        .and_then(|p| p.provider_token.as_deref())
+        .and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok());
+    let own_authorization = brokered.or_else(|| {
+        (person.is_some() || headers.contains_key(KEY_HEADER))
+            .then(|| headers.get(header::AUTHORIZATION).cloned())
+            .flatten()
+    });
     Ok(Caller {
         key,
         person,
@@ -195,6 +203,7 @@ type Grants = (Arc<Key>, Option<Arc<Person>>, Vec<Arc<Key>>);
 
 fn grants_of(
     table: &RoutingTable,
+    headers: &HeaderMap,
     presented: &str,
     metrics: Option<&Metrics>,
 ) -> Result<Grants, GatewayError> {
@@ -203,6 +212,8 @@ fn grants_of(
     // JWT of a configured identity provider, which is what `signed_in` checks before anything.)
     let person = if table.people.is_some() && looks_like_jwt(presented) {
         signed_in(table, presented, metrics)?
+    } else if table.broker.is_some() && presented.starts_with(crate::broker::ACCESS_PREFIX) {
+        Some(signed_in_here(table, headers, presented, metrics)?)
     } else {
         None
     };
@@ -265,6 +276,46 @@ fn signed_in(
     }
     count(&signed.person.issuer, "ok");
     Ok(Some(signed))
+}
+
+/// A person signed in through the gateway (brokered mode): its own access token, opened.
+fn signed_in_here(
+    table: &RoutingTable,
+    headers: &HeaderMap,
+    presented: &str,
+    metrics: Option<&Metrics>,
+) -> Result<Signed, GatewayError> {
+    let (Some(people), Some(sealer)) = (&table.people, &table.broker) else {
+        return Err(GatewayError::Unauthenticated("unknown gateway key"));
+    };
+    let mut signed = match people.remembered(presented) {
+        Some(signed) => signed,
+        None => {
+            let base = crate::table::base_url(&table.settings, headers);
+            people
+                .verify_brokered(sealer, presented, &base)
+                .map_err(|refusal| {
+                    if let Some(metrics) = metrics {
+                        metrics.sign_in("switchboard", refusal.label());
+                    }
+                    tracing::info!(reason = refusal.reason(), "brokered sign-in refused");
+                    GatewayError::Unauthenticated(refusal.reason())
+                })?
+        }
+    };
+    let now = SystemTime::now();
+    signed.grants.retain(|k| !k.is_expired(now));
+    let count = |outcome| {
+        if let Some(metrics) = metrics {
+            metrics.sign_in(&signed.person.issuer, outcome);
+        }
+    };
+    if signed.grants.is_empty() {
+        count("no_grant");
+        return Err(not_granted(&signed.person));
+    }
+    count("ok");
+    Ok(signed)
 }
 
 fn not_granted(person: &Person) -> GatewayError {

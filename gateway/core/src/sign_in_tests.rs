@@ -289,3 +289,78 @@ fn every_matching_keys_limits_apply() {
 fn token_for(sub: &str, groups: &[&str]) -> String {
     token(KEY_PEM, "k1", claims(sub, groups))
 }
+
+/// A token the gateway issued in brokered mode: opened (not parsed as a JWT), its resource
+/// under this gateway, the person's grants from their groups, and the provider's token it holds
+/// as their credential for a token exchange. Another resource's token, a forged one and one
+/// sealed under another session key are refused with their reasons.
+#[test]
+fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
+    use crate::broker::{AccessRecord, BrokerSealer, Identity, Record};
+    use crate::scope::{Resource, authenticate};
+    use axum::http::{HeaderMap, HeaderValue, header};
+    let config = CONFIG.replacen(
+        "  requiredClaims: {azp: mcp-cli}\n",
+        "  requiredClaims: {azp: mcp-cli}\n  brokered: {clientId: gw, clientSecret: s}\n",
+        1,
+    ) + "gateway: {sessionKey: shared-session-key}\n";
+    let table = RoutingTable::build(&load(&config, &SystemLookup).unwrap()).unwrap();
+    let jwks = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1", "n": N, "e": "AQAB"}]});
+    table
+        .identity_keys
+        .set("default/corp", SigningKeys::parse(&jwks, true).unwrap());
+    let t = Arc::new(table);
+    let sealer = t
+        .broker
+        .as_ref()
+        .expect("a brokered provider makes a sealer");
+    let now = std::time::SystemTime::now();
+    let record = |audience: &str| AccessRecord {
+        identity: Identity {
+            provider: "default/corp".into(),
+            subject: "dave".into(),
+            groups: vec!["team-b".into()],
+        },
+        audience: audience.into(),
+        client_id: "sbc.x".into(),
+        provider_access: "provider-token".into(),
+        exp: unix_now() + 300,
+    };
+    let metrics = crate::metrics::Metrics::default();
+    let call = |token: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+        authenticate(t.clone(), headers, &metrics, Resource::Mcp)
+    };
+    let token = sealer.seal(Record::Access, &record("http://localhost/mcp"), now);
+    let caller = call(&token).expect("the gateway's own token");
+    let person = caller.person.as_ref().unwrap();
+    assert_eq!(
+        (person.subject.as_str(), person.provider.as_str()),
+        ("dave", "default/corp")
+    );
+    assert_eq!(caller.key.name, "team-b");
+    let context = caller.credential_context();
+    assert_eq!(context.own_authorization.unwrap(), "Bearer provider-token");
+    // The same person signed in directly has the same tag (sessions and exchanges are theirs).
+    let direct = verify(&t, &token_for("dave", &["team-b"])).unwrap();
+    assert_eq!(direct.person.tag, person.tag);
+    drop(caller);
+    let other = sealer.seal(Record::Access, &record("http://elsewhere/mcp"), now);
+    let refused = |token: &str| call(token).err().unwrap().to_string();
+    assert!(
+        refused(&other).contains("issued for another resource"),
+        "{}",
+        refused(&other)
+    );
+    assert!(refused("sbt.AAAA").contains("not issued by this gateway"));
+    let foreign = BrokerSealer::new(Some("another-session-key")).seal(
+        Record::Access,
+        &record("http://localhost/mcp"),
+        now,
+    );
+    assert!(refused(&foreign).contains("not issued by this gateway"));
+}

@@ -72,6 +72,8 @@ pub struct RoutingTable {
     /// gateway gives every table it serves the one store its fetcher fills (`Gateway::apply`),
     /// which outlives snapshots.
     pub identity_keys: Arc<IdentityKeys>,
+    /// Seals what the gateway issues as the authorization server of a brokered provider.
+    pub broker: Option<crate::broker::BrokerSealer>,
     /// The limiters of keys and servers that have limits (taken over from the table before
     /// where the limits did not change, see `Gateway::apply` in the gateway crate).
     pub limiters: Limiters,
@@ -233,6 +235,10 @@ impl RoutingTable {
             by_id,
             keys,
             sealer: SessionSealer::new(session_secret.as_deref(), snapshot.gateway.session_ttl),
+            broker: people
+                .as_ref()
+                .and_then(People::brokered)
+                .map(|_| crate::broker::BrokerSealer::new(session_secret.as_deref())),
             models,
             model_by_name,
             service_accounts,

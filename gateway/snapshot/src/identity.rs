@@ -46,6 +46,47 @@ pub struct IdentityProviderSpec {
     /// TLS settings for discovery and the JWKS (a private CA, a client certificate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
+    /// Brokered mode: the gateway is the authorization server MCP clients see and sends people
+    /// to this provider to log in, for a provider that lacks what MCP clients need (dynamic
+    /// registration, resource indicators, an audience the client can ask for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brokered: Option<Brokered>,
+}
+
+/// The gateway's own client at a brokered provider, and the lifetimes of what it issues.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Brokered {
+    /// A confidential client of the provider (authorization code flow) whose redirect URI is
+    /// `<gateway>/oauth/callback` and whose access tokens are for one of `audiences`.
+    pub client_id: String,
+    pub client_secret: crate::SecretSource,
+    /// Scopes asked of the provider when a person logs in.
+    #[serde(default = "default_brokered_scopes")]
+    pub scopes: Vec<String>,
+    /// How long the gateway's access tokens live (at most 1h): a person's groups are read
+    /// again, and a revoked login noticed, when the client refreshes.
+    #[serde(default = "default_access_ttl", with = "humantime_serde")]
+    pub access_token_ttl: Duration,
+    /// How long a login lasts without logging in again (at most 24h), if the provider keeps
+    /// refreshing it that long.
+    #[serde(default = "default_refresh_ttl", with = "humantime_serde")]
+    pub refresh_token_ttl: Duration,
+}
+
+/// `openid`.
+pub fn default_brokered_scopes() -> Vec<String> {
+    vec!["openid".into()]
+}
+
+/// Five minutes.
+pub fn default_access_ttl() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// Eight hours.
+pub fn default_refresh_ttl() -> Duration {
+    Duration::from_secs(8 * 3600)
 }
 
 impl IdentityProviderSpec {

@@ -14,8 +14,8 @@ mod secret;
 pub mod tls;
 
 pub use identity::{
-    ALGORITHMS, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_algorithms,
-    default_clock_skew,
+    ALGORITHMS, Brokered, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_access_ttl,
+    default_algorithms, default_brokered_scopes, default_clock_skew, default_refresh_ttl,
 };
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;

@@ -133,6 +133,19 @@ pub fn resolve_secrets(
             }
         }
     }
+    for (i, provider) in snapshot.identity_providers.iter_mut().enumerate() {
+        if let Some(brokered) = provider.brokered.as_mut() {
+            resolve(
+                &mut brokered.client_secret,
+                format!("identityProviders[{i}].brokered.clientSecret"),
+            );
+        }
+        if let Some(tls) = provider.tls.as_mut() {
+            for (field, secret) in tls_secrets_mut(tls) {
+                resolve(secret, format!("identityProviders[{i}].tls.{field}"));
+            }
+        }
+    }
     for (i, key) in snapshot.keys.iter_mut().enumerate() {
         if let Some(secret) = key.secret.take() {
             match (&key.hash, secret.resolve(lookup)) {
@@ -642,6 +655,7 @@ impl Validator {
     /// `identityProviders` and the `keys[].people` that name them.
     fn identity(&mut self, snapshot: &Snapshot) {
         let mut providers: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut brokered_first = None;
         for (i, provider) in snapshot.identity_providers.iter().enumerate() {
             let path = format!("identityProviders[{i}]");
             if !crate::names::is_dns_subdomain(&provider.name) {
@@ -707,6 +721,39 @@ impl Validator {
             }
             if provider.clock_skew > std::time::Duration::from_secs(600) {
                 self.err(format!("{path}.clockSkew"), "must be at most 10m");
+            }
+            if let Some(brokered) = &provider.brokered {
+                let path = format!("{path}.brokered");
+                if brokered.client_id.is_empty() {
+                    self.err(format!("{path}.clientId"), "must not be empty");
+                }
+                if !brokered.scopes.iter().any(|s| s == "openid") {
+                    self.err(format!("{path}.scopes"), "must include openid");
+                }
+                let ttl =
+                    |d: std::time::Duration, max: u64| d.as_secs() >= 30 && d.as_secs() <= max;
+                if !ttl(brokered.access_token_ttl, 3600) {
+                    self.err(
+                        format!("{path}.accessTokenTtl"),
+                        "must be between 30s and 1h",
+                    );
+                }
+                if !ttl(brokered.refresh_token_ttl, 24 * 3600) {
+                    self.err(
+                        format!("{path}.refreshTokenTtl"),
+                        "must be between 30s and 24h",
+                    );
+                }
+                if let Some(first) = brokered_first {
+                    self.err(
+                        path,
+                        format!(
+                            "only one identity provider is brokered (identityProviders[{first}] is)"
+                        ),
+                    );
+                } else {
+                    brokered_first = Some(i);
+                }
             }
         }
         for (i, key) in snapshot.keys.iter().enumerate() {
@@ -799,6 +846,64 @@ mod tests {
         // http is accepted on loopback (test identity providers).
         let local = good.replace("https://login.example", "http://127.0.0.1:8080");
         assert!(load_str(&local).is_ok());
+    }
+
+    /// Brokered mode: its client secret is resolved like every secret (and so is a provider's
+    /// TLS bundle), one provider at most is brokered, it asks for `openid`, and its lifetimes
+    /// are bounded.
+    #[test]
+    fn a_brokered_provider_is_resolved_and_checked_by_field() {
+        let provider = |name: &str, brokered: &str| {
+            format!(
+                "- name: {name}
+  issuer: https://login.example/realms/{name}
+  audiences: [gw]
+  brokered: {brokered}
+"
+            )
+        };
+        let good = format!(
+            "identityProviders:\n{}",
+            provider("corp", "{clientId: gw, clientSecret: {env: TOKEN}}")
+        );
+        let s = load_str(&good).unwrap();
+        let brokered = s.identity_providers[0].brokered.as_ref().unwrap();
+        assert_eq!(
+            crate::resolved_value(&brokered.client_secret),
+            Some("from-env")
+        );
+        assert_eq!(brokered.scopes, ["openid"]);
+        assert_eq!(
+            brokered.access_token_ttl,
+            std::time::Duration::from_secs(300)
+        );
+        let bad = format!(
+            "identityProviders:\n{}{}",
+            provider(
+                "a",
+                "{clientId: '', clientSecret: x, scopes: [profile], accessTokenTtl: 2h, refreshTokenTtl: 2d}"
+            ),
+            provider("b", "{clientId: gw, clientSecret: x}"),
+        );
+        let err = load_str(&bad).unwrap_err().to_string();
+        for field in [
+            "identityProviders[0].brokered.clientId",
+            "identityProviders[0].brokered.scopes",
+            "identityProviders[0].brokered.accessTokenTtl",
+            "identityProviders[0].brokered.refreshTokenTtl",
+            "identityProviders[1].brokered: only one identity provider is brokered",
+        ] {
+            assert!(err.contains(field), "{field} missing in {err}");
+        }
+        let missing = good.replace("env: TOKEN", "env: UNSET");
+        let err = load_str(&missing).unwrap_err().to_string();
+        assert!(
+            err.contains("identityProviders[0].brokered.clientSecret"),
+            "{err}"
+        );
+        let tls = "identityProviders:\n- name: corp\n  issuer: https://login.example/r\n  audiences: [gw]\n  tls: {caBundle: {file: /nonexistent/ca.pem}}\n";
+        let err = load_str(tls).unwrap_err().to_string();
+        assert!(err.contains("identityProviders[0].tls.caBundle"), "{err}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use switchboard_core::jwks::SigningKeys;
-use switchboard_core::people::IdentityKeys;
+use switchboard_core::people::{IdentityKeys, LoginEndpoints};
 use switchboard_core::table::RoutingTable;
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
 use tokio::time::Instant;
@@ -117,10 +117,13 @@ impl KeyFetcher {
                 entry.last = Some(Instant::now());
                 entry.wanted = false;
                 match outcome {
-                    Ok(keys) => {
-                        tracing::info!(provider = %id, keys = keys.len(), "identity provider keys loaded");
+                    Ok(fetched) => {
+                        tracing::info!(provider = %id, keys = fetched.keys.len(), "identity provider keys loaded");
                         entry.failing = false;
-                        self.store.set(&id, keys);
+                        self.store.set(&id, fetched.keys);
+                        if let Some(login) = fetched.login {
+                            self.store.set_login(&id, login);
+                        }
                     }
                     Err(detail) => {
                         entry.failing = true;
@@ -187,12 +190,20 @@ fn same_tls(a: Option<&Arc<TlsMaterial>>, b: Option<&Arc<TlsMaterial>>) -> bool 
     a.map(|t| t.key) == b.map(|t| t.key)
 }
 
-/// One provider's signing keys: discovery (unless `jwksUrl` is given), then the key set.
+/// What one fetch of a provider found.
+pub struct Fetched {
+    pub keys: SigningKeys,
+    /// Its authorization and token endpoints, when discovery was read and names both.
+    pub login: Option<LoginEndpoints>,
+}
+
+/// One provider's signing keys: discovery (unless `jwksUrl` is given and the provider is not
+/// brokered), then the key set.
 pub async fn fetch(
     upstreams: &Upstreams,
     spec: &IdentityProviderSpec,
     tls: Option<&TlsMaterial>,
-) -> Result<SigningKeys, String> {
+) -> Result<Fetched, String> {
     let http = upstreams.http_for_tls(tls)?;
     let get = |url: url::Url| {
         let http = http.clone();
@@ -220,9 +231,10 @@ pub async fn fetch(
         }
     };
     let exchange = async {
+        let mut login = None;
         let jwks_url = match &spec.jwks_url {
-            Some(url) => url.clone(),
-            None => {
+            Some(url) if spec.brokered.is_none() => url.clone(),
+            configured => {
                 let discovery = format!(
                     "{}/.well-known/openid-configuration",
                     spec.issuer.trim_end_matches('/')
@@ -235,11 +247,30 @@ pub async fn fetch(
                         "discovery: the document's issuer is not the configured issuer".into(),
                     );
                 }
-                document
-                    .get("jwks_uri")
-                    .and_then(Value::as_str)
-                    .ok_or("discovery: no jwks_uri")?
-                    .to_string()
+                let endpoint = |name: &str| {
+                    document
+                        .get(name)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                };
+                if let (Some(authorization), Some(token)) = (
+                    endpoint("authorization_endpoint"),
+                    endpoint("token_endpoint"),
+                ) {
+                    login = Some(LoginEndpoints {
+                        authorization,
+                        token,
+                    });
+                } else if spec.brokered.is_some() {
+                    return Err(
+                        "discovery: no authorization_endpoint and token_endpoint (brokered mode needs both)"
+                            .into(),
+                    );
+                }
+                match configured {
+                    Some(url) => url.clone(),
+                    None => endpoint("jwks_uri").ok_or("discovery: no jwks_uri")?,
+                }
             }
         };
         let url = url::Url::parse(&jwks_url).map_err(|e| format!("jwks_uri: {e}"))?;
@@ -248,7 +279,7 @@ pub async fn fetch(
         if keys.is_empty() {
             return Err("key set: no signing key this gateway can verify with".into());
         }
-        Ok(keys)
+        Ok(Fetched { keys, login })
     };
     tokio::time::timeout(FETCH_TIMEOUT, exchange)
         .await

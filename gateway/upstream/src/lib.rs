@@ -4,6 +4,7 @@
 //! one type the client faces and the operator's probe use; [`error::UpstreamError`] is all it
 //! returns when something fails (the faces map it to their client-facing error once).
 
+pub mod broker_login;
 mod catalog;
 pub mod client;
 pub mod error;

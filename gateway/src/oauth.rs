@@ -1,0 +1,649 @@
+//! The gateway as the OAuth authorization server MCP clients see, for a brokered identity
+//! provider (`identityProviders[].brokered`): RFC 8414 metadata, dynamic registration
+//! (RFC 7591), the authorization endpoint (PKCE S256 only), the callback from the provider, and
+//! the token endpoint (authorization code, refresh token). The records it issues are sealed
+//! and hold everything (`switchboard_core::broker` says how, and what revocation then means),
+//! so any replica answers any step. The provider is asked with the gateway's own confidential
+//! client (`switchboard_upstream::broker_login`).
+//!
+//! Until a client and its redirect URI are known to match, errors are answered here, never
+//! redirected (no open redirect); after that, they go back to the client's redirect URI.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Json;
+use axum::extract::{Form, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use switchboard_core::broker::{
+    AccessRecord, BrokerSealer, CLIENT_TTL, CODE_TTL, ClientRecord, CodeRecord, Identity,
+    LOGIN_TTL, LoginRecord, OAuthError, ProviderTokens, Record, RefreshRecord, new_verifier,
+    pkce_ok, redirect_matches, registered_redirects, s256, unix,
+};
+use switchboard_core::people::People;
+use switchboard_core::table::{RoutingTable, base_url};
+use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
+use switchboard_upstream::broker_login::{self, ProviderGrant};
+
+use crate::state::Gateway;
+
+/// What a brokered request needs of the table: the people, the brokered provider with its TLS,
+/// and the sealer. `None`: nobody signs in through the gateway here (404).
+struct Broker<'a> {
+    table: &'a RoutingTable,
+    people: &'a People,
+    provider_id: &'a str,
+    spec: &'a IdentityProviderSpec,
+    tls: Option<&'a TlsMaterial>,
+    sealer: &'a BrokerSealer,
+}
+
+impl<'a> Broker<'a> {
+    fn of(table: &'a RoutingTable) -> Option<Broker<'a>> {
+        let people = table.people.as_ref()?;
+        let sealer = table.broker.as_ref()?;
+        let (provider_id, spec, tls) = people
+            .providers()
+            .find(|(_, spec, _)| spec.brokered.is_some())?;
+        Some(Broker {
+            table,
+            people,
+            provider_id,
+            spec,
+            tls: tls.map(|t| &**t),
+            sealer,
+        })
+    }
+}
+
+fn oauth_error(e: OAuthError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (
+        status,
+        Json(json!({"error": e.error, "error_description": e.description})),
+    )
+        .into_response();
+    no_store(&mut response);
+    response
+}
+
+fn no_store(response: &mut Response) {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+fn not_brokered() -> Response {
+    StatusCode::NOT_FOUND.into_response()
+}
+
+fn redirect(to: &str) -> Response {
+    let mut response = StatusCode::FOUND.into_response();
+    if let Ok(value) = HeaderValue::from_str(to) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    no_store(&mut response);
+    response
+}
+
+/// `to` with `pairs` added to its query.
+fn with_query(to: &str, pairs: &[(&str, &str)]) -> String {
+    match url::Url::parse(to) {
+        Ok(mut url) => {
+            url.query_pairs_mut().extend_pairs(pairs);
+            url.to_string()
+        }
+        Err(_) => to.to_string(),
+    }
+}
+
+/// `GET /.well-known/oauth-authorization-server` (RFC 8414).
+pub async fn metadata(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let table = gw.table();
+    let Some(broker) = Broker::of(&table) else {
+        return not_brokered();
+    };
+    let base = base_url(&table.settings, &headers);
+    Json(json!({
+        "issuer": base,
+        "authorization_endpoint": format!("{base}/oauth/authorize"),
+        "token_endpoint": format!("{base}/oauth/token"),
+        "registration_endpoint": format!("{base}/oauth/register"),
+        "response_types_supported": ["code"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "scopes_supported": broker.spec.scopes,
+        "authorization_response_iss_parameter_supported": true,
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+pub struct Registration {
+    #[serde(default)]
+    redirect_uris: Vec<String>,
+    #[serde(default)]
+    client_name: Option<String>,
+    #[serde(default)]
+    token_endpoint_auth_method: Option<String>,
+    #[serde(default)]
+    grant_types: Option<Vec<String>>,
+}
+
+/// `POST /oauth/register` (RFC 7591): public clients only; the `client_id` is the sealed
+/// registration itself.
+pub async fn register(
+    State(gw): State<Arc<Gateway>>,
+    body: Result<Json<Registration>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let table = gw.table();
+    let Some(broker) = Broker::of(&table) else {
+        return not_brokered();
+    };
+    let Ok(Json(asked)) = body else {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_client_metadata",
+            "the body is not a JSON client registration",
+        ));
+    };
+    let redirect_uris = match registered_redirects(&asked.redirect_uris) {
+        Ok(uris) => uris,
+        Err(e) => return oauth_error(e),
+    };
+    if asked
+        .token_endpoint_auth_method
+        .as_deref()
+        .is_some_and(|m| m != "none")
+    {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_client_metadata",
+            "token_endpoint_auth_method: only \"none\" (a public client with PKCE)",
+        ));
+    }
+    let grants = asked
+        .grant_types
+        .unwrap_or_else(|| vec!["authorization_code".into()]);
+    if grants
+        .iter()
+        .any(|g| g != "authorization_code" && g != "refresh_token")
+    {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_client_metadata",
+            "grant_types: authorization_code and refresh_token only",
+        ));
+    }
+    let now = SystemTime::now();
+    let name = asked.client_name.map(|n| n.chars().take(200).collect());
+    let record = ClientRecord {
+        redirect_uris: redirect_uris.clone(),
+        name: name.clone(),
+        exp: unix(now) + CLIENT_TTL.as_secs(),
+    };
+    let client_id = broker.sealer.seal(Record::Client, &record, now);
+    tracing::info!(
+        client = name.as_deref().unwrap_or("-"),
+        "brokered client registered"
+    );
+    let mut response = (
+        StatusCode::CREATED,
+        Json(json!({
+            "client_id": client_id,
+            "client_id_issued_at": unix(now),
+            "client_name": name,
+            "redirect_uris": redirect_uris,
+            "grant_types": grants,
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        })),
+    )
+        .into_response();
+    no_store(&mut response);
+    response
+}
+
+/// `GET /oauth/authorize`: checks the client, its redirect URI and PKCE, then sends the person
+/// to the provider's login with a sealed record of the request as `state`.
+pub async fn authorize(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let table = gw.table();
+    let Some(broker) = Broker::of(&table) else {
+        return not_brokered();
+    };
+    let now = SystemTime::now();
+    let get = |name: &str| q.get(name).map(String::as_str).filter(|v| !v.is_empty());
+    let Some(client_id) = get("client_id") else {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_request",
+            "client_id is missing",
+        ));
+    };
+    let Some(client) = broker
+        .sealer
+        .open::<ClientRecord>(Record::Client, client_id, now)
+    else {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_client",
+            "unknown or expired client_id (register again)",
+        ));
+    };
+    let Some(redirect_uri) = get("redirect_uri").filter(|r| redirect_matches(&client, r)) else {
+        tracing::info!("brokered login refused: redirect_uri not registered for the client");
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_request",
+            "redirect_uri is missing or not registered for this client",
+        ));
+    };
+    // From here on, errors go back to the client.
+    let state = get("state");
+    let base = base_url(&table.settings, &headers);
+    let back = |error: &str, description: &str| {
+        let mut pairs = vec![
+            ("error", error),
+            ("error_description", description),
+            ("iss", base.as_str()),
+        ];
+        if let Some(state) = state {
+            pairs.push(("state", state));
+        }
+        redirect(&with_query(redirect_uri, &pairs))
+    };
+    if get("response_type") != Some("code") {
+        return back("unsupported_response_type", "response_type must be code");
+    }
+    let Some(challenge) = get("code_challenge").filter(|c| (43..=128).contains(&c.len())) else {
+        return back("invalid_request", "code_challenge (PKCE) is required");
+    };
+    if get("code_challenge_method") != Some("S256") {
+        return back("invalid_request", "code_challenge_method must be S256");
+    }
+    let resource = get("resource").map_or_else(|| format!("{base}/mcp"), str::to_owned);
+    if !under(&resource, &base) {
+        return back(
+            "invalid_target",
+            "resource is not a resource of this gateway",
+        );
+    }
+    let Some(login) = broker.table.identity_keys.login(broker.provider_id) else {
+        return back(
+            "temporarily_unavailable",
+            "the identity provider's discovery document could not be read yet",
+        );
+    };
+    let verifier = new_verifier();
+    let record = LoginRecord {
+        client_id: client_id.to_string(),
+        redirect_uri: redirect_uri.to_string(),
+        state: state.map(str::to_owned),
+        code_challenge: challenge.to_string(),
+        resource,
+        scope: get("scope").map(str::to_owned),
+        verifier: verifier.clone(),
+        exp: unix(now) + LOGIN_TTL.as_secs(),
+    };
+    let sealed_state = broker.sealer.seal(Record::Login, &record, now);
+    let Some(brokered) = &broker.spec.brokered else {
+        return not_brokered();
+    };
+    let callback = format!("{base}/oauth/callback");
+    let scopes = brokered.scopes.join(" ");
+    let challenge_to_provider = s256(&verifier);
+    tracing::info!(provider = broker.provider_id, "brokered login started");
+    redirect(&with_query(
+        &login.authorization,
+        &[
+            ("response_type", "code"),
+            ("client_id", &brokered.client_id),
+            ("redirect_uri", &callback),
+            ("scope", &scopes),
+            ("state", &sealed_state),
+            ("code_challenge", &challenge_to_provider),
+            ("code_challenge_method", "S256"),
+        ],
+    ))
+}
+
+/// Whether `resource` is `base` or a path under it.
+fn under(resource: &str, base: &str) -> bool {
+    resource
+        .strip_prefix(base)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// `GET /oauth/callback`: the provider's answer. The code is redeemed, the provider's token
+/// verified as a person's token is, and the client gets a code of the gateway's own.
+pub async fn callback(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let table = gw.table();
+    let Some(broker) = Broker::of(&table) else {
+        return not_brokered();
+    };
+    let now = SystemTime::now();
+    let Some(login) = q
+        .get("state")
+        .and_then(|s| broker.sealer.open::<LoginRecord>(Record::Login, s, now))
+    else {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_request",
+            "the login expired or was not started by this gateway",
+        ));
+    };
+    let base = base_url(&table.settings, &headers);
+    let back = |pairs: &[(&str, &str)]| {
+        let mut all = pairs.to_vec();
+        all.push(("iss", base.as_str()));
+        if let Some(state) = login.state.as_deref() {
+            all.push(("state", state));
+        }
+        redirect(&with_query(&login.redirect_uri, &all))
+    };
+    let denied = |why: &str| back(&[("error", "access_denied"), ("error_description", why)]);
+    if q.contains_key("error") {
+        tracing::info!(
+            provider = broker.provider_id,
+            "brokered login: the identity provider refused"
+        );
+        return denied("the identity provider did not sign the person in");
+    }
+    let (Some(code), Some(endpoints)) = (
+        q.get("code"),
+        broker.table.identity_keys.login(broker.provider_id),
+    ) else {
+        return denied("no code from the identity provider");
+    };
+    let callback = format!("{base}/oauth/callback");
+    let redeemed = broker_login::redeem_code(
+        &gw.upstream.upstreams,
+        broker.spec,
+        broker.tls,
+        &endpoints.token,
+        code,
+        &callback,
+        &login.verifier,
+    )
+    .await;
+    let grant = match redeemed {
+        Ok(grant) => grant,
+        Err(detail) => {
+            tracing::warn!(provider = broker.provider_id, %detail, "brokered login: redeeming the code failed");
+            return denied("the identity provider did not accept the login");
+        }
+    };
+    let (identity, tokens) = match identity_of(&broker, grant, None, now) {
+        Ok(found) => found,
+        Err(reason) => {
+            tracing::info!(
+                provider = broker.provider_id,
+                reason,
+                "brokered login refused"
+            );
+            return denied(reason);
+        }
+    };
+    let code = CodeRecord {
+        client_id: login.client_id.clone(),
+        redirect_uri: login.redirect_uri.clone(),
+        code_challenge: login.code_challenge.clone(),
+        resource: login.resource.clone(),
+        scope: login.scope.clone(),
+        identity,
+        provider_token: tokens,
+        exp: unix(now) + CODE_TTL.as_secs(),
+    };
+    let sealed = broker.sealer.seal(Record::Code, &code, now);
+    tracing::info!(provider = broker.provider_id, "brokered login completed");
+    back(&[("code", &sealed)])
+}
+
+/// Who the provider's token names (verified with the provider's keys, its audience among the
+/// provider's `audiences`), and the provider's tokens to hold for them.
+fn identity_of(
+    broker: &Broker<'_>,
+    grant: ProviderGrant,
+    kept_refresh: Option<String>,
+    now: SystemTime,
+) -> Result<(Identity, ProviderTokens), &'static str> {
+    let person = broker
+        .people
+        .identify(&broker.table.identity_keys, &grant.access_token)
+        .map_err(|refusal| refusal.reason())?;
+    if person.provider != broker.provider_id {
+        return Err("the token is another identity provider's");
+    }
+    let identity = Identity {
+        provider: person.provider.clone(),
+        subject: person.subject.clone(),
+        groups: person.groups.clone(),
+    };
+    let tokens = ProviderTokens {
+        access_exp: unix(now) + grant.expires_in.unwrap_or(300),
+        access: grant.access_token,
+        refresh: grant.refresh_token.or(kept_refresh),
+    };
+    Ok((identity, tokens))
+}
+
+#[derive(Deserialize)]
+pub struct TokenRequest {
+    grant_type: String,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    redirect_uri: Option<String>,
+    #[serde(default)]
+    client_id: Option<String>,
+    #[serde(default)]
+    code_verifier: Option<String>,
+    #[serde(default)]
+    refresh_token: Option<String>,
+}
+
+/// `POST /oauth/token`: `authorization_code` (with the PKCE verifier) and `refresh_token`.
+pub async fn token(
+    State(gw): State<Arc<Gateway>>,
+    form: Result<Form<TokenRequest>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let table = gw.table();
+    let Some(broker) = Broker::of(&table) else {
+        return not_brokered();
+    };
+    let Ok(Form(request)) = form else {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_request",
+            "not a token request form",
+        ));
+    };
+    let now = SystemTime::now();
+    let answer = match request.grant_type.as_str() {
+        "authorization_code" => redeem(&broker, &request, now),
+        "refresh_token" => refresh(&gw, &broker, &request, now).await,
+        _ => Err(OAuthError::new(
+            400,
+            "unsupported_grant_type",
+            "authorization_code or refresh_token",
+        )),
+    };
+    match answer {
+        Ok(body) => {
+            let mut response = Json(body).into_response();
+            no_store(&mut response);
+            response
+        }
+        Err(e) => {
+            tracing::info!(error = e.error, reason = %e.description, "brokered token request refused");
+            oauth_error(e)
+        }
+    }
+}
+
+fn invalid_grant(why: &str) -> OAuthError {
+    OAuthError::new(400, "invalid_grant", why)
+}
+
+fn redeem(
+    broker: &Broker<'_>,
+    request: &TokenRequest,
+    now: SystemTime,
+) -> Result<serde_json::Value, OAuthError> {
+    let code: CodeRecord = request
+        .code
+        .as_deref()
+        .and_then(|c| broker.sealer.open(Record::Code, c, now))
+        .ok_or_else(|| invalid_grant("the code is unknown or expired"))?;
+    if request.client_id.as_deref() != Some(code.client_id.as_str()) {
+        return Err(invalid_grant("the code was issued to another client"));
+    }
+    if request.redirect_uri.as_deref() != Some(code.redirect_uri.as_str()) {
+        return Err(invalid_grant(
+            "redirect_uri differs from the authorization request's",
+        ));
+    }
+    let verifier = request.code_verifier.as_deref().unwrap_or_default();
+    if !pkce_ok(verifier, &code.code_challenge) {
+        return Err(invalid_grant(
+            "code_verifier does not answer the code_challenge",
+        ));
+    }
+    let refresh_exp = broker
+        .spec
+        .brokered
+        .as_ref()
+        .map_or(0, |b| unix(now) + b.refresh_token_ttl.as_secs());
+    Ok(issue(
+        broker,
+        &code.client_id,
+        &code.resource,
+        code.scope.as_deref(),
+        code.identity,
+        code.provider_token,
+        refresh_exp,
+        now,
+    ))
+}
+
+async fn refresh(
+    gw: &Gateway,
+    broker: &Broker<'_>,
+    request: &TokenRequest,
+    now: SystemTime,
+) -> Result<serde_json::Value, OAuthError> {
+    let record: RefreshRecord = request
+        .refresh_token
+        .as_deref()
+        .and_then(|t| broker.sealer.open(Record::Refresh, t, now))
+        .ok_or_else(|| invalid_grant("the refresh token is unknown or expired"))?;
+    if request.client_id.as_deref() != Some(record.client_id.as_str()) {
+        return Err(invalid_grant(
+            "the refresh token was issued to another client",
+        ));
+    }
+    if record.provider != broker.provider_id {
+        return Err(invalid_grant(
+            "the refresh token is another identity provider's",
+        ));
+    }
+    let endpoints = broker
+        .table
+        .identity_keys
+        .login(broker.provider_id)
+        .ok_or_else(|| {
+            OAuthError::new(
+                503,
+                "temporarily_unavailable",
+                "the identity provider's discovery could not be read",
+            )
+        })?;
+    // The provider is asked again: a person logged out or disabled there is refused here.
+    let grant = broker_login::refresh(
+        &gw.upstream.upstreams,
+        broker.spec,
+        broker.tls,
+        &endpoints.token,
+        &record.provider_refresh,
+    )
+    .await
+    .map_err(|detail| {
+        tracing::info!(provider = broker.provider_id, %detail, "brokered refresh refused by the identity provider");
+        invalid_grant("the identity provider refused the refresh (logged out, disabled or expired)")
+    })?;
+    let (identity, tokens) = identity_of(broker, grant, Some(record.provider_refresh.clone()), now)
+        .map_err(invalid_grant)?;
+    Ok(issue(
+        broker,
+        &record.client_id,
+        &record.resource,
+        record.scope.as_deref(),
+        identity,
+        tokens,
+        record.exp,
+        now,
+    ))
+}
+
+/// An access token (and a refresh token when the provider gave one to hold).
+#[allow(clippy::too_many_arguments)]
+fn issue(
+    broker: &Broker<'_>,
+    client_id: &str,
+    resource: &str,
+    scope: Option<&str>,
+    identity: Identity,
+    provider: ProviderTokens,
+    refresh_exp: u64,
+    now: SystemTime,
+) -> serde_json::Value {
+    let ttl = broker
+        .spec
+        .brokered
+        .as_ref()
+        .map_or(Duration::from_secs(300), |b| b.access_token_ttl);
+    // Never past the provider's token it carries (the subject of exchanges on their behalf).
+    let exp = (unix(now) + ttl.as_secs()).min(provider.access_exp);
+    let access = AccessRecord {
+        identity: identity.clone(),
+        audience: resource.to_string(),
+        client_id: client_id.to_string(),
+        provider_access: provider.access,
+        exp,
+    };
+    let mut body = json!({
+        "access_token": broker.sealer.seal(Record::Access, &access, now),
+        "token_type": "Bearer",
+        "expires_in": exp.saturating_sub(unix(now)),
+    });
+    if let Some(scope) = scope {
+        body["scope"] = json!(scope);
+    }
+    if let Some(provider_refresh) = provider.refresh
+        && refresh_exp > unix(now)
+    {
+        let refresh = RefreshRecord {
+            client_id: client_id.to_string(),
+            resource: resource.to_string(),
+            scope: scope.map(str::to_owned),
+            provider: identity.provider,
+            provider_refresh,
+            exp: refresh_exp,
+        };
+        body["refresh_token"] = json!(broker.sealer.seal(Record::Refresh, &refresh, now));
+    }
+    body
+}
