@@ -5,8 +5,8 @@ tests/e2e/keycloak.py) and act with the scope of the keys that name them or thei
   REST; the upstreams never see the person's token;
 - the gateway's 401 without a token points at its protected-resource metadata (RFC 9728), and
   that document names Keycloak as the authorization server: where an MCP client starts;
-- refusals: a token for another audience, a tampered one and one from an unknown issuer are
-  401 with the reason logged (never the token); carol, signed in but in no granted group, 403
+- refusals: a token for another audience, a tampered one, one from an unknown issuer and an
+  expired one are 401 with the reason logged (never the token); carol, signed in but in no granted group, 403
   `insufficient_scope`;
 - a gateway key keeps working beside it.
 
@@ -65,7 +65,8 @@ def signed_in(procs, gateways, keycloak):
         ],
     )
     config["identityProviders"] = [
-        {"name": "corp", "issuer": keycloak.issuer, "audiences": [AUDIENCE], "scopes": ["openid", "profile"]}
+        # A small clock skew, so that a 2-second token expires within the expired-token test.
+        {"name": "corp", "issuer": keycloak.issuer, "audiences": [AUDIENCE], "scopes": ["openid", "profile"], "clockSkew": "1s"}
     ]
     gw = gateways.start(config)
     return gw, alpha, beta, plain_key
@@ -164,12 +165,23 @@ def test_refusals_say_why_in_the_log_and_never_log_the_token(signed_in, keycloak
             assert 'error="insufficient_scope"' in challenge, challenge
         else:
             assert 'error="invalid_token"' in challenge, challenge
+    # Expired: a token of 2 seconds (client short-lived) serves, then is refused once past its
+    # exp and the 1 s clock skew (polled, bounded).
+    short = keycloak.token("alice", client_id="short-lived")["access_token"]
+    cases["expired"] = (short, 401, "has expired")
+    assert _names(gw, short, MODERN_VERSION), "the short-lived token serves while valid"
+    refused = wait_until(
+        lambda: (r := _list_tools(gw.mcp_url(), short)).status_code == 401 and r, 20, interval=0.5,
+        what="the short-lived token to expire",
+    )
+    assert "has expired" in refused.text and 'error="invalid_token"' in refused.headers["www-authenticate"], refused.text
     metrics = httpx.get(f"{gw.url}/metrics", timeout=15).text
-    for outcome in ("wrong_audience", "bad_signature", "no_grant"):
+    for outcome in ("wrong_audience", "bad_signature", "no_grant", "expired"):
         line = f'switchboard_gateway_sign_ins_total{{issuer="{keycloak.issuer}",outcome="{outcome}"}} 1'
         assert line in metrics, f"{line} missing in:\n" + "\n".join(m for m in metrics.splitlines() if "sign_ins" in m)
     logs = gw.logs()
     assert "the access token is not for this gateway" in logs and "signature does not verify" in logs
+    assert "the access token has expired" in logs
     for token, _, _ in cases.values():
         assert token not in logs, "a token reached the log"
 
