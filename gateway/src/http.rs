@@ -78,6 +78,10 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/.well-known/oauth-protected-resource/mcp-rest",
             get(crate::well_known::gateway_metadata),
         )
+        .route(
+            "/.well-known/oauth-protected-resource/v1",
+            get(crate::well_known::gateway_metadata),
+        )
         // The authorization server of a brokered identity provider (404 without one).
         .route(
             "/.well-known/oauth-authorization-server",

@@ -192,6 +192,41 @@ def test_a_gateway_key_keeps_working_beside_people(signed_in):
     assert any(n.startswith("alpha__") for n in names) and any(n.startswith("beta__") for n in names)
 
 
+def test_the_llm_endpoints_take_a_persons_token_and_say_where_to_get_one(procs, gateways, keycloak):
+    """/v1/messages where people sign in: no credential is a 401 pointing at the LLM endpoints'
+    metadata; alice's token as the API key reaches the model her group's key grants (the
+    Anthropic SDK); carol, granted nothing, gets 403 insufficient_scope in Anthropic's shape;
+    the provider sees the gateway's provider key, never a person's token."""
+    import anthropic
+    from llm_harness import ANTHROPIC_VERSION, model, start_provider
+
+    provider = start_provider(procs)
+    config = gateway_config(
+        [],
+        [key("team-a", new_secret("team-a"), models=["claude"], people=[{"provider": "corp", "groups": ["team-a"]}])],
+    )
+    config["models"] = [model("claude", "anthropic", provider.url, provider.api_key, modelNames=["claude-test"])]
+    config["identityProviders"] = [{"name": "corp", "issuer": keycloak.issuer, "audiences": [AUDIENCE]}]
+    gw = gateways.start(config)
+    body = {"model": "claude-test", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+    bare = httpx.post(f"{gw.url}/v1/messages", json=body, headers={"anthropic-version": ANTHROPIC_VERSION}, timeout=15)
+    assert bare.status_code == 401 and bare.json()["error"]["type"] == "authentication_error", bare.text
+    metadata_url = f"{gw.url}/.well-known/oauth-protected-resource/v1"
+    assert bare.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}"'
+    document = httpx.get(metadata_url, timeout=15).json()
+    assert document["resource"] == f"{gw.url}/v1" and document["authorization_servers"] == [keycloak.issuer]
+    provider.script({"respond": {"content": [{"type": "text", "text": "hello alice"}]}})
+    alice = keycloak.token("alice")["access_token"]
+    answer = anthropic.Anthropic(base_url=gw.url, api_key=alice, max_retries=0).messages.create(**body)
+    assert answer.content[0].text == "hello alice"
+    carol = keycloak.token("carol")["access_token"]
+    refused = httpx.post(f"{gw.url}/v1/messages", json=body, headers={"x-api-key": carol, "anthropic-version": ANTHROPIC_VERSION}, timeout=15)
+    assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error", refused.text
+    assert 'error="insufficient_scope"' in refused.headers["www-authenticate"]
+    calls = provider.model_calls()
+    assert len(calls) == 1 and alice not in json.dumps(calls) and carol not in json.dumps(calls)
+
+
 class WeatherApi:
     """An upstream that accepts only Keycloak's tokens for its own audience (`weather-api`):
     every bearer is introspected at Keycloak with the API's own client credentials, and one that

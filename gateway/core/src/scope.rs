@@ -62,6 +62,8 @@ pub enum Resource<'a> {
     McpServer(&'a str),
     /// `/mcp-rest/...`.
     Rest,
+    /// `/v1/...` (the LLM endpoints).
+    Llm,
 }
 
 impl Resource<'_> {
@@ -71,6 +73,7 @@ impl Resource<'_> {
             Resource::Mcp => "/mcp".into(),
             Resource::McpServer(prefix) => format!("/mcp/{prefix}"),
             Resource::Rest => "/mcp-rest".into(),
+            Resource::Llm => "/v1".into(),
         }
     }
 }
@@ -138,14 +141,32 @@ fn sign_in_challenge(
 }
 
 /// Authenticates a key the endpoint found in its own way (the LLM endpoints also take
-/// `x-api-key`, where Anthropic clients put it), and admits the request under its limits.
+/// `x-api-key`, where Anthropic clients put it), and admits the request under its limits. A
+/// refusal on `resource` carries its sign-in challenge where people sign in.
 pub fn authenticate_key(
     table: Arc<RoutingTable>,
     headers: HeaderMap,
     presented: &str,
     metrics: &Metrics,
+    resource: Resource<'_>,
 ) -> Result<Caller, GatewayError> {
-    caller_for_key(table, headers, presented, Some(metrics), None)?.admitted(metrics)
+    caller_for_key(table, headers, presented, Some(metrics), Some(resource))?.admitted(metrics)
+}
+
+/// The refusal of a request to `resource` that presented no credential (`reason` says where
+/// one goes): with the sign-in challenge where people sign in.
+pub fn no_credential(
+    table: &RoutingTable,
+    headers: &HeaderMap,
+    resource: Resource<'_>,
+    reason: &'static str,
+) -> GatewayError {
+    sign_in_challenge(
+        table,
+        headers,
+        resource,
+        GatewayError::Unauthenticated(reason),
+    )
 }
 
 /// Authenticates the caller without counting the request against its limits: for a message

@@ -15,6 +15,15 @@ use switchboard_core::errors::GatewayError;
 pub enum LlmError {
     #[error("{0}")]
     Unauthenticated(&'static str),
+    /// Where people sign in: the 401 says where (`challenge`, the WWW-Authenticate value).
+    #[error("{reason}")]
+    SignIn {
+        reason: &'static str,
+        challenge: String,
+    },
+    /// A signed-in person no key grants anything: 403 `insufficient_scope`.
+    #[error("{person} is signed in but granted no scope here")]
+    NotGranted { person: String, challenge: String },
     #[error("model {0:?} does not exist")]
     ModelNotFound(String),
     #[error("the key may not use model {0:?}")]
@@ -55,9 +64,10 @@ impl LlmError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            LlmError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => StatusCode::UNAUTHORIZED,
             LlmError::ModelNotFound(_) => StatusCode::NOT_FOUND,
-            LlmError::ModelForbidden(_)
+            LlmError::NotGranted { .. }
+            | LlmError::ModelForbidden(_)
             | LlmError::McpServerForbidden { .. }
             | LlmError::NotBound(_) => StatusCode::FORBIDDEN,
             LlmError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
@@ -72,7 +82,8 @@ impl LlmError {
     /// Bounded label for metrics and logs.
     pub fn kind(&self) -> &'static str {
         match self {
-            LlmError::Unauthenticated(_) => "unauthenticated",
+            LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => "unauthenticated",
+            LlmError::NotGranted { .. } => "person_not_granted",
             LlmError::ModelNotFound(_) => "model_not_found",
             LlmError::ModelForbidden(_) => "model_forbidden",
             LlmError::NotBound(_) => "service_account_not_bound",
@@ -89,9 +100,10 @@ impl LlmError {
     /// Anthropic's error `type` for this error.
     fn anthropic_type(&self) -> &'static str {
         match self {
-            LlmError::Unauthenticated(_) => "authentication_error",
+            LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => "authentication_error",
             LlmError::ModelNotFound(_) => "not_found_error",
-            LlmError::ModelForbidden(_)
+            LlmError::NotGranted { .. }
+            | LlmError::ModelForbidden(_)
             | LlmError::McpServerForbidden { .. }
             | LlmError::NotBound(_) => "permission_error",
             LlmError::InvalidRequest { .. } => "invalid_request_error",
@@ -106,9 +118,12 @@ impl LlmError {
     /// OpenAI's error `type` and `code` for this error.
     fn openai_type_and_code(&self) -> (&'static str, &'static str) {
         match self {
-            LlmError::Unauthenticated(_) => ("invalid_request_error", "invalid_api_key"),
+            LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => {
+                ("invalid_request_error", "invalid_api_key")
+            }
             LlmError::ModelNotFound(_) => ("invalid_request_error", "model_not_found"),
-            LlmError::ModelForbidden(_)
+            LlmError::NotGranted { .. }
+            | LlmError::ModelForbidden(_)
             | LlmError::McpServerForbidden { .. }
             | LlmError::NotBound(_) => ("invalid_request_error", "permission_denied"),
             LlmError::InvalidRequest { .. } => ("invalid_request_error", "invalid_request"),
@@ -149,6 +164,13 @@ impl LlmError {
                     HeaderValue::from_static("Bearer realm=\"switchboard\""),
                 );
             }
+            LlmError::SignIn { challenge, .. } | LlmError::NotGranted { challenge, .. } => {
+                if let Ok(value) = HeaderValue::from_str(&challenge) {
+                    response
+                        .headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, value);
+                }
+            }
             LlmError::Limited { retry_after, .. } | LlmError::Overloaded { retry_after, .. } => {
                 response
                     .headers_mut()
@@ -166,6 +188,20 @@ impl From<GatewayError> for LlmError {
     fn from(e: GatewayError) -> LlmError {
         match e {
             GatewayError::Unauthenticated(m) => LlmError::Unauthenticated(m),
+            GatewayError::SignInRequired {
+                reason,
+                www_authenticate,
+            } => LlmError::SignIn {
+                reason,
+                challenge: www_authenticate,
+            },
+            GatewayError::PersonNotGranted {
+                person,
+                www_authenticate,
+            } => LlmError::NotGranted {
+                person,
+                challenge: www_authenticate,
+            },
             GatewayError::ServiceAccountNotBound { account } => LlmError::NotBound(account),
             GatewayError::PayloadTooLarge { limit } => LlmError::PayloadTooLarge { limit },
             limited @ GatewayError::Limited { .. } => LlmError::Limited {

@@ -21,7 +21,7 @@ use crate::run::{self, Prepared, Tally, key_tag};
 use crate::stream;
 use crate::toolset::{self, prefix_of_gateway_url};
 use switchboard_core::metrics::{LlmRequestFigures, ServerName};
-use switchboard_core::scope::{Caller, KEY_HEADER, authenticate_key};
+use switchboard_core::scope::{Caller, KEY_HEADER, Resource, authenticate_key, no_credential};
 use switchboard_core::table::Model;
 
 pub async fn messages(
@@ -57,20 +57,21 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn caller(cx: &LlmContext, mut headers: HeaderMap) -> Result<Caller, LlmError> {
-    let presented = presented_key(&headers)
-        .ok_or(LlmError::Unauthenticated(
-            "missing gateway key (x-api-key: <key>, or Authorization: Bearer <key>)",
-        ))?
-        .to_string();
+    let table = cx.table();
+    let Some(presented) = presented_key(&headers).map(str::to_owned) else {
+        let reason = "missing gateway key (x-api-key: <key>, or Authorization: Bearer <key>)";
+        return Err(no_credential(&table, &headers, Resource::Llm, reason).into());
+    };
     // The caller's headers go on to MCP servers (`headers.forward`) when gateway tools run:
     // the gateway key must not, whatever header it came in (`Authorization` and
     // `X-Switchboard-Key` are never forwarded; `x-api-key` could be).
     headers.remove("x-api-key");
     Ok(authenticate_key(
-        cx.table(),
+        table,
         headers,
         &presented,
         &cx.metrics,
+        Resource::Llm,
     )?)
 }
 
