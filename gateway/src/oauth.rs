@@ -119,6 +119,7 @@ pub async fn metadata(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Res
         "token_endpoint_auth_methods_supported": ["none"],
         "scopes_supported": broker.spec.scopes,
         "authorization_response_iss_parameter_supported": true,
+        "client_id_metadata_document_supported": true,
     }))
     .into_response()
 }
@@ -229,16 +230,51 @@ pub async fn authorize(
             "client_id is missing",
         ));
     };
-    let Some(client) = broker
-        .sealer
-        .open::<ClientRecord>(Record::Client, client_id, now)
-    else {
+    let client = if client_id.starts_with("https://") {
+        // A Client ID Metadata Document: the client is described at its id's URL.
+        match gw
+            .upstream
+            .client_documents
+            .redirect_uris(&gw.upstream.upstreams, client_id)
+            .await
+        {
+            Ok(uris) => ClientRecord {
+                redirect_uris: uris.to_vec(),
+                name: None,
+                exp: u64::MAX,
+            },
+            Err(detail) => {
+                tracing::info!(%detail, "brokered login refused: the client metadata document is unusable");
+                return oauth_error(OAuthError::new(400, "invalid_client", detail));
+            }
+        }
+    } else {
+        match broker
+            .sealer
+            .open::<ClientRecord>(Record::Client, client_id, now)
+        {
+            Some(client) => client,
+            None => {
+                return oauth_error(OAuthError::new(
+                    400,
+                    "invalid_client",
+                    "unknown or expired client_id (register again)",
+                ));
+            }
+        }
+    };
+    // Redirect URIs a document lists are held to the rules registration applies.
+    if client
+        .redirect_uris
+        .iter()
+        .any(|uri| switchboard_core::broker::redirect_allowed(uri).is_err())
+    {
         return oauth_error(OAuthError::new(
             400,
             "invalid_client",
-            "unknown or expired client_id (register again)",
+            "the client's redirect_uris include one that is not allowed (http off loopback, a fragment)",
         ));
-    };
+    }
     let Some(redirect_uri) = get("redirect_uri").filter(|r| redirect_matches(&client, r)) else {
         tracing::info!("brokered login refused: redirect_uri not registered for the client");
         return oauth_error(OAuthError::new(

@@ -10,7 +10,9 @@ registration is refused (the realm as imported, with Keycloak's default registra
 - refusals: a redirect URI that was not registered (answered at the gateway, never redirected
   to), a registration with an http redirect URI off loopback, a client_id another gateway
   sealed, a code redeemed without its PKCE verifier, a refresh by another client;
-- upstreams never see the gateway's token or Keycloak's.
+- upstreams never see the gateway's token or Keycloak's;
+- token exchange from the provider's token the gateway holds; a Client ID Metadata Document in
+  place of registration.
 """
 
 from __future__ import annotations
@@ -304,3 +306,75 @@ def test_token_exchange_on_behalf_of_a_brokered_person_uses_the_token_the_gatewa
             assert set(api.subjects.values()) == {"alice"}
         finally:
             lb.stop()
+
+
+def test_a_client_id_metadata_document_replaces_registration(procs, gateways, keycloak, tmp_path):
+    """A client whose client_id is an https URL (a Client ID Metadata Document): the gateway
+    reads the document there (a private CA it trusts) and the SDK signs the person in without
+    registering. Control: a document whose client_id is not its own URL is refused."""
+    from harness import AsgiServer
+    from private_ca import PrivateCa
+
+    ca = PrivateCa("cimd")
+    cert, key_file = ca.issue("client-docs", ips=("127.0.0.1",)).write(tmp_path, "docs")
+    documents: dict[str, dict] = {}
+
+    async def app(scope, receive, send):
+        document = documents.get(scope["path"])
+        status = 200 if document else 404
+        body = json.dumps(document or {}).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    docs = AsgiServer(app, name="client-docs")
+    docs.ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key_file)}
+    docs.start()
+    try:
+        alpha = start_rust_upstream(procs, "alpha")
+        lb = RoundRobinBalancer([]).start()
+        config = gateway_config(
+            [server("alpha", alpha.mcp_url)],
+            [key("team-a", new_secret("team-a"), ["alpha"], people=[{"provider": "corp", "groups": ["team-a"]}])],
+            publicUrl=lb.url,
+            upstreamTls={"caBundle": {"file": str(ca.write(tmp_path))}},
+        )
+        config["identityProviders"] = [
+            {
+                "name": "corp", "issuer": keycloak.issuer, "audiences": [GATEWAY_AUDIENCE],
+                "brokered": {"clientId": "switchboard-gateway", "clientSecret": keycloak.client_secrets["switchboard-gateway"]},
+            }
+        ]
+        gw = gateways.start(config)
+        lb.set_backends([gw.url])
+        client_url = f"{docs.url}/client.json"
+        documents["/client.json"] = {
+            "client_id": client_url, "client_name": "cimd client", "redirect_uris": [REDIRECT_URI],
+            "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }
+        provider, storage, seen = sign_in(keycloak, lb, gw, gw, "alice")
+        provider.context.client_metadata_url = client_url
+        record: list = []
+
+        async def session():
+            async with sdk_client(f"{lb.url}/mcp", None, "2026-07-28", auth=provider, record=record) as client:
+                return sorted(t.name for t in await sdk_list_all_tools(client))
+
+        names = run_async(session, timeout=120)
+        assert names and all(n.startswith("alpha__") for n in names), names
+        urls = [u for _, u, _, _ in record]
+        assert f"{lb.url}/oauth/register" not in urls, "the client registered although it has a metadata document"
+        assert storage.client.client_id == client_url
+        assert f"client_id={client_url.replace(':', '%3A').replace('/', '%2F')}" in seen["authorization_url"]
+        # Control: a document that names another client_id.
+        documents["/liar.json"] = {**documents["/client.json"], "client_id": "https://elsewhere.example/client.json"}
+        liar = httpx.get(
+            f"{gw.url}/oauth/authorize",
+            params={"response_type": "code", "client_id": f"{docs.url}/liar.json", "redirect_uri": REDIRECT_URI,
+                    "code_challenge": "x" * 43, "code_challenge_method": "S256"},
+            timeout=15,
+        )
+        assert liar.status_code == 400 and "not the URL it was read from" in liar.json()["error_description"], liar.text
+        lb.stop()
+    finally:
+        docs.stop()

@@ -104,3 +104,109 @@ async fn token_request(
     serde_json::from_slice(&body)
         .map_err(|_| "token endpoint: no access_token in the answer".into())
 }
+
+/// The largest client metadata document read (the draft recommends 5 KB).
+const MAX_CLIENT_DOCUMENT: usize = 5 * 1024;
+/// How long a client metadata document is kept before it is fetched again.
+const CLIENT_DOCUMENT_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document): a client whose
+/// `client_id` is an https URL is described by the JSON document at that URL. Fetched by the
+/// gateway under the address policy with its TLS roots, bounded in size, and kept a few
+/// minutes in a bounded cache (entries expire; a document that could not be read is not kept).
+pub struct ClientDocuments {
+    cache: moka::sync::Cache<String, std::sync::Arc<Vec<String>>>,
+}
+
+impl Default for ClientDocuments {
+    fn default() -> Self {
+        ClientDocuments {
+            cache: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(CLIENT_DOCUMENT_TTL)
+                .build(),
+        }
+    }
+}
+
+impl ClientDocuments {
+    /// The redirect URIs of the client whose id is `url`, or why it cannot be used.
+    pub async fn redirect_uris(
+        &self,
+        upstreams: &Upstreams,
+        url: &str,
+    ) -> Result<std::sync::Arc<Vec<String>>, String> {
+        if let Some(held) = self.cache.get(url) {
+            return Ok(held);
+        }
+        let uris = std::sync::Arc::new(fetch_client_document(upstreams, url).await?);
+        self.cache.insert(url.to_string(), uris.clone());
+        Ok(uris)
+    }
+}
+
+async fn fetch_client_document(
+    upstreams: &Upstreams,
+    client_id: &str,
+) -> Result<Vec<String>, String> {
+    #[derive(Deserialize)]
+    struct Document {
+        client_id: String,
+        #[serde(default)]
+        redirect_uris: Vec<String>,
+        #[serde(default)]
+        token_endpoint_auth_method: Option<String>,
+    }
+    let url = url::Url::parse(client_id).map_err(|_| "the client_id is not a URL".to_string())?;
+    if url.scheme() != "https" || url.path() == "/" || url.fragment().is_some() {
+        return Err("a client_id URL is https with a path and no fragment".into());
+    }
+    upstreams
+        .allows_url(&url)
+        .map_err(|denied| format!("{denied}"))?;
+    let http = upstreams.http_for_tls(None)?;
+    let fetch = async {
+        let response = http
+            .get(&url)
+            .header(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static("application/json"),
+            )
+            .send()
+            .await
+            .map_err(|e| format!("client metadata document: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!(
+                "client metadata document: HTTP {}",
+                response.status().as_u16()
+            ));
+        }
+        read_limited(response.into_body(), MAX_CLIENT_DOCUMENT)
+            .await
+            .map_err(|e| format!("client metadata document: {e}"))
+    };
+    let body = tokio::time::timeout(TIMEOUT, fetch).await.map_err(|_| {
+        format!(
+            "client metadata document: no answer within {}s",
+            TIMEOUT.as_secs()
+        )
+    })??;
+    let document: Document = serde_json::from_slice(&body)
+        .map_err(|_| "client metadata document: not a JSON client description".to_string())?;
+    if document.client_id != client_id {
+        return Err(
+            "client metadata document: its client_id is not the URL it was read from".into(),
+        );
+    }
+    if document
+        .token_endpoint_auth_method
+        .as_deref()
+        .is_some_and(|m| m != "none")
+    {
+        return Err(
+            "client metadata document: only public clients (token_endpoint_auth_method none)"
+                .into(),
+        );
+    }
+    Ok(document.redirect_uris)
+}

@@ -36,6 +36,8 @@ pub struct UpstreamPlane {
     pub catalog: Catalog,
     pub tokens: Tokens,
     pub protected_resources: ProtectedResources,
+    /// Client ID Metadata Documents of brokered sign-in's clients.
+    pub client_documents: crate::broker_login::ClientDocuments,
     metrics: Arc<Metrics>,
 }
 
@@ -77,6 +79,7 @@ impl UpstreamPlane {
             catalog: Catalog::default(),
             tokens: Tokens::default(),
             protected_resources: ProtectedResources::default(),
+            client_documents: Default::default(),
             metrics,
         }
     }
