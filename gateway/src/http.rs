@@ -89,6 +89,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/oauth/register", post(crate::oauth::register))
         .route("/oauth/authorize", get(crate::oauth::authorize))
+        .route("/oauth/consent", post(crate::oauth::consent))
         .route("/oauth/callback", get(crate::oauth::callback))
         .route("/oauth/token", post(crate::oauth::token))
         .route("/healthz", get(|| async { "ok" }))

@@ -7,7 +7,10 @@
 //! client (`switchboard_upstream::broker_login`).
 //!
 //! Until a client and its redirect URI are known to match, errors are answered here, never
-//! redirected (no open redirect); after that, they go back to the client's redirect URI.
+//! redirected (no open redirect); after that, they go back to the client's redirect URI. Each
+//! login asks the person first (a consent page naming the client and where the sign-in goes,
+//! answered from the same browser), as the MCP specification requires of a proxy whose own
+//! client at the provider is shared by every MCP client.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,9 +23,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use switchboard_core::broker::{
-    AccessRecord, BrokerSealer, CLIENT_TTL, CODE_TTL, ClientRecord, CodeRecord, Identity,
-    LOGIN_TTL, LoginRecord, OAuthError, ProviderTokens, Record, RefreshRecord, new_verifier,
-    pkce_ok, redirect_matches, registered_redirects, s256, unix,
+    AccessRecord, BrokerSealer, CLIENT_TTL, CODE_TTL, ClientRecord, CodeRecord, ConsentRecord,
+    Identity, LOGIN_TTL, LoginRecord, OAuthError, ProviderTokens, Record, RefreshRecord,
+    client_digest, new_verifier, pkce_ok, redirect_matches, registered_redirects, s256, unix,
 };
 use switchboard_core::people::People;
 use switchboard_core::table::{RoutingTable, base_url};
@@ -43,20 +46,39 @@ struct Broker<'a> {
 }
 
 impl<'a> Broker<'a> {
-    fn of(table: &'a RoutingTable) -> Option<Broker<'a>> {
-        let people = table.people.as_ref()?;
-        let sealer = table.broker.as_ref()?;
-        let (provider_id, spec, tls) = people
-            .providers()
-            .find(|(_, spec, _)| spec.brokered.is_some())?;
-        Some(Broker {
-            table,
-            people,
-            provider_id,
-            spec,
-            tls: tls.map(|t| &**t),
-            sealer,
-        })
+    /// The broker of `table`, or the answer when there is none: 404 without a brokered
+    /// provider, 503 without `gateway.publicUrl` (the issuer, the callback and the resources
+    /// tokens are bound to must not follow a request's Host header).
+    fn of(table: &'a RoutingTable) -> Result<Broker<'a>, Box<Response>> {
+        let found =
+            table
+                .people
+                .as_ref()
+                .zip(table.broker.as_ref())
+                .and_then(|(people, sealer)| {
+                    let (provider_id, spec, tls) = people
+                        .providers()
+                        .find(|(_, spec, _)| spec.brokered.is_some())?;
+                    Some(Broker {
+                        table,
+                        people,
+                        provider_id,
+                        spec,
+                        tls: tls.map(|t| &**t),
+                        sealer,
+                    })
+                });
+        match found {
+            None => Err(Box::new(StatusCode::NOT_FOUND.into_response())),
+            Some(_) if table.settings.public_url.is_none() => {
+                Err(Box::new(oauth_error(OAuthError::new(
+                    503,
+                    "temporarily_unavailable",
+                    "brokered sign-in needs the gateway's public URL (gateway.publicUrl, or --public-url)",
+                ))))
+            }
+            Some(broker) => Ok(broker),
+        }
     }
 }
 
@@ -75,10 +97,6 @@ fn no_store(response: &mut Response) {
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-}
-
-fn not_brokered() -> Response {
-    StatusCode::NOT_FOUND.into_response()
 }
 
 fn redirect(to: &str) -> Response {
@@ -104,8 +122,9 @@ fn with_query(to: &str, pairs: &[(&str, &str)]) -> String {
 /// `GET /.well-known/oauth-authorization-server` (RFC 8414).
 pub async fn metadata(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let table = gw.table();
-    let Some(broker) = Broker::of(&table) else {
-        return not_brokered();
+    let broker = match Broker::of(&table) {
+        Ok(broker) => broker,
+        Err(answer) => return *answer,
     };
     let base = base_url(&table.settings, &headers);
     Json(json!({
@@ -131,8 +150,6 @@ pub struct Registration {
     #[serde(default)]
     client_name: Option<String>,
     #[serde(default)]
-    token_endpoint_auth_method: Option<String>,
-    #[serde(default)]
     grant_types: Option<Vec<String>>,
 }
 
@@ -143,8 +160,9 @@ pub async fn register(
     body: Result<Json<Registration>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let table = gw.table();
-    let Some(broker) = Broker::of(&table) else {
-        return not_brokered();
+    let broker = match Broker::of(&table) {
+        Ok(broker) => broker,
+        Err(answer) => return *answer,
     };
     let Ok(Json(asked)) = body else {
         return oauth_error(OAuthError::new(
@@ -157,17 +175,9 @@ pub async fn register(
         Ok(uris) => uris,
         Err(e) => return oauth_error(e),
     };
-    if asked
-        .token_endpoint_auth_method
-        .as_deref()
-        .is_some_and(|m| m != "none")
-    {
-        return oauth_error(OAuthError::new(
-            400,
-            "invalid_client_metadata",
-            "token_endpoint_auth_method: only \"none\" (a public client with PKCE)",
-        ));
-    }
+    // Every client is public (PKCE protects its codes): one that asked for a secret is
+    // registered as `none`, which RFC 7591 section 3.2.1 lets the server decide (the answer
+    // says so, and carries no secret).
     let grants = asked
         .grant_types
         .unwrap_or_else(|| vec!["authorization_code".into()]);
@@ -218,8 +228,9 @@ pub async fn authorize(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let table = gw.table();
-    let Some(broker) = Broker::of(&table) else {
-        return not_brokered();
+    let broker = match Broker::of(&table) {
+        Ok(broker) => broker,
+        Err(answer) => return *answer,
     };
     let now = SystemTime::now();
     let get = |name: &str| q.get(name).map(String::as_str).filter(|v| !v.is_empty());
@@ -285,6 +296,13 @@ pub async fn authorize(
     };
     // From here on, errors go back to the client.
     let state = get("state");
+    if state.is_some_and(|s| s.len() > 1024) || get("scope").is_some_and(|s| s.len() > 1024) {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_request",
+            "state and scope are at most 1 KB each",
+        ));
+    }
     let base = base_url(&table.settings, &headers);
     let back = |error: &str, description: &str| {
         let mut pairs = vec![
@@ -313,43 +331,199 @@ pub async fn authorize(
             "resource is not a resource of this gateway",
         );
     }
-    let Some(login) = broker.table.identity_keys.login(broker.provider_id) else {
+    if broker
+        .table
+        .identity_keys
+        .login(broker.provider_id)
+        .is_none()
+    {
         return back(
             "temporarily_unavailable",
             "the identity provider's discovery document could not be read yet",
         );
-    };
+    }
     let verifier = new_verifier();
     let record = LoginRecord {
-        client_id: client_id.to_string(),
+        client: client_digest(client_id),
         redirect_uri: redirect_uri.to_string(),
         state: state.map(str::to_owned),
         code_challenge: challenge.to_string(),
         resource,
         scope: get("scope").map(str::to_owned),
-        verifier: verifier.clone(),
+        verifier,
         exp: unix(now) + LOGIN_TTL.as_secs(),
     };
     let sealed_state = broker.sealer.seal(Record::Login, &record, now);
-    let Some(brokered) = &broker.spec.brokered else {
-        return not_brokered();
+    // The person says yes to this client first (the MCP specification's rule for a proxy with
+    // one client at the provider: otherwise a registered client could take a code from anyone
+    // already logged in there). The answer is bound to this browser by a cookie.
+    let nonce = new_verifier();
+    let consent = ConsentRecord {
+        login: sealed_state,
+        browser: client_digest(&nonce),
+        exp: unix(now) + LOGIN_TTL.as_secs(),
+    };
+    let sealed_consent = broker.sealer.seal(Record::Consent, &consent, now);
+    let who = match &client.name {
+        Some(name) => name.clone(),
+        None if client_id.starts_with("https://") => client_id.to_string(),
+        None => "An MCP client".to_string(),
+    };
+    let to = url::Url::parse(redirect_uri)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_else(|| redirect_uri.to_string());
+    consent_page(&base, &who, &to, &sealed_consent, &nonce)
+}
+
+/// The consent page: who asks, where the sign-in goes, one form (approve or deny). Not to be
+/// framed; never cached.
+fn consent_page(base: &str, who: &str, to: &str, consent: &str, nonce: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Sign in</title></head><body>\
+         <h1>Sign in to {base}</h1><p><strong>{who}</strong> asks to act for you at {base}, with \
+         what your groups are granted there. The sign-in goes back to <strong>{to}</strong>.</p>\
+         <form method=\"post\" action=\"{base}/oauth/consent\">\
+         <input type=\"hidden\" name=\"consent\" value=\"{consent}\">\
+         <button type=\"submit\" name=\"answer\" value=\"approve\">Continue to sign in</button> \
+         <button type=\"submit\" name=\"answer\" value=\"deny\">Deny</button></form></body></html>",
+        base = escape(base),
+        who = escape(who),
+        to = escape(to),
+        consent = escape(consent),
+    );
+    let secure = if base.starts_with("https://") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let mut response = (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        html,
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    if let Ok(cookie) = HeaderValue::from_str(&format!(
+        "{CONSENT_COOKIE}={nonce}; Path=/oauth; HttpOnly; SameSite=Strict; Max-Age=600{secure}"
+    )) {
+        headers.insert(header::SET_COOKIE, cookie);
+    }
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; form-action 'self'; frame-ancestors 'none'"),
+    );
+    no_store(&mut response);
+    response
+}
+
+/// The cookie that binds a consent page's answer to the browser it was shown in.
+const CONSENT_COOKIE: &str = "switchboard_consent";
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+#[derive(Deserialize)]
+pub struct ConsentAnswer {
+    consent: String,
+    answer: String,
+}
+
+/// `POST /oauth/consent`: the person's answer. Approved, the login goes on to the provider;
+/// denied, the client hears `access_denied`. An answer from another browser (no cookie, or
+/// another's) is refused: a page elsewhere cannot approve for the person.
+pub async fn consent(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    form: Result<Form<ConsentAnswer>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let table = gw.table();
+    let broker = match Broker::of(&table) {
+        Ok(broker) => broker,
+        Err(answer) => return *answer,
+    };
+    let now = SystemTime::now();
+    let refused = |why: &str| oauth_error(OAuthError::new(400, "invalid_request", why));
+    let Ok(Form(answer)) = form else {
+        return refused("not a consent form");
+    };
+    let Some(consent) = broker
+        .sealer
+        .open::<ConsentRecord>(Record::Consent, &answer.consent, now)
+    else {
+        return refused("the sign-in expired or was not started here; start it again");
+    };
+    let from_this_browser = cookie(&headers, CONSENT_COOKIE)
+        .is_some_and(|nonce| client_digest(nonce) == consent.browser);
+    if !from_this_browser {
+        tracing::info!("brokered login refused: a consent answer from another browser");
+        return refused("the answer did not come from the browser the page was shown in");
+    }
+    let Some(login) = broker
+        .sealer
+        .open::<LoginRecord>(Record::Login, &consent.login, now)
+    else {
+        return refused("the sign-in expired; start it again");
+    };
+    let base = base_url(&table.settings, &headers);
+    if answer.answer != "approve" {
+        let mut pairs = vec![
+            ("error", "access_denied"),
+            (
+                "error_description",
+                "the person did not let the client sign in",
+            ),
+            ("iss", base.as_str()),
+        ];
+        if let Some(state) = login.state.as_deref() {
+            pairs.push(("state", state));
+        }
+        return redirect(&with_query(&login.redirect_uri, &pairs));
+    }
+    let (Some(brokered), Some(endpoints)) = (
+        &broker.spec.brokered,
+        broker.table.identity_keys.login(broker.provider_id),
+    ) else {
+        return oauth_error(OAuthError::new(
+            503,
+            "temporarily_unavailable",
+            "the identity provider's discovery document could not be read yet",
+        ));
     };
     let callback = format!("{base}/oauth/callback");
     let scopes = brokered.scopes.join(" ");
-    let challenge_to_provider = s256(&verifier);
+    let challenge_to_provider = s256(&login.verifier);
     tracing::info!(provider = broker.provider_id, "brokered login started");
     redirect(&with_query(
-        &login.authorization,
+        &endpoints.authorization,
         &[
             ("response_type", "code"),
             ("client_id", &brokered.client_id),
             ("redirect_uri", &callback),
             ("scope", &scopes),
-            ("state", &sealed_state),
+            ("state", &consent.login),
             ("code_challenge", &challenge_to_provider),
             ("code_challenge_method", "S256"),
         ],
     ))
+}
+
+/// A cookie's value from the request's `Cookie` headers.
+fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
 }
 
 /// Whether `resource` is `base` or a path under it.
@@ -367,8 +541,9 @@ pub async fn callback(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let table = gw.table();
-    let Some(broker) = Broker::of(&table) else {
-        return not_brokered();
+    let broker = match Broker::of(&table) {
+        Ok(broker) => broker,
+        Err(answer) => return *answer,
     };
     let now = SystemTime::now();
     let Some(login) = q
@@ -434,7 +609,7 @@ pub async fn callback(
         }
     };
     let code = CodeRecord {
-        client_id: login.client_id.clone(),
+        client: login.client.clone(),
         redirect_uri: login.redirect_uri.clone(),
         code_challenge: login.code_challenge.clone(),
         resource: login.resource.clone(),
@@ -456,20 +631,22 @@ fn identity_of(
     kept_refresh: Option<String>,
     now: SystemTime,
 ) -> Result<(Identity, ProviderTokens), &'static str> {
-    let person = broker
+    let (person, token_exp) = broker
         .people
-        .identify(&broker.table.identity_keys, &grant.access_token)
+        .identify(
+            &broker.table.identity_keys,
+            broker.provider_id,
+            &grant.access_token,
+        )
         .map_err(|refusal| refusal.reason())?;
-    if person.provider != broker.provider_id {
-        return Err("the token is another identity provider's");
-    }
     let identity = Identity {
         provider: person.provider.clone(),
         subject: person.subject.clone(),
         groups: person.groups.clone(),
     };
     let tokens = ProviderTokens {
-        access_exp: unix(now) + grant.expires_in.unwrap_or(300),
+        // The token's own `exp`, or sooner if the answer said so.
+        access_exp: token_exp.min(unix(now) + grant.expires_in.unwrap_or(u64::MAX / 2)),
         access: grant.access_token,
         refresh: grant.refresh_token.or(kept_refresh),
     };
@@ -497,8 +674,9 @@ pub async fn token(
     form: Result<Form<TokenRequest>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let table = gw.table();
-    let Some(broker) = Broker::of(&table) else {
-        return not_brokered();
+    let broker = match Broker::of(&table) {
+        Ok(broker) => broker,
+        Err(answer) => return *answer,
     };
     let Ok(Form(request)) = form else {
         return oauth_error(OAuthError::new(
@@ -544,7 +722,7 @@ fn redeem(
         .as_deref()
         .and_then(|c| broker.sealer.open(Record::Code, c, now))
         .ok_or_else(|| invalid_grant("the code is unknown or expired"))?;
-    if request.client_id.as_deref() != Some(code.client_id.as_str()) {
+    if request.client_id.as_deref().map(client_digest).as_ref() != Some(&code.client) {
         return Err(invalid_grant("the code was issued to another client"));
     }
     if request.redirect_uri.as_deref() != Some(code.redirect_uri.as_str()) {
@@ -565,7 +743,7 @@ fn redeem(
         .map_or(0, |b| unix(now) + b.refresh_token_ttl.as_secs());
     Ok(issue(
         broker,
-        &code.client_id,
+        &code.client,
         &code.resource,
         code.scope.as_deref(),
         code.identity,
@@ -586,7 +764,7 @@ async fn refresh(
         .as_deref()
         .and_then(|t| broker.sealer.open(Record::Refresh, t, now))
         .ok_or_else(|| invalid_grant("the refresh token is unknown or expired"))?;
-    if request.client_id.as_deref() != Some(record.client_id.as_str()) {
+    if request.client_id.as_deref().map(client_digest).as_ref() != Some(&record.client) {
         return Err(invalid_grant(
             "the refresh token was issued to another client",
         ));
@@ -624,7 +802,7 @@ async fn refresh(
         .map_err(invalid_grant)?;
     Ok(issue(
         broker,
-        &record.client_id,
+        &record.client,
         &record.resource,
         record.scope.as_deref(),
         identity,
@@ -638,7 +816,7 @@ async fn refresh(
 #[allow(clippy::too_many_arguments)]
 fn issue(
     broker: &Broker<'_>,
-    client_id: &str,
+    client: &str,
     resource: &str,
     scope: Option<&str>,
     identity: Identity,
@@ -656,7 +834,7 @@ fn issue(
     let access = AccessRecord {
         identity: identity.clone(),
         audience: resource.to_string(),
-        client_id: client_id.to_string(),
+        client: client.to_string(),
         provider_access: provider.access,
         exp,
     };
@@ -672,7 +850,7 @@ fn issue(
         && refresh_exp > unix(now)
     {
         let refresh = RefreshRecord {
-            client_id: client_id.to_string(),
+            client: client.to_string(),
             resource: resource.to_string(),
             scope: scope.map(str::to_owned),
             provider: identity.provider,

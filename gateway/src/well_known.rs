@@ -83,9 +83,9 @@ fn gateway_document(
     };
     let base = switchboard_core::table::base_url(&table.settings, headers);
     // A brokered provider's people sign in at the gateway itself, listed first (clients take
-    // the first authorization server).
+    // the first authorization server); only at its public URL (`crate::oauth` says why).
     let mut issuers: Vec<&str> = Vec::new();
-    if people.brokered().is_some() {
+    if people.brokered().is_some() && table.settings.public_url.is_some() {
         issuers.push(&base);
     }
     let mut scopes: Vec<&str> = Vec::new();

@@ -310,11 +310,29 @@ fn render_identity_providers(
 ) {
     let mut verdicts = BTreeMap::new();
     let mut specs = Vec::new();
-    for provider in input.identity_providers {
+    // One provider at most is brokered (the gateway's authorization server fronts one): the
+    // older resource keeps it.
+    let mut ordered: Vec<&IdentityProvider> = input.identity_providers.iter().collect();
+    ordered.sort_by_key(|p| {
+        (
+            p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            p.namespace(),
+            p.name_any(),
+        )
+    });
+    let mut brokered_by: Option<String> = None;
+    for provider in ordered {
         let key = object_ref(provider);
         let spec = identity_provider_spec(provider, input.secrets, input.config_maps);
         let verdict = match spec {
             Err(verdict) => verdict,
+            Ok(spec) if spec.brokered.is_some() && brokered_by.is_some() => Verdict::rejected(
+                Reason::InvalidSpec,
+                format!(
+                    "spec.brokered: IdentityProvider {} is brokered already (one at most)",
+                    brokered_by.clone().unwrap_or_default()
+                ),
+            ),
             Ok(spec) => {
                 let alone = Snapshot {
                     identity_providers: vec![spec.clone()],
@@ -327,6 +345,9 @@ fn render_identity_providers(
                     ),
                     Ok(()) => {
                         let message = format!("people of {} sign in", spec.issuer);
+                        if spec.brokered.is_some() {
+                            brokered_by = Some(format!("{}/{}", key.0, key.1));
+                        }
                         specs.push(spec);
                         Verdict::accepted(message)
                     }
@@ -1841,6 +1862,32 @@ mod tests {
         );
         assert_eq!(brokered.access_token_ttl, Duration::from_secs(120));
         assert_eq!(brokered.scopes, ["openid"]);
+        // A second brokered provider, newer, is refused alone.
+        let mut second = p.clone();
+        second.metadata.name = Some("corp2".into());
+        let newer = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        second.metadata.creation_timestamp = Some(Time(newer));
+        let both = [p.clone(), second];
+        let r = render(RenderInput {
+            servers: &[],
+            keys: &[],
+            models: &[],
+            identity_providers: &both,
+            secrets: &secrets(&[("a", "idp", "secret", "s3cr3t")]),
+            config_maps: &SecretData::new(),
+            settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+            namespace_policies: &NamespacePolicies::new(),
+        });
+        assert_eq!(r.snapshot.identity_providers.len(), 1);
+        let v = &r.identity_providers[&("a".into(), "corp2".into())];
+        assert!(
+            v.message
+                .contains("IdentityProvider a/corp is brokered already"),
+            "{}",
+            v.message
+        );
+        switchboard_snapshot::validate(&r.snapshot).expect("the gateway accepts the snapshot");
         let r = render_with(&SecretData::new());
         let v = &r.identity_providers[&("a".into(), "corp".into())];
         assert_eq!(v.reason, "SecretNotFound");

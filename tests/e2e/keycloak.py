@@ -77,13 +77,15 @@ class Keycloak:
             return {name: values[0] for name, values in query.items()}
 
     async def log_in_through(self, authorization_url: str, user: str, route: Callable[[str], str]) -> dict[str, str]:
-        """The browser of a brokered login: the gateway's authorization endpoint sends it to
-        Keycloak, the person logs in, Keycloak sends it to the gateway's callback, which sends it
-        to the client. `route` maps each gateway URL to the replica the browser's request lands
+        """The browser of a brokered login: the gateway's authorization endpoint asks the person
+        (its consent page, approved), sends the browser to Keycloak, the person logs in, Keycloak
+        sends it to the gateway's callback, which sends it to the client. `route` maps each gateway URL to the replica the browser's request lands
         on (a load balancer's choice). Returns the client redirect's query."""
         async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
-            start = await browser.get(route(authorization_url))
-            assert start.status_code == 302, f"the gateway's authorization endpoint: {start.status_code} {start.text[:500]}"
+            page = await browser.get(route(authorization_url))
+            assert page.status_code == 200, f"the gateway's authorization endpoint: {page.status_code} {page.text[:500]}"
+            start = await self.consent(browser, page, route)
+            assert start.status_code == 302, f"the gateway's consent: {start.status_code} {start.text[:500]}"
             to_keycloak = start.headers["location"]
             assert to_keycloak.startswith(self.issuer), f"not sent to Keycloak: {to_keycloak[:200]}"
             back = await self._login_form(browser, to_keycloak, user)
@@ -91,6 +93,20 @@ class Keycloak:
             assert done.status_code == 302, f"the gateway's callback: {done.status_code} {done.text[:500]}"
             query = parse_qs(urlparse(done.headers["location"]).query)
             return {name: values[0] for name, values in query.items()}
+
+    @staticmethod
+    async def consent(browser: httpx.AsyncClient, page: httpx.Response, route: Callable[[str], str], answer: str = "approve") -> httpx.Response:
+        """The gateway's consent page answered (`approve` or `deny`) from the browser it was
+        shown in (its cookie sent back)."""
+        form = re.search(r'<form method="post" action="([^"]+)">', page.text)
+        consent = re.search(r'name="consent" value="([^"]+)"', page.text)
+        assert form and consent, f"no consent form on the gateway's page:\n{page.text[:1500]}"
+        cookies = "; ".join(c.split(";", 1)[0] for c in page.headers.get_list("set-cookie"))
+        return await browser.post(
+            route(html.unescape(form.group(1))),
+            data={"consent": html.unescape(consent.group(1)), "answer": answer},
+            headers={"Cookie": cookies},
+        )
 
     async def _login_form(self, browser: httpx.AsyncClient, url: str, user: str) -> str:
         """Keycloak's login page at `url`, filled in; the URL it redirects to."""

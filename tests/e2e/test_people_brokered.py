@@ -7,6 +7,9 @@ registration is refused (the realm as imported, with Keycloak's default registra
 - two replicas behind one public URL share nothing but the session key: the login starts on
   replica A (its authorization endpoint) and completes on replica B (the callback), and a refresh
   on B gives a token A accepts;
+- every login asks the person first (a consent page naming the client and where the sign-in
+  goes): approved it goes on, denied the client hears access_denied, and an answer posted
+  without the cookie of the browser that was asked is refused;
 - refusals: a redirect URI that was not registered (answered at the gateway, never redirected
   to), a registration with an http redirect URI off loopback, a client_id another gateway
   sealed, a code redeemed without its PKCE verifier, a refresh by another client;
@@ -80,7 +83,7 @@ def sign_in(keycloak, lb, a, b, person: str):
     seen: dict[str, str] = {}
 
     def route(url: str) -> str:
-        if url.startswith(f"{lb.url}/oauth/authorize"):
+        if url.startswith((f"{lb.url}/oauth/authorize", f"{lb.url}/oauth/consent")):
             return a.url + url[len(lb.url):]
         if url.startswith(f"{lb.url}/oauth/callback"):
             return b.url + url[len(lb.url):]
@@ -201,16 +204,37 @@ def test_refusals_at_the_gateways_authorization_server(replicas, keycloak, gatew
         "response_type": "code", "client_id": client_id, "redirect_uri": REDIRECT_URI, "state": "s1",
         "code_challenge": challenge, "code_challenge_method": "S256",
     }
-    # Control: the registered redirect URI is sent on to Keycloak.
+    # Control: the registered redirect URI gets the consent page, which names the client and
+    # where the sign-in goes; approved from this browser, it goes on to Keycloak.
     ok = httpx.get(f"{b.url}/oauth/authorize", params=authorize, timeout=15)
-    assert ok.status_code == 302 and ok.headers["location"].startswith(keycloak.issuer), ok.text
+    assert ok.status_code == 200 and "<strong>t</strong>" in ok.text and "<strong>127.0.0.1</strong>" in ok.text, ok.text
+    assert ok.headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in ok.headers["content-security-policy"]
+    same = lambda u: u.replace(lb.url, b.url)  # noqa: E731
+
+    async def answer(page, how, cookies=True):
+        async with httpx.AsyncClient(timeout=15) as browser:
+            if not cookies:
+                # The same page and answer, from a browser without the cookie it was shown with.
+                page = httpx.Response(200, text=page.text, headers={"set-cookie": "switchboard_consent=forged"})
+            return await keycloak.consent(browser, page, same, how)
+
+    approved = run_async(lambda: answer(ok, "approve"), timeout=30)
+    assert approved.status_code == 302 and approved.headers["location"].startswith(keycloak.issuer), approved.text
+    # A page elsewhere that posts the same answer without this browser's cookie is refused.
+    forged = run_async(lambda: answer(ok, "approve", cookies=False), timeout=30)
+    assert forged.status_code == 400 and "another" not in forged.headers.get("location", ""), forged.text
+    assert "did not come from the browser" in forged.json()["error_description"]
+    # Denied: the client hears access_denied with its state.
+    denied = run_async(lambda: answer(ok, "deny"), timeout=30)
+    assert denied.status_code == 302 and denied.headers["location"].startswith(REDIRECT_URI + "?error=access_denied"), denied.headers
+    assert "state=s1" in denied.headers["location"]
     # A redirect URI that was not registered: answered here, never redirected to.
     evil = httpx.get(f"{b.url}/oauth/authorize", params={**authorize, "redirect_uri": "https://evil.example/cb"}, timeout=15)
     assert evil.status_code == 400 and "location" not in evil.headers, evil.text
     assert "not registered" in evil.json()["error_description"]
     # The registered loopback URI on another port is the same redirect (RFC 8252 7.3).
     other_port = httpx.get(f"{b.url}/oauth/authorize", params={**authorize, "redirect_uri": "http://127.0.0.1:40000/callback"}, timeout=15)
-    assert other_port.status_code == 302, other_port.text
+    assert other_port.status_code == 200 and "consent" in other_port.text, other_port.text
     # No PKCE: back to the client with the error.
     no_pkce = httpx.get(f"{b.url}/oauth/authorize", params={k: v for k, v in authorize.items() if not k.startswith("code_")}, timeout=15)
     assert no_pkce.status_code == 302 and no_pkce.headers["location"].startswith(REDIRECT_URI + "?error=invalid_request"), no_pkce.headers
@@ -219,7 +243,7 @@ def test_refusals_at_the_gateways_authorization_server(replicas, keycloak, gatew
     assert bad.status_code == 400 and bad.json()["error"] == "invalid_redirect_uri", bad.text
     # A client another gateway (another session key) registered.
     other = gateways.start(
-        {**yaml.safe_load(a.config_path.read_text()), "gateway": {"sessionKey": new_secret("other-session")}},
+        {**yaml.safe_load(a.config_path.read_text()), "gateway": {"sessionKey": new_secret("other-session"), "publicUrl": lb.url}},
         name="other-gateway",
     )
     foreign = httpx.post(f"{other.url}/oauth/register", json={"redirect_uris": [REDIRECT_URI]}, timeout=15).json()["client_id"]
@@ -258,7 +282,7 @@ async def _code_only(keycloak, lb, a, b, client_id: str, challenge: str) -> str:
         "code_challenge": challenge, "code_challenge_method": "S256",
     }
     url = f"{lb.url}/oauth/authorize?{urlencode(params)}"
-    query = await keycloak.log_in_through(url, "alice", lambda u: (a.url if "/oauth/authorize" in u else b.url) + u[len(lb.url):])
+    query = await keycloak.log_in_through(url, "alice", lambda u: (b.url if "/oauth/callback" in u else a.url) + u[len(lb.url):])
     assert query.get("state") == "s2" and "code" in query, query
     return query["code"]
 

@@ -47,6 +47,8 @@ pub enum Record {
     Access,
     /// A refresh token.
     Refresh,
+    /// A consent page's question, answered by the browser it was shown in.
+    Consent,
 }
 
 impl Record {
@@ -57,6 +59,7 @@ impl Record {
             Record::Code => "sbk.",
             Record::Access => ACCESS_PREFIX,
             Record::Refresh => "sbr.",
+            Record::Consent => "sbn.",
         }
     }
 
@@ -67,6 +70,7 @@ impl Record {
             Record::Code => b"switchboard broker code v1",
             Record::Access => b"switchboard broker access v1",
             Record::Refresh => b"switchboard broker refresh v1",
+            Record::Consent => b"switchboard broker consent v1",
         }
     }
 }
@@ -85,20 +89,24 @@ pub struct BrokerSealer {
 }
 
 impl BrokerSealer {
-    /// `secret` is `gateway.sessionKey`; without one a random key is made and logins only
-    /// complete on this process (as sessions).
+    /// `secret` is `gateway.sessionKey`; without one, a random key this process keeps for its
+    /// life (across configuration changes) is used, and logins only complete on this process.
     pub fn new(secret: Option<&str>) -> BrokerSealer {
+        static PROCESS_SECRET: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
         let secret = match secret {
             Some(s) => Sha256::new()
                 .chain_update(b"switchboard broker key v1\0")
                 .chain_update(s.as_bytes())
                 .finalize()
                 .into(),
-            None => rand::random(),
+            None => *PROCESS_SECRET.get_or_init(rand::random),
         };
         BrokerSealer { secret }
     }
 
+    /// The key of `day`. Client registrations are sealed under one that does not rotate
+    /// (`day` 0): MCP clients keep their `client_id` for good, and RFC 7591 has no way to
+    /// tell them it lapsed.
     fn cipher(&self, day: u64) -> ChaCha20Poly1305 {
         let key: [u8; 32] = Sha256::new()
             .chain_update(self.secret)
@@ -110,7 +118,11 @@ impl BrokerSealer {
 
     /// `record` sealed as `kind`, valid until `expires_at` (Unix seconds).
     pub fn seal<T: Serialize>(&self, kind: Record, record: &T, now: SystemTime) -> String {
-        let day = unix(now) / DAY;
+        let day = if kind == Record::Client {
+            0
+        } else {
+            unix(now) / DAY
+        };
         let body = serde_json::to_vec(record).unwrap_or_default();
         let nonce: [u8; NONCE_LEN] = rand::random();
         let sealed = self
@@ -146,7 +158,11 @@ impl BrokerSealer {
         if raw.len() <= 1 + NONCE_LEN {
             return None;
         }
-        let today = unix(now) / DAY;
+        let today = if kind == Record::Client {
+            0
+        } else {
+            unix(now) / DAY
+        };
         let day = [today, today.saturating_sub(1)]
             .into_iter()
             .find(|d| (d % 256) as u8 == raw[0])?;
@@ -184,8 +200,9 @@ pub struct ClientRecord {
 /// A login on its way through the provider.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LoginRecord {
+    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
-    pub client_id: String,
+    pub client: String,
     #[serde(rename = "r")]
     pub redirect_uri: String,
     /// The client's own `state`, given back to it.
@@ -205,6 +222,18 @@ pub struct LoginRecord {
     pub exp: u64,
 }
 
+/// A login waiting for the person's yes: the sealed login, and the digest of the nonce the
+/// browser that was asked holds in a cookie.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ConsentRecord {
+    #[serde(rename = "l")]
+    pub login: String,
+    #[serde(rename = "b")]
+    pub browser: String,
+    #[serde(rename = "e")]
+    pub exp: u64,
+}
+
 /// Who signed in, as the provider's token said (what codes, access and refresh tokens carry).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Identity {
@@ -220,8 +249,9 @@ pub struct Identity {
 /// An authorization code.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CodeRecord {
+    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
-    pub client_id: String,
+    pub client: String,
     #[serde(rename = "r")]
     pub redirect_uri: String,
     #[serde(rename = "cc")]
@@ -239,7 +269,7 @@ pub struct CodeRecord {
 }
 
 /// The provider's tokens for the person, held for them (token exchange, refresh).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ProviderTokens {
     #[serde(rename = "a")]
     pub access: String,
@@ -250,15 +280,16 @@ pub struct ProviderTokens {
 }
 
 /// An access token: who, for which resource, and the provider's token held for them.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct AccessRecord {
     #[serde(rename = "i")]
     pub identity: Identity,
     /// The resource it was issued for (`<gateway>/mcp`, `/mcp/<prefix>`, `/mcp-rest`).
     #[serde(rename = "aud")]
     pub audience: String,
+    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
-    pub client_id: String,
+    pub client: String,
     #[serde(rename = "t")]
     pub provider_access: String,
     #[serde(rename = "e")]
@@ -266,10 +297,11 @@ pub struct AccessRecord {
 }
 
 /// A refresh token.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RefreshRecord {
+    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
-    pub client_id: String,
+    pub client: String,
     #[serde(rename = "res")]
     pub resource: String,
     #[serde(rename = "sc", default, skip_serializing_if = "Option::is_none")]
@@ -283,10 +315,19 @@ pub struct RefreshRecord {
     pub exp: u64,
 }
 
+impl std::fmt::Debug for ProviderTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderTokens")
+            .field("access_exp", &self.access_exp)
+            .finish_non_exhaustive()
+    }
+}
+
 macro_rules! expiring {
     ($($t:ty),*) => {$(impl Expiring for $t { fn expires_at(&self) -> u64 { self.exp } })*};
 }
 expiring!(
+    ConsentRecord,
     ClientRecord,
     LoginRecord,
     CodeRecord,
@@ -312,8 +353,9 @@ impl OAuthError {
     }
 }
 
-/// How long a client registration holds (a client registers again after, as after a reset).
-pub const CLIENT_TTL: Duration = Duration::from_secs(2 * DAY - 3600);
+/// How long a client registration holds: for good in practice (a new `gateway.sessionKey`
+/// ends every registration at once).
+pub const CLIENT_TTL: Duration = Duration::from_secs(10 * 365 * DAY);
 /// How long a login may take at the provider.
 pub const LOGIN_TTL: Duration = Duration::from_secs(600);
 /// How long an authorization code holds.
@@ -321,11 +363,11 @@ pub const CODE_TTL: Duration = Duration::from_secs(60);
 
 /// A registration request's redirect URIs, checked (RFC 7591 `redirect_uris`).
 pub fn registered_redirects(uris: &[String]) -> Result<Vec<String>, OAuthError> {
-    if uris.is_empty() || uris.len() > 10 {
+    if uris.is_empty() || uris.len() > 10 || uris.iter().map(String::len).sum::<usize>() > 4096 {
         return Err(OAuthError::new(
             400,
             "invalid_redirect_uri",
-            "redirect_uris must name 1 to 10 URIs",
+            "redirect_uris must name 1 to 10 URIs, 4 KB in all",
         ));
     }
     for uri in uris {
@@ -387,6 +429,12 @@ pub fn redirect_matches(client: &ClientRecord, asked: &str) -> bool {
             same_host && r == a
         })
     })
+}
+
+/// What records hold of a `client_id`: its SHA-256, base64url (a sealed registration can be
+/// kilobytes long; every token carrying it would be too).
+pub fn client_digest(client_id: &str) -> String {
+    URL_SAFE_NO_PAD.encode(Sha256::digest(client_id.as_bytes()))
 }
 
 /// The S256 challenge of a PKCE verifier (RFC 7636).
@@ -515,15 +563,22 @@ mod tests {
             b.open::<ClientRecord>(Record::Client, &text, now),
             Some(expiring.clone())
         );
+        // Registrations do not rotate; every other record does, daily.
+        let later = now + Duration::from_secs(2 * DAY);
+        assert!(
+            b.open::<ClientRecord>(Record::Client, &text, later)
+                .is_some(),
+            "a registration lasts"
+        );
+        let login = a.seal(Record::Login, &expiring, now);
         let tomorrow = now + Duration::from_secs(DAY);
         assert!(
-            b.open::<ClientRecord>(Record::Client, &text, tomorrow)
+            b.open::<ClientRecord>(Record::Login, &login, tomorrow)
                 .is_some(),
             "yesterday's key"
         );
-        let after = now + Duration::from_secs(2 * DAY);
         assert!(
-            b.open::<ClientRecord>(Record::Client, &text, after)
+            b.open::<ClientRecord>(Record::Login, &login, later)
                 .is_none(),
             "the key rotated away"
         );

@@ -25,10 +25,12 @@ pub struct Caller {
     also: Vec<Arc<Key>>,
     pub table: Arc<RoutingTable>,
     pub headers: HeaderMap,
-    /// The caller's own `Authorization`, as the subject of a `tokenExchange` (or what a
-    /// `passthrough` server gets): when the gateway key came in `X-Switchboard-Key`, or a
-    /// signed-in person's token (their one credential).
+    /// The caller's own `Authorization`, when the gateway key came in `X-Switchboard-Key`
+    /// (only then can `Authorization` be the caller's credential for an upstream).
     pub own_authorization: Option<HeaderValue>,
+    /// A signed-in person's credential for token exchanges on their behalf (`tokenExchange`
+    /// only; `passthrough` never gets it).
+    pub person_subject: Option<HeaderValue>,
     /// The key's concurrency slot, held as long as the caller is (a relayed stream holds it),
     /// and those of a person's further keys (apart: a caller with one key allocates nothing).
     _admission: Option<LimitPermit>,
@@ -196,17 +198,18 @@ fn caller_for_key(
             });
         }
     };
-    // Signed in through the gateway, a person's credential for an upstream is the provider's
-    // token the gateway holds for them, never the gateway's own token.
-    let brokered = person
-        .as_ref()
-        .and_then(|p| p.provider_token.as_deref())
-        .and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok());
-    let own_authorization = brokered.or_else(|| {
-        (person.is_some() || headers.contains_key(KEY_HEADER))
-            .then(|| headers.get(header::AUTHORIZATION).cloned())
-            .flatten()
-    });
+    let own_authorization = headers
+        .contains_key(KEY_HEADER)
+        .then(|| headers.get(header::AUTHORIZATION).cloned())
+        .flatten();
+    // A person's one credential is the subject of token exchanges on their behalf (never
+    // passed through): their token, or signed in through the gateway, the provider's token the
+    // gateway holds for them (never the gateway's own).
+    let person_subject = match person.as_ref().map(|p| p.provider_token.as_deref()) {
+        Some(Some(held)) => HeaderValue::from_str(&format!("Bearer {held}")).ok(),
+        Some(None) => headers.get(header::AUTHORIZATION).cloned(),
+        None => None,
+    };
     Ok(Caller {
         key,
         person,
@@ -214,6 +217,7 @@ fn caller_for_key(
         table,
         headers,
         own_authorization,
+        person_subject,
         _admission: None,
         _also_admitted: Vec::new(),
     })
@@ -426,6 +430,7 @@ impl Caller {
             table,
             headers: HeaderMap::new(),
             own_authorization: None,
+            person_subject: None,
             _admission: None,
             _also_admitted: Vec::new(),
         }
@@ -436,7 +441,11 @@ impl Caller {
         CredentialContext {
             headers: &self.headers,
             own_authorization: self.own_authorization.as_ref(),
-            person: self.person.as_ref().map(|p| &p.tag),
+            person: self
+                .person
+                .as_ref()
+                .zip(self.person_subject.as_ref())
+                .map(|(p, subject)| (&p.tag, subject)),
         }
     }
 
@@ -548,9 +557,10 @@ pub fn decide_owner(
 pub struct CredentialContext<'a> {
     pub headers: &'a HeaderMap,
     pub own_authorization: Option<&'a HeaderValue>,
-    /// A signed-in person's tag: what is exchanged on their behalf is kept per person, so a
-    /// refreshed token of theirs does not start over (and two people never share).
-    pub person: Option<&'a [u8; 32]>,
+    /// A signed-in person's tag and their credential for token exchanges: what is exchanged
+    /// on their behalf is kept per person, so a refreshed token of theirs does not start over
+    /// (and two people never share).
+    pub person: Option<(&'a [u8; 32], &'a HeaderValue)>,
 }
 
 #[cfg(test)]

@@ -215,11 +215,13 @@ fn a_person_reaches_the_union_and_each_grant_filters_only_its_own_servers() {
     // The person's token is their one credential: the subject of a token exchange on their
     // behalf, kept per person.
     let context = caller.credential_context();
-    assert_eq!(
-        context.own_authorization.unwrap().to_str().unwrap(),
-        format!("Bearer {token}")
+    let (tag, subject) = context.person.unwrap();
+    assert_eq!(subject.to_str().unwrap(), format!("Bearer {token}"));
+    assert_eq!(tag, &caller.person.as_ref().unwrap().tag);
+    assert!(
+        context.own_authorization.is_none(),
+        "never a passthrough credential"
     );
-    assert_eq!(context.person, Some(&caller.person.as_ref().unwrap().tag));
     // Nobody signed in: the 401 says where to sign in.
     let err = authenticate(
         t.clone(),
@@ -322,7 +324,7 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
             groups: vec!["team-b".into()],
         },
         audience: audience.into(),
-        client_id: "sbc.x".into(),
+        client: "digest".into(),
         provider_access: "provider-token".into(),
         exp: unix_now() + 300,
     };
@@ -344,7 +346,8 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
     );
     assert_eq!(caller.key.name, "team-b");
     let context = caller.credential_context();
-    assert_eq!(context.own_authorization.unwrap(), "Bearer provider-token");
+    assert_eq!(context.person.unwrap().1, "Bearer provider-token");
+    assert!(context.own_authorization.is_none());
     // The same person signed in directly has the same tag (sessions and exchanges are theirs).
     let direct = verify(&t, &token_for("dave", &["team-b"])).unwrap();
     assert_eq!(direct.person.tag, person.tag);

@@ -16,8 +16,8 @@ const MAX_ANSWER: usize = 1024 * 1024;
 /// One exchange with the token endpoint gives up after this.
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// What the provider's token endpoint answered.
-#[derive(Debug, Deserialize)]
+/// What the provider's token endpoint answered (no `Debug`: it is all tokens).
+#[derive(Deserialize)]
 pub struct ProviderGrant {
     pub access_token: String,
     #[serde(default)]

@@ -42,12 +42,10 @@ pub fn delegate_header(server: &Server, configured: Option<&str>) -> String {
 /// per credential of the caller's own, except that what is exchanged for a signed-in person is
 /// theirs whichever of their tokens they present.
 pub fn partition(caller: CredentialContext<'_>, server: &Server) -> u64 {
-    let Some(own) = caller_credential(caller, server) else {
-        return SHARED_PARTITION;
-    };
     match (&server.spec.auth, caller.person) {
-        (UpstreamAuth::TokenExchange { .. }, Some(tag)) => partition_of(tag),
-        _ => partition_of(own.as_bytes()),
+        (UpstreamAuth::TokenExchange { .. }, Some((tag, _))) => partition_of(tag),
+        _ => caller_credential(caller, server)
+            .map_or(SHARED_PARTITION, |own| partition_of(own.as_bytes())),
     }
 }
 
@@ -57,9 +55,12 @@ fn caller_credential<'a>(
     server: &Server,
 ) -> Option<&'a HeaderValue> {
     match &server.spec.auth {
-        UpstreamAuth::Passthrough { .. } | UpstreamAuth::TokenExchange { .. } => {
-            caller.own_authorization
-        }
+        UpstreamAuth::Passthrough { .. } => caller.own_authorization,
+        // A signed-in person's own credential, else the one beside the gateway key.
+        UpstreamAuth::TokenExchange { .. } => caller
+            .person
+            .map(|(_, subject)| subject)
+            .or(caller.own_authorization),
         UpstreamAuth::OauthDelegate { header, .. } => {
             header_value(caller.headers, &delegate_header(server, header.as_deref()))
         }
@@ -200,6 +201,7 @@ mod tests {
         RoutingTable::build(&load(&yaml, &SystemLookup).unwrap()).unwrap()
     }
 
+    /// A person presents `token` as their one credential; anyone else beside a gateway key.
     fn context<'a>(
         headers: &'a HeaderMap,
         token: &'a HeaderValue,
@@ -207,14 +209,14 @@ mod tests {
     ) -> CredentialContext<'a> {
         CredentialContext {
             headers,
-            own_authorization: Some(token),
-            person,
+            own_authorization: person.is_none().then_some(token),
+            person: person.map(|tag| (tag, token)),
         }
     }
 
     /// What is exchanged for a person is theirs whichever token they present (a refreshed token
-    /// does not start over), and never another person's; a caller that is not a person, and a
-    /// passthrough server, partition by the credential itself.
+    /// does not start over), and never another person's; a caller that is not a person
+    /// partitions by the credential itself; a passthrough server never gets a person's token.
     #[test]
     fn exchanges_are_kept_per_person_and_passthrough_per_credential() {
         let table = table();
@@ -235,17 +237,16 @@ mod tests {
         );
         assert_ne!(of(&first, Some(&alice), ex), of(&first, Some(&bob), ex));
         assert_ne!(of(&first, None, ex), of(&refreshed, None, ex));
-        assert_ne!(
-            of(&first, Some(&alice), pass),
-            of(&refreshed, Some(&alice), pass)
-        );
+        assert_ne!(of(&first, None, pass), of(&refreshed, None, pass));
         for p in [of(&first, Some(&alice), ex), of(&first, None, pass)] {
             assert_ne!(p, SHARED_PARTITION);
         }
+        // A person's token is never a passthrough server's credential.
+        assert_eq!(of(&first, Some(&alice), pass), SHARED_PARTITION);
         let none = CredentialContext {
             headers: &headers,
             own_authorization: None,
-            person: Some(&alice),
+            person: None,
         };
         assert_eq!(partition(none, ex), SHARED_PARTITION);
     }
