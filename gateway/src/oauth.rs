@@ -220,8 +220,9 @@ pub async fn register(
     response
 }
 
-/// `GET /oauth/authorize`: checks the client, its redirect URI and PKCE, then sends the person
-/// to the provider's login with a sealed record of the request as `state`.
+/// `GET /oauth/authorize`: checks the client, its redirect URI and PKCE, then asks the person
+/// (the consent page); [`consent`] sends them on to the provider's login with a sealed record
+/// of the request as `state`.
 pub async fn authorize(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -342,8 +343,13 @@ pub async fn authorize(
             "the identity provider's discovery document could not be read yet",
         );
     }
+    // The browser this starts in: the consent's answer and the provider's redirect back must
+    // come from it (a cookie), or a login approved in one browser could complete in another's
+    // session at the provider.
+    let nonce = new_verifier();
     let verifier = new_verifier();
     let record = LoginRecord {
+        browser: client_digest(&nonce),
         client: client_digest(client_id),
         redirect_uri: redirect_uri.to_string(),
         state: state.map(str::to_owned),
@@ -356,8 +362,7 @@ pub async fn authorize(
     let sealed_state = broker.sealer.seal(Record::Login, &record, now);
     // The person says yes to this client first (the MCP specification's rule for a proxy with
     // one client at the provider: otherwise a registered client could take a code from anyone
-    // already logged in there). The answer is bound to this browser by a cookie.
-    let nonce = new_verifier();
+    // already logged in there). The answer is bound to this browser by the cookie.
     let consent = ConsentRecord {
         login: sealed_state,
         browser: client_digest(&nonce),
@@ -405,7 +410,7 @@ fn consent_page(base: &str, who: &str, to: &str, consent: &str, nonce: &str) -> 
         .into_response();
     let headers = response.headers_mut();
     if let Ok(cookie) = HeaderValue::from_str(&format!(
-        "{CONSENT_COOKIE}={nonce}; Path=/oauth; HttpOnly; SameSite=Strict; Max-Age=600{secure}"
+        "{CONSENT_COOKIE}={nonce}; Path=/oauth; HttpOnly; SameSite=Lax; Max-Age=600{secure}"
     )) {
         headers.insert(header::SET_COOKIE, cookie);
     }
@@ -418,7 +423,9 @@ fn consent_page(base: &str, who: &str, to: &str, consent: &str, nonce: &str) -> 
     response
 }
 
-/// The cookie that binds a consent page's answer to the browser it was shown in.
+/// The cookie that binds a login to the browser it started in: the consent's answer (a
+/// same-site POST) and the provider's redirect back (a top-level GET, which is why `Lax`:
+/// `Strict` is not sent on a navigation coming from the provider's site) must carry it.
 const CONSENT_COOKIE: &str = "switchboard_consent";
 
 fn escape(text: &str) -> String {
@@ -556,6 +563,16 @@ pub async fn callback(
             "the login expired or was not started by this gateway",
         ));
     };
+    let from_this_browser =
+        cookie(&headers, CONSENT_COOKIE).is_some_and(|nonce| client_digest(nonce) == login.browser);
+    if !from_this_browser {
+        tracing::info!("brokered login refused: the provider's answer came to another browser");
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_request",
+            "the sign-in did not come back to the browser that started it",
+        ));
+    }
     let base = base_url(&table.settings, &headers);
     let back = |pairs: &[(&str, &str)]| {
         let mut all = pairs.to_vec();

@@ -89,7 +89,9 @@ class Keycloak:
             to_keycloak = start.headers["location"]
             assert to_keycloak.startswith(self.issuer), f"not sent to Keycloak: {to_keycloak[:200]}"
             back = await self._login_form(browser, to_keycloak, user)
-            done = await browser.get(route(back))
+            # The gateway's cookie comes back with the provider's redirect (SameSite=Lax).
+            cookies = "; ".join(c.split(";", 1)[0] for c in page.headers.get_list("set-cookie"))
+            done = await browser.get(route(back), headers={"Cookie": cookies})
             assert done.status_code == 302, f"the gateway's callback: {done.status_code} {done.text[:500]}"
             query = parse_qs(urlparse(done.headers["location"]).query)
             return {name: values[0] for name, values in query.items()}

@@ -9,7 +9,9 @@ registration is refused (the realm as imported, with Keycloak's default registra
   on B gives a token A accepts;
 - every login asks the person first (a consent page naming the client and where the sign-in
   goes): approved it goes on, denied the client hears access_denied, and an answer posted
-  without the cookie of the browser that was asked is refused;
+  without the cookie of the browser that was asked is refused; the provider's answer arriving
+  in another browser than the one that started the login (an approved link sent to a victim)
+  is refused;
 - refusals: a redirect URI that was not registered (answered at the gateway, never redirected
   to), a registration with an http redirect URI off loopback, a client_id another gateway
   sealed, a code redeemed without its PKCE verifier, a refresh by another client;
@@ -224,6 +226,16 @@ def test_refusals_at_the_gateways_authorization_server(replicas, keycloak, gatew
     forged = run_async(lambda: answer(ok, "approve", cookies=False), timeout=30)
     assert forged.status_code == 400 and "another" not in forged.headers.get("location", ""), forged.text
     assert "did not come from the browser" in forged.json()["error_description"]
+    # Approved in one browser, the provider's answer arriving in another (a victim sent the
+    # approved link): refused at the callback, which wants the browser that started the login.
+    async def elsewhere():
+        async with httpx.AsyncClient(timeout=30, follow_redirects=False) as victim:
+            back = await keycloak._login_form(victim, approved.headers["location"], "bob")
+            return await victim.get(same(back))
+
+    hijacked = run_async(elsewhere, timeout=60)
+    assert hijacked.status_code == 400 and "location" not in hijacked.headers, hijacked.text
+    assert "did not come back to the browser that started it" in hijacked.json()["error_description"]
     # Denied: the client hears access_denied with its state.
     denied = run_async(lambda: answer(ok, "deny"), timeout=30)
     assert denied.status_code == 302 and denied.headers["location"].startswith(REDIRECT_URI + "?error=access_denied"), denied.headers

@@ -200,6 +200,9 @@ pub struct ClientRecord {
 /// A login on its way through the provider.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LoginRecord {
+    /// [`client_digest`] of the nonce the browser the login started in holds (a cookie).
+    #[serde(rename = "b")]
+    pub browser: String,
     /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
     pub client: String,

@@ -161,37 +161,17 @@ async fn fetch_client_document(
     if url.scheme() != "https" || url.path() == "/" || url.fragment().is_some() {
         return Err("a client_id URL is https with a path and no fragment".into());
     }
-    upstreams
-        .allows_url(&url)
-        .map_err(|denied| format!("{denied}"))?;
-    let http = upstreams.http_for_tls(None)?;
-    let fetch = async {
-        let response = http
-            .get(&url)
-            .header(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static("application/json"),
-            )
-            .send()
+    let fetched =
+        tokio::time::timeout(TIMEOUT, upstreams.get_json(&url, None, MAX_CLIENT_DOCUMENT))
             .await
+            .map_err(|_| {
+                format!(
+                    "client metadata document: no answer within {}s",
+                    TIMEOUT.as_secs()
+                )
+            })?
             .map_err(|e| format!("client metadata document: {e}"))?;
-        if !response.status().is_success() {
-            return Err(format!(
-                "client metadata document: HTTP {}",
-                response.status().as_u16()
-            ));
-        }
-        read_limited(response.into_body(), MAX_CLIENT_DOCUMENT)
-            .await
-            .map_err(|e| format!("client metadata document: {e}"))
-    };
-    let body = tokio::time::timeout(TIMEOUT, fetch).await.map_err(|_| {
-        format!(
-            "client metadata document: no answer within {}s",
-            TIMEOUT.as_secs()
-        )
-    })??;
-    let document: Document = serde_json::from_slice(&body)
+    let document: Document = serde_json::from_value(fetched)
         .map_err(|_| "client metadata document: not a JSON client description".to_string())?;
     if document.client_id != client_id {
         return Err(

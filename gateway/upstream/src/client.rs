@@ -298,6 +298,33 @@ impl Upstreams {
         self.client(tls_key(tls), None, tls)
     }
 
+    /// The JSON document at `url` (an identity provider's discovery or key set, a client's
+    /// metadata document): under the address policy, with `tls`, at most `limit` bytes. Errors
+    /// say the cause, never the URL.
+    pub async fn get_json(
+        &self,
+        url: &url::Url,
+        tls: Option<&TlsMaterial>,
+        limit: usize,
+    ) -> Result<serde_json::Value, String> {
+        self.allows_url(url).map_err(|denied| format!("{denied}"))?;
+        let response = self
+            .http_for_tls(tls)?
+            .get(url)
+            .header(header::ACCEPT, HeaderValue::from_static("application/json"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("HTTP {}", status.as_u16()));
+        }
+        let body = http_client::read_limited(response.into_body(), limit)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&body).map_err(|_| "not a JSON document".to_string())
+    }
+
     /// Whether a URL may be used under `gateway.upstreamNetworks` (its host, and a literal
     /// address; names are checked again as they resolve).
     pub fn allows_url(&self, url: &url::Url) -> Result<(), Denied> {

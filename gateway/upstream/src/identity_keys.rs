@@ -21,7 +21,6 @@ use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
 use tokio::time::Instant;
 
 use crate::client::Upstreams;
-use crate::http_client::read_limited;
 
 /// How often keys are fetched again when nothing asks sooner.
 pub const REFRESH: Duration = Duration::from_secs(300);
@@ -204,32 +203,7 @@ pub async fn fetch(
     spec: &IdentityProviderSpec,
     tls: Option<&TlsMaterial>,
 ) -> Result<Fetched, String> {
-    let http = upstreams.http_for_tls(tls)?;
-    let get = |url: url::Url| {
-        let http = http.clone();
-        async move {
-            upstreams
-                .allows_url(&url)
-                .map_err(|denied| format!("{denied}"))?;
-            let response = http
-                .get(&url)
-                .header(
-                    http::header::ACCEPT,
-                    http::HeaderValue::from_static("application/json"),
-                )
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(format!("HTTP {}", status.as_u16()));
-            }
-            let body = read_limited(response.into_body(), MAX_DOCUMENT)
-                .await
-                .map_err(|e| e.to_string())?;
-            serde_json::from_slice::<Value>(&body).map_err(|_| "not a JSON document".to_string())
-        }
-    };
+    let get = |url: url::Url| async move { upstreams.get_json(&url, tls, MAX_DOCUMENT).await };
     let exchange = async {
         let mut login = None;
         let jwks_url = match &spec.jwks_url {
