@@ -24,8 +24,8 @@ use serde::Deserialize;
 use serde_json::json;
 use switchboard_core::broker::{
     AccessRecord, BrokerSealer, CLIENT_TTL, CODE_TTL, ClientRecord, CodeRecord, ConsentRecord,
-    Identity, LOGIN_TTL, LoginRecord, OAuthError, ProviderTokens, Record, RefreshRecord,
-    client_digest, new_verifier, pkce_ok, redirect_matches, registered_redirects, s256, unix,
+    Identity, LOGIN_TTL, LoginRecord, OAuthError, ProviderTokens, Record, RefreshRecord, digest,
+    new_verifier, pkce_ok, redirect_matches, registered_redirects, s256, unix,
 };
 use switchboard_core::people::People;
 use switchboard_core::table::{RoutingTable, base_url};
@@ -349,8 +349,8 @@ pub async fn authorize(
     let nonce = new_verifier();
     let verifier = new_verifier();
     let record = LoginRecord {
-        browser: client_digest(&nonce),
-        client: client_digest(client_id),
+        browser: digest(&nonce),
+        client: digest(client_id),
         redirect_uri: redirect_uri.to_string(),
         state: state.map(str::to_owned),
         code_challenge: challenge.to_string(),
@@ -365,7 +365,6 @@ pub async fn authorize(
     // already logged in there). The answer is bound to this browser by the cookie.
     let consent = ConsentRecord {
         login: sealed_state,
-        browser: client_digest(&nonce),
         exp: unix(now) + LOGIN_TTL.as_secs(),
     };
     let sealed_consent = broker.sealer.seal(Record::Consent, &consent, now);
@@ -410,7 +409,7 @@ fn consent_page(base: &str, who: &str, to: &str, consent: &str, nonce: &str) -> 
         .into_response();
     let headers = response.headers_mut();
     if let Ok(cookie) = HeaderValue::from_str(&format!(
-        "{CONSENT_COOKIE}={nonce}; Path=/oauth; HttpOnly; SameSite=Lax; Max-Age=600{secure}"
+        "{BROWSER_COOKIE}={nonce}; Path=/oauth; HttpOnly; SameSite=Lax; Max-Age=600{secure}"
     )) {
         headers.insert(header::SET_COOKIE, cookie);
     }
@@ -426,7 +425,7 @@ fn consent_page(base: &str, who: &str, to: &str, consent: &str, nonce: &str) -> 
 /// The cookie that binds a login to the browser it started in: the consent's answer (a
 /// same-site POST) and the provider's redirect back (a top-level GET, which is why `Lax`:
 /// `Strict` is not sent on a navigation coming from the provider's site) must carry it.
-const CONSENT_COOKIE: &str = "switchboard_consent";
+const BROWSER_COOKIE: &str = "switchboard_login";
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -466,18 +465,16 @@ pub async fn consent(
     else {
         return refused("the sign-in expired or was not started here; start it again");
     };
-    let from_this_browser = cookie(&headers, CONSENT_COOKIE)
-        .is_some_and(|nonce| client_digest(nonce) == consent.browser);
-    if !from_this_browser {
-        tracing::info!("brokered login refused: a consent answer from another browser");
-        return refused("the answer did not come from the browser the page was shown in");
-    }
     let Some(login) = broker
         .sealer
         .open::<LoginRecord>(Record::Login, &consent.login, now)
     else {
         return refused("the sign-in expired; start it again");
     };
+    if !started_in(&headers, &login) {
+        tracing::info!("brokered login refused: a consent answer from another browser");
+        return refused("the answer did not come from the browser the page was shown in");
+    }
     let base = base_url(&table.settings, &headers);
     if answer.answer != "approve" {
         let mut pairs = vec![
@@ -519,6 +516,11 @@ pub async fn consent(
             ("code_challenge_method", "S256"),
         ],
     ))
+}
+
+/// Whether the request comes from the browser `login` started in (its cookie's nonce).
+fn started_in(headers: &HeaderMap, login: &LoginRecord) -> bool {
+    cookie(headers, BROWSER_COOKIE).is_some_and(|nonce| digest(nonce) == login.browser)
 }
 
 /// A cookie's value from the request's `Cookie` headers.
@@ -563,9 +565,7 @@ pub async fn callback(
             "the login expired or was not started by this gateway",
         ));
     };
-    let from_this_browser =
-        cookie(&headers, CONSENT_COOKIE).is_some_and(|nonce| client_digest(nonce) == login.browser);
-    if !from_this_browser {
+    if !started_in(&headers, &login) {
         tracing::info!("brokered login refused: the provider's answer came to another browser");
         return oauth_error(OAuthError::new(
             400,
@@ -739,7 +739,7 @@ fn redeem(
         .as_deref()
         .and_then(|c| broker.sealer.open(Record::Code, c, now))
         .ok_or_else(|| invalid_grant("the code is unknown or expired"))?;
-    if request.client_id.as_deref().map(client_digest).as_ref() != Some(&code.client) {
+    if request.client_id.as_deref().map(digest).as_ref() != Some(&code.client) {
         return Err(invalid_grant("the code was issued to another client"));
     }
     if request.redirect_uri.as_deref() != Some(code.redirect_uri.as_str()) {
@@ -781,7 +781,7 @@ async fn refresh(
         .as_deref()
         .and_then(|t| broker.sealer.open(Record::Refresh, t, now))
         .ok_or_else(|| invalid_grant("the refresh token is unknown or expired"))?;
-    if request.client_id.as_deref().map(client_digest).as_ref() != Some(&record.client) {
+    if request.client_id.as_deref().map(digest).as_ref() != Some(&record.client) {
         return Err(invalid_grant(
             "the refresh token was issued to another client",
         ));

@@ -772,6 +772,55 @@ def sdk_client(
     return connect()
 
 
+class OAuthStorage:
+    """The Python SDK's OAuth token storage, in memory (one sign-in per test)."""
+
+    def __init__(self):
+        self.tokens = self.client = None
+
+    async def get_tokens(self):
+        return self.tokens
+
+    async def set_tokens(self, tokens):
+        self.tokens = tokens
+
+    async def get_client_info(self):
+        return self.client
+
+    async def set_client_info(self, info):
+        self.client = info
+
+
+def sdk_oauth(url: str, client_name: str, redirect_uri: str, browser: Callable[[str], Any]):
+    """The Python SDK's OAuthClientProvider for the MCP endpoint `url`, a public client
+    (PKCE, refresh tokens) whose browser step is `browser(authorization_url)`: an async function
+    that returns the query of the redirect back to `redirect_uri` (code, state, iss). Returns
+    (provider, storage, seen); `seen` holds the authorization URL and that query."""
+    from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+    from mcp.shared.auth import OAuthClientMetadata
+
+    storage = OAuthStorage()
+    seen: dict[str, str] = {}
+
+    async def redirect(authorization_url: str) -> None:
+        seen["authorization_url"] = authorization_url
+        seen.update(await browser(authorization_url))
+
+    async def callback() -> AuthorizationCodeResult:
+        assert "code" in seen, f"no code came back: {seen.get('error')} {seen.get('error_description')}"
+        return AuthorizationCodeResult(code=seen["code"], state=seen.get("state"), iss=seen.get("iss"))
+
+    metadata = OAuthClientMetadata(
+        client_name=client_name,
+        redirect_uris=[redirect_uri],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+    )
+    provider = OAuthClientProvider(url, metadata, storage, redirect_handler=redirect, callback_handler=callback)
+    return provider, storage, seen
+
+
 async def sdk_list_all_tools(client: Any, max_pages: int = 50) -> list[Any]:
     """Every tool, following `nextCursor` (bounded)."""
     tools: list[Any] = []

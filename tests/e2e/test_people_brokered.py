@@ -28,11 +28,9 @@ import secrets as pysecrets
 import httpx
 import pytest
 import yaml
-from harness import RoundRobinBalancer, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_text, server, start_rust_upstream, write_config
+from harness import RoundRobinBalancer, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_oauth, sdk_text, server, start_rust_upstream, write_config
 from keycloak import GATEWAY_AUDIENCE
 from keycloak import start as start_keycloak
-from mcp.shared.auth import OAuthClientMetadata
-from test_people_oauth_clients import Storage
 
 REDIRECT_URI = "http://127.0.0.1:33419/callback"  # never listened on: the test reads the redirect
 
@@ -79,11 +77,6 @@ def replicas(procs, gateways, keycloak):
 def sign_in(keycloak, lb, a, b, person: str):
     """The SDK's OAuth client for the public URL; the browser's authorization request lands on
     replica A and Keycloak's redirect back on replica B."""
-    from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-
-    storage = Storage()
-    seen: dict[str, str] = {}
-
     def route(url: str) -> str:
         if url.startswith((f"{lb.url}/oauth/authorize", f"{lb.url}/oauth/consent")):
             return a.url + url[len(lb.url):]
@@ -91,22 +84,7 @@ def sign_in(keycloak, lb, a, b, person: str):
             return b.url + url[len(lb.url):]
         raise AssertionError(f"the browser was sent somewhere unexpected: {url[:120]}")
 
-    async def redirect(authorization_url: str) -> None:
-        seen["authorization_url"] = authorization_url
-        seen.update(await keycloak.log_in_through(authorization_url, person, route))
-
-    async def callback() -> AuthorizationCodeResult:
-        assert "code" in seen, f"no code came back: {seen.get('error')} {seen.get('error_description')}"
-        return AuthorizationCodeResult(code=seen["code"], state=seen.get("state"), iss=seen.get("iss"))
-
-    metadata = OAuthClientMetadata(
-        client_name="switchboard-e2e-brokered",
-        redirect_uris=[REDIRECT_URI],
-        grant_types=["authorization_code", "refresh_token"],
-        response_types=["code"],
-        token_endpoint_auth_method="none",
-    )
-    return OAuthClientProvider(f"{lb.url}/mcp", metadata, storage, redirect_handler=redirect, callback_handler=callback), storage, seen
+    return sdk_oauth(f"{lb.url}/mcp", "switchboard-e2e-brokered", REDIRECT_URI, lambda u: keycloak.log_in_through(u, person, route))
 
 
 def test_keycloak_refuses_anonymous_registration(keycloak):
@@ -217,7 +195,7 @@ def test_refusals_at_the_gateways_authorization_server(replicas, keycloak, gatew
         async with httpx.AsyncClient(timeout=15) as browser:
             if not cookies:
                 # The same page and answer, from a browser without the cookie it was shown with.
-                page = httpx.Response(200, text=page.text, headers={"set-cookie": "switchboard_consent=forged"})
+                page = httpx.Response(200, text=page.text, headers={"set-cookie": "switchboard_login=forged"})
             return await keycloak.consent(browser, page, same, how)
 
     approved = run_async(lambda: answer(ok, "approve"), timeout=30)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from harness import MODERN_VERSION, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_text, server, start_rust_upstream
+from harness import MODERN_VERSION, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_oauth, sdk_text, server, start_rust_upstream
 from keycloak import GATEWAY_AUDIENCE, GATEWAY_SCOPE, PEOPLE
 from keycloak import start as start_keycloak
 from ts_client import describe, ts_client, ts_ok
@@ -56,49 +56,9 @@ def _gateway(procs, gateways, keycloak, scopes: list[str]):
     return gateways.start(config)
 
 
-class Storage:
-    """The SDK's token storage, in memory (one sign-in per test)."""
-
-    def __init__(self):
-        self.tokens = self.client = None
-
-    async def get_tokens(self):
-        return self.tokens
-
-    async def set_tokens(self, tokens):
-        self.tokens = tokens
-
-    async def get_client_info(self):
-        return self.client
-
-    async def set_client_info(self, info):
-        self.client = info
-
-
 def python_sign_in(keycloak, url: str, person: str):
     """The Python SDK's OAuthClientProvider for `url`, logging `person` in at Keycloak."""
-    from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-    from mcp.shared.auth import OAuthClientMetadata
-
-    storage = Storage()
-    seen: dict[str, str] = {}
-
-    async def redirect(authorization_url: str) -> None:
-        seen["authorization_url"] = authorization_url
-        seen.update(await keycloak.log_in(authorization_url, person))
-
-    async def callback() -> AuthorizationCodeResult:
-        return AuthorizationCodeResult(code=seen["code"], state=seen.get("state"), iss=seen.get("iss"))
-
-    metadata = OAuthClientMetadata(
-        client_name="switchboard-e2e-python",
-        redirect_uris=[REDIRECT_URI],
-        grant_types=["authorization_code", "refresh_token"],
-        response_types=["code"],
-        token_endpoint_auth_method="none",
-    )
-    provider = OAuthClientProvider(url, metadata, storage, redirect_handler=redirect, callback_handler=callback)
-    return provider, storage, seen
+    return sdk_oauth(url, "switchboard-e2e-python", REDIRECT_URI, lambda u: keycloak.log_in(u, person))
 
 
 @pytest.mark.parametrize("era", ["legacy", MODERN_VERSION])

@@ -200,10 +200,10 @@ pub struct ClientRecord {
 /// A login on its way through the provider.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LoginRecord {
-    /// [`client_digest`] of the nonce the browser the login started in holds (a cookie).
+    /// [`digest`] of the nonce the browser the login started in holds (a cookie).
     #[serde(rename = "b")]
     pub browser: String,
-    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
+    /// [`digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
     pub client: String,
     #[serde(rename = "r")]
@@ -225,14 +225,12 @@ pub struct LoginRecord {
     pub exp: u64,
 }
 
-/// A login waiting for the person's yes: the sealed login, and the digest of the nonce the
-/// browser that was asked holds in a cookie.
+/// A login waiting for the person's yes: the sealed login (which says which browser may
+/// answer).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ConsentRecord {
     #[serde(rename = "l")]
     pub login: String,
-    #[serde(rename = "b")]
-    pub browser: String,
     #[serde(rename = "e")]
     pub exp: u64,
 }
@@ -252,7 +250,7 @@ pub struct Identity {
 /// An authorization code.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CodeRecord {
-    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
+    /// [`digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
     pub client: String,
     #[serde(rename = "r")]
@@ -290,7 +288,7 @@ pub struct AccessRecord {
     /// The resource it was issued for (`<gateway>/mcp`, `/mcp/<prefix>`, `/mcp-rest`).
     #[serde(rename = "aud")]
     pub audience: String,
-    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
+    /// [`digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
     pub client: String,
     #[serde(rename = "t")]
@@ -302,7 +300,7 @@ pub struct AccessRecord {
 /// A refresh token.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RefreshRecord {
-    /// [`client_digest`] of the `client_id` (which may be long: a registration, a URL).
+    /// [`digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
     pub client: String,
     #[serde(rename = "res")]
@@ -434,10 +432,11 @@ pub fn redirect_matches(client: &ClientRecord, asked: &str) -> bool {
     })
 }
 
-/// What records hold of a `client_id`: its SHA-256, base64url (a sealed registration can be
-/// kilobytes long; every token carrying it would be too).
-pub fn client_digest(client_id: &str) -> String {
-    URL_SAFE_NO_PAD.encode(Sha256::digest(client_id.as_bytes()))
+/// What records hold of a value they must recognise but need not carry: its SHA-256,
+/// base64url (a `client_id`, which a sealed registration makes kilobytes long; a browser's
+/// cookie nonce, which must not travel in the URL).
+pub fn digest(value: &str) -> String {
+    URL_SAFE_NO_PAD.encode(Sha256::digest(value.as_bytes()))
 }
 
 /// The S256 challenge of a PKCE verifier (RFC 7636).

@@ -277,7 +277,7 @@ fn signed_in(
         }
     };
     // A token verified lately: its person, without parsing it again.
-    let mut signed = match people.remembered(presented) {
+    let signed = match people.remembered(presented) {
         Some(signed) => signed,
         None => {
             let Some(issuer) = people.issuer_of(presented) else {
@@ -293,14 +293,26 @@ fn signed_in(
             }
         }
     };
+    granted(signed, metrics).map(Some)
+}
+
+/// A verified person with the grants whose key has not expired, counted; refused with 403
+/// when none is left (however they signed in).
+fn granted(mut signed: Signed, metrics: Option<&Metrics>) -> Result<Signed, GatewayError> {
     let now = SystemTime::now();
     signed.grants.retain(|k| !k.is_expired(now));
+    let outcome = if signed.grants.is_empty() {
+        "no_grant"
+    } else {
+        "ok"
+    };
+    if let Some(metrics) = metrics {
+        metrics.sign_in(&signed.person.issuer, outcome);
+    }
     if signed.grants.is_empty() {
-        count(&signed.person.issuer, "no_grant");
         return Err(not_granted(&signed.person));
     }
-    count(&signed.person.issuer, "ok");
-    Ok(Some(signed))
+    Ok(signed)
 }
 
 /// A person signed in through the gateway (brokered mode): its own access token, opened.
@@ -313,7 +325,7 @@ fn signed_in_here(
     let (Some(people), Some(sealer)) = (&table.people, &table.broker) else {
         return Err(GatewayError::Unauthenticated("unknown gateway key"));
     };
-    let mut signed = match people.remembered(presented) {
+    let signed = match people.remembered(presented) {
         Some(signed) => signed,
         None => {
             let base = crate::table::base_url(&table.settings, headers);
@@ -328,19 +340,7 @@ fn signed_in_here(
                 })?
         }
     };
-    let now = SystemTime::now();
-    signed.grants.retain(|k| !k.is_expired(now));
-    let count = |outcome| {
-        if let Some(metrics) = metrics {
-            metrics.sign_in(&signed.person.issuer, outcome);
-        }
-    };
-    if signed.grants.is_empty() {
-        count("no_grant");
-        return Err(not_granted(&signed.person));
-    }
-    count("ok");
-    Ok(signed)
+    granted(signed, metrics)
 }
 
 fn not_granted(person: &Person) -> GatewayError {
