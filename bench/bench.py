@@ -30,6 +30,9 @@ import threading
 import time
 from pathlib import Path
 
+# Every gateway started here picks a free port for its internal listener (the default is fixed).
+os.environ.setdefault("SWITCHBOARD_INTERNAL_LISTEN", "127.0.0.1:0")
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 MODERN = "2026-07-28"

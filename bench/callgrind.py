@@ -31,6 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench as B  # noqa: E402
 
+# Every gateway started here picks a free port for its internal listener (the default is fixed).
+os.environ.setdefault("SWITCHBOARD_INTERNAL_LISTEN", "127.0.0.1:0")
+
 
 class Signer:
     """An identity provider for the person runs: one RSA key, its JWKS served on loopback, and

@@ -3,10 +3,14 @@ on the system python3 can use it)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+# Every gateway started here picks a free port for its internal listener (the default is fixed).
+os.environ.setdefault("SWITCHBOARD_INTERNAL_LISTEN", "127.0.0.1:0")
 
 
 def start(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:

@@ -1,4 +1,5 @@
-//! The HTTP router: MCP, REST, the LLM APIs, health and metrics, behind one edge layer that
+//! The HTTP routers: the public one (MCP, REST, the LLM APIs, sign-in) and the internal one
+//! (health, metrics, the replica hand-off), each behind one edge layer that
 //! does, in this order, what every request needs before a handler sees it:
 //!
 //! 1. shedding: past the replica's bounds a request is refused before anything else happens
@@ -24,6 +25,7 @@ use axum::routing::{get, post};
 
 use crate::refused_body;
 use crate::state::Gateway;
+use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, RestError};
 use switchboard_llm as llm;
 use switchboard_mcp::endpoint;
@@ -57,15 +59,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", post(llm::routes::chat_completions))
         .route("/v1/models", get(llm::routes::models))
         .with_state(gw.llm.clone());
-    let internal = Router::new()
-        .route("/mcp-internal/exchange", post(endpoint::internal_exchange))
-        .with_state(gw.mcp.clone());
     Router::new()
         .merge(mcp)
         .merge(llm)
-        // Replica to replica (outside the Host check: reached at a pod address); every message
-        // is authenticated as the client's own.
-        .merge(internal)
         .route(
             "/.well-known/oauth-protected-resource/mcp/{prefix}",
             get(crate::well_known::protected_resource_metadata),
@@ -92,6 +88,23 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/oauth/consent", post(crate::oauth::consent))
         .route("/oauth/callback", get(crate::oauth::callback))
         .route("/oauth/token", post(crate::oauth::token))
+        .layer(DefaultBodyLimit::max(BODY_CEILING))
+        .layer(middleware::from_fn_with_state(gw.clone(), audited_edge))
+        .with_state(gw)
+}
+
+/// The internal listener's router (`--internal-listen`): what kubelets, Prometheus and other
+/// replicas reach at a pod address, and clients never should (metrics are labelled with key
+/// and server names; the hand-off route is for replicas). Behind the same edge layer: never
+/// shed (admission exempts these paths), bodies read in time, `Connection: close` while
+/// stopping.
+pub fn internal_router(gw: Arc<Gateway>) -> Router {
+    let exchange = Router::new()
+        // Replica to replica: every message is authenticated as the client's own.
+        .route("/mcp-internal/exchange", post(endpoint::internal_exchange))
+        .with_state(gw.mcp.clone());
+    Router::new()
+        .merge(exchange)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -100,9 +113,119 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .with_state(gw)
 }
 
-/// The edge layer (the module's comment says what it does, and why in one layer).
+/// The client listener's edge: [`edge`], inside the request's audit slot (`audit`), whose
+/// record and usage are written when the answer ends.
+async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let path = request.uri().path();
+    let slot = audit::Slot::new(audit::Arrival {
+        at: std::time::SystemTime::now(),
+        started: std::time::Instant::now(),
+        request_id: audit::request_id(headers.get(REQUEST_ID)),
+        trace_id: audit::trace_id(headers.get(TRACEPARENT)),
+        endpoint: endpoint_of(path),
+        http_method: request.method().clone(),
+        path: audit::name(path),
+    });
+    let mut response = slot.scope(edge_answer(&gw, request, next)).await;
+    if let Ok(id) = header::HeaderValue::from_str(slot.request_id()) {
+        response.headers_mut().insert(REQUEST_ID, id);
+    }
+    let status = response.status().as_u16();
+    match axum::body::HttpBody::size_hint(response.body()).exact() {
+        Some(len) => {
+            slot.finish(status, len, gw.audit_log(), &gw.metrics);
+            response
+        }
+        // A stream: finished when the connection is done with its body.
+        None => response.map(|body| {
+            axum::body::Body::new(Finishing {
+                body,
+                bytes_out: 0,
+                status,
+                slot,
+                gw,
+            })
+        }),
+    }
+}
+
+const REQUEST_ID: &str = "x-request-id";
+const TRACEPARENT: &str = "traceparent";
+
+/// The endpoint a path is, as records and usage metrics name it.
+fn endpoint_of(path: &str) -> &'static str {
+    match path {
+        "/mcp" => "mcp",
+        "/v1/messages" => "llm_messages",
+        "/v1/messages/count_tokens" => "llm_count_tokens",
+        "/v1/chat/completions" => "llm_chat_completions",
+        "/v1/models" => "llm_models",
+        p if p.starts_with("/mcp/") => "mcp_single",
+        p if p.starts_with("/mcp-rest/") => "rest",
+        p if p.starts_with("/oauth/") => "oauth",
+        p if p.starts_with("/.well-known/") => "metadata",
+        _ => "other",
+    }
+}
+
+/// A streamed answer's body, counting what it sends; when the connection drops it (sent, or
+/// the client gone), the request is finished.
+struct Finishing {
+    body: axum::body::Body,
+    bytes_out: u64,
+    status: u16,
+    slot: Arc<audit::Slot>,
+    gw: Arc<Gateway>,
+}
+
+impl axum::body::HttpBody for Finishing {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.bytes_out += data.len() as u64;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        // (The body's own end, e.g. the LLM loop noting its tokens, came before: the body ends
+        // only once its producer is done.)
+        self.slot.finish(
+            self.status,
+            self.bytes_out,
+            self.gw.audit_log(),
+            &self.gw.metrics,
+        );
+    }
+}
+
+/// The internal listener's edge: [`edge`] alone (no audit record: probes and scrapes).
 async fn edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    let mut response = admitted_answer(&gw, request, next).await;
+    edge_answer(&gw, request, next).await
+}
+
+/// The edge layer (the module's comment says what it does, and why in one layer).
+async fn edge_answer(gw: &Gateway, request: Request, next: Next) -> Response {
+    let mut response = admitted_answer(gw, request, next).await;
     // While stopping, every answer closes its connection, refusals included. Closing an idle
     // kept-alive connection races with a client that is sending on it at that moment (the
     // client sees EOF, and may not retry a POST); an answer that says `Connection: close` does
@@ -123,14 +246,19 @@ async fn admitted_answer(gw: &Gateway, request: Request, next: Next) -> Response
     // The permit is held until the handler produced the response head.
     let (_permit, request) = match crate::admission::admit(&gw.shedding, request) {
         Ok(admitted) => admitted,
-        Err(shed) => return *shed,
+        Err(shed) => {
+            audit::note(|n| n.outcome = Some("shed"));
+            return *shed;
+        }
     };
     let request = match read_body_in_time(gw, request).await {
         Ok(request) => request,
         Err(refused) => return *refused,
     };
     if is_client_face(request.uri().path()) && !host_and_origin_ok(gw, &request) {
-        return RestError(GatewayError::ForbiddenOrigin).into_response();
+        let refused = RestError(GatewayError::ForbiddenOrigin).into_response();
+        audit::note(|n| n.outcome = Some("forbidden_origin"));
+        return refused;
     }
     next.run(request).await
 }
@@ -162,7 +290,10 @@ async fn read_body_in_time(gw: &Gateway, request: Request) -> Result<Request, Bo
         Poll::Pending => tokio::time::timeout(gw.body_read_timeout(), read).await,
     };
     match collected {
-        Ok(Ok(Ok(whole))) => Ok(Request::from_parts(parts, axum::body::Body::from(whole))),
+        Ok(Ok(Ok(whole))) => {
+            audit::note(|n| n.bytes_in = whole.len() as u64);
+            Ok(Request::from_parts(parts, axum::body::Body::from(whole)))
+        }
         Ok(Ok(Err(rest))) => {
             refused_body::discard_in_background(
                 rest,

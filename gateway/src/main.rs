@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use switchboard_core::audit::{AuditLog, Destination};
 use switchboard_gateway::admission::AdmissionLimits;
 use switchboard_gateway::http;
 use switchboard_gateway::serve::{ConnectionLimits, serve};
@@ -74,13 +75,27 @@ struct Args {
     /// This deployment's external URL (overrides the snapshot's `gateway.publicUrl`).
     #[arg(long, env = "SWITCHBOARD_PUBLIC_URL")]
     public_url: Option<String>,
-    /// The URL other replicas reach this one at (in a cluster: the pod IP), for exchanges
-    /// that span two of a client's messages; default: the listening address.
+    /// The URL other replicas reach this one's internal listener at (in a cluster: the pod IP
+    /// and the internal port), for exchanges that span two of a client's messages; default:
+    /// the internal listening address.
     #[arg(long, env = "SWITCHBOARD_ADVERTISE_URL")]
     advertise_url: Option<String>,
-    /// Address to listen on.
+    /// Address to listen on for clients (MCP, REST, the LLM APIs, sign-in).
     #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
+    /// Address of the internal listener: `/metrics`, `/healthz`, `/readyz` and the replica
+    /// hand-off route, none of which the client listener serves (the chart: 0.0.0.0:9091,
+    /// reached by kubelets, Prometheus and other replicas at the pod's address).
+    #[arg(
+        long,
+        env = "SWITCHBOARD_INTERNAL_LISTEN",
+        default_value = "127.0.0.1:9091"
+    )]
+    internal_listen: String,
+    /// Where the audit log (one JSON line per request, docs/audit.md) goes: `stdout`, `off`,
+    /// or a file appended to.
+    #[arg(long, env = "SWITCHBOARD_AUDIT_LOG", default_value = "stdout")]
+    audit_log: String,
     /// Log format.
     #[arg(
         long,
@@ -141,6 +156,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
             max_queue_delay: args.max_queue_delay,
         },
     }));
+    let replica = args.replica.clone().unwrap_or_else(default_replica_name);
+    gw.set_audit_log(
+        AuditLog::open(
+            &Destination::parse(&args.audit_log),
+            replica.clone(),
+            gw.metrics.clone(),
+        )
+        .map_err(anyhow::Error::msg)?,
+    );
     // The overload bound's probe (--max-queue-delay): one thread for the process's life.
     switchboard_gateway::admission::watch_queue_delay(&gw.shedding);
     // Turns true on SIGTERM: the operator's stream then ends with a goodbye.
@@ -178,22 +202,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 trust: operator_trust(&args)?,
                 endpoints: args.operator.clone(),
                 token_file: args.token_file.clone(),
-                replica: args.replica.clone().unwrap_or_else(default_replica_name),
+                replica,
                 leaving,
             };
             following = Some(tokio::spawn(source.follow(gw.clone())));
         }
     }
-    let listener = tokio::net::TcpListener::bind(&args.listen).await?;
+    let internal = tokio::net::TcpListener::bind(&args.internal_listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("--internal-listen {}: {e}", args.internal_listen))?;
+    let internal_addr = internal.local_addr()?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("--listen {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, "listening");
+    tracing::info!(%addr, %internal_addr, "listening");
     gw.mcp.exchanges.set_address(
         args.advertise_url
             .clone()
             .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| format!("http://{addr}")),
+            .unwrap_or_else(|| format!("http://{internal_addr}")),
     );
-    // Tests and scripts wait for this line on stdout.
+    // Tests and scripts wait for these lines on stdout (the client listener's last).
+    println!("switchboard-gateway internal on http://{internal_addr}");
     println!("switchboard-gateway listening on http://{addr}");
     std::io::stdout().flush()?;
     let draining = gw.clone();
@@ -203,6 +234,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         header_read_timeout: args.header_read_timeout,
         shutdown_grace: SHUTDOWN_GRACE,
     };
+    // The internal listener stops with the process: probes and scrapes answer through the
+    // drain (readiness says "stopping"), and a hand-off to this replica still lands.
+    let internal_limits = ConnectionLimits {
+        max_connections: 1024,
+        ..limits
+    };
+    tokio::spawn(serve(
+        internal,
+        http::internal_router(gw.clone()),
+        internal_limits,
+        std::future::pending(),
+    ));
     serve(listener, http::router(gw), limits, async move {
         shutdown(terminate).await;
         leaving_tx.send_replace(true);

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use switchboard_core::audit::AuditLog;
 
 use crate::admission::{Admission, AdmissionLimits, Shedding};
 use switchboard_core::live::{LiveTable, SnapshotSink};
@@ -24,6 +25,8 @@ pub struct Gateway {
     pub llm: Arc<LlmContext>,
     /// The replica-wide bounds on requests (`--max-in-flight`, `--max-queue-delay`).
     pub shedding: Arc<Shedding>,
+    /// Where each client request's audit record goes (`--audit-log`); set once at start.
+    audit: std::sync::OnceLock<AuditLog>,
     /// Settings of this deployment rather than of the snapshot (its Service names, its public
     /// URL), merged into every table applied.
     local: LocalSettings,
@@ -81,11 +84,21 @@ impl Gateway {
                 metrics: metrics.clone(),
             }),
             live,
+            audit: std::sync::OnceLock::new(),
             draining: AtomicBool::new(false),
             upstream,
             metrics,
             local,
         }
+    }
+
+    /// Sets where audit records go (once, at start; without it, nowhere).
+    pub fn set_audit_log(&self, log: AuditLog) {
+        let _ = self.audit.set(log);
+    }
+
+    pub fn audit_log(&self) -> Option<&AuditLog> {
+        self.audit.get().filter(|log| log.is_on())
     }
 
     pub fn table(&self) -> Arc<RoutingTable> {
@@ -140,6 +153,10 @@ impl Default for Gateway {
 impl SnapshotSink for Gateway {
     fn current(&self) -> Arc<RoutingTable> {
         self.table()
+    }
+
+    fn stream_connected(&self, connected: bool) {
+        self.metrics.operator_stream(connected);
     }
 
     fn apply(&self, table: RoutingTable) {

@@ -156,8 +156,10 @@ pub async fn keep(
     serving: Arc<ServingCert>,
     mut leader: watch::Receiver<bool>,
     refresh: Duration,
+    metrics: Arc<crate::metrics::Metrics>,
 ) {
     let mut keeper = Keeper {
+        metrics,
         secrets: Api::namespaced(client.clone(), &namespace),
         configmaps: Api::namespaced(client, &namespace),
         namespace,
@@ -188,6 +190,8 @@ struct Keeper {
     issued: Option<(String, OffsetDateTime)>,
     /// The provided Secret's content last loaded.
     provided: Option<(ByteString, ByteString)>,
+    /// Where the certificates' expiry is reported.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Keeper {
@@ -305,6 +309,10 @@ impl Keeper {
         }
         let leaf = delivery_ca::issue_leaf(ca, names, now, validity)?;
         self.serving.load_der(leaf.chain, leaf.key)?;
+        self.metrics
+            .certificate_expiry("delivery_ca", ca.not_after.unix_timestamp());
+        self.metrics
+            .certificate_expiry("delivery_serving", leaf.not_after.unix_timestamp());
         self.issued = Some((ca.cert_pem.clone(), now + validity / 2));
         tracing::info!(
             not_after = %leaf.not_after,

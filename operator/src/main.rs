@@ -301,6 +301,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 serving.clone(),
                 leader_rx.clone(),
                 args.delivery_tls_refresh,
+                metrics.clone(),
             ));
         }
         None => tracing::warn!(
@@ -372,7 +373,8 @@ async fn readyz(State((_, leader)): State<HealthState>) -> impl IntoResponse {
     )
 }
 
-async fn render_metrics(State((metrics, _)): State<HealthState>) -> impl IntoResponse {
+async fn render_metrics(State((metrics, leader)): State<HealthState>) -> impl IntoResponse {
+    metrics.leader(*leader.borrow());
     metrics.encode()
 }
 

@@ -17,6 +17,8 @@ pub struct Metrics {
     connected_replicas: Gauge,
     known_replicas: Gauge,
     status_write_failures: Family<Vec<(String, String)>, Counter>,
+    leader: Gauge,
+    certificate_expiry: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -64,7 +66,22 @@ impl Default for Metrics {
             "Status writes that failed, by kind (each object retries on its own backoff)",
             status_write_failures.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 on the operator replica holding the lease, 0 on standbys",
+            leader.clone(),
+        );
+        let certificate_expiry = Family::<Vec<(String, String)>, Gauge>::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the snapshot stream's certificates expire (Unix seconds), by certificate \
+             (delivery_ca, delivery_serving); managed TLS only",
+            certificate_expiry.clone(),
+        );
         Metrics {
+            leader,
+            certificate_expiry,
             status_write_failures,
             registry,
             reconciles,
@@ -78,6 +95,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    pub fn leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    pub fn certificate_expiry(&self, certificate: &str, not_after_unix: i64) {
+        self.certificate_expiry
+            .get_or_create(&vec![("certificate".to_string(), certificate.to_string())])
+            .set(not_after_unix);
+    }
+
     pub fn reconciled(&self, took: Duration, failed: bool) {
         self.reconciles.inc();
         if failed {

@@ -899,7 +899,7 @@ def run(
             duration,
             seed,
             clients,
-            measured=(world.gateways["gw-a"].popen.pid, f"http://127.0.0.1:{world.gateway_ports['gw-a']}"),
+            measured=(world.gateways["gw-a"].popen.pid, f"http://{world.gateways['gw-a'].internal_addr}"),
             background=[churn],
         )
         report.rewrites = churn.rewrites

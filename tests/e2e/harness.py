@@ -48,6 +48,10 @@ LISTING_ERRORS_META = "switchboard.dev/listingErrors"
 LISTING_WARNINGS_META = "switchboard.dev/listingWarnings"
 
 READY_RE = re.compile(r"listening on http://(\S+)")
+# The gateway's internal listener (`/metrics`, probes, the replica hand-off), printed before the
+# ready line. Every gateway a test starts picks a free port for it (the default is fixed).
+INTERNAL_RE = re.compile(r"switchboard-gateway internal on http://(\S+)")
+os.environ.setdefault("SWITCHBOARD_INTERNAL_LISTEN", "127.0.0.1:0")
 
 # Everything the tests put in a config as a secret, and every gateway log file of this run; the
 # last test of the session greps the latter for the former (acceptance item 8).
@@ -109,6 +113,7 @@ class Proc:
         self.stdout_path = _unique(logdir / f"{name}.stdout.log")
         self.stderr_path = _unique(logdir / f"{name}.stderr.log")
         self.addr: str | None = None
+        self.internal_addr: str | None = None
         self._ready = threading.Event()
         self._stdout_file = open(self.stdout_path, "wb")  # noqa: SIM115 - closed in stop()
         self._stderr_file = open(self.stderr_path, "wb")  # noqa: SIM115
@@ -138,6 +143,9 @@ class Proc:
 
     def _parse_ready(self, line: str) -> bool:
         """Whether `line` is the ready line; records the address it announces."""
+        internal = INTERNAL_RE.search(line)
+        if internal:
+            self.internal_addr = internal.group(1).rstrip("/")
         m = READY_RE.search(line)
         if m:
             self.addr = m.group(1).rstrip("/")
@@ -355,6 +363,12 @@ class Gateway:
     def url(self) -> str:
         return self.proc.url
 
+    @property
+    def internal_url(self) -> str:
+        """The internal listener: `/metrics`, `/healthz`, `/readyz`, the replica hand-off."""
+        assert self.proc.internal_addr, f"{self.proc.name} printed no internal listener line"
+        return f"http://{self.proc.internal_addr}"
+
     def mcp_url(self, prefix: str | None = None) -> str:
         return f"{self.url}/mcp" + (f"/{prefix}" if prefix else "")
 
@@ -364,7 +378,7 @@ class Gateway:
     def snapshot_applies(self) -> int:
         """How many snapshots (config versions) this gateway has applied: its /metrics,
         `switchboard_gateway_snapshot_applies_total`."""
-        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        text = httpx.get(f"{self.internal_url}/metrics", timeout=5).text
         for line in text.splitlines():
             if line.startswith("switchboard_gateway_snapshot_applies_total "):
                 return int(float(line.split()[1]))

@@ -25,11 +25,13 @@ def test_demo_script_serves_mcp_and_a_model_with_a_hidden_tool(tmp_path):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} (the demo's) is taken; free it to run this test"
     listen = f"127.0.0.1:{free_port()}"
+    internal = f"127.0.0.1:{free_port()}"
     env = {
         **os.environ,
         "CARGO_TARGET_DIR": str(target_dir()),
         "SWITCHBOARD_DEMO_PROFILE": "debug",
         "SWITCHBOARD_LISTEN": listen,
+        "SWITCHBOARD_INTERNAL_LISTEN": internal,
     }
     # The script's own build first, untimed: it builds three packages alone, whose features
     # differ from the workspace build's, so on a fresh cache it compiles for minutes (a cold run
@@ -43,7 +45,7 @@ def test_demo_script_serves_mcp_and_a_model_with_a_hidden_tool(tmp_path):
     )
     base = f"http://{listen}"
     try:
-        wait_until(lambda: httpx.get(f"{base}/readyz", timeout=1).status_code == 200, 120, what="the demo gateway")
+        wait_until(lambda: httpx.get(f"http://{internal}/readyz", timeout=1).status_code == 200, 120, what="the demo gateway")
         auth = {"Authorization": "Bearer sk-demo"}
         tools = httpx.get(f"{base}/mcp-rest/tools/list", headers=auth, timeout=10).json()["tools"]
         assert "demo__add" in [t["name"] for t in tools]

@@ -13,7 +13,8 @@ from harness import gateway_config, wait_until
 
 def test_sigterm_answers_with_connection_close_then_exits(gateways):
     gw = gateways.start(gateway_config([], [], maxBodyBytes=256), env={"SWITCHBOARD_DRAIN": "3s"})
-    host, port = gw.proc.addr.split(":")
+    # (The internal listener's probes; the client listener's answers go through the same edge.)
+    host, port = gw.proc.internal_addr.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     conn.request("GET", "/healthz")
     before = conn.getresponse()

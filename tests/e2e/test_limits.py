@@ -96,7 +96,7 @@ def test_rate_limit_refuses_before_the_upstream_and_spares_other_keys(gateways, 
     with RawMcp(gw.mcp_url(), limited, MODERN_VERSION) as mcp:
         _assert_limited(_add(mcp), "key", "default/limited", "rate")
 
-    metrics = httpx.get(f"{gw.url}/metrics", timeout=5).text
+    metrics = httpx.get(f"{gw.internal_url}/metrics", timeout=5).text
     line = next(
         (m for m in metrics.splitlines()
          if m.startswith("switchboard_gateway_limited_requests_total{")

@@ -54,7 +54,7 @@ def test_messages_create_runs_the_hidden_tool_and_never_shows_it(gateways, procs
     assert world.key not in json.dumps(calls), "the gateway key never reaches the provider"
     # Usage is summed over both model calls (the provider counts 7 output tokens per item: 2 + 1).
     assert message.usage.output_tokens == 21
-    metrics = httpx.get(f"{world.gateway.url}/metrics").text
+    metrics = httpx.get(f"{world.gateway.internal_url}/metrics").text
     for line in (
         'switchboard_gateway_llm_requests_total{model="claude",endpoint="messages",outcome="ok"} 1',
         'switchboard_gateway_llm_model_calls_total{model="claude"} 2',

@@ -33,7 +33,7 @@ SLOW_MS = 2500
 
 
 def _metric(gw, name: str, labels: str) -> float:
-    text = httpx.get(f"{gw.url}/metrics", timeout=5).text
+    text = httpx.get(f"{gw.internal_url}/metrics", timeout=5).text
     for line in text.splitlines():
         if line.startswith(f"{name}{{") and labels in line:
             return float(line.split()[-1])
@@ -124,7 +124,7 @@ def test_calls_beyond_the_bound_are_shed_fast_and_the_admitted_ones_succeed(gate
 
         # A saturated replica is still alive, ready and observable.
         for path in ("/healthz", "/readyz", "/metrics"):
-            r = httpx.get(f"{gw.url}{path}", timeout=5)
+            r = httpx.get(f"{gw.internal_url}{path}", timeout=5)
             assert r.status_code == 200, (path, r.status_code, r.text[:200])
 
         assert method_count(rust_upstream, "tools/call") == calls_before, "a shed call reached the upstream"

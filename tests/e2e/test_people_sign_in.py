@@ -175,7 +175,7 @@ def test_refusals_say_why_in_the_log_and_never_log_the_token(signed_in, keycloak
         what="the short-lived token to expire",
     )
     assert "has expired" in refused.text and 'error="invalid_token"' in refused.headers["www-authenticate"], refused.text
-    metrics = httpx.get(f"{gw.url}/metrics", timeout=15).text
+    metrics = httpx.get(f"{gw.internal_url}/metrics", timeout=15).text
     for outcome in ("wrong_audience", "bad_signature", "no_grant", "expired"):
         line = f'switchboard_gateway_sign_ins_total{{issuer="{keycloak.issuer}",outcome="{outcome}"}} 1'
         assert line in metrics, f"{line} missing in:\n" + "\n".join(m for m in metrics.splitlines() if "sign_ins" in m)

@@ -242,7 +242,7 @@ def is_response(message: dict, rpc_id: Any = None) -> bool:
 
 def metric_value(gw: Gateway, **labels: str) -> float:
     """Sum of `switchboard_gateway_requests_total` series whose labels include `labels`."""
-    text = httpx.get(f"{gw.url}/metrics", timeout=5).text
+    text = httpx.get(f"{gw.internal_url}/metrics", timeout=5).text
     total = 0.0
     for m in re.finditer(r"^switchboard_gateway_requests_total\{([^}]*)\}\s+(\S+)$", text, re.M):
         series = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))

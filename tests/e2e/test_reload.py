@@ -85,7 +85,7 @@ def test_broken_edit_is_rejected_and_valid_edit_applies(gateways, rust_upstream)
     time.sleep(1.0)
     assert gw.proc.alive()
     assert _works(gw, k1, "alpha__add")
-    assert httpx.get(f"{gw.url}/readyz", timeout=5).status_code == 200
+    assert httpx.get(f"{gw.internal_url}/readyz", timeout=5).status_code == 200
 
     # 3. A valid edit applies without a restart: beta and the second key appear.
     pid = gw.proc.popen.pid

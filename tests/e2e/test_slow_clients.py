@@ -52,9 +52,9 @@ def test_trickled_headers_and_bodies_are_cut_off(gateways, rust_upstream):
 
     # An idle kept-alive connection is closed after the same time.
     idle = _connect(gw)
-    idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    idle.sendall(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     first = idle.recv(4096)
-    assert first.startswith(b"HTTP/1.1 200"), first
+    assert first.startswith(b"HTTP/1.1 405"), first
     assert _closed_by_peer(idle, within=10), "an idle kept-alive connection stayed open"
 
     # A body that trickles: 408 once the body timeout passes.
@@ -114,15 +114,15 @@ def test_connections_past_the_cap_wait_for_a_free_slot(gateways, rust_upstream):
     held = []
     for _ in range(3):
         s = _connect(gw)
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        s.sendall(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 405")
         held.append(s)
     done = threading.Event()
     result: dict = {}
 
     def fourth() -> None:
         try:
-            result["status"] = httpx.get(f"{gw.url}/healthz", timeout=30).status_code
+            result["status"] = httpx.get(f"{gw.url}/mcp", timeout=30).status_code
         finally:
             done.set()
 
@@ -130,6 +130,6 @@ def test_connections_past_the_cap_wait_for_a_free_slot(gateways, rust_upstream):
     assert not done.wait(1.0), f"a fourth connection was served while three were held: {result}"
     held.pop().close()
     wait_until(done.is_set, 10, what="the fourth connection to be served once a slot was free")
-    assert result.get("status") == 200, result
+    assert result.get("status") == 405, result
     for s in held:
         s.close()

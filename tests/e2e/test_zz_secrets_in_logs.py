@@ -129,7 +129,7 @@ def _exercise(gateways, rust_upstream, python_upstream, tmp_path, *, log_format:
     assert gw.proc.alive()
 
     # Metrics carry names, never secrets (docs/architecture.md, invariant 8).
-    metrics = httpx.get(f"{gw.url}/metrics", timeout=5)
+    metrics = httpx.get(f"{gw.internal_url}/metrics", timeout=5)
     assert metrics.status_code == 200
     assert "locked" in metrics.text, "per-server metrics expected (upstream latency by server)"
     in_metrics = sorted(v.rsplit("-", 1)[0] for v in SECRETS_USED if v in metrics.text)

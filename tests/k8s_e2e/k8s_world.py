@@ -571,13 +571,13 @@ class World:
         for name, gw in self.gateways.items():
             if gw.proc.alive():
                 wait_until(
-                    lambda gw=gw: httpx.get(f"{gw.url}/readyz", timeout=2).status_code == 200,
+                    lambda gw=gw: httpx.get(f"{gw.internal_url}/readyz", timeout=2).status_code == 200,
                     timeout,
                     what=f"gateway {name} to load a snapshot (/readyz 200)",
                 )
 
     def gateway_generation(self, gw: Gateway) -> int | None:
-        text = httpx.get(f"{gw.url}/metrics", timeout=5).text
+        text = httpx.get(f"{gw.internal_url}/metrics", timeout=5).text
         m = re.search(r"^switchboard_gateway_snapshot_generation\S*\s+(\d+)", text, re.M)
         return int(m.group(1)) if m else None
 
@@ -765,7 +765,7 @@ def assert_no_secret_leaks(world: World) -> dict[str, int]:
             objects[f"operator {identity} /metrics"] = world.operator_metrics(identity)
     for replica, gw in world.gateways.items():
         if gw.proc.alive():
-            objects[f"gateway {replica} /metrics"] = httpx.get(f"{gw.url}/metrics", timeout=5).text
+            objects[f"gateway {replica} /metrics"] = httpx.get(f"{gw.internal_url}/metrics", timeout=5).text
     for what, text in objects.items():
         for label in leaked_in(text, secrets):
             problems.append(f"{what}: {label}")

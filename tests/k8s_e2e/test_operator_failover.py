@@ -148,7 +148,7 @@ def test_gateways_serve_every_call_while_the_operator_is_down_and_changes_flow_a
     assert calls >= 200, f"only {calls} calls in {elapsed:.0f}s"
     assert not failures, f"{len(failures)}/{calls} calls failed while the operator was down:\n" + "\n".join(failures[:10])
     for gw in world.gateways.values():
-        assert httpx.get(f"{gw.url}/readyz", timeout=5).status_code == 200, "a gateway stopped being ready"
+        assert httpx.get(f"{gw.internal_url}/readyz", timeout=5).status_code == 200, "a gateway stopped being ready"
 
     # A replica that starts while no operator answers serves from the snapshot the operator keeps
     # in its Secret (mounted as a file, as the chart does).
@@ -157,7 +157,7 @@ def test_gateways_serve_every_call_while_the_operator_is_down_and_changes_flow_a
     snapshot_file = world.workdir / "snapshot.yaml"
     snapshot_file.write_text(snapshot["snapshot.yaml"])
     gw3 = world.start_gateway("gw3", ["op-a", "op-b"], config=snapshot_file)
-    wait_until(lambda: httpx.get(f"{gw3.url}/readyz", timeout=2).status_code == 200, 10, what="gw3 ready from the file")
+    wait_until(lambda: httpx.get(f"{gw3.internal_url}/readyz", timeout=2).status_code == 200, 10, what="gw3 ready from the file")
     r = rest_call(gw3, world.key, "demo__add", {"a": 40, "b": 2})
     assert r.status_code == 200 and call_result_value(r.json()) == 42, f"gw3 from the snapshot file: {r.status_code} {r.text[:300]}"
 

@@ -88,7 +88,7 @@ def test_plain_http_and_other_cas_get_nothing(world: World):
     gw = world.start_gateway("gw-wrong-ca", config=None, operator_ca=Path(world.cluster.env["SWITCHBOARD_K8S_CA"]))
     try:
         time.sleep(4)
-        assert httpx.get(f"{gw.url}/readyz", timeout=2).status_code == 503
+        assert httpx.get(f"{gw.internal_url}/readyz", timeout=2).status_code == 503
         log = gw.proc.stderr_path.read_text(errors="replace")
         assert "UnknownIssuer" in log, log[-2000:]
     finally:

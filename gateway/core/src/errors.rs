@@ -359,6 +359,7 @@ impl From<GatewayError> for RestError {
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
+        crate::audit::note(|n| n.outcome = Some(self.0.outcome()));
         let mut response = (self.0.http_status(), axum::Json(self.0.rest_body())).into_response();
         self.0.add_headers(&mut response);
         response
@@ -374,6 +375,10 @@ pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
 /// code where the legacy rule says 200 (404 for -32601, 400 for -32602 and the like).
 pub fn jsonrpc_error_response_in(id: &Value, error: &GatewayError, era: Era) -> Response {
     let rpc = error.jsonrpc_error();
+    crate::audit::note(|n| {
+        n.outcome = Some(error.outcome());
+        n.rpc_error_code = rpc["code"].as_i64();
+    });
     let mut status = error.mcp_http_status();
     if era == Era::Rev2026 && status == StatusCode::OK {
         status = modern_error_status(rpc["code"].as_i64().unwrap_or(0));

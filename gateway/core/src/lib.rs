@@ -7,11 +7,13 @@
 //! - [`errors`]: the client-facing error and its one mapping to HTTP, REST and JSON-RPC.
 //! - [`limits`]: per-key and per-server request limits. [`metrics`]: every metric the gateway
 //!   exports. [`session`]: sealing legacy sessions and the other ids clients hold.
+//! - [`audit`]: the audit record of a request, noted into by the layers it passes.
 //! - [`workload_identity`]: ServiceAccount tokens verified offline.
 //! - [`credentials`], [`address_policy`]: composing a server's upstream headers; which upstream
 //!   addresses a server may reach.
 
 pub mod address_policy;
+pub mod audit;
 pub mod broker;
 pub mod credentials;
 pub mod errors;

@@ -54,6 +54,8 @@ pub trait SnapshotSink: Send + Sync {
     fn apply(&self, table: RoutingTable);
     /// A snapshot was refused; the previous good one keeps serving.
     fn rejected(&self);
+    /// The operator's snapshot stream was opened (`true`) or broke (`false`).
+    fn stream_connected(&self, _connected: bool) {}
 }
 
 /// A bare live table is a sink too (the operator's probe, tests, benchmarks): it serves what it

@@ -72,6 +72,87 @@ struct CacheLabels {
 
 type HistogramFamily = Family<ServerLabels, Histogram, fn() -> Histogram>;
 
+/// A request by tenant (the caller's namespace) and server (`-`: none, e.g. a merged listing).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: ServerName,
+    server: ServerName,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointServerLabels {
+    endpoint: &'static str,
+    server: ServerName,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantTokenLabels {
+    tenant: ServerName,
+    model: ServerName,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FoldedLabels {
+    label: &'static str,
+}
+
+/// Distinct values a usage label (tenant, server, model) takes before further ones are folded
+/// into `other`: the values come from the snapshot, so this only bounds a pathological one.
+pub const USAGE_LABEL_VALUES: usize = 256;
+
+/// The values a usage label has taken: bounded by [`USAGE_LABEL_VALUES`].
+#[derive(Default)]
+struct LabelValues(std::sync::RwLock<foldhash::HashSet<Arc<str>>>);
+
+impl LabelValues {
+    /// `value` as a label value, or `other` once the bound is reached (`true`: folded).
+    fn admit(&self, value: &str) -> (ServerName, bool) {
+        if let Ok(seen) = self.0.read()
+            && let Some(v) = seen.get(value)
+        {
+            return (ServerName(v.clone()), false);
+        }
+        let Ok(mut seen) = self.0.write() else {
+            return (ServerName(Arc::from("other")), true);
+        };
+        if let Some(v) = seen.get(value) {
+            return (ServerName(v.clone()), false);
+        }
+        if seen.len() >= USAGE_LABEL_VALUES {
+            return (ServerName(Arc::from("other")), true);
+        }
+        let v: Arc<str> = Arc::from(value);
+        seen.insert(v.clone());
+        (ServerName(v), false)
+    }
+}
+
+/// Per-tenant usage: requests, durations and model tokens, labels bounded.
+struct Usage {
+    requests: Family<TenantLabels, Counter>,
+    duration: Family<EndpointServerLabels, Histogram, fn() -> Histogram>,
+    tokens: Family<TenantTokenLabels, Counter>,
+    folded: Family<FoldedLabels, Counter>,
+    tenants: LabelValues,
+    servers: LabelValues,
+    models: LabelValues,
+}
+
+/// What one finished client request was, for [`Metrics::usage`].
+pub struct UsageFigures<'a> {
+    pub endpoint: &'static str,
+    /// The caller's namespace (`-`: no caller, a refusal before authentication).
+    pub tenant: &'a str,
+    pub server: &'a str,
+    pub model: Option<&'a str>,
+    pub outcome: &'static str,
+    pub elapsed: Duration,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelRequestLabels {
     model: ServerName,
@@ -152,6 +233,9 @@ pub struct Metrics {
     servers: Gauge,
     keys: Gauge,
     models: ModelMetrics,
+    usage: Usage,
+    operator_stream_connected: Gauge,
+    audit_dropped: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -291,7 +375,53 @@ impl Default for Metrics {
             "Tokens the providers reported, by model and kind (input, output)",
             models.tokens.clone(),
         );
+        let usage = Usage {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+            tokens: Family::default(),
+            folded: Family::default(),
+            tenants: LabelValues::default(),
+            servers: LabelValues::default(),
+            models: LabelValues::default(),
+        };
+        registry.register(
+            "tenant_requests",
+            "Client requests by tenant (the caller's namespace), server and outcome",
+            usage.requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Client request duration (to the answer's end; a stream's when it closes), by \
+             endpoint and server",
+            usage.duration.clone(),
+        );
+        registry.register(
+            "tenant_llm_tokens",
+            "Model tokens the providers reported, by tenant, model and kind (input, output)",
+            usage.tokens.clone(),
+        );
+        registry.register(
+            "usage_labels_folded",
+            "Requests whose tenant, server or model label was counted as `other`, past the \
+             bound on distinct values, by label",
+            usage.folded.clone(),
+        );
+        let operator_stream_connected = Gauge::default();
+        registry.register(
+            "operator_stream_connected",
+            "1 while this replica follows the operator's snapshot stream, else 0",
+            operator_stream_connected.clone(),
+        );
+        let audit_dropped = Counter::default();
+        registry.register(
+            "audit_records_dropped",
+            "Audit records dropped because the audit log's writer fell behind",
+            audit_dropped.clone(),
+        );
         Metrics {
+            usage,
+            operator_stream_connected,
+            audit_dropped,
             registry,
             requests,
             upstream_requests,
@@ -442,6 +572,56 @@ impl Metrics {
                 outcome,
             })
             .inc();
+    }
+
+    /// A finished client request, by tenant, server and model (labels bounded).
+    pub fn usage(&self, figures: &UsageFigures<'_>) {
+        let u = &self.usage;
+        let label = |values: &LabelValues, name: &'static str, value: &str| {
+            let (v, folded) = values.admit(value);
+            if folded {
+                u.folded.get_or_create(&FoldedLabels { label: name }).inc();
+            }
+            v
+        };
+        let tenant = label(&u.tenants, "tenant", figures.tenant);
+        let server = label(&u.servers, "server", figures.server);
+        u.duration
+            .get_or_create(&EndpointServerLabels {
+                endpoint: figures.endpoint,
+                server: server.clone(),
+            })
+            .observe(figures.elapsed.as_secs_f64());
+        u.requests
+            .get_or_create(&TenantLabels {
+                tenant: tenant.clone(),
+                server,
+                outcome: figures.outcome,
+            })
+            .inc();
+        if let Some(model) = figures.model {
+            let model = label(&u.models, "model", model);
+            for (kind, n) in [
+                ("input", figures.input_tokens),
+                ("output", figures.output_tokens),
+            ] {
+                u.tokens
+                    .get_or_create(&TenantTokenLabels {
+                        tenant: tenant.clone(),
+                        model: model.clone(),
+                        kind,
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    pub fn operator_stream(&self, connected: bool) {
+        self.operator_stream_connected.set(i64::from(connected));
+    }
+
+    pub fn audit_record_dropped(&self) {
+        self.audit_dropped.inc();
     }
 
     pub fn snapshot_rejected(&self) {

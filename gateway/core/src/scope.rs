@@ -22,6 +22,8 @@ pub struct Caller {
     /// A signed-in person: who, and the further keys that grant them scope (the union of what
     /// `key` and these reach is theirs; every one's limits apply).
     pub person: Option<Arc<Person>>,
+    /// The key was found by a ServiceAccount token standing for it (not presented itself).
+    pub by_service_account: bool,
     also: Vec<Arc<Key>>,
     pub table: Arc<RoutingTable>,
     pub headers: HeaderMap,
@@ -189,15 +191,16 @@ fn caller_for_key(
     metrics: Option<&Metrics>,
     resource: Option<Resource<'_>>,
 ) -> Result<Caller, GatewayError> {
-    let (key, person, also) = match grants_of(&table, &headers, presented, metrics) {
-        Ok(found) => found,
-        Err(e) => {
-            return Err(match resource {
-                Some(resource) => sign_in_challenge(&table, &headers, resource, e),
-                None => e,
-            });
-        }
-    };
+    let (key, person, also, by_service_account) =
+        match grants_of(&table, &headers, presented, metrics) {
+            Ok(found) => found,
+            Err(e) => {
+                return Err(match resource {
+                    Some(resource) => sign_in_challenge(&table, &headers, resource, e),
+                    None => e,
+                });
+            }
+        };
     let own_authorization = headers
         .contains_key(KEY_HEADER)
         .then(|| headers.get(header::AUTHORIZATION).cloned())
@@ -210,9 +213,10 @@ fn caller_for_key(
         Some(None) => headers.get(header::AUTHORIZATION).cloned(),
         None => None,
     };
-    Ok(Caller {
+    let caller = Caller {
         key,
         person,
+        by_service_account,
         also,
         table,
         headers,
@@ -220,11 +224,14 @@ fn caller_for_key(
         person_subject,
         _admission: None,
         _also_admitted: Vec::new(),
-    })
+    };
+    crate::audit::note(|n| n.caller = Some(crate::audit::CallerRecord::of(&caller)));
+    Ok(caller)
 }
 
-/// A credential's key, and for a person, who they are and their further grants.
-type Grants = (Arc<Key>, Option<Arc<Person>>, Vec<Arc<Key>>);
+/// A credential's key, for a person who they are and their further grants, and whether a
+/// ServiceAccount token stood for the key.
+type Grants = (Arc<Key>, Option<Arc<Person>>, Vec<Arc<Key>>, bool);
 
 fn grants_of(
     table: &RoutingTable,
@@ -242,22 +249,27 @@ fn grants_of(
     } else {
         None
     };
-    let (key, person, also) = match person {
+    let (key, person, also, by_service_account) = match person {
         Some(signed) => {
             let mut grants = signed.grants.into_iter();
             // `signed_in` keeps the unexpired grants and refuses a person left with none.
             let first = grants.next().ok_or_else(|| not_granted(&signed.person))?;
-            (first, Some(signed.person), grants.collect())
+            (first, Some(signed.person), grants.collect(), false)
         }
         None => match table.authenticate(presented) {
-            Some(key) => (key.clone(), None, Vec::new()),
-            None => (service_account_key(table, presented)?, None, Vec::new()),
+            Some(key) => (key.clone(), None, Vec::new(), false),
+            None => (
+                service_account_key(table, presented)?,
+                None,
+                Vec::new(),
+                true,
+            ),
         },
     };
     if key.is_expired(SystemTime::now()) {
         return Err(GatewayError::Unauthenticated("the gateway key has expired"));
     }
-    Ok((key, person, also))
+    Ok((key, person, also, by_service_account))
 }
 
 /// A person's access token, when the snapshot has identity providers and the token is one of
@@ -426,6 +438,7 @@ impl Caller {
         Caller {
             key: Arc::new(key),
             person: None,
+            by_service_account: false,
             also: Vec::new(),
             table,
             headers: HeaderMap::new(),

@@ -34,6 +34,14 @@ pub fn record(
     caller: &str,
     gateway_tools: usize,
 ) {
+    switchboard_core::audit::note(|n| {
+        n.model = Some(model.id().to_string());
+        n.outcome = Some(outcome);
+        n.tokens = Some(switchboard_core::audit::Tokens {
+            input: tally.usage.input,
+            output: tally.usage.output,
+        });
+    });
     cx.metrics.llm_request(
         &model.metric_name,
         &LlmRequestFigures {

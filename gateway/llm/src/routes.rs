@@ -182,6 +182,7 @@ async fn serve(
         Ok(p) => p,
         Err(e) => {
             tracing::info!(endpoint = format.as_str(), error = %e, "LLM request refused");
+            switchboard_core::audit::note(|n| n.outcome = Some(e.kind()));
             cx.metrics.llm_request(
                 &ServerName("-".into()),
                 &LlmRequestFigures {

@@ -301,6 +301,13 @@ async fn forward_answer(
     request: Forward<'_>,
     aggregate: bool,
 ) -> Result<Answer, Failure> {
+    // The request's server, in its record (an LLM request's own record names its model, not
+    // the servers of the gateway tools it ran).
+    switchboard_core::audit::note(|n| {
+        if n.model.is_none() {
+            n.server = Some(server.id().to_string());
+        }
+    });
     let listen = request.method == "subscriptions/listen";
     let bridge_input =
         request.stream && !request.modern_client && may_require_input(request.method);

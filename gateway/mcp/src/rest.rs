@@ -110,6 +110,10 @@ async fn call_tool_inner(
     let caller = authenticate(table, headers, &cx.metrics, Resource::Rest)?;
     let call: CallBody = serde_json::from_slice(&body)
         .map_err(|e| GatewayError::InvalidRequest(format!("body: {e}")))?;
+    switchboard_core::audit::note(|n| {
+        n.rpc_method = Some("tools/call".into());
+        n.tool = Some(switchboard_core::audit::name(&call.name));
+    });
     let (server, tool) = match &call.server_id {
         Some(id) => routed_by_id(&caller, id, &call.name)?,
         None => {
@@ -117,6 +121,7 @@ async fn call_tool_inner(
             route_name(cx, &caller, "tools/call", &call.name).await?
         }
     };
+    switchboard_core::audit::note(|n| n.server = Some(server.id().to_string()));
     cx.upstream
         .call_tool(&caller, &server, &tool, call.arguments, &call.name)
         .await
@@ -160,6 +165,7 @@ fn finish(cx: &McpContext, method: &'static str, result: Result<Value, GatewayEr
     match result {
         Ok(v) => {
             cx.metrics.request("rest", method, "ok");
+            switchboard_core::audit::note(|n| n.outcome = Some("ok"));
             Json(v).into_response()
         }
         Err(e) => {

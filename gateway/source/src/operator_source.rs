@@ -68,7 +68,10 @@ impl OperatorSource {
                         // connection (after a leader change, say) is tried at once, however
                         // long the backoff had grown before.
                         backoff = FIRST_BACKOFF;
-                        self.read_stream(&http, opened, &*sink).await
+                        sink.stream_connected(true);
+                        let read = self.read_stream(&http, opened, &*sink).await;
+                        sink.stream_connected(false);
+                        read
                     }
                     Err(reason) => Err(reason),
                 },

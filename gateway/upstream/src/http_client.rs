@@ -224,11 +224,15 @@ impl Outgoing<'_> {
         *request.method_mut() = self.method;
         *request.uri_mut() = uri;
         *request.headers_mut() = self.headers;
-        self.client
+        let answered = self
+            .client
             .inner
             .request(request)
             .await
-            .map_err(|e| classify(&e, self.https))
+            .map_err(|e| classify(&e, self.https))?;
+        let status = answered.status().as_u16();
+        switchboard_core::audit::note(|n| n.upstream_status = Some(status));
+        Ok(answered)
     }
 }
 

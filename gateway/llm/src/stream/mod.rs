@@ -64,7 +64,11 @@ pub async fn start(mut prepared: Prepared, started: Instant) -> Response {
         }
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(async move {
+    // The loop runs in a task of its own: in the request's audit slot, so what it notes (the
+    // tokens, the providers' statuses) lands in the request's record, written when the stream
+    // it feeds ends.
+    let slot = switchboard_core::audit::current();
+    let looped = async move {
         let mut out = Out::new(tx);
         let outcome = match format {
             Format::Anthropic => anthropic_loop(&mut prepared, first, &mut out, &mut tally).await,
@@ -80,6 +84,12 @@ pub async fn start(mut prepared: Prepared, started: Instant) -> Response {
             }
         };
         finish_record(&prepared, outcome, &tally, started);
+    };
+    tokio::spawn(async move {
+        match slot {
+            Some(slot) => slot.scope(looped).await,
+            None => looped.await,
+        }
     });
     let body = Body::from_stream(tokio_stream_of(rx));
     let mut response = body.into_response();

@@ -12,6 +12,7 @@ use crate::context::McpContext;
 use crate::dispatch::{Answer, Failure, Request, Target, dispatch};
 use crate::listen;
 use crate::relay::{self};
+use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in};
 use switchboard_core::scope::{Resource, authenticate};
 use switchboard_protocol::{self as protocol, Era};
@@ -22,6 +23,26 @@ use super::legacy::{check_legacy, session_setting};
 use super::message::{EraChecked, Incoming, parse_message};
 use super::modern::{check_modern, discover};
 use super::replies::{header_str, metric_method, raw_result_response, rpc_response};
+
+/// A call's method and the name it is about, as its audit record carries them (the name, never
+/// the arguments).
+pub(super) fn note_call(noted: &mut audit::Noted, method: &str, params: Option<&Value>) {
+    noted.rpc_method = Some(audit::name(method));
+    let field = |f: &str| {
+        params
+            .and_then(|p| p.get(f))
+            .and_then(Value::as_str)
+            .map(audit::name)
+    };
+    match method {
+        "tools/call" => noted.tool = field("name"),
+        "prompts/get" => noted.prompt = field("name"),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            noted.resource = field("uri")
+        }
+        _ => {}
+    }
+}
 
 /// What a request's metric says: (method, outcome), `None` for nothing to count.
 pub(super) type Counted = Option<(&'static str, &'static str)>;
@@ -89,6 +110,7 @@ pub(super) async fn answer(
     };
     let id = message.id.clone().unwrap_or(Value::Null);
     let method = metric_method(&message.method);
+    audit::note(|n| note_call(n, &message.method, message.params.as_ref()));
     let target = match &prefix {
         None => Target::Aggregate,
         Some(p) => match caller.server_for_path(p) {
@@ -248,6 +270,7 @@ pub(super) async fn answer(
                     error.get("code").and_then(Value::as_i64).unwrap_or(0),
                 ),
             };
+            audit::note(|n| n.rpc_error_code = error.get("code").and_then(Value::as_i64));
             (
                 rpc_response(&id, "error", error, status),
                 Some((method, "upstream_error")),

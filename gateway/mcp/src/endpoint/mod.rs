@@ -125,6 +125,7 @@ async fn handle(
     // The request metric, once per request whatever the exit (a notification counts nothing).
     if let Some((method, outcome)) = counted {
         cx.metrics.request(endpoint, method, outcome);
+        switchboard_core::audit::note(|n| n.outcome = Some(outcome));
     }
     response
 }

@@ -1,0 +1,495 @@
+//! The audit record: one JSON line per client request (docs/audit.md is its schema,
+//! `switchboard.audit/v1`), written when the request's answer ends (a stream's when it closes).
+//!
+//! The edge opens a [`Slot`] per request and runs the handler inside it ([`Slot::scope`]); the
+//! layers that learn something of the request note it into the slot they run in ([`note`]),
+//! wherever they are (scope checks, routing, the upstream client, the LLM loop) without each
+//! handler passing a record through every call. What may be noted is only what the record's
+//! fields name: identities, names, codes, sizes and counts; never arguments, results, prompts
+//! or credentials (no field can hold them).
+//!
+//! Records go to a thread that writes them ([`AuditLog`]); a request never waits on it. When
+//! the writer falls behind by [`QUEUE`] records, further records are dropped and counted
+//! (`switchboard_gateway_audit_records_dropped_total`).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use serde::Serialize;
+
+use crate::metrics::{Metrics, UsageFigures};
+use crate::scope::Caller;
+
+/// The schema every record names (docs/audit.md): a field renamed or removed is a new version.
+pub const SCHEMA: &str = "switchboard.audit/v1";
+
+/// Records the writer may be behind by before new ones are dropped.
+pub const QUEUE: usize = 16_384;
+
+/// Longest name (method, tool, prompt, resource) a record carries: names come from clients.
+const NAME_CAP: usize = 256;
+
+/// Who called. `kind`: `key`, `serviceAccount` (a ServiceAccount token standing for a key),
+/// `person` (a signed-in person; `key` is the first key granting them scope).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct CallerRecord {
+    pub kind: &'static str,
+    /// The key's `<namespace>/<name>`.
+    pub key: String,
+    pub namespace: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The identity provider's `<namespace>/<name>` a person signed in with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+}
+
+/// Model tokens the providers reported for the request (all its model calls).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// What the layers of a request noted about it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Noted {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<CallerRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpc_method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// What happened, as the request metric's `outcome` says it (`ok`, `stream`,
+    /// `upstream_error`, or the refusal's code: `unauthenticated`, `forbidden`, `rate_limited`,
+    /// `overloaded`, `invalid_request`, ...). Unset by any layer: from the HTTP status. (The
+    /// record's `outcome` field, written whether noted or not.)
+    #[serde(skip)]
+    pub outcome: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpc_error_code: Option<i64>,
+    /// The HTTP status of the last upstream answer the request got (its MCP server's or model
+    /// provider's; a token endpoint's only when nothing came after it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Tokens>,
+    /// The request body's length, as read.
+    #[serde(skip)]
+    pub bytes_in: u64,
+}
+
+/// One request's record as written.
+#[derive(Serialize)]
+struct Record<'a> {
+    schema: &'static str,
+    /// When the request arrived (RFC 3339, UTC, milliseconds).
+    time: String,
+    request_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<&'a str>,
+    replica: &'a str,
+    endpoint: &'static str,
+    http_method: &'a str,
+    path: &'a str,
+    status: u16,
+    #[serde(flatten)]
+    noted: &'a Noted,
+    outcome: &'static str,
+    duration_ms: f64,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+/// The request a slot records: what the edge knows of it.
+#[derive(Debug)]
+pub struct Arrival {
+    pub at: SystemTime,
+    pub started: Instant,
+    pub request_id: String,
+    pub trace_id: Option<String>,
+    pub endpoint: &'static str,
+    pub http_method: http::Method,
+    pub path: String,
+}
+
+/// One request's record being filled in.
+#[derive(Debug)]
+pub struct Slot {
+    arrival: Arrival,
+    noted: Mutex<Noted>,
+}
+
+tokio::task_local! {
+    static CURRENT: Arc<Slot>;
+}
+
+impl Slot {
+    pub fn new(arrival: Arrival) -> Arc<Slot> {
+        Arc::new(Slot {
+            arrival,
+            noted: Mutex::new(Noted::default()),
+        })
+    }
+
+    pub fn request_id(&self) -> &str {
+        &self.arrival.request_id
+    }
+
+    /// Runs `work` (the handler) with this slot as the one [`note`] fills.
+    pub async fn scope<F: Future>(self: &Arc<Self>, work: F) -> F::Output {
+        CURRENT.scope(self.clone(), work).await
+    }
+
+    /// Notes into this slot (for work outside its scope: a stream's end, polled by the
+    /// connection).
+    pub fn note(&self, f: impl FnOnce(&mut Noted)) {
+        if let Ok(mut noted) = self.noted.lock() {
+            f(&mut noted);
+        }
+    }
+
+    /// The request ended, its answer `status` and `bytes_out` long: its usage counted in
+    /// `metrics`, its record written to `log`. (Once: by the edge, or by the end of a stream.)
+    pub fn finish(&self, status: u16, bytes_out: u64, log: Option<&AuditLog>, metrics: &Metrics) {
+        let Ok(noted) = self.noted.lock() else { return };
+        let outcome = noted.outcome.unwrap_or(outcome_of_status(status));
+        let tokens = noted.tokens.unwrap_or_default();
+        metrics.usage(&UsageFigures {
+            endpoint: self.arrival.endpoint,
+            tenant: noted.caller.as_ref().map_or("-", |c| c.namespace.as_str()),
+            server: noted.server.as_deref().unwrap_or("-"),
+            model: noted.model.as_deref(),
+            outcome,
+            elapsed: self.arrival.started.elapsed(),
+            input_tokens: tokens.input,
+            output_tokens: tokens.output,
+        });
+        if let Some(log) = log
+            && let Some(line) = self.line_of(&noted, &log.replica, status, bytes_out)
+        {
+            log.send(line);
+        }
+    }
+
+    #[cfg(test)]
+    fn line(&self, replica: &str, status: u16, bytes_out: u64) -> Option<Vec<u8>> {
+        let noted = self.noted.lock().ok()?;
+        self.line_of(&noted, replica, status, bytes_out)
+    }
+
+    /// The record's line, the answer being `status` and `bytes_out` long.
+    fn line_of(
+        &self,
+        noted: &Noted,
+        replica: &str,
+        status: u16,
+        bytes_out: u64,
+    ) -> Option<Vec<u8>> {
+        let record = Record {
+            schema: SCHEMA,
+            time: humantime::format_rfc3339_millis(self.arrival.at).to_string(),
+            request_id: &self.arrival.request_id,
+            trace_id: self.arrival.trace_id.as_deref(),
+            replica,
+            endpoint: self.arrival.endpoint,
+            http_method: self.arrival.http_method.as_str(),
+            path: &self.arrival.path,
+            status,
+            outcome: noted.outcome.unwrap_or(outcome_of_status(status)),
+            noted,
+            duration_ms: (self.arrival.started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+            bytes_in: noted.bytes_in,
+            bytes_out,
+        };
+        let mut line = serde_json::to_vec(&record).ok()?;
+        line.push(b'\n');
+        Some(line)
+    }
+}
+
+/// The slot of the request this task serves, if any.
+pub fn current() -> Option<Arc<Slot>> {
+    CURRENT.try_with(Arc::clone).ok()
+}
+
+/// Notes into the slot of the request this task serves (nothing outside one: probes, the
+/// gateway's own background work).
+pub fn note(f: impl FnOnce(&mut Noted)) {
+    let _ = CURRENT.try_with(|slot| slot.note(f));
+}
+
+/// A name as a record carries it: at most [`NAME_CAP`] bytes.
+pub fn name(value: &str) -> String {
+    let mut end = value.len().min(NAME_CAP);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value[..end].to_string()
+}
+
+impl CallerRecord {
+    pub fn of(caller: &Caller) -> CallerRecord {
+        let key = &caller.key;
+        match &caller.person {
+            Some(person) => CallerRecord {
+                kind: "person",
+                key: key.id.clone(),
+                namespace: key.namespace.clone(),
+                issuer: Some(person.issuer.clone()),
+                subject: Some(person.subject.clone()),
+                provider: Some(person.provider.clone()),
+            },
+            None => CallerRecord {
+                kind: if caller.by_service_account {
+                    "serviceAccount"
+                } else {
+                    "key"
+                },
+                key: key.id.clone(),
+                namespace: key.namespace.clone(),
+                issuer: None,
+                subject: None,
+                provider: None,
+            },
+        }
+    }
+}
+
+fn outcome_of_status(status: u16) -> &'static str {
+    match status {
+        200..=399 => "ok",
+        401 => "unauthenticated",
+        403 => "forbidden",
+        404 => "not_found",
+        408 => "timeout",
+        413 => "payload_too_large",
+        429 => "rate_limited",
+        503 => "unavailable",
+        400..=499 => "invalid_request",
+        _ => "error",
+    }
+}
+
+/// Where records go: a writer thread fed by a bounded queue, or nowhere.
+pub struct AuditLog {
+    queue: Option<SyncSender<Vec<u8>>>,
+    replica: String,
+    dropped: AtomicU64,
+    metrics: Option<Arc<Metrics>>,
+}
+
+/// Where the audit log is written (`--audit-log`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Destination {
+    Off,
+    Stdout,
+    File(std::path::PathBuf),
+}
+
+impl Destination {
+    pub fn parse(value: &str) -> Destination {
+        match value.trim() {
+            "" | "off" | "none" => Destination::Off,
+            "stdout" | "-" => Destination::Stdout,
+            path => Destination::File(path.into()),
+        }
+    }
+}
+
+impl AuditLog {
+    pub fn off() -> AuditLog {
+        AuditLog {
+            queue: None,
+            replica: String::new(),
+            dropped: AtomicU64::new(0),
+            metrics: None,
+        }
+    }
+
+    /// Opens the destination and starts its writer; a file that cannot be opened is an error
+    /// naming it.
+    pub fn open(
+        to: &Destination,
+        replica: String,
+        metrics: Arc<Metrics>,
+    ) -> Result<AuditLog, String> {
+        let out: Box<dyn Write + Send> = match to {
+            Destination::Off => return Ok(AuditLog::off()),
+            Destination::Stdout => Box::new(std::io::stdout()),
+            Destination::File(path) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| format!("--audit-log {}: {e}", path.display()))?,
+            ),
+        };
+        let (queue, lines) = sync_channel::<Vec<u8>>(QUEUE);
+        std::thread::Builder::new()
+            .name("audit-log".into())
+            .spawn(move || write_lines(out, lines))
+            .map_err(|e| format!("the audit log's writer did not start: {e}"))?;
+        Ok(AuditLog {
+            queue: Some(queue),
+            replica,
+            dropped: AtomicU64::new(0),
+            metrics: Some(metrics),
+        })
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// Queues a record's line; never waits (a full queue drops it, counted).
+    fn send(&self, line: Vec<u8>) {
+        let Some(queue) = &self.queue else { return };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(line) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            if let Some(metrics) = &self.metrics {
+                metrics.audit_record_dropped();
+            }
+        }
+    }
+}
+
+/// The writer thread: lines as they come, flushed whenever the queue is empty.
+fn write_lines(out: Box<dyn Write + Send>, lines: std::sync::mpsc::Receiver<Vec<u8>>) {
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+    while let Ok(line) = lines.recv() {
+        let _ = out.write_all(&line);
+        while let Ok(more) = lines.try_recv() {
+            let _ = out.write_all(&more);
+        }
+        let _ = out.flush();
+    }
+}
+
+/// A request id: the client's `X-Request-Id` when it is a plain token of at most 128
+/// characters, else one made here (unique in this process, unguessable across processes).
+pub fn request_id(given: Option<&http::HeaderValue>) -> String {
+    if let Some(given) = given.and_then(|v| v.to_str().ok())
+        && !given.is_empty()
+        && given.len() <= 128
+        && given
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+    {
+        return given.to_string();
+    }
+    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(rand::random::<u64>);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix:016x}{n:016x}")
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it is one and
+/// not the all-zero id.
+pub fn trace_id(traceparent: Option<&http::HeaderValue>) -> Option<String> {
+    let value = traceparent?.to_str().ok()?;
+    let mut parts = value.trim().split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    (hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && trace.bytes().any(|b| b != b'0'))
+    .then(|| trace.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> Arc<Slot> {
+        Slot::new(Arrival {
+            at: SystemTime::UNIX_EPOCH,
+            started: Instant::now(),
+            request_id: "r1".into(),
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            endpoint: "mcp",
+            http_method: http::Method::POST,
+            path: "/mcp".into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn notes_reach_the_record_of_the_request_they_were_made_in() {
+        let s = slot();
+        s.scope(async {
+            note(|n| {
+                n.server = Some("alpha".into());
+                n.tool = Some(name("echo"));
+                n.outcome = Some("ok");
+                n.bytes_in = 42;
+            });
+        })
+        .await;
+        // Outside any scope a note goes nowhere (and does not panic).
+        note(|n| n.server = Some("elsewhere".into()));
+        let line = s.line("gw-0", 200, 7).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["schema"], SCHEMA);
+        assert_eq!(v["time"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["server"], "alpha");
+        assert_eq!(v["tool"], "echo");
+        assert_eq!(v["outcome"], "ok");
+        assert_eq!(v["bytes_in"], 42);
+        assert_eq!(v["bytes_out"], 7);
+        assert_eq!(v["replica"], "gw-0");
+        assert!(v.get("prompt").is_none(), "unset fields are left out: {v}");
+        assert!(line.ends_with(b"\n"));
+    }
+
+    #[test]
+    fn outcome_defaults_to_the_status_class() {
+        let s = slot();
+        let v: serde_json::Value = serde_json::from_slice(&s.line("", 429, 0).unwrap()).unwrap();
+        assert_eq!(v["outcome"], "rate_limited");
+    }
+
+    #[test]
+    fn request_ids_and_trace_ids() {
+        let v = |s: &str| http::HeaderValue::from_str(s).unwrap();
+        assert_eq!(request_id(Some(&v("abc-123"))), "abc-123");
+        let made = request_id(Some(&v("has space")));
+        assert_eq!(made.len(), 32);
+        assert_ne!(made, request_id(None));
+        assert_eq!(
+            trace_id(Some(&v(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            )))
+            .as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(trace_id(Some(&v(bad))), None, "{bad}");
+        }
+        assert_eq!(name(&"é".repeat(200)).len(), 256);
+    }
+}

@@ -1,0 +1,252 @@
+"""Issue 22: one audit record per client request (docs/audit.md, `switchboard.audit/v1`), field by
+field for each kind of request, refusals included; the per-tenant usage metrics the same requests
+count; the internal listener (the client listener answers 404 for `/metrics` and the hand-off).
+
+Records go to stdout by default (the gateway's own log is on stderr); each is found by the
+`X-Request-Id` the gateway answered with. Every argument, result text and prompt the tests send is
+distinctive, and the last test greps every record for them (and for the secrets).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets as _secrets
+
+import httpx
+from harness import (
+    MODERN_VERSION,
+    RawMcp,
+    gateway_config,
+    key,
+    new_secret,
+    rest_call,
+    server,
+    start_rust_upstream,
+    wait_until,
+)
+from llm_harness import ANTHROPIC_VERSION, start_llm_world, text, tool_use
+
+SCHEMA = "switchboard.audit/v1"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+REQUEST_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+# What the tests send that a record must never hold.
+NEVER_LOGGED: set[str] = set()
+
+
+def distinctive(label: str) -> str:
+    value = f"sbx-payload-{label}-{_secrets.token_hex(8)}"
+    NEVER_LOGGED.add(value)
+    return value
+
+
+def records_of(gw) -> list[dict]:
+    out = []
+    for line in gw.proc.stdout_path.read_text("utf-8", "replace").splitlines():
+        if line.startswith("{") and SCHEMA in line:
+            out.append(json.loads(line))
+    return out
+
+
+def record(gw, request_id: str, timeout: float = 10) -> dict:
+    """The record of the request answered with `request_id` (written by a thread: waited for)."""
+
+    def found():
+        matching = [r for r in records_of(gw) if r["request_id"] == request_id]
+        assert len(matching) <= 1, f"more than one record for {request_id}: {matching}"
+        return matching[0] if matching else None
+
+    return wait_until(found, timeout, what=f"the audit record of request {request_id}")
+
+
+def common(rec: dict, *, endpoint: str, status: int, outcome: str, path: str, http_method: str = "POST") -> None:
+    assert rec["schema"] == SCHEMA
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", rec["time"]), rec["time"]
+    assert rec["endpoint"] == endpoint, rec
+    assert rec["status"] == status, rec
+    assert rec["outcome"] == outcome, rec
+    assert rec["path"] == path, rec
+    assert rec["http_method"] == http_method, rec
+    assert rec["duration_ms"] >= 0, rec
+    assert rec["replica"], rec
+
+
+def metric(gw, name: str, **labels: str) -> float:
+    text = httpx.get(f"{gw.internal_url}/metrics", timeout=5).text
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_mcp_and_rest_records_field_by_field_with_refusals(gateways, rust_upstream):
+    secret, other = new_secret("audit-key"), new_secret("audit-other")
+    upstream_secret = new_secret("audit-upstream")
+    gw = gateways.start(
+        gateway_config(
+            [
+                server("alpha", rust_upstream.mcp_url, auth={"type": "bearer", "secret": upstream_secret}),
+                server("beta", rust_upstream.mcp_url),
+            ],
+            [key("one", secret, ["alpha"]), key("two", other, ["beta"])],
+            maxBodyBytes=4096,
+        )
+    )
+    argument = distinctive("argument")
+    calls_before = metric(gw, "switchboard_gateway_tenant_requests_total", server="alpha", outcome="ok")
+
+    # A tools/call on /mcp, both eras, with the client's traceparent.
+    for era in ("legacy", MODERN_VERSION):
+        mcp = RawMcp(gw.mcp_url(), secret, era, headers={"traceparent": TRACEPARENT})
+        reply = mcp.call_tool("alpha__echo", {"text": argument})
+        assert reply.status == 200 and not reply.result.get("isError"), reply.raw[:300]
+        rid = reply.headers["x-request-id"]
+        assert REQUEST_ID_RE.match(rid), rid
+        rec = record(gw, rid)
+        common(rec, endpoint="mcp", status=200, outcome="ok", path="/mcp")
+        assert rec["caller"] == {"kind": "key", "key": "default/one", "namespace": "default"}, rec
+        assert rec["server"] == "alpha" and rec["rpc_method"] == "tools/call" and rec["tool"] == "alpha__echo", rec
+        assert rec["trace_id"] == TRACE_ID, rec
+        assert rec["upstream_status"] == 200, rec
+        assert rec["bytes_in"] > len(argument) and rec["bytes_out"] == len(reply.raw), (rec, len(reply.raw))
+        assert "rpc_error_code" not in rec, rec
+
+    # A client's own X-Request-Id is kept; a prompt and a resource are named.
+    mcp = RawMcp(gw.mcp_url("alpha"), secret, MODERN_VERSION, headers={"x-request-id": "client-chosen-1"})
+    reply = mcp.request("prompts/get", {"name": "greet", "arguments": {"name": distinctive("prompt-arg")}})
+    assert reply.status == 200 and reply.headers["x-request-id"] == "client-chosen-1", reply.raw[:300]
+    rec = record(gw, "client-chosen-1")
+    common(rec, endpoint="mcp_single", status=200, outcome="ok", path="/mcp/alpha")
+    assert rec["prompt"] == "greet" and rec["server"] == "alpha" and "trace_id" not in rec, rec
+    reply = RawMcp(gw.mcp_url("alpha"), secret, MODERN_VERSION).request("resources/read", {"uri": "example://readme"})
+    rec = record(gw, reply.headers["x-request-id"])
+    assert rec["resource"] == "example://readme" and rec["rpc_method"] == "resources/read", rec
+
+    # REST.
+    r = rest_call(gw, secret, "alpha__add", {"a": 2, "b": 40})
+    assert r.status_code == 200, r.text
+    rec = record(gw, r.headers["x-request-id"])
+    common(rec, endpoint="rest", status=200, outcome="ok", path="/mcp-rest/tools/call")
+    assert rec["tool"] == "alpha__add" and rec["server"] == "alpha" and rec["caller"]["key"] == "default/one", rec
+
+    # Refusals: no key, a wrong key, a server out of scope, a body too large, a foreign Origin.
+    r = httpx.post(gw.mcp_url(), json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10)
+    rec = record(gw, r.headers["x-request-id"])
+    common(rec, endpoint="mcp", status=401, outcome="unauthenticated", path="/mcp")
+    assert "caller" not in rec, rec
+    r = rest_call(gw, "sbx-not-a-key", "alpha__add", {"a": 1, "b": 1})
+    rec = record(gw, r.headers["x-request-id"])
+    common(rec, endpoint="rest", status=401, outcome="unauthenticated", path="/mcp-rest/tools/call")
+    reply = RawMcp(gw.mcp_url(), other, MODERN_VERSION).call_tool("alpha__echo", {"text": argument})
+    rec = record(gw, reply.headers["x-request-id"])
+    assert rec["caller"]["key"] == "default/two" and rec["tool"] == "alpha__echo", rec
+    assert rec["outcome"] not in ("ok", "stream") and rec["rpc_error_code"] == reply.message["error"]["code"], rec
+    assert "server" not in rec, f"a refused call names no server it did not reach: {rec}"
+    r = rest_call(gw, secret, "alpha__echo", {"text": "x" * 8000})
+    assert r.status_code == 413, r.text
+    rec = record(gw, r.headers["x-request-id"])
+    common(rec, endpoint="rest", status=413, outcome="payload_too_large", path="/mcp-rest/tools/call")
+    r = httpx.post(gw.mcp_url(), json={}, headers={"Origin": "https://evil.example", "Authorization": f"Bearer {secret}"}, timeout=10)
+    assert r.status_code == 403, r.text
+    rec = record(gw, r.headers["x-request-id"])
+    common(rec, endpoint="mcp", status=403, outcome="forbidden_origin", path="/mcp")
+
+    # Usage: the successful calls on alpha are counted for the key's namespace.
+    calls = metric(gw, "switchboard_gateway_tenant_requests_total", tenant="default", server="alpha", outcome="ok")
+    assert calls - calls_before == 5, f"{calls - calls_before} ok requests on alpha counted, 5 made"
+    assert metric(gw, "switchboard_gateway_request_duration_seconds_count", endpoint="mcp", server="alpha") == 2
+
+
+def test_a_stream_is_recorded_once_when_it_ends(gateways, procs):
+    up = start_rust_upstream(procs, "audit-sse")
+    secret = new_secret("audit-sse")
+    gw = gateways.start(gateway_config([server("ex", up.variant_url("sse"))], [key("c", secret, ["ex"])]))
+    mcp = RawMcp(gw.mcp_url("ex"), secret, MODERN_VERSION, headers={"accept": "application/json, text/event-stream"})
+    reply = mcp.request("tools/call", {"name": "slow", "arguments": {"ms": 300}, "_meta": {"progressToken": "p1"}})
+    assert reply.status == 200 and reply.headers["content-type"].startswith("text/event-stream"), reply.headers
+    assert len(reply.messages) >= 2, f"expected a notification before the answer: {reply.messages}"
+    rec = record(gw, reply.headers["x-request-id"])
+    common(rec, endpoint="mcp_single", status=200, outcome="stream", path="/mcp/ex")
+    assert rec["duration_ms"] >= 300, f"a stream's record is written when it ends: {rec}"
+    assert rec["bytes_out"] == len(reply.raw), (rec, len(reply.raw))
+    assert len([r for r in records_of(gw) if r["request_id"] == rec["request_id"]]) == 1
+
+
+def test_an_llm_request_records_its_model_and_tokens(gateways, procs, rust_upstream):
+    world = start_llm_world(gateways, procs, rust_upstream, tools=[{"server": "tools", "tools": {"allow": ["add"]}}])
+    answer = distinctive("model-answer")
+    world.provider.script(
+        {"respond": {"content": [tool_use("tools__add", a=20, b=22)]}},
+        {"respond": {"content": [text(answer)]}},
+    )
+    prompt = distinctive("prompt")
+    for stream in (False, True):
+        r = httpx.post(
+            f"{world.gateway.url}/v1/messages",
+            json={"model": "claude-test", "max_tokens": 50, "stream": stream, "messages": [{"role": "user", "content": prompt}]},
+            headers={"x-api-key": world.key, "anthropic-version": ANTHROPIC_VERSION, "traceparent": TRACEPARENT},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text[:300]
+        rec = record(world.gateway, r.headers["x-request-id"])
+        common(rec, endpoint="llm_messages", status=200, outcome="ok", path="/v1/messages")
+        assert rec["model"] == "claude" and rec["trace_id"] == TRACE_ID, rec
+        assert rec["caller"]["kind"] == "key", rec
+        assert rec["tokens"]["input"] > 0 and rec["tokens"]["output"] > 0, rec
+        if not stream:
+            usage = r.json()["usage"]
+            assert rec["tokens"] == {"input": usage["input_tokens"], "output": usage["output_tokens"]}, (rec, usage)
+        assert "server" not in rec, f"an LLM record names its model, not its gateway tools' server: {rec}"
+        world.provider.script(
+            {"respond": {"content": [tool_use("tools__add", a=20, b=22)]}},
+            {"respond": {"content": [text(answer)]}},
+        )
+    tokens = metric(world.gateway, "switchboard_gateway_tenant_llm_tokens_total", model="claude", kind="output")
+    assert tokens > 0, "model tokens counted by tenant and model"
+    # Refused: a model the key does not have.
+    r = httpx.post(
+        f"{world.gateway.url}/v1/messages",
+        json={"model": "no-such-model", "max_tokens": 5, "messages": [{"role": "user", "content": prompt}]},
+        headers={"x-api-key": world.key, "anthropic-version": ANTHROPIC_VERSION},
+        timeout=30,
+    )
+    assert r.status_code >= 400
+    rec = record(world.gateway, r.headers["x-request-id"])
+    assert rec["status"] == r.status_code and rec["outcome"] not in ("ok", "stream"), rec
+
+
+def test_internal_listener_and_audit_off(gateways, rust_upstream):
+    secret = new_secret("audit-off")
+    gw = gateways.start(
+        gateway_config([server("alpha", rust_upstream.mcp_url)], [key("one", secret, ["alpha"])]),
+        env={"SWITCHBOARD_AUDIT_LOG": "off"},
+    )
+    for path in ("/metrics", "/healthz", "/readyz"):
+        assert httpx.get(f"{gw.url}{path}", timeout=5).status_code == 404, path
+        assert httpx.get(f"{gw.internal_url}{path}", timeout=5).status_code == 200, path
+    assert httpx.post(f"{gw.url}/mcp-internal/exchange", content=b"{}", timeout=5).status_code == 404
+    assert httpx.post(f"{gw.internal_url}/mcp-internal/exchange", content=b"{}", timeout=5).status_code != 404
+    # The control case: audit off writes no record (so the record checks above can fail).
+    r = rest_call(gw, secret, "alpha__add", {"a": 1, "b": 2})
+    assert r.status_code == 200 and r.headers["x-request-id"]
+    assert wait_until(lambda: metric(gw, "switchboard_gateway_tenant_requests_total", server="alpha") >= 1, 5)
+    assert records_of(gw) == [], "audit off, yet records were written"
+
+
+def test_zz_no_record_holds_an_argument_a_result_a_prompt_or_a_secret(gateways):
+    """Runs after the tests above in this module: every gateway's stdout and stderr of this run."""
+    from harness import GATEWAY_LOGS, SECRETS_USED
+
+    assert NEVER_LOGGED, "the tests above sent nothing distinctive"
+    found = []
+    for path in GATEWAY_LOGS:
+        if not path.exists():
+            continue
+        body = path.read_text("utf-8", "replace")
+        found += [(path.name, v) for v in NEVER_LOGGED | SECRETS_USED if v in body]
+    assert found == [], f"in the logs: {found}"
