@@ -118,16 +118,33 @@ pub fn internal_router(gw: Arc<Gateway>) -> Router {
 async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     let path = request.uri().path();
+    let endpoint = endpoint_of(path);
+    let request_id = audit::request_id(headers.get(REQUEST_ID));
+    let mut trace_id = audit::trace_id(headers.get(TRACEPARENT));
+    let span = if switchboard_telemetry::tracing_on() {
+        let span = request_span(request.method(), endpoint, path, &request_id);
+        trace_id = Some(audit::continue_trace(&span, headers));
+        span
+    } else {
+        tracing::Span::none()
+    };
     let slot = audit::Slot::new(audit::Arrival {
         at: std::time::SystemTime::now(),
         started: std::time::Instant::now(),
-        request_id: audit::request_id(headers.get(REQUEST_ID)),
-        trace_id: audit::trace_id(headers.get(TRACEPARENT)),
-        endpoint: endpoint_of(path),
+        request_id,
+        trace_id,
+        endpoint,
         http_method: request.method().clone(),
         path: audit::name(path),
+        traceparent: headers.get(TRACEPARENT).cloned(),
+        tracestate: headers.get("tracestate").cloned(),
+        span: span.clone(),
     });
-    let mut response = slot.scope(edge_answer(&gw, request, next)).await;
+    use tracing::Instrument as _;
+    let mut response = slot
+        .scope(edge_answer(&gw, request, next))
+        .instrument(span)
+        .await;
     if let Ok(id) = header::HeaderValue::from_str(slot.request_id()) {
         response.headers_mut().insert(REQUEST_ID, id);
     }
@@ -148,6 +165,36 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
             })
         }),
     }
+}
+
+/// A client request's span: the fields its record fills in at the end (MCP and GenAI semantic
+/// conventions where they name one).
+fn request_span(
+    method: &axum::http::Method,
+    endpoint: &'static str,
+    path: &str,
+    request_id: &str,
+) -> tracing::Span {
+    use tracing::field::Empty;
+    tracing::info_span!(
+        target: switchboard_telemetry::SPAN_TARGET,
+        "request",
+        otel.name = %format_args!("{method} {endpoint}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        url.path = %audit::name(path),
+        switchboard.request_id = %request_id,
+        http.response.status_code = Empty,
+        switchboard.outcome = Empty,
+        switchboard.caller = Empty,
+        switchboard.server = Empty,
+        mcp.method.name = Empty,
+        gen_ai.tool.name = Empty,
+        gen_ai.request.model = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        rpc.jsonrpc.error_code = Empty,
+    )
 }
 
 const REQUEST_ID: &str = "x-request-id";
@@ -187,6 +234,9 @@ impl axum::body::HttpBody for Finishing {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        // The relay of the stream happens inside the request's span.
+        let span = self.slot.span().clone();
+        let _inside = span.enter();
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()

@@ -14,7 +14,6 @@ use switchboard_gateway::state::{Gateway, LocalSettings};
 use switchboard_source::config_file;
 use switchboard_source::operator_source::OperatorSource;
 use switchboard_source::operator_tls::{OperatorTrust, certificate_name};
-use tracing_subscriber::EnvFilter;
 
 /// After the drain phase, how long connections still open (long streams, mostly) get to end
 /// before the process exits: well inside a pod's default 30 s termination grace, after the
@@ -137,13 +136,22 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_logging(args.log_format);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads.filter(|n| *n > 0) {
         runtime.worker_threads(threads);
     }
     let runtime = runtime.enable_all().build()?;
-    runtime.block_on(run(args))
+    runtime.block_on(async move {
+        let telemetry = switchboard_telemetry::init(
+            "switchboard-gateway",
+            matches!(args.log_format, LogFormat::Json),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let served = run(args).await;
+        // What is still batched goes out before the process ends.
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        served
+    })
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -302,17 +310,4 @@ async fn shutdown(mut term: Option<tokio::signal::unix::Signal>) {
         Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {}
     }
     tracing::info!("shutting down");
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }

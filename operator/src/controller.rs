@@ -277,7 +277,22 @@ impl Controller {
                 namespaces: &namespaces,
                 gateway_pods: &gateway_pods,
             };
-            let result = self.reconcile(stores, &recorder, &mut state).await;
+            let pass = tracing::info_span!(
+                target: switchboard_telemetry::SPAN_TARGET,
+                "reconcile",
+                otel.name = "reconcile",
+                switchboard.leader = *self.leader.borrow(),
+                error.type = tracing::field::Empty,
+            );
+            use tracing::Instrument as _;
+            let result = self
+                .reconcile(stores, &recorder, &mut state)
+                .instrument(pass.clone())
+                .await;
+            if result.is_err() {
+                pass.record("error.type", "reconcile_failed");
+            }
+            drop(pass);
             self.metrics.reconciled(started.elapsed(), result.is_err());
             if result.is_ok() {
                 self.warm
@@ -393,6 +408,15 @@ impl Controller {
         let content_hash = hash(&serde_json::to_vec(&snapshot).unwrap_or_default());
         if state.published_hash != Some(content_hash) {
             state.generation += 1;
+            // The snapshot push: a child of the reconcile pass that rendered it.
+            let push = tracing::info_span!(
+                target: switchboard_telemetry::SPAN_TARGET,
+                "snapshot push",
+                otel.name = "snapshot push",
+                switchboard.generation = state.generation,
+                switchboard.stored = is_leader,
+            );
+            let entered = push.enter();
             snapshot.generation = state.generation;
             let frame = serde_json::to_vec(&snapshot).unwrap_or_default();
             self.hub.publish(Published {
@@ -408,8 +432,12 @@ impl Controller {
                 models = snapshot.models.len(),
                 "snapshot published"
             );
+            drop(entered);
             if is_leader {
-                self.store_snapshot(&frame, session_key).await?;
+                use tracing::Instrument as _;
+                self.store_snapshot(&frame, session_key)
+                    .instrument(push)
+                    .await?;
             }
             state.published_hash = Some(content_hash);
         }

@@ -25,7 +25,6 @@ use switchboard_snapshot::networks::DEFAULT_DENIED_NETWORKS;
 use switchboard_snapshot::{GatewaySettings, Snapshot, UpstreamNetworks};
 use switchboard_source::operator_tls::certificate_name;
 use tokio::sync::{Notify, watch};
-use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
 #[command(name = "switchboard-operator", version, about = "Switchboard operator")]
@@ -137,21 +136,17 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if args.log_format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    let json = args.log_format == "json";
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(run(args))
+        .block_on(async move {
+            let telemetry = switchboard_telemetry::init("switchboard-operator", json)
+                .map_err(anyhow::Error::msg)?;
+            let ran = run(args).await;
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+            ran
+        })
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

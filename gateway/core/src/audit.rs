@@ -124,6 +124,12 @@ pub struct Arrival {
     pub endpoint: &'static str,
     pub http_method: http::Method,
     pub path: String,
+    /// The client's W3C trace context, passed on as it came when traces are off.
+    pub traceparent: Option<http::HeaderValue>,
+    pub tracestate: Option<http::HeaderValue>,
+    /// The request's span (a disabled one with traces off): the stages' spans are its
+    /// children; it ends with the slot, a stream's when the stream does.
+    pub span: tracing::Span,
 }
 
 /// One request's record being filled in.
@@ -143,6 +149,11 @@ impl Slot {
             arrival,
             noted: Mutex::new(Noted::default()),
         })
+    }
+
+    /// The request's span (disabled with traces off).
+    pub fn span(&self) -> &tracing::Span {
+        &self.arrival.span
     }
 
     pub fn request_id(&self) -> &str {
@@ -167,6 +178,32 @@ impl Slot {
     pub fn finish(&self, status: u16, bytes_out: u64, log: Option<&AuditLog>, metrics: &Metrics) {
         let Ok(noted) = self.noted.lock() else { return };
         let outcome = noted.outcome.unwrap_or(outcome_of_status(status));
+        let span = &self.arrival.span;
+        if !span.is_disabled() {
+            span.record("http.response.status_code", i64::from(status));
+            span.record("switchboard.outcome", outcome);
+            if let Some(c) = &noted.caller {
+                span.record("switchboard.caller", c.key.as_str());
+            }
+            for (field, value) in [
+                ("switchboard.server", &noted.server),
+                ("mcp.method.name", &noted.rpc_method),
+                ("gen_ai.tool.name", &noted.tool),
+                ("gen_ai.request.model", &noted.model),
+            ] {
+                if let Some(v) = value {
+                    span.record(field, v.as_str());
+                }
+            }
+            if let Some(t) = noted.tokens {
+                // (i64: unsigned values reach the exporter as strings)
+                span.record("gen_ai.usage.input_tokens", t.input as i64);
+                span.record("gen_ai.usage.output_tokens", t.output as i64);
+            }
+            if let Some(code) = noted.rpc_error_code {
+                span.record("rpc.jsonrpc.error_code", code);
+            }
+        }
         let tokens = noted.tokens.unwrap_or_default();
         metrics.usage(&UsageFigures {
             endpoint: self.arrival.endpoint,
@@ -219,6 +256,40 @@ impl Slot {
         line.push(b'\n');
         Some(line)
     }
+}
+
+/// The trace context an outgoing request carries: the current span's with traces on (the
+/// upstream request's own span, a child of the client's request), else the client's
+/// `traceparent`/`tracestate` as they came. Nothing outside a client request.
+pub fn propagate(headers: &mut http::HeaderMap) {
+    if switchboard_telemetry::tracing_on() {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let context = tracing::Span::current().context();
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&context, &mut opentelemetry_http::HeaderInjector(headers))
+        });
+        return;
+    }
+    let _ = CURRENT.try_with(|slot| {
+        if let Some(tp) = &slot.arrival.traceparent {
+            headers.insert("traceparent", tp.clone());
+            if let Some(ts) = &slot.arrival.tracestate {
+                headers.insert("tracestate", ts.clone());
+            }
+        }
+    });
+}
+
+/// Makes `span` (a client request's) the child of the client's trace context, when its
+/// `traceparent` is valid (else the root of a new trace); returns the trace id.
+pub fn continue_trace(span: &tracing::Span, headers: &http::HeaderMap) -> String {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let parent = opentelemetry::global::get_text_map_propagator(|p| {
+        p.extract(&opentelemetry_http::HeaderExtractor(headers))
+    });
+    let _ = span.set_parent(parent);
+    span.context().span().span_context().trace_id().to_string()
 }
 
 /// The slot of the request this task serves, if any.
@@ -430,6 +501,9 @@ mod tests {
             endpoint: "mcp",
             http_method: http::Method::POST,
             path: "/mcp".into(),
+            traceparent: None,
+            tracestate: None,
+            span: tracing::Span::none(),
         })
     }
 

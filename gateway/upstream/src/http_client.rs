@@ -220,17 +220,38 @@ impl Outgoing<'_> {
     /// caller bounds the whole exchange (redirects and body included) with one.
     pub async fn send(self) -> Result<HttpResponse, HttpError> {
         let uri = self.uri.map_err(|_| HttpError::Url("not a valid URI"))?;
+        let span = if switchboard_telemetry::tracing_on() {
+            tracing::info_span!(
+                target: switchboard_telemetry::SPAN_TARGET,
+                "upstream request",
+                otel.name = %format_args!("{} {}", self.method, uri.host().unwrap_or("-")),
+                otel.kind = "client",
+                http.request.method = %self.method,
+                server.address = uri.host().unwrap_or("-"),
+                url.path = uri.path(),
+                http.response.status_code = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
         let mut request = Request::new(Full::new(self.body));
         *request.method_mut() = self.method;
         *request.uri_mut() = uri;
         *request.headers_mut() = self.headers;
+        {
+            let _inside = span.enter();
+            switchboard_core::audit::propagate(request.headers_mut());
+        }
+        use tracing::Instrument as _;
         let answered = self
             .client
             .inner
             .request(request)
+            .instrument(span.clone())
             .await
             .map_err(|e| classify(&e, self.https))?;
         let status = answered.status().as_u16();
+        span.record("http.response.status_code", i64::from(status));
         switchboard_core::audit::note(|n| n.upstream_status = Some(status));
         Ok(answered)
     }

@@ -85,12 +85,17 @@ pub async fn start(mut prepared: Prepared, started: Instant) -> Response {
         };
         finish_record(&prepared, outcome, &tally, started);
     };
-    tokio::spawn(async move {
-        match slot {
-            Some(slot) => slot.scope(looped).await,
-            None => looped.await,
+    use tracing::Instrument as _;
+    let span = tracing::Span::current();
+    tokio::spawn(
+        async move {
+            match slot {
+                Some(slot) => slot.scope(looped).await,
+                None => looped.await,
+            }
         }
-    });
+        .instrument(span),
+    );
     let body = Body::from_stream(tokio_stream_of(rx));
     let mut response = body.into_response();
     let headers = response.headers_mut();

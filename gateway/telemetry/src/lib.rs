@@ -1,0 +1,153 @@
+//! Logs and traces of a Switchboard process, set up once at start by the gateway and the operator
+//! alike: the log on stderr (text or JSON, filtered by `RUST_LOG`) and, when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, OpenTelemetry
+//! traces exported over OTLP, configured by the standard variables:
+//!
+//! - `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` (default) or `http/protobuf`;
+//! - `OTEL_EXPORTER_OTLP_HEADERS`: `name=value,...` sent with every export (a collector's token);
+//! - `OTEL_TRACES_SAMPLER_ARG`: the ratio of traces kept, 0 to 1 (default 1); a client's
+//!   `traceparent` that says sampled is followed whatever the ratio (parent-based);
+//! - `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`: the resource.
+//!
+//! Only spans created under [`SPAN_TARGET`] become traces (requests and the stages that cost
+//! time, never a library's own spans), and the log never shows them. With tracing off no layer
+//! wants them, so creating one costs a check of a cached flag.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+/// The target of every span exported as a trace (`tracing::info_span!(target: SPAN_TARGET, ..)`).
+pub const SPAN_TARGET: &str = "switchboard_span";
+
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether traces are exported (for the propagation of a client's `traceparent` when they are
+/// not: it is then passed on as it came).
+pub fn tracing_on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// The process's exporter, flushed at [`Telemetry::shutdown`].
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports what is still buffered (bounded by the exporter's timeout).
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider {
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// Sets up the log and, when configured, traces for `service`. Must run inside the Tokio
+/// runtime (the exporter's batches are sent from it).
+pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        .add_directive(
+            format!("{SPAN_TARGET}=off")
+                .parse()
+                .map_err(|e| format!("{e}"))?,
+        );
+    let log = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let log = if json {
+        log.json().with_filter(filter).boxed()
+    } else {
+        log.with_filter(filter).boxed()
+    };
+    let provider = provider(service)?;
+    let traces = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer(service))
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target(SPAN_TARGET, tracing::Level::TRACE),
+            )
+    });
+    tracing_subscriber::registry()
+        .with(log)
+        .with(traces)
+        .try_init()
+        .map_err(|e| format!("the log could not be set up: {e}"))?;
+    if provider.is_some() {
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
+        ON.store(true, Ordering::Relaxed);
+    }
+    Ok(Telemetry { provider })
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The tracer provider the `OTEL_*` variables describe, or none without an endpoint.
+fn provider(service: &'static str) -> Result<Option<SdkTracerProvider>, String> {
+    if env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        .is_none()
+    {
+        return Ok(None);
+    }
+    let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        .unwrap_or_else(|| "grpc".into());
+    // The builders read the endpoint, headers and timeout from the same variables.
+    let exporter = match protocol.as_str() {
+        "grpc" => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build(),
+        "http/protobuf" => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .build(),
+        other => {
+            return Err(format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL {other:?}: expected grpc or http/protobuf"
+            ));
+        }
+    }
+    .map_err(|e| format!("the OTLP exporter: {e}"))?;
+    let ratio = match env("OTEL_TRACES_SAMPLER_ARG") {
+        None => 1.0,
+        Some(arg) => arg
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|r| (0.0..=1.0).contains(r))
+            .ok_or_else(|| {
+                format!("OTEL_TRACES_SAMPLER_ARG {arg:?}: expected a ratio from 0 to 1")
+            })?,
+    };
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if env("OTEL_SERVICE_NAME").is_none() {
+        resource = resource.with_service_name(service);
+    }
+    let batches =
+        opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+            exporter,
+            opentelemetry_sdk::runtime::Tokio,
+        )
+        .build();
+    Ok(Some(
+        SdkTracerProvider::builder()
+            .with_span_processor(batches)
+            .with_sampler(opentelemetry_sdk::trace::Sampler::ParentBased(Box::new(
+                opentelemetry_sdk::trace::Sampler::TraceIdRatioBased(ratio),
+            )))
+            .with_resource(resource.build())
+            .build(),
+    ))
+}
