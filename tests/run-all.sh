@@ -17,8 +17,10 @@
 #           longer)
 #   build   cargo build --workspace --bins            (debug; the e2e tests run these binaries)
 #   e2e     tests/setup-python.sh, tests/setup-node.sh, tests/setup-claude.sh (the Claude Code
-#           CLI) and tests/setup-keycloak.sh (Keycloak and its Java runtime), then pytest
-#           tests/e2e with the venv's python
+#           CLI), tests/setup-keycloak.sh (Keycloak and its Java runtime), tests/setup-jaeger.sh
+#           (the Jaeger v2 trace backend, from Go modules) and tests/setup-prometheus.sh
+#           (Prometheus and promtool, from Go modules), then pytest tests/e2e with the venv's
+#           python
 #   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
 #
 # Later suites: drop an executable script into tests/suites.d/ (e.g. 50-kubernetes.sh). It runs
@@ -116,6 +118,14 @@ if wants e2e; then
   # The identity provider of the sign-in tests (tests/e2e/keycloak.py calls it again: a no-op).
   step keycloak
   "$root/tests/setup-keycloak.sh" >/dev/null
+  # The trace backend of the tracing tests, built from Go modules once (tests/e2e/jaeger.py
+  # starts it and calls this again: a no-op). Instant when cached.
+  step jaeger
+  "$root/tests/setup-jaeger.sh" >/dev/null
+  # Prometheus and promtool, built from Go modules once (tests/e2e/prometheus.py starts the
+  # server; tests/suites.d/45-prometheus-rules.sh runs promtool). Instant when cached.
+  step prometheus
+  "$root/tests/setup-prometheus.sh" >/dev/null
   step e2e
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
   "$venv/bin/python" -m pytest "$root/tests/e2e" -q ${PYTEST_ARGS:-}

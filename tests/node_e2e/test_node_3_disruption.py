@@ -25,9 +25,9 @@ from node import (
 
 MIN_CALLS = 200
 GATEWAYS = "app.kubernetes.io/component=gateway"
-# The gateway container's port (the chart's `--listen 0.0.0.0:8080`); /metrics is served there,
-# outside the Host check, so a pod address reaches it.
-GATEWAY_PORT = 8080
+# The gateway container's internal port (the chart's `--internal-listen 0.0.0.0:9091`), where
+# /metrics is served (the client port, 8080, answers 404 there), reached at the pod address.
+INTERNAL_PORT = 9091
 # connection_holder: calls the caller makes on one connection between two reads of the pods'
 # counters, how many samples it takes at most, and the slack (ms) of the timestamps.
 SAMPLE_CALLS = 20
@@ -118,7 +118,7 @@ def mcp_requests_counted(ip: str) -> float:
     `switchboard_gateway_requests_total` series with endpoint="mcp_single", every method and
     outcome. The endpoint counts a request before its answer goes out (`handle` in
     gateway/mcp/src/endpoint/mod.rs), so a call the caller saw answered is counted already."""
-    response = httpx.get(f"http://{ip}:{GATEWAY_PORT}/metrics", timeout=5)
+    response = httpx.get(f"http://{ip}:{INTERNAL_PORT}/metrics", timeout=5)
     response.raise_for_status()
     total = 0.0
     for m in re.finditer(r"^switchboard_gateway_requests_total\{([^}]*)\}\s+(\S+)$", response.text, re.M):

@@ -33,9 +33,10 @@ def test_gateway_is_ready_only_with_a_snapshot(served):
 
         fresh = wait(newcomer, 60, "the replacement gateway pod to run")
         name, ip = fresh["metadata"]["name"], fresh["status"]["podIP"]
-        # Its container is up (it answers /healthz) but it has nothing to serve.
-        wait(lambda: httpx.get(f"http://{ip}:8080/healthz", timeout=2).status_code == 200, 30, f"{name} to listen")
-        readyz = httpx.get(f"http://{ip}:8080/readyz", timeout=2)
+        # Its container is up (it answers /healthz, on the internal port 9091 like the kubelet's
+        # probes) but it has nothing to serve.
+        wait(lambda: httpx.get(f"http://{ip}:9091/healthz", timeout=2).status_code == 200, 30, f"{name} to listen")
+        readyz = httpx.get(f"http://{ip}:9091/readyz", timeout=2)
         assert readyz.status_code == 503, (readyz.status_code, readyz.text)
         # Several readiness periods (5 s) later it is still not Ready...
         observed_until = time.monotonic() + 12

@@ -5,7 +5,9 @@
 #
 # 1. The chart's crds/ holds exactly the files of the top-level crds/*.yaml, byte for byte.
 # 2. `helm lint --strict` passes with no findings (default values and with autoscaling on);
-#    rendering checks (names, overrides, image tags, the values that must fail).
+#    rendering checks (names, overrides, image tags, the internal port, the PodMonitors,
+#    PrometheusRule and dashboard ConfigMap, the NetworkPolicy, tracing and audit values, the
+#    values that must fail). promtool's checks of the alerts are in 45-prometheus-rules.sh.
 # 3. A loopback etcd + kube-apiserver (tests/k8s/cluster.sh, stopped on exit): `helm template
 #    --include-crds` output is applied server-side, and the stored objects are checked field by
 #    field: Deployments, Services, PDBs, HPA, ServiceAccounts, RBAC. RBAC is checked by
@@ -80,7 +82,14 @@ check "helm lint --strict (all optional knobs)" lint_clean \
   --set gateway.publicUrl=https://mcp.example.com --set 'gateway.allowedHosts={mcp.internal}' \
   --set gateway.podDisruptionBudget.maxUnavailable=1 --set operator.podDisruptionBudget.enabled=false \
   --set 'gateway.extraArgs={--foo}' --set 'imagePullSecrets[0].name=regcred' \
-  --set gateway.autoscaling.enabled=true --set gateway.autoscaling.targetMemoryUtilizationPercentage=70
+  --set gateway.autoscaling.enabled=true --set gateway.autoscaling.targetMemoryUtilizationPercentage=70 \
+  --set gateway.networkPolicy.enabled=true --set 'gateway.networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus' \
+  --set monitoring.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
+  --set tracing.enabled=true --set tracing.otlp.endpoint=http://otel-collector:4317 \
+  --set tracing.otlp.headersSecret.name=otlp-headers --set tracing.otlp.caConfigMap.name=otlp-ca \
+  --set gateway.audit.log=/var/log/sb/audit.jsonl --set 'gateway.extraVolumes[0].name=audit' \
+  --set 'gateway.extraVolumes[0].emptyDir.sizeLimit=1Gi' --set 'gateway.extraVolumeMounts[0].name=audit' \
+  --set 'gateway.extraVolumeMounts[0].mountPath=/var/log/sb'
 
 render() { helm template "$@" "$chart"; }
 names() { # kind/name of every rendered object, sorted
@@ -142,13 +151,90 @@ expect "nameOverride" "Deployment/edge-sw-gateway" gateway_deploy edge -n sb --s
 check "no HPA by default" bash -c "! helm template sb $chart | grep -q '^kind: HorizontalPodAutoscaler'"
 check "monitoring: nothing without the Prometheus Operator's CRDs, even when enabled" bash -c "
   ! helm template sb $chart --set monitoring.enabled=true | grep -qE '^kind: (ServiceMonitor|PodMonitor)'"
-check "monitoring: a ServiceMonitor (gateway http /metrics) and a PodMonitor (operator metrics) when enabled and present" bash -c "
+# The gateway's /metrics is on its internal port (9091), which its Service does not carry: both
+# components are scraped by PodMonitors on pod ports.
+check "monitoring: a PodMonitor each (gateway port internal, operator port metrics) when enabled and present; no ServiceMonitor" bash -c "
   out=\$(helm template sb $chart -n sb --set monitoring.enabled=true --set monitoring.labels.release=prom \
     --api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PodMonitor)
-  grep -q '^kind: ServiceMonitor' <<<\"\$out\" && grep -q '^kind: PodMonitor' <<<\"\$out\" &&
-  grep -q '    - port: http' <<<\"\$out\" && grep -q '    - port: metrics' <<<\"\$out\" &&
+  [ \$(grep -c '^kind: PodMonitor' <<<\"\$out\") = 2 ] && ! grep -q '^kind: ServiceMonitor' <<<\"\$out\" &&
+  grep -B30 '    - port: internal' <<<\"\$out\" | grep -q 'name: sb-switchboard-gateway' &&
+  grep -B30 '    - port: metrics' <<<\"\$out\" | grep -q 'name: sb-switchboard-operator' &&
   [ \$(grep -c '    release: prom' <<<\"\$out\") = 2 ] &&
-  ! helm template sb $chart -n sb --api-versions monitoring.coreos.com/v1/ServiceMonitor | grep -q '^kind: ServiceMonitor'"
+  ! helm template sb $chart -n sb --set monitoring.enabled=true --api-versions monitoring.coreos.com/v1/ServiceMonitor | grep -q '^kind: PodMonitor'"
+# The alerts (files/prometheus-rules.yaml; promtool checks them in 45-prometheus-rules) as a
+# PrometheusRule: only with the CRD (the capability), with extra labels, without disabled alerts.
+check "prometheusRule: nothing without the CRD, even when enabled; nothing by default" bash -c "
+  ! helm template sb $chart --set monitoring.prometheusRule.enabled=true | grep -q '^kind: PrometheusRule' &&
+  ! helm template sb $chart --api-versions monitoring.coreos.com/v1/PrometheusRule | grep -q '^kind: PrometheusRule'"
+check "prometheusRule: rendered with the CRD, every alert of the file, labels, additionalRuleLabels, disabledAlerts" bash -c "
+  args='-n sb --set monitoring.prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1/PrometheusRule'
+  out=\$(helm template sb $chart \$args --set monitoring.labels.release=prom --set monitoring.prometheusRule.labels.role=alerts \
+    -s templates/prometheusrule.yaml) &&
+  grep -q '^kind: PrometheusRule' <<<\"\$out\" && grep -q '^apiVersion: monitoring.coreos.com/v1' <<<\"\$out\" &&
+  grep -q '    release: prom' <<<\"\$out\" && grep -q '    role: alerts' <<<\"\$out\" &&
+  [ \$(grep -c '^      - alert: ' <<<\"\$out\") = \$(grep -c '^      - alert: ' $chart/files/prometheus-rules.yaml) ] &&
+  out=\$(helm template sb $chart \$args --set monitoring.prometheusRule.additionalRuleLabels.team=platform \
+    --set 'monitoring.prometheusRule.disabledAlerts={SwitchboardRequestsRateLimited}' -s templates/prometheusrule.yaml) &&
+  ! grep -q 'SwitchboardRequestsRateLimited' <<<\"\$out\" && grep -q 'SwitchboardOperatorNoLeader' <<<\"\$out\" &&
+  [ \$(grep -c '          team: platform' <<<\"\$out\") = \$((\$(grep -c '^      - alert: ' $chart/files/prometheus-rules.yaml) - 1)) ]"
+check "dashboard: a ConfigMap labelled grafana_dashboard=\"1\" (configurable) with files/dashboard.json, only when enabled" bash -c "
+  ! helm template sb $chart | grep -q 'switchboard.json' &&
+  out=\$(helm template sb $chart -n sb --set monitoring.dashboard.enabled=true -s templates/dashboard-configmap.yaml) &&
+  grep -q '^kind: ConfigMap' <<<\"\$out\" && grep -q '    grafana_dashboard: \"1\"' <<<\"\$out\" &&
+  grep -q '  switchboard.json: |-' <<<\"\$out\" && grep -q '\"uid\": \"switchboard\"' <<<\"\$out\" &&
+  out=\$(helm template sb $chart -n sb --set monitoring.dashboard.enabled=true --set monitoring.dashboard.namespace=grafana \
+    --set monitoring.dashboard.labels.grafana_dashboard=yes -s templates/dashboard-configmap.yaml) &&
+  grep -q '  namespace: grafana' <<<\"\$out\" && grep -q '    grafana_dashboard: \"yes\"' <<<\"\$out\""
+# The NetworkPolicy: off by default; on, 8080 from anywhere (or httpFrom), 9091 only from this
+# release's gateway pods and metricsFrom.
+check "networkPolicy: none by default" bash -c "! helm template sb $chart | grep -q '^kind: NetworkPolicy'"
+check "networkPolicy: 8080 open, 9091 from the release's gateway pods and metricsFrom only" bash -c "
+  out=\$(helm template sb $chart -n sb --set gateway.networkPolicy.enabled=true \
+    --set 'gateway.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring' \
+    -s templates/gateway-networkpolicy.yaml) &&
+  grep -q '^kind: NetworkPolicy' <<<\"\$out\" && grep -q 'policyTypes: \[Ingress\]' <<<\"\$out\" &&
+  [ \"\$(grep -A3 '    - ports:' <<<\"\$out\" | grep -c 'from:')\" = 1 ] &&
+  grep -A2 '        - port: http' <<<\"\$out\" | grep -qv 'from:' &&
+  grep -A12 '        - port: internal' <<<\"\$out\" | grep -q 'app.kubernetes.io/component: gateway' &&
+  grep -A12 '        - port: internal' <<<\"\$out\" | grep -q 'app.kubernetes.io/instance: sb' &&
+  grep -A14 '        - port: internal' <<<\"\$out\" | grep -q 'kubernetes.io/metadata.name: monitoring' &&
+  helm template sb $chart -n sb --set gateway.networkPolicy.enabled=true --set 'gateway.networkPolicy.httpFrom[0].ipBlock.cidr=10.0.0.0/8' \
+    -s templates/gateway-networkpolicy.yaml | grep -A6 '        - port: http' | grep -q 'cidr: 10.0.0.0/8'"
+# OpenTelemetry: the standard OTEL_* variables on both Deployments, only with tracing.enabled;
+# the headers only from a Secret; the collector's CA mounted for OTEL_EXPORTER_OTLP_CERTIFICATE.
+check "tracing: no OTEL_* by default" bash -c "! helm template sb $chart | grep -q 'OTEL_'"
+check "tracing: OTEL_* on both Deployments, headers from a Secret key, CA mounted" bash -c "
+  out=\$(helm template sb $chart -n sb --set tracing.enabled=true --set tracing.otlp.endpoint=https://otel.obs.svc:4317 \
+    --set tracing.otlp.headersSecret.name=otlp-auth --set tracing.otlp.caSecret.name=otlp-ca --set tracing.sampleRatio=0.25 \
+    --set 'tracing.resourceAttributes.deployment\.environment=prod') &&
+  [ \$(grep -c -- '- name: OTEL_EXPORTER_OTLP_ENDPOINT' <<<\"\$out\") = 2 ] &&
+  [ \$(grep -c 'value: \"https://otel.obs.svc:4317\"' <<<\"\$out\") = 2 ] &&
+  [ \$(grep -A1 -- '- name: OTEL_EXPORTER_OTLP_PROTOCOL' <<<\"\$out\" | grep -c 'value: \"grpc\"') = 2 ] &&
+  [ \$(grep -A4 -- '- name: OTEL_EXPORTER_OTLP_HEADERS' <<<\"\$out\" | grep -c 'name: \"otlp-auth\"') = 2 ] &&
+  ! grep -A1 -- '- name: OTEL_EXPORTER_OTLP_HEADERS' <<<\"\$out\" | grep -q 'value:' &&
+  [ \$(grep -A1 -- '- name: OTEL_EXPORTER_OTLP_CERTIFICATE' <<<\"\$out\" | grep -c 'value: /etc/switchboard/otlp-ca/ca.crt') = 2 ] &&
+  [ \$(grep -c 'mountPath: /etc/switchboard/otlp-ca' <<<\"\$out\") = 2 ] &&
+  [ \$(grep -c 'secretName: \"otlp-ca\"' <<<\"\$out\") = 2 ] &&
+  [ \$(grep -A1 -- '- name: OTEL_TRACES_SAMPLER_ARG' <<<\"\$out\" | grep -c 'value: \"0.25\"') = 2 ] &&
+  grep -A1 -- '- name: OTEL_SERVICE_NAME' <<<\"\$out\" | grep -q 'value: \"switchboard-gateway\"' &&
+  grep -A1 -- '- name: OTEL_SERVICE_NAME' <<<\"\$out\" | grep -q 'value: \"switchboard-operator\"' &&
+  [ \$(grep -c 'value: \"k8s.namespace.name=sb,k8s.pod.name=\$(POD_NAME),deployment.environment=prod\"' <<<\"\$out\") = 2 ]"
+check_fails "tracing: enabled without an endpoint is refused by name" "tracing.otlp.endpoint" \
+  helm template sb "$chart" --set tracing.enabled=true
+check_fails "tracing: an unknown protocol is refused by name" "tracing.otlp.protocol" \
+  helm template sb "$chart" --set tracing.enabled=true --set tracing.otlp.endpoint=http://c:4318 --set tracing.otlp.protocol=http/json
+check_fails "tracing: a sample ratio above 1 is refused by name" "tracing.sampleRatio" \
+  helm template sb "$chart" --set tracing.enabled=true --set tracing.otlp.endpoint=http://c:4317 --set tracing.sampleRatio=2
+check_fails "tracing: a CA from both a ConfigMap and a Secret is refused" "caConfigMap or caSecret" \
+  helm template sb "$chart" --set tracing.enabled=true --set tracing.otlp.endpoint=http://c:4317 \
+  --set tracing.otlp.caConfigMap.name=a --set tracing.otlp.caSecret.name=b
+# The audit log's destination.
+check "audit: SWITCHBOARD_AUDIT_LOG stdout by default, a path or off when set" bash -c "
+  helm template sb $chart -s templates/gateway-deployment.yaml | grep -A1 -- '- name: SWITCHBOARD_AUDIT_LOG' | grep -q 'value: \"stdout\"' &&
+  helm template sb $chart -s templates/gateway-deployment.yaml --set gateway.audit.log=off | grep -A1 -- '- name: SWITCHBOARD_AUDIT_LOG' | grep -q 'value: \"off\"' &&
+  helm template sb $chart -s templates/gateway-deployment.yaml --set gateway.audit.log=/var/log/sb/audit.jsonl | grep -A1 -- '- name: SWITCHBOARD_AUDIT_LOG' | grep -q 'value: \"/var/log/sb/audit.jsonl\"'"
+check_fails "audit: a relative path is refused by name" "gateway.audit.log" \
+  helm template sb "$chart" --set gateway.audit.log=audit.jsonl
 check "HPA on: Deployment leaves replicas to it" bash -c "
   out=\$(helm template sb $chart --set gateway.autoscaling.enabled=true)
   grep -q '^kind: HorizontalPodAutoscaler' <<<\"\$out\" &&
@@ -228,7 +314,7 @@ expect "gateway: preStop sleeps 5s before SIGTERM" 5 \
   jp "deploy/$gw" '{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds}'
 expect "gateway: command" switchboard-gateway jp "deploy/$gw" '{.spec.template.spec.containers[0].command[0]}'
 expect "gateway: args" \
-  "--listen 0.0.0.0:8080 --operator https://$op.$ns.svc:9090 --token-file /var/run/secrets/switchboard/token --config /etc/switchboard/snapshot/snapshot.yaml --operator-ca /etc/switchboard/operator-ca/ca.crt" \
+  "--listen 0.0.0.0:8080 --internal-listen 0.0.0.0:9091 --operator https://$op.$ns.svc:9090 --token-file /var/run/secrets/switchboard/token --config /etc/switchboard/snapshot/snapshot.yaml --operator-ca /etc/switchboard/operator-ca/ca.crt" \
   jp "deploy/$gw" '{.spec.template.spec.containers[0].args[*]}'
 expect "gateway: the operator's trust bundle (ConfigMap, not optional) at /etc/switchboard/operator-ca/ca.crt" \
   "$op-delivery-trust  ca.crt /etc/switchboard/operator-ca" \
@@ -243,13 +329,19 @@ expect "gateway: projected token (audience, expiry) at /var/run/secrets/switchbo
 expect "gateway: snapshot Secret (optional) at /etc/switchboard/snapshot/snapshot.yaml" \
   "$rel-snapshot true snapshot.yaml /etc/switchboard/snapshot" \
   jp "deploy/$gw" '{.spec.template.spec.volumes[?(@.name=="snapshot")].secret.secretName} {.spec.template.spec.volumes[?(@.name=="snapshot")].secret.optional} {.spec.template.spec.volumes[?(@.name=="snapshot")].secret.items[0].path} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="snapshot")].mountPath}'
-expect "gateway: probes on 8080" "/healthz http /readyz http 8080" \
-  jp "deploy/$gw" '{.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.port} {.spec.template.spec.containers[0].ports[?(@.name=="http")].containerPort}'
+expect "gateway: container ports http 8080 and internal 9091" "http=8080,internal=9091," \
+  jp "deploy/$gw" '{range .spec.template.spec.containers[0].ports[*]}{.name}={.containerPort},{end}'
+expect "gateway: probes on the internal port (9091)" "/healthz internal /readyz internal 9091" \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.port} {.spec.template.spec.containers[0].ports[?(@.name=="internal")].containerPort}'
+expect "gateway: other replicas reach this one's internal listener (hand-off) at the pod IP" 'http://$(POD_IP):9091' \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].env[?(@.name=="SWITCHBOARD_ADVERTISE_URL")].value}'
+expect "gateway: audit log to stdout" stdout \
+  jp "deploy/$gw" '{.spec.template.spec.containers[0].env[?(@.name=="SWITCHBOARD_AUDIT_LOG")].value}'
 expect "gateway: allowed hosts include the Service DNS names" \
   "$gw,$gw.$ns,$gw.$ns.svc,$gw.$ns.svc.cluster.local" \
   jp "deploy/$gw" '{.spec.template.spec.containers[0].env[?(@.name=="SWITCHBOARD_ALLOWED_HOSTS")].value}'
-expect "gateway Service: 80 -> http(8080)" "http 80 http" \
-  jp "svc/$gw" '{.spec.ports[0].name} {.spec.ports[0].port} {.spec.ports[0].targetPort}'
+expect "gateway Service: only 80 -> http(8080), never the internal port" "http 80 http;" \
+  jp "svc/$gw" '{range .spec.ports[*]}{.name} {.port} {.targetPort};{end}'
 expect "gateway Service selects the gateway pods" \
   "$(jp "deploy/$gw" '{.spec.template.metadata.labels}')" jp "svc/$gw" '{.spec.selector}'
 expect "gateway PDB: minAvailable 1, selects the gateway pods" \
@@ -365,10 +457,25 @@ check_fails "gateway SA cannot read the snapshot Secret" "forbidden" \
 # Autoscaling on, second release in its own namespace.
 ns2=edge-system
 check "create namespace $ns2" kubectl create namespace "$ns2"
+# This release also has the NetworkPolicy, tracing (headers from a Secret, the CA from a
+# ConfigMap) and an audit log file: the API server must accept them as rendered.
 helm template edge "$chart" --namespace "$ns2" --include-crds --set gateway.autoscaling.enabled=true \
-  --set gateway.autoscaling.targetMemoryUtilizationPercentage=75 >"$dir/rendered-hpa.yaml"
+  --set gateway.autoscaling.targetMemoryUtilizationPercentage=75 \
+  --set gateway.networkPolicy.enabled=true \
+  --set 'gateway.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring' \
+  --set tracing.enabled=true --set tracing.otlp.endpoint=http://otel-collector.obs.svc:4318 \
+  --set tracing.otlp.protocol=http/protobuf --set tracing.otlp.headersSecret.name=otlp-auth \
+  --set tracing.otlp.caConfigMap.name=otlp-ca --set gateway.audit.log=/tmp/audit.jsonl >"$dir/rendered-hpa.yaml"
 check "autoscaling on: kubectl apply --server-side accepted" \
   kubectl apply --server-side --field-manager=helm-template -f "$dir/rendered-hpa.yaml"
+expect "NetworkPolicy (stored): selects the gateway pods; 8080 from anywhere; 9091 from gateway pods + monitoring namespace" \
+  "edge-switchboard-gateway gateway Ingress http:;internal:gateway,monitoring,;" \
+  kubectl -n "$ns2" get networkpolicy edge-switchboard-gateway -o 'jsonpath={.metadata.name} {.spec.podSelector.matchLabels.app\.kubernetes\.io/component} {.spec.policyTypes[*]} {range .spec.ingress[*]}{.ports[0].port}:{range .from[*]}{.podSelector.matchLabels.app\.kubernetes\.io/component}{.namespaceSelector.matchLabels.kubernetes\.io/metadata\.name},{end};{end}'
+for d in edge-switchboard-gateway edge-switchboard-operator; do
+  expect "$d (stored): OTLP over http/protobuf, headers from Secret otlp-auth, CA from ConfigMap otlp-ca" \
+    "http://otel-collector.obs.svc:4318 http/protobuf otlp-auth/headers /etc/switchboard/otlp-ca/ca.crt otlp-ca /etc/switchboard/otlp-ca" \
+    kubectl -n "$ns2" get deploy "$d" -o 'jsonpath={.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_ENDPOINT")].value} {.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_PROTOCOL")].value} {.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_HEADERS")].valueFrom.secretKeyRef.name}/{.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_HEADERS")].valueFrom.secretKeyRef.key} {.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_CERTIFICATE")].value} {.spec.template.spec.volumes[?(@.name=="otlp-ca")].configMap.name} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="otlp-ca")].mountPath}'
+done
 expect "HPA: autoscaling/v2, targets the gateway Deployment, 2..10, cpu 80% mem 75%" \
   "Deployment edge-switchboard-gateway 2 10 cpu=80,memory=75," \
   kubectl -n "$ns2" get hpa.v2.autoscaling edge-switchboard-gateway \

@@ -150,3 +150,105 @@ podAntiAffinity:
           matchLabels:
             {{- include "switchboard.selectorLabels" . | nindent 12 }}
 {{- end }}
+
+{{/*
+OpenTelemetry export (tracing.*), the same for both components: include with
+(dict "ctx" $ "service" "switchboard-gateway"). The env entries need POD_NAME defined before them.
+*/}}
+{{- define "switchboard.tracing.validate" -}}
+{{- $t := .Values.tracing }}
+{{- if $t.enabled }}
+{{- if not $t.otlp.endpoint }}
+{{- fail "tracing.otlp.endpoint: required with tracing.enabled (e.g. http://otel-collector.observability.svc:4317)" }}
+{{- end }}
+{{- if not (has $t.otlp.protocol (list "grpc" "http/protobuf")) }}
+{{- fail (printf "tracing.otlp.protocol: %q is not one of grpc, http/protobuf" $t.otlp.protocol) }}
+{{- end }}
+{{- if or (lt (float64 $t.sampleRatio) 0.0) (gt (float64 $t.sampleRatio) 1.0) }}
+{{- fail (printf "tracing.sampleRatio: %v is not between 0 and 1" $t.sampleRatio) }}
+{{- end }}
+{{- if and $t.otlp.caConfigMap.name $t.otlp.caSecret.name }}
+{{- fail "tracing.otlp: set caConfigMap or caSecret, not both" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "switchboard.tracing.env" -}}
+{{- $t := .ctx.Values.tracing }}
+{{- include "switchboard.tracing.validate" .ctx }}
+{{- if $t.enabled }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .service | quote }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $t.otlp.endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $t.otlp.protocol | quote }}
+{{- with $t.otlp.headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ required "tracing.otlp.headersSecret.key: required with headersSecret.name" $t.otlp.headersSecret.key | quote }}
+{{- end }}
+{{- if or $t.otlp.caConfigMap.name $t.otlp.caSecret.name }}
+- name: OTEL_EXPORTER_OTLP_CERTIFICATE
+  value: /etc/switchboard/otlp-ca/ca.crt
+{{- end }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $t.sampleRatio | toString | quote }}
+{{- $attrs := list (printf "k8s.namespace.name=%s" .ctx.Release.Namespace) "k8s.pod.name=$(POD_NAME)" }}
+{{- range $k, $v := $t.resourceAttributes }}
+{{- $attrs = append $attrs (printf "%s=%v" $k $v) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attrs | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The collector's CA bundle: a volume mount and a volume (empty without one). */}}
+{{- define "switchboard.tracing.volumeMounts" -}}
+{{- $t := .Values.tracing }}
+{{- if and $t.enabled (or $t.otlp.caConfigMap.name $t.otlp.caSecret.name) }}
+- name: otlp-ca
+  mountPath: /etc/switchboard/otlp-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- define "switchboard.tracing.volumes" -}}
+{{- $t := .Values.tracing }}
+{{- if $t.enabled }}
+{{- with $t.otlp.caConfigMap }}
+{{- if .name }}
+# The CA bundle the OTLP collector's certificate is verified with.
+- name: otlp-ca
+  configMap:
+    name: {{ .name | quote }}
+    items:
+      - key: {{ .key | default "ca.crt" | quote }}
+        path: ca.crt
+{{- end }}
+{{- end }}
+{{- with $t.otlp.caSecret }}
+{{- if .name }}
+# The CA bundle the OTLP collector's certificate is verified with (only that key is mounted).
+- name: otlp-ca
+  secret:
+    secretName: {{ .name | quote }}
+    items:
+      - key: {{ .key | default "ca.crt" | quote }}
+        path: ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway's audit log destination: stdout, off, or an absolute file path. */}}
+{{- define "switchboard.gateway.auditLog" -}}
+{{- $log := toString .Values.gateway.audit.log }}
+{{- if not (or (has $log (list "stdout" "off")) (hasPrefix "/" $log)) }}
+{{- fail (printf "gateway.audit.log: %q is not stdout, off or an absolute file path" $log) }}
+{{- end }}
+{{- $log }}
+{{- end }}
