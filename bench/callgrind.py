@@ -75,6 +75,16 @@ class Signer:
         return self.jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "bench"})
 
 
+def label_env(args, label: str) -> dict[str, str]:
+    """`--label-env LABEL:K=V,K=V` for this label."""
+    env: dict[str, str] = {}
+    for spec in args.label_env:
+        name, _, pairs = spec.partition(":")
+        if name == label:
+            env.update(kv.split("=", 1) for kv in pairs.split(",") if kv)
+    return env
+
+
 def run_one(args, binary: str, label: str, outdir: Path) -> dict:
     procs = B.Procs(outdir)
     try:
@@ -100,7 +110,7 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
         else:
             gw = procs.start(f"gateway-{label}", grind + [
                 binary, "--config", str(cfg_path), "--listen", "127.0.0.1:0"], ready_timeout=120,
-                env={"RUST_LOG": "warn"})
+                env={"RUST_LOG": "warn", **label_env(args, label)})
             path = next(p for p in B.gateway_paths(gw, "ex", "rust", single=True) if p.via == args.path)
             if person:
                 path.headers["Authorization"] = f"Bearer {signer.token()}"
@@ -180,6 +190,8 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--person-labels", default="", help="labels whose caller is a signed-in person")
     ap.add_argument("--out", default="/tmp/switchboard-callgrind")
+    ap.add_argument("--label-env", action="append", default=[], metavar="LABEL:K=V[,K=V]",
+                    help="environment of one label's gateway (e.g. audit or tracing settings); repeatable")
     args = ap.parse_args()
     args.person_labels = set(filter(None, args.person_labels.split(",")))
     outdir = Path(args.out)

@@ -121,7 +121,7 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
     let endpoint = endpoint_of(path);
     let request_id = audit::request_id(headers.get(REQUEST_ID));
     let mut trace_id = audit::trace_id(headers.get(TRACEPARENT));
-    let span = if switchboard_telemetry::tracing_on() {
+    let span = if switchboard_telemetry::sampled(headers.get(TRACEPARENT).map(|v| v.as_bytes())) {
         let span = request_span(request.method(), endpoint, path, &request_id);
         trace_id = Some(audit::continue_trace(&span, headers));
         span

@@ -254,6 +254,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         internal_limits,
         std::future::pending(),
     ));
+    let closing = gw.clone();
     serve(listener, http::router(gw), limits, async move {
         shutdown(terminate).await;
         leaving_tx.send_replace(true);
@@ -264,6 +265,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     })
     .await;
+    // Every request has ended (or was cut off at the grace): their records go out now.
+    closing.close_audit_log();
     // The goodbye to the operator is a request of its own; let it go out before the process ends.
     if let Some(following) = following
         && tokio::time::timeout(Duration::from_secs(3), following)

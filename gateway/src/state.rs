@@ -97,6 +97,13 @@ impl Gateway {
         let _ = self.audit.set(log);
     }
 
+    /// Writes out the audit records still queued (at exit).
+    pub fn close_audit_log(&self) {
+        if let Some(log) = self.audit.get() {
+            log.close();
+        }
+    }
+
     pub fn audit_log(&self) -> Option<&AuditLog> {
         self.audit.get().filter(|log| log.is_on())
     }

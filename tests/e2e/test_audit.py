@@ -250,3 +250,17 @@ def test_zz_no_record_holds_an_argument_a_result_a_prompt_or_a_secret(gateways):
         body = path.read_text("utf-8", "replace")
         found += [(path.name, v) for v in NEVER_LOGGED | SECRETS_USED if v in body]
     assert found == [], f"in the logs: {found}"
+
+
+def test_records_queued_at_exit_are_written(gateways, rust_upstream):
+    """Records are written in batches (every 20 ms): the ones still queued when the gateway is
+    told to stop go out before it exits."""
+    import signal
+
+    secret = new_secret("audit-exit")
+    gw = gateways.start(gateway_config([server("alpha", rust_upstream.mcp_url)], [key("one", secret, ["alpha"])]))
+    ids = [rest_call(gw, secret, "alpha__add", {"a": i, "b": 1}).headers["x-request-id"] for i in range(20)]
+    gw.proc.signal(signal.SIGTERM)
+    gw.proc.popen.wait(20)
+    written = {r["request_id"] for r in records_of(gw)}
+    assert set(ids) <= written, f"{len(set(ids) - written)} of 20 records lost at exit"

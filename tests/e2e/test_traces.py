@@ -160,3 +160,28 @@ def test_control_tracing_off_passes_the_clients_traceparent_on(gateways, procs, 
     # Nothing was exported: the wait for this trace fails (the checks above can fail too).
     with pytest.raises(AssertionError):
         jaeger.wait_for_trace(trace_id, lambda spans: bool(spans), timeout=3)
+
+
+def test_ratio_zero_follows_the_clients_sampled_flag(gateways, procs, jaeger):
+    up = start_rust_upstream_with(procs, "ratio0", "--record", "50")
+    secret = new_secret("ratio0")
+    gw = gateways.start(
+        gateway_config([server("alpha", up.mcp_url)], [key("one", secret, ["alpha"])]),
+        env={**otel_env(jaeger.otlp_grpc, "grpc"), "OTEL_TRACES_SAMPLER_ARG": "0"},
+    )
+    unsampled, sampled = new_trace_id(), new_trace_id()
+    for trace_id, flags in ((unsampled, "00"), (sampled, "01")):
+        header = f"00-{trace_id}-{PARENT}-{flags}"
+        reply = RawMcp(gw.mcp_url(), secret, MODERN_VERSION, headers={"traceparent": header}).call_tool(
+            "alpha__add", {"a": 1, "b": 2}
+        )
+        assert reply.status == 200
+    # The client said sampled: traced at ratio 0 (parent-based), the upstream's parent is ours.
+    trace = jaeger.wait_for_trace(sampled, lambda spans: any(s.kind == "client" for s in spans))
+    got = received(up, "/mcp", sampled)
+    assert got and got[-1]["headers"]["traceparent"].split("-")[2] != PARENT, trace.describe()
+    # Not sampled: no span anywhere, and the client's context passes on unchanged.
+    got = received(up, "/mcp", unsampled)
+    assert got and got[-1]["headers"]["traceparent"] == f"00-{unsampled}-{PARENT}-00"
+    with pytest.raises(AssertionError):
+        jaeger.wait_for_trace(unsampled, lambda spans: bool(spans), timeout=3)

@@ -258,11 +258,11 @@ impl Slot {
     }
 }
 
-/// The trace context an outgoing request carries: the current span's with traces on (the
-/// upstream request's own span, a child of the client's request), else the client's
-/// `traceparent`/`tracestate` as they came. Nothing outside a client request.
+/// The trace context an outgoing request carries: the current span's when the request is
+/// traced (the upstream request's own span, a child of the client's request), else the
+/// client's `traceparent`/`tracestate` as they came. Nothing outside a client request.
 pub fn propagate(headers: &mut http::HeaderMap) {
-    if switchboard_telemetry::tracing_on() {
+    if switchboard_telemetry::tracing_on() && !tracing::Span::current().is_disabled() {
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         let context = tracing::Span::current().context();
         opentelemetry::global::get_text_map_propagator(|p| {
@@ -358,6 +358,9 @@ fn outcome_of_status(status: u16) -> &'static str {
 /// Where records go: a writer thread fed by a bounded queue, or nowhere.
 pub struct AuditLog {
     queue: Option<SyncSender<Vec<u8>>>,
+    /// The writer thread, joined by [`AuditLog::close`].
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    closing: Arc<std::sync::atomic::AtomicBool>,
     replica: String,
     dropped: AtomicU64,
     metrics: Option<Arc<Metrics>>,
@@ -385,6 +388,8 @@ impl AuditLog {
     pub fn off() -> AuditLog {
         AuditLog {
             queue: None,
+            writer: Mutex::new(None),
+            closing: Arc::default(),
             replica: String::new(),
             dropped: AtomicU64::new(0),
             metrics: None,
@@ -410,12 +415,16 @@ impl AuditLog {
             ),
         };
         let (queue, lines) = sync_channel::<Vec<u8>>(QUEUE);
-        std::thread::Builder::new()
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = closing.clone();
+        let writer = std::thread::Builder::new()
             .name("audit-log".into())
-            .spawn(move || write_lines(out, lines))
+            .spawn(move || write_lines(out, lines, &stop))
             .map_err(|e| format!("the audit log's writer did not start: {e}"))?;
         Ok(AuditLog {
             queue: Some(queue),
+            writer: Mutex::new(Some(writer)),
+            closing,
             replica,
             dropped: AtomicU64::new(0),
             metrics: Some(metrics),
@@ -424,6 +433,16 @@ impl AuditLog {
 
     pub fn is_on(&self) -> bool {
         self.queue.is_some()
+    }
+
+    /// Writes out every record queued so far and stops the writer (at exit).
+    pub fn close(&self) {
+        let Some(writer) = self.writer.lock().ok().and_then(|mut w| w.take()) else {
+            return;
+        };
+        self.closing.store(true, Ordering::Release);
+        writer.thread().unpark();
+        let _ = writer.join();
     }
 
     /// Queues a record's line; never waits (a full queue drops it, counted).
@@ -438,15 +457,41 @@ impl AuditLog {
     }
 }
 
-/// The writer thread: lines as they come, flushed whenever the queue is empty.
-fn write_lines(out: Box<dyn Write + Send>, lines: std::sync::mpsc::Receiver<Vec<u8>>) {
+/// How often the writer takes what is queued: records reach the log within this. (A writer
+/// woken per record costs every request a thread wake-up and a write: measured, a third more
+/// CPU per call than the record itself.)
+const WRITE_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The writer thread: every [`WRITE_EVERY`], what is queued, in one flush; at close, the rest.
+fn write_lines(
+    out: Box<dyn Write + Send>,
+    lines: std::sync::mpsc::Receiver<Vec<u8>>,
+    closing: &std::sync::atomic::AtomicBool,
+) {
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
-    while let Ok(line) = lines.recv() {
-        let _ = out.write_all(&line);
-        while let Ok(more) = lines.try_recv() {
-            let _ = out.write_all(&more);
+    loop {
+        std::thread::park_timeout(WRITE_EVERY);
+        let last = closing.load(Ordering::Acquire);
+        let mut wrote = false;
+        loop {
+            match lines.try_recv() {
+                Ok(line) => {
+                    let _ = out.write_all(&line);
+                    wrote = true;
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    let _ = out.flush();
+                    return;
+                }
+            }
         }
-        let _ = out.flush();
+        if wrote {
+            let _ = out.flush();
+        }
+        if last {
+            return;
+        }
     }
 }
 

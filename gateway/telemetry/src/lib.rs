@@ -13,7 +13,7 @@
 //! time, never a library's own spans), and the log never shows them. With tracing off no layer
 //! wants them, so creating one costs a check of a cached flag.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
@@ -26,6 +26,50 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 pub const SPAN_TARGET: &str = "switchboard_span";
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// The ratio of new traces kept (`OTEL_TRACES_SAMPLER_ARG`), as f64 bits.
+static RATIO: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a client request is traced: the client's `traceparent` decides when it has one (its
+/// sampled flag), else the ratio. Decided before any span exists, so an unsampled request
+/// creates none (the SDK's parent-based sampler decides the same, but only once the span,
+/// its attributes and its context are already built: measured, half a proxied call's
+/// instructions at ratio 0).
+pub fn sampled(traceparent: Option<&[u8]>) -> bool {
+    if !tracing_on() {
+        return false;
+    }
+    // `00-<trace id>-<parent id>-<flags>`: the last two hex digits; bit 0 is "sampled".
+    if let Some(tp) = traceparent
+        && tp.len() >= 55
+        && let Ok(flags) = std::str::from_utf8(&tp[53..55])
+        && let Ok(flags) = u8::from_str_radix(flags, 16)
+    {
+        return flags & 1 == 1;
+    }
+    let ratio = f64::from_bits(RATIO.load(Ordering::Relaxed));
+    ratio >= 1.0 || (ratio > 0.0 && rand_unit() < ratio)
+}
+
+/// A uniform number in [0, 1) from a per-thread xorshift (no lock, no syscall).
+fn rand_unit() -> f64 {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64))
+                | 1,
+        );
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
 
 /// Whether traces are exported (for the propagation of a client's `traceparent` when they are
 /// not: it is then passed on as it came).
@@ -131,6 +175,7 @@ fn provider(service: &'static str) -> Result<Option<SdkTracerProvider>, String> 
                 format!("OTEL_TRACES_SAMPLER_ARG {arg:?}: expected a ratio from 0 to 1")
             })?,
     };
+    RATIO.store(ratio.to_bits(), Ordering::Relaxed);
     let mut resource = opentelemetry_sdk::Resource::builder();
     if env("OTEL_SERVICE_NAME").is_none() {
         resource = resource.with_service_name(service);

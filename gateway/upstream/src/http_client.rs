@@ -220,7 +220,9 @@ impl Outgoing<'_> {
     /// caller bounds the whole exchange (redirects and body included) with one.
     pub async fn send(self) -> Result<HttpResponse, HttpError> {
         let uri = self.uri.map_err(|_| HttpError::Url("not a valid URI"))?;
-        let span = if switchboard_telemetry::tracing_on() {
+        // A traced request's outgoing calls are its children; an untraced one's are not spans.
+        let span = if switchboard_telemetry::tracing_on() && !tracing::Span::current().is_disabled()
+        {
             tracing::info_span!(
                 target: switchboard_telemetry::SPAN_TARGET,
                 "upstream request",
