@@ -188,8 +188,13 @@ def test_the_standby_takes_over_when_the_lease_holder_dies(world: World):
     wait_until(lambda: world.operator_role("op-b") == "standby", 10, what="op-b to run as standby")
     assert world.operator_role("op-a") == "leader"
     assert world.cluster.lease_holder() == "op-a"
-    # The standby refuses the stream (the gateways keep following op-a).
-    r = httpx.get(f"{world.operator_url('op-b')}/v1/snapshots/watch", timeout=5, verify=world.operator_tls())
+    # The standby refuses the stream (the gateways keep following op-a). Its serving
+    # certificate may come a moment after its /readyz says standby (a TLS handshake it cannot
+    # complete yet ends in access_denied): a bounded wait for the handshake, then the refusal.
+    def stream_answer():
+        return httpx.get(f"{world.operator_url('op-b')}/v1/snapshots/watch", timeout=5, verify=world.operator_tls())
+
+    r = wait_until(stream_answer, 10, what="op-b to complete a TLS handshake")
     assert r.status_code == 503, r.status_code
 
     with CallLoop(world) as loop:
