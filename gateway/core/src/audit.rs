@@ -21,7 +21,6 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use crate::metrics::{Metrics, UsageFigures};
-use crate::scope::Caller;
 
 /// The schema every record names (docs/audit.md): a field renamed or removed is a new version.
 pub const SCHEMA: &str = "switchboard.audit/v1";
@@ -310,34 +309,6 @@ pub fn name(value: &str) -> String {
         end -= 1;
     }
     value[..end].to_string()
-}
-
-impl CallerRecord {
-    pub fn of(caller: &Caller) -> CallerRecord {
-        let key = &caller.key;
-        match &caller.person {
-            Some(person) => CallerRecord {
-                kind: "person",
-                key: key.id.clone(),
-                namespace: key.namespace.clone(),
-                issuer: Some(person.issuer.clone()),
-                subject: Some(person.subject.clone()),
-                provider: Some(person.provider.clone()),
-            },
-            None => CallerRecord {
-                kind: if caller.by_service_account {
-                    "serviceAccount"
-                } else {
-                    "key"
-                },
-                key: key.id.clone(),
-                namespace: key.namespace.clone(),
-                issuer: None,
-                subject: None,
-                provider: None,
-            },
-        }
-    }
 }
 
 fn outcome_of_status(status: u16) -> &'static str {

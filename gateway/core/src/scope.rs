@@ -225,7 +225,7 @@ fn caller_for_key(
         _admission: None,
         _also_admitted: Vec::new(),
     };
-    crate::audit::note(|n| n.caller = Some(crate::audit::CallerRecord::of(&caller)));
+    crate::audit::note(|n| n.caller = Some(caller.record()));
     Ok(caller)
 }
 
@@ -387,6 +387,35 @@ fn service_account_key(table: &RoutingTable, presented: &str) -> Result<Arc<Key>
 }
 
 impl Caller {
+    /// Who this caller is, as an audit record names them (the audit module knows no callers:
+    /// scope depends on it, not the other way round).
+    pub fn record(&self) -> crate::audit::CallerRecord {
+        use crate::audit::CallerRecord;
+        let key = &self.key;
+        match &self.person {
+            Some(person) => CallerRecord {
+                kind: "person",
+                key: key.id.clone(),
+                namespace: key.namespace.clone(),
+                issuer: Some(person.issuer.clone()),
+                subject: Some(person.subject.clone()),
+                provider: Some(person.provider.clone()),
+            },
+            None => CallerRecord {
+                kind: if self.by_service_account {
+                    "serviceAccount"
+                } else {
+                    "key"
+                },
+                key: key.id.clone(),
+                namespace: key.namespace.clone(),
+                issuer: None,
+                subject: None,
+                provider: None,
+            },
+        }
+    }
+
     /// The caller, admitted under its key's limits.
     fn admitted(mut self, metrics: &Metrics) -> Result<Caller, GatewayError> {
         self._admission = self.table.limiters.admit_key(&self.key.id, metrics)?;
