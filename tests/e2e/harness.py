@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import re
 import secrets as _secrets
 import signal
@@ -79,6 +80,20 @@ def binary(name: str) -> Path:
             pytrace=False,
         )
     return path
+
+
+def free_port() -> int:
+    """A free loopback port below the kernel's ephemeral range (32768+), so that no outgoing
+    connection takes it while a process that listens on it is restarted (as cluster.sh does)."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free loopback port found in 20000-31999")
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
@@ -392,7 +407,11 @@ class Gateway:
         wait_until(lambda: self.snapshot_applies() > before, timeout, interval=0.05, what="the gateway to apply the new config")
 
     def logs(self) -> str:
-        return self.proc.log_text()
+        """The gateway's log (stderr), from its start. Only the log: the audit records go to
+        stdout, and a slice `logs()[offset:]` must not shift as they are written."""
+        with contextlib.suppress(FileNotFoundError):
+            return self.proc.stderr_path.read_text("utf-8", "replace")
+        return ""
 
     def stop(self) -> None:
         self.proc.stop()

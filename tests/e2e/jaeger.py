@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 import yaml
-from harness import REPO_ROOT, wait_until
+from harness import REPO_ROOT, free_port, wait_until
 
 SETUP = REPO_ROOT / "tests" / "setup-jaeger.sh"
 # A cold build compiles the collector and its dependencies (about 8 minutes on two shared cores).
@@ -51,12 +51,6 @@ TRACE_TIMEOUT = 20.0
 
 GATEWAY_SERVICE = "switchboard-gateway"
 OPERATOR_SERVICE = "switchboard-operator"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def binary() -> Path:
@@ -74,8 +68,15 @@ def binary() -> Path:
     return path
 
 
-def config(otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int) -> dict:
-    """The collector config: OTLP in, memory storage, the query API; every listener on loopback."""
+def config(otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int, tls: dict | None = None) -> dict:
+    """The collector config: OTLP in, memory storage, the query API; every listener on loopback.
+    `tls` (the collector's `cert_file`, `key_file` and, for mTLS, `client_ca_file`): both OTLP
+    receivers serve TLS with it."""
+    grpc: dict[str, Any] = {"endpoint": f"127.0.0.1:{otlp_grpc}"}
+    http: dict[str, Any] = {"endpoint": f"127.0.0.1:{otlp_http}"}
+    if tls:
+        grpc["tls"] = dict(tls)
+        http["tls"] = dict(tls)
     return {
         "service": {
             "extensions": ["jaeger_storage", "jaeger_query"],
@@ -102,10 +103,7 @@ def config(otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int) -> 
         },
         "receivers": {
             "otlp": {
-                "protocols": {
-                    "grpc": {"endpoint": f"127.0.0.1:{otlp_grpc}"},
-                    "http": {"endpoint": f"127.0.0.1:{otlp_http}"},
-                },
+                "protocols": {"grpc": grpc, "http": http},
             },
         },
         "exporters": {"jaeger_storage_exporter": {"trace_storage": "memstore"}},
@@ -308,14 +306,15 @@ class Jaeger:
     log: Path
     config_path: Path
     ports: dict[str, int]
+    tls: bool = False
 
     @property
     def otlp_grpc(self) -> str:
-        return f"http://127.0.0.1:{self.ports['otlp_grpc']}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.ports['otlp_grpc']}"
 
     @property
     def otlp_http(self) -> str:
-        return f"http://127.0.0.1:{self.ports['otlp_http']}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.ports['otlp_http']}"
 
     @property
     def query(self) -> str:
@@ -405,9 +404,10 @@ def _accepts(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start(logdir: Path) -> Jaeger:
+def start(logdir: Path, tls: dict | None = None) -> Jaeger:
     """Builds (once) and starts Jaeger; returns when the query API answers and both OTLP ports
-    accept connections. A port taken between picking and binding is retried with new ports."""
+    accept connections. A port taken between picking and binding is retried with new ports.
+    `tls`: the OTLP receivers serve TLS (see `config`)."""
     path = binary()
     logdir.mkdir(parents=True, exist_ok=True)
     # The collector reads no OTEL_* variables in this config; keep them from reaching it anyway.
@@ -416,18 +416,18 @@ def start(logdir: Path) -> Jaeger:
     for attempt in range(3):
         ports: dict[str, int] = {}
         while len(ports) < 4:
-            port = _free_port()
+            port = free_port()
             if port not in ports.values():
                 ports[("otlp_grpc", "otlp_http", "query_http", "query_grpc")[len(ports)]] = port
         config_path = logdir / f"jaeger-{attempt}.yaml"
-        config_path.write_text(yaml.safe_dump(config(**ports), sort_keys=False))
+        config_path.write_text(yaml.safe_dump(config(**ports, tls=tls), sort_keys=False))
         log = logdir / f"jaeger-{attempt}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [str(path), "--config", str(config_path)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
-        jaeger = Jaeger(proc=proc, log=log, config_path=config_path, ports=ports)
+        jaeger = Jaeger(proc=proc, log=log, config_path=config_path, ports=ports, tls=bool(tls))
 
         def up() -> bool:
             if proc.poll() is not None:

@@ -28,7 +28,7 @@ import secrets as pysecrets
 import httpx
 import pytest
 import yaml
-from harness import RoundRobinBalancer, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_oauth, sdk_text, server, start_rust_upstream, write_config
+from harness import RoundRobinBalancer, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_oauth, sdk_text, server, start_rust_upstream, wait_until, write_config
 from keycloak import GATEWAY_AUDIENCE
 from keycloak import start as start_keycloak
 
@@ -69,6 +69,11 @@ def replicas(procs, gateways, keycloak):
     write_config(path, config)
     a = gateways.start(config_path=path, name="replica-a")
     b = gateways.start(config_path=path, name="replica-b")
+    # A replica reads the provider's discovery document after it starts serving; until then its
+    # /oauth/authorize answers `temporarily_unavailable` (as it should). Wait for both.
+    for gw in (a, b):
+        wait_until(lambda gw=gw: "identity provider keys loaded provider=default/corp" in gw.logs(), 30,
+                   what=f"{gw.proc.name} to load the identity provider's discovery document")  # fmt: skip
     lb.set_backends([a.url, b.url])
     yield lb, a, b, alpha, beta
     lb.stop()

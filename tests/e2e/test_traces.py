@@ -4,6 +4,12 @@ its query API: the span tree of a `tools/call` through a credential that needs a
 hidden gateway tool (OTLP over HTTP); the client's trace id is the one the upstream, the token
 endpoint and the provider received in `traceparent`. The control cases: with tracing off the
 client's `traceparent` is passed on unchanged, and a trace id never sent is not found.
+
+Export over TLS: a second Jaeger whose OTLP receivers serve TLS with a private CA and ask for a
+client certificate (mTLS); the gateway exports to it over gRPC and HTTP with
+OTEL_EXPORTER_OTLP_CERTIFICATE / _CLIENT_CERTIFICATE / _CLIENT_KEY. The controls: without the CA,
+or without the client certificate, nothing arrives (checked once a correctly configured
+gateway's later trace did, after the misconfigured one had exited).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from harness import (
 from jaeger import GATEWAY_SERVICE
 from jaeger import start as start_jaeger
 from llm_harness import ANTHROPIC_VERSION, start_llm_world, text, tool_use
+from private_ca import PrivateCa
 
 PARENT = "00f067aa0ba902b7"
 
@@ -185,3 +192,71 @@ def test_ratio_zero_follows_the_clients_sampled_flag(gateways, procs, jaeger):
     assert got and got[-1]["headers"]["traceparent"] == f"00-{unsampled}-{PARENT}-00"
     with pytest.raises(AssertionError):
         jaeger.wait_for_trace(unsampled, lambda spans: bool(spans), timeout=3)
+
+
+# --------------------------------------------------------------------------------------------
+# Export over TLS
+
+
+@pytest.fixture(scope="module")
+def tls_collector(tmp_path_factory):
+    """A Jaeger whose OTLP receivers serve TLS under a private CA and require a client
+    certificate from it; yields (jaeger, the CA's PEM, a client certificate, its key)."""
+    d = tmp_path_factory.mktemp("jaeger-tls")
+    ca = PrivateCa("collector")
+    ca_path = ca.write(d)
+    cert, key_path = ca.issue("collector", ips=("127.0.0.1",)).write(d, "collector")
+    client_cert, client_key = ca.issue("gateway", client=True).write(d, "gateway")
+    j = start_jaeger(d, tls={"cert_file": str(cert), "key_file": str(key_path), "client_ca_file": str(ca_path)})
+    assert j.otlp_grpc.startswith("https://") and j.otlp_http.startswith("https://")
+    yield j, ca_path, client_cert, client_key
+    j.stop()
+
+
+def tls_env(collector, protocol: str, *, ca: bool = True, client: bool = True) -> dict[str, str]:
+    j, ca_path, client_cert, client_key = collector
+    env = otel_env(j.otlp_grpc if protocol == "grpc" else j.otlp_http, protocol)
+    if ca:
+        env["OTEL_EXPORTER_OTLP_CERTIFICATE"] = str(ca_path)
+    if client:
+        env["OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"] = str(client_cert)
+        env["OTEL_EXPORTER_OTLP_CLIENT_KEY"] = str(client_key)
+    return env
+
+
+def traced_call(gateways, procs, name: str, env: dict[str, str]):
+    """A gateway exporting with `env`, and one traced `tools/call` through it; returns
+    (gateway, trace id)."""
+    up = start_rust_upstream(procs, name)
+    secret = new_secret(name)
+    gw = gateways.start(gateway_config([server("alpha", up.mcp_url)], [key("one", secret, ["alpha"])]), env=env)
+    trace_id = new_trace_id()
+    reply = RawMcp(gw.mcp_url(), secret, MODERN_VERSION, headers={"traceparent": traceparent(trace_id)}).call_tool(
+        "alpha__add", {"a": 1, "b": 2}
+    )
+    assert reply.status == 200 and not reply.result.get("isError"), reply.raw[:300]
+    return gw, trace_id
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_export_to_a_collector_behind_a_private_ca_with_mtls(gateways, procs, tls_collector, protocol):
+    j = tls_collector[0]
+    _, trace_id = traced_call(gateways, procs, "tls-export", tls_env(tls_collector, protocol))
+    trace = j.wait_for_trace(trace_id, lambda spans: any(s.kind == "client" for s in spans))
+    request = next(s for s in trace.spans if s.kind == "server")
+    assert request.service == GATEWAY_SERVICE and request.parent_id == PARENT, trace.describe()
+
+
+@pytest.mark.parametrize(
+    "missing, settings",
+    [("the private CA", {"ca": False}), ("the client certificate", {"client": False})],
+    ids=["no-ca", "no-client-cert"],
+)
+def test_control_a_misconfigured_tls_export_delivers_nothing(gateways, procs, tls_collector, missing, settings):
+    j = tls_collector[0]
+    bad, lost = traced_call(gateways, procs, "tls-bad", tls_env(tls_collector, "grpc", **settings))
+    # Its exit flushes the batch (the export fails at the handshake) before the next starts.
+    bad.proc.stop(grace=15)
+    _, arrived = traced_call(gateways, procs, "tls-good", tls_env(tls_collector, "grpc"))
+    j.wait_for_trace(arrived, lambda spans: any(s.kind == "server" for s in spans))
+    assert j.trace(lost) is None, f"a trace arrived without {missing}: the collector's TLS is not what it seems"

@@ -13,10 +13,8 @@ import base64
 import contextlib
 import json
 import os
-import random
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,6 +35,7 @@ if str(HERE.parent / "e2e") not in sys.path:
 
 import harness  # noqa: E402
 from harness import (  # noqa: E402
+    free_port,
     EXAMPLE_UPSTREAM_BIN,
     GATEWAY_BIN,
     GATEWAY_LOGS,
@@ -107,20 +106,6 @@ def require_binaries() -> dict[str, Path]:
         )
     found["k8s"] = k8s_bin_dir()
     return found
-
-
-def free_port() -> int:
-    """A free loopback port below the kernel's ephemeral range (32768+), so that no outgoing
-    connection takes it while a process that listens on it is restarted (as cluster.sh does)."""
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free loopback port found in 20000-31999")
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,6 +386,8 @@ class World:
         lease_duration: str = "4s",
         log_format: str = "text",
         operator_args: Iterable[str] = (),
+        operator_env: dict[str, str] | None = None,
+        gateway_env: dict[str, str] | None = None,
     ):
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -411,6 +398,8 @@ class World:
         self.lease_duration = lease_duration
         self.log_format = log_format
         self.operator_args = list(operator_args)
+        self.operator_env = dict(operator_env or {})  # e.g. OTEL_* for the tracing test
+        self.gateway_env = dict(gateway_env or {})
         self.operators: dict[str, OperatorProc] = {}
         self.operator_ports: dict[str, tuple[int, int]] = {}
         self.gateways: dict[str, Gateway] = {}
@@ -510,7 +499,7 @@ class World:
             *self.operator_args,
             *extra,
         ]  # fmt: skip
-        env = dict(self.cluster.proc_env)
+        env = {**self.cluster.proc_env, **self.operator_env}
         proc = OperatorProc(f"operator-{identity}", argv, self.group.logdir, env)
         self.group.procs.append(proc)
         proc.wait_ready(30)
@@ -558,7 +547,7 @@ class World:
         ]  # fmt: skip
         if config is not None:
             argv += ["--config", config]
-        proc = Proc(f"gateway-{replica}", argv, self.group.logdir)
+        proc = Proc(f"gateway-{replica}", argv, self.group.logdir, self.gateway_env or None)
         self.group.procs.append(proc)
         GATEWAY_LOGS.extend([proc.stdout_path, proc.stderr_path])
         self.log_files += [proc.stdout_path, proc.stderr_path]

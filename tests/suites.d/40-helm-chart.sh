@@ -85,8 +85,9 @@ check "helm lint --strict (all optional knobs)" lint_clean \
   --set gateway.autoscaling.enabled=true --set gateway.autoscaling.targetMemoryUtilizationPercentage=70 \
   --set gateway.networkPolicy.enabled=true --set 'gateway.networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus' \
   --set monitoring.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
-  --set tracing.enabled=true --set tracing.otlp.endpoint=http://otel-collector:4317 \
+  --set tracing.enabled=true --set tracing.otlp.endpoint=https://otel-collector:4317 \
   --set tracing.otlp.headersSecret.name=otlp-headers --set tracing.otlp.caConfigMap.name=otlp-ca \
+  --set tracing.otlp.clientCertificateSecret=otlp-client \
   --set gateway.audit.log=/var/log/sb/audit.jsonl --set 'gateway.extraVolumes[0].name=audit' \
   --set 'gateway.extraVolumes[0].emptyDir.sizeLimit=1Gi' --set 'gateway.extraVolumeMounts[0].name=audit' \
   --set 'gateway.extraVolumeMounts[0].mountPath=/var/log/sb'
@@ -228,6 +229,18 @@ check_fails "tracing: a sample ratio above 1 is refused by name" "tracing.sample
 check_fails "tracing: a CA from both a ConfigMap and a Secret is refused" "caConfigMap or caSecret" \
   helm template sb "$chart" --set tracing.enabled=true --set tracing.otlp.endpoint=http://c:4317 \
   --set tracing.otlp.caConfigMap.name=a --set tracing.otlp.caSecret.name=b
+check "tracing: a client certificate Secret is mounted and named by OTEL_EXPORTER_OTLP_CLIENT_*" bash -c "
+  out=\$(helm template sb $chart -n sb --set tracing.enabled=true --set tracing.otlp.endpoint=https://otel.obs.svc:4317 \
+    --set tracing.otlp.clientCertificateSecret=otlp-client) &&
+  [ \$(grep -A1 -- '- name: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE' <<<\"\$out\" | grep -c 'value: /etc/switchboard/otlp-client/tls.crt') = 2 ] &&
+  [ \$(grep -A1 -- '- name: OTEL_EXPORTER_OTLP_CLIENT_KEY' <<<\"\$out\" | grep -c 'value: /etc/switchboard/otlp-client/tls.key') = 2 ] &&
+  [ \$(grep -c 'mountPath: /etc/switchboard/otlp-client' <<<\"\$out\") = 2 ] &&
+  [ \$(grep -c 'secretName: \"otlp-client\"' <<<\"\$out\") = 2 ] &&
+  ! helm template sb $chart -n sb --set tracing.enabled=true --set tracing.otlp.endpoint=https://o:4317 | grep -q OTEL_EXPORTER_OTLP_CLIENT"
+check_fails "tracing: a CA bundle beside an http:// endpoint is refused by name" "tracing.otlp.endpoint" \
+  helm template sb "$chart" --set tracing.enabled=true --set tracing.otlp.endpoint=http://c:4317 --set tracing.otlp.caSecret.name=b
+check_fails "tracing: a client certificate beside an http:// endpoint is refused by name" "is not https://" \
+  helm template sb "$chart" --set tracing.enabled=true --set tracing.otlp.endpoint=http://c:4317 --set tracing.otlp.clientCertificateSecret=c
 # The audit log's destination.
 check "audit: SWITCHBOARD_AUDIT_LOG stdout by default, a path or off when set" bash -c "
   helm template sb $chart -s templates/gateway-deployment.yaml | grep -A1 -- '- name: SWITCHBOARD_AUDIT_LOG' | grep -q 'value: \"stdout\"' &&

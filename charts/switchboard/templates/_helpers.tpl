@@ -170,6 +170,9 @@ OpenTelemetry export (tracing.*), the same for both components: include with
 {{- if and $t.otlp.caConfigMap.name $t.otlp.caSecret.name }}
 {{- fail "tracing.otlp: set caConfigMap or caSecret, not both" }}
 {{- end }}
+{{- if and (or $t.otlp.caConfigMap.name $t.otlp.caSecret.name $t.otlp.clientCertificateSecret) (not (hasPrefix "https://" (lower $t.otlp.endpoint))) }}
+{{- fail (printf "tracing.otlp.endpoint: %q is not https:// but a CA bundle or client certificate is set (the processes refuse TLS settings beside a plaintext endpoint)" $t.otlp.endpoint) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -194,6 +197,12 @@ OpenTelemetry export (tracing.*), the same for both components: include with
 - name: OTEL_EXPORTER_OTLP_CERTIFICATE
   value: /etc/switchboard/otlp-ca/ca.crt
 {{- end }}
+{{- if $t.otlp.clientCertificateSecret }}
+- name: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE
+  value: /etc/switchboard/otlp-client/tls.crt
+- name: OTEL_EXPORTER_OTLP_CLIENT_KEY
+  value: /etc/switchboard/otlp-client/tls.key
+{{- end }}
 - name: OTEL_TRACES_SAMPLER
   value: parentbased_traceidratio
 - name: OTEL_TRACES_SAMPLER_ARG
@@ -207,12 +216,17 @@ OpenTelemetry export (tracing.*), the same for both components: include with
 {{- end }}
 {{- end }}
 
-{{/* The collector's CA bundle: a volume mount and a volume (empty without one). */}}
+{{/* The collector's CA bundle and the client certificate: mounts and volumes (empty without). */}}
 {{- define "switchboard.tracing.volumeMounts" -}}
 {{- $t := .Values.tracing }}
 {{- if and $t.enabled (or $t.otlp.caConfigMap.name $t.otlp.caSecret.name) }}
 - name: otlp-ca
   mountPath: /etc/switchboard/otlp-ca
+  readOnly: true
+{{- end }}
+{{- if and $t.enabled $t.otlp.clientCertificateSecret }}
+- name: otlp-client
+  mountPath: /etc/switchboard/otlp-client
   readOnly: true
 {{- end }}
 {{- end }}
@@ -240,6 +254,18 @@ OpenTelemetry export (tracing.*), the same for both components: include with
       - key: {{ .key | default "ca.crt" | quote }}
         path: ca.crt
 {{- end }}
+{{- end }}
+{{- with $t.otlp.clientCertificateSecret }}
+# The client certificate presented to a collector that asks for one (mTLS): a
+# kubernetes.io/tls Secret (e.g. cert-manager's); only tls.crt and tls.key are mounted.
+- name: otlp-client
+  secret:
+    secretName: {{ . | quote }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
 {{- end }}
 {{- end }}
 {{- end }}

@@ -5,6 +5,9 @@
 //!
 //! - `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` (default) or `http/protobuf`;
 //! - `OTEL_EXPORTER_OTLP_HEADERS`: `name=value,...` sent with every export (a collector's token);
+//! - `OTEL_EXPORTER_OTLP_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`,
+//!   `OTEL_EXPORTER_OTLP_CLIENT_KEY`: TLS to an `https://` collector ([`tls`]);
+//! - `OTEL_EXPORTER_OTLP_TIMEOUT`: milliseconds one export may take (default 10 000);
 //! - `OTEL_TRACES_SAMPLER_ARG`: the ratio of traces kept, 0 to 1 (default 1); a client's
 //!   `traceparent` that says sampled is followed whatever the ratio (parent-based);
 //! - `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`: the resource.
@@ -15,8 +18,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+mod tls;
+
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -133,6 +138,24 @@ pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
     Ok(Telemetry { provider })
 }
 
+/// How long one export may take (`OTEL_EXPORTER_OTLP_TIMEOUT`, milliseconds; the specification's
+/// default 10 s). The gRPC builder reads it itself; the HTTP client is ours, so it is read here.
+fn export_timeout() -> Result<std::time::Duration, String> {
+    let Some((name, value)) = [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]
+    .into_iter()
+    .find_map(|name| env(name).map(|v| (name, v))) else {
+        return Ok(std::time::Duration::from_secs(10));
+    };
+    value
+        .trim()
+        .parse::<u64>()
+        .map(std::time::Duration::from_millis)
+        .map_err(|_| format!("{name} {value:?}: expected milliseconds"))
+}
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
@@ -148,15 +171,37 @@ fn provider(service: &'static str) -> Result<Option<SdkTracerProvider>, String> 
     let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_else(|| "grpc".into());
-    // The builders read the endpoint, headers and timeout from the same variables.
+    let endpoint = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        .unwrap_or_default();
+    let tls = tls::Material::from_env(&endpoint)?;
+    // The builders read the endpoint and headers from the same variables.
     let exporter = match protocol.as_str() {
-        "grpc" => opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .build(),
-        "http/protobuf" => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .build(),
+        "grpc" => {
+            let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+            match &tls {
+                Some(tls) => builder.with_tls_config(tls.grpc()),
+                None => builder,
+            }
+            .build()
+        }
+        "http/protobuf" => {
+            // Our own connector: the SDK's default hyper client speaks plain HTTP only.
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls::http_config(tls.as_ref())?)
+                .https_or_http()
+                .enable_http1()
+                .build();
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(opentelemetry_http::hyper::HyperClient::new(
+                    connector,
+                    export_timeout()?,
+                    None,
+                ))
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .build()
+        }
         other => {
             return Err(format!(
                 "OTEL_EXPORTER_OTLP_PROTOCOL {other:?}: expected grpc or http/protobuf"
