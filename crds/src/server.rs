@@ -36,6 +36,12 @@ pub struct McpServerSpec {
     /// Transport to the upstream. Only Streamable HTTP exists today.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<Transport>,
+    /// Which protocol era the gateway speaks to the upstream: `auto` (default; found out by the
+    /// first request, then the same for every client) or `byClient` (the upstream serves both
+    /// and keeps state per legacy session, as switchboard-stdio-bridge does: a legacy client's
+    /// session gets an upstream session of its own, a 2026-07-28 request goes out stateless).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_era: Option<UpstreamEra>,
     /// Prefix of this server's names on the aggregate endpoint (a DNS-1123 label, so it never
     /// contains `_`); defaults to the resource's name. Unique among all servers: the older
     /// resource keeps a contested prefix.
@@ -79,6 +85,13 @@ pub struct McpServerSpec {
     /// TLS towards the upstream and its token endpoint and metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum UpstreamEra {
+    Auto,
+    ByClient,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

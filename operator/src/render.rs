@@ -925,6 +925,14 @@ fn server_spec(
         },
         limits: spec.limits.as_ref().map(limits),
         upstream_policy: None, // the namespace's, set by render
+        upstream_era: match spec.upstream_era {
+            None | Some(switchboard_crds::server::UpstreamEra::Auto) => {
+                switchboard_snapshot::UpstreamEra::Auto
+            }
+            Some(switchboard_crds::server::UpstreamEra::ByClient) => {
+                switchboard_snapshot::UpstreamEra::ByClient
+            }
+        },
     })
 }
 

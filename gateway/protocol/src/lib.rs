@@ -52,6 +52,11 @@ pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
+/// Sent by the gateway with a legacy `initialize` to a `byClient` upstream (the stdio bridge):
+/// a digest naming the client session, the same from every gateway replica, so that every
+/// replica's upstream session for that client session is the same one (one process).
+pub const AFFINITY_HEADER: &str = "mcp-switchboard-affinity";
+
 /// Log levels, most verbose first (RFC 5424 names, as MCP uses them).
 pub const LOG_LEVELS: &[&str] = &[
     "debug",

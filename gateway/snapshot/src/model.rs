@@ -204,6 +204,29 @@ pub struct ServerSpec {
     /// TLS towards this upstream and its token endpoint and metadata (`tls.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::tls::UpstreamTls>,
+    /// Which era the gateway speaks to this upstream (default `auto`).
+    #[serde(default, skip_serializing_if = "UpstreamEra::is_auto")]
+    pub upstream_era: UpstreamEra,
+}
+
+/// How the gateway picks the era it speaks to an upstream.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum UpstreamEra {
+    /// Found out by the first request (2026-07-28 first, legacy sessions after a 4xx without a
+    /// 2026-07-28 error code), then the same for every client.
+    #[default]
+    Auto,
+    /// The upstream serves both eras and keeps state per legacy session (the stdio bridge runs
+    /// a process per session): a legacy client's session gets a legacy upstream session of its
+    /// own, a 2026-07-28 client's request goes out stateless.
+    ByClient,
+}
+
+impl UpstreamEra {
+    pub fn is_auto(&self) -> bool {
+        *self == UpstreamEra::Auto
+    }
 }
 
 /// Request limits, enforced by each replica on its own (N replicas admit up to N times the

@@ -24,7 +24,7 @@ use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamNetworks};
+use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamEra, UpstreamNetworks};
 use tokio::time::Instant;
 
 use crate::error::UpstreamError;
@@ -387,7 +387,13 @@ impl Upstreams {
     }
 
     /// The era an upstream was found to speak, once a request has told.
+    /// A `byClient` upstream counts as legacy here: it answers 2026-07-28 requests on top of a
+    /// legacy server (the stdio bridge), so what it can do (no parameter headers, no
+    /// `subscriptions/listen`, legacy cursors) is the legacy revision's.
     pub fn era_of(&self, server: &Server) -> Option<switchboard_protocol::Era> {
+        if server.spec.upstream_era == UpstreamEra::ByClient {
+            return Some(switchboard_protocol::Era::Rev2025);
+        }
         match self.state(server).era.load(Ordering::Relaxed) {
             ERA_MODERN => Some(switchboard_protocol::Era::Rev2026),
             ERA_LEGACY => Some(switchboard_protocol::Era::Rev2025),
@@ -410,6 +416,13 @@ impl Upstreams {
     pub async fn legacy_identity(&self, call: RpcCall<'_>) -> Result<Option<Value>, UpstreamError> {
         let state = self.state(call.server);
         let legacy = async {
+            if call.server.spec.upstream_era == UpstreamEra::ByClient {
+                if call.session.client == 0 {
+                    return Ok(None);
+                }
+                let session = self.legacy_session(&call, &state, false).await?;
+                return Ok(Some(session.init.clone()));
+            }
             if state.era.load(Ordering::Relaxed) == 0 {
                 // Unknown yet: one discover tells (and caches) the era.
                 let probe = RpcCall {
@@ -491,6 +504,15 @@ impl Upstreams {
 
     async fn call_in_era(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
         let state = self.state(call.server);
+        if call.server.spec.upstream_era == UpstreamEra::ByClient {
+            // Both eras upstream: a legacy client's session keeps its own upstream session
+            // (the state it builds there is its own), a 2026-07-28 request goes stateless.
+            return if call.session.client != 0 {
+                self.legacy(call, &state).await
+            } else {
+                self.modern(call).await.map_err(Attempt::into_error)
+            };
+        }
         match state.era.load(Ordering::Relaxed) {
             ERA_MODERN => self.modern(call).await.map_err(Attempt::into_error),
             ERA_LEGACY => self.legacy(call, &state).await,
@@ -633,10 +655,17 @@ impl Upstreams {
             "capabilities": capabilities::to_json(call.session.capabilities),
             "clientInfo": self.client_info,
         });
+        let mut headers = HeaderMap::new();
+        if call.server.spec.upstream_era == UpstreamEra::ByClient && call.session.client != 0 {
+            headers.insert(
+                HeaderName::from_static(protocol::AFFINITY_HEADER),
+                affinity(call.server.id(), call.session.client),
+            );
+        }
         let reply = self
             .post(
                 call,
-                HeaderMap::new(),
+                headers,
                 request_body(&id, "initialize", Some(&params)),
             )
             .await?
@@ -1070,4 +1099,17 @@ fn timeout_error(call: &RpcCall<'_>) -> UpstreamError {
         server: call.server.id().to_string(),
         budget: call.budget,
     }
+}
+/// The affinity of a client session on a `byClient` upstream: the same on every replica (the
+/// session's tag comes from the id the client presents), and no use to anyone else (a digest).
+fn affinity(server: &str, client: u64) -> HeaderValue {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::new()
+        .chain_update(b"switchboard affinity v1\0")
+        .chain_update(server.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(client.to_be_bytes())
+        .finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    HeaderValue::from_str(&hex).unwrap_or(HeaderValue::from_static("0000000000000000"))
 }

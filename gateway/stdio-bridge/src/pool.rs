@@ -1,0 +1,341 @@
+//! The processes of one replica: a pool of initialized processes that 2026-07-28 requests lease
+//! one at a time, and one process per legacy session for that session's life.
+//!
+//! Bounded: at most `max_processes` alive at once, pooled and sessions together; a request that
+//! finds none idle and no room waits up to `queue_timeout` for one to come back. A pooled
+//! process that exits is replaced (its requests in flight got an error from
+//! [`Process`](crate::process::Process)); pooled processes beyond `pool_size` idle longer than
+//! `process_idle`, and sessions idle longer than `session_idle`, are stopped.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::process::{Gone, Launch, Process};
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Initialized processes kept for 2026-07-28 requests (at least 1: readiness waits for one).
+    pub pool_size: usize,
+    pub max_processes: usize,
+    pub process_idle: Duration,
+    pub session_idle: Duration,
+    pub init_timeout: Duration,
+    pub queue_timeout: Duration,
+}
+
+/// Why no process could be had.
+#[derive(Debug)]
+pub enum Refused {
+    /// Every process is busy and there is no room for another.
+    Busy(Duration),
+    /// Starting or initializing one failed.
+    Failed(Gone),
+}
+
+pub struct Processes {
+    launch: Launch,
+    replica: String,
+    settings: Settings,
+    next_id: AtomicU64,
+    /// Alive (or starting), pooled and sessions alike.
+    alive: AtomicUsize,
+    /// Pooled processes alive or starting (idle or leased).
+    pooled: AtomicUsize,
+    idle: Mutex<Vec<Arc<Process>>>,
+    sessions: Mutex<HashMap<String, Arc<Process>>>,
+    /// A process came back to the pool, or one exited (room for another).
+    freed: Notify,
+    /// A pooled process exited or went: the maintenance loop refills.
+    changed: Notify,
+    ready: AtomicBool,
+    stopping: AtomicBool,
+}
+
+impl Processes {
+    pub fn new(launch: Launch, replica: String, settings: Settings) -> Arc<Processes> {
+        Arc::new(Processes {
+            launch,
+            replica,
+            settings,
+            next_id: AtomicU64::new(1),
+            alive: AtomicUsize::new(0),
+            pooled: AtomicUsize::new(0),
+            idle: Mutex::new(Vec::new()),
+            sessions: Mutex::new(HashMap::new()),
+            freed: Notify::new(),
+            changed: Notify::new(),
+            ready: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether a process has answered `initialize` (readiness).
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        (self.alive.load(Ordering::Relaxed), idle, sessions)
+    }
+
+    /// Takes a slot for one more process, if there is room.
+    fn reserve(&self) -> bool {
+        self.alive
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.settings.max_processes).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Starts a process in a reserved slot; the slot is given back when it exits.
+    fn start(self: &Arc<Self>, pooled: bool) -> Result<Arc<Process>, Gone> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let label = format!("{}/{id}", self.replica);
+        let process = match Process::spawn(&self.launch, id, label, pooled) {
+            Ok(p) => p,
+            Err(e) => {
+                self.alive.fetch_sub(1, Ordering::AcqRel);
+                if pooled {
+                    self.pooled.fetch_sub(1, Ordering::AcqRel);
+                }
+                self.freed.notify_waiters();
+                return Err(e);
+            }
+        };
+        let pool = Arc::downgrade(self);
+        let watched = process.clone();
+        tokio::spawn(async move {
+            watched.exited().await;
+            if let Some(pool) = pool.upgrade() {
+                pool.alive.fetch_sub(1, Ordering::AcqRel);
+                if watched.pooled {
+                    pool.pooled.fetch_sub(1, Ordering::AcqRel);
+                    pool.idle
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .retain(|p| p.id != watched.id);
+                    pool.changed.notify_one();
+                }
+                pool.freed.notify_waiters();
+            }
+        });
+        Ok(process)
+    }
+
+    /// Starts and initializes one pooled process in a reserved slot.
+    async fn start_pooled(self: &Arc<Self>) -> Result<Arc<Process>, Gone> {
+        self.pooled.fetch_add(1, Ordering::AcqRel);
+        let process = self.start(true)?;
+        match process.initialize(self.settings.init_timeout).await {
+            Ok(_) => {
+                self.ready.store(true, Ordering::Relaxed);
+                Ok(process)
+            }
+            Err(e) => {
+                tracing::warn!(process = %process.label, error = %e, "a pooled process failed to initialize");
+                process.kill();
+                Err(e)
+            }
+        }
+    }
+
+    /// An idle pooled process for one 2026-07-28 request, started when none is idle and there
+    /// is room; else waits for one.
+    pub async fn lease(self: &Arc<Self>) -> Result<Lease, Refused> {
+        let deadline = tokio::time::Instant::now() + self.settings.queue_timeout;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(process) = self.pop_idle() {
+                return Ok(Lease {
+                    pool: self.clone(),
+                    process: Some(process),
+                });
+            }
+            if self.reserve() {
+                return match self.start_pooled().await {
+                    Ok(process) => Ok(Lease {
+                        pool: self.clone(),
+                        process: Some(process),
+                    }),
+                    Err(e) => Err(Refused::Failed(e)),
+                };
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(Refused::Busy(self.settings.queue_timeout));
+            }
+        }
+    }
+
+    fn pop_idle(&self) -> Option<Arc<Process>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(p) = idle.pop() {
+            if p.exit().is_none() {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, process: Arc<Process>) {
+        if self.stopping.load(Ordering::Relaxed) {
+            process.kill();
+        } else if process.exit().is_none() {
+            self.idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(process);
+        }
+        self.freed.notify_waiters();
+    }
+
+    /// A process of its own for a new legacy session (not initialized: the client's
+    /// `initialize` goes to it).
+    pub fn open_session(self: &Arc<Self>, session: &str) -> Result<Arc<Process>, Refused> {
+        if !self.reserve() {
+            return Err(Refused::Busy(Duration::ZERO));
+        }
+        let process = self.start(false).map_err(Refused::Failed)?;
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(session.to_string(), process.clone());
+        Ok(process)
+    }
+
+    /// A session's process, while it runs.
+    pub fn session(&self, session: &str) -> Option<Arc<Process>> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        match sessions.get(session) {
+            Some(p) if p.exit().is_none() => Some(p.clone()),
+            Some(_) => {
+                sessions.remove(session);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Ends a session: its process stops.
+    pub fn close_session(&self, session: &str) -> bool {
+        let removed = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session);
+        if let Some(p) = &removed {
+            p.kill();
+        }
+        removed.is_some()
+    }
+
+    /// Keeps the pool at `pool_size`, replaces what exits, stops what idles too long. Runs
+    /// until [`Processes::stop_all`].
+    pub async fn maintain(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if self.stopping.load(Ordering::Relaxed) {
+                return;
+            }
+            while self.pooled.load(Ordering::Acquire) < self.settings.pool_size && self.reserve() {
+                match self.start_pooled().await {
+                    Ok(p) => self.give_back(p),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not start a pooled process; trying again");
+                        break;
+                    }
+                }
+            }
+            self.reap();
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.changed.notified() => {}
+            }
+        }
+    }
+
+    fn reap(&self) {
+        let surplus = self
+            .pooled
+            .load(Ordering::Acquire)
+            .saturating_sub(self.settings.pool_size);
+        if surplus > 0 {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stopped = 0;
+            idle.retain(|p| {
+                if stopped < surplus && p.idle_for() >= self.settings.process_idle {
+                    stopped += 1;
+                    tracing::info!(process = %p.label, "stopping an idle pooled process");
+                    p.kill();
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.retain(|_, p| {
+            let keep = p.exit().is_none()
+                && (p.in_flight() > 0 || p.idle_for() < self.settings.session_idle);
+            if !keep {
+                tracing::info!(process = %p.label, "ending an idle session");
+                p.kill();
+            }
+            keep
+        });
+    }
+
+    /// Stops every process (the end of a drain) and waits for them, bounded.
+    pub async fn stop_all(&self, grace: Duration) {
+        self.stopping.store(true, Ordering::Relaxed);
+        let all: Vec<Arc<Process>> = {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            idle.drain(..)
+                .chain(sessions.drain().map(|(_, p)| p))
+                .collect()
+        };
+        for p in &all {
+            p.kill();
+        }
+        let _ = tokio::time::timeout(
+            grace,
+            futures_util::future::join_all(all.iter().map(|p| p.exited())),
+        )
+        .await;
+    }
+}
+
+/// A pooled process held for one request; back in the pool when dropped (if it still runs).
+pub struct Lease {
+    pool: Arc<Processes>,
+    process: Option<Arc<Process>>,
+}
+
+impl Lease {
+    pub fn process(&self) -> &Arc<Process> {
+        self.process
+            .as_ref()
+            .expect("a lease holds its process until dropped")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(p) = self.process.take() {
+            self.pool.give_back(p);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Legacy session ids that say which replica holds the session: the holder's address and the
+//! session's name there, sealed with ChaCha20-Poly1305 under a key every replica shares (a
+//! Secret the operator makes per server). Any replica opens an id and either serves it or hands
+//! the request to the holder, so no sticky load balancing is needed; an id that does not open
+//! (tampered, or sealed under another key) is an unknown session. Sealed rather than signed:
+//! pod addresses are no business of a client's, and the address a replica dials comes only
+//! from an id a replica made. (The gateway seals its own tokens alike; the bridge keeps its
+//! own small sealer so its binary does not link the gateway's core.)
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use sha2::{Digest, Sha256};
+
+const NONCE_LEN: usize = 12;
+const AAD: &[u8] = b"switchboard stdio-bridge session v1";
+/// Longer ids are not ours (an address and a 32-character name seal to about 110).
+const MAX_ID_LEN: usize = 512;
+
+pub struct Sealer {
+    cipher: ChaCha20Poly1305,
+}
+
+impl Sealer {
+    /// `secret`: the key every replica shares; `None`: a random one (sessions then live only
+    /// on this replica).
+    pub fn new(secret: Option<&[u8]>) -> Sealer {
+        let key: [u8; 32] = match secret {
+            Some(s) => Sha256::new()
+                .chain_update(b"switchboard stdio-bridge key v1\0")
+                .chain_update(s)
+                .finalize()
+                .into(),
+            None => rand::random(),
+        };
+        Sealer {
+            cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
+        }
+    }
+
+    /// The session id of session `name` held by the replica at `holder` (`host:port`).
+    pub fn seal(&self, holder: &str, name: &str) -> String {
+        let nonce: [u8; NONCE_LEN] = rand::random();
+        let payload = format!("{holder}\n{name}");
+        // Encrypting a buffer with a valid key cannot fail.
+        let sealed = self
+            .cipher
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: payload.as_bytes(),
+                    aad: AAD,
+                },
+            )
+            .unwrap_or_default();
+        let mut raw = nonce.to_vec();
+        raw.extend_from_slice(&sealed);
+        URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    /// `(holder, name)` of an id this key sealed.
+    pub fn open(&self, id: &str) -> Option<(String, String)> {
+        if id.len() > MAX_ID_LEN {
+            return None;
+        }
+        let raw = URL_SAFE_NO_PAD.decode(id.trim()).ok()?;
+        if raw.len() <= NONCE_LEN {
+            return None;
+        }
+        let (nonce, sealed) = raw.split_at(NONCE_LEN);
+        let plain = self
+            .cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: AAD,
+                },
+            )
+            .ok()?;
+        let text = String::from_utf8(plain).ok()?;
+        let (holder, name) = text.split_once('\n')?;
+        Some((holder.to_string(), name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_opens_on_every_replica_with_the_key_and_nowhere_else() {
+        let a = Sealer::new(Some(b"shared"));
+        let b = Sealer::new(Some(b"shared"));
+        let other = Sealer::new(Some(b"another"));
+        let id = a.seal("10.0.0.7:8080", "s1");
+        assert_eq!(b.open(&id), Some(("10.0.0.7:8080".into(), "s1".into())));
+        assert_eq!(other.open(&id), None);
+        assert!(
+            !id.contains("10.0.0.7"),
+            "the holder's address is not readable in the id"
+        );
+        // Tampered: one character changed.
+        let mut bytes = id.into_bytes();
+        bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
+        assert_eq!(a.open(&String::from_utf8(bytes).unwrap()), None);
+        assert_eq!(a.open("not-an-id"), None);
+        assert_eq!(a.open(&"A".repeat(600)), None);
+    }
+
+    #[test]
+    fn without_a_key_ids_open_only_where_they_were_made() {
+        let a = Sealer::new(None);
+        let b = Sealer::new(None);
+        let id = a.seal("h:1", "n");
+        assert!(a.open(&id).is_some());
+        assert_eq!(b.open(&id), None);
+    }
+}

@@ -1,0 +1,310 @@
+"""Issue 23, the bridge outside a cluster: switchboard-stdio-bridge in front of real stdio servers
+from npm (@modelcontextprotocol/server-everything) and PyPI (mcp-server-time), installed by
+tests/setup-stdio-servers.sh, behind gateways with `upstreamEra: byClient`.
+
+- Two bridge replicas behind a per-request round-robin balancer, two gateways behind another:
+  tools are listed and called in both eras.
+- A legacy session's 50 calls, alternating gateways and bridges, all land on one process: the
+  process itself says which (server-everything's `get-env` shows SWITCHBOARD_BRIDGE_PROCESS,
+  which the bridge sets per process). 2026-07-28 calls spread over both replicas. The controls:
+  without `--peers` (no affinity: each gateway's handshake opens a process where it lands) or
+  without a shared key (no hand-off: a replica cannot open another's session id), the session
+  splits over processes or its calls fail.
+- `kill -9` of a process: the request in flight on it gets an error at once, the next call
+  works (2026-07-28 on another pooled process; legacy on a new session after the 404).
+- A client that goes away cancels its request on the process, and the process serves the next.
+- Readiness waits for an answered `initialize` (a command that exits at once never gets ready,
+  and says why); stderr reaches the bridge's log labelled by process; SIGTERM drains: readiness
+  fails at once, the call in flight completes, the processes are gone after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import (
+    LEGACY_VERSION,
+    MODERN_VERSION,
+    REPO_ROOT,
+    Proc,
+    ProcessGroup,
+    RawMcp,
+    balancer,
+    binary,
+    free_port,
+    gateway_config,
+    key,
+    new_secret,
+    server,
+    tool_names,
+    wait_until,
+    write_config,
+)
+
+BRIDGE_BIN = "switchboard-stdio-bridge"
+SETUP = REPO_ROOT / "tests" / "setup-stdio-servers.sh"
+LABEL = re.compile(r'"SWITCHBOARD_BRIDGE_PROCESS"\s*:\s*"([^"]+)"')
+
+
+@pytest.fixture(scope="module")
+def stdio_servers() -> dict[str, str]:
+    """name -> command of the real stdio servers (installed once, cached)."""
+    run = subprocess.run([str(SETUP)], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"tests/setup-stdio-servers.sh failed (it needs npm and PyPI):\n{run.stderr[-3000:]}"
+    found = dict(line.split("\t", 1) for line in run.stdout.strip().splitlines())
+    assert {"everything", "time"} <= found.keys(), run.stdout
+    return found
+
+
+class Bridges:
+    """Bridge replicas on loopback, each knowing the others (`--peers`) and sharing one session
+    key, unless told otherwise (the controls)."""
+
+    def __init__(self, procs: ProcessGroup, tmp: Path, command: list[str], n: int = 2, *, peers: bool = True,
+                 shared_key: bool = True, pool_size: int = 2, max_processes: int = 16, extra: tuple[str, ...] = ()):  # fmt: skip
+        self.ports = [free_port() for _ in range(n)]
+        self.addrs = [f"127.0.0.1:{p}" for p in self.ports]
+        self.procs: list[Proc] = []
+        key_file = tmp / "bridge-session-key"
+        key_file.write_text(new_secret("bridge-key"))
+        for port in self.ports:
+            argv = [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--pool-size", str(pool_size),
+                    "--max-processes", str(max_processes), "--drain-delay", "1s", *extra]  # fmt: skip
+            if shared_key:
+                argv += ["--session-key-file", str(key_file)]
+            if peers:
+                argv += ["--peers", ",".join(self.addrs)]
+            self.procs.append(procs.start(f"bridge-{port}", [*argv, "--", *command]))
+        for url in self.urls:
+            wait_until(lambda url=url: httpx.get(f"{url}/readyz", timeout=2).status_code == 200, 60,
+                       what=f"{url} to be ready (a process answered initialize)")  # fmt: skip
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://{a}" for a in self.addrs]
+
+
+def label_of(reply) -> str:
+    """Which process answered a `get-env` call (it prints its environment)."""
+    assert reply.status == 200 and not reply.result.get("isError"), reply.raw[:400]
+    text = "".join(c.get("text", "") for c in reply.result.get("content", []))
+    m = LABEL.search(text)
+    assert m, f"no SWITCHBOARD_BRIDGE_PROCESS in get-env's answer: {text[:300]}"
+    return m.group(1)
+
+
+def pids_of(label: str) -> list[int]:
+    """Processes whose environment names `label` (the bridge's child, and its children)."""
+    found = []
+    needle = f"SWITCHBOARD_BRIDGE_PROCESS={label}".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if needle in env:
+                found.append(int(entry))
+    return found
+
+
+def two_gateways(gateways, url: str, secret: str):
+    config = gateway_config([server("every", f"{url}/mcp", upstreamEra="byClient", timeout="20s")],
+                            [key("client", secret, ["every"])])  # fmt: skip
+    path = gateways.config_path("shared")
+    write_config(path, config)
+    return gateways.start(config_path=path, name="gw-a"), gateways.start(config_path=path, name="gw-b")
+
+
+def test_both_eras_list_and_call_through_two_gateways_and_two_bridges(gateways, procs, tmp_path, stdio_servers):
+    bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]])
+    secret = new_secret("bridge-client")
+    with balancer(bridges.urls) as front:
+        gws = two_gateways(gateways, front.url, secret)
+        for gw in gws:
+            modern = RawMcp(gw.mcp_url(), secret, MODERN_VERSION)
+            names = tool_names(modern.list_tools().result["tools"])
+            assert {"every__get-sum", "every__get-env", "every__echo"} <= set(names), names
+            r = modern.call_tool("every__get-sum", {"a": 2, "b": 40})
+            assert r.status == 200 and "42" in json.dumps(r.result), r.raw[:300]
+            with RawMcp(gw.mcp_url(), secret, "legacy") as legacy:
+                assert legacy.initialize().status == 200
+                assert "every__get-sum" in tool_names(legacy.list_tools().result["tools"])
+                r = legacy.call_tool("every__echo", {"message": "through the bridge"})
+                assert r.status == 200 and "through the bridge" in json.dumps(r.result), r.raw[:300]
+        assert {i for i, *_ in front.served} == {0, 1}, "both bridge replicas served"
+
+
+def test_a_legacy_session_keeps_its_process_across_gateways_and_bridges(gateways, procs, tmp_path, stdio_servers):
+    bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]])
+    secret = new_secret("bridge-client")
+    with balancer(bridges.urls) as front:
+        gws = two_gateways(gateways, front.url, secret)
+        with balancer([g.url for g in gws]) as lb:
+            with RawMcp(f"{lb.url}/mcp", secret, "legacy") as legacy:
+                assert legacy.initialize().status == 200
+                labels = [label_of(legacy.call_tool("every__get-env", {})) for _ in range(50)]
+            assert len(set(labels)) == 1, f"one process for the session, got {sorted(set(labels))}"
+            session_calls = [i for i, method, _, sid, rpc in lb.served if rpc == "tools/call"]
+            assert set(session_calls) == {0, 1}, "the session's calls went through both gateways"
+            assert {i for i, *_ in front.served} == {0, 1}, "and reached both bridge replicas"
+
+            # 2026-07-28: any idle process, on either replica.
+            modern = RawMcp(f"{lb.url}/mcp", secret, MODERN_VERSION)
+            spread = {label_of(modern.call_tool("every__get-env", {})) for _ in range(20)}
+            replicas = {label.rsplit("/", 1)[0] for label in spread}
+            assert replicas == set(bridges.addrs), f"2026-07-28 calls spread over both replicas: {spread}"
+
+
+@pytest.mark.parametrize("without", ["peers", "shared_key"])
+def test_control_without_peers_or_a_shared_key_the_session_does_not_hold(gateways, procs, tmp_path, stdio_servers, without):
+    bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]], **{without: False})
+    secret = new_secret("bridge-client")
+    with balancer(bridges.urls) as front:
+        gws = two_gateways(gateways, front.url, secret)
+        with balancer([g.url for g in gws]) as lb:
+            with RawMcp(f"{lb.url}/mcp", secret, "legacy") as legacy:
+                assert legacy.initialize().status == 200
+                labels, failed = [], 0
+                for _ in range(50):
+                    r = legacy.call_tool("every__get-env", {})
+                    if r.status == 200 and not r.result.get("isError") and LABEL.search(json.dumps(r.result)):
+                        labels.append(label_of(r))
+                    else:
+                        failed += 1
+    assert len(set(labels)) > 1 or failed > 0, (
+        f"without the hand-off and the affinity the session should not hold: {sorted(set(labels))}, {failed} failed"
+    )
+
+
+def test_a_killed_process_fails_its_call_at_once_and_the_next_call_works(gateways, procs, tmp_path, stdio_servers):
+    bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]], n=1, pool_size=1)
+    secret = new_secret("bridge-client")
+    gw, _ = two_gateways(gateways, bridges.urls[0], secret)
+    modern = RawMcp(gw.mcp_url(), secret, MODERN_VERSION)
+    victim = label_of(modern.call_tool("every__get-env", {}))
+
+    # A long call in flight on that (only) pooled process, then kill -9.
+    result: dict = {}
+
+    def long_call():
+        result["reply"] = RawMcp(gw.mcp_url(), secret, MODERN_VERSION).call_tool(
+            "every__trigger-long-running-operation", {"duration": 15, "steps": 15}
+        )
+
+    t = threading.Thread(target=long_call)
+    t.start()
+    wait_until(lambda: bridge_busy(bridges.urls[0]), 10, what="the long call to lease the process")
+    for pid in pids_of(victim):
+        os.kill(pid, signal.SIGKILL)
+    t.join(10)
+    assert not t.is_alive(), "the call in flight on a killed process hangs"
+    reply = result["reply"]
+    text = json.dumps(reply.messages[-1] if reply.messages else reply.raw[:300])
+    assert "exited" in text or "killed" in text, f"the in-flight call's answer names the exit: {text[:400]}"
+    after = label_of(modern.call_tool("every__get-env", {}))
+    assert after != victim, "the next call is served by a new process"
+
+    # Legacy: the session's process dies; the next call works on a new session.
+    with RawMcp(gw.mcp_url(), secret, "legacy") as legacy:
+        assert legacy.initialize().status == 200
+        first = label_of(legacy.call_tool("every__get-env", {}))
+        for pid in pids_of(first):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pids_of(first), 10, what="the session's process to be gone")
+        second = label_of(legacy.call_tool("every__get-env", {}))
+        assert second != first
+        assert len({label_of(legacy.call_tool("every__get-env", {})) for _ in range(5)}) == 1
+
+
+def test_a_client_that_goes_away_frees_its_process(gateways, procs, tmp_path, stdio_servers):
+    # One process at most: the next call can only be served once the abandoned one let go.
+    bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]], n=1, pool_size=1, max_processes=1,
+                      extra=("--queue-timeout", "30s"))  # fmt: skip
+    secret = new_secret("bridge-client")
+    gw, _ = two_gateways(gateways, bridges.urls[0], secret)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "every__trigger-long-running-operation", "arguments": {"duration": 600, "steps": 600},
+                       "_meta": {"progressToken": "t", "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+                                 "io.modelcontextprotocol/clientCapabilities": {}}}}  # fmt: skip
+    headers = {"Authorization": f"Bearer {secret}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": "tools/call",
+               "Mcp-Name": "every__trigger-long-running-operation"}  # fmt: skip
+    with httpx.stream("POST", gw.mcp_url(), json=body, headers=headers, timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if "notifications/progress" in line:
+                break  # the call is running on the process; now go away
+    # The 600 s call was abandoned: the only process serves the next call.
+    r = RawMcp(gw.mcp_url(), secret, MODERN_VERSION).call_tool("every__get-sum", {"a": 1, "b": 2})
+    assert r.status == 200 and "3" in json.dumps(r.result), r.raw[:300]
+    log = bridges.procs[0].log_text()
+    assert "Starting default (STDIO) server" in log and re.search(r"127\.0\.0\.1:\d+/1 \| ", log), (
+        "the process's stderr is in the bridge's log, labelled"
+    )
+
+
+def test_the_pypi_server_in_both_eras(gateways, procs, tmp_path, stdio_servers):
+    bridges = Bridges(procs, tmp_path, [stdio_servers["time"], "--local-timezone", "UTC"], n=1)
+    secret = new_secret("bridge-client")
+    config = gateway_config([server("time", f"{bridges.urls[0]}/mcp", upstreamEra="byClient")], [key("c", secret, ["time"])])
+    gw = gateways.start(config)
+    modern = RawMcp(gw.mcp_url(), secret, MODERN_VERSION)
+    assert {"time__get_current_time", "time__convert_time"} <= set(tool_names(modern.list_tools().result["tools"]))
+    r = modern.call_tool("time__get_current_time", {"timezone": "Europe/Paris"})
+    assert r.status == 200 and "Europe/Paris" in json.dumps(r.result), r.raw[:300]
+    with RawMcp(gw.mcp_url(), secret, "legacy") as legacy:
+        assert legacy.initialize(LEGACY_VERSION).status == 200
+        r = legacy.call_tool("time__convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
+        assert r.status == 200 and "21:00" in json.dumps(r.result), r.raw[:300]
+
+
+def test_readiness_waits_for_an_answered_initialize(procs, tmp_path):
+    port = free_port()
+    proc = procs.start("bridge-false", [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--", "/bin/false"])
+    wait_until(lambda: "exited with code 1" in proc.log_text(), 15, what="the bridge to log the exit")
+    r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    assert r.status_code == 503 and "initialize" in r.text, (r.status_code, r.text)
+    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+
+
+def test_sigterm_drains_then_stops_every_process(gateways, procs, tmp_path, stdio_servers):
+    bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]], n=1, pool_size=2,
+                      extra=("--shutdown-grace", "20s"))  # fmt: skip
+    secret = new_secret("bridge-client")
+    gw, _ = two_gateways(gateways, bridges.urls[0], secret)
+    modern = RawMcp(gw.mcp_url(), secret, MODERN_VERSION)
+    labels = {label_of(modern.call_tool("every__get-env", {})) for _ in range(4)}
+    result: dict = {}
+
+    def long_call():
+        result["reply"] = RawMcp(gw.mcp_url(), secret, MODERN_VERSION).call_tool(
+            "every__trigger-long-running-operation", {"duration": 3, "steps": 3}
+        )
+
+    t = threading.Thread(target=long_call)
+    t.start()
+    wait_until(lambda: bridge_busy(bridges.urls[0]), 10, what="the long call to be on a process")
+    bridge = bridges.procs[0]
+    bridge.signal(signal.SIGTERM)
+    wait_until(lambda: httpx.get(f"{bridges.urls[0]}/readyz", timeout=2).text.strip() == "draining", 5, what="readiness to fail")
+    t.join(30)
+    reply = result["reply"]
+    assert reply.status == 200 and "completed" in json.dumps(reply.result), reply.raw[:300]
+    bridge.popen.wait(30)
+    assert bridge.popen.returncode == 0, bridge.log_text()[-2000:]
+    assert not any(pids_of(label) for label in labels), "a server process outlived the bridge"
+
+
+def bridge_busy(url: str) -> bool:
+    """A process is leased (fewer idle than alive), from /readyz."""
+    m = re.search(r"(\d+) processes, (\d+) idle", httpx.get(f"{url}/readyz", timeout=2).text)
+    return bool(m) and int(m.group(2)) < int(m.group(1))
