@@ -9,6 +9,7 @@
 pub mod identity_provider;
 pub mod key;
 pub mod model_route;
+pub mod run;
 pub mod server;
 
 pub use identity_provider::{IdentityProvider, IdentityProviderSpec, IdentityProviderStatus};

@@ -22,17 +22,21 @@ use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter, UpstreamTls};
     printcolumn = r#"{"name":"Prefix","type":"string","jsonPath":".status.prefix"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[x_kube(validation = Rule::new("has(self.url) != has(self.service)").message("exactly one of spec.url and spec.service must be set"))]
+#[x_kube(validation = Rule::new("[has(self.url), has(self.service), has(self.run)].filter(x, x).size() == 1").message("exactly one of spec.url, spec.service and spec.run must be set"))]
 #[serde(rename_all = "camelCase")]
 pub struct McpServerSpec {
-    /// Streamable HTTP endpoint of the upstream, http or https (one of `url` and `service`).
+    /// Streamable HTTP endpoint of the upstream, http or https (one of `url`, `service` and `run`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^https?://[^\s/]+(/\S*)?$"), length(max = 2048))]
     #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https']").message("spec.url must be an http or https URL"))]
     pub url: Option<String>,
-    /// A Service in the same namespace (one of `url` and `service`).
+    /// A Service in the same namespace (one of `url`, `service` and `run`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceRef>,
+    /// A server the operator runs (one of `url`, `service` and `run`): a Deployment and a
+    /// Service it owns, the route pointed at them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<crate::run::Run>,
     /// Transport to the upstream. Only Streamable HTTP exists today.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<Transport>,
@@ -271,7 +275,12 @@ pub struct McpServerStatus {
     /// When the upstream last answered a listing (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_listed: Option<String>,
-    /// `Accepted`, `Programmed`, `Ready`.
+    /// `spec.run`: the Deployment's pods, and how many of them are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// `Accepted`, `Programmed`, `Ready`, and with `spec.run` `Running`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

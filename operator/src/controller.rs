@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
@@ -47,6 +48,8 @@ pub struct Config {
     /// The gateway's ServiceAccount (namespace, name): its pods are the replicas status
     /// expects (see [`crate::gateways`]).
     pub gateway_service_account: (String, String),
+    /// `spec.run`: what the servers' pods are made with.
+    pub workload: crate::workload::Settings,
 }
 
 pub struct Controller {
@@ -115,6 +118,19 @@ fn trim_config_map(config_map: &mut ConfigMap) {
 /// are the bulk of all Secret bytes.
 pub const IGNORED_SECRET_TYPES: &str =
     "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token";
+
+/// What the operator keeps of a Deployment it made: its metadata (labels, owners, the applied
+/// digest) and spec (replicas, for drift); not the managed fields.
+fn trim_deployment(deployment: &mut Deployment) {
+    deployment.metadata.managed_fields = None;
+}
+
+/// What the operator keeps of a run server's pod: its labels and status (readiness and why
+/// containers wait), not its spec.
+fn trim_server_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.spec = None;
+}
 
 /// What the operator keeps of a Secret: its data, name, namespace, labels and owners; not the
 /// managed fields or a `kubectl apply` annotation, which repeats the whole Secret.
@@ -226,6 +242,20 @@ impl Controller {
             gateways::trim,
             self.dirty.clone(),
         );
+        // `spec.run`: the Deployments and pods the operator made (its labels), for status and
+        // drift.
+        let deployments = watch_into(
+            Api::<Deployment>::all(self.client.clone()),
+            all().labels(&crate::workload::pod_selector()),
+            trim_deployment,
+            self.dirty.clone(),
+        );
+        let server_pods = watch_into(
+            Api::<Pod>::all(self.client.clone()),
+            all().labels(&crate::workload::pod_selector()),
+            trim_server_pod,
+            self.dirty.clone(),
+        );
         // Bounded: without the permission to list pods (a chart older than the operator), the
         // operator still serves, and status counts the replicas connected to it, as it used to.
         if tokio::time::timeout(GATEWAY_PODS_SYNC, gateway_pods.wait_until_ready())
@@ -236,6 +266,21 @@ impl Controller {
                 namespace = %gateway_namespace,
                 "cannot list the gateway's pods (RBAC: pods get/list/watch in that namespace?); \
                  until it can, status counts only the gateway replicas that follow this operator"
+            );
+        }
+        // Bounded like the gateway pods: without the permissions (RBAC: deployments and pods
+        // list/watch), servers with `spec.run` cannot be run, the rest is served.
+        let synced = async {
+            let _ = deployments.wait_until_ready().await;
+            let _ = server_pods.wait_until_ready().await;
+        };
+        if tokio::time::timeout(GATEWAY_PODS_SYNC, synced)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "cannot list Deployments or Pods (RBAC: apps/deployments and pods get/list/watch \
+                 cluster-wide?); servers with spec.run will not report their pods until it can"
             );
         }
         let mut ready = vec![
@@ -276,6 +321,8 @@ impl Controller {
                 config_maps: &config_maps,
                 namespaces: &namespaces,
                 gateway_pods: &gateway_pods,
+                deployments: &deployments,
+                server_pods: &server_pods,
             };
             let pass = tracing::info_span!(
                 target: switchboard_telemetry::SPAN_TARGET,
@@ -366,6 +413,15 @@ impl Controller {
             .map(|(kind, (namespace, name))| (kind, namespace, name))
             .collect();
         state.retries.retain(|k| live.contains(k));
+        crate::workload_apply::apply(
+            &self.client,
+            &self.config.workload,
+            &world.servers,
+            &world.deployments,
+            &world.secret_data,
+            &mut state.applied,
+        )
+        .await;
         let planned = plan_statuses(&world, &rendered, state, &replicas, &self.probes);
         for status in planned {
             self.write_planned(state, recorder, status).await;
@@ -615,6 +671,8 @@ struct Stores<'a> {
     config_maps: &'a Store<ConfigMap>,
     namespaces: &'a Store<Namespace>,
     gateway_pods: &'a Store<Pod>,
+    deployments: &'a Store<Deployment>,
+    server_pods: &'a Store<Pod>,
 }
 
 #[derive(Default)]
@@ -626,6 +684,7 @@ struct LoopState {
     retries: crate::retries::StatusRetries,
     was_leader: bool,
     new_session_key: Option<String>,
+    applied: crate::workload_apply::Applied,
 }
 
 /// Everything one pass reads, copied out of the caches once.
@@ -640,6 +699,31 @@ struct World {
     config_map_data: SecretData,
     namespace_policies: NamespacePolicies,
     gateway_pods: Vec<Arc<Pod>>,
+    /// `spec.run`: the Deployments and pods the operator made.
+    deployments: Vec<Arc<Deployment>>,
+    server_pods: Vec<Arc<Pod>>,
+}
+
+impl World {
+    /// What the pods of a server the operator runs say.
+    fn health(&self, server: &McpServer) -> crate::workload::Health {
+        let namespace = server.namespace();
+        let name = server.name_any();
+        let mine = |labels: &BTreeMap<String, String>, ns: Option<String>| {
+            ns == namespace && labels.get(crate::workload::SERVER_LABEL) == Some(&name)
+        };
+        let deployment = self
+            .deployments
+            .iter()
+            .find(|d| mine(d.labels(), d.namespace()));
+        let pods: Vec<Arc<Pod>> = self
+            .server_pods
+            .iter()
+            .filter(|p| mine(p.labels(), p.namespace()))
+            .cloned()
+            .collect();
+        crate::workload::health(deployment.map(|d| d.as_ref()), &pods)
+    }
 }
 
 fn copied<K: Clone + kube::Resource<DynamicType = ()> + 'static>(store: &Store<K>) -> Vec<K> {
@@ -701,6 +785,8 @@ fn gather(stores: Stores<'_>) -> World {
         config_map_data,
         namespace_policies,
         gateway_pods: stores.gateway_pods.state(),
+        deployments: stores.deployments.state(),
+        server_pods: stores.server_pods.state(),
     }
 }
 
@@ -708,7 +794,7 @@ fn gather(stores: Stores<'_>) -> World {
 enum PlannedStatus<'a> {
     Server {
         object: &'a McpServer,
-        desired: [status::Desired; 3],
+        desired: Vec<status::Desired>,
         fields: BTreeMap<&'static str, serde_json::Value>,
     },
     Model {
@@ -769,18 +855,39 @@ fn plan_statuses<'a>(
         let id = format!("{}/{}", key.0, key.1);
         let needed = state.included.get(&key).map(|(_, g)| *g);
         let probe = probes.get(&id);
-        let desired = [
+        let probe = probe.as_ref().filter(|_| verdict.accepted);
+        let health = server.spec.run.as_ref().map(|_| {
+            let mut health = world.health(server);
+            if let Some(refused) = state.applied.refused.get(&key) {
+                health.failure = Some(crate::workload::Failure {
+                    reason: "WorkloadRefused".into(),
+                    message: format!("the API server refused the server's Deployment: {refused}"),
+                });
+            }
+            health
+        });
+        let mut desired = vec![
             status::accepted(verdict),
             status::programmed(verdict, needed.map(rollout)),
-            status::ready(verdict, probe.as_ref().filter(|_| verdict.accepted)),
+            match &health {
+                Some(h) => status::ready_running(verdict, probe, h),
+                None => status::ready(verdict, probe),
+            },
         ];
+        if let Some(h) = &health {
+            desired.push(status::running(h));
+        }
         let prefix = server
             .spec
             .tool_prefix
             .clone()
             .unwrap_or_else(|| server.name_any());
         let mut fields = BTreeMap::from([("prefix", serde_json::json!(prefix))]);
-        if let Some(status::Probe::Listed { tools, at }) = &probe {
+        if let Some(h) = &health {
+            fields.insert("replicas", serde_json::json!(h.replicas));
+            fields.insert("readyReplicas", serde_json::json!(h.ready));
+        }
+        if let Some(status::Probe::Listed { tools, at }) = probe {
             fields.insert("toolCount", serde_json::json!(tools));
             fields.insert(
                 "lastListed",
@@ -867,7 +974,7 @@ fn last_listed(server: &McpServer, tools: usize, at: k8s_openapi::jiff::Timestam
     }
 }
 
-fn hash(bytes: &[u8]) -> [u8; 32] {
+pub(crate) fn hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
@@ -921,6 +1028,8 @@ mod tests {
             config_map_data: SecretData::new(),
             namespace_policies: NamespacePolicies::new(),
             gateway_pods: vec![Arc::new(pod)],
+            deployments: Vec::new(),
+            server_pods: Vec::new(),
         }
     }
 

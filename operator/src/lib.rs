@@ -25,3 +25,5 @@ pub mod retries;
 pub mod status;
 pub mod status_write;
 pub mod upstream_policy;
+pub mod workload;
+pub mod workload_apply;

@@ -48,6 +48,10 @@ struct Args {
     /// The gateway's ServiceAccount, `<namespace>:<name>`: the only reader of snapshots.
     #[arg(long, default_value = "switchboard:switchboard-gateway")]
     gateway_service_account: String,
+    /// The image an McpServer's `spec.run` pods copy the stdio bridge from (an init container
+    /// runs `switchboard-stdio-bridge install`): the gateway's image, which the chart sets.
+    #[arg(long, env = "SWITCHBOARD_STDIO_BRIDGE_IMAGE", default_value = concat!("ghcr.io/switchboard-dev/switchboard-gateway:", env!("CARGO_PKG_VERSION")))]
+    stdio_bridge_image: String,
     /// Secret (in --namespace) that keeps the latest snapshot and the session key.
     #[arg(long, default_value = "switchboard-snapshot")]
     snapshot_secret: String,
@@ -271,6 +275,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             secret_selector: (!args.secret_selector.is_empty())
                 .then(|| args.secret_selector.clone()),
             gateway_service_account: (sa_namespace.to_string(), sa_name.to_string()),
+            workload: switchboard_operator::workload::Settings {
+                bridge_image: args.stdio_bridge_image.clone(),
+            },
         },
         hub: hub.clone(),
         probes,

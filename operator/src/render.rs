@@ -844,19 +844,20 @@ fn server_spec(
 ) -> Result<ServerSpec, Verdict> {
     let (namespace, name) = object_ref(server);
     let spec = &server.spec;
-    let url = match (&spec.url, &spec.service) {
-        (Some(url), None) => url.clone(),
-        (None, Some(svc)) => format!(
+    let url = match (&spec.url, &spec.service, &spec.run) {
+        (Some(url), None, None) => url.clone(),
+        (None, Some(svc), None) => format!(
             "{}://{}.{namespace}.svc:{}{}",
             svc.scheme.as_deref().unwrap_or("http"),
             svc.name,
             svc.port,
             svc.path.as_deref().unwrap_or("/mcp")
         ),
+        (None, None, Some(run)) => crate::workload::url(&name, &namespace, run),
         _ => {
             return Err(Verdict::rejected(
                 Reason::InvalidSpec,
-                "exactly one of spec.url and spec.service must be set",
+                "exactly one of spec.url, spec.service and spec.run must be set",
             ));
         }
     };
@@ -925,13 +926,15 @@ fn server_spec(
         },
         limits: spec.limits.as_ref().map(limits),
         upstream_policy: None, // the namespace's, set by render
-        upstream_era: match spec.upstream_era {
-            None | Some(switchboard_crds::server::UpstreamEra::Auto) => {
-                switchboard_snapshot::UpstreamEra::Auto
-            }
-            Some(switchboard_crds::server::UpstreamEra::ByClient) => {
+        // The stdio bridge keeps a process per legacy session: each legacy client keeps its own.
+        upstream_era: match (spec.upstream_era, &spec.run) {
+            (Some(switchboard_crds::server::UpstreamEra::ByClient), _) => {
                 switchboard_snapshot::UpstreamEra::ByClient
             }
+            (None, Some(run)) if run.transport == switchboard_crds::run::RunTransport::Stdio => {
+                switchboard_snapshot::UpstreamEra::ByClient
+            }
+            _ => switchboard_snapshot::UpstreamEra::Auto,
         },
     })
 }

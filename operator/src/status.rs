@@ -105,6 +105,52 @@ pub fn ready(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
     }
 }
 
+/// `Running` of a server the operator runs: its pods, and why they do not run.
+pub fn running(health: &crate::workload::Health) -> Desired {
+    let counts = format!("{}/{} pods ready", health.ready, health.desired);
+    let (status, reason, message) = match (&health.failure, health.created) {
+        (Some(f), _) => (
+            "False",
+            f.reason.clone(),
+            format!("{counts}; {}", f.message),
+        ),
+        (None, false) => (
+            "Unknown",
+            "Creating".into(),
+            "the Deployment is being created".to_string(),
+        ),
+        (None, true) if health.desired > 0 && health.ready >= health.desired => {
+            ("True", "PodsReady".into(), counts)
+        }
+        (None, true) if health.desired == 0 => ("False", "ScaledToZero".into(), counts),
+        (None, true) => ("False", "Progressing".into(), counts),
+    };
+    Desired {
+        type_: "Running",
+        status,
+        reason,
+        message,
+    }
+}
+
+/// `Ready` of a server the operator runs: while its pods fail, that is the reason (the probe
+/// could only say the Service does not answer); else what the probe found.
+pub fn ready_running(
+    verdict: &Verdict,
+    probe: Option<&Probe>,
+    health: &crate::workload::Health,
+) -> Desired {
+    match &health.failure {
+        Some(f) if verdict.accepted && health.ready == 0 => Desired {
+            type_: "Ready",
+            status: "False",
+            reason: f.reason.clone(),
+            message: format!("no pod of the server runs: {}", f.message),
+        },
+        _ => ready(verdict, probe),
+    }
+}
+
 /// What the readiness probe of a model found. It never calls the model: it asks the
 /// provider for its model listing (`GET <baseUrl>/v1/models` or `GET <baseUrl>/models`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -210,6 +210,7 @@ def test_a_killed_process_fails_its_call_at_once_and_the_next_call_works(gateway
     reply = result["reply"]
     text = json.dumps(reply.messages[-1] if reply.messages else reply.raw[:300])
     assert "exited" in text or "killed" in text, f"the in-flight call's answer names the exit: {text[:400]}"
+    bridge_saw_exit(bridges.procs[0], victim)
     after = label_of(modern.call_tool("every__get-env", {}))
     assert after != victim, "the next call is served by a new process"
 
@@ -219,7 +220,7 @@ def test_a_killed_process_fails_its_call_at_once_and_the_next_call_works(gateway
         first = label_of(legacy.call_tool("every__get-env", {}))
         for pid in pids_of(first):
             os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not pids_of(first), 10, what="the session's process to be gone")
+        bridge_saw_exit(bridges.procs[0], first)
         second = label_of(legacy.call_tool("every__get-env", {}))
         assert second != first
         assert len({label_of(legacy.call_tool("every__get-env", {})) for _ in range(5)}) == 1
@@ -268,12 +269,26 @@ def test_the_pypi_server_in_both_eras(gateways, procs, tmp_path, stdio_servers):
 
 
 def test_readiness_waits_for_an_answered_initialize(procs, tmp_path):
+    # A server that starts but never answers: not ready, and says why.
     port = free_port()
-    proc = procs.start("bridge-false", [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--", "/bin/false"])
-    wait_until(lambda: "exited with code 1" in proc.log_text(), 15, what="the bridge to log the exit")
+    procs.start("bridge-silent", [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--init-timeout", "60s", "--", "sleep", "600"])
     r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
     assert r.status_code == 503 and "initialize" in r.text, (r.status_code, r.text)
     assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+
+
+def test_a_command_that_exits_at_once_makes_the_bridge_exit_with_the_reason(procs, tmp_path):
+    # Three starts in a row that never answer initialize: the bridge gives up and exits, so a
+    # pod shows the crash (CrashLoopBackOff with the exit code and this reason).
+    script = tmp_path / "fails.sh"
+    script.write_text("#!/bin/sh\necho 'cannot open the database' >&2\nexit 3\n")
+    script.chmod(0o755)
+    port = free_port()
+    proc = procs.start("bridge-exits", [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--", str(script)])
+    assert proc.popen.wait(30) == 1, proc.log_text()[-2000:]
+    log = proc.log_text()
+    assert "exited with code 3" in log and "none ever answered initialize" in log, log[-2000:]
+    assert "cannot open the database" in log
 
 
 def test_sigterm_drains_then_stops_every_process(gateways, procs, tmp_path, stdio_servers):
@@ -302,6 +317,13 @@ def test_sigterm_drains_then_stops_every_process(gateways, procs, tmp_path, stdi
     bridge.popen.wait(30)
     assert bridge.popen.returncode == 0, bridge.log_text()[-2000:]
     assert not any(pids_of(label) for label in labels), "a server process outlived the bridge"
+
+
+def bridge_saw_exit(bridge: Proc, label: str) -> None:
+    """Waits for the bridge's log to say the process ended (the OS may reap it a moment before
+    the bridge hears of it; a request in that moment is one in flight, answered with an error)."""
+    wait_until(lambda: re.search(rf"was killed .* process={re.escape(label)}\b", bridge.log_text()), 10,
+               what=f"the bridge to see {label} exit")  # fmt: skip
 
 
 def bridge_busy(url: str) -> bool:

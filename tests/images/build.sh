@@ -3,7 +3,7 @@
 # +crt-static), then one image per binary from ./Containerfile, tagged with the chart's names
 # and the crate version (the chart's appVersion), so `helm install` finds them:
 #
-#   ghcr.io/switchboard-dev/switchboard-gateway:<version>          (target gateway)
+#   ghcr.io/switchboard-dev/switchboard-gateway:<version>          (target gateway; holds the stdio bridge too)
 #   ghcr.io/switchboard-dev/switchboard-operator:<version>         (target operator)
 #   ghcr.io/switchboard-dev/switchboard-example-upstream:<version> (target example-upstream)
 #   ghcr.io/switchboard-dev/switchboard-scripted-provider:<version> (target scripted-provider)
@@ -41,7 +41,7 @@ version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
 target=x86_64-unknown-linux-gnu
 arch=amd64
 export CARGO_TARGET_DIR="$cache/target-static"
-bins=(switchboard-gateway switchboard-operator switchboard-example-upstream switchboard-scripted-provider)
+bins=(switchboard-gateway switchboard-stdio-bridge switchboard-operator switchboard-example-upstream switchboard-scripted-provider)
 packages=()
 for b in "${bins[@]}"; do packages+=(-p "$b"); done
 echo "build.sh: static release binaries ($target, +crt-static) into $CARGO_TARGET_DIR" >&2

@@ -40,7 +40,7 @@ if [[ ! -s "$pause" ]]; then
   image registry.k8s.io/pause:3.10.1 "$pause" "$work"
 fi
 
-caller="$out/caller-$(cat "$here/caller/go.mod" "$here/caller/main.go" | sha256sum | cut -c1-12).tar"
+caller="$out/caller-$(cat "$here/caller/go.mod" "$here/caller"/*.go | sha256sum | cut -c1-12).tar"
 if [[ ! -s "$caller" ]]; then
   work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
   (cd "$here/caller" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOWORK=off \

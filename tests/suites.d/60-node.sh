@@ -28,6 +28,8 @@ t0=$(date +%s)
 tests/k8s/build-binaries.sh --node >&2 || fail "tests/k8s/build-binaries.sh --node failed"
 bin="$(tests/k8s/build-binaries.sh --bin-dir)"
 mapfile -t test_images < <(tests/node/test-images.sh) || fail "tests/node/test-images.sh failed"
+# Real stdio servers (npm, PyPI) on a Debian root filesystem, for McpServer spec.run.
+mapfile -t stdio_images < <(tests/node/stdio-images.sh) || fail "tests/node/stdio-images.sh failed"
 archives="$cache/node-images/switchboard"
 CONTAINERS_CONF="$(tests/images/setup-tools.sh)" tests/images/build.sh --archives "$archives" >&2 ||
   fail "tests/images/build.sh failed"
@@ -51,7 +53,7 @@ tests/node/node.sh start "$dir" ||
   fail "the node did not start (the failing part's log is above; SWITCHBOARD_NODE_KEEP=1 keeps the node's logs in $dir/logs)"
 started=$(( $(date +%s) - t0 ))
 t0=$(date +%s)
-tests/node/node.sh import "$dir" "${test_images[1]}" "$archives"/switchboard-{gateway,operator,example-upstream}.tar \
+tests/node/node.sh import "$dir" "${test_images[1]}" "${stdio_images[@]}" "$archives"/switchboard-{gateway,operator,example-upstream}.tar \
   >/dev/null || fail "importing the images failed"
 echo "60-node: node started in ${started}s; images imported in $(( $(date +%s) - t0 ))s" >&2
 

@@ -1,5 +1,8 @@
 //! `switchboard-stdio-bridge [OPTIONS] -- PROGRAM [ARGS...]`: PROGRAM is a stdio MCP server; the
 //! bridge serves it over Streamable HTTP (see the library's docs).
+//!
+//! `switchboard-stdio-bridge install DIR`: copies this binary into DIR (an init container's
+//! job: the Switchboard image has no shell to `cp` with, and the server's image needs none).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -87,6 +90,13 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("install") {
+        let [_, _, dir] = argv.as_slice() else {
+            anyhow::bail!("usage: switchboard-stdio-bridge install DIR");
+        };
+        return install(std::path::Path::new(dir));
+    }
     let args = Args::parse();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -183,12 +193,35 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let _ = stop_rx.wait_for(|s| *s).await;
         tokio::time::sleep(grace).await;
     };
+    let failed = processes.clone();
     tokio::select! {
         served = server => served?,
         _ = bounded => tracing::warn!("requests still open after the shutdown grace: ending them"),
+        why = failed.failed() => {
+            // The server cannot be started: exit, so that the pod shows a crash with the reason
+            // (Kubernetes reads it from the termination log).
+            let _ = std::fs::write("/dev/termination-log", format!("the stdio server {why}\n"));
+            processes.stop_all(Duration::from_secs(2)).await;
+            anyhow::bail!("the stdio server {why}");
+        }
     }
     processes.stop_all(Duration::from_secs(5)).await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Copies the running binary to `dir/switchboard-stdio-bridge`, executable by anyone (the
+/// server's container may run as another user than the init container).
+fn install(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let me = std::env::current_exe()?;
+    let to = dir.join("switchboard-stdio-bridge");
+    let partial = dir.join(".switchboard-stdio-bridge.partial");
+    std::fs::copy(&me, &partial)
+        .map_err(|e| anyhow::anyhow!("copying {} to {}: {e}", me.display(), partial.display()))?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&partial, &to)?;
+    println!("installed {}", to.display());
     Ok(())
 }
 

@@ -53,7 +53,13 @@ pub struct Processes {
     changed: Notify,
     ready: AtomicBool,
     stopping: AtomicBool,
+    /// Set when the server cannot be started at all (see [`Processes::maintain`]).
+    fatal: tokio::sync::watch::Sender<Option<String>>,
 }
+
+/// Starts in a row that fail before any process ever answered `initialize` make the bridge
+/// give up (and exit, so the pod's status shows the crash and its reason).
+const STARTUP_ATTEMPTS: u32 = 3;
 
 impl Processes {
     pub fn new(launch: Launch, replica: String, settings: Settings) -> Arc<Processes> {
@@ -70,6 +76,7 @@ impl Processes {
             changed: Notify::new(),
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            fatal: tokio::sync::watch::channel(None).0,
         })
     }
 
@@ -245,14 +252,27 @@ impl Processes {
     pub async fn maintain(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failed_starts = 0;
         loop {
             if self.stopping.load(Ordering::Relaxed) {
                 return;
             }
             while self.pooled.load(Ordering::Acquire) < self.settings.pool_size && self.reserve() {
                 match self.start_pooled().await {
-                    Ok(p) => self.give_back(p),
+                    Ok(p) => {
+                        failed_starts = 0;
+                        self.give_back(p);
+                    }
                     Err(e) => {
+                        failed_starts += 1;
+                        if !self.ready() && failed_starts >= STARTUP_ATTEMPTS {
+                            let why = format!(
+                                "{e} ({failed_starts} starts in a row; none ever answered initialize)"
+                            );
+                            tracing::error!("giving up: {why}");
+                            self.fatal.send_replace(Some(why));
+                            return;
+                        }
                         tracing::warn!(error = %e, "could not start a pooled process; trying again");
                         break;
                     }
@@ -295,6 +315,15 @@ impl Processes {
             }
             keep
         });
+    }
+
+    /// Resolves with the reason when the server cannot be started at all.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.fatal.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Stops every process (the end of a drain) and waits for them, bounded.

@@ -53,6 +53,8 @@ pub struct Process {
     last_used: Mutex<Instant>,
     exited: watch::Receiver<Option<String>>,
     stop: watch::Sender<bool>,
+    /// The last line the process wrote to stderr (why it exited, usually).
+    last_stderr: Arc<Mutex<String>>,
 }
 
 #[derive(Default)]
@@ -115,6 +117,7 @@ impl Process {
             last_used: Mutex::new(Instant::now()),
             exited,
             stop,
+            last_stderr: Arc::default(),
         });
         // stdout: the process's messages.
         let reader = Arc::downgrade(&process);
@@ -158,10 +161,16 @@ impl Process {
         });
         // stderr: the pod's log, one line at a time, labelled.
         let label = process.label.clone();
+        let last = process.last_stderr.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 eprintln!("{label} | {line}");
+                if !line.trim().is_empty() {
+                    let mut kept = line.trim().to_string();
+                    kept.truncate(kept.floor_char_boundary(300));
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = kept;
+                }
             }
         });
         // The exit: every request in flight is answered with an error.
@@ -192,10 +201,12 @@ impl Process {
                 Err(e) => format!("could not be waited for: {e}"),
             };
             tracing::info!(process = %label, "{how}");
+            // The exit is known before the requests in flight hear of it: whoever they wake
+            // (a lease given back, a session looked up) must see a process that is gone.
+            let _ = exited_tx.send(Some(how.clone()));
             if let Some(p) = watcher.upgrade() {
                 p.fail_all(&how);
             }
-            let _ = exited_tx.send(Some(how));
         });
         Ok(process)
     }
@@ -209,6 +220,14 @@ impl Process {
     pub async fn exited(&self) {
         let mut rx = self.exited.clone();
         let _ = rx.wait_for(Option::is_some).await;
+    }
+
+    /// The last line of its stderr, if any.
+    pub fn last_stderr(&self) -> String {
+        self.last_stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Asks the process to stop: stdin closed, killed if it lingers.
@@ -322,7 +341,17 @@ impl Process {
                 ))
             })??;
         let Some(result) = answer.get("result").cloned() else {
-            return Err(Gone(format!("refused initialize: {}", answer["error"])));
+            let said = self.last_stderr();
+            let said = if said.is_empty() {
+                String::new()
+            } else {
+                format!("; its stderr last said: {said}")
+            };
+            let error = answer["error"]["message"]
+                .as_str()
+                .unwrap_or("an error")
+                .to_string();
+            return Err(Gone(format!("did not initialize: {error}{said}")));
         };
         self.lock().init = Some(result.clone());
         self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))

@@ -5,6 +5,7 @@
 //	caller once -url URL (-key KEY | -token-file FILE)
 //	    one tools/call of `echo`; prints one JSON line {"status":..,"ok":..,"body":..};
 //	    exits 0 when the call was answered with the echoed text, 1 otherwise.
+//	caller list|session ...  (session.go: tools of servers the operator runs, in both eras)
 //	caller loop -url URL -key KEY [-interval 20ms]
 //	    calls until SIGTERM; one line per call: "<unix ms> ok <ms> conn=<conn>" or
 //	    "<unix ms> FAIL <reason> conn=<conn>". Connections are kept alive and reused, as an SDK's
@@ -163,6 +164,10 @@ func main() {
 	tokenFile := flags.String("token-file", "", "a file holding a ServiceAccount token (read on every call)")
 	interval := flags.Duration("interval", 20*time.Millisecond, "loop: pause between calls")
 	timeout := flags.Duration("timeout", 10*time.Second, "time limit of one call")
+	era := flags.String("era", "modern", "list, session: modern (2026-07-28) or legacy (a session)")
+	tool := flags.String("tool", "", "session: the tool to call")
+	args := flags.String("args", "", "session: the tool's arguments (JSON)")
+	count := flags.Int("n", 50, "session: how many calls")
 	_ = flags.Parse(os.Args[2:])
 	if *url == "" || (*key == "") == (*tokenFile == "") {
 		fmt.Fprintln(os.Stderr, "caller: give -url and exactly one of -key, -token-file")
@@ -199,6 +204,14 @@ func main() {
 				fmt.Printf("%d ok %.1f conn=%s\n", start.UnixMilli(), float64(time.Since(start).Microseconds())/1000, &conn)
 			}
 			time.Sleep(*interval)
+		}
+	case "list":
+		if !listTools(c, *era) {
+			os.Exit(1)
+		}
+	case "session":
+		if !session(c, *era, *tool, *args, *count) {
+			os.Exit(1)
 		}
 	default:
 		fmt.Fprintf(os.Stderr, "caller: unknown mode %q\n", mode)
