@@ -974,7 +974,7 @@ fn last_listed(server: &McpServer, tools: usize, at: k8s_openapi::jiff::Timestam
     }
 }
 
-pub(crate) fn hash(bytes: &[u8]) -> [u8; 32] {
+fn hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 

@@ -34,6 +34,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sha2::Digest as _;
 use switchboard_crds::McpServer;
 use switchboard_crds::run::{Run, RunTransport};
 
@@ -84,7 +85,7 @@ fn label_name(base: &str, suffix: &str) -> String {
     if whole.len() <= 63 {
         return whole;
     }
-    let digest = crate::controller::hash(base.as_bytes());
+    let digest: [u8; 32] = sha2::Sha256::digest(base.as_bytes()).into();
     let tag: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
     let keep = 63 - suffix.len() - tag.len() - 1;
     format!("{}-{tag}{suffix}", base[..keep].trim_end_matches('-'))

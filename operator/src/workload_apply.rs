@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
+use sha2::Digest as _;
 use switchboard_crds::McpServer;
 use switchboard_crds::run::RunTransport;
 
@@ -171,7 +172,7 @@ fn owned_by(deployment: &Deployment, server: &McpServer) -> bool {
 
 fn digest(value: &impl Serialize) -> String {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
-    crate::controller::hash(&bytes)[..12]
+    sha2::Sha256::digest(&bytes)[..12]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
