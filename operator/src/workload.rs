@@ -112,7 +112,8 @@ pub fn url(name: &str, namespace: &str, run: &Run) -> String {
     )
 }
 
-fn labels(name: &str) -> BTreeMap<String, String> {
+/// The labels of every object of a server's workload.
+pub fn labels(name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string()),
         (COMPONENT.0.to_string(), COMPONENT.1.to_string()),

@@ -49,8 +49,11 @@ for t in gateway operator example-upstream scripted-provider; do
   mnt="$(buildah mount "$ctr")"
   files="$(cd "$mnt" && find . -type f | sort | tr '\n' ' ')"
   buildah umount "$ctr" >/dev/null; buildah rm "$ctr" >/dev/null
-  if [[ "$files" == "./usr/local/bin/$bin " ]]; then
-    ok "$t: holds only its binary (no shell, no libraries)"
+  # The gateway's image also carries the stdio bridge (McpServer spec.run pods copy it out).
+  want="./usr/local/bin/$bin "
+  [[ "$t" == gateway ]] && want="./usr/local/bin/switchboard-gateway ./usr/local/bin/switchboard-stdio-bridge "
+  if [[ "$files" == "$want" ]]; then
+    ok "$t: holds only its binaries (no shell, no libraries): $files"
   else
     bad "$t: files are: $files"
   fi
@@ -59,6 +62,20 @@ for t in gateway operator example-upstream scripted-provider; do
   size="$(podman images --format '{{.Size}}' "$image" | head -1)"
   echo "     $image: $size"
 done
+
+# What an McpServer spec.run pod's init container does: the bridge copies itself out of the
+# gateway's image, and the copy runs (as the pod's server container runs it).
+out_dir="$(mktemp -d)"; chmod 0777 "$out_dir"
+gateway_image="ghcr.io/switchboard-dev/switchboard-gateway:$version"
+if podman run --rm --read-only --network none -v "$out_dir:/switchboard" --entrypoint switchboard-stdio-bridge \
+     "$gateway_image" install /switchboard >/dev/null 2>&1 &&
+   [[ -x "$out_dir/switchboard-stdio-bridge" ]] &&
+   [[ "$("$out_dir/switchboard-stdio-bridge" --version 2>&1)" == *"$version"* ]]; then
+  ok "gateway: switchboard-stdio-bridge install DIR copies a bridge that runs"
+else
+  bad "gateway: switchboard-stdio-bridge install did not leave a working bridge in $out_dir"
+fi
+rm -rf "$out_dir"
 
 # The gateway image serves, in front of the example-upstream image (host network, loopback).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -168,12 +168,17 @@ func main() {
 	tool := flags.String("tool", "", "session: the tool to call")
 	args := flags.String("args", "", "session: the tool's arguments (JSON)")
 	count := flags.Int("n", 50, "session: how many calls")
+	pause := flags.Duration("pause", 0, "session: pause between calls")
+	fresh := flags.Bool("fresh", false, "a new connection for every request (so a Service spreads them over its pods)")
 	_ = flags.Parse(os.Args[2:])
 	if *url == "" || (*key == "") == (*tokenFile == "") {
 		fmt.Fprintln(os.Stderr, "caller: give -url and exactly one of -key, -token-file")
 		os.Exit(2)
 	}
 	c := &caller{url: *url, key: *key, tokenFile: *tokenFile, client: &http.Client{Timeout: *timeout}}
+	if *fresh {
+		c.client.Transport = &http.Transport{DisableKeepAlives: true}
+	}
 	switch mode {
 	case "once":
 		status, body, err := c.call(1, nil)
@@ -210,7 +215,7 @@ func main() {
 			os.Exit(1)
 		}
 	case "session":
-		if !session(c, *era, *tool, *args, *count) {
+		if !session(c, *era, *tool, *args, *count, *pause) {
 			os.Exit(1)
 		}
 	default:

@@ -4,7 +4,7 @@ package main
 //
 //	caller list -url URL -key KEY [-era modern|legacy]
 //	    lists the tools; prints {"ok":..,"tools":[names]}.
-//	caller session -url URL -key KEY -era modern|legacy -tool NAME [-args JSON] [-n 50]
+//	caller session -url URL -key KEY -era modern|legacy -tool NAME [-args JSON] [-n 50] [-pause D] [-fresh]
 //	    legacy: one session (initialize, then n calls with its Mcp-Session-Id); modern: n
 //	    stateless calls. One line per call {"n":..,"ok":..,"status":..,"text":..} (the
 //	    tool's text, or the error), then {"done":true,"failed":k}; exits 1 if any failed.
@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 const legacyVersion = "2025-11-25"
@@ -173,7 +174,7 @@ func listTools(c *caller, era string) bool {
 	return true
 }
 
-func session(c *caller, era, tool, args string, n int) bool {
+func session(c *caller, era, tool, args string, n int, pause time.Duration) bool {
 	m := &mcp{c: c, era: era}
 	if err := m.open(); err != nil {
 		printJSON(map[string]any{"done": true, "failed": n, "error": err.Error()})
@@ -201,6 +202,7 @@ func session(c *caller, era, tool, args string, n int) bool {
 			}
 		}
 		printJSON(out)
+		time.Sleep(pause)
 	}
 	printJSON(map[string]any{"done": true, "failed": failed})
 	return failed == 0
