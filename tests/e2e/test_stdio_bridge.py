@@ -193,16 +193,7 @@ def test_a_killed_process_fails_its_call_at_once_and_the_next_call_works(gateway
     victim = label_of(modern.call_tool("every__get-env", {}))
 
     # A long call in flight on that (only) pooled process, then kill -9.
-    result: dict = {}
-
-    def long_call():
-        result["reply"] = RawMcp(gw.mcp_url(), secret, MODERN_VERSION).call_tool(
-            "every__trigger-long-running-operation", {"duration": 15, "steps": 15}
-        )
-
-    t = threading.Thread(target=long_call)
-    t.start()
-    wait_until(lambda: bridge_busy(bridges.urls[0]), 10, what="the long call to lease the process")
+    t, result = long_call(gw, secret, bridges.urls[0], seconds=15)
     for pid in pids_of(victim):
         os.kill(pid, signal.SIGKILL)
     t.join(10)
@@ -298,16 +289,7 @@ def test_sigterm_drains_then_stops_every_process(gateways, procs, tmp_path, stdi
     gw, _ = two_gateways(gateways, bridges.urls[0], secret)
     modern = RawMcp(gw.mcp_url(), secret, MODERN_VERSION)
     labels = {label_of(modern.call_tool("every__get-env", {})) for _ in range(4)}
-    result: dict = {}
-
-    def long_call():
-        result["reply"] = RawMcp(gw.mcp_url(), secret, MODERN_VERSION).call_tool(
-            "every__trigger-long-running-operation", {"duration": 3, "steps": 3}
-        )
-
-    t = threading.Thread(target=long_call)
-    t.start()
-    wait_until(lambda: bridge_busy(bridges.urls[0]), 10, what="the long call to be on a process")
+    t, result = long_call(gw, secret, bridges.urls[0], seconds=3)
     bridge = bridges.procs[0]
     bridge.signal(signal.SIGTERM)
     wait_until(lambda: httpx.get(f"{bridges.urls[0]}/readyz", timeout=2).text.strip() == "draining", 5, what="readiness to fail")
@@ -317,6 +299,22 @@ def test_sigterm_drains_then_stops_every_process(gateways, procs, tmp_path, stdi
     bridge.popen.wait(30)
     assert bridge.popen.returncode == 0, bridge.log_text()[-2000:]
     assert not any(pids_of(label) for label in labels), "a server process outlived the bridge"
+
+
+def long_call(gw, secret: str, bridge_url: str, seconds: int) -> tuple[threading.Thread, dict]:
+    """A `seconds`-long 2026-07-28 call in a thread, returned once a process holds it; its
+    reply lands in the dict under "reply"."""
+    result: dict = {}
+
+    def call():
+        result["reply"] = RawMcp(gw.mcp_url(), secret, MODERN_VERSION).call_tool(
+            "every__trigger-long-running-operation", {"duration": seconds, "steps": seconds}
+        )
+
+    t = threading.Thread(target=call)
+    t.start()
+    wait_until(lambda: bridge_busy(bridge_url), 10, what="the long call to lease a process")
+    return t, result
 
 
 def bridge_saw_exit(bridge: Proc, label: str) -> None:

@@ -133,6 +133,28 @@ fn rpc_error(status: StatusCode, id: Value, code: i64, message: impl Into<String
         .into_response()
 }
 
+/// No process could be had: busy (503, the client may retry) or the server did not start (502).
+fn refused(id: Value, refused: Refused) -> Response {
+    match refused {
+        Refused::Busy(waited) if waited.is_zero() => rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            INTERNAL_ERROR,
+            "no room for another server process on this replica",
+        ),
+        Refused::Busy(waited) => rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            INTERNAL_ERROR,
+            format!(
+                "every server process is busy (waited {})",
+                humantime::format_duration(waited)
+            ),
+        ),
+        Refused::Failed(e) => rpc_error(StatusCode::BAD_GATEWAY, id, INTERNAL_ERROR, e.to_string()),
+    }
+}
+
 fn json_response(message: &Value) -> Response {
     (
         StatusCode::OK,
@@ -267,20 +289,7 @@ async fn modern(b: &Bridge, message: Value, sse: bool) -> Response {
     };
     let lease = match b.processes.lease().await {
         Ok(lease) => lease,
-        Err(Refused::Busy(waited)) => {
-            return rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                id,
-                INTERNAL_ERROR,
-                format!(
-                    "every server process is busy (waited {})",
-                    humantime::format_duration(waited)
-                ),
-            );
-        }
-        Err(Refused::Failed(e)) => {
-            return rpc_error(StatusCode::BAD_GATEWAY, id, INTERNAL_ERROR, e.to_string());
-        }
+        Err(e) => return refused(id, e),
     };
     let init = lease.process().init().unwrap_or_default();
     let shape = ModernShape {
@@ -368,17 +377,7 @@ async fn initialize(b: &Bridge, message: Value, affinity: Option<String>) -> Res
     };
     let process = match b.processes.open_session(&name) {
         Ok(p) => p,
-        Err(Refused::Busy(_)) => {
-            return rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                id,
-                INTERNAL_ERROR,
-                "no room for another server process on this replica",
-            );
-        }
-        Err(Refused::Failed(e)) => {
-            return rpc_error(StatusCode::BAD_GATEWAY, id, INTERNAL_ERROR, e.to_string());
-        }
+        Err(e) => return refused(id, e),
     };
     let answer = async {
         let mut call = process
