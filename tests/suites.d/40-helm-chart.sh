@@ -256,8 +256,9 @@ app_version=$(awk '/^appVersion:/{gsub(/"/, "", $2); print $2}' "$chart/Chart.ya
 check "image tag defaults to appVersion ($app_version)" bash -c "
   helm template sb $chart | grep -qx '          image: \"ghcr.io/switchboard-dev/switchboard-operator:$app_version\"' &&
   helm template sb $chart | grep -qx '          image: \"ghcr.io/switchboard-dev/switchboard-gateway:$app_version\"'"
-check "image tag override" bash -c "
-  helm template sb $chart --set operator.image.tag=dev1 --set gateway.image.tag=dev2 | grep -c ':dev[12]\"' | grep -qx 2"
+check "image tag override (the operator's --stdio-bridge-image follows the gateway's)" bash -c "
+  helm template sb $chart --set operator.image.tag=dev1 --set gateway.image.tag=dev2 | grep -c ':dev[12]\"' | grep -qx 3 &&
+  helm template sb $chart --set gateway.image.tag=dev2 | grep -A1 -- '- --stdio-bridge-image' | grep -qF 'switchboard-gateway:dev2'"
 check "publicUrl host and allowedHosts join the Service names" bash -c "
   helm template sb $chart -n ns --set gateway.publicUrl=https://mcp.example.com:8443/x --set 'gateway.allowedHosts={mcp.internal}' |
   grep -qF 'value: \"sb-switchboard-gateway,sb-switchboard-gateway.ns,sb-switchboard-gateway.ns.svc,sb-switchboard-gateway.ns.svc.cluster.local,mcp.example.com:8443,mcp.internal\"'"
@@ -304,7 +305,7 @@ jp() { kubectl -n "$ns" get "$1" -o "jsonpath=$2"; }
 expect "operator: 2 replicas" 2 jp "deploy/$op" '{.spec.replicas}'
 expect "operator: command" switchboard-operator jp "deploy/$op" '{.spec.template.spec.containers[0].command[0]}'
 expect "operator: args" \
-  "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op --delivery-ca-secret $op-delivery-ca --delivery-trust-configmap $op-delivery-trust --delivery-tls-names $op,$op.$ns,$op.$ns.svc,$op.$ns.svc.cluster.local --delivery-cert-validity 24h --delivery-ca-validity 8760h" \
+  "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op --stdio-bridge-image ghcr.io/switchboard-dev/switchboard-gateway:$app_version --delivery-ca-secret $op-delivery-ca --delivery-trust-configmap $op-delivery-trust --delivery-tls-names $op,$op.$ns,$op.$ns.svc,$op.$ns.svc.cluster.local --delivery-cert-validity 24h --delivery-ca-validity 8760h" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].args[*]}'
 expect "operator: POD_NAME, POD_NAMESPACE, POD_IP from the downward API" "POD_NAME=metadata.name,POD_NAMESPACE=metadata.namespace,POD_IP=status.podIP," \
   jp "deploy/$op" '{range .spec.template.spec.containers[0].env[?(@.valueFrom.fieldRef)]}{.name}={.valueFrom.fieldRef.fieldPath},{end}'
@@ -397,6 +398,14 @@ rbac_operator() {
   can yes "$as_op" update configmaps -n "$ns" || rc=1
   can yes "$as_op" watch namespaces || rc=1
   can yes "$as_op" watch configmaps -A || rc=1
+  # McpServer spec.run: its Deployment, Services and autoscaler, and its pods' status.
+  can yes "$as_op" create deployments.apps -n default || rc=1
+  can yes "$as_op" patch deployments.apps -n default || rc=1
+  can yes "$as_op" delete deployments.apps -n default || rc=1
+  can yes "$as_op" watch deployments.apps -A || rc=1
+  can yes "$as_op" patch services -n default || rc=1
+  can yes "$as_op" patch horizontalpodautoscalers.autoscaling -n default || rc=1
+  can yes "$as_op" watch pods -A || rc=1
   return $rc
 }
 rbac_operator_not() {
@@ -409,7 +418,12 @@ rbac_operator_not() {
   can no "$as_op" create leases.coordination.k8s.io -n default || rc=1
   can no "$as_op" create configmaps -n default || rc=1
   can no "$as_op" delete configmaps -n "$ns" || rc=1
-  can no "$as_op" list pods -A || rc=1
+  can no "$as_op" create pods -n default || rc=1
+  can no "$as_op" delete pods -n default || rc=1
+  can no "$as_op" create pods --subresource=exec -n default || rc=1
+  can no "$as_op" get pods --subresource=log -n default || rc=1
+  can no "$as_op" update deployments.apps -n default || rc=1
+  can no "$as_op" create statefulsets.apps -n default || rc=1
   can no "$as_op" update namespaces || rc=1
   can no "$as_op" create serviceaccounts/token -n "$ns" || rc=1
   can no "$as_op" create subjectaccessreviews.authorization.k8s.io || rc=1
@@ -476,7 +490,7 @@ helm template edge "$chart" --namespace "$ns2" --include-crds --set gateway.auto
   --set gateway.autoscaling.targetMemoryUtilizationPercentage=75 \
   --set gateway.networkPolicy.enabled=true \
   --set 'gateway.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring' \
-  --set tracing.enabled=true --set tracing.otlp.endpoint=http://otel-collector.obs.svc:4318 \
+  --set tracing.enabled=true --set tracing.otlp.endpoint=https://otel-collector.obs.svc:4318 \
   --set tracing.otlp.protocol=http/protobuf --set tracing.otlp.headersSecret.name=otlp-auth \
   --set tracing.otlp.caConfigMap.name=otlp-ca --set gateway.audit.log=/tmp/audit.jsonl >"$dir/rendered-hpa.yaml"
 check "autoscaling on: kubectl apply --server-side accepted" \
@@ -486,7 +500,7 @@ expect "NetworkPolicy (stored): selects the gateway pods; 8080 from anywhere; 90
   kubectl -n "$ns2" get networkpolicy edge-switchboard-gateway -o 'jsonpath={.metadata.name} {.spec.podSelector.matchLabels.app\.kubernetes\.io/component} {.spec.policyTypes[*]} {range .spec.ingress[*]}{.ports[0].port}:{range .from[*]}{.podSelector.matchLabels.app\.kubernetes\.io/component}{.namespaceSelector.matchLabels.kubernetes\.io/metadata\.name},{end};{end}'
 for d in edge-switchboard-gateway edge-switchboard-operator; do
   expect "$d (stored): OTLP over http/protobuf, headers from Secret otlp-auth, CA from ConfigMap otlp-ca" \
-    "http://otel-collector.obs.svc:4318 http/protobuf otlp-auth/headers /etc/switchboard/otlp-ca/ca.crt otlp-ca /etc/switchboard/otlp-ca" \
+    "https://otel-collector.obs.svc:4318 http/protobuf otlp-auth/headers /etc/switchboard/otlp-ca/ca.crt otlp-ca /etc/switchboard/otlp-ca" \
     kubectl -n "$ns2" get deploy "$d" -o 'jsonpath={.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_ENDPOINT")].value} {.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_PROTOCOL")].value} {.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_HEADERS")].valueFrom.secretKeyRef.name}/{.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_HEADERS")].valueFrom.secretKeyRef.key} {.spec.template.spec.containers[0].env[?(@.name=="OTEL_EXPORTER_OTLP_CERTIFICATE")].value} {.spec.template.spec.volumes[?(@.name=="otlp-ca")].configMap.name} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="otlp-ca")].mountPath}'
 done
 expect "HPA: autoscaling/v2, targets the gateway Deployment, 2..10, cpu 80% mem 75%" \
