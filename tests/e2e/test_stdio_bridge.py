@@ -328,3 +328,41 @@ def bridge_busy(url: str) -> bool:
     """A process is leased (fewer idle than alive), from /readyz."""
     m = re.search(r"(\d+) processes, (\d+) idle", httpx.get(f"{url}/readyz", timeout=2).text)
     return bool(m) and int(m.group(2)) < int(m.group(1))
+
+
+def test_idle_sessions_and_surplus_pooled_processes_are_reaped(procs, tmp_path, stdio_servers):
+    # One pooled process kept; a legacy session idle 2 s ends; extra pooled processes idle 1 s go.
+    bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]], n=1, pool_size=1,
+                      extra=("--session-idle", "2s", "--process-idle", "1s"))  # fmt: skip
+    url = f"{bridges.urls[0]}/mcp"
+    headers = {"accept": "application/json, text/event-stream"}
+    init = httpx.post(url, headers=headers, timeout=30, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})  # fmt: skip
+    sid = init.headers["mcp-session-id"]
+    session = {**headers, "mcp-session-id": sid, "mcp-protocol-version": LEGACY_VERSION}
+    env = httpx.post(url, headers=session, timeout=30,
+                     json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get-env", "arguments": {}}})  # fmt: skip
+    text = "".join(c.get("text", "") for c in env.json()["result"]["content"])
+    label = LABEL.search(text).group(1)
+    assert pids_of(label), "the session's process runs"
+    # Three 2026-07-28 calls at once: the pool grows past its size.
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN_VERSION, "io.modelcontextprotocol/clientCapabilities": {}}
+    calls = [threading.Thread(target=lambda: httpx.post(url, headers=headers, timeout=30, json={
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 1}, "_meta": meta}}))
+        for _ in range(3)]  # fmt: skip
+    for t in calls:
+        t.start()
+    for t in calls:
+        t.join(30)
+
+    def counts() -> tuple[int, int]:
+        m = re.search(r"(\d+) processes, \d+ idle, (\d+) sessions", httpx.get(f"{bridges.urls[0]}/readyz", timeout=2).text)
+        return (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+
+    assert counts()[0] >= 3, counts()
+    wait_until(lambda: counts() == (1, 0), 15, what="the idle session and the surplus pooled processes to be reaped")
+    assert not pids_of(label), "the idle session's process is gone"
+    gone = httpx.post(url, headers=session, timeout=30,
+                      json={"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get-env", "arguments": {}}})  # fmt: skip
+    assert gone.status_code == 404, (gone.status_code, gone.text[:200])
