@@ -166,7 +166,8 @@ def test_deleting_the_pod_that_answers_under_a_call_loop(everything):
          60, "the loops to run")  # fmt: skip
 
     def last_label(era: str) -> str | None:
-        labels = LABEL.findall(kubectl("logs", f"loop-{era}", "-n", NS).stdout)
+        lines = results(kubectl("logs", f"loop-{era}", "-n", NS).stdout)
+        labels = [m.group(1) for line in lines if (m := LABEL.search(line.get("text", "")))]
         return labels[-1] if len(labels) >= 10 else None
 
     # Disturb what the legacy session actually uses: the pod holding its process.
