@@ -469,7 +469,8 @@ impl Controller {
                 target: switchboard_telemetry::SPAN_TARGET,
                 "snapshot push",
                 otel.name = "snapshot push",
-                switchboard.generation = state.generation,
+                // (as i64: tracing-opentelemetry records a u64 as its text, an i64 as an integer)
+                switchboard.generation = state.generation as i64,
                 switchboard.stored = is_leader,
             );
             let entered = push.enter();

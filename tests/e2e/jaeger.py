@@ -218,6 +218,23 @@ def spans_from_otlp(document: dict) -> list[Span]:
     return spans
 
 
+def _v1_value(tag: dict) -> Any:
+    """A classic-API tag's value as the OTLP JSON of the v3 API gives it (the classic API writes
+    int64 tags as strings)."""
+    value = tag.get("value")
+    kind = tag.get("type")
+    try:
+        if kind == "int64":
+            return int(value)
+        if kind == "float64":
+            return float(value)
+    except (TypeError, ValueError):
+        return value
+    if kind == "bool" and isinstance(value, str):
+        return value == "true"
+    return value
+
+
 def spans_from_v1(trace: dict) -> list[Span]:
     """Spans of one trace of the classic API (`data[i]` of /api/traces): tags as attributes,
     the CHILD_OF reference as the parent, the process's service name and tags."""
@@ -225,7 +242,7 @@ def spans_from_v1(trace: dict) -> list[Span]:
     spans = []
     for s in trace.get("spans", []):
         process = processes.get(s.get("processID"), {})
-        tags = {t["key"]: t.get("value") for t in s.get("tags", [])}
+        tags = {t["key"]: _v1_value(t) for t in s.get("tags", [])}
         parents = [r["spanID"] for r in s.get("references", []) if r.get("refType") == "CHILD_OF"]
         spans.append(Span(
             trace_id=s["traceID"],
@@ -234,7 +251,7 @@ def spans_from_v1(trace: dict) -> list[Span]:
             name=s.get("operationName", ""),
             service=process.get("serviceName", ""),
             attributes=tags,
-            resource={"service.name": process.get("serviceName", ""), **{t["key"]: t.get("value") for t in process.get("tags", [])}},
+            resource={"service.name": process.get("serviceName", ""), **{t["key"]: _v1_value(t) for t in process.get("tags", [])}},
             kind=str(tags.get("span.kind", "")),
             status_code=str(tags.get("otel.status_code", "")),
             status_message=str(tags.get("otel.status_description", "")),
