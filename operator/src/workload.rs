@@ -278,6 +278,9 @@ pub fn deployment(server: &McpServer, run: &Run, settings: &Settings) -> Deploym
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
+        // A container that exits with an error and wrote no termination message reports its
+        // log's tail instead (the bridge's last line says why the server cannot start).
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         readiness_probe: probe.0,
         liveness_probe: probe.1,
         resources: run.resources.clone(),
@@ -525,13 +528,14 @@ fn pod_failure(pod: &Pod) -> Option<Failure> {
                         "CrashLoopBackOff".into()
                     },
                     message: format!(
-                        "pod {name}: container {} keeps exiting; it last exited with code {}{}",
+                        "pod {name}: container {} keeps exiting; it last exited with code {}{}{}",
                         c.name,
                         t.exit_code,
                         t.reason
                             .as_deref()
                             .map(|r| format!(" ({r})"))
-                            .unwrap_or_default()
+                            .unwrap_or_default(),
+                        last_words(t.message.as_deref())
                     ),
                 });
             }
@@ -544,19 +548,45 @@ fn pod_failure(pod: &Pod) -> Option<Failure> {
                 ),
             });
         }
-        if let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref())
-            && t.reason.as_deref() == Some("OOMKilled")
-        {
-            return Some(Failure {
-                reason: "OOMKilled".into(),
-                message: format!(
-                    "pod {name}: container {} ran out of memory (exit code {})",
-                    c.name, t.exit_code
-                ),
-            });
+        if let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref()) {
+            if t.reason.as_deref() == Some("OOMKilled") {
+                return Some(Failure {
+                    reason: "OOMKilled".into(),
+                    message: format!(
+                        "pod {name}: container {} ran out of memory (exit code {})",
+                        c.name, t.exit_code
+                    ),
+                });
+            }
+            // Exited and not restarted yet (the crash before a CrashLoopBackOff).
+            if t.exit_code != 0 {
+                return Some(Failure {
+                    reason: t.reason.clone().unwrap_or_else(|| "Error".into()),
+                    message: format!(
+                        "pod {name}: container {} exited with code {}{}",
+                        c.name,
+                        t.exit_code,
+                        last_words(t.message.as_deref())
+                    ),
+                });
+            }
         }
     }
     None
+}
+
+/// `": <the last line>"` of a termination message (with FallbackToLogsOnError, the log's tail),
+/// at most 300 characters; empty without one.
+fn last_words(message: Option<&str>) -> String {
+    let Some(line) = message.and_then(|m| m.lines().rev().map(str::trim).find(|l| !l.is_empty()))
+    else {
+        return String::new();
+    };
+    let mut end = line.len().min(300);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(": {}", &line[..end])
 }
 
 #[cfg(test)]
@@ -807,6 +837,55 @@ mod tests {
         let f = crash.failure.unwrap();
         assert_eq!(f.reason, "CrashLoopBackOff");
         assert!(f.message.contains("exited with code 3"), "{}", f.message);
+        // The log's tail as the termination message: its last line is the reason.
+        let said = ContainerStateTerminated {
+            exit_code: 1,
+            reason: Some("Error".into()),
+            message: Some(
+                "starting\nError: the stdio server did not initialize: exited with code 3\n\n"
+                    .into(),
+            ),
+            ..Default::default()
+        };
+        let f = health(
+            Some(&d),
+            &[pod(
+                "p1",
+                false,
+                waiting("CrashLoopBackOff", ""),
+                Some(said.clone()),
+            )],
+        )
+        .failure
+        .unwrap();
+        assert!(
+            f.message.ends_with(
+                "code 1 (Error): Error: the stdio server did not initialize: exited with code 3"
+            ),
+            "{}",
+            f.message
+        );
+        // Before its restart: the exit itself.
+        let mut exited_now = (*pod("p1", false, None, None)).clone();
+        exited_now
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(ContainerState {
+            terminated: Some(said),
+            ..Default::default()
+        });
+        let f = health(Some(&d), &[Arc::new(exited_now)]).failure.unwrap();
+        assert_eq!(f.reason, "Error");
+        assert!(
+            f.message
+                .contains("exited with code 1: Error: the stdio server"),
+            "{}",
+            f.message
+        );
 
         let oom = ContainerStateTerminated {
             exit_code: 137,

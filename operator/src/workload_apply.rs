@@ -228,11 +228,8 @@ async fn ensure_bridge_key(
     }
     let key: [u8; 32] = rand::random();
     let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    let mut labels = BTreeMap::from([(
-        crate::keys::MANAGED_BY.0.to_string(),
-        crate::keys::MANAGED_BY.1.to_string(),
-    )]);
-    labels.insert(SERVER_LABEL.into(), server.name_any());
+    // The workload's labels: the server's other objects' (and its cleanup's) selector finds it.
+    let labels = workload::labels(&server.name_any());
     let secret = Secret {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
             name: Some(name.to_string()),

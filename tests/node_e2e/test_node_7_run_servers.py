@@ -148,7 +148,7 @@ def test_kill_9_of_the_process_that_answered_then_the_next_calls_work(everything
     pod = server_pod_at(address)
     # The stdio process is the one whose environment carries its label (node, as user 65532).
     script = (f"for d in /proc/[0-9]*; do grep -qz 'SWITCHBOARD_BRIDGE_PROCESS={label}$' $d/environ 2>/dev/null "
-              f"&& kill -9 ${{d#/proc/}} && echo killed ${{d#/proc/}}; done")  # fmt: skip
+              f"&& kill -9 ${{d#/proc/}} && echo killed ${{d#/proc/}}; done; true")  # fmt: skip
     out = kubectl("exec", pod, "-n", NS, "-c", "server", "--", "bash", "-c", script).stdout
     assert "killed" in out, f"no process with {label} in {pod}: {out}"
     phase, lines = run_caller("after-kill", "session", everything["url"], everything["key"], "-era", "modern",

@@ -48,6 +48,7 @@ use switchboard_protocol::{META_PROTOCOL_VERSION as META_VERSION, META_SERVER_IN
 const META_PREFIX: &str = "io.modelcontextprotocol/";
 /// How long a handed-off request may wait for the holder's response headers.
 const HAND_OFF_TIMEOUT: Duration = Duration::from_secs(30);
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const SESSION_NOT_FOUND: i64 = -32001;
 
 pub struct Bridge {
@@ -82,10 +83,20 @@ impl Bridge {
             init_timeout,
             draining: AtomicBool::new(false),
             peers,
-            client: Client::builder(hyper_util::rt::TokioExecutor::new()).build_http(),
+            client: Client::builder(hyper_util::rt::TokioExecutor::new()).build(peer_connector()),
             opening: tokio::sync::Mutex::new(()),
         }
     }
+}
+
+/// Connections to other replicas: a replica whose pod is gone takes its IP with it, and a
+/// connect to it would hang (no one answers, not even with a reset) until the hand-off's
+/// whole timeout; two seconds tell it is gone.
+fn peer_connector() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(PEER_CONNECT_TIMEOUT));
+    connector.set_nodelay(true);
+    connector
 }
 
 pub fn router(bridge: Arc<Bridge>) -> Router {
