@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -366,3 +367,57 @@ def test_idle_sessions_and_surplus_pooled_processes_are_reaped(procs, tmp_path, 
     gone = httpx.post(url, headers=session, timeout=30,
                       json={"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get-env", "arguments": {}}})  # fmt: skip
     assert gone.status_code == 404, (gone.status_code, gone.text[:200])
+
+
+PY_UPSTREAM = REPO_ROOT / "tests" / "e2e" / "upstreams" / "python_upstream.py"
+
+
+def sse_messages(response: httpx.Response):
+    """The JSON-RPC messages of an SSE response, as they arrive."""
+    for line in response.iter_lines():
+        if line.startswith("data:"):
+            yield json.loads(line[5:].strip())
+
+
+def test_a_server_request_is_relayed_and_a_client_that_goes_away_cancels_on_the_process(procs, tmp_path):
+    # The Python SDK's server over stdio: `sample` asks the client's LLM (a server-to-client
+    # request on the call's stream), `slow_stream` counts its runs that were cancelled.
+    bridges = Bridges(procs, tmp_path, [sys.executable, str(PY_UPSTREAM), "--stdio"], n=1, pool_size=1)
+    url = f"{bridges.urls[0]}/mcp"
+    accept = {"accept": "application/json, text/event-stream"}
+    init = httpx.post(url, headers=accept, timeout=30, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": LEGACY_VERSION, "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "0"}}})  # fmt: skip
+    assert init.status_code == 200, init.text
+    session = {**accept, "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": LEGACY_VERSION}
+    httpx.post(url, headers=session, timeout=30, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def call(id_: int, name: str, arguments: dict, **params):
+        return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments, **params}}
+
+    with httpx.stream("POST", url, headers=session, json=call(2, "sample", {"prompt": "hi"}), timeout=30) as r:
+        messages = sse_messages(r)
+        asked = next(messages)
+        assert asked.get("method") == "sampling/createMessage" and "id" in asked, asked
+        reply = {"jsonrpc": "2.0", "id": asked["id"], "result": {
+            "role": "assistant", "content": {"type": "text", "text": "sampled by the test"}, "model": "test"}}  # fmt: skip
+        assert httpx.post(url, headers=session, json=reply, timeout=30).status_code == 202
+        answer = next(m for m in messages if m.get("id") == 2)
+    assert "sampled by the test" in json.dumps(answer["result"]), answer
+
+    def runs() -> dict:
+        r = httpx.post(url, headers=session, json=call(9, "runs", {}), timeout=30)
+        text = r.json()["result"]["content"][0]["text"] if "json" in r.headers["content-type"] else next(
+            m for m in sse_messages(r) if m.get("id") == 9)["result"]["content"][0]["text"]  # fmt: skip
+        return json.loads(text)
+
+    # Control: a run left alone finishes, and is not counted as cancelled.
+    with httpx.stream("POST", url, headers=session, json=call(3, "slow_stream", {"seconds": 0.4, "interval": 0.1},
+                      _meta={"progressToken": "done"}), timeout=30) as r:  # fmt: skip
+        assert any(m.get("id") == 3 for m in sse_messages(r))
+    assert runs()["finished"].get("slow_stream") == 1 and not runs()["cancelled"], runs()
+    # A client that goes away after the first progress: the process hears notifications/cancelled.
+    with httpx.stream("POST", url, headers=session, json=call(4, "slow_stream", {"seconds": 30, "interval": 0.1},
+                      _meta={"progressToken": "gone"}), timeout=30) as r:  # fmt: skip
+        first = next(sse_messages(r))
+        assert first.get("method") == "notifications/progress", first
+    wait_until(lambda: runs()["cancelled"].get("slow_stream") == 1, 10, what="the process to count the run cancelled")

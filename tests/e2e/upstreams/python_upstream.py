@@ -1,7 +1,10 @@
 """An upstream MCP server written with the official Python SDK (mcp 2.3.0), for the e2e tests.
 
     python python_upstream.py [--port N] [--host H] [--name NAME] [--stateless] [--json]
-                              [--legacy-only] [--instructions TEXT]
+                              [--legacy-only] [--instructions TEXT] [--stdio]
+
+With --stdio it speaks MCP on stdin/stdout (for the stdio bridge's tests) and serves no HTTP;
+runs() tells the long tools' counts there.
 
 Port: --port, else $PORT, else 0 (the OS picks one). Once the socket is bound it prints one line
 on stdout, the same shape the Rust example upstream prints:
@@ -87,6 +90,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="JSON replies instead of SSE")
     p.add_argument("--legacy-only", action="store_true", help="refuse the 2026-07-28 form like a legacy server")
     p.add_argument("--instructions", default=None, help="the server's instructions")
+    p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP (for the stdio bridge)")
     return p.parse_args(argv)
 
 
@@ -210,6 +214,13 @@ async def slow_stream(ctx: Context, seconds: float = 30.0, interval: float = 0.2
         raise
     RUNS["finished"]["slow_stream"] += 1
     return "finished"
+
+
+@server.tool()
+def runs() -> str:
+    """The long tools' runs in this process: started, cancelled, finished (JSON), as /_stats has
+    them (a stdio process has no HTTP)."""
+    return json.dumps({k: dict(v) for k, v in RUNS.items()})
 
 
 # The `_meta` keys the 2026-07-28 revision reserves for what the legacy revisions say in
@@ -373,6 +384,9 @@ def build_app(args: argparse.Namespace):
 
 def main() -> None:
     args = ARGS
+    if args.stdio:
+        server.run("stdio")
+        return
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP;
     # without it every response on a kept-alive connection waits ~40 ms for a delayed ACK.
     sock = socket.socket(
