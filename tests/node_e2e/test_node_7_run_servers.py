@@ -125,11 +125,15 @@ def test_a_legacy_session_keeps_its_process_and_modern_calls_spread(everything):
     assert phase == "Succeeded", lines[-3:]
     labels = labels_of(lines)
     assert len(labels) == 50 and len(set(labels)) == 1, f"one process for the session: {sorted(set(labels))}"
-    phase, lines = run_caller("modern-30", "session", everything["url"], everything["key"], "-era", "modern",
-                              "-tool", "get-env", "-n", "30", "-fresh")  # fmt: skip
+    # 2026-07-28 calls at once: a gateway pod keeps a connection to one server pod while it is
+    # busy (the Service balances connections, not requests), so calls that overlap open more
+    # connections and spread over the pods; any idle process on any pod may answer.
+    phase, lines = run_caller("modern-parallel", "session", everything["url"], everything["key"], "-era", "modern",
+                              "-tool", "get-env", "-n", "64", "-parallel", "8", "-fresh")  # fmt: skip
     assert phase == "Succeeded", lines[-3:]
-    replicas = {label.rsplit("/", 1)[0] for label in labels_of(lines)}
-    assert len(replicas) >= 2, f"2026-07-28 calls spread over pods: {replicas}"
+    labels = labels_of(lines)
+    replicas = {label.rsplit("/", 1)[0] for label in labels}
+    assert len(labels) == 64 and len(replicas) >= 2, f"2026-07-28 calls spread over pods: {replicas}"
 
 
 def server_pod_at(address: str) -> str:

@@ -169,6 +169,7 @@ func main() {
 	args := flags.String("args", "", "session: the tool's arguments (JSON)")
 	count := flags.Int("n", 50, "session: how many calls")
 	pause := flags.Duration("pause", 0, "session: pause between calls")
+	parallel := flags.Int("parallel", 1, "session: 2026-07-28 calls from this many goroutines at once")
 	fresh := flags.Bool("fresh", false, "a new connection for every request (so a Service spreads them over its pods)")
 	_ = flags.Parse(os.Args[2:])
 	if *url == "" || (*key == "") == (*tokenFile == "") {
@@ -215,7 +216,7 @@ func main() {
 			os.Exit(1)
 		}
 	case "session":
-		if !session(c, *era, *tool, *args, *count, *pause) {
+		if !sessions(c, *era, *tool, *args, *count, *pause, *parallel) {
 			os.Exit(1)
 		}
 	default:

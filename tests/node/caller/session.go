@@ -5,6 +5,7 @@ package main
 //	caller list -url URL -key KEY [-era modern|legacy]
 //	    lists the tools; prints {"ok":..,"tools":[names]}.
 //	caller session -url URL -key KEY -era modern|legacy -tool NAME [-args JSON] [-n 50] [-pause D] [-fresh]
+//	    [-parallel P]  (modern: P sessions at once, n/P calls each; each ends with its own summary)
 //	    legacy: one session (initialize, then n calls with its Mcp-Session-Id); modern: n
 //	    stateless calls. One line per call {"n":..,"ok":..,"status":..,"text":..} (the
 //	    tool's text, or the error), then {"done":true,"failed":k}; exits 1 if any failed.
@@ -17,6 +18,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -172,6 +174,30 @@ func listTools(c *caller, era string) bool {
 	}
 	printJSON(map[string]any{"ok": true, "tools": names})
 	return true
+}
+
+// sessions runs `parallel` sessions at once (2026-07-28 only: a legacy session is one
+// sequence), each making n/parallel calls; lines of all of them, then one summary.
+func sessions(c *caller, era, tool, args string, n int, pause time.Duration, parallel int) bool {
+	if parallel <= 1 || era != "modern" {
+		return session(c, era, tool, args, n, pause)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := true
+	for p := 0; p < parallel; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !session(c, era, tool, args, n/parallel, pause) {
+				mu.Lock()
+				ok = false
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return ok
 }
 
 func session(c *caller, era, tool, args string, n int, pause time.Duration) bool {
