@@ -200,9 +200,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         why = failed.failed() => {
             // The server cannot be started: exit, so that the pod shows a crash with the reason
             // (Kubernetes reads it from the termination log).
-            let _ = std::fs::write("/dev/termination-log", format!("the stdio server {why}\n"));
+            let _ = std::fs::write("/dev/termination-log", format!("gave up: {why}\n"));
             processes.stop_all(Duration::from_secs(2)).await;
-            anyhow::bail!("the stdio server {why}");
+            anyhow::bail!("gave up: {why}");
         }
     }
     processes.stop_all(Duration::from_secs(5)).await;
