@@ -1100,6 +1100,7 @@ fn timeout_error(call: &RpcCall<'_>) -> UpstreamError {
         budget: call.budget,
     }
 }
+
 /// The affinity of a client session on a `byClient` upstream: the same on every replica (the
 /// session's tag comes from the id the client presents), and no use to anyone else (a digest).
 fn affinity(server: &str, client: u64) -> HeaderValue {
