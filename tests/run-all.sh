@@ -19,7 +19,8 @@
 #   e2e     tests/setup-python.sh, tests/setup-node.sh, tests/setup-claude.sh (the Claude Code
 #           CLI), tests/setup-keycloak.sh (Keycloak and its Java runtime), tests/setup-jaeger.sh
 #           (the Jaeger v2 trace backend, from Go modules) and tests/setup-prometheus.sh
-#           (Prometheus and promtool, from Go modules), then pytest tests/e2e with the venv's
+#           (Prometheus and promtool, from Go modules), tests/setup-stdio-servers.sh (real stdio
+#           MCP servers from npm and PyPI), then pytest tests/e2e with the venv's
 #           python
 #   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
 #
@@ -126,6 +127,10 @@ if wants e2e; then
   # server; tests/suites.d/45-prometheus-rules.sh runs promtool). Instant when cached.
   step prometheus
   "$root/tests/setup-prometheus.sh" >/dev/null
+  # The real stdio MCP servers the stdio-bridge tests run (npm and PyPI, pinned; the test
+  # module calls this again: a no-op). Its own step, so a cold install shows in the timings.
+  step stdio-servers
+  "$root/tests/setup-stdio-servers.sh" >/dev/null
   step e2e
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
   "$venv/bin/python" -m pytest "$root/tests/e2e" -q ${PYTEST_ARGS:-}
