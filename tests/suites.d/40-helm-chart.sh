@@ -23,23 +23,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 chart=charts/switchboard
 
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   - $1"; }
-bad() { # name [detail...]
-  failed=$((failed + 1)); echo "FAIL - $1"
-  shift; if (($# > 0)); then printf '%s\n' "$@" | sed 's/^/       /'; fi
-}
-check() { # name cmd...: the command succeeds
-  local name=$1 out; shift
-  if out=$("$@" 2>&1); then ok "$name"; else bad "$name" "$out"; fi
-}
-check_fails() { # name pattern cmd...: the command fails and its output matches pattern
-  local name=$1 pattern=$2 out; shift 2
-  if out=$("$@" 2>&1); then
-    bad "$name" "expected a failure, got success" "$out"
-  elif grep -qE -- "$pattern" <<<"$out"; then ok "$name"
-  else bad "$name" "failed, but the output lacks /$pattern/:" "$out"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../check-helpers.bash"
 expect() { # name expected cmd...: the command's output equals expected
   local name=$1 want=$2 got; shift 2
   if got=$("$@" 2>&1) && [[ "$got" == "$want" ]]; then ok "$name"
