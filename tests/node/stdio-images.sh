@@ -58,12 +58,8 @@ mmdebstrap --variant=minbase --include="$packages" --mode=root --quiet \
   --customize-hook='rm -f "$1/tmp/requirements-time.txt" "$1/tmp/host-ca.crt"; rm -rf "$1/var/cache/apt/archives"/*.deb "$1/var/lib/apt/lists"/*' \
   "$suite" "$work/rootfs.tar" http://deb.debian.org/debian >&2 || die "mmdebstrap failed (Debian's archive must be reachable)"
 
-image() { # NAME ARCHIVE CONTEXT
-  buildah build --quiet --layers=false -f "$3/Containerfile" -t "$1" "$3" >/dev/null || die "buildah could not build $1"
-  rm -f "$2.tmp"
-  buildah push --quiet "$1" "oci-archive:$2.tmp:$1" || die "buildah push of $1 failed"
-  mv "$2.tmp" "$2"
-}
+# shellcheck source=tests/node/oci-archive.bash
+source "$here/oci-archive.bash"
 
 ctx="$work/everything"
 mkdir -p "$ctx/app"
@@ -77,7 +73,7 @@ USER 65532:65532
 WORKDIR /app
 ENTRYPOINT ["node", "/app/node_modules/.bin/mcp-server-everything"]
 EOF
-image switchboard.test/stdio-everything:local "$everything" "$ctx"
+oci_archive switchboard.test/stdio-everything:local "$everything" "$ctx"
 
 ctx="$work/time"
 mkdir -p "$ctx"
@@ -88,6 +84,6 @@ ADD rootfs.tar /
 USER 65532:65532
 ENTRYPOINT ["/opt/time/bin/mcp-server-time"]
 EOF
-image switchboard.test/stdio-time:local "$time_image" "$ctx"
+oci_archive switchboard.test/stdio-time:local "$time_image" "$ctx"
 echo "$everything"
 echo "$time_image"

@@ -23,13 +23,8 @@ command -v buildah >/dev/null || "$root/tests/images/setup-tools.sh" >/dev/null
 command -v gcc >/dev/null || die "gcc not found (Debian: apt-get install gcc libc6-dev)"
 command -v go >/dev/null || die "go not found on PATH"
 
-# image NAME ARCHIVE WORKDIR: WORKDIR holds the binary and its Containerfile
-image() {
-  buildah build --quiet -f "$3/Containerfile" -t "$1" "$3" >/dev/null || die "buildah could not build $1"
-  rm -f "$2.tmp"
-  buildah push --quiet "$1" "oci-archive:$2.tmp:$1" || die "buildah push of $1 failed"
-  mv "$2.tmp" "$2"
-}
+# shellcheck source=tests/node/oci-archive.bash
+source "$here/oci-archive.bash"
 
 pause="$out/pause-$(sha256sum "$pause_src/pause.c" | cut -c1-12).tar"
 if [[ ! -s "$pause" ]]; then
@@ -37,7 +32,7 @@ if [[ ! -s "$pause" ]]; then
   gcc -Os -static -DVERSION=v3.10.1 -o "$work/pause" "$pause_src/pause.c" || die "gcc could not build pause.c"
   strip "$work/pause"
   printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$work/Containerfile"
-  image registry.k8s.io/pause:3.10.1 "$pause" "$work"
+  oci_archive registry.k8s.io/pause:3.10.1 "$pause" "$work"
 fi
 
 caller="$out/caller-$(cat "$here/caller/go.mod" "$here/caller"/*.go | sha256sum | cut -c1-12).tar"
@@ -46,7 +41,7 @@ if [[ ! -s "$caller" ]]; then
   (cd "$here/caller" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOWORK=off \
     go build -trimpath -ldflags "-s -w" -o "$work/caller" .) || die "go build of tests/node/caller failed"
   printf 'FROM scratch\nCOPY caller /usr/local/bin/caller\nUSER 65532:65532\nENTRYPOINT ["/usr/local/bin/caller"]\n' >"$work/Containerfile"
-  image switchboard.test/caller:local "$caller" "$work"
+  oci_archive switchboard.test/caller:local "$caller" "$work"
 fi
 echo "$pause"
 echo "$caller"
