@@ -4,7 +4,7 @@
 //! client untouched (docs/llm.md).
 //!
 //! - [`routes`]: the handlers; [`errors`]: every error and its shape in each format.
-//! - [`toolset`]: which gateway tools a request gets; [`schema`]: the one sanitizer.
+//! - [`toolset`]: which gateway tools a request gets; the one schema sanitizer is `switchboard_protocol::schema`.
 //! - [`format`]: the two formats; [`turn`]: the shapes of a tool turn both share; [`wire`],
 //!   [`anthropic`], [`openai`]: what the loop needs of each format.
 //! - [`run`]: the loop, answered whole; [`stream`]: the loop, streamed.
@@ -22,7 +22,6 @@ mod provider;
 mod record;
 pub mod routes;
 mod run;
-mod schema;
 mod stream;
 mod toolset;
 mod turn;

@@ -10,7 +10,7 @@ use switchboard_snapshot::{RequireApproval, ToolFilter, ToolVisibility};
 
 use crate::context::LlmContext;
 use crate::errors::LlmError;
-use crate::schema;
+use switchboard_protocol::schema;
 use switchboard_core::route::prefixed_name;
 use switchboard_core::scope::Caller;
 use switchboard_core::table::{Model, Server};

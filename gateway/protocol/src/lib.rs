@@ -13,11 +13,13 @@
 //! The crate is the leaf of the gateway's layers: it knows JSON-RPC and MCP, nothing of routes,
 //! callers or upstreams. Beside the rules here: [`capabilities`] (client capability bits),
 //! [`jsonrpc`] (request bodies and answers on the wire), [`sse`] (event framing),
-//! [`param_headers`] (`Mcp-Param-*` derived from a tool's schema).
+//! [`param_headers`] (`Mcp-Param-*` derived from a tool's schema), [`schema`] (the one
+//! sanitizer of tool schemas handed to providers and built from OpenAPI documents).
 
 pub mod capabilities;
 pub mod jsonrpc;
 pub mod param_headers;
+pub mod schema;
 pub mod sse;
 
 /// JSON-RPC codes from the JSON-RPC 2.0 specification.

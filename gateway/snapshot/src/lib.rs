@@ -10,8 +10,10 @@ pub mod load;
 mod model;
 mod names;
 pub mod networks;
+pub mod openapi;
 mod secret;
 pub mod tls;
+pub mod virtual_server;
 
 pub use identity::{
     ALGORITHMS, Brokered, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_access_ttl,
@@ -22,3 +24,5 @@ pub use model::*;
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};
 pub use tls::{ClientCertificate, GatewayTls, TlsMaterial, UpstreamTls};
+pub use openapi::{OpenApiSpec, OperationOverride, OperationSelector};
+pub use virtual_server::{ParameterOverride, ToolOverride, VirtualServerSpec, VirtualSource};

@@ -37,6 +37,9 @@ pub struct Snapshot {
     /// OpenID Connect providers whose people sign in (`keys[].people` says with which scope).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub identity_providers: Vec<crate::identity::IdentityProviderSpec>,
+    /// Tools of several servers presented as one endpoint (`/mcp/<path>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub virtual_servers: Vec<crate::virtual_server::VirtualServerSpec>,
 }
 
 impl Default for Snapshot {
@@ -49,6 +52,7 @@ impl Default for Snapshot {
             keys: Vec::new(),
             models: Vec::new(),
             identity_providers: Vec::new(),
+            virtual_servers: Vec::new(),
         }
     }
 }
@@ -207,6 +211,10 @@ pub struct ServerSpec {
     /// Which era the gateway speaks to this upstream (default `auto`).
     #[serde(default, skip_serializing_if = "UpstreamEra::is_auto")]
     pub upstream_era: UpstreamEra,
+    /// The upstream is a REST API described by an OpenAPI document, not an MCP server: `url`
+    /// is its base URL, and the selected operations are this server's tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openapi: Option<crate::openapi::OpenApiSpec>,
 }
 
 /// How the gateway picks the era it speaks to an upstream.

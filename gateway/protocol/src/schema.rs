@@ -48,12 +48,13 @@ const MAX_NODES: usize = 5_000;
 /// The provider-safe form of an MCP tool's `inputSchema`.
 pub fn sanitize(schema: &Value) -> Value {
     let definitions = collect_definitions(schema);
-    let mut walk = Walk {
-        definitions: &definitions,
-        path: Vec::new(),
-        budget: MAX_NODES,
-    };
-    let mut top = walk.clean(schema);
+    sanitize_with(schema, &definitions)
+}
+
+/// The same, with the referenced definitions given by reference string (an OpenAPI
+/// document's `#/components/schemas/<name>`, collected once for all its operations).
+pub fn sanitize_with(schema: &Value, definitions: &Map<String, Value>) -> Value {
+    let mut top = clean_with(schema, definitions);
     let Value::Object(object) = &mut top else {
         return json!({"type": "object", "properties": {}});
     };
@@ -68,6 +69,17 @@ pub fn sanitize(schema: &Value) -> Value {
         object.remove("required");
     }
     top
+}
+
+/// A schema with the same rules but no object forced at the top (an OpenAPI response's
+/// schema, a parameter's): references inlined with the same bounds, keywords allow-listed.
+pub fn clean_with(schema: &Value, definitions: &Map<String, Value>) -> Value {
+    let mut walk = Walk {
+        definitions,
+        path: Vec::new(),
+        budget: MAX_NODES,
+    };
+    walk.clean(schema)
 }
 
 /// `#/$defs/...` and `#/definitions/...` targets, by reference string.

@@ -1,0 +1,773 @@
+//! From a document to tools: parse, select operations, build each one's schemas and binding.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Map, Value, json};
+use switchboard_protocol::schema::{clean_with, sanitize_with};
+use switchboard_snapshot::{OpenApiSpec, OperationSelector, glob_match};
+
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+/// Tool names clients accept: 1 to 64 of `a-z A-Z 0-9 _ - .`.
+const MAX_NAME: usize = 64;
+/// Header parameters the OpenAPI specification says to ignore (the request sets them).
+const IGNORED_HEADERS: [&str; 3] = ["accept", "content-type", "authorization"];
+
+/// A document that cannot be read at all: where, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentError {
+    /// A path into the document (`openapi`, `paths./pets.get.parameters[0]`), empty for the
+    /// whole text.
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for DocumentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// The tools of one document, and the selected operations that could not be expressed.
+#[derive(Debug, Default)]
+pub struct Compiled {
+    pub tools: Vec<OperationTool>,
+    pub problems: Vec<DocumentError>,
+    /// The OpenAPI version the document declares.
+    pub version: String,
+}
+
+impl Compiled {
+    pub fn tool(&self, name: &str) -> Option<&OperationTool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The `tools/list` result: every tool, by path and then method (a stable order).
+    pub fn listing(&self) -> Value {
+        json!({ "tools": self.tools.iter().map(OperationTool::listed).collect::<Vec<_>>() })
+    }
+}
+
+/// One operation as a tool.
+#[derive(Debug, Clone)]
+pub struct OperationTool {
+    pub name: String,
+    pub description: Option<String>,
+    pub input_schema: Value,
+    /// The JSON schema of the success response, an object (a non-object response is wrapped
+    /// as `{"result": ...}`: MCP's structured content is an object).
+    pub output_schema: Option<Value>,
+    pub(crate) wraps_output: bool,
+    pub method: http::Method,
+    /// The path template (`/pets/{petId}`).
+    pub path: String,
+    pub params: Vec<Param>,
+    /// The argument that carries the JSON request body, and whether it must be given.
+    pub body: Option<(String, bool)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub name: String,
+    pub location: ParamLocation,
+    pub required: bool,
+    /// Arrays as repeated query parameters (`explode`, the default for `form`), else joined
+    /// with commas.
+    pub explode: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamLocation {
+    Path,
+    Query,
+    Header,
+    Cookie,
+}
+
+impl ParamLocation {
+    fn parse(text: &str) -> Option<ParamLocation> {
+        Some(match text {
+            "path" => ParamLocation::Path,
+            "query" => ParamLocation::Query,
+            "header" => ParamLocation::Header,
+            "cookie" => ParamLocation::Cookie,
+            _ => return None,
+        })
+    }
+}
+
+impl OperationTool {
+    fn listed(&self) -> Value {
+        let mut tool = json!({
+            "name": self.name,
+            "inputSchema": self.input_schema,
+            "annotations": {
+                "readOnlyHint": matches!(self.method, http::Method::GET | http::Method::HEAD),
+                "destructiveHint": self.method == http::Method::DELETE,
+                "idempotentHint": matches!(self.method, http::Method::GET | http::Method::HEAD | http::Method::PUT | http::Method::DELETE),
+            },
+        });
+        if let Some(d) = &self.description {
+            tool["description"] = Value::String(d.clone());
+        }
+        if let Some(s) = &self.output_schema {
+            tool["outputSchema"] = s.clone();
+        }
+        tool
+    }
+}
+
+/// Reads a document (JSON or YAML) and compiles the operations `spec` selects.
+pub fn compile(text: &str, spec: &OpenApiSpec) -> Result<Compiled, DocumentError> {
+    let whole = |message: String| DocumentError {
+        path: String::new(),
+        message,
+    };
+    let document: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| whole(format!("not valid JSON: {e}")))?
+    } else {
+        serde_saphyr::from_str(text)
+            .map_err(|e| whole(format!("not valid YAML: {}", e.without_snippet())))?
+    };
+    compile_value(&document, spec)
+}
+
+fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, DocumentError> {
+    let at = |path: &str, message: String| DocumentError {
+        path: path.to_string(),
+        message,
+    };
+    if !document.is_object() {
+        return Err(at("", "is not an OpenAPI document (not an object)".into()));
+    }
+    if document.get("swagger").is_some() {
+        return Err(at(
+            "swagger",
+            "Swagger 2.0 is not supported; convert the document to OpenAPI 3".into(),
+        ));
+    }
+    let version = document
+        .get("openapi")
+        .and_then(Value::as_str)
+        .ok_or_else(|| at("openapi", "is missing (not an OpenAPI 3 document)".into()))?;
+    if !(version.starts_with("3.0") || version.starts_with("3.1")) {
+        return Err(at(
+            "openapi",
+            format!("version {version:?} is not supported (3.0 or 3.1)"),
+        ));
+    }
+    let paths = match document.get("paths") {
+        Some(Value::Object(paths)) => paths,
+        None => &Map::new(),
+        Some(_) => return Err(at("paths", "must be an object".into())),
+    };
+    let definitions = definitions(document);
+    let overrides: HashMap<&str, &switchboard_snapshot::OperationOverride> = spec
+        .overrides
+        .iter()
+        .map(|o| (o.operation.as_str(), o))
+        .collect();
+    let mut compiled = Compiled {
+        version: version.to_string(),
+        ..Compiled::default()
+    };
+    let mut taken: HashMap<String, String> = HashMap::new();
+    for (path, item) in paths {
+        let item_path = format!("paths.{path}");
+        let item = match resolve(document, item) {
+            Ok(Value::Object(item)) => item,
+            Ok(_) => {
+                compiled
+                    .problems
+                    .push(at(&item_path, "must be an object".into()));
+                continue;
+            }
+            Err(message) => {
+                compiled.problems.push(at(&item_path, message));
+                continue;
+            }
+        };
+        let shared = item.get("parameters");
+        for method in METHODS {
+            let Some(Value::Object(operation)) = item.get(method) else {
+                continue;
+            };
+            let op_path = format!("{item_path}.{method}");
+            let id = operation.get("operationId").and_then(Value::as_str);
+            if !selected(&spec.operations, id, operation, path, method) {
+                continue;
+            }
+            let key = id.map_or_else(|| format!("{method} {path}"), str::to_owned);
+            let overridden = overrides.get(key.as_str()).copied();
+            let built = Operation {
+                document,
+                definitions: &definitions,
+                path,
+                method,
+                operation,
+                shared,
+                at: &op_path,
+            }
+            .build(overridden);
+            match built {
+                Ok(tool) => {
+                    if let Some(first) = taken.get(&tool.name) {
+                        compiled.problems.push(at(
+                            &op_path,
+                            format!(
+                                "its tool name {:?} is already {first}'s (set a name in overrides)",
+                                tool.name
+                            ),
+                        ));
+                        continue;
+                    }
+                    taken.insert(tool.name.clone(), op_path.clone());
+                    compiled.tools.push(tool);
+                }
+                Err(problem) => compiled.problems.push(problem),
+            }
+        }
+    }
+    for o in &spec.overrides {
+        if !override_used(&compiled, o, paths) {
+            compiled.problems.push(at(
+                "",
+                format!(
+                    "overrides: operation {:?} is not a selected operation of the document",
+                    o.operation
+                ),
+            ));
+        }
+    }
+    Ok(compiled)
+}
+
+/// Whether an override names an operation that became a tool.
+fn override_used(
+    compiled: &Compiled,
+    o: &switchboard_snapshot::OperationOverride,
+    paths: &Map<String, Value>,
+) -> bool {
+    let derived = paths.iter().any(|(path, item)| {
+        METHODS.iter().any(|m| {
+            item.get(*m).is_some_and(|op| {
+                let id = op.get("operationId").and_then(Value::as_str);
+                id == Some(o.operation.as_str())
+                    || (id.is_none() && format!("{m} {path}") == o.operation)
+            })
+        })
+    });
+    derived
+        && o.name
+            .as_deref()
+            .is_none_or(|n| compiled.tools.iter().any(|t| t.name == n))
+}
+
+fn selected(
+    selector: &OperationSelector,
+    id: Option<&str>,
+    operation: &Map<String, Value>,
+    path: &str,
+    method: &str,
+) -> bool {
+    let any = |globs: &[String], value: &str| globs.iter().any(|g| glob_match(g, value));
+    let tags: Vec<&str> = operation
+        .get("tags")
+        .and_then(Value::as_array)
+        .map(|t| t.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let everything =
+        selector.operation_ids.is_empty() && selector.tags.is_empty() && selector.paths.is_empty();
+    let matched = everything
+        || id.is_some_and(|id| any(&selector.operation_ids, id))
+        || tags.iter().any(|t| any(&selector.tags, t))
+        || any(&selector.paths, path);
+    let method_ok = selector.methods.is_empty()
+        || selector
+            .methods
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(method));
+    let excluded = id.is_some_and(|id| any(&selector.exclude, id));
+    matched && method_ok && !excluded
+}
+
+/// `#/components/schemas/<name>` targets, by reference string, for the sanitizer.
+fn definitions(document: &Value) -> Map<String, Value> {
+    let mut out = Map::new();
+    if let Some(Value::Object(schemas)) = document.pointer("/components/schemas") {
+        for (name, schema) in schemas {
+            out.insert(format!("#/components/schemas/{name}"), schema.clone());
+        }
+    }
+    out
+}
+
+/// Follows a local `$ref` (a chain of at most a few) to what it names.
+fn resolve<'a>(document: &'a Value, value: &'a Value) -> Result<&'a Value, String> {
+    let mut value = value;
+    for _ in 0..8 {
+        let Some(reference) = value.get("$ref").and_then(Value::as_str) else {
+            return Ok(value);
+        };
+        let Some(pointer) = reference.strip_prefix('#') else {
+            return Err(format!(
+                "$ref {reference:?} points into another document (only references within the document are followed)"
+            ));
+        };
+        let pointer = pointer.replace("~1", "/").replace("~0", "~");
+        value = document
+            .pointer(&pointer)
+            .ok_or_else(|| format!("$ref {reference:?} names nothing in the document"))?;
+    }
+    Err("$ref chain longer than 8".into())
+}
+
+struct Operation<'a> {
+    document: &'a Value,
+    definitions: &'a Map<String, Value>,
+    path: &'a str,
+    method: &'a str,
+    operation: &'a Map<String, Value>,
+    shared: Option<&'a Value>,
+    at: &'a str,
+}
+
+impl Operation<'_> {
+    fn problem(&self, field: &str, message: impl Into<String>) -> DocumentError {
+        DocumentError {
+            path: if field.is_empty() {
+                self.at.to_string()
+            } else {
+                format!("{}.{field}", self.at)
+            },
+            message: message.into(),
+        }
+    }
+
+    fn build(
+        &self,
+        overridden: Option<&switchboard_snapshot::OperationOverride>,
+    ) -> Result<OperationTool, DocumentError> {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        let mut params: Vec<Param> = Vec::new();
+        // Operation parameters override path-item ones of the same name and location.
+        let mut by_key: BTreeMap<(String, String), (String, &Value)> = BTreeMap::new();
+        let mut order = Vec::new();
+        for (section, list) in [("parameters", self.shared), ("parameters", self.operation.get("parameters"))] {
+            let Some(list) = list else { continue };
+            let Some(list) = list.as_array() else {
+                return Err(self.problem(section, "must be a list"));
+            };
+            for (i, p) in list.iter().enumerate() {
+                let field = format!("{section}[{i}]");
+                let p = resolve(self.document, p).map_err(|m| self.problem(&field, m))?;
+                let name = p.get("name").and_then(Value::as_str);
+                let location = p.get("in").and_then(Value::as_str);
+                let (Some(name), Some(location)) = (name, location) else {
+                    return Err(self.problem(&field, "needs a name and an in"));
+                };
+                let key = (name.to_string(), location.to_string());
+                if by_key.insert(key.clone(), (field, p)).is_none() {
+                    order.push(key);
+                }
+            }
+        }
+        for key in &order {
+            let (field, p) = &by_key[key];
+            let (name, location) = key;
+            let Some(location) = ParamLocation::parse(location) else {
+                return Err(self.problem(field, format!("in {location:?} is not path, query, header or cookie")));
+            };
+            if location == ParamLocation::Header
+                && IGNORED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+            {
+                continue;
+            }
+            if properties.contains_key(name) {
+                return Err(self.problem(
+                    field,
+                    format!("parameter {name:?} appears in two locations; one tool argument cannot stand for both"),
+                ));
+            }
+            let schema = p
+                .get("schema")
+                .or_else(|| p.pointer("/content/application~1json/schema"))
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            let mut schema = schema;
+            if let (Value::Object(s), Some(d)) = (&mut schema, p.get("description")) {
+                s.entry("description").or_insert_with(|| d.clone());
+            }
+            let is_required = location == ParamLocation::Path
+                || p.get("required").and_then(Value::as_bool) == Some(true);
+            if is_required {
+                required.push(Value::String(name.clone()));
+            }
+            let style_form = p.get("style").and_then(Value::as_str).is_none_or(|s| s == "form");
+            params.push(Param {
+                name: name.clone(),
+                location,
+                required: is_required,
+                explode: p.get("explode").and_then(Value::as_bool).unwrap_or(style_form),
+            });
+            properties.insert(name.clone(), schema);
+        }
+        for segment in template_names(self.path) {
+            if !params.iter().any(|p| p.location == ParamLocation::Path && p.name == segment) {
+                return Err(self.problem(
+                    "parameters",
+                    format!("path parameter {{{segment}}} is not declared"),
+                ));
+            }
+        }
+        let body = self.body(&mut properties, &mut required)?;
+        let input = json!({"type": "object", "properties": properties, "required": required});
+        let input_schema = sanitize_with(&input, self.definitions);
+        let (output_schema, wraps_output) = self.output();
+        let id = self.operation.get("operationId").and_then(Value::as_str);
+        let name = match overridden.and_then(|o| o.name.clone()) {
+            Some(name) => {
+                if !switchboard_snapshot::virtual_server::is_tool_name(&name) {
+                    return Err(self.problem("", format!("override name {name:?} is not 1-64 of a-z A-Z 0-9 _ - .")));
+                }
+                name
+            }
+            None => derived_name(id, self.method, self.path),
+        };
+        let description = overridden
+            .and_then(|o| o.description.clone())
+            .or_else(|| self.description());
+        Ok(OperationTool {
+            name,
+            description,
+            input_schema,
+            output_schema,
+            wraps_output,
+            method: self
+                .method
+                .to_ascii_uppercase()
+                .parse()
+                .map_err(|_| self.problem("", "not an HTTP method"))?,
+            path: self.path.to_string(),
+            params,
+            body,
+        })
+    }
+
+    fn description(&self) -> Option<String> {
+        let text = |k: &str| {
+            self.operation
+                .get(k)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        };
+        match (text("summary"), text("description")) {
+            (Some(s), Some(d)) if s != d => Some(format!("{s}\n\n{d}")),
+            (Some(s), _) => Some(s.to_string()),
+            (None, Some(d)) => Some(d.to_string()),
+            (None, None) => None,
+        }
+    }
+
+    /// The JSON request body as one argument (`body`, or `requestBody` when a parameter is
+    /// called `body`).
+    fn body(
+        &self,
+        properties: &mut Map<String, Value>,
+        required: &mut Vec<Value>,
+    ) -> Result<Option<(String, bool)>, DocumentError> {
+        let Some(body) = self.operation.get("requestBody") else {
+            return Ok(None);
+        };
+        let body = resolve(self.document, body).map_err(|m| self.problem("requestBody", m))?;
+        let is_required = body.get("required").and_then(Value::as_bool) == Some(true);
+        let content = body.get("content").and_then(Value::as_object);
+        let json_schema = content.and_then(|c| {
+            c.iter()
+                .find(|(t, _)| is_json(t))
+                .map(|(_, m)| m.get("schema").cloned().unwrap_or_else(|| json!({})))
+        });
+        let Some(mut schema) = json_schema else {
+            let types: Vec<&str> = content.map(|c| c.keys().map(String::as_str).collect()).unwrap_or_default();
+            if is_required {
+                return Err(self.problem(
+                    "requestBody.content",
+                    format!("no JSON body ({}); only JSON request bodies become tool arguments", types.join(", ")),
+                ));
+            }
+            return Ok(None);
+        };
+        let name = if properties.contains_key("body") { "requestBody" } else { "body" };
+        if properties.contains_key(name) {
+            return Err(self.problem("requestBody", "parameters named body and requestBody leave no name for the body"));
+        }
+        if let (Value::Object(s), Some(d)) = (&mut schema, body.get("description")) {
+            s.entry("description").or_insert_with(|| d.clone());
+        }
+        properties.insert(name.to_string(), schema);
+        if is_required {
+            required.push(Value::String(name.to_string()));
+        }
+        Ok(Some((name.to_string(), is_required)))
+    }
+
+    /// The first 2xx response's JSON schema, as an object schema.
+    fn output(&self) -> (Option<Value>, bool) {
+        let Some(Value::Object(responses)) = self.operation.get("responses") else {
+            return (None, false);
+        };
+        let mut codes: Vec<&String> = responses.keys().filter(|c| c.starts_with('2')).collect();
+        codes.sort();
+        let schema = codes.iter().find_map(|code| {
+            let response = resolve(self.document, &responses[code.as_str()]).ok()?;
+            let content = response.get("content")?.as_object()?;
+            content
+                .iter()
+                .find(|(t, _)| is_json(t))
+                .and_then(|(_, m)| m.get("schema"))
+        });
+        let Some(schema) = schema else {
+            return (None, false);
+        };
+        let mut cleaned = clean_with(schema, self.definitions);
+        nullable_as_types(&mut cleaned);
+        let is_object = cleaned.get("type").and_then(Value::as_str) == Some("object");
+        if is_object {
+            (Some(cleaned), false)
+        } else {
+            (
+                Some(json!({"type": "object", "properties": {"result": cleaned}})),
+                true,
+            )
+        }
+    }
+}
+
+pub(crate) fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    essence == "application/json" || essence.ends_with("+json") || essence == "*/*"
+}
+
+/// OpenAPI 3.0's `nullable: true` as JSON Schema says it (`type: [t, "null"]`), so that a
+/// client validating structured content against the output schema accepts a null.
+fn nullable_as_types(schema: &mut Value) {
+    match schema {
+        Value::Object(o) => {
+            if o.remove("nullable") == Some(Value::Bool(true))
+                && let Some(Value::String(t)) = o.get("type").cloned()
+            {
+                o.insert("type".into(), json!([t, "null"]));
+            }
+            o.values_mut().for_each(nullable_as_types);
+        }
+        Value::Array(items) => items.iter_mut().for_each(nullable_as_types),
+        _ => {}
+    }
+}
+
+/// `{name}` segments of a path template.
+fn template_names(path: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        out.push(&rest[open + 1..open + close]);
+        rest = &rest[open + close + 1..];
+    }
+    out
+}
+
+/// The operationId, or `<method>_<path>`, with every other character than `a-z A-Z 0-9 _ - .`
+/// turned into `_`, runs of `_` collapsed, and cut to 64.
+pub(crate) fn derived_name(id: Option<&str>, method: &str, path: &str) -> String {
+    let raw = match id {
+        Some(id) => id.to_string(),
+        None => format!("{method}_{path}"),
+    };
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        let c = if c.is_ascii_alphanumeric() || matches!(c, '-' | '.') {
+            c
+        } else {
+            '_'
+        };
+        if !(c == '_' && out.ends_with('_')) {
+            out.push(c);
+        }
+    }
+    let trimmed = out.trim_matches('_');
+    let mut name: String = trimmed.chars().take(MAX_NAME).collect();
+    if name.is_empty() {
+        name = method.to_string();
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PETS: &str = r##"
+openapi: 3.0.3
+info: {title: pets, version: "1"}
+paths:
+  /pets/{petId}:
+    parameters:
+    - {name: petId, in: path, required: true, schema: {type: string}}
+    get:
+      operationId: getPet
+      summary: One pet
+      tags: [pets]
+      parameters:
+      - {name: verbose, in: query, schema: {type: boolean}}
+      - {name: X-Trace, in: header, schema: {type: string}}
+      - {name: Accept, in: header, schema: {type: string}}
+      responses:
+        "200":
+          description: ok
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/Pet"}
+    put:
+      operationId: putPet
+      tags: [admin]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {$ref: "#/components/schemas/Pet"}
+      responses:
+        "204": {description: done}
+  /pets:
+    get:
+      responses:
+        "200":
+          description: list
+          content:
+            application/json:
+              schema: {type: array, items: {$ref: "#/components/schemas/Pet"}}
+    post:
+      operationId: upload
+      requestBody:
+        required: true
+        content:
+          multipart/form-data:
+            schema: {type: object}
+      responses: {"201": {description: made}}
+components:
+  schemas:
+    Pet:
+      type: object
+      required: [name]
+      properties:
+        name: {type: string, nullable: true}
+        kind: {type: string, enum: [cat, dog]}
+        parent: {$ref: "#/components/schemas/Pet"}
+"##;
+
+    fn all() -> Compiled {
+        compile(PETS, &OpenApiSpec::default()).expect("the document compiles")
+    }
+
+    #[test]
+    fn operations_become_tools_with_bindings() {
+        let c = all();
+        let names: Vec<&str> = c.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["get_pets", "getPet", "putPet"], "by path, then method");
+        let get = c.tool("getPet").unwrap();
+        assert_eq!(get.method, http::Method::GET);
+        let params: Vec<(&str, ParamLocation)> =
+            get.params.iter().map(|p| (p.name.as_str(), p.location)).collect();
+        assert_eq!(
+            params,
+            [
+                ("petId", ParamLocation::Path),
+                ("verbose", ParamLocation::Query),
+                ("X-Trace", ParamLocation::Header)
+            ],
+            "path-item parameters first, Accept ignored"
+        );
+        assert_eq!(get.input_schema["required"], json!(["petId"]));
+        let out = get.output_schema.as_ref().unwrap();
+        assert_eq!(out["properties"]["kind"]["enum"], json!(["cat", "dog"]));
+        assert_eq!(out["properties"]["name"]["type"], json!(["string", "null"]));
+        assert_eq!(get.description.as_deref(), Some("One pet"));
+        let put = c.tool("putPet").unwrap();
+        assert_eq!(put.body, Some(("body".to_string(), true)));
+        assert_eq!(
+            put.input_schema["properties"]["body"]["properties"]["kind"]["enum"],
+            json!(["cat", "dog"]),
+            "the body's $ref is inlined"
+        );
+        let list = c.tool("get_pets").unwrap();
+        assert!(list.wraps_output, "an array response is wrapped");
+        assert_eq!(list.output_schema.as_ref().unwrap()["properties"]["result"]["type"], "array");
+    }
+
+    #[test]
+    fn an_operation_that_cannot_be_expressed_is_reported_with_its_path() {
+        let c = all();
+        assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
+        assert_eq!(c.problems[0].path, "paths./pets.post.requestBody.content");
+        assert!(c.problems[0].message.contains("multipart/form-data"));
+    }
+
+    #[test]
+    fn selection_by_tag_id_path_method_and_exclusion() {
+        let pick = |sel: OperationSelector| {
+            let spec = OpenApiSpec { operations: sel, ..Default::default() };
+            compile(PETS, &spec).unwrap().tools.into_iter().map(|t| t.name).collect::<Vec<_>>()
+        };
+        assert_eq!(pick(OperationSelector { tags: vec!["pets".into()], ..Default::default() }), ["getPet"]);
+        assert_eq!(pick(OperationSelector { operation_ids: vec!["*Pet".into()], exclude: vec!["put*".into()], ..Default::default() }), ["getPet"]);
+        assert_eq!(pick(OperationSelector { paths: vec!["/pets".into()], methods: vec!["get".into()], ..Default::default() }), ["get_pets"]);
+    }
+
+    #[test]
+    fn overrides_rename_and_unknown_ones_are_reported() {
+        let spec = OpenApiSpec {
+            overrides: vec![
+                switchboard_snapshot::OperationOverride { operation: "get /pets".into(), name: Some("list_pets".into()), description: Some("All pets".into()) },
+                switchboard_snapshot::OperationOverride { operation: "nope".into(), ..Default::default() },
+            ],
+            ..Default::default()
+        };
+        let c = compile(PETS, &spec).unwrap();
+        let t = c.tool("list_pets").unwrap();
+        assert_eq!(t.description.as_deref(), Some("All pets"));
+        assert!(c.problems.iter().any(|p| p.message.contains("\"nope\"")), "{:?}", c.problems);
+    }
+
+    #[test]
+    fn broken_documents_name_what_is_wrong() {
+        let e = compile("{not json", &OpenApiSpec::default()).unwrap_err();
+        assert!(e.message.starts_with("not valid JSON"), "{e}");
+        let e = compile("swagger: '2.0'\n", &OpenApiSpec::default()).unwrap_err();
+        assert_eq!(e.path, "swagger");
+        let e = compile("openapi: 4.0.0\n", &OpenApiSpec::default()).unwrap_err();
+        assert_eq!(e.path, "openapi");
+        let undeclared = "openapi: 3.1.0\npaths:\n  /a/{x}:\n    get: {responses: {}}\n";
+        let c = compile(undeclared, &OpenApiSpec::default()).unwrap();
+        assert!(c.tools.is_empty());
+        assert_eq!(c.problems[0].path, "paths./a/{x}.get.parameters");
+        let remote = "openapi: 3.1.0\npaths:\n  /a:\n    $ref: 'other.yaml#/x'\n";
+        let c = compile(remote, &OpenApiSpec::default()).unwrap();
+        assert!(c.problems[0].message.contains("another document"), "{:?}", c.problems);
+    }
+
+    #[test]
+    fn names_are_derived_predictably() {
+        assert_eq!(derived_name(Some("list pets!"), "get", "/x"), "list_pets");
+        assert_eq!(derived_name(None, "get", "/api/v1/namespaces/{namespace}/pods"), "get_api_v1_namespaces_namespace_pods");
+        assert_eq!(derived_name(Some(&"a".repeat(80)), "get", "/"), "a".repeat(64));
+    }
+}

@@ -1,0 +1,20 @@
+//! OpenAPI-backed servers: an OpenAPI 3.0 or 3.1 document compiled into MCP tools, and a tool
+//! call turned into the REST request it stands for (and the response into a tool result).
+//!
+//! - [`compile`]: the document, the operations selected, and per operation its tool (name,
+//!   description, input schema of parameters and JSON body, output schema of the JSON
+//!   response) and its binding (method, path template, where each argument goes). An
+//!   operation that cannot be expressed is left out and reported with its document path.
+//! - [`OperationTool::request`]: arguments to method, path, query, headers, cookies, body.
+//! - [`OperationTool::result`]: a REST response to a `tools/call` result.
+//!
+//! Schemas go through the one sanitizer the LLM path uses (`switchboard_protocol::schema`):
+//! references inlined with a depth and size bound, cycles cut, keywords allow-listed.
+
+mod compile;
+mod request;
+mod response;
+
+pub use compile::{Compiled, DocumentError, OperationTool, Param, ParamLocation, compile};
+pub use request::RestRequest;
+pub use response::MAX_ERROR_BODY;

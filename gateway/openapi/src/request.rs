@@ -1,0 +1,171 @@
+//! A tool call's arguments as the REST request the operation describes.
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::{Map, Value};
+
+use crate::compile::{OperationTool, ParamLocation};
+
+/// Characters a path segment keeps unencoded (RFC 3986 unreserved).
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The REST request of one call, relative to the server's base URL.
+#[derive(Debug, PartialEq)]
+pub struct RestRequest {
+    pub method: http::Method,
+    /// The path with its parameters filled in, and the query string (`/pets/7?verbose=true`).
+    pub path_and_query: String,
+    pub headers: Vec<(String, String)>,
+    /// The JSON body, serialized.
+    pub body: Option<Vec<u8>>,
+}
+
+impl OperationTool {
+    /// Where each argument goes; a missing required one, or an argument the tool does not
+    /// have, is an error naming it (the request is not sent).
+    pub fn request(&self, arguments: Option<&Map<String, Value>>) -> Result<RestRequest, String> {
+        let empty = Map::new();
+        let arguments = arguments.unwrap_or(&empty);
+        for name in arguments.keys() {
+            let known = self.params.iter().any(|p| &p.name == name)
+                || self.body.as_ref().is_some_and(|(b, _)| b == name);
+            if !known {
+                return Err(format!("unknown argument {name:?}"));
+            }
+        }
+        let mut path = self.path.clone();
+        let mut query: Vec<(String, String)> = Vec::new();
+        let mut headers = Vec::new();
+        let mut cookies = Vec::new();
+        for param in &self.params {
+            let Some(value) = arguments.get(&param.name).filter(|v| !v.is_null()) else {
+                if param.required {
+                    return Err(format!("missing required argument {:?}", param.name));
+                }
+                continue;
+            };
+            match param.location {
+                ParamLocation::Path => {
+                    let text = scalar(value).ok_or_else(|| {
+                        format!("argument {:?} must be a string, number or boolean", param.name)
+                    })?;
+                    let encoded = utf8_percent_encode(&text, SEGMENT).to_string();
+                    path = path.replace(&format!("{{{}}}", param.name), &encoded);
+                }
+                ParamLocation::Query => match value {
+                    Value::Array(items) if param.explode => {
+                        for item in items {
+                            query.push((param.name.clone(), scalar(item).unwrap_or_else(|| item.to_string())));
+                        }
+                    }
+                    Value::Array(items) => query.push((param.name.clone(), joined(items))),
+                    other => query.push((param.name.clone(), text_of(other))),
+                },
+                ParamLocation::Header => {
+                    let text = match value {
+                        Value::Array(items) => joined(items),
+                        other => text_of(other),
+                    };
+                    if text.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
+                        return Err(format!("argument {:?} must not contain CR, LF or NUL", param.name));
+                    }
+                    headers.push((param.name.clone(), text));
+                }
+                ParamLocation::Cookie => {
+                    let text = text_of(value);
+                    cookies.push(format!("{}={}", param.name, utf8_percent_encode(&text, SEGMENT)));
+                }
+            }
+        }
+        if !cookies.is_empty() {
+            headers.push(("cookie".into(), cookies.join("; ")));
+        }
+        let body = match &self.body {
+            Some((name, required)) => match arguments.get(name) {
+                Some(value) => Some(serde_json::to_vec(value).map_err(|e| e.to_string())?),
+                None if *required => return Err(format!("missing required argument {name:?}")),
+                None => None,
+            },
+            None => None,
+        };
+        if !query.is_empty() {
+            let encoded: Vec<String> = query
+                .iter()
+                .map(|(k, v)| format!("{}={}", utf8_percent_encode(k, SEGMENT), utf8_percent_encode(v, SEGMENT)))
+                .collect();
+            path.push('?');
+            path.push_str(&encoded.join("&"));
+        }
+        Ok(RestRequest {
+            method: self.method.clone(),
+            path_and_query: path,
+            headers,
+            body,
+        })
+    }
+}
+
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A scalar as itself, anything else as its JSON text.
+fn text_of(value: &Value) -> String {
+    scalar(value).unwrap_or_else(|| value.to_string())
+}
+
+fn joined(items: &[Value]) -> String {
+    items.iter().map(text_of).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::compile;
+    use serde_json::json;
+    use switchboard_snapshot::OpenApiSpec;
+
+    const DOC: &str = r#"{"openapi": "3.1.0", "paths": {"/items/{id}": {"post": {
+        "operationId": "update",
+        "parameters": [
+          {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+          {"name": "tag", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}},
+          {"name": "X-Req", "in": "header", "schema": {"type": "string"}},
+          {"name": "session", "in": "cookie", "schema": {"type": "string"}}
+        ],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object"}}}},
+        "responses": {"200": {"description": "ok"}}}}}}"#;
+
+    #[test]
+    fn arguments_go_where_the_operation_says() {
+        let c = compile(DOC, &OpenApiSpec::default()).unwrap();
+        let t = c.tool("update").unwrap();
+        let args = json!({"id": "a b/c", "tag": ["x", "y z"], "X-Req": "r1", "session": "s", "body": {"k": 1}});
+        let r = t.request(args.as_object()).unwrap();
+        assert_eq!(r.method, http::Method::POST);
+        assert_eq!(r.path_and_query, "/items/a%20b%2Fc?tag=x&tag=y%20z");
+        assert_eq!(r.headers, [("X-Req".to_string(), "r1".to_string()), ("cookie".to_string(), "session=s".to_string())]);
+        assert_eq!(r.body.as_deref(), Some(&br#"{"k":1}"#[..]));
+    }
+
+    #[test]
+    fn missing_unknown_and_unsafe_arguments_are_refused_by_name() {
+        let c = compile(DOC, &OpenApiSpec::default()).unwrap();
+        let t = c.tool("update").unwrap();
+        let e = t.request(json!({"body": {}}).as_object()).unwrap_err();
+        assert!(e.contains("\"id\""), "{e}");
+        let e = t.request(json!({"id": "1"}).as_object()).unwrap_err();
+        assert!(e.contains("\"body\""), "{e}");
+        let e = t.request(json!({"id": "1", "body": {}, "extra": 1}).as_object()).unwrap_err();
+        assert!(e.contains("\"extra\""), "{e}");
+        let e = t.request(json!({"id": "1", "body": {}, "X-Req": "a\r\nb"}).as_object()).unwrap_err();
+        assert!(e.contains("CR"), "{e}");
+    }
+}
