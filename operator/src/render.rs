@@ -292,6 +292,7 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
             keys: key_specs,
             models: model_specs,
             identity_providers: provider_specs,
+            virtual_servers: Vec::new(),
         },
         servers: verdicts,
         keys,
@@ -925,6 +926,7 @@ fn server_spec(
             Some(auth) => upstream_auth(auth, &namespace, secrets)?,
         },
         limits: spec.limits.as_ref().map(limits),
+        openapi: None,
         upstream_policy: None, // the namespace's, set by render
         // The stdio bridge keeps a process per legacy session: each legacy client keeps its own.
         upstream_era: match (spec.upstream_era, &spec.run) {

@@ -71,6 +71,22 @@ impl Key {
         )
     }
 
+    /// Whether this key reaches a virtual server: the same rules as a server (its tools are
+    /// then still only those of servers the key reaches).
+    pub fn reaches_virtual(&self, vs: &switchboard_snapshot::VirtualServerSpec) -> bool {
+        self.reaches_one(
+            &self.servers,
+            Reachable {
+                namespace: &vs.namespace,
+                id: vs.id(),
+                name: &vs.name,
+                access_groups: &vs.access_groups,
+                allowed_namespaces: &vs.allowed_namespaces,
+                allow_all_keys: vs.allow_all_keys,
+            },
+        )
+    }
+
     /// Whether this key may use `model`: the same tenancy rules as servers, with the key's
     /// `models` list in place of `servers`.
     pub fn reaches_model(&self, model: &ModelSpec) -> bool {

@@ -3,7 +3,8 @@
 //!
 //! - [`table`]: the immutable routing table built from one snapshot; [`live`] holds the one that
 //!   serves now and names the [`live::SnapshotSink`] a source feeds.
-//! - [`scope`], [`route`]: who the caller is, what it reaches, where a name goes.
+//! - [`scope`], [`route`]: who the caller is, what it reaches, where a name goes;
+//!   [`virtual_server`]: how a virtual server presents its servers' tools.
 //! - [`errors`]: the client-facing error and its one mapping to HTTP, REST and JSON-RPC.
 //! - [`limits`]: per-key and per-server request limits. [`metrics`]: every metric the gateway
 //!   exports. [`session`]: sealing legacy sessions and the other ids clients hold.
@@ -28,6 +29,7 @@ pub mod route;
 pub mod scope;
 pub mod session;
 pub mod table;
+pub mod virtual_server;
 mod workload_identity;
 
 #[cfg(test)]

@@ -495,6 +495,20 @@ impl Caller {
         self.grants().any(|k| k.reaches(&server.spec))
     }
 
+    /// Whether this caller reaches a virtual server (each of its tools then only where
+    /// [`Self::sees_tool`] holds for the tool's own server).
+    pub fn reaches_virtual(&self, vs: &crate::virtual_server::VirtualServer) -> bool {
+        self.grants().any(|k| k.reaches_virtual(&vs.spec))
+    }
+
+    /// The virtual server at `/mcp/<path>`, if this caller reaches it.
+    pub fn virtual_for_path(&self, path: &str) -> Option<Arc<crate::virtual_server::VirtualServer>> {
+        self.table
+            .virtual_by_path(path)
+            .filter(|vs| self.reaches_virtual(vs))
+            .cloned()
+    }
+
     /// Whether `tool` (the upstream's own name) of `server` is visible to this caller: the
     /// server's filter and the key's filter both admit it.
     pub fn sees_tool(&self, server: &Server, tool: &str) -> bool {

@@ -22,6 +22,7 @@ use crate::limits::Limiters;
 use crate::metrics::ServerName;
 use crate::people::{IdentityKeys, People};
 use crate::session::SessionSealer;
+use crate::virtual_server::VirtualServer;
 use crate::workload_identity::{Bindings, TokenVerifier};
 
 /// One upstream server as the gateway routes to it.
@@ -40,6 +41,16 @@ pub struct Server {
     pub scope: Option<ServerScope>,
     /// Its `tls`, parsed: what its connections (and its token endpoint's) trust and present.
     pub tls: Option<Arc<TlsMaterial>>,
+    /// An OpenAPI-backed server: where its tools come from.
+    pub openapi: Option<OpenApiTools>,
+}
+
+/// The tools of an OpenAPI-backed server: compiled from the inline document when the table
+/// was built, or from the document the upstream plane fetches (and caches) from this URL.
+#[derive(Debug, Clone)]
+pub enum OpenApiTools {
+    Compiled(Arc<switchboard_openapi::Compiled>),
+    Fetched(url::Url),
 }
 
 impl Server {
@@ -81,6 +92,9 @@ pub struct RoutingTable {
     pub networks: NetworkPolicy,
     /// `gateway.upstreamTls`, parsed: authorities every upstream connection trusts.
     pub upstream_roots: UpstreamRoots,
+    /// Virtual servers, in the snapshot's order.
+    pub virtual_servers: Vec<Arc<VirtualServer>>,
+    virtual_by_path: HashMap<String, usize>,
 }
 
 /// How ServiceAccount tokens authenticate: the issuer's verifier, and which key each
@@ -153,9 +167,15 @@ impl RoutingTable {
                     .ok()
                     .map(Arc::new)
             });
+            let openapi = spec.openapi.as_ref().and_then(|o| {
+                openapi_tools(o, &spec.url, &format!("servers[{i}].openapi"))
+                    .map_err(|e| errors.push(e))
+                    .ok()
+            });
             match (url, headers) {
                 (Ok(url), Ok(headers)) => servers.push(Arc::new(Server {
                     tls,
+                    openapi,
                     metric_name: ServerName(spec.id().into()),
                     revision: spec_revision(spec),
                     spec: spec.clone(),
@@ -211,6 +231,16 @@ impl RoutingTable {
             .filter_map(Key::from_spec)
             .map(|k| (k.digest, Arc::new(k)))
             .collect();
+        let virtual_servers: Vec<Arc<VirtualServer>> = snapshot
+            .virtual_servers
+            .iter()
+            .filter_map(|spec| VirtualServer::build(spec, &servers).map(Arc::new))
+            .collect();
+        let virtual_by_path = virtual_servers
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.spec.path().to_string(), i))
+            .collect();
         let service_accounts = service_account_auth(snapshot, &keys)?;
         let people = People::build(snapshot, &keys).map_err(|errors| SnapshotError { errors })?;
         let models = build_models(snapshot)?;
@@ -245,7 +275,14 @@ impl RoutingTable {
             people,
             identity_keys: Arc::default(),
             limiters: Limiters::for_snapshot(snapshot),
+            virtual_servers,
+            virtual_by_path,
         })
+    }
+
+    /// The virtual server served at `/mcp/<path>`.
+    pub fn virtual_by_path(&self, path: &str) -> Option<&Arc<VirtualServer>> {
+        self.virtual_by_path.get(path).map(|&i| &self.virtual_servers[i])
     }
 
     /// The model a client's `model` value names.
@@ -395,6 +432,31 @@ pub fn provider_credential(
     let mut value = http::HeaderValue::from_str(&value).ok()?;
     value.set_sensitive(true);
     Some((name, value))
+}
+
+/// An OpenAPI server's tools: an inline document compiled now (a document that cannot be read
+/// refuses the snapshot, naming the document path), a fetched one later.
+fn openapi_tools(
+    spec: &switchboard_snapshot::OpenApiSpec,
+    base: &str,
+    field: &str,
+) -> Result<OpenApiTools, FieldError> {
+    if let Some(url) = &spec.document_url {
+        let joined = url::Url::parse(base).and_then(|b| b.join(url));
+        return joined.map(OpenApiTools::Fetched).map_err(|e| FieldError {
+            path: format!("{field}.documentUrl"),
+            message: format!("not a valid URL: {e}"),
+        });
+    }
+    let text = spec.document.as_ref().and_then(resolved_value).unwrap_or_default();
+    let compiled = switchboard_openapi::compile(text, spec).map_err(|e| FieldError {
+        path: format!("{field}.document"),
+        message: e.to_string(),
+    })?;
+    for problem in &compiled.problems {
+        tracing::warn!(field, %problem, "an OpenAPI operation is left out");
+    }
+    Ok(OpenApiTools::Compiled(Arc::new(compiled)))
 }
 
 /// A hash of everything in a server's spec: two specs with equal revisions talk to the upstream

@@ -141,7 +141,15 @@ pub async fn execute<'t>(
         let tool = prepared.tools.gateway_run(&call.name)?;
         let call = call.clone();
         Some(async move {
-            let outcome = match &call.input {
+            // A virtual server's tool: its fixed values set, its narrowed enums checked.
+            let input = call.input.clone().and_then(|input| {
+                switchboard_core::virtual_server::upstream_arguments(
+                    Some(input),
+                    tool.presented.as_ref(),
+                )
+                .map(Option::unwrap_or_default)
+            });
+            let outcome = match &input {
                 Err(message) => Outcome::error(&call.id, message.clone()),
                 Ok(input) => match prepared
                     .cx

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use switchboard_snapshot::{RequireApproval, ToolFilter, ToolVisibility};
+use switchboard_core::virtual_server::{Selected, VirtualServer, present_tool};
+use switchboard_snapshot::{RequireApproval, ToolFilter, ToolOverride, ToolVisibility};
 
 use crate::context::LlmContext;
 use crate::errors::LlmError;
@@ -29,6 +30,8 @@ pub struct GatewayTool {
     pub schema: Value,
     pub approval: RequireApproval,
     pub visibility: ToolVisibility,
+    /// How a virtual server presents it (its fixed values go upstream with every call).
+    pub presented: Option<ToolOverride>,
 }
 
 impl GatewayTool {
@@ -58,6 +61,8 @@ impl ToolSet {
 
 /// One server's tools to attach, from the model's config or from the request.
 struct Attachment<'a> {
+    /// Attached through a virtual server: it and the source.
+    via: Option<(Arc<VirtualServer>, usize)>,
     server: Arc<Server>,
     filter: Option<&'a ToolFilter>,
     allowed: Option<Vec<String>>,
@@ -193,6 +198,32 @@ pub async fn resolve(
 ) -> Result<ToolSet, LlmError> {
     let mut attachments = Vec::new();
     for attached in &model.spec.tools {
+        if let Some(vs) = caller
+            .table
+            .virtual_servers
+            .iter()
+            .find(|vs| model.spec.names_virtual_server(&attached.server, &vs.spec))
+        {
+            // Each of its sources' servers, as the virtual server presents their tools, under
+            // the key's reach of both.
+            if !caller.reaches_virtual(vs) {
+                tracing::debug!(model = model.id(), virtual_server = vs.id(), caller = %caller.who(), "the key does not reach a virtual server attached to the model; its tools are left out");
+                continue;
+            }
+            for (i, source) in vs.sources.iter().enumerate() {
+                if caller.reaches(&source.server) {
+                    attachments.push(Attachment {
+                        via: Some((vs.clone(), i)),
+                        server: source.server.clone(),
+                        filter: Some(&attached.tools),
+                        allowed: None,
+                        approval: attached.require_approval,
+                        visibility: attached.visibility,
+                    });
+                }
+            }
+            continue;
+        }
         let Some(server) = caller
             .table
             .servers
@@ -207,6 +238,7 @@ pub async fn resolve(
             continue;
         }
         attachments.push(Attachment {
+            via: None,
             server: server.clone(),
             filter: Some(&attached.tools),
             allowed: None,
@@ -230,6 +262,7 @@ pub async fn resolve(
             });
         }
         attachments.push(Attachment {
+            via: None,
             server: server.clone(),
             filter: None,
             allowed: reference.allowed_tools.clone(),
@@ -255,7 +288,17 @@ pub async fn resolve(
         };
         for item in &listing.items {
             let Some(tool) = item.id() else { continue };
-            let admitted = attachment.filter.is_none_or(|f| f.admits(tool))
+            // Through a virtual server: its name, and its filter instead of the attachment's
+            // (which names presented names).
+            let presented = match &attachment.via {
+                Some((vs, i)) => match vs.presented_name(Selected::Tools, *i, tool) {
+                    Ok(name) => Some((name.to_string(), vs.sources[*i].override_of(tool).cloned())),
+                    Err(_) => continue,
+                },
+                None => None,
+            };
+            let filtered_name = presented.as_ref().map_or(tool, |(n, _)| n.as_str());
+            let admitted = attachment.filter.is_none_or(|f| f.admits(filtered_name))
                 && attachment
                     .allowed
                     .as_ref()
@@ -264,7 +307,10 @@ pub async fn resolve(
             if !admitted {
                 continue;
             }
-            let name = prefixed_name(attachment.server.prefix(), tool);
+            let name = match &presented {
+                Some((name, _)) => name.clone(),
+                None => prefixed_name(attachment.server.prefix(), tool),
+            };
             if !is_tool_name(&name) {
                 tracing::warn!(
                     model = model.id(),
@@ -282,7 +328,13 @@ pub async fn resolve(
             }
             // One parse of the listed item for both fields.
             let mut fields = item.fields().unwrap_or_default();
+            let (presented_name, presented) = presented.unzip();
+            let presented = presented.flatten();
+            if let Some(name) = &presented_name {
+                fields = present_tool(fields, name, presented.as_ref());
+            }
             set.tools.push(GatewayTool {
+                presented,
                 name,
                 server: attachment.server.clone(),
                 tool: tool.to_string(),

@@ -203,6 +203,7 @@ mod tests {
                 schema: json!({"type": "object"}),
                 approval: switchboard_snapshot::RequireApproval::Never,
                 visibility: ToolVisibility::Hidden,
+                presented: None,
             }],
         }
     }

@@ -37,7 +37,7 @@ pub struct Request {
 }
 
 impl Request {
-    fn forward<'a>(&self, method: &'a str, params: Option<Value>) -> Forward<'a> {
+    pub(crate) fn forward<'a>(&self, method: &'a str, params: Option<Value>) -> Forward<'a> {
         Forward {
             method,
             params,
@@ -56,6 +56,8 @@ pub enum Target {
     Aggregate,
     /// `POST /mcp/{prefix}`: one server, its own names, routed by the path alone.
     Single(Arc<Server>),
+    /// `POST /mcp/{path}` of a virtual server: its servers' selected tools, as it presents them.
+    Virtual(Arc<switchboard_core::virtual_server::VirtualServer>),
 }
 
 /// Why a method produced no result.
@@ -104,6 +106,7 @@ pub async fn dispatch(
     match target {
         Target::Aggregate => aggregate_method(cx, caller, request).await,
         Target::Single(server) => single_method(cx, caller, server, request).await,
+        Target::Virtual(vs) => crate::virtual_server::method(cx, caller, vs, request).await,
     }
 }
 
@@ -294,7 +297,7 @@ async fn single_method(
 /// result (on the aggregate endpoint with task ids prefixed). An input-required result for a
 /// legacy client becomes a stream too: the gateway asks the client on it (see
 /// [`crate::exchange`]).
-async fn forward_answer(
+pub(crate) async fn forward_answer(
     cx: &McpContext,
     caller: &Caller,
     server: &Arc<Server>,

@@ -1,5 +1,6 @@
 //! The MCP faces towards clients: the MCP endpoint of both eras (sessions, methods, merged
-//! listings, the event-by-event relay, era bridging, subscriptions) and the REST face. Handlers
+//! listings, the event-by-event relay, era bridging, subscriptions), virtual servers' endpoints
+//! and the REST face. Handlers
 //! take [`context::McpContext`].
 
 mod aggregate;
@@ -11,3 +12,4 @@ mod exchange;
 mod listen;
 mod relay;
 pub mod rest;
+mod virtual_server;

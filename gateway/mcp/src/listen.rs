@@ -43,10 +43,12 @@ const FLAGS: &[&str] = &[
 
 type Events = Pin<Box<dyn Stream<Item = (Arc<Server>, SseEvent)> + Send>>;
 
-/// Opens one subscription per server in scope and answers with the fanned-in stream.
+/// Opens one subscription per server (those in the caller's scope on the aggregate, a virtual
+/// server's) and answers with the fanned-in stream.
 pub async fn fan_in(
     cx: &McpContext,
     caller: &Caller,
+    servers: Vec<Arc<Server>>,
     client_id: Value,
     params: Option<Value>,
     session: SessionScope,
@@ -56,7 +58,6 @@ pub async fn fan_in(
         .and_then(|p| p.get("notifications"))
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let servers = caller.servers_in_scope();
     let opened = futures_util::future::join_all(servers.iter().map(|server| {
         let upstream_filter = filter_for(&filter, server.prefix());
         let mut upstream_params = params.clone().unwrap_or_else(|| json!({}));

@@ -122,6 +122,9 @@ pub fn resolve_secrets(
         for (field, secret) in auth_secrets_mut(&mut server.auth) {
             resolve(secret, format!("servers[{i}].auth.{field}"));
         }
+        if let Some(document) = server.openapi.as_mut().and_then(|o| o.document.as_mut()) {
+            resolve(document, format!("servers[{i}].openapi.document"));
+        }
     }
     for (i, model) in snapshot.models.iter_mut().enumerate() {
         if let Some(secret) = model.api_key.as_mut() {
@@ -315,7 +318,11 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             let known = snapshot
                 .servers
                 .iter()
-                .any(|s| model.names_server(&tools.server, s));
+                .any(|s| model.names_server(&tools.server, s))
+                || snapshot
+                    .virtual_servers
+                    .iter()
+                    .any(|vs| model.names_virtual_server(&tools.server, vs));
             if !tools.server.is_empty() && !known {
                 v.err(
                     format!("models[{i}].tools[{j}].server"),
@@ -334,6 +341,8 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             }
         }
     }
+
+    v.virtual_servers(snapshot, &prefixes);
 
     if let Some(tokens) = &g.service_account_tokens {
         let path = "gateway.serviceAccountTokens";
@@ -485,6 +494,108 @@ impl Validator {
         }
     }
 
+    /// Virtual servers: names and paths unique (paths also against servers' prefixes), every
+    /// source a server of the snapshot, every override a tool its source selects, presented
+    /// names valid and unique, narrowing consistent.
+    fn virtual_servers(&mut self, snapshot: &Snapshot, prefixes: &HashMap<&str, usize>) {
+        let mut ids: HashMap<&str, usize> = HashMap::new();
+        let mut paths: HashMap<&str, usize> = HashMap::new();
+        for (i, vs) in snapshot.virtual_servers.iter().enumerate() {
+            let path = format!("virtualServers[{i}]");
+            if !is_dns_label(&vs.name) {
+                self.err(format!("{path}.name"), format!("{:?} is not a DNS-1123 label", vs.name));
+            }
+            if !is_dns_label(vs.path()) {
+                self.err(format!("{path}.path"), format!("{:?} is not a DNS-1123 label", vs.path()));
+            }
+            if let Some(first) = ids.insert(vs.id(), i) {
+                self.err(format!("{path}.id"), format!("{:?} is already used by virtualServers[{first}]", vs.id()));
+            }
+            if let Some(first) = paths.insert(vs.path(), i) {
+                self.err(format!("{path}.path"), format!("{:?} is already used by virtualServers[{first}]", vs.path()));
+            }
+            if let Some(server) = prefixes.get(vs.path()) {
+                self.err(
+                    format!("{path}.path"),
+                    format!("{:?} is already the toolPrefix of servers[{server}] (both would be /mcp/{})", vs.path(), vs.path()),
+                );
+            }
+            if vs.sources.is_empty() {
+                self.err(format!("{path}.sources"), "must name at least one server");
+            }
+            let mut presented: HashMap<&str, String> = HashMap::new();
+            for (j, source) in vs.sources.iter().enumerate() {
+                let at = format!("{path}.sources[{j}]");
+                let found = snapshot.servers.iter().filter(|s| vs.names_server(&source.server, s)).count();
+                if found != 1 {
+                    self.err(format!("{at}.server"), format!("no server {:?} in this config", source.server));
+                }
+                for (kind, filter) in [("tools", &source.tools), ("prompts", &source.prompts), ("resources", &source.resources)] {
+                    if let Some(filter) = filter {
+                        self.filter(&format!("{at}.{kind}"), filter);
+                    }
+                }
+                let mut overridden: HashMap<&str, usize> = HashMap::new();
+                for (k, o) in source.overrides.iter().enumerate() {
+                    let op = format!("{at}.overrides[{k}]");
+                    if !source.selects(&source.tools, &o.tool) {
+                        self.err(format!("{op}.tool"), format!("{:?} is not selected by {at}.tools", o.tool));
+                    }
+                    if let Some(first) = overridden.insert(&o.tool, k) {
+                        self.err(format!("{op}.tool"), format!("{:?} is already overridden by overrides[{first}]", o.tool));
+                    }
+                    if let Some(name) = &o.name {
+                        if !crate::virtual_server::is_tool_name(name) {
+                            self.err(format!("{op}.name"), format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."));
+                        }
+                        if let Some(first) = presented.insert(name, op.clone()) {
+                            self.err(format!("{op}.name"), format!("{name:?} is already the name of {first}"));
+                        }
+                    }
+                    for (param, narrowed) in &o.parameters {
+                        let pp = format!("{op}.parameters.{param}");
+                        if let (Some(fixed), Some(allowed)) = (&narrowed.fixed, &narrowed.allowed)
+                            && !allowed.contains(fixed)
+                        {
+                            self.err(format!("{pp}.fixed"), "is not one of the parameter's enum");
+                        }
+                        if narrowed.allowed.as_ref().is_some_and(Vec::is_empty) {
+                            self.err(format!("{pp}.enum"), "must offer at least one value");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One document source; a URL one under the same address rules as the server's `url`.
+    /// (The document itself is compiled where it is read: the gateway's table build for an
+    /// inline one, the first listing for a fetched one.)
+    fn openapi(&mut self, path: &str, base: &str, openapi: &crate::openapi::OpenApiSpec) {
+        match (&openapi.document, &openapi.document_url) {
+            (Some(_), Some(_)) => self.err(format!("{path}.documentUrl"), "give document or documentUrl, not both"),
+            (None, None) => self.err(format!("{path}.document"), "needs document or documentUrl"),
+            (Some(document), None) => self.secret_value(format!("{path}.document"), document, false),
+            (None, Some(url)) => match url::Url::parse(base).and_then(|b| b.join(url)) {
+                Ok(joined) => self.upstream_url(format!("{path}.documentUrl"), joined.as_str()),
+                Err(e) => self.err(format!("{path}.documentUrl"), format!("not a valid URL: {e}")),
+            },
+        }
+        for (j, method) in openapi.operations.methods.iter().enumerate() {
+            const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+            if !METHODS.contains(&method.as_str()) {
+                self.err(format!("{path}.operations.methods[{j}]"), format!("{method:?} is not a lower-case HTTP method"));
+            }
+        }
+        for (j, o) in openapi.overrides.iter().enumerate() {
+            if let Some(name) = &o.name
+                && !crate::virtual_server::is_tool_name(name)
+            {
+                self.err(format!("{path}.overrides[{j}].name"), format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."));
+            }
+        }
+    }
+
     fn limits(&mut self, path: &str, limits: Option<&RequestLimits>) {
         let Some(limits) = limits else { return };
         if limits.concurrent_requests == Some(0) {
@@ -556,6 +667,9 @@ impl Validator {
             self.header_name(format!("{path}.headers.forward[{j}]"), name);
         }
         self.filter(&format!("{path}.tools"), &server.tools);
+        if let Some(openapi) = &server.openapi {
+            self.openapi(&format!("{path}.openapi"), &server.url, openapi);
+        }
         let auth = format!("{path}.auth");
         if let Some(h) = server.auth.upstream_token_header() {
             self.header_name(format!("{auth}.upstreamTokenHeader"), h);

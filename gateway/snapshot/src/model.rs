@@ -663,6 +663,15 @@ impl ModelSpec {
         reference == server.id() || (server.namespace == self.namespace && reference == server.name)
     }
 
+    /// Whether `reference` (a `tools[].server`) names virtual server `vs`, by the same rule.
+    pub fn names_virtual_server(
+        &self,
+        reference: &str,
+        vs: &crate::virtual_server::VirtualServerSpec,
+    ) -> bool {
+        reference == vs.id() || (vs.namespace == self.namespace && reference == vs.name)
+    }
+
     /// The names clients may send: `modelNames`, else the name.
     pub fn client_names(&self) -> impl Iterator<Item = &str> {
         let own = self.model_names.is_empty().then_some(self.name.as_str());

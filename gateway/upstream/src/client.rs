@@ -41,7 +41,7 @@ use switchboard_protocol::{LATEST_LEGACY_VERSION, MODERN_VERSION};
 use switchboard_snapshot::TlsMaterial;
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
-const MAX_UPSTREAM_BODY: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_UPSTREAM_BODY: usize = 32 * 1024 * 1024;
 const MAX_REDIRECTS: usize = 5;
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
@@ -115,12 +115,14 @@ impl RpcResult {
 /// What the gateway remembers about one upstream (per server revision): its era and, for a
 /// legacy server, its session. Both are caches any replica rebuilds on demand.
 #[derive(Default)]
-struct UpstreamState {
+pub(crate) struct UpstreamState {
     /// 0 until a request tells, then ERA_MODERN or ERA_LEGACY.
     era: AtomicU8,
     /// Legacy sessions per credential partition and client session: an upstream session is
     /// bound to the credential that opened it and carries its client's capabilities.
     sessions: Mutex<HashMap<(u64, SessionScope), SessionSlot>>,
+    /// An OpenAPI server's fetched document, compiled, and when it was fetched.
+    pub(crate) document: tokio::sync::Mutex<Option<(Instant, Arc<switchboard_openapi::Compiled>)>>,
 }
 
 type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
@@ -194,6 +196,8 @@ pub struct Upstreams {
     /// `upstreamPolicy`, if any) and its TLS material (`tls`, if any). Every client trusts
     /// `gateway.upstreamTls` too; when that changes, they are all built again.
     clients: RwLock<Clients>,
+    /// `gateway.listingTtl` in milliseconds: how long a fetched OpenAPI document is used.
+    pub(crate) document_ttl_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -236,6 +240,7 @@ impl Upstreams {
             client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
             networks,
             clients: RwLock::default(),
+            document_ttl_ms: AtomicU64::new(60_000),
         }
     }
 
@@ -244,6 +249,10 @@ impl Upstreams {
     /// nothing uses any more go, and all go when the roots changed.
     pub fn set_table(&self, table: &RoutingTable) {
         self.networks.store(Arc::new(table.networks.clone()));
+        self.document_ttl_ms.store(
+            u64::try_from(table.settings.listing_ttl.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         let live: HashSet<ClientKey> = table
             .servers
             .iter()
@@ -369,7 +378,7 @@ impl Upstreams {
         states.retain(|rev, (id, _)| live(id, *rev));
     }
 
-    fn state(&self, server: &Server) -> Arc<UpstreamState> {
+    pub(crate) fn state(&self, server: &Server) -> Arc<UpstreamState> {
         if let Some((_, state)) = self
             .states
             .read()
@@ -504,6 +513,11 @@ impl Upstreams {
 
     async fn call_in_era(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
         let state = self.state(call.server);
+        if let Some(tools) = &call.server.openapi {
+            // A REST API: answered like a stateless (2026-07-28) server, from its document.
+            state.era.store(ERA_MODERN, Ordering::Relaxed);
+            return self.openapi(call, &state, tools).await;
+        }
         if call.server.spec.upstream_era == UpstreamEra::ByClient {
             // Both eras upstream: a legacy client's session keeps its own upstream session
             // (the state it builds there is its own), a 2026-07-28 request goes stateless.
@@ -734,9 +748,26 @@ impl Upstreams {
             call.credential.map(|c| &c.value),
             &mut headers,
         );
-        let body = bytes::Bytes::from(body);
-        let mut url = call.server.url.clone();
+        let url = call.server.url.clone();
+        let body = Some(("application/json", bytes::Bytes::from(body)));
+        self.send_following(call, http::Method::POST, url, headers, body)
+            .await
+    }
+
+    /// One HTTP request with `headers` (the server's credential already among them) under both
+    /// address policies, following redirects: 307/308 with the same method and body, 301/302/303
+    /// of a GET or HEAD as themselves (a REST API's); a cross-origin one without any credential
+    /// slot.
+    pub(crate) async fn send_following(
+        &self,
+        call: &RpcCall<'_>,
+        method: http::Method,
+        mut url: url::Url,
+        mut headers: HeaderMap,
+        body: Option<(&'static str, bytes::Bytes)>,
+    ) -> Result<SentReply, UpstreamError> {
         let http = self.http_for(call.server)?;
+        let safe = matches!(method, http::Method::GET | http::Method::HEAD);
         for _ in 0..=MAX_REDIRECTS {
             // The first URL passed validation under these policies, but a redirect target did not.
             if let Err(denied) = self.allows(call.server, &url) {
@@ -745,15 +776,18 @@ impl Upstreams {
                     denied,
                 });
             }
-            let response = http
-                .post(&url)
-                .headers(headers.clone())
-                .body("application/json", body.clone())
+            let mut outgoing = http.request(method.clone(), &url).headers(headers.clone());
+            if let Some((content_type, body)) = &body {
+                outgoing = outgoing.body(content_type, body.clone());
+            }
+            let response = outgoing
                 .send()
                 .await
                 .map_err(|e| UpstreamError::http(call.server, e))?;
             let status = response.status();
-            if matches!(status.as_u16(), 307 | 308)
+            let follows = matches!(status.as_u16(), 307 | 308)
+                || (safe && matches!(status.as_u16(), 301 | 302 | 303));
+            if follows
                 && let Some(next) = response
                     .headers()
                     .get(header::LOCATION)
@@ -801,12 +835,12 @@ impl Attempt {
 }
 
 /// An upstream's answer whose body is not read yet: read whole, or relayed as a stream.
-struct SentReply {
-    status: StatusCode,
+pub(crate) struct SentReply {
+    pub(crate) status: StatusCode,
     /// Where the request finally went (after same-origin redirects), and with which headers.
     url: url::Url,
     sent_headers: HeaderMap,
-    response: HttpResponse,
+    pub(crate) response: HttpResponse,
 }
 
 impl SentReply {

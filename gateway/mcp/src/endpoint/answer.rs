@@ -113,8 +113,8 @@ pub(super) async fn answer(
     audit::note(|n| note_call(n, &message.method, message.params.as_ref()));
     let target = match &prefix {
         None => Target::Aggregate,
-        Some(p) => match caller.server_for_path(p) {
-            Ok(server) => Target::Single(server),
+        Some(p) => match caller.virtual_for_path(p).map(Target::Virtual).ok_or(()).or_else(|()| caller.server_for_path(p).map(Target::Single)) {
+            Ok(target) => target,
             // A server the caller cannot reach is invisible: the endpoint does not exist.
             Err(e) => {
                 let response = (StatusCode::NOT_FOUND, e.to_string()).into_response();
@@ -159,12 +159,23 @@ pub(super) async fn answer(
     }
     let accepts_stream = header_str(&caller.headers, "accept")
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
-    if matches!(target, Target::Aggregate) && message.method == "subscriptions/listen" {
+    let listened_servers = match &target {
+        Target::Aggregate => Some((caller.servers_in_scope(), message.params.clone())),
+        Target::Virtual(vs) => Some((
+            crate::virtual_server::servers(&caller, vs),
+            crate::virtual_server::listen_params(message.params.clone()),
+        )),
+        Target::Single(_) => None,
+    };
+    if message.method == "subscriptions/listen"
+        && let Some((servers, params)) = listened_servers
+    {
         let listened = Box::pin(listen::fan_in(
             cx,
             &caller,
+            servers,
             id.clone(),
-            message.params,
+            params,
             session,
         ))
         .await;

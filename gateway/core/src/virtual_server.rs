@@ -1,0 +1,296 @@
+//! A virtual server as the gateway serves it: its sources resolved to servers of the table, and
+//! the pure rules of presentation (which tool a name stands for, what a listed tool looks like,
+//! what arguments go upstream). Routing is a parse: a presented name maps to its source and the
+//! tool's own name through the snapshot alone (renamed names through the override, others
+//! through the first source whose `tools` select the name), never through a listing.
+
+use std::sync::Arc;
+
+use foldhash::HashMap;
+use serde_json::{Map, Value};
+use switchboard_snapshot::{ToolFilter, ToolOverride, VirtualServerSpec, VirtualSource};
+
+use crate::table::Server;
+
+/// Which of a server's lists a selection is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selected {
+    Tools,
+    Prompts,
+    Resources,
+}
+
+#[derive(Debug)]
+pub struct VirtualServer {
+    pub spec: VirtualServerSpec,
+    /// The sources, in order, each with its server.
+    pub sources: Vec<Source>,
+    /// Presented name → (source, the tool's own name), for renamed tools.
+    renamed: HashMap<String, (usize, String)>,
+}
+
+#[derive(Debug)]
+pub struct Source {
+    pub server: Arc<Server>,
+    pub spec: VirtualSource,
+    /// Overrides by the tool's own name.
+    overrides: HashMap<String, ToolOverride>,
+}
+
+impl Source {
+    fn filter(&self, kind: Selected) -> &Option<ToolFilter> {
+        match kind {
+            Selected::Tools => &self.spec.tools,
+            Selected::Prompts => &self.spec.prompts,
+            Selected::Resources => &self.spec.resources,
+        }
+    }
+
+    pub fn selects(&self, kind: Selected, own: &str) -> bool {
+        self.spec.selects(self.filter(kind), own)
+    }
+
+    pub fn override_of(&self, own: &str) -> Option<&ToolOverride> {
+        self.overrides.get(own)
+    }
+}
+
+impl VirtualServer {
+    /// Resolves the sources against the table's servers (the snapshot was validated: every
+    /// source names exactly one server).
+    pub fn build(spec: &VirtualServerSpec, servers: &[Arc<Server>]) -> Option<VirtualServer> {
+        let mut sources = Vec::with_capacity(spec.sources.len());
+        let mut renamed = HashMap::default();
+        for (i, source) in spec.sources.iter().enumerate() {
+            let server = servers
+                .iter()
+                .find(|s| spec.names_server(&source.server, &s.spec))?;
+            let mut overrides = HashMap::default();
+            for o in &source.overrides {
+                if let Some(name) = &o.name {
+                    renamed.insert(name.clone(), (i, o.tool.clone()));
+                }
+                overrides.insert(o.tool.clone(), o.clone());
+            }
+            sources.push(Source {
+                server: server.clone(),
+                spec: source.clone(),
+                overrides,
+            });
+        }
+        Some(VirtualServer {
+            spec: spec.clone(),
+            sources,
+            renamed,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        self.spec.id()
+    }
+
+    /// The source and own name a presented name stands for. A renamed tool is reached by its
+    /// new name only; another name is the first selecting source's.
+    pub fn route<'a>(&'a self, kind: Selected, name: &'a str) -> Option<(&'a Source, &'a str)> {
+        if kind == Selected::Tools
+            && let Some((i, own)) = self.renamed.get(name)
+        {
+            return Some((&self.sources[*i], own.as_str()));
+        }
+        self.sources
+            .iter()
+            .find(|s| {
+                s.selects(kind, name)
+                    && (kind != Selected::Tools || s.override_of(name).is_none_or(|o| o.name.is_none()))
+            })
+            .map(|s| (s, name))
+    }
+
+    /// The name a source's item is presented by, when it is presented at all: selected, and
+    /// not shadowed by an earlier source or a rename (the listing then says so).
+    pub fn presented_name<'a>(
+        &'a self,
+        kind: Selected,
+        source: usize,
+        own: &'a str,
+    ) -> Result<&'a str, Shadowed> {
+        let s = &self.sources[source];
+        if !s.selects(kind, own) {
+            return Err(Shadowed::NotSelected);
+        }
+        let name = match (kind, s.override_of(own).and_then(|o| o.name.as_deref())) {
+            (Selected::Tools, Some(name)) => name,
+            _ => own,
+        };
+        match self.route(kind, name) {
+            Some((routed, routed_own)) if std::ptr::eq(routed, s) && routed_own == own => Ok(name),
+            _ => Err(Shadowed::By(name.to_string())),
+        }
+    }
+}
+
+/// Why a listed item is not presented.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shadowed {
+    NotSelected,
+    /// Another source (or a rename) already presents this name.
+    By(String),
+}
+
+/// A listed tool as the virtual server presents it: renamed, re-titled, described anew, and its
+/// input schema narrowed (fixed parameters removed, enums narrowed, descriptions replaced).
+pub fn present_tool(mut tool: Map<String, Value>, name: &str, o: Option<&ToolOverride>) -> Map<String, Value> {
+    tool.insert("name".into(), Value::String(name.to_string()));
+    let Some(o) = o else { return tool };
+    if let Some(title) = &o.title {
+        tool.insert("title".into(), Value::String(title.clone()));
+    }
+    let description = o.description.clone().or_else(|| {
+        tool.get("description").and_then(Value::as_str).map(str::to_owned)
+    });
+    let description = match (description, &o.description_suffix) {
+        (Some(d), Some(suffix)) => Some(format!("{d}\n\n{suffix}")),
+        (None, Some(suffix)) => Some(suffix.clone()),
+        (d, None) => d,
+    };
+    if let Some(d) = description {
+        tool.insert("description".into(), Value::String(d));
+    }
+    if let Some(Value::Object(schema)) = tool.get_mut("inputSchema") {
+        narrow_schema(schema, o);
+    }
+    tool
+}
+
+fn narrow_schema(schema: &mut Map<String, Value>, o: &ToolOverride) {
+    for (param, narrowed) in &o.parameters {
+        if narrowed.fixed.is_some() {
+            if let Some(Value::Object(props)) = schema.get_mut("properties") {
+                props.remove(param);
+            }
+            if let Some(Value::Array(required)) = schema.get_mut("required") {
+                required.retain(|r| r.as_str() != Some(param));
+            }
+            continue;
+        }
+        let Some(Value::Object(property)) = schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(param))
+        else {
+            continue;
+        };
+        if let Some(allowed) = &narrowed.allowed {
+            property.insert("enum".into(), Value::Array(allowed.clone()));
+        }
+        if let Some(d) = &narrowed.description {
+            property.insert("description".into(), Value::String(d.clone()));
+        }
+    }
+}
+
+/// The arguments that go upstream: the client's, with every fixed parameter set (a client may
+/// not choose a hidden parameter) and every narrowed one checked against its enum.
+pub fn upstream_arguments(arguments: Option<Value>, o: Option<&ToolOverride>) -> Result<Option<Value>, String> {
+    let Some(o) = o.filter(|o| !o.parameters.is_empty()) else {
+        return Ok(arguments);
+    };
+    let mut arguments = match arguments {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err("arguments must be an object".into()),
+    };
+    for (param, narrowed) in &o.parameters {
+        if let Some(fixed) = &narrowed.fixed {
+            if arguments.get(param).is_some_and(|given| given != fixed) {
+                return Err(format!("argument {param:?} is fixed by the gateway and cannot be set"));
+            }
+            arguments.insert(param.clone(), fixed.clone());
+        } else if let (Some(allowed), Some(given)) = (&narrowed.allowed, arguments.get(param))
+            && !allowed.contains(given)
+        {
+            return Err(format!("argument {param:?} must be one of {}", Value::Array(allowed.clone())));
+        }
+    }
+    Ok(Some(Value::Object(arguments)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::RoutingTable;
+    use serde_json::json;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    const CONFIG: &str = r#"
+servers:
+- {name: weather, url: "http://x/mcp", allowAllKeys: true}
+- {name: files, url: "http://y/mcp", allowAllKeys: true}
+virtualServers:
+- name: desk
+  sources:
+  - server: weather
+    tools: {allow: ["get_*"], deny: [get_secret]}
+    overrides:
+    - tool: get_forecast
+      name: forecast
+      title: Forecast
+      description: The forecast.
+      descriptionSuffix: Metric units.
+      parameters:
+        units: {fixed: metric}
+        days: {enum: [1, 2], description: How many days}
+  - server: files
+    tools: {allow: ["get_*", "read"]}
+"#;
+
+    fn desk() -> Arc<VirtualServer> {
+        let t = RoutingTable::build(&load(CONFIG, &SystemLookup).unwrap()).unwrap();
+        t.virtual_by_path("desk").unwrap().clone()
+    }
+
+    #[test]
+    fn names_route_by_parse_first_source_wins_and_renames_hide_the_own_name() {
+        let vs = desk();
+        let route = |n| vs.route(Selected::Tools, n).map(|(s, own)| (s.server.id().to_string(), own.to_string()));
+        assert_eq!(route("forecast"), Some(("weather".into(), "get_forecast".into())));
+        assert_eq!(route("get_alerts"), Some(("weather".into(), "get_alerts".into())));
+        assert_eq!(route("read"), Some(("files".into(), "read".into())));
+        assert_eq!(route("get_secret"), Some(("files".into(), "get_secret".into())), "weather denies it; files selects get_*");
+        assert_eq!(route("get_forecast"), Some(("files".into(), "get_forecast".into())), "renamed on weather");
+        assert_eq!(route("write"), None);
+        assert_eq!(vs.presented_name(Selected::Tools, 0, "get_forecast"), Ok("forecast"));
+        assert_eq!(vs.presented_name(Selected::Tools, 1, "get_alerts"), Err(Shadowed::By("get_alerts".into())));
+        assert_eq!(vs.presented_name(Selected::Tools, 1, "write"), Err(Shadowed::NotSelected));
+        assert_eq!(vs.presented_name(Selected::Prompts, 0, "x"), Err(Shadowed::NotSelected), "no prompts selected");
+    }
+
+    #[test]
+    fn presentation_renames_describes_and_narrows() {
+        let vs = desk();
+        let o = vs.sources[0].override_of("get_forecast");
+        let tool = json!({"name": "get_forecast", "description": "Upstream text", "inputSchema": {
+            "type": "object", "required": ["units", "city"],
+            "properties": {"units": {"type": "string"}, "days": {"type": "integer", "enum": [1, 2, 3]}, "city": {"type": "string"}}}});
+        let shown = present_tool(tool.as_object().unwrap().clone(), "forecast", o);
+        assert_eq!(shown["name"], "forecast");
+        assert_eq!(shown["title"], "Forecast");
+        assert_eq!(shown["description"], "The forecast.\n\nMetric units.");
+        assert_eq!(shown["inputSchema"]["required"], json!(["city"]));
+        assert!(shown["inputSchema"]["properties"].get("units").is_none());
+        assert_eq!(shown["inputSchema"]["properties"]["days"]["enum"], json!([1, 2]));
+        assert_eq!(shown["inputSchema"]["properties"]["days"]["description"], "How many days");
+    }
+
+    #[test]
+    fn fixed_values_are_set_and_narrowed_enums_enforced() {
+        let vs = desk();
+        let o = vs.sources[0].override_of("get_forecast");
+        let args = upstream_arguments(Some(json!({"city": "Oslo", "days": 2})), o).unwrap();
+        assert_eq!(args, Some(json!({"city": "Oslo", "days": 2, "units": "metric"})));
+        let e = upstream_arguments(Some(json!({"days": 3})), o).unwrap_err();
+        assert!(e.contains("\"days\""), "{e}");
+        let e = upstream_arguments(Some(json!({"units": "imperial"})), o).unwrap_err();
+        assert!(e.contains("fixed"), "{e}");
+        assert_eq!(upstream_arguments(None, o).unwrap(), Some(json!({"units": "metric"})));
+    }
+}

@@ -1,0 +1,179 @@
+//! The endpoint of a virtual server (`/mcp/<path>`): its sources' listings merged as it
+//! presents them, and each call routed by parse to the one server and own name it stands for.
+//! A tool is there only where the caller could reach it on its server directly (invariant 12):
+//! the virtual server's own scope and the server's scope and filters both hold.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::aggregate::{META_LISTING_ERRORS, META_LISTING_WARNINGS};
+use crate::context::McpContext;
+use crate::dispatch::{Answer, Failure, Request, forward_answer};
+use switchboard_core::errors::GatewayError;
+use switchboard_core::scope::Caller;
+use switchboard_core::table::Server;
+use switchboard_core::virtual_server::{
+    Selected, Shadowed, VirtualServer, present_tool, upstream_arguments,
+};
+use switchboard_protocol::Era;
+use switchboard_upstream::listing::ListKind;
+
+/// The servers behind a virtual server that the caller reaches, each once, in source order.
+pub fn servers(caller: &Caller, vs: &VirtualServer) -> Vec<Arc<Server>> {
+    let mut out: Vec<Arc<Server>> = Vec::new();
+    for source in &vs.sources {
+        if caller.reaches(&source.server) && !out.iter().any(|s| s.id() == source.server.id()) {
+            out.push(source.server.clone());
+        }
+    }
+    out
+}
+
+/// A listen request as the servers behind a virtual server get it: list-changed flags only
+/// (resource subscriptions name URIs of one server; a virtual server does not offer them).
+pub fn listen_params(params: Option<Value>) -> Option<Value> {
+    let mut params = params.unwrap_or_else(|| json!({}));
+    if let Some(Value::Object(n)) = params.get_mut("notifications") {
+        n.remove("resourceSubscriptions");
+    }
+    Some(params)
+}
+
+fn selected(kind: ListKind) -> Selected {
+    match kind {
+        ListKind::Tools => Selected::Tools,
+        ListKind::Prompts => Selected::Prompts,
+        _ => Selected::Resources,
+    }
+}
+
+pub async fn method(
+    cx: &McpContext,
+    caller: &Caller,
+    vs: &Arc<VirtualServer>,
+    request: Request,
+) -> Result<Answer, Failure> {
+    let method = request.method.as_str();
+    if let Some(kind) = ListKind::from_method(method) {
+        return Ok(Answer::Json(list(cx, caller, vs, kind, request.era).await));
+    }
+    let (kind, field) = match method {
+        "tools/call" => (Selected::Tools, "name"),
+        "prompts/get" => (Selected::Prompts, "name"),
+        "resources/read" => (Selected::Resources, "uri"),
+        _ => return Err(GatewayError::MethodNotFound(method.to_string()).into()),
+    };
+    let mut params = request.params.clone().unwrap_or_else(|| json!({}));
+    let name = params
+        .get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
+        .to_string();
+    let not_found = || match kind {
+        Selected::Tools => GatewayError::ToolNotFound { name: name.clone() },
+        Selected::Prompts => GatewayError::NotFound { kind: "prompt", name: name.clone() },
+        Selected::Resources => GatewayError::NotFound { kind: "resource", name: name.clone() },
+    };
+    let (source, own) = vs.route(kind, &name).ok_or_else(not_found)?;
+    let server = &source.server;
+    let visible = caller.reaches(server) && (kind != Selected::Tools || caller.sees_tool(server, own));
+    if !visible {
+        return Err(not_found().into());
+    }
+    params[field] = Value::from(own);
+    if kind == Selected::Tools {
+        let arguments = params.get_mut("arguments").map(Value::take);
+        match upstream_arguments(arguments, source.override_of(own)) {
+            Ok(Some(arguments)) => params["arguments"] = arguments,
+            Ok(None) => {
+                if let Value::Object(p) = &mut params {
+                    p.remove("arguments");
+                }
+            }
+            Err(message) => return Err(GatewayError::InvalidParams(message).into()),
+        }
+    }
+    let forward = request.forward(method, Some(params));
+    forward_answer(cx, caller, server, forward, false).await
+}
+
+/// Every source's items of one kind, presented, in source order; a server whose listing failed
+/// is reported beside the others' items, and a name an earlier source already presents is
+/// left out with a warning.
+async fn list(
+    cx: &McpContext,
+    caller: &Caller,
+    vs: &VirtualServer,
+    kind: ListKind,
+    era: Era,
+) -> Value {
+    let sk = selected(kind);
+    let reached: Vec<usize> = (0..vs.sources.len())
+        .filter(|&i| caller.reaches(&vs.sources[i].server))
+        .collect();
+    let listings = futures_util::future::join_all(
+        reached
+            .iter()
+            .map(|&i| cx.upstream.listing(caller, &vs.sources[i].server, kind)),
+    )
+    .await;
+    let mut items = Vec::new();
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let mut ttl_ms = u64::MAX;
+    let mut private = false;
+    for (&i, listing) in reached.iter().zip(listings) {
+        let source = &vs.sources[i];
+        let server = &source.server;
+        let listing = match listing {
+            Ok(l) => l,
+            Err(e) => {
+                let e = GatewayError::from(e);
+                errors.push(json!({"server": server.id(), "kind": e.rest_code(), "message": e.to_string()}));
+                continue;
+            }
+        };
+        ttl_ms = ttl_ms.min(listing.ttl_ms.unwrap_or(0));
+        private |= listing.private;
+        for item in &listing.items {
+            let Some(own) = item.id() else { continue };
+            if kind == ListKind::Tools && !caller.sees_tool(server, own) {
+                continue;
+            }
+            let name = match vs.presented_name(sk, i, own) {
+                Ok(name) => name,
+                Err(Shadowed::NotSelected) => continue,
+                Err(Shadowed::By(name)) => {
+                    tracing::warn!(virtual_server = vs.id(), server = server.id(), %name, "a selected name is already presented by an earlier source; left out");
+                    warnings.push(json!({"server": server.id(), "message": format!("{name:?} is already presented by an earlier source of {}; left out", vs.id())}));
+                    continue;
+                }
+            };
+            let fields = item.fields().unwrap_or_default();
+            let shown = match kind {
+                ListKind::Tools => present_tool(fields, name, source.override_of(own)),
+                _ => fields,
+            };
+            items.push(Value::Object(shown));
+        }
+    }
+    let mut result = Map::new();
+    result.insert(kind.field().into(), Value::Array(items));
+    if era == Era::Rev2026 {
+        result.insert("ttlMs".into(), json!(if ttl_ms == u64::MAX { 0 } else { ttl_ms }));
+        result.insert("cacheScope".into(), json!(if private { "private" } else { "public" }));
+        result.insert("resultType".into(), json!("complete"));
+    }
+    let mut meta = Map::new();
+    if !errors.is_empty() {
+        meta.insert(META_LISTING_ERRORS.into(), Value::Array(errors));
+    }
+    if !warnings.is_empty() {
+        meta.insert(META_LISTING_WARNINGS.into(), Value::Array(warnings));
+    }
+    if !meta.is_empty() {
+        result.insert("_meta".into(), Value::Object(meta));
+    }
+    Value::Object(result)
+}
