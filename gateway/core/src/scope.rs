@@ -502,7 +502,10 @@ impl Caller {
     }
 
     /// The virtual server at `/mcp/<path>`, if this caller reaches it.
-    pub fn virtual_for_path(&self, path: &str) -> Option<Arc<crate::virtual_server::VirtualServer>> {
+    pub fn virtual_for_path(
+        &self,
+        path: &str,
+    ) -> Option<Arc<crate::virtual_server::VirtualServer>> {
         self.table
             .virtual_by_path(path)
             .filter(|vs| self.reaches_virtual(vs))

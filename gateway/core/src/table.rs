@@ -282,7 +282,9 @@ impl RoutingTable {
 
     /// The virtual server served at `/mcp/<path>`.
     pub fn virtual_by_path(&self, path: &str) -> Option<&Arc<VirtualServer>> {
-        self.virtual_by_path.get(path).map(|&i| &self.virtual_servers[i])
+        self.virtual_by_path
+            .get(path)
+            .map(|&i| &self.virtual_servers[i])
     }
 
     /// The model a client's `model` value names.
@@ -448,7 +450,11 @@ fn openapi_tools(
             message: format!("not a valid URL: {e}"),
         });
     }
-    let text = spec.document.as_ref().and_then(resolved_value).unwrap_or_default();
+    let text = spec
+        .document
+        .as_ref()
+        .and_then(resolved_value)
+        .unwrap_or_default();
     let compiled = switchboard_openapi::compile(text, spec).map_err(|e| FieldError {
         path: format!("{field}.document"),
         message: e.to_string(),

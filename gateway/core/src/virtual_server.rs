@@ -101,7 +101,8 @@ impl VirtualServer {
             .iter()
             .find(|s| {
                 s.selects(kind, name)
-                    && (kind != Selected::Tools || s.override_of(name).is_none_or(|o| o.name.is_none()))
+                    && (kind != Selected::Tools
+                        || s.override_of(name).is_none_or(|o| o.name.is_none()))
             })
             .map(|s| (s, name))
     }
@@ -139,14 +140,20 @@ pub enum Shadowed {
 
 /// A listed tool as the virtual server presents it: renamed, re-titled, described anew, and its
 /// input schema narrowed (fixed parameters removed, enums narrowed, descriptions replaced).
-pub fn present_tool(mut tool: Map<String, Value>, name: &str, o: Option<&ToolOverride>) -> Map<String, Value> {
+pub fn present_tool(
+    mut tool: Map<String, Value>,
+    name: &str,
+    o: Option<&ToolOverride>,
+) -> Map<String, Value> {
     tool.insert("name".into(), Value::String(name.to_string()));
     let Some(o) = o else { return tool };
     if let Some(title) = &o.title {
         tool.insert("title".into(), Value::String(title.clone()));
     }
     let description = o.description.clone().or_else(|| {
-        tool.get("description").and_then(Value::as_str).map(str::to_owned)
+        tool.get("description")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     });
     let description = match (description, &o.description_suffix) {
         (Some(d), Some(suffix)) => Some(format!("{d}\n\n{suffix}")),
@@ -173,9 +180,8 @@ fn narrow_schema(schema: &mut Map<String, Value>, o: &ToolOverride) {
             }
             continue;
         }
-        let Some(Value::Object(property)) = schema
-            .get_mut("properties")
-            .and_then(|p| p.get_mut(param))
+        let Some(Value::Object(property)) =
+            schema.get_mut("properties").and_then(|p| p.get_mut(param))
         else {
             continue;
         };
@@ -190,7 +196,10 @@ fn narrow_schema(schema: &mut Map<String, Value>, o: &ToolOverride) {
 
 /// The arguments that go upstream: the client's, with every fixed parameter set (a client may
 /// not choose a hidden parameter) and every narrowed one checked against its enum.
-pub fn upstream_arguments(arguments: Option<Value>, o: Option<&ToolOverride>) -> Result<Option<Value>, String> {
+pub fn upstream_arguments(
+    arguments: Option<Value>,
+    o: Option<&ToolOverride>,
+) -> Result<Option<Value>, String> {
     let Some(o) = o.filter(|o| !o.parameters.is_empty()) else {
         return Ok(arguments);
     };
@@ -202,13 +211,18 @@ pub fn upstream_arguments(arguments: Option<Value>, o: Option<&ToolOverride>) ->
     for (param, narrowed) in &o.parameters {
         if let Some(fixed) = &narrowed.fixed {
             if arguments.get(param).is_some_and(|given| given != fixed) {
-                return Err(format!("argument {param:?} is fixed by the gateway and cannot be set"));
+                return Err(format!(
+                    "argument {param:?} is fixed by the gateway and cannot be set"
+                ));
             }
             arguments.insert(param.clone(), fixed.clone());
         } else if let (Some(allowed), Some(given)) = (&narrowed.allowed, arguments.get(param))
             && !allowed.contains(given)
         {
-            return Err(format!("argument {param:?} must be one of {}", Value::Array(allowed.clone())));
+            return Err(format!(
+                "argument {param:?} must be one of {}",
+                Value::Array(allowed.clone())
+            ));
         }
     }
     Ok(Some(Value::Object(arguments)))
@@ -251,17 +265,47 @@ virtualServers:
     #[test]
     fn names_route_by_parse_first_source_wins_and_renames_hide_the_own_name() {
         let vs = desk();
-        let route = |n| vs.route(Selected::Tools, n).map(|(s, own)| (s.server.id().to_string(), own.to_string()));
-        assert_eq!(route("forecast"), Some(("weather".into(), "get_forecast".into())));
-        assert_eq!(route("get_alerts"), Some(("weather".into(), "get_alerts".into())));
+        let route = |n| {
+            vs.route(Selected::Tools, n)
+                .map(|(s, own)| (s.server.id().to_string(), own.to_string()))
+        };
+        assert_eq!(
+            route("forecast"),
+            Some(("weather".into(), "get_forecast".into()))
+        );
+        assert_eq!(
+            route("get_alerts"),
+            Some(("weather".into(), "get_alerts".into()))
+        );
         assert_eq!(route("read"), Some(("files".into(), "read".into())));
-        assert_eq!(route("get_secret"), Some(("files".into(), "get_secret".into())), "weather denies it; files selects get_*");
-        assert_eq!(route("get_forecast"), Some(("files".into(), "get_forecast".into())), "renamed on weather");
+        assert_eq!(
+            route("get_secret"),
+            Some(("files".into(), "get_secret".into())),
+            "weather denies it; files selects get_*"
+        );
+        assert_eq!(
+            route("get_forecast"),
+            Some(("files".into(), "get_forecast".into())),
+            "renamed on weather"
+        );
         assert_eq!(route("write"), None);
-        assert_eq!(vs.presented_name(Selected::Tools, 0, "get_forecast"), Ok("forecast"));
-        assert_eq!(vs.presented_name(Selected::Tools, 1, "get_alerts"), Err(Shadowed::By("get_alerts".into())));
-        assert_eq!(vs.presented_name(Selected::Tools, 1, "write"), Err(Shadowed::NotSelected));
-        assert_eq!(vs.presented_name(Selected::Prompts, 0, "x"), Err(Shadowed::NotSelected), "no prompts selected");
+        assert_eq!(
+            vs.presented_name(Selected::Tools, 0, "get_forecast"),
+            Ok("forecast")
+        );
+        assert_eq!(
+            vs.presented_name(Selected::Tools, 1, "get_alerts"),
+            Err(Shadowed::By("get_alerts".into()))
+        );
+        assert_eq!(
+            vs.presented_name(Selected::Tools, 1, "write"),
+            Err(Shadowed::NotSelected)
+        );
+        assert_eq!(
+            vs.presented_name(Selected::Prompts, 0, "x"),
+            Err(Shadowed::NotSelected),
+            "no prompts selected"
+        );
     }
 
     #[test]
@@ -277,8 +321,14 @@ virtualServers:
         assert_eq!(shown["description"], "The forecast.\n\nMetric units.");
         assert_eq!(shown["inputSchema"]["required"], json!(["city"]));
         assert!(shown["inputSchema"]["properties"].get("units").is_none());
-        assert_eq!(shown["inputSchema"]["properties"]["days"]["enum"], json!([1, 2]));
-        assert_eq!(shown["inputSchema"]["properties"]["days"]["description"], "How many days");
+        assert_eq!(
+            shown["inputSchema"]["properties"]["days"]["enum"],
+            json!([1, 2])
+        );
+        assert_eq!(
+            shown["inputSchema"]["properties"]["days"]["description"],
+            "How many days"
+        );
     }
 
     #[test]
@@ -286,11 +336,17 @@ virtualServers:
         let vs = desk();
         let o = vs.sources[0].override_of("get_forecast");
         let args = upstream_arguments(Some(json!({"city": "Oslo", "days": 2})), o).unwrap();
-        assert_eq!(args, Some(json!({"city": "Oslo", "days": 2, "units": "metric"})));
+        assert_eq!(
+            args,
+            Some(json!({"city": "Oslo", "days": 2, "units": "metric"}))
+        );
         let e = upstream_arguments(Some(json!({"days": 3})), o).unwrap_err();
         assert!(e.contains("\"days\""), "{e}");
         let e = upstream_arguments(Some(json!({"units": "imperial"})), o).unwrap_err();
         assert!(e.contains("fixed"), "{e}");
-        assert_eq!(upstream_arguments(None, o).unwrap(), Some(json!({"units": "metric"})));
+        assert_eq!(
+            upstream_arguments(None, o).unwrap(),
+            Some(json!({"units": "metric"}))
+        );
     }
 }

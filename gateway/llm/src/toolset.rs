@@ -11,10 +11,10 @@ use switchboard_snapshot::{RequireApproval, ToolFilter, ToolOverride, ToolVisibi
 
 use crate::context::LlmContext;
 use crate::errors::LlmError;
-use switchboard_protocol::schema;
 use switchboard_core::route::prefixed_name;
 use switchboard_core::scope::Caller;
 use switchboard_core::table::{Model, Server};
+use switchboard_protocol::schema;
 use switchboard_upstream::listing::ListKind;
 
 /// One tool of an MCP server, as the model sees it.

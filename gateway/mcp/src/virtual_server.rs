@@ -72,12 +72,19 @@ pub async fn method(
         .to_string();
     let not_found = || match kind {
         Selected::Tools => GatewayError::ToolNotFound { name: name.clone() },
-        Selected::Prompts => GatewayError::NotFound { kind: "prompt", name: name.clone() },
-        Selected::Resources => GatewayError::NotFound { kind: "resource", name: name.clone() },
+        Selected::Prompts => GatewayError::NotFound {
+            kind: "prompt",
+            name: name.clone(),
+        },
+        Selected::Resources => GatewayError::NotFound {
+            kind: "resource",
+            name: name.clone(),
+        },
     };
     let (source, own) = vs.route(kind, &name).ok_or_else(not_found)?;
     let server = &source.server;
-    let visible = caller.reaches(server) && (kind != Selected::Tools || caller.sees_tool(server, own));
+    let visible =
+        caller.reaches(server) && (kind != Selected::Tools || caller.sees_tool(server, own));
     if !visible {
         return Err(not_found().into());
     }
@@ -130,7 +137,9 @@ async fn list(
             Ok(l) => l,
             Err(e) => {
                 let e = GatewayError::from(e);
-                errors.push(json!({"server": server.id(), "kind": e.rest_code(), "message": e.to_string()}));
+                errors.push(
+                    json!({"server": server.id(), "kind": e.rest_code(), "message": e.to_string()}),
+                );
                 continue;
             }
         };
@@ -161,8 +170,14 @@ async fn list(
     let mut result = Map::new();
     result.insert(kind.field().into(), Value::Array(items));
     if era == Era::Rev2026 {
-        result.insert("ttlMs".into(), json!(if ttl_ms == u64::MAX { 0 } else { ttl_ms }));
-        result.insert("cacheScope".into(), json!(if private { "private" } else { "public" }));
+        result.insert(
+            "ttlMs".into(),
+            json!(if ttl_ms == u64::MAX { 0 } else { ttl_ms }),
+        );
+        result.insert(
+            "cacheScope".into(),
+            json!(if private { "private" } else { "public" }),
+        );
         result.insert("resultType".into(), json!("complete"));
     }
     let mut meta = Map::new();

@@ -359,7 +359,10 @@ impl Operation<'_> {
         // Operation parameters override path-item ones of the same name and location.
         let mut by_key: BTreeMap<(String, String), (String, &Value)> = BTreeMap::new();
         let mut order = Vec::new();
-        for (section, list) in [("parameters", self.shared), ("parameters", self.operation.get("parameters"))] {
+        for (section, list) in [
+            ("parameters", self.shared),
+            ("parameters", self.operation.get("parameters")),
+        ] {
             let Some(list) = list else { continue };
             let Some(list) = list.as_array() else {
                 return Err(self.problem(section, "must be a list"));
@@ -382,7 +385,10 @@ impl Operation<'_> {
             let (field, p) = &by_key[key];
             let (name, location) = key;
             let Some(location) = ParamLocation::parse(location) else {
-                return Err(self.problem(field, format!("in {location:?} is not path, query, header or cookie")));
+                return Err(self.problem(
+                    field,
+                    format!("in {location:?} is not path, query, header or cookie"),
+                ));
             };
             if location == ParamLocation::Header
                 && IGNORED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
@@ -409,17 +415,26 @@ impl Operation<'_> {
             if is_required {
                 required.push(Value::String(name.clone()));
             }
-            let style_form = p.get("style").and_then(Value::as_str).is_none_or(|s| s == "form");
+            let style_form = p
+                .get("style")
+                .and_then(Value::as_str)
+                .is_none_or(|s| s == "form");
             params.push(Param {
                 name: name.clone(),
                 location,
                 required: is_required,
-                explode: p.get("explode").and_then(Value::as_bool).unwrap_or(style_form),
+                explode: p
+                    .get("explode")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(style_form),
             });
             properties.insert(name.clone(), schema);
         }
         for segment in template_names(self.path) {
-            if !params.iter().any(|p| p.location == ParamLocation::Path && p.name == segment) {
+            if !params
+                .iter()
+                .any(|p| p.location == ParamLocation::Path && p.name == segment)
+            {
                 return Err(self.problem(
                     "parameters",
                     format!("path parameter {{{segment}}} is not declared"),
@@ -434,7 +449,10 @@ impl Operation<'_> {
         let name = match overridden.and_then(|o| o.name.clone()) {
             Some(name) => {
                 if !switchboard_snapshot::virtual_server::is_tool_name(&name) {
-                    return Err(self.problem("", format!("override name {name:?} is not 1-64 of a-z A-Z 0-9 _ - .")));
+                    return Err(self.problem(
+                        "",
+                        format!("override name {name:?} is not 1-64 of a-z A-Z 0-9 _ - ."),
+                    ));
                 }
                 name
             }
@@ -495,18 +513,30 @@ impl Operation<'_> {
                 .map(|(_, m)| m.get("schema").cloned().unwrap_or_else(|| json!({})))
         });
         let Some(mut schema) = json_schema else {
-            let types: Vec<&str> = content.map(|c| c.keys().map(String::as_str).collect()).unwrap_or_default();
+            let types: Vec<&str> = content
+                .map(|c| c.keys().map(String::as_str).collect())
+                .unwrap_or_default();
             if is_required {
                 return Err(self.problem(
                     "requestBody.content",
-                    format!("no JSON body ({}); only JSON request bodies become tool arguments", types.join(", ")),
+                    format!(
+                        "no JSON body ({}); only JSON request bodies become tool arguments",
+                        types.join(", ")
+                    ),
                 ));
             }
             return Ok(None);
         };
-        let name = if properties.contains_key("body") { "requestBody" } else { "body" };
+        let name = if properties.contains_key("body") {
+            "requestBody"
+        } else {
+            "body"
+        };
         if properties.contains_key(name) {
-            return Err(self.problem("requestBody", "parameters named body and requestBody leave no name for the body"));
+            return Err(self.problem(
+                "requestBody",
+                "parameters named body and requestBody leave no name for the body",
+            ));
         }
         if let (Value::Object(s), Some(d)) = (&mut schema, body.get("description")) {
             s.entry("description").or_insert_with(|| d.clone());
@@ -682,11 +712,18 @@ components:
     fn operations_become_tools_with_bindings() {
         let c = all();
         let names: Vec<&str> = c.tools.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["get_pets", "getPet", "putPet"], "by path, then method");
+        assert_eq!(
+            names,
+            ["get_pets", "getPet", "putPet"],
+            "by path, then method"
+        );
         let get = c.tool("getPet").unwrap();
         assert_eq!(get.method, http::Method::GET);
-        let params: Vec<(&str, ParamLocation)> =
-            get.params.iter().map(|p| (p.name.as_str(), p.location)).collect();
+        let params: Vec<(&str, ParamLocation)> = get
+            .params
+            .iter()
+            .map(|p| (p.name.as_str(), p.location))
+            .collect();
         assert_eq!(
             params,
             [
@@ -710,7 +747,10 @@ components:
         );
         let list = c.tool("get_pets").unwrap();
         assert!(list.wraps_output, "an array response is wrapped");
-        assert_eq!(list.output_schema.as_ref().unwrap()["properties"]["result"]["type"], "array");
+        assert_eq!(
+            list.output_schema.as_ref().unwrap()["properties"]["result"]["type"],
+            "array"
+        );
     }
 
     #[test]
@@ -724,27 +764,66 @@ components:
     #[test]
     fn selection_by_tag_id_path_method_and_exclusion() {
         let pick = |sel: OperationSelector| {
-            let spec = OpenApiSpec { operations: sel, ..Default::default() };
-            compile(PETS, &spec).unwrap().tools.into_iter().map(|t| t.name).collect::<Vec<_>>()
+            let spec = OpenApiSpec {
+                operations: sel,
+                ..Default::default()
+            };
+            compile(PETS, &spec)
+                .unwrap()
+                .tools
+                .into_iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
         };
-        assert_eq!(pick(OperationSelector { tags: vec!["pets".into()], ..Default::default() }), ["getPet"]);
-        assert_eq!(pick(OperationSelector { operation_ids: vec!["*Pet".into()], exclude: vec!["put*".into()], ..Default::default() }), ["getPet"]);
-        assert_eq!(pick(OperationSelector { paths: vec!["/pets".into()], methods: vec!["get".into()], ..Default::default() }), ["get_pets"]);
+        assert_eq!(
+            pick(OperationSelector {
+                tags: vec!["pets".into()],
+                ..Default::default()
+            }),
+            ["getPet"]
+        );
+        assert_eq!(
+            pick(OperationSelector {
+                operation_ids: vec!["*Pet".into()],
+                exclude: vec!["put*".into()],
+                ..Default::default()
+            }),
+            ["getPet"]
+        );
+        assert_eq!(
+            pick(OperationSelector {
+                paths: vec!["/pets".into()],
+                methods: vec!["get".into()],
+                ..Default::default()
+            }),
+            ["get_pets"]
+        );
     }
 
     #[test]
     fn overrides_rename_and_unknown_ones_are_reported() {
         let spec = OpenApiSpec {
             overrides: vec![
-                switchboard_snapshot::OperationOverride { operation: "get /pets".into(), name: Some("list_pets".into()), description: Some("All pets".into()) },
-                switchboard_snapshot::OperationOverride { operation: "nope".into(), ..Default::default() },
+                switchboard_snapshot::OperationOverride {
+                    operation: "get /pets".into(),
+                    name: Some("list_pets".into()),
+                    description: Some("All pets".into()),
+                },
+                switchboard_snapshot::OperationOverride {
+                    operation: "nope".into(),
+                    ..Default::default()
+                },
             ],
             ..Default::default()
         };
         let c = compile(PETS, &spec).unwrap();
         let t = c.tool("list_pets").unwrap();
         assert_eq!(t.description.as_deref(), Some("All pets"));
-        assert!(c.problems.iter().any(|p| p.message.contains("\"nope\"")), "{:?}", c.problems);
+        assert!(
+            c.problems.iter().any(|p| p.message.contains("\"nope\"")),
+            "{:?}",
+            c.problems
+        );
     }
 
     #[test]
@@ -761,13 +840,23 @@ components:
         assert_eq!(c.problems[0].path, "paths./a/{x}.get.parameters");
         let remote = "openapi: 3.1.0\npaths:\n  /a:\n    $ref: 'other.yaml#/x'\n";
         let c = compile(remote, &OpenApiSpec::default()).unwrap();
-        assert!(c.problems[0].message.contains("another document"), "{:?}", c.problems);
+        assert!(
+            c.problems[0].message.contains("another document"),
+            "{:?}",
+            c.problems
+        );
     }
 
     #[test]
     fn names_are_derived_predictably() {
         assert_eq!(derived_name(Some("list pets!"), "get", "/x"), "list_pets");
-        assert_eq!(derived_name(None, "get", "/api/v1/namespaces/{namespace}/pods"), "get_api_v1_namespaces_namespace_pods");
-        assert_eq!(derived_name(Some(&"a".repeat(80)), "get", "/"), "a".repeat(64));
+        assert_eq!(
+            derived_name(None, "get", "/api/v1/namespaces/{namespace}/pods"),
+            "get_api_v1_namespaces_namespace_pods"
+        );
+        assert_eq!(
+            derived_name(Some(&"a".repeat(80)), "get", "/"),
+            "a".repeat(64)
+        );
     }
 }

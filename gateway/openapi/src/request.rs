@@ -50,7 +50,10 @@ impl OperationTool {
             match param.location {
                 ParamLocation::Path => {
                     let text = scalar(value).ok_or_else(|| {
-                        format!("argument {:?} must be a string, number or boolean", param.name)
+                        format!(
+                            "argument {:?} must be a string, number or boolean",
+                            param.name
+                        )
                     })?;
                     let encoded = utf8_percent_encode(&text, SEGMENT).to_string();
                     path = path.replace(&format!("{{{}}}", param.name), &encoded);
@@ -58,7 +61,10 @@ impl OperationTool {
                 ParamLocation::Query => match value {
                     Value::Array(items) if param.explode => {
                         for item in items {
-                            query.push((param.name.clone(), scalar(item).unwrap_or_else(|| item.to_string())));
+                            query.push((
+                                param.name.clone(),
+                                scalar(item).unwrap_or_else(|| item.to_string()),
+                            ));
                         }
                     }
                     Value::Array(items) => query.push((param.name.clone(), joined(items))),
@@ -70,13 +76,20 @@ impl OperationTool {
                         other => text_of(other),
                     };
                     if text.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
-                        return Err(format!("argument {:?} must not contain CR, LF or NUL", param.name));
+                        return Err(format!(
+                            "argument {:?} must not contain CR, LF or NUL",
+                            param.name
+                        ));
                     }
                     headers.push((param.name.clone(), text));
                 }
                 ParamLocation::Cookie => {
                     let text = text_of(value);
-                    cookies.push(format!("{}={}", param.name, utf8_percent_encode(&text, SEGMENT)));
+                    cookies.push(format!(
+                        "{}={}",
+                        param.name,
+                        utf8_percent_encode(&text, SEGMENT)
+                    ));
                 }
             }
         }
@@ -94,7 +107,13 @@ impl OperationTool {
         if !query.is_empty() {
             let encoded: Vec<String> = query
                 .iter()
-                .map(|(k, v)| format!("{}={}", utf8_percent_encode(k, SEGMENT), utf8_percent_encode(v, SEGMENT)))
+                .map(|(k, v)| {
+                    format!(
+                        "{}={}",
+                        utf8_percent_encode(k, SEGMENT),
+                        utf8_percent_encode(v, SEGMENT)
+                    )
+                })
                 .collect();
             path.push('?');
             path.push_str(&encoded.join("&"));
@@ -151,7 +170,13 @@ mod tests {
         let r = t.request(args.as_object()).unwrap();
         assert_eq!(r.method, http::Method::POST);
         assert_eq!(r.path_and_query, "/items/a%20b%2Fc?tag=x&tag=y%20z");
-        assert_eq!(r.headers, [("X-Req".to_string(), "r1".to_string()), ("cookie".to_string(), "session=s".to_string())]);
+        assert_eq!(
+            r.headers,
+            [
+                ("X-Req".to_string(), "r1".to_string()),
+                ("cookie".to_string(), "session=s".to_string())
+            ]
+        );
         assert_eq!(r.body.as_deref(), Some(&br#"{"k":1}"#[..]));
     }
 
@@ -163,9 +188,13 @@ mod tests {
         assert!(e.contains("\"id\""), "{e}");
         let e = t.request(json!({"id": "1"}).as_object()).unwrap_err();
         assert!(e.contains("\"body\""), "{e}");
-        let e = t.request(json!({"id": "1", "body": {}, "extra": 1}).as_object()).unwrap_err();
+        let e = t
+            .request(json!({"id": "1", "body": {}, "extra": 1}).as_object())
+            .unwrap_err();
         assert!(e.contains("\"extra\""), "{e}");
-        let e = t.request(json!({"id": "1", "body": {}, "X-Req": "a\r\nb"}).as_object()).unwrap_err();
+        let e = t
+            .request(json!({"id": "1", "body": {}, "X-Req": "a\r\nb"}).as_object())
+            .unwrap_err();
         assert!(e.contains("CR"), "{e}");
     }
 }

@@ -12,7 +12,12 @@ const MAX_TEXT: usize = 256 * 1024;
 
 impl OperationTool {
     /// The tool result for a response (`status`, its `Content-Type`, its body).
-    pub fn result(&self, status: http::StatusCode, content_type: Option<&str>, body: &[u8]) -> Value {
+    pub fn result(
+        &self,
+        status: http::StatusCode,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Value {
         let reason = status.canonical_reason().unwrap_or("");
         if !status.is_success() {
             let shown = bounded_text(body, MAX_ERROR_BODY);
@@ -43,7 +48,9 @@ impl OperationTool {
             || content_type.contains("xml")
             || content_type.contains("yaml");
         match std::str::from_utf8(body) {
-            Ok(text) if textual => json!({"content": [{"type": "text", "text": bounded_text(text.as_bytes(), MAX_TEXT)}]}),
+            Ok(text) if textual => {
+                json!({"content": [{"type": "text", "text": bounded_text(text.as_bytes(), MAX_TEXT)}]})
+            }
             _ => json!({"content": [{"type": "text", "text": format!(
                 "binary response: {content_type}, {} bytes (not shown)", body.len()
             )}]}),
@@ -74,7 +81,10 @@ mod tests {
     fn tool() -> crate::OperationTool {
         let doc = r#"{"openapi": "3.0.0", "paths": {"/n": {"get": {"operationId": "n",
             "responses": {"200": {"description": "", "content": {"application/json": {"schema": {"type": "integer"}}}}}}}}}"#;
-        compile(doc, &OpenApiSpec::default()).unwrap().tools.remove(0)
+        compile(doc, &OpenApiSpec::default())
+            .unwrap()
+            .tools
+            .remove(0)
     }
 
     #[test]
@@ -92,12 +102,22 @@ mod tests {
         assert_eq!(r["isError"], true);
         let text = r["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("HTTP 403 Forbidden: xxx"), "{text}");
-        assert!(text.len() < 2200 && text.ends_with("(10000 bytes in all)"), "{text}");
+        assert!(
+            text.len() < 2200 && text.ends_with("(10000 bytes in all)"),
+            "{text}"
+        );
     }
 
     #[test]
     fn binary_is_described_not_dumped() {
-        let r = tool().result(StatusCode::OK, Some("image/png"), &[0x89, b'P', b'N', b'G', 0, 0xff]);
-        assert_eq!(r["content"][0]["text"], "binary response: image/png, 6 bytes (not shown)");
+        let r = tool().result(
+            StatusCode::OK,
+            Some("image/png"),
+            &[0x89, b'P', b'N', b'G', 0, 0xff],
+        );
+        assert_eq!(
+            r["content"][0]["text"],
+            "binary response: image/png, 6 bytes (not shown)"
+        );
     }
 }

@@ -22,7 +22,7 @@ pub use identity::{
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};
+pub use openapi::{OpenApiSpec, OperationOverride, OperationSelector};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};
 pub use tls::{ClientCertificate, GatewayTls, TlsMaterial, UpstreamTls};
-pub use openapi::{OpenApiSpec, OperationOverride, OperationSelector};
 pub use virtual_server::{ParameterOverride, ToolOverride, VirtualServerSpec, VirtualSource};

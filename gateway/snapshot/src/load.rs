@@ -503,16 +503,28 @@ impl Validator {
         for (i, vs) in snapshot.virtual_servers.iter().enumerate() {
             let path = format!("virtualServers[{i}]");
             if !is_dns_label(&vs.name) {
-                self.err(format!("{path}.name"), format!("{:?} is not a DNS-1123 label", vs.name));
+                self.err(
+                    format!("{path}.name"),
+                    format!("{:?} is not a DNS-1123 label", vs.name),
+                );
             }
             if !is_dns_label(vs.path()) {
-                self.err(format!("{path}.path"), format!("{:?} is not a DNS-1123 label", vs.path()));
+                self.err(
+                    format!("{path}.path"),
+                    format!("{:?} is not a DNS-1123 label", vs.path()),
+                );
             }
             if let Some(first) = ids.insert(vs.id(), i) {
-                self.err(format!("{path}.id"), format!("{:?} is already used by virtualServers[{first}]", vs.id()));
+                self.err(
+                    format!("{path}.id"),
+                    format!("{:?} is already used by virtualServers[{first}]", vs.id()),
+                );
             }
             if let Some(first) = paths.insert(vs.path(), i) {
-                self.err(format!("{path}.path"), format!("{:?} is already used by virtualServers[{first}]", vs.path()));
+                self.err(
+                    format!("{path}.path"),
+                    format!("{:?} is already used by virtualServers[{first}]", vs.path()),
+                );
             }
             if let Some(server) = prefixes.get(vs.path()) {
                 self.err(
@@ -526,11 +538,22 @@ impl Validator {
             let mut presented: HashMap<&str, String> = HashMap::new();
             for (j, source) in vs.sources.iter().enumerate() {
                 let at = format!("{path}.sources[{j}]");
-                let found = snapshot.servers.iter().filter(|s| vs.names_server(&source.server, s)).count();
+                let found = snapshot
+                    .servers
+                    .iter()
+                    .filter(|s| vs.names_server(&source.server, s))
+                    .count();
                 if found != 1 {
-                    self.err(format!("{at}.server"), format!("no server {:?} in this config", source.server));
+                    self.err(
+                        format!("{at}.server"),
+                        format!("no server {:?} in this config", source.server),
+                    );
                 }
-                for (kind, filter) in [("tools", &source.tools), ("prompts", &source.prompts), ("resources", &source.resources)] {
+                for (kind, filter) in [
+                    ("tools", &source.tools),
+                    ("prompts", &source.prompts),
+                    ("resources", &source.resources),
+                ] {
                     if let Some(filter) = filter {
                         self.filter(&format!("{at}.{kind}"), filter);
                     }
@@ -539,17 +562,29 @@ impl Validator {
                 for (k, o) in source.overrides.iter().enumerate() {
                     let op = format!("{at}.overrides[{k}]");
                     if !source.selects(&source.tools, &o.tool) {
-                        self.err(format!("{op}.tool"), format!("{:?} is not selected by {at}.tools", o.tool));
+                        self.err(
+                            format!("{op}.tool"),
+                            format!("{:?} is not selected by {at}.tools", o.tool),
+                        );
                     }
                     if let Some(first) = overridden.insert(&o.tool, k) {
-                        self.err(format!("{op}.tool"), format!("{:?} is already overridden by overrides[{first}]", o.tool));
+                        self.err(
+                            format!("{op}.tool"),
+                            format!("{:?} is already overridden by overrides[{first}]", o.tool),
+                        );
                     }
                     if let Some(name) = &o.name {
                         if !crate::virtual_server::is_tool_name(name) {
-                            self.err(format!("{op}.name"), format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."));
+                            self.err(
+                                format!("{op}.name"),
+                                format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."),
+                            );
                         }
                         if let Some(first) = presented.insert(name, op.clone()) {
-                            self.err(format!("{op}.name"), format!("{name:?} is already the name of {first}"));
+                            self.err(
+                                format!("{op}.name"),
+                                format!("{name:?} is already the name of {first}"),
+                            );
                         }
                     }
                     for (param, narrowed) in &o.parameters {
@@ -573,25 +608,41 @@ impl Validator {
     /// inline one, the first listing for a fetched one.)
     fn openapi(&mut self, path: &str, base: &str, openapi: &crate::openapi::OpenApiSpec) {
         match (&openapi.document, &openapi.document_url) {
-            (Some(_), Some(_)) => self.err(format!("{path}.documentUrl"), "give document or documentUrl, not both"),
+            (Some(_), Some(_)) => self.err(
+                format!("{path}.documentUrl"),
+                "give document or documentUrl, not both",
+            ),
             (None, None) => self.err(format!("{path}.document"), "needs document or documentUrl"),
-            (Some(document), None) => self.secret_value(format!("{path}.document"), document, false),
+            (Some(document), None) => {
+                self.secret_value(format!("{path}.document"), document, false)
+            }
             (None, Some(url)) => match url::Url::parse(base).and_then(|b| b.join(url)) {
                 Ok(joined) => self.upstream_url(format!("{path}.documentUrl"), joined.as_str()),
-                Err(e) => self.err(format!("{path}.documentUrl"), format!("not a valid URL: {e}")),
+                Err(e) => self.err(
+                    format!("{path}.documentUrl"),
+                    format!("not a valid URL: {e}"),
+                ),
             },
         }
         for (j, method) in openapi.operations.methods.iter().enumerate() {
-            const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+            const METHODS: [&str; 8] = [
+                "get", "put", "post", "delete", "options", "head", "patch", "trace",
+            ];
             if !METHODS.contains(&method.as_str()) {
-                self.err(format!("{path}.operations.methods[{j}]"), format!("{method:?} is not a lower-case HTTP method"));
+                self.err(
+                    format!("{path}.operations.methods[{j}]"),
+                    format!("{method:?} is not a lower-case HTTP method"),
+                );
             }
         }
         for (j, o) in openapi.overrides.iter().enumerate() {
             if let Some(name) = &o.name
                 && !crate::virtual_server::is_tool_name(name)
             {
-                self.err(format!("{path}.overrides[{j}].name"), format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."));
+                self.err(
+                    format!("{path}.overrides[{j}].name"),
+                    format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."),
+                );
             }
         }
     }

@@ -40,7 +40,9 @@ impl Upstreams {
                         StatusCode::BAD_REQUEST,
                     ));
                 };
-                let arguments = params.and_then(|p| p.get("arguments")).and_then(Value::as_object);
+                let arguments = params
+                    .and_then(|p| p.get("arguments"))
+                    .and_then(Value::as_object);
                 let request = match tool.request(arguments) {
                     Ok(request) => request,
                     // The model can correct its arguments: a tool error, not a protocol one.
@@ -95,9 +97,11 @@ impl Upstreams {
             header::ACCEPT,
             HeaderValue::from_static("application/json, application/yaml;q=0.9, */*;q=0.5"),
         );
-        call.server
-            .headers
-            .apply(call.caller_headers, call.credential.map(|c| &c.value), &mut headers);
+        call.server.headers.apply(
+            call.caller_headers,
+            call.credential.map(|c| &c.value),
+            &mut headers,
+        );
         let sent = self
             .send_following(call, http::Method::GET, url.clone(), headers, None)
             .await?;
@@ -147,18 +151,26 @@ impl Upstreams {
             }
         })?;
         let mut headers = HeaderMap::new();
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, */*;q=0.5"));
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, */*;q=0.5"),
+        );
         for (name, value) in &request.headers {
             // The compiler refused CR/LF; a name the document made up that is no header name
             // is left out.
-            if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
                 headers.append(name, value);
             }
         }
         // The credential goes in last: no argument can take its slot.
-        server
-            .headers
-            .apply(call.caller_headers, call.credential.map(|c| &c.value), &mut headers);
+        server.headers.apply(
+            call.caller_headers,
+            call.credential.map(|c| &c.value),
+            &mut headers,
+        );
         let body = request
             .body
             .map(|b| ("application/json", bytes::Bytes::from(b)));

@@ -113,7 +113,12 @@ pub(super) async fn answer(
     audit::note(|n| note_call(n, &message.method, message.params.as_ref()));
     let target = match &prefix {
         None => Target::Aggregate,
-        Some(p) => match caller.virtual_for_path(p).map(Target::Virtual).ok_or(()).or_else(|()| caller.server_for_path(p).map(Target::Single)) {
+        Some(p) => match caller
+            .virtual_for_path(p)
+            .map(Target::Virtual)
+            .ok_or(())
+            .or_else(|()| caller.server_for_path(p).map(Target::Single))
+        {
             Ok(target) => target,
             // A server the caller cannot reach is invisible: the endpoint does not exist.
             Err(e) => {
