@@ -786,7 +786,7 @@ impl Upstreams {
                 .map_err(|e| UpstreamError::http(call.server, e))?;
             let status = response.status();
             let follows = matches!(status.as_u16(), 307 | 308)
-                || (safe && matches!(status.as_u16(), 301 | 302 | 303));
+                || (safe && matches!(status.as_u16(), 301..=303));
             if follows
                 && let Some(next) = response
                     .headers()
