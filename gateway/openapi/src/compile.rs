@@ -6,9 +6,7 @@ use serde_json::{Map, Value, json};
 use switchboard_protocol::schema::{clean_with, sanitize_with};
 use switchboard_snapshot::{OpenApiSpec, OperationSelector, glob_match};
 
-const METHODS: [&str; 8] = [
-    "get", "put", "post", "delete", "options", "head", "patch", "trace",
-];
+use switchboard_snapshot::openapi::HTTP_METHODS as METHODS;
 /// Tool names clients accept: 1 to 64 of `a-z A-Z 0-9 _ - .`.
 const MAX_NAME: usize = 64;
 /// Header parameters the OpenAPI specification says to ignore (the request sets them).
@@ -37,6 +35,8 @@ impl std::fmt::Display for DocumentError {
 #[derive(Debug, Default)]
 pub struct Compiled {
     pub tools: Vec<OperationTool>,
+    /// Tool name → index in `tools` (every call looks its tool up).
+    by_name: HashMap<String, usize>,
     pub problems: Vec<DocumentError>,
     /// The OpenAPI version the document declares.
     pub version: String,
@@ -44,7 +44,7 @@ pub struct Compiled {
 
 impl Compiled {
     pub fn tool(&self, name: &str) -> Option<&OperationTool> {
-        self.tools.iter().find(|t| t.name == name)
+        self.by_name.get(name).map(|&i| &self.tools[i])
     }
 
     /// The `tools/list` result: every tool, by path and then method (a stable order).
@@ -227,6 +227,9 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
                         continue;
                     }
                     taken.insert(tool.name.clone(), op_path.clone());
+                    compiled
+                        .by_name
+                        .insert(tool.name.clone(), compiled.tools.len());
                     compiled.tools.push(tool);
                 }
                 Err(problem) => compiled.problems.push(problem),

@@ -625,10 +625,7 @@ impl Validator {
             },
         }
         for (j, method) in openapi.operations.methods.iter().enumerate() {
-            const METHODS: [&str; 8] = [
-                "get", "put", "post", "delete", "options", "head", "patch", "trace",
-            ];
-            if !METHODS.contains(&method.as_str()) {
+            if !crate::openapi::HTTP_METHODS.contains(&method.as_str()) {
                 self.err(
                     format!("{path}.operations.methods[{j}]"),
                     format!("{method:?} is not a lower-case HTTP method"),

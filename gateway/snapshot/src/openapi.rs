@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::secret::SecretSource;
 
+/// The operations a path item can have, as OpenAPI names them (and `operations.methods` too).
+pub const HTTP_METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OpenApiSpec {

@@ -1058,11 +1058,7 @@ impl Reply {
     }
 
     fn auth_error(&self, server: &Server) -> UpstreamError {
-        let challenge = self
-            .headers
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let challenge = www_authenticate(&self.headers);
         if self.status == StatusCode::FORBIDDEN {
             UpstreamError::Forbidden {
                 server: server.id().to_string(),
@@ -1081,6 +1077,14 @@ impl Reply {
             detail: format!("HTTP {}", self.status.as_u16()),
         }
     }
+}
+
+/// An upstream's `WWW-Authenticate` challenge, relayed with its 401.
+pub(crate) fn www_authenticate(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 fn server_key(server: &Server) -> ClientKey {

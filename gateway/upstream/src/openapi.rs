@@ -13,7 +13,9 @@ use switchboard_core::table::OpenApiTools;
 use switchboard_openapi::Compiled;
 use tokio::time::Instant;
 
-use crate::client::{MAX_UPSTREAM_BODY, RpcCall, RpcOutcome, RpcResult, UpstreamState, Upstreams};
+use crate::client::{
+    MAX_UPSTREAM_BODY, RpcCall, RpcOutcome, RpcResult, UpstreamState, Upstreams, www_authenticate,
+};
 use crate::error::UpstreamError;
 use crate::http_client;
 
@@ -110,7 +112,7 @@ impl Upstreams {
         if status == StatusCode::UNAUTHORIZED {
             return Err(UpstreamError::Unauthorized {
                 server: call.server.id().to_string(),
-                challenge: challenge(&parts.headers),
+                challenge: www_authenticate(&parts.headers),
             });
         }
         if !status.is_success() {
@@ -182,7 +184,7 @@ impl Upstreams {
         if status == StatusCode::UNAUTHORIZED {
             return Err(UpstreamError::Unauthorized {
                 server: server.id().to_string(),
-                challenge: challenge(&parts.headers),
+                challenge: www_authenticate(&parts.headers),
             });
         }
         let body = http_client::read_limited(body, MAX_UPSTREAM_BODY)
@@ -195,11 +197,4 @@ impl Upstreams {
             .map(str::to_owned);
         Ok((status, content_type, body))
     }
-}
-
-fn challenge(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(header::WWW_AUTHENTICATE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
 }

@@ -113,18 +113,17 @@ pub(super) async fn answer(
     audit::note(|n| note_call(n, &message.method, message.params.as_ref()));
     let target = match &prefix {
         None => Target::Aggregate,
-        Some(p) => match caller
-            .virtual_for_path(p)
-            .map(Target::Virtual)
-            .ok_or(())
-            .or_else(|()| caller.server_for_path(p).map(Target::Single))
-        {
-            Ok(target) => target,
-            // A server the caller cannot reach is invisible: the endpoint does not exist.
-            Err(e) => {
-                let response = (StatusCode::NOT_FOUND, e.to_string()).into_response();
-                return (response, Some((method, e.outcome())));
-            }
+        // A path names a virtual server or a server's prefix (validation keeps them apart).
+        Some(p) => match caller.virtual_for_path(p) {
+            Some(vs) => Target::Virtual(vs),
+            None => match caller.server_for_path(p) {
+                Ok(server) => Target::Single(server),
+                // A server the caller cannot reach is invisible: the endpoint does not exist.
+                Err(e) => {
+                    let response = (StatusCode::NOT_FOUND, e.to_string()).into_response();
+                    return (response, Some((method, e.outcome())));
+                }
+            },
         },
     };
     let version_header = header_str(&caller.headers, "mcp-protocol-version");
