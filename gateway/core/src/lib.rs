@@ -27,6 +27,7 @@ pub mod people;
 pub mod remembered_tokens;
 pub mod route;
 pub mod scope;
+pub mod server;
 pub mod session;
 pub mod table;
 pub mod virtual_server;
@@ -34,3 +35,5 @@ mod workload_identity;
 
 #[cfg(test)]
 mod sign_in_tests;
+#[cfg(test)]
+mod virtual_server_tests;

@@ -50,16 +50,6 @@ impl Request {
     }
 }
 
-/// Which endpoint a request came in on.
-pub enum Target {
-    /// `POST /mcp`: every server in the caller's scope, prefixed names.
-    Aggregate,
-    /// `POST /mcp/{prefix}`: one server, its own names, routed by the path alone.
-    Single(Arc<Server>),
-    /// `POST /mcp/{path}` of a virtual server: its servers' selected tools, as it presents them.
-    Virtual(Arc<switchboard_core::virtual_server::VirtualServer>),
-}
-
 /// Why a method produced no result.
 #[derive(Debug)]
 pub enum Failure {
@@ -97,20 +87,7 @@ pub enum Answer {
     Stream(Box<Relay>),
 }
 
-pub async fn dispatch(
-    cx: &McpContext,
-    caller: &Caller,
-    target: &Target,
-    request: Request,
-) -> Result<Answer, Failure> {
-    match target {
-        Target::Aggregate => aggregate_method(cx, caller, request).await,
-        Target::Single(server) => single_method(cx, caller, server, request).await,
-        Target::Virtual(vs) => crate::virtual_server::method(cx, caller, vs, request).await,
-    }
-}
-
-async fn aggregate_method(
+pub(crate) async fn aggregate_method(
     cx: &McpContext,
     caller: &Caller,
     request: Request,
@@ -257,7 +234,7 @@ async fn unprefixed_owners(
     Ok(found)
 }
 
-async fn single_method(
+pub(crate) async fn single_method(
     cx: &McpContext,
     caller: &Caller,
     server: &Arc<Server>,

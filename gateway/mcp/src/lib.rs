@@ -12,4 +12,5 @@ mod exchange;
 mod listen;
 mod relay;
 pub mod rest;
+pub mod target;
 mod virtual_server;

@@ -451,7 +451,7 @@ impl Operation<'_> {
         let id = self.operation.get("operationId").and_then(Value::as_str);
         let name = match overridden.and_then(|o| o.name.clone()) {
             Some(name) => {
-                if !switchboard_snapshot::virtual_server::is_tool_name(&name) {
+                if !switchboard_snapshot::is_tool_name(&name) {
                     return Err(self.problem(
                         "",
                         format!("override name {name:?} is not 1-64 of a-z A-Z 0-9 _ - ."),

@@ -13,7 +13,6 @@ pub mod networks;
 pub mod openapi;
 mod secret;
 pub mod tls;
-pub mod virtual_server;
 
 pub use identity::{
     ALGORITHMS, Brokered, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_access_ttl,
@@ -21,8 +20,8 @@ pub use identity::{
 };
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
+pub use names::is_tool_name;
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};
 pub use openapi::{OpenApiSpec, OperationOverride, OperationSelector};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};
 pub use tls::{ClientCertificate, GatewayTls, TlsMaterial, UpstreamTls};
-pub use virtual_server::{ParameterOverride, ToolOverride, VirtualServerSpec, VirtualSource};

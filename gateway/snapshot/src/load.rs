@@ -574,7 +574,7 @@ impl Validator {
                         );
                     }
                     if let Some(name) = &o.name {
-                        if !crate::virtual_server::is_tool_name(name) {
+                        if !crate::names::is_tool_name(name) {
                             self.err(
                                 format!("{op}.name"),
                                 format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."),
@@ -634,7 +634,7 @@ impl Validator {
         }
         for (j, o) in openapi.overrides.iter().enumerate() {
             if let Some(name) = &o.name
-                && !crate::virtual_server::is_tool_name(name)
+                && !crate::names::is_tool_name(name)
             {
                 self.err(
                     format!("{path}.overrides[{j}].name"),

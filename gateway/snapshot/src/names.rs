@@ -50,6 +50,15 @@ pub fn is_dns_subdomain(name: &str) -> bool {
     name.len() <= 253 && name.split('.').all(is_dns_label)
 }
 
+/// Names clients may send as tool names: what both LLM providers and MCP clients accept
+/// (1 to 64 of `a-z A-Z 0-9 _ - .`).
+pub fn is_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

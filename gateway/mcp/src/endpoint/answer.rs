@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::context::McpContext;
-use crate::dispatch::{Answer, Failure, Request, Target, dispatch};
+use crate::dispatch::{Answer, Failure, Request};
 use crate::listen;
 use crate::relay::{self};
+use crate::target::{Target, dispatch};
 use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in};
 use switchboard_core::scope::{Resource, authenticate};

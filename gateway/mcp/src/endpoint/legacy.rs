@@ -9,7 +9,8 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use crate::context::McpContext;
-use crate::dispatch::{Answer, Failure, Request, Target, dispatch};
+use crate::dispatch::{Answer, Failure, Request};
+use crate::target::{Target, dispatch};
 use switchboard_core::errors::{GatewayError, codes};
 use switchboard_core::scope::Caller;
 use switchboard_core::session::{Session, UnsealError};

@@ -1,0 +1,125 @@
+//! The virtual server's rules on a table built from a config (a file of its own: the rules
+//! module stays below the table).
+
+mod tests {
+    use crate::table::RoutingTable;
+    use crate::virtual_server::*;
+    use serde_json::json;
+    use std::sync::Arc;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    const CONFIG: &str = r#"
+servers:
+- {name: weather, url: "http://x/mcp", allowAllKeys: true}
+- {name: files, url: "http://y/mcp", allowAllKeys: true}
+virtualServers:
+- name: desk
+  sources:
+  - server: weather
+    tools: {allow: ["get_*"], deny: [get_secret]}
+    overrides:
+    - tool: get_forecast
+      name: forecast
+      title: Forecast
+      description: The forecast.
+      descriptionSuffix: Metric units.
+      parameters:
+        units: {fixed: metric}
+        days: {enum: [1, 2], description: How many days}
+  - server: files
+    tools: {allow: ["get_*", "read"]}
+"#;
+
+    fn desk() -> Arc<VirtualServer> {
+        let t = RoutingTable::build(&load(CONFIG, &SystemLookup).unwrap()).unwrap();
+        t.virtual_by_path("desk").unwrap().clone()
+    }
+
+    #[test]
+    fn names_route_by_parse_first_source_wins_and_renames_hide_the_own_name() {
+        let vs = desk();
+        let route = |n| {
+            vs.route(Selected::Tools, n)
+                .map(|(s, own)| (s.server.id().to_string(), own.to_string()))
+        };
+        assert_eq!(
+            route("forecast"),
+            Some(("weather".into(), "get_forecast".into()))
+        );
+        assert_eq!(
+            route("get_alerts"),
+            Some(("weather".into(), "get_alerts".into()))
+        );
+        assert_eq!(route("read"), Some(("files".into(), "read".into())));
+        assert_eq!(
+            route("get_secret"),
+            Some(("files".into(), "get_secret".into())),
+            "weather denies it; files selects get_*"
+        );
+        assert_eq!(
+            route("get_forecast"),
+            Some(("files".into(), "get_forecast".into())),
+            "renamed on weather"
+        );
+        assert_eq!(route("write"), None);
+        assert_eq!(
+            vs.presented_name(Selected::Tools, 0, "get_forecast"),
+            Ok("forecast")
+        );
+        assert_eq!(
+            vs.presented_name(Selected::Tools, 1, "get_alerts"),
+            Err(Shadowed::By("get_alerts".into()))
+        );
+        assert_eq!(
+            vs.presented_name(Selected::Tools, 1, "write"),
+            Err(Shadowed::NotSelected)
+        );
+        assert_eq!(
+            vs.presented_name(Selected::Prompts, 0, "x"),
+            Err(Shadowed::NotSelected),
+            "no prompts selected"
+        );
+    }
+
+    #[test]
+    fn presentation_renames_describes_and_narrows() {
+        let vs = desk();
+        let o = vs.sources[0].override_of("get_forecast");
+        let tool = json!({"name": "get_forecast", "description": "Upstream text", "inputSchema": {
+            "type": "object", "required": ["units", "city"],
+            "properties": {"units": {"type": "string"}, "days": {"type": "integer", "enum": [1, 2, 3]}, "city": {"type": "string"}}}});
+        let shown = present_tool(tool.as_object().unwrap().clone(), "forecast", o);
+        assert_eq!(shown["name"], "forecast");
+        assert_eq!(shown["title"], "Forecast");
+        assert_eq!(shown["description"], "The forecast.\n\nMetric units.");
+        assert_eq!(shown["inputSchema"]["required"], json!(["city"]));
+        assert!(shown["inputSchema"]["properties"].get("units").is_none());
+        assert_eq!(
+            shown["inputSchema"]["properties"]["days"]["enum"],
+            json!([1, 2])
+        );
+        assert_eq!(
+            shown["inputSchema"]["properties"]["days"]["description"],
+            "How many days"
+        );
+    }
+
+    #[test]
+    fn fixed_values_are_set_and_narrowed_enums_enforced() {
+        let vs = desk();
+        let o = vs.sources[0].override_of("get_forecast");
+        let args = upstream_arguments(Some(json!({"city": "Oslo", "days": 2})), o).unwrap();
+        assert_eq!(
+            args,
+            Some(json!({"city": "Oslo", "days": 2, "units": "metric"}))
+        );
+        let e = upstream_arguments(Some(json!({"days": 3})), o).unwrap_err();
+        assert!(e.contains("\"days\""), "{e}");
+        let e = upstream_arguments(Some(json!({"units": "imperial"})), o).unwrap_err();
+        assert!(e.contains("fixed"), "{e}");
+        assert_eq!(
+            upstream_arguments(None, o).unwrap(),
+            Some(json!({"units": "metric"}))
+        );
+    }
+}
