@@ -1,5 +1,5 @@
-//! The Kubernetes API of Switchboard: `McpServer`, `McpKey`, `ModelRoute` and
-//! `IdentityProvider` in `switchboard.dev/v1alpha1`.
+//! The Kubernetes API of Switchboard: `McpServer`, `McpVirtualServer`, `McpKey`, `ModelRoute`
+//! and `IdentityProvider` in `switchboard.dev/v1alpha1`.
 //!
 //! Everything a standalone config file can say about a server, key or model can be said here; secrets
 //! are references to Kubernetes Secrets in the resource's namespace, which the operator resolves
@@ -9,13 +9,16 @@
 pub mod identity_provider;
 pub mod key;
 pub mod model_route;
+pub mod openapi;
 pub mod run;
 pub mod server;
+pub mod virtual_server;
 
 pub use identity_provider::{IdentityProvider, IdentityProviderSpec, IdentityProviderStatus};
 pub use key::{McpKey, McpKeySpec, McpKeyStatus, PeopleBinding};
 pub use model_route::{ModelRoute, ModelRouteSpec, ModelRouteStatus};
 pub use server::{McpServer, McpServerSpec, McpServerStatus};
+pub use virtual_server::{McpVirtualServer, McpVirtualServerSpec, McpVirtualServerStatus};
 
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -124,6 +127,10 @@ pub fn crd_manifests() -> Vec<(&'static str, String)> {
     };
     vec![
         ("switchboard.dev_mcpservers.yaml", yaml(&McpServer::crd())),
+        (
+            "switchboard.dev_mcpvirtualservers.yaml",
+            yaml(&McpVirtualServer::crd()),
+        ),
         ("switchboard.dev_mcpkeys.yaml", yaml(&McpKey::crd())),
         ("switchboard.dev_modelroutes.yaml", yaml(&ModelRoute::crd())),
         (

@@ -23,9 +23,11 @@ use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter, UpstreamTls};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("[has(self.url), has(self.service), has(self.run)].filter(x, x).size() == 1").message("exactly one of spec.url, spec.service and spec.run must be set"))]
+#[x_kube(validation = Rule::new("!has(self.openapi) || !has(self.run)").message("spec.openapi describes a REST API at spec.url or spec.service; it cannot be combined with spec.run"))]
 #[serde(rename_all = "camelCase")]
 pub struct McpServerSpec {
-    /// Streamable HTTP endpoint of the upstream, http or https (one of `url`, `service` and `run`).
+    /// Streamable HTTP endpoint of the upstream, http or https (one of `url`, `service` and `run`);
+    /// with `openapi`, the REST API's base URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^https?://[^\s/]+(/\S*)?$"), length(max = 2048))]
     #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https']").message("spec.url must be an http or https URL"))]
@@ -89,6 +91,10 @@ pub struct McpServerSpec {
     /// TLS towards the upstream and its token endpoint and metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
+    /// The upstream is a REST API described by an OpenAPI 3.0 or 3.1 document: the gateway
+    /// serves its selected operations as MCP tools and makes the REST calls itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openapi: Option<crate::openapi::OpenApi>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

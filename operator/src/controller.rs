@@ -18,7 +18,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
-use switchboard_crds::{IdentityProvider, McpKey, McpServer, ModelRoute};
+use switchboard_crds::{IdentityProvider, McpKey, McpServer, McpVirtualServer, ModelRoute};
 use switchboard_snapshot::ServiceAccountTokens;
 use switchboard_snapshot::{GatewaySettings, SecretSource, Snapshot};
 use tokio::sync::{Notify, watch};
@@ -180,6 +180,12 @@ impl Controller {
             whole,
             self.dirty.clone(),
         );
+        let virtual_servers = watch_into(
+            Api::<McpVirtualServer>::all(self.client.clone()),
+            all(),
+            whole,
+            self.dirty.clone(),
+        );
         let keys = watch_into(
             Api::<McpKey>::all(self.client.clone()),
             all(),
@@ -285,6 +291,7 @@ impl Controller {
         }
         let mut ready = vec![
             servers.wait_until_ready().await,
+            virtual_servers.wait_until_ready().await,
             keys.wait_until_ready().await,
             models.wait_until_ready().await,
             identity_providers.wait_until_ready().await,
@@ -314,6 +321,7 @@ impl Controller {
             let started = Instant::now();
             let stores = Stores {
                 servers: &servers,
+                virtual_servers: &virtual_servers,
                 keys: &keys,
                 models: &models,
                 identity_providers: &identity_providers,
@@ -383,11 +391,14 @@ impl Controller {
             // Generations numbered while standing by meant nothing to any replica.
             state.included.clear();
             state.included_models.clear();
+            state.included_virtual.clear();
         }
         state.was_leader = is_leader;
         let session_key = self.session_key(&world.secrets, is_leader, &mut state.new_session_key);
         let mut rendered = self.render(&world, session_key.clone());
         let snapshot = std::mem::take(&mut rendered.snapshot);
+        // (status reads the virtual servers back: small, unlike servers with their documents)
+        rendered.snapshot.virtual_servers = snapshot.virtual_servers.clone();
         self.publish(snapshot, session_key.as_deref(), is_leader, state)
             .await?;
         let replicas = gateways::expected(self.hub.replicas(), &world.gateway_pods);
@@ -402,6 +413,12 @@ impl Controller {
             .servers
             .iter()
             .map(|s| ("McpServer", object_ref(s)))
+            .chain(
+                world
+                    .virtual_servers
+                    .iter()
+                    .map(|v| ("McpVirtualServer", object_ref(v))),
+            )
             .chain(world.models.iter().map(|m| ("ModelRoute", object_ref(m))))
             .chain(world.keys.iter().map(|k| ("McpKey", object_ref(k))))
             .chain(
@@ -436,6 +453,7 @@ impl Controller {
         settings.session_key = session_key.map(|value| SecretSource::Value { value });
         let mut rendered = render(RenderInput {
             servers: &world.servers,
+            virtual_servers: &world.virtual_servers,
             keys: &world.keys,
             models: &world.models,
             identity_providers: &world.identity_providers,
@@ -514,6 +532,14 @@ impl Controller {
                 (key, serde_json::to_vec(spec).unwrap_or_default())
             }),
         );
+        include(
+            &mut state.included_virtual,
+            state.generation,
+            snapshot.virtual_servers.iter().map(|spec| {
+                let key = (spec.namespace.clone(), spec.name.clone());
+                (key, serde_json::to_vec(spec).unwrap_or_default())
+            }),
+        );
         Ok(())
     }
 
@@ -538,6 +564,14 @@ impl Controller {
                     desired,
                     fields,
                 } => status_write::write_model(client, recorder, object, &desired, fields).await,
+                PlannedStatus::VirtualServer {
+                    object,
+                    desired,
+                    fields,
+                } => {
+                    status_write::write_virtual_server(client, recorder, object, &desired, fields)
+                        .await
+                }
                 PlannedStatus::Key {
                     object,
                     outcome,
@@ -665,6 +699,7 @@ pub const SESSION_KEY_FIELD: &str = "session-key";
 #[derive(Clone, Copy)]
 struct Stores<'a> {
     servers: &'a Store<McpServer>,
+    virtual_servers: &'a Store<McpVirtualServer>,
     keys: &'a Store<McpKey>,
     models: &'a Store<ModelRoute>,
     identity_providers: &'a Store<IdentityProvider>,
@@ -682,6 +717,7 @@ struct LoopState {
     published_hash: Option<[u8; 32]>,
     included: Included,
     included_models: Included,
+    included_virtual: Included,
     retries: crate::retries::StatusRetries,
     was_leader: bool,
     new_session_key: Option<String>,
@@ -691,6 +727,7 @@ struct LoopState {
 /// Everything one pass reads, copied out of the caches once.
 struct World {
     servers: Vec<McpServer>,
+    virtual_servers: Vec<McpVirtualServer>,
     keys: Vec<McpKey>,
     models: Vec<ModelRoute>,
     identity_providers: Vec<IdentityProvider>,
@@ -733,6 +770,7 @@ fn copied<K: Clone + kube::Resource<DynamicType = ()> + 'static>(store: &Store<K
 
 fn gather(stores: Stores<'_>) -> World {
     let servers = copied(stores.servers);
+    let virtual_servers = copied(stores.virtual_servers);
     let keys = copied(stores.keys);
     let models = copied(stores.models);
     let identity_providers = copied(stores.identity_providers);
@@ -778,6 +816,7 @@ fn gather(stores: Stores<'_>) -> World {
         .collect();
     World {
         servers,
+        virtual_servers,
         keys,
         models,
         identity_providers,
@@ -803,6 +842,11 @@ enum PlannedStatus<'a> {
         desired: [status::Desired; 3],
         fields: BTreeMap<&'static str, serde_json::Value>,
     },
+    VirtualServer {
+        object: &'a McpVirtualServer,
+        desired: [status::Desired; 3],
+        fields: BTreeMap<&'static str, serde_json::Value>,
+    },
     Key {
         object: &'a McpKey,
         outcome: &'a KeyOutcome,
@@ -821,6 +865,9 @@ impl PlannedStatus<'_> {
         match self {
             PlannedStatus::Server { object, .. } => ("McpServer", object_ref(*object)),
             PlannedStatus::Model { object, .. } => ("ModelRoute", object_ref(*object)),
+            PlannedStatus::VirtualServer { object, .. } => {
+                ("McpVirtualServer", object_ref(*object))
+            }
             PlannedStatus::Key { object, .. } => ("McpKey", object_ref(*object)),
             PlannedStatus::IdentityProvider { object, .. } => {
                 ("IdentityProvider", object_ref(*object))
@@ -888,16 +935,43 @@ fn plan_statuses<'a>(
             fields.insert("replicas", serde_json::json!(h.replicas));
             fields.insert("readyReplicas", serde_json::json!(h.ready));
         }
-        if let Some(status::Probe::Listed { tools, at }) = probe {
-            fields.insert("toolCount", serde_json::json!(tools));
+        if let Some(status::Probe::Listed { tools, at, .. }) = probe {
+            fields.insert("toolCount", serde_json::json!(tools.len()));
             fields.insert(
                 "lastListed",
-                serde_json::json!(last_listed(server, *tools, *at)),
+                serde_json::json!(last_listed(server, tools.len(), *at)),
             );
         }
         planned.push(PlannedStatus::Server {
             object: server,
             desired,
+            fields,
+        });
+    }
+    for vs in &world.virtual_servers {
+        let key = object_ref(vs);
+        let Some(verdict) = rendered.virtual_servers.get(&key) else {
+            continue;
+        };
+        let needed = state.included_virtual.get(&key).map(|(_, g)| *g);
+        let spec =
+            rendered.snapshot.virtual_servers.iter().find(|v| {
+                (v.namespace.as_str(), v.name.as_str()) == (key.0.as_str(), key.1.as_str())
+            });
+        let presented = spec.map(|spec| status::presented(spec, |id| probes.get(id)));
+        let ready = status::virtual_ready(verdict, presented.as_ref());
+        let path = vs.spec.path.clone().unwrap_or_else(|| vs.name_any());
+        let mut fields = BTreeMap::from([("path", serde_json::json!(format!("/mcp/{path}")))]);
+        if let Some(p) = presented.as_ref().filter(|p| p.complete()) {
+            fields.insert("toolCount", serde_json::json!(p.tools));
+        }
+        planned.push(PlannedStatus::VirtualServer {
+            object: vs,
+            desired: [
+                status::accepted(verdict),
+                status::programmed(verdict, needed.map(rollout)),
+                ready,
+            ],
             fields,
         });
     }
@@ -1021,6 +1095,7 @@ mod tests {
         });
         World {
             servers: vec![server],
+            virtual_servers: Vec::new(),
             keys: vec![key],
             models: Vec::new(),
             identity_providers: Vec::new(),
@@ -1037,6 +1112,7 @@ mod tests {
     fn rendered(world: &World) -> Rendered {
         render(RenderInput {
             servers: &world.servers,
+            virtual_servers: &world.virtual_servers,
             keys: &world.keys,
             models: &world.models,
             identity_providers: &world.identity_providers,
@@ -1065,6 +1141,7 @@ mod tests {
                 let (kind, desired): (&'static str, &[status::Desired]) = match p {
                     PlannedStatus::Server { desired, .. } => ("McpServer", desired),
                     PlannedStatus::Model { desired, .. } => ("ModelRoute", desired),
+                    PlannedStatus::VirtualServer { desired, .. } => ("McpVirtualServer", desired),
                     PlannedStatus::Key { desired, .. } => ("McpKey", desired),
                     PlannedStatus::IdentityProvider { desired, .. } => {
                         ("IdentityProvider", desired)

@@ -51,7 +51,18 @@ impl Probes {
     fn record(&self, server_id: &str, probe: Probe) -> bool {
         let mut results = self.results.lock().unwrap_or_else(|p| p.into_inner());
         let changed = match (results.get(server_id), &probe) {
-            (Some(Probe::Listed { tools: a, .. }), Probe::Listed { tools: b, .. }) => a != b,
+            (
+                Some(Probe::Listed {
+                    tools: a,
+                    left_out: x,
+                    ..
+                }),
+                Probe::Listed {
+                    tools: b,
+                    left_out: y,
+                    ..
+                },
+            ) => a != b || x != y,
             (Some(old), new) => old != new,
             (None, _) => true,
         };
@@ -265,8 +276,11 @@ pub async fn run(
                         tools: listing
                             .items
                             .iter()
-                            .filter(|t| t.id().is_some_and(|n| server.spec.tools.admits(n)))
-                            .count(),
+                            .filter_map(|t| t.id())
+                            .filter(|n| server.spec.tools.admits(n))
+                            .map(str::to_owned)
+                            .collect(),
+                        left_out: plane.openapi_problems(server).await.unwrap_or_default(),
                         at: Timestamp::now(),
                     },
                     Err(e) => failure(&e),

@@ -12,13 +12,17 @@ use std::time::Duration;
 use kube::ResourceExt;
 use switchboard_crds::model_route as crd_model;
 use switchboard_crds::server::{AuthType, ClientAuth, ServerAuth};
-use switchboard_crds::{IdentityProvider, McpKey, McpServer, ModelRoute, SecretKeyRef};
+use switchboard_crds::{
+    ConfigMapKeyRef, IdentityProvider, McpKey, McpServer, McpVirtualServer, ModelRoute,
+    SecretKeyRef,
+};
 
 use crate::upstream_policy::UpstreamPolicy;
 use switchboard_snapshot::{
     ClientAuthMethod, GatewaySettings, HeaderSettings, KeySpec, ModelProvider, ModelSpec,
-    ModelTools, RequireApproval, SCHEMA_VERSION, SecretSource, ServerAddressPolicy, ServerSpec,
-    Snapshot, StaticHeader, ToolFilter, ToolVisibility, UpstreamAuth, key_hash,
+    ModelTools, OpenApiSpec, RequireApproval, SCHEMA_VERSION, SecretSource, ServerAddressPolicy,
+    ServerSpec, Snapshot, StaticHeader, ToolFilter, ToolVisibility, UpstreamAuth,
+    VirtualServerSpec, key_hash,
 };
 
 /// The key under which a McpKey's Secret holds the key.
@@ -42,6 +46,7 @@ pub enum Reason {
     DuplicateKey,
     IdentityProviderNotFound,
     ModelNameConflict,
+    PathConflict,
     PrefixConflict,
     ServerNotAccepted,
     ServerNotAdmitted,
@@ -62,6 +67,7 @@ impl Reason {
             Reason::DuplicateKey => "DuplicateKey",
             Reason::IdentityProviderNotFound => "IdentityProviderNotFound",
             Reason::ModelNameConflict => "ModelNameConflict",
+            Reason::PathConflict => "PathConflict",
             Reason::PrefixConflict => "PrefixConflict",
             Reason::ServerNotAccepted => "ServerNotAccepted",
             Reason::ServerNotAdmitted => "ServerNotAdmitted",
@@ -126,6 +132,7 @@ pub struct Rendered {
     pub keys: BTreeMap<ObjectRef, KeyOutcome>,
     pub models: BTreeMap<ObjectRef, Verdict>,
     pub identity_providers: BTreeMap<ObjectRef, Verdict>,
+    pub virtual_servers: BTreeMap<ObjectRef, Verdict>,
 }
 
 impl Rendered {
@@ -137,6 +144,7 @@ impl Rendered {
             .values_mut()
             .chain(self.models.values_mut())
             .chain(self.identity_providers.values_mut())
+            .chain(self.virtual_servers.values_mut())
             .chain(self.keys.values_mut().map(|k| &mut k.verdict));
         for verdict in verdicts {
             if verdict.reason == Reason::SecretNotFound
@@ -153,6 +161,7 @@ impl Rendered {
 /// Everything render needs besides the resources.
 pub struct RenderInput<'a> {
     pub servers: &'a [McpServer],
+    pub virtual_servers: &'a [McpVirtualServer],
     pub keys: &'a [McpKey],
     pub models: &'a [ModelRoute],
     pub identity_providers: &'a [IdentityProvider],
@@ -216,7 +225,8 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
         verdicts.insert(key, verdict);
     }
     specs.sort_by(|a, b| a.id().cmp(b.id()));
-    let (models, model_specs) = render_models(&input, &specs);
+    let (virtual_servers, virtual_specs) = render_virtual_servers(&input, &specs);
+    let (models, model_specs) = render_models(&input, &specs, &virtual_specs);
     let (identity_providers, provider_specs) = render_identity_providers(&input);
 
     let mut keys = BTreeMap::new();
@@ -292,12 +302,13 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
             keys: key_specs,
             models: model_specs,
             identity_providers: provider_specs,
-            virtual_servers: Vec::new(),
+            virtual_servers: virtual_specs,
         },
         servers: verdicts,
         keys,
         models,
         identity_providers,
+        virtual_servers,
     }
 }
 
@@ -436,8 +447,13 @@ fn brokered(
 fn render_models(
     input: &RenderInput<'_>,
     servers: &[ServerSpec],
+    virtual_servers: &[VirtualServerSpec],
 ) -> (BTreeMap<ObjectRef, Verdict>, Vec<ModelSpec>) {
-    let existing: HashSet<ObjectRef> = input.servers.iter().map(object_ref).collect();
+    let existing = Existing::of(input);
+    let attachable = Attachable {
+        servers,
+        virtual_servers,
+    };
     let mut routes: Vec<&ModelRoute> = input.models.iter().collect();
     // The older resource keeps a contested model name; ties break by namespace and name.
     routes.sort_by_key(|m| {
@@ -453,8 +469,13 @@ fn render_models(
     for route in routes {
         let key = object_ref(route);
         let id = format!("{}/{}", key.0, key.1);
-        let verdict = match model_spec(route, input.secrets, input.config_maps, servers, &existing)
-        {
+        let verdict = match model_spec(
+            route,
+            input.secrets,
+            input.config_maps,
+            &attachable,
+            &existing,
+        ) {
             Err(verdict) => verdict,
             Ok(spec) => {
                 let taken = spec
@@ -465,7 +486,7 @@ fn render_models(
                         Reason::ModelNameConflict,
                         format!("model name {name:?} is already used by ModelRoute {owner}"),
                     ),
-                    None => match check_model_alone(&spec, servers, &input.settings) {
+                    None => match check_model_alone(&spec, &attachable, &input.settings) {
                         Err(message) => Verdict::rejected(Reason::InvalidSpec, message),
                         Ok(()) => {
                             for name in spec.client_names() {
@@ -486,6 +507,260 @@ fn render_models(
     (verdicts, specs)
 }
 
+/// Which resources exist at all (accepted or not), to tell "not found" from "not accepted".
+struct Existing {
+    servers: HashSet<ObjectRef>,
+    virtual_servers: HashSet<ObjectRef>,
+}
+
+impl Existing {
+    fn of(input: &RenderInput<'_>) -> Existing {
+        Existing {
+            servers: input.servers.iter().map(object_ref).collect(),
+            virtual_servers: input.virtual_servers.iter().map(object_ref).collect(),
+        }
+    }
+}
+
+/// What a ModelRoute may attach: accepted servers and virtual servers.
+struct Attachable<'a> {
+    servers: &'a [ServerSpec],
+    virtual_servers: &'a [VirtualServerSpec],
+}
+
+impl Attachable<'_> {
+    /// The id a `tools[].server` of a resource in `namespace` names (a name there, or
+    /// `<namespace>/<name>`), when it is accepted and admits that namespace.
+    fn resolve(
+        &self,
+        reference: &str,
+        namespace: &str,
+        field: &str,
+        existing: &Existing,
+    ) -> Result<String, Verdict> {
+        let key = reference_key(reference, namespace);
+        let id = format!("{}/{}", key.0, key.1);
+        if let Some(server) = self.servers.iter().find(|s| s.id() == id) {
+            admits(
+                "McpServer",
+                &id,
+                &server.allowed_namespaces,
+                &server.namespace,
+                namespace,
+                field,
+            )?;
+            return Ok(id);
+        }
+        if let Some(vs) = self.virtual_servers.iter().find(|v| v.id() == id) {
+            admits(
+                "McpVirtualServer",
+                &id,
+                &vs.allowed_namespaces,
+                &vs.namespace,
+                namespace,
+                field,
+            )?;
+            return Ok(id);
+        }
+        Err(if existing.servers.contains(&key) {
+            not_accepted(field, "McpServer", &id)
+        } else if existing.virtual_servers.contains(&key) {
+            not_accepted(field, "McpVirtualServer", &id)
+        } else {
+            Verdict::rejected(
+                Reason::ServerNotFound,
+                format!("{field}: no McpServer or McpVirtualServer {id} exists"),
+            )
+        })
+    }
+}
+
+/// `(namespace, name)` a reference names from a resource in `namespace`.
+fn reference_key(reference: &str, namespace: &str) -> ObjectRef {
+    match reference.split_once('/') {
+        Some((ns, n)) => (ns.to_string(), n.to_string()),
+        None => (namespace.to_string(), reference.to_string()),
+    }
+}
+
+fn not_accepted(field: &str, kind: &str, id: &str) -> Verdict {
+    Verdict::rejected(
+        Reason::ServerNotAccepted,
+        format!("{field}: {kind} {id} is not in the snapshot (see its Accepted condition)"),
+    )
+}
+
+/// Whether a resource of `owner` namespace admits `namespace` (its own, or listed in its
+/// `allowedNamespaces`, `*` for all): tenancy for references, as for keys.
+fn admits(
+    kind: &str,
+    id: &str,
+    allowed: &[String],
+    owner: &str,
+    namespace: &str,
+    field: &str,
+) -> Result<(), Verdict> {
+    if owner == namespace || allowed.iter().any(|ns| ns == "*" || ns == namespace) {
+        return Ok(());
+    }
+    Err(Verdict::rejected(
+        Reason::ServerNotAdmitted,
+        format!(
+            "{field}: {kind} {id} does not admit namespace {namespace} (its spec.allowedNamespaces)"
+        ),
+    ))
+}
+
+/// McpVirtualServers → the snapshot's virtual servers and a verdict each. Every source must be
+/// an accepted McpServer that admits the virtual server's namespace; a path must not be a
+/// server's tool prefix (servers keep theirs) or an older virtual server's.
+fn render_virtual_servers(
+    input: &RenderInput<'_>,
+    servers: &[ServerSpec],
+) -> (BTreeMap<ObjectRef, Verdict>, Vec<VirtualServerSpec>) {
+    let existing = Existing::of(input);
+    let only_servers = Attachable {
+        servers,
+        virtual_servers: &[],
+    };
+    let mut ordered: Vec<&McpVirtualServer> = input.virtual_servers.iter().collect();
+    ordered.sort_by_key(|v| {
+        (
+            v.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            v.namespace(),
+            v.name_any(),
+        )
+    });
+    let mut paths: HashMap<String, String> = servers
+        .iter()
+        .map(|s| {
+            (
+                s.prefix().to_string(),
+                format!("the tool prefix of McpServer {}", s.id()),
+            )
+        })
+        .collect();
+    let mut verdicts = BTreeMap::new();
+    let mut specs = Vec::new();
+    for vs in ordered {
+        let key = object_ref(vs);
+        let id = format!("{}/{}", key.0, key.1);
+        let verdict = match virtual_server_spec(vs, &only_servers, &existing) {
+            Err(verdict) => verdict,
+            Ok(spec) => match paths.get(spec.path()) {
+                Some(owner) => Verdict::rejected(
+                    Reason::PathConflict,
+                    format!(
+                        "path {:?} (/mcp/{}) is already {owner}",
+                        spec.path(),
+                        spec.path()
+                    ),
+                ),
+                None => match check_virtual_alone(&spec, servers, &input.settings) {
+                    Err(message) => Verdict::rejected(Reason::InvalidSpec, message),
+                    Ok(()) => {
+                        paths.insert(
+                            spec.path().to_string(),
+                            format!("the path of McpVirtualServer {id}"),
+                        );
+                        let message = format!("served at /mcp/{} ({id})", spec.path());
+                        specs.push(spec);
+                        Verdict::accepted(message)
+                    }
+                },
+            },
+        };
+        verdicts.insert(key, verdict);
+    }
+    specs.sort_by(|a, b| a.id().cmp(b.id()));
+    (verdicts, specs)
+}
+
+fn virtual_server_spec(
+    vs: &McpVirtualServer,
+    servers: &Attachable<'_>,
+    existing: &Existing,
+) -> Result<VirtualServerSpec, Verdict> {
+    use switchboard_snapshot::{ParameterOverride, ToolOverride, VirtualSource};
+    let (namespace, name) = object_ref(vs);
+    let spec = &vs.spec;
+    let mut sources = Vec::new();
+    for (j, source) in spec.sources.iter().enumerate() {
+        let field = format!("spec.sources[{j}].server");
+        let server = servers.resolve(&source.server, &namespace, &field, existing)?;
+        sources.push(VirtualSource {
+            server,
+            tools: source.tools.as_ref().map(tool_filter),
+            prompts: source.prompts.as_ref().map(tool_filter),
+            resources: source.resources.as_ref().map(tool_filter),
+            overrides: source
+                .overrides
+                .iter()
+                .map(|o| ToolOverride {
+                    tool: o.tool.clone(),
+                    name: o.name.clone(),
+                    title: o.title.clone(),
+                    description: o.description.clone(),
+                    description_suffix: o.description_suffix.clone(),
+                    parameters: o
+                        .parameters
+                        .iter()
+                        .map(|(p, n)| {
+                            let narrowed = ParameterOverride {
+                                fixed: n.fixed.clone(),
+                                allowed: n.allowed.clone(),
+                                description: n.description.clone(),
+                            };
+                            (p.clone(), narrowed)
+                        })
+                        .collect(),
+                })
+                .collect(),
+        });
+    }
+    Ok(VirtualServerSpec {
+        id: Some(format!("{namespace}/{name}")),
+        path: Some(spec.path.clone().unwrap_or_else(|| name.clone())),
+        name,
+        namespace,
+        description: spec.description.clone(),
+        sources,
+        access_groups: spec.access_groups.clone(),
+        allowed_namespaces: spec.allowed_namespaces.clone(),
+        allow_all_keys: spec.allow_all_keys,
+    })
+}
+
+/// Validates one virtual server beside the servers it selects from, the way the gateway will
+/// (one bad virtual server never blocks the snapshot).
+fn check_virtual_alone(
+    spec: &VirtualServerSpec,
+    servers: &[ServerSpec],
+    settings: &GatewaySettings,
+) -> Result<(), String> {
+    let alone = Snapshot {
+        gateway: settings.clone(),
+        servers: servers
+            .iter()
+            .filter(|s| spec.sources.iter().any(|src| src.server == s.id()))
+            .cloned()
+            .collect(),
+        virtual_servers: vec![spec.clone()],
+        ..Snapshot::default()
+    };
+    switchboard_snapshot::validate(&alone).map_err(|e| user_paths(e, "virtualServers", &[]))?;
+    switchboard_core::table::RoutingTable::build(&alone)
+        .map_err(|e| user_paths(e, "virtualServers", &[]))?;
+    Ok(())
+}
+
+fn tool_filter(f: &switchboard_crds::ToolFilter) -> ToolFilter {
+    ToolFilter {
+        allow: f.allow.clone(),
+        deny: f.deny.clone(),
+    }
+}
+
 /// The names clients send for a ModelRoute: `spec.modelNames`, else its name (what
 /// `ModelSpec::client_names` says once rendered).
 pub fn model_names(route: &ModelRoute) -> Vec<String> {
@@ -500,8 +775,8 @@ fn model_spec(
     route: &ModelRoute,
     secrets: &SecretData,
     config_maps: &SecretData,
-    servers: &[ServerSpec],
-    existing: &HashSet<ObjectRef>,
+    attachable: &Attachable<'_>,
+    existing: &Existing,
 ) -> Result<ModelSpec, Verdict> {
     let (namespace, name) = object_ref(route);
     let spec = &route.spec;
@@ -523,48 +798,13 @@ fn model_spec(
     let mut tools = Vec::new();
     for (j, attached) in spec.tools.iter().enumerate() {
         let field = format!("spec.tools[{j}].server");
-        let (server_ns, server_name) = match attached.server.split_once('/') {
-            Some((ns, n)) => (ns.to_string(), n.to_string()),
-            None => (namespace.clone(), attached.server.clone()),
-        };
-        let server_id = format!("{server_ns}/{server_name}");
-        let Some(server) = servers.iter().find(|s| s.id() == server_id) else {
-            return Err(if existing.contains(&(server_ns, server_name)) {
-                Verdict::rejected(
-                    Reason::ServerNotAccepted,
-                    format!(
-                        "{field}: McpServer {server_id} is not in the snapshot (see its Accepted condition)"
-                    ),
-                )
-            } else {
-                Verdict::rejected(
-                    Reason::ServerNotFound,
-                    format!("{field}: McpServer {server_id} does not exist"),
-                )
-            });
-        };
-        let admitted = server.namespace == namespace
-            || server
-                .allowed_namespaces
-                .iter()
-                .any(|ns| ns == "*" || *ns == namespace);
-        if !admitted {
-            return Err(Verdict::rejected(
-                Reason::ServerNotAdmitted,
-                format!(
-                    "{field}: McpServer {server_id} does not admit namespace {namespace} (its spec.allowedNamespaces)"
-                ),
-            ));
-        }
+        let server_id = attachable.resolve(&attached.server, &namespace, &field, existing)?;
         tools.push(ModelTools {
             server: server_id,
             tools: attached
                 .tools
                 .as_ref()
-                .map_or_else(ToolFilter::default, |f| ToolFilter {
-                    allow: f.allow.clone(),
-                    deny: f.deny.clone(),
-                }),
+                .map_or_else(ToolFilter::default, tool_filter),
             require_approval: match attached.require_approval {
                 Some(crd_model::RequireApproval::Always) => RequireApproval::Always,
                 Some(crd_model::RequireApproval::Never) | None => RequireApproval::Never,
@@ -606,17 +846,32 @@ fn model_spec(
 /// never blocks the snapshot).
 fn check_model_alone(
     spec: &ModelSpec,
-    servers: &[ServerSpec],
+    attachable: &Attachable<'_>,
     settings: &GatewaySettings,
 ) -> Result<(), String> {
+    let virtual_servers: Vec<VirtualServerSpec> = attachable
+        .virtual_servers
+        .iter()
+        .filter(|v| spec.tools.iter().any(|t| t.server == v.id()))
+        .cloned()
+        .collect();
+    // The servers it attaches, directly or behind a virtual server.
+    let behind = |s: &ServerSpec| {
+        spec.tools.iter().any(|t| t.server == s.id())
+            || virtual_servers
+                .iter()
+                .any(|v| v.sources.iter().any(|src| src.server == s.id()))
+    };
     let alone = Snapshot {
         gateway: settings.clone(),
-        servers: servers
+        servers: attachable
+            .servers
             .iter()
-            .filter(|s| spec.tools.iter().any(|t| t.server == s.id()))
+            .filter(|s| behind(s))
             .cloned()
             .collect(),
         models: vec![spec.clone()],
+        virtual_servers,
         ..Snapshot::default()
     };
     const RENAMED: &[(&str, &str)] = &[
@@ -708,6 +963,19 @@ fn secret_value(
     data_value(secrets, "Secret", namespace, reference, field)
 }
 
+fn config_map_value(
+    config_maps: &SecretData,
+    namespace: &str,
+    reference: &ConfigMapKeyRef,
+    field: &str,
+) -> Result<String, Verdict> {
+    let as_secret = SecretKeyRef {
+        name: reference.name.clone(),
+        key: reference.key.clone(),
+    };
+    data_value(config_maps, "ConfigMap", namespace, &as_secret, field)
+}
+
 /// A key of a Secret or a ConfigMap (`kind`), as text.
 fn data_value(
     objects: &SecretData,
@@ -763,19 +1031,7 @@ fn upstream_tls(
         None => None,
         Some(bundle) => Some(match (&bundle.secret_key_ref, &bundle.config_map_key_ref) {
             (Some(r), None) => secret_value(secrets, namespace, r, "spec.tls.caBundle")?,
-            (None, Some(r)) => {
-                let as_secret = SecretKeyRef {
-                    name: r.name.clone(),
-                    key: r.key.clone(),
-                };
-                data_value(
-                    config_maps,
-                    "ConfigMap",
-                    namespace,
-                    &as_secret,
-                    "spec.tls.caBundle",
-                )?
-            }
+            (None, Some(r)) => config_map_value(config_maps, namespace, r, "spec.tls.caBundle")?,
             _ => {
                 return Err(Verdict::rejected(
                     Reason::InvalidSpec,
@@ -845,6 +1101,8 @@ fn server_spec(
 ) -> Result<ServerSpec, Verdict> {
     let (namespace, name) = object_ref(server);
     let spec = &server.spec;
+    // A REST API's base URL has no path of its own unless given; an MCP endpoint is `/mcp`.
+    let default_path = if spec.openapi.is_some() { "" } else { "/mcp" };
     let url = match (&spec.url, &spec.service, &spec.run) {
         (Some(url), None, None) => url.clone(),
         (None, Some(svc), None) => format!(
@@ -852,7 +1110,7 @@ fn server_spec(
             svc.scheme.as_deref().unwrap_or("http"),
             svc.name,
             svc.port,
-            svc.path.as_deref().unwrap_or("/mcp")
+            svc.path.as_deref().unwrap_or(default_path)
         ),
         (None, None, Some(run)) => crate::workload::url(&name, &namespace, run),
         _ => {
@@ -889,10 +1147,7 @@ fn server_spec(
         });
     }
     let filter = |f: &Option<switchboard_crds::ToolFilter>| {
-        f.as_ref().map_or_else(ToolFilter::default, |f| ToolFilter {
-            allow: f.allow.clone(),
-            deny: f.deny.clone(),
-        })
+        f.as_ref().map_or_else(ToolFilter::default, tool_filter)
     };
     Ok(ServerSpec {
         tls: spec
@@ -926,7 +1181,11 @@ fn server_spec(
             Some(auth) => upstream_auth(auth, &namespace, secrets)?,
         },
         limits: spec.limits.as_ref().map(limits),
-        openapi: None,
+        openapi: spec
+            .openapi
+            .as_ref()
+            .map(|o| openapi_spec(o, &namespace, secrets, config_maps))
+            .transpose()?,
         upstream_policy: None, // the namespace's, set by render
         // The stdio bridge keeps a process per legacy session: each legacy client keeps its own.
         upstream_era: match (spec.upstream_era, &spec.run) {
@@ -938,6 +1197,51 @@ fn server_spec(
             }
             _ => switchboard_snapshot::UpstreamEra::Auto,
         },
+    })
+}
+
+/// `spec.openapi` with its document resolved (the gateway compiles it; render checks it does,
+/// see [`check_alone`], so a document that does not parse names its path in `Accepted`).
+fn openapi_spec(
+    openapi: &switchboard_crds::openapi::OpenApi,
+    namespace: &str,
+    secrets: &SecretData,
+    config_maps: &SecretData,
+) -> Result<OpenApiSpec, Verdict> {
+    const FIELD: &str = "spec.openapi.document";
+    let document = match &openapi.document {
+        None => None,
+        Some(d) => Some(match (&d.config_map_key_ref, &d.secret_key_ref) {
+            (Some(r), None) => config_map_value(config_maps, namespace, r, FIELD)?,
+            (None, Some(r)) => secret_value(secrets, namespace, r, FIELD)?,
+            _ => {
+                return Err(Verdict::rejected(
+                    Reason::InvalidSpec,
+                    format!("{FIELD}: needs exactly one of configMapKeyRef and secretKeyRef"),
+                ));
+            }
+        }),
+    };
+    let selector = openapi.operations.clone().unwrap_or_default();
+    Ok(OpenApiSpec {
+        document: document.map(|value| SecretSource::Value { value }),
+        document_url: openapi.document_url.clone(),
+        operations: switchboard_snapshot::OperationSelector {
+            operation_ids: selector.operation_ids,
+            tags: selector.tags,
+            paths: selector.paths,
+            methods: selector.methods,
+            exclude: selector.exclude,
+        },
+        overrides: openapi
+            .overrides
+            .iter()
+            .map(|o| switchboard_snapshot::OperationOverride {
+                operation: o.operation.clone(),
+                name: o.name.clone(),
+                description: o.description.clone(),
+            })
+            .collect(),
     })
 }
 
@@ -1235,6 +1539,7 @@ mod tests {
     ) -> Rendered {
         render(RenderInput {
             servers,
+            virtual_servers: &[],
             keys,
             models,
             identity_providers: &[],
@@ -1244,6 +1549,267 @@ mod tests {
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
             namespace_policies,
         })
+    }
+
+    fn virtual_server(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> McpVirtualServer {
+        let spec = serde_json::from_value(spec).expect("valid spec");
+        let mut v = McpVirtualServer::new(name, spec);
+        v.metadata.namespace = Some(ns.into());
+        let t = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 - age).unwrap();
+        v.metadata.creation_timestamp = Some(Time(t));
+        v
+    }
+
+    fn run_all(
+        servers: &[McpServer],
+        virtual_servers: &[McpVirtualServer],
+        models: &[ModelRoute],
+        config_maps: &SecretData,
+    ) -> Rendered {
+        render(RenderInput {
+            servers,
+            virtual_servers,
+            keys: &[],
+            models,
+            identity_providers: &[],
+            secrets: &SecretData::new(),
+            config_maps,
+            settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+            namespace_policies: &NamespacePolicies::new(),
+        })
+    }
+
+    const PETS: &str = r#"{"openapi": "3.0.3", "info": {"title": "pets", "version": "1"},
+        "paths": {"/pets/{id}": {"get": {"operationId": "getPet",
+            "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]}}}}"#;
+
+    #[test]
+    fn an_openapi_document_comes_from_its_config_map_and_a_broken_one_names_its_path() {
+        let config_maps = secrets(&[
+            ("team", "pets-api", "openapi.json", PETS),
+            (
+                "team",
+                "broken",
+                "openapi.json",
+                r#"{"openapi": "3.0.3", "paths": []}"#,
+            ),
+        ]);
+        let api = |cm: &str| {
+            serde_json::json!({"url": "https://pets.example", "openapi": {
+                "document": {"configMapKeyRef": {"name": cm, "key": "openapi.json"}},
+                "operations": {"operationIds": ["get*"]}}})
+        };
+        let servers = [
+            server("team", "pets", 2, api("pets-api")),
+            server("team", "broken", 1, api("broken")),
+            server("team", "missing", 0, api("nowhere")),
+            server(
+                "team",
+                "fetched",
+                0,
+                serde_json::json!({"service": {"name": "pets", "port": 8080},
+                    "openapi": {"documentUrl": "/openapi.json"}}),
+            ),
+        ];
+        let r = run_all(&servers, &[], &[], &config_maps);
+        let verdict = |name: &str| r.servers[&("team".to_string(), name.to_string())].clone();
+        assert!(verdict("pets").accepted, "{:?}", verdict("pets"));
+        let pets = r
+            .snapshot
+            .servers
+            .iter()
+            .find(|s| s.name == "pets")
+            .unwrap();
+        let openapi = pets.openapi.as_ref().unwrap();
+        assert_eq!(openapi.operations.operation_ids, ["get*"]);
+        assert!(matches!(&openapi.document, Some(SecretSource::Value { value }) if value == PETS));
+        let broken = verdict("broken");
+        assert_eq!(broken.reason, "InvalidSpec");
+        assert!(
+            broken.message.contains("spec.openapi.document") && broken.message.contains("paths"),
+            "{}",
+            broken.message
+        );
+        let missing = verdict("missing");
+        assert_eq!(missing.reason, "ConfigMapNotFound");
+        assert!(
+            missing
+                .message
+                .starts_with("spec.openapi.document: ConfigMap team/nowhere"),
+            "{}",
+            missing.message
+        );
+        // A Service as a REST API's base: no `/mcp` path appended.
+        let fetched = r
+            .snapshot
+            .servers
+            .iter()
+            .find(|s| s.name == "fetched")
+            .unwrap();
+        assert_eq!(fetched.url, "http://pets.team.svc:8080");
+        assert_eq!(
+            fetched.openapi.as_ref().unwrap().document_url.as_deref(),
+            Some("/openapi.json")
+        );
+    }
+
+    #[test]
+    fn virtual_servers_resolve_their_sources_and_refuse_what_cannot_be_served() {
+        let servers = [
+            server(
+                "team",
+                "docs",
+                5,
+                serde_json::json!({"url": "http://docs.example/mcp"}),
+            ),
+            server(
+                "team",
+                "search",
+                5,
+                serde_json::json!({"url": "http://search.example/mcp"}),
+            ),
+            server(
+                "other",
+                "private",
+                5,
+                serde_json::json!({"url": "http://p.example/mcp"}),
+            ),
+            server(
+                "other",
+                "shared",
+                5,
+                serde_json::json!({"url": "http://s.example/mcp", "allowedNamespaces": ["team"]}),
+            ),
+        ];
+        let vs =
+            |name: &str, age: i64, spec: serde_json::Value| virtual_server("team", name, age, spec);
+        let virtual_servers = [
+            vs(
+                "curated",
+                4,
+                serde_json::json!({"sources": [
+                    {"server": "docs", "tools": {"allow": ["read"]},
+                     "overrides": [{"tool": "read", "name": "read_docs", "parameters": {"lang": {"fixed": "en"}}}]},
+                    {"server": "other/shared", "tools": {"allow": ["*"]}}]}),
+            ),
+            vs(
+                "dangling",
+                3,
+                serde_json::json!({"sources": [{"server": "gone"}]}),
+            ),
+            vs(
+                "foreign",
+                3,
+                serde_json::json!({"sources": [{"server": "other/private"}]}),
+            ),
+            // Its path is a server's tool prefix: the server keeps it.
+            vs(
+                "taken",
+                3,
+                serde_json::json!({"path": "search", "sources": [{"server": "docs"}]}),
+            ),
+            // The older virtual server keeps a contested path.
+            vs(
+                "younger",
+                1,
+                serde_json::json!({"path": "curated", "sources": [{"server": "docs"}]}),
+            ),
+            // Invalid once resolved: an override of a tool its filter does not select.
+            vs(
+                "unselected",
+                2,
+                serde_json::json!({"sources": [{"server": "docs", "tools": {"allow": ["read"]},
+                    "overrides": [{"tool": "write", "name": "w"}]}]}),
+            ),
+        ];
+        let r = run_all(&servers, &virtual_servers, &[], &SecretData::new());
+        let verdict =
+            |name: &str| r.virtual_servers[&("team".to_string(), name.to_string())].clone();
+        assert!(verdict("curated").accepted, "{:?}", verdict("curated"));
+        assert_eq!(
+            verdict("curated").message,
+            "served at /mcp/curated (team/curated)"
+        );
+        let curated = &r.snapshot.virtual_servers[0];
+        assert_eq!(curated.id(), "team/curated");
+        assert_eq!(curated.sources[0].server, "team/docs");
+        assert_eq!(curated.sources[1].server, "other/shared");
+        assert_eq!(
+            curated.sources[0].overrides[0].parameters["lang"].fixed,
+            Some(serde_json::json!("en"))
+        );
+        assert_eq!(
+            r.snapshot.virtual_servers.len(),
+            1,
+            "only the good one is served"
+        );
+        let expect = |name: &str, reason: &str, text: &str| {
+            let v = verdict(name);
+            assert_eq!(
+                (v.accepted, v.reason.as_str()),
+                (false, reason),
+                "{name}: {v:?}"
+            );
+            assert!(v.message.contains(text), "{name}: {}", v.message);
+        };
+        expect(
+            "dangling",
+            "ServerNotFound",
+            "spec.sources[0].server: no McpServer or McpVirtualServer team/gone",
+        );
+        expect(
+            "foreign",
+            "ServerNotAdmitted",
+            "McpServer other/private does not admit namespace team",
+        );
+        expect(
+            "taken",
+            "PathConflict",
+            "the tool prefix of McpServer team/search",
+        );
+        expect(
+            "younger",
+            "PathConflict",
+            "the path of McpVirtualServer team/curated",
+        );
+        expect(
+            "unselected",
+            "InvalidSpec",
+            "spec.sources[0].overrides[0].tool",
+        );
+    }
+
+    #[test]
+    fn a_model_attaches_a_virtual_server_with_the_servers_behind_it() {
+        let servers = [server(
+            "team",
+            "docs",
+            5,
+            serde_json::json!({"url": "http://docs.example/mcp"}),
+        )];
+        let virtual_servers = [virtual_server(
+            "team",
+            "curated",
+            4,
+            serde_json::json!({"sources": [{"server": "docs", "tools": {"allow": ["read"]},
+                "overrides": [{"tool": "read", "name": "read_docs"}]}]}),
+        )];
+        let route = |name: &str, attached: &str| {
+            let spec = serde_json::json!({"provider": "anthropic", "baseUrl": "https://api.example",
+                "tools": [{"server": attached}]});
+            let mut m = ModelRoute::new(name, serde_json::from_value(spec).unwrap());
+            m.metadata.namespace = Some("team".into());
+            m
+        };
+        let models = [route("good", "curated"), route("bad", "not-there")];
+        let r = run_all(&servers, &virtual_servers, &models, &SecretData::new());
+        let good = &r.models[&("team".to_string(), "good".to_string())];
+        assert!(good.accepted, "{good:?}");
+        let spec = r.snapshot.models.iter().find(|m| m.name == "good").unwrap();
+        assert_eq!(spec.tools[0].server, "team/curated");
+        let bad = &r.models[&("team".to_string(), "bad".to_string())];
+        assert_eq!(bad.reason, "ServerNotFound", "{bad:?}");
     }
 
     #[test]
@@ -1385,6 +1951,7 @@ mod tests {
         let render_with = |servers: &[McpServer], config_maps: &SecretData| {
             render(RenderInput {
                 servers,
+                virtual_servers: &[],
                 keys: &[],
                 models: &[],
                 identity_providers: &[],
@@ -1788,6 +2355,7 @@ mod tests {
         ]);
         let r = render(RenderInput {
             servers: &[],
+            virtual_servers: &[],
             keys: &keys,
             models: &[],
             identity_providers: &providers,
@@ -1854,6 +2422,7 @@ mod tests {
         let render_with = |secrets: &SecretData| {
             render(RenderInput {
                 servers: &[],
+                virtual_servers: &[],
                 keys: &[],
                 models: &[],
                 identity_providers: std::slice::from_ref(&p),
@@ -1883,6 +2452,7 @@ mod tests {
         let both = [p.clone(), second];
         let r = render(RenderInput {
             servers: &[],
+            virtual_servers: &[],
             keys: &[],
             models: &[],
             identity_providers: &both,

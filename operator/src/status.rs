@@ -2,6 +2,8 @@
 //! acknowledgements and the readiness probes, and which events a change is worth. All pure;
 //! [`crate::status_write`] writes it (server-side apply, only when it changed).
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
@@ -64,8 +66,13 @@ pub fn accepted(verdict: &Verdict) -> Desired {
 /// What the readiness probe found for a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
-    /// Listed with the gateway's credential.
-    Listed { tools: usize, at: Timestamp },
+    /// Listed with the gateway's credential: the tools served after `spec.tools`, and for an
+    /// OpenAPI server the selected operations left out (`<document path>: <why>`).
+    Listed {
+        tools: BTreeSet<String>,
+        left_out: Vec<String>,
+        at: Timestamp,
+    },
     Failed {
         reason: &'static str,
         message: String,
@@ -82,11 +89,34 @@ pub fn ready(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
             "Probing",
             "the upstream has not been probed yet".to_string(),
         ),
-        (true, Some(Probe::Listed { tools, .. })) => (
+        (
+            true,
+            Some(Probe::Listed {
+                tools, left_out, ..
+            }),
+        ) if left_out.is_empty() => (
             "True",
             "UpstreamReady",
             format!(
-                "the upstream answered the gateway's listing; {tools} tools are served after spec.tools"
+                "the upstream answered the gateway's listing; {} tools are served after spec.tools",
+                tools.len()
+            ),
+        ),
+        // An OpenAPI server serves what it could; the operations it could not are named, each
+        // with its path in the document, so the document or the selection can be fixed.
+        (
+            true,
+            Some(Probe::Listed {
+                tools, left_out, ..
+            }),
+        ) => (
+            "True",
+            "OperationsLeftOut",
+            format!(
+                "{} tools are served; {} selected operations are left out: {}",
+                tools.len(),
+                left_out.len(),
+                bounded_list(left_out, 5)
             ),
         ),
         (true, Some(Probe::Failed { reason, message })) => ("False", *reason, message.clone()),
@@ -370,6 +400,146 @@ pub(crate) fn transitions(wanted: &[Condition], current: &[Condition]) -> Vec<Ev
         .collect()
 }
 
+/// What a virtual server presents, judged from its servers' last listings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Presented {
+    /// Distinct tool names it presents from the servers that were listed.
+    pub tools: usize,
+    /// Tools it names exactly (an override, an `allow` entry without `*`) that their server
+    /// no longer lists: left out of its listing.
+    pub missing: Vec<String>,
+    /// Sources whose server has not been listed: `(server id, why)`.
+    pub unlisted: Vec<(String, String)>,
+    /// Sources whose server uses each caller's credential (nothing to list as the gateway).
+    pub per_caller: Vec<String>,
+}
+
+impl Presented {
+    /// Every source's server was listed: `tools` is the whole count.
+    pub fn complete(&self) -> bool {
+        self.unlisted.is_empty() && self.per_caller.is_empty()
+    }
+}
+
+/// What `spec` presents given each server's probe (`probe(server id)`).
+pub fn presented(
+    spec: &switchboard_snapshot::VirtualServerSpec,
+    probe: impl Fn(&str) -> Option<Probe>,
+) -> Presented {
+    let mut out = Presented::default();
+    let mut names = BTreeSet::new();
+    for source in &spec.sources {
+        let Some(filter) = &source.tools else {
+            continue;
+        };
+        let listed = match probe(&source.server) {
+            Some(Probe::Listed { tools, .. }) => tools,
+            Some(Probe::DependsOnCaller) => {
+                out.per_caller.push(source.server.clone());
+                continue;
+            }
+            Some(Probe::Failed { reason, .. }) => {
+                out.unlisted
+                    .push((source.server.clone(), reason.to_string()));
+                continue;
+            }
+            None => {
+                out.unlisted
+                    .push((source.server.clone(), "not probed yet".to_string()));
+                continue;
+            }
+        };
+        for tool in listed.iter().filter(|t| filter.admits(t)) {
+            let o = source.overrides.iter().find(|o| &o.tool == tool);
+            names.insert(
+                o.and_then(|o| o.name.clone())
+                    .unwrap_or_else(|| tool.clone()),
+            );
+        }
+        let named = source.overrides.iter().map(|o| o.tool.as_str()).chain(
+            filter
+                .allow
+                .iter()
+                .map(String::as_str)
+                .filter(|a| !a.contains('*')),
+        );
+        for tool in named {
+            let entry = format!("{tool:?} of {}", source.server);
+            if !listed.contains(tool) && !out.missing.contains(&entry) {
+                out.missing.push(entry);
+            }
+        }
+    }
+    out.tools = names.len();
+    out
+}
+
+/// `Ready` of a virtual server: every tool it names is listed by its server.
+pub fn virtual_ready(verdict: &Verdict, presented: Option<&Presented>) -> Desired {
+    let (status, reason, message) = match (verdict.accepted, presented) {
+        (false, _) | (true, None) => ("False", "NotAccepted", "not in the snapshot".to_string()),
+        (true, Some(p)) if !p.missing.is_empty() => (
+            "False",
+            "ToolsNotListed",
+            format!(
+                "left out of its listing, their servers do not list them: {}",
+                bounded_list(&p.missing, 5)
+            ),
+        ),
+        (true, Some(p)) if !p.unlisted.is_empty() => {
+            let names: Vec<String> = p
+                .unlisted
+                .iter()
+                .map(|(server, why)| format!("{server} ({why})"))
+                .collect();
+            let status = if p.unlisted.iter().all(|(_, why)| why == "not probed yet") {
+                ("Unknown", "Probing")
+            } else {
+                ("False", "ServerNotReady")
+            };
+            (
+                status.0,
+                status.1,
+                format!(
+                    "servers not listed by the gateway: {}",
+                    bounded_list(&names, 5)
+                ),
+            )
+        }
+        (true, Some(p)) if p.tools == 0 && !p.per_caller.is_empty() => (
+            "Unknown",
+            "DependsOnCaller",
+            "its servers use each caller's own credential; what it presents depends on the caller"
+                .to_string(),
+        ),
+        (true, Some(p)) => (
+            "True",
+            "ToolsListed",
+            format!("{} tools presented; every tool it names is listed", p.tools),
+        ),
+    };
+    Desired {
+        type_: "Ready",
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// At most `max` entries joined, and how many more.
+fn bounded_list(items: &[String], max: usize) -> String {
+    let mut text = items
+        .iter()
+        .take(max)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > max {
+        text.push_str(&format!(" (and {} more)", items.len() - max));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,7 +635,8 @@ mod tests {
             ready(
                 &v,
                 Some(&Probe::Listed {
-                    tools: 3,
+                    tools: ["a", "b", "c"].map(String::from).into(),
+                    left_out: Vec::new(),
                     at: Timestamp::now()
                 })
             )
@@ -604,6 +775,106 @@ mod tests {
         assert_ne!(
             conditions(&[flipped], &current, Some(1))[0].last_transition_time,
             earlier
+        );
+    }
+
+    #[test]
+    fn a_virtual_server_is_ready_when_every_tool_it_names_is_listed() {
+        let spec: switchboard_snapshot::VirtualServerSpec =
+            serde_json::from_value(serde_json::json!({
+                "name": "curated",
+                "sources": [
+                    {"server": "a", "tools": {"allow": ["read", "list_*"]},
+                     "overrides": [{"tool": "read", "name": "read_docs"}]},
+                    {"server": "b", "tools": {}}
+                ]
+            }))
+            .unwrap();
+        let listed = |names: &[&str]| Probe::Listed {
+            tools: names.iter().map(|n| n.to_string()).collect(),
+            left_out: Vec::new(),
+            at: Timestamp::now(),
+        };
+        let v = accepted_verdict();
+        let all = |id: &str| match id {
+            "a" => Some(listed(&["read", "list_x", "list_y", "write"])),
+            _ => Some(listed(&["read_docs", "z"])),
+        };
+        let p = presented(&spec, all);
+        // read→read_docs, list_x, list_y from a; b's read_docs is shadowed by a's rename; z.
+        assert_eq!(p.tools, 4);
+        let ready = virtual_ready(&v, Some(&p));
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            ("True", "ToolsListed"),
+            "{ready:?}"
+        );
+
+        // The server stopped listing a tool the virtual server names: left out, and said.
+        let gone = |id: &str| match id {
+            "a" => Some(listed(&["list_x"])),
+            _ => Some(listed(&["z"])),
+        };
+        let ready = virtual_ready(&v, Some(&presented(&spec, gone)));
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            ("False", "ToolsNotListed")
+        );
+        assert!(ready.message.contains("\"read\" of a"), "{}", ready.message);
+
+        // A server not probed yet, then failing.
+        let unknown = virtual_ready(
+            &v,
+            Some(&presented(&spec, |id| {
+                (id == "a").then(|| listed(&["read"]))
+            })),
+        );
+        assert_eq!(
+            (unknown.status, unknown.reason.as_str()),
+            ("Unknown", "Probing")
+        );
+        let failing = |id: &str| match id {
+            "a" => Some(listed(&["read"])),
+            _ => Some(Probe::Failed {
+                reason: "UpstreamTimeout",
+                message: "x".into(),
+            }),
+        };
+        let failed = virtual_ready(&v, Some(&presented(&spec, failing)));
+        assert_eq!(
+            (failed.status, failed.reason.as_str()),
+            ("False", "ServerNotReady")
+        );
+        assert!(
+            failed.message.contains("b (UpstreamTimeout)"),
+            "{}",
+            failed.message
+        );
+    }
+
+    #[test]
+    fn an_openapi_server_names_the_operations_it_left_out() {
+        let ready = ready(
+            &accepted_verdict(),
+            Some(&Probe::Listed {
+                tools: ["getPet"].map(String::from).into(),
+                left_out: vec![
+                    "paths./pets/{id}.delete.parameters: path parameter {id} is not declared"
+                        .into(),
+                ],
+                at: Timestamp::now(),
+            }),
+        );
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            ("True", "OperationsLeftOut")
+        );
+        assert!(
+            ready.message.contains(
+                "1 tools are served; 1 selected operations are left out: paths./pets/{id}.delete"
+            ),
+            "{}",
+            ready.message
         );
     }
 }

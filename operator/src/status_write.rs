@@ -7,7 +7,9 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::Recorder;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use switchboard_crds::{Condition, IdentityProvider, McpKey, McpServer, ModelRoute};
+use switchboard_crds::{
+    Condition, IdentityProvider, McpKey, McpServer, McpVirtualServer, ModelRoute,
+};
 
 use crate::render::KeyOutcome;
 use crate::status::{Desired, conditions, differs, transitions};
@@ -46,6 +48,23 @@ pub async fn write_model(
         fields: serde_json::to_value(&status).unwrap_or_default(),
     };
     write_status(client, recorder, route, &current, desired, fields).await
+}
+
+/// Writes an McpVirtualServer's status if it changed; publishes events for transitions.
+pub async fn write_virtual_server(
+    client: &kube::Client,
+    recorder: &Recorder,
+    vs: &McpVirtualServer,
+    desired: &[Desired],
+    fields: BTreeMap<&'static str, serde_json::Value>,
+) -> Result<bool, kube::Error> {
+    let status = vs.status.clone().unwrap_or_default();
+    let current = CurrentStatus {
+        conditions: &status.conditions,
+        observed_generation: status.observed_generation,
+        fields: serde_json::to_value(&status).unwrap_or_default(),
+    };
+    write_status(client, recorder, vs, &current, desired, fields).await
 }
 
 /// Writes an IdentityProvider's status if it changed; publishes events for transitions.

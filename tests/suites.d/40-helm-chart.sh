@@ -278,8 +278,8 @@ check "kubectl apply --server-side of helm template --include-crds" \
 check "re-apply is a no-op without conflicts" \
   kubectl apply --server-side --field-manager=helm-template -f "$dir/rendered.yaml"
 check "CRDs Established" kubectl wait --for=condition=Established --timeout=30s \
-  crd/mcpservers.switchboard.dev crd/mcpkeys.switchboard.dev crd/modelroutes.switchboard.dev
-check "CRDs served (kubectl get mcpservers,mcpkeys,modelroutes -A)" kubectl get mcpservers,mcpkeys,modelroutes -A
+  crd/mcpservers.switchboard.dev crd/mcpvirtualservers.switchboard.dev crd/mcpkeys.switchboard.dev crd/modelroutes.switchboard.dev
+check "CRDs served (kubectl get mcpservers,mcpvirtualservers,mcpkeys,modelroutes -A)" kubectl get mcpservers,mcpvirtualservers,mcpkeys,modelroutes -A
 check "objects exist" kubectl -n "$ns" get \
   "deploy/$op" "deploy/$gw" "svc/$op" "svc/$gw" "pdb/$op" "pdb/$gw" "sa/$op" "sa/$gw" \
   "role/$op" "rolebinding/$op" "clusterrole/$op" "clusterrolebinding/$op"
@@ -368,6 +368,9 @@ rbac_operator() {
   can yes "$as_op" update mcpkeys.switchboard.dev --subresource=status -n default || rc=1
   can yes "$as_op" watch modelroutes.switchboard.dev -A || rc=1
   can yes "$as_op" patch modelroutes.switchboard.dev --subresource=status -n default || rc=1
+  can yes "$as_op" watch mcpvirtualservers.switchboard.dev -A || rc=1
+  can yes "$as_op" patch mcpvirtualservers.switchboard.dev --subresource=status -n default || rc=1
+  can no "$as_op" update mcpvirtualservers.switchboard.dev -n default || rc=1
   can yes "$as_op" create secrets -n default || rc=1
   can yes "$as_op" patch secrets -n "$ns" || rc=1
   can yes "$as_op" watch secrets -A || rc=1
@@ -417,7 +420,7 @@ rbac_operator_not() {
 }
 rbac_gateway_nothing() {
   local rc=0 verb res
-  for res in secrets configmaps pods leases.coordination.k8s.io mcpservers.switchboard.dev mcpkeys.switchboard.dev modelroutes.switchboard.dev; do
+  for res in secrets configmaps pods leases.coordination.k8s.io mcpservers.switchboard.dev mcpvirtualservers.switchboard.dev mcpkeys.switchboard.dev modelroutes.switchboard.dev; do
     for verb in get list watch; do can no "$as_gw" "$verb" "$res" -n "$ns" || rc=1; done
   done
   can no "$as_gw" create tokenreviews.authentication.k8s.io || rc=1

@@ -174,6 +174,21 @@ impl UpstreamPlane {
             .await
     }
 
+    /// An OpenAPI server's selected operations that could not be served as tools, each with
+    /// its document path and why: from its inline document, or the fetched one as the last
+    /// listing left it (`None` for other servers, or before a fetched document was read).
+    pub async fn openapi_problems(&self, server: &Server) -> Option<Vec<String>> {
+        let compiled = match server.openapi.as_ref()? {
+            switchboard_core::table::OpenApiTools::Compiled(compiled) => compiled.clone(),
+            switchboard_core::table::OpenApiTools::Fetched(_) => {
+                let state = self.upstreams.state(server);
+                let cached = state.document.lock().await;
+                cached.as_ref()?.1.clone()
+            }
+        };
+        Some(compiled.problems.iter().map(ToString::to_string).collect())
+    }
+
     async fn listing_fresher_than(
         &self,
         caller: &Caller,
