@@ -22,6 +22,7 @@ use crate::protocol::{
     self, H_SESSION, H_VERSION, INVALID_REQUEST, Kind, LEGACY_VERSIONS, MODERN_VERSION, Message,
     RpcError,
 };
+use crate::rest;
 use crate::sessions::Sessions;
 use crate::stats::Stats;
 use crate::variants::{self, Era, Hang, Variant};
@@ -76,6 +77,9 @@ pub fn router(app: Arc<App>) -> Router {
             "/.well-known/oauth-authorization-server/oauth",
             get(oauth::metadata),
         )
+        .route("/rest/add", get(rest::add_endpoint))
+        .route("/rest/echo", post(rest::echo_endpoint))
+        .route("/rest/openapi.json", get(rest::document))
         .with_state(app)
 }
 

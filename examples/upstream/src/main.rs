@@ -28,6 +28,9 @@
 //! | `POST /_reset` | clears counters and recorded requests (204); sessions and token counters stay |
 //! | `GET /.well-known/oauth-protected-resource[/{path}]` | RFC 9728 metadata: `resource` (`http://HOST/mcp`, or `http://HOST/{path}`), `authorization_servers: ["http://HOST/oauth"]`, `scopes_supported: ["mcp"]` |
 //! | `GET /.well-known/oauth-authorization-server[/oauth]` | RFC 8414 metadata: `issuer: "http://HOST/oauth"`, `token_endpoint: "http://HOST/oauth/token"`, `grant_types_supported`, `token_endpoint_auth_methods_supported: ["client_secret_post", "client_secret_basic"]`, `response_types_supported: []` (there is no authorization endpoint), `scopes_supported: ["mcp"]` |
+//! | `GET /rest/add?a=A&b=B` | a REST endpoint (not MCP): `{"sum": A+B}` for integers A and B; a missing or non-integer one, or a sum out of `i64`, → 400 `{"error": "..."}` |
+//! | `POST /rest/echo` | a REST endpoint: answers the JSON object of the body (the same members, re-serialized; `Content-Type: application/json`); a body that is not a JSON object → 400 `{"error": "..."}` |
+//! | `GET /rest/openapi.json` | the OpenAPI 3.1 document of those two (operationIds `add` and `echo`, `servers: [{"url": "/rest"}]`, paths `/add` and `/echo`: an OpenAPI-backed server uses `url: http://HOST/rest`). The `/rest` endpoints are not counted in `/_stats` nor recorded in `/_requests` |
 //!
 //! Every request reaching an MCP endpoint or the token endpoint is counted and recorded
 //! *before* any fault or check applies, so tests can see what reached a failing server (e.g.
@@ -163,6 +166,7 @@ mod oauth;
 mod pagination;
 mod percent;
 mod protocol;
+mod rest;
 mod sessions;
 mod stats;
 mod variants;

@@ -945,3 +945,38 @@ async fn listen_acknowledges_stays_open_and_carries_notified_changes() {
         .await;
     assert_eq!(legacy.json()["error"]["code"], -32601);
 }
+
+#[tokio::test]
+async fn rest_api_and_its_openapi_document() {
+    let up = start();
+    let sum = up.request("GET", "/rest/add?a=40&b=2", &[], "").await;
+    assert_eq!(sum.status, 200);
+    assert_eq!(sum.header("content-type"), Some("application/json"));
+    assert_eq!(sum.json(), json!({"sum": 42}));
+    let bad = up.request("GET", "/rest/add?a=1&b=x", &[], "").await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.json(),
+        json!({"error": "query parameter b is not an integer: \"x\""})
+    );
+    let echo = up
+        .post("/rest/echo", &[], json!({"text": "hi", "tag": "t"}))
+        .await;
+    assert_eq!(
+        (echo.status, echo.json()),
+        (200, json!({"text": "hi", "tag": "t"}))
+    );
+    assert_eq!(
+        up.request("POST", "/rest/echo", &[], "[]").await.status,
+        400
+    );
+    assert_eq!(up.request("POST", "/rest/add", &[], "").await.status, 405);
+    let doc = up.request("GET", "/rest/openapi.json", &[], "").await;
+    assert_eq!(doc.status, 200);
+    let doc = doc.json();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["paths"]["/add"]["get"]["operationId"], "add");
+    // The REST endpoints are not MCP requests: nothing counted.
+    let stats = up.request("GET", "/_stats", &[], "").await.json();
+    assert_eq!(stats["requests"], 0);
+}
