@@ -67,8 +67,19 @@ pub struct OperationTool {
     /// The path template (`/pets/{petId}`).
     pub path: String,
     pub params: Vec<Param>,
-    /// The argument that carries the JSON request body, and whether it must be given.
-    pub body: Option<(String, bool)>,
+    /// The argument that carries the JSON request body, if the operation takes one.
+    pub body: Option<Body>,
+}
+
+/// An operation's JSON request body as a tool argument.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Body {
+    /// The argument's name (`body`, or `requestBody` when a parameter is called `body`).
+    pub argument: String,
+    pub required: bool,
+    /// The media type the document gives the body (`application/merge-patch+json`), sent as
+    /// the request's `Content-Type`; `application/json` for a wildcard.
+    pub media_type: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -166,7 +177,9 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
         None => &Map::new(),
         Some(_) => return Err(at("paths", "must be an object".into())),
     };
-    let definitions = definitions(document);
+    // OpenAPI 3.1 schemas are JSON Schema 2020-12: keywords next to a `$ref` apply too.
+    let ref_siblings = version.starts_with("3.1");
+    let definitions = definitions(document, ref_siblings);
     let overrides: HashMap<&str, &switchboard_snapshot::OperationOverride> = spec
         .overrides
         .iter()
@@ -207,6 +220,7 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
             let built = Operation {
                 document,
                 definitions: &definitions,
+                ref_siblings,
                 path,
                 method,
                 operation,
@@ -299,15 +313,53 @@ fn selected(
     matched && method_ok && !excluded
 }
 
-/// `#/components/schemas/<name>` targets, by reference string, for the sanitizer.
-fn definitions(document: &Value) -> Map<String, Value> {
+/// The target of every local `$ref` in the document, by reference string as written, for the
+/// sanitizer: `#/components/schemas/<name>` and any other JSON pointer into the document
+/// (`#/components/schemas/Pet/properties/kind`, `#/paths/~1pets/...`), escapes and
+/// percent-encoding decoded. With `ref_siblings` (OpenAPI 3.1), a `$ref` inside a target that
+/// has sibling keywords is kept with them (see [`wrap_ref_siblings`]).
+fn definitions(document: &Value, ref_siblings: bool) -> Map<String, Value> {
+    let mut references = Vec::new();
+    collect_references(document, &mut references);
     let mut out = Map::new();
-    if let Some(Value::Object(schemas)) = document.pointer("/components/schemas") {
-        for (name, schema) in schemas {
-            out.insert(format!("#/components/schemas/{name}"), schema.clone());
+    for reference in references {
+        if out.contains_key(reference) {
+            continue;
+        }
+        if let Some(mut target) = local_target(document, reference).cloned() {
+            if ref_siblings {
+                wrap_ref_siblings(&mut target);
+            }
+            out.insert(reference.to_string(), target);
         }
     }
     out
+}
+
+/// Every `$ref` string in the document that points into the document itself.
+fn collect_references<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::Object(o) => {
+            if let Some(Value::String(r)) = o.get("$ref")
+                && r.starts_with('#')
+            {
+                out.push(r);
+            }
+            o.values().for_each(|v| collect_references(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_references(v, out)),
+        _ => {}
+    }
+}
+
+/// What a local reference (`#/a/b~1c`, percent-encoded as a URI fragment may be) names.
+fn local_target<'a>(document: &'a Value, reference: &str) -> Option<&'a Value> {
+    let fragment = reference.strip_prefix('#')?;
+    let pointer = percent_encoding::percent_decode_str(fragment)
+        .decode_utf8()
+        .ok()?;
+    // `Value::pointer` undoes the `~1` and `~0` escapes of each token itself.
+    document.pointer(&pointer)
 }
 
 /// Follows a local `$ref` (a chain of at most a few) to what it names.
@@ -317,22 +369,121 @@ fn resolve<'a>(document: &'a Value, value: &'a Value) -> Result<&'a Value, Strin
         let Some(reference) = value.get("$ref").and_then(Value::as_str) else {
             return Ok(value);
         };
-        let Some(pointer) = reference.strip_prefix('#') else {
+        if !reference.starts_with('#') {
             return Err(format!(
                 "$ref {reference:?} points into another document (only references within the document are followed)"
             ));
-        };
-        let pointer = pointer.replace("~1", "/").replace("~0", "~");
-        value = document
-            .pointer(&pointer)
+        }
+        value = local_target(document, reference)
             .ok_or_else(|| format!("$ref {reference:?} names nothing in the document"))?;
     }
     Err("$ref chain longer than 8".into())
 }
 
+/// Keywords whose value is one schema, a list of schemas, or a map of names to schemas.
+const SUBSCHEMA: [&str; 11] = [
+    "items",
+    "additionalProperties",
+    "not",
+    "contains",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "additionalItems",
+];
+const SUBSCHEMA_LISTS: [&str; 4] = ["anyOf", "allOf", "oneOf", "prefixItems"];
+const SUBSCHEMA_MAPS: [&str; 5] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
+
+/// OpenAPI 3.1 (JSON Schema 2020-12) applies the keywords next to a `$ref` as well as the
+/// referenced schema: FastAPI writes an enum parameter with a default as
+/// `{"$ref": "#/components/schemas/Priority", "default": "normal"}`. The sanitizer inlines a
+/// bare reference (keeping only a sibling description), so such a node becomes
+/// `{"allOf": [{"$ref": ...}], "default": "normal"}`, which means the same; after sanitizing,
+/// [`collapse_single_all_of`] merges it into one schema again.
+fn wrap_ref_siblings(schema: &mut Value) {
+    let Value::Object(o) = schema else { return };
+    for (key, value) in o.iter_mut() {
+        let key = key.as_str();
+        match value {
+            Value::Object(map) if SUBSCHEMA_MAPS.contains(&key) => {
+                map.values_mut().for_each(wrap_ref_siblings)
+            }
+            Value::Array(list) if SUBSCHEMA_LISTS.contains(&key) || key == "items" => {
+                list.iter_mut().for_each(wrap_ref_siblings)
+            }
+            v if SUBSCHEMA.contains(&key) => wrap_ref_siblings(v),
+            _ => {}
+        }
+    }
+    if o.len() < 2 || !o.get("$ref").is_some_and(Value::is_string) {
+        return;
+    }
+    let reference = json!({"$ref": o.remove("$ref")});
+    match o.get_mut("allOf") {
+        Some(Value::Array(branches)) => branches.insert(0, reference),
+        _ => {
+            o.insert("allOf".into(), json!([reference]));
+        }
+    }
+}
+
+/// Keywords that describe rather than constrain: where a one-branch `allOf` and its parent
+/// both have one, the parent's (the use) wins over the branch's (the definition).
+const ANNOTATIONS: [&str; 4] = ["title", "description", "default", "examples"];
+
+/// A sanitized schema's `allOf` of one branch merged into its parent (when no constraint of
+/// both differs): the shape [`wrap_ref_siblings`] makes, and pydantic v1's
+/// `allOf: [{$ref}]` with a default, read as one plain schema.
+fn collapse_single_all_of(schema: &mut Value) {
+    let Value::Object(o) = schema else { return };
+    if let Some(Value::Object(properties)) = o.get_mut("properties") {
+        properties.values_mut().for_each(collapse_single_all_of);
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(v) = o.get_mut(key) {
+            collapse_single_all_of(v);
+        }
+    }
+    for key in ["anyOf", "allOf"] {
+        if let Some(Value::Array(branches)) = o.get_mut(key) {
+            branches.iter_mut().for_each(collapse_single_all_of);
+        }
+    }
+    let mergeable = match o.get("allOf") {
+        Some(Value::Array(branches)) => match branches.as_slice() {
+            [Value::Object(branch)] => branch.iter().all(|(k, v)| {
+                ANNOTATIONS.contains(&k.as_str()) || o.get(k).is_none_or(|mine| mine == v)
+            }),
+            _ => false,
+        },
+        _ => false,
+    };
+    if !mergeable {
+        return;
+    }
+    if let Some(Value::Array(mut branches)) = o.remove("allOf")
+        && let Some(Value::Object(branch)) = branches.pop()
+    {
+        for (k, v) in branch {
+            o.entry(k).or_insert(v);
+        }
+    }
+}
+
 struct Operation<'a> {
     document: &'a Value,
     definitions: &'a Map<String, Value>,
+    /// OpenAPI 3.1: keywords next to a `$ref` count ([`wrap_ref_siblings`]).
+    ref_siblings: bool,
     path: &'a str,
     method: &'a str,
     operation: &'a Map<String, Value>,
@@ -341,6 +492,14 @@ struct Operation<'a> {
 }
 
 impl Operation<'_> {
+    /// A schema of this operation as the sanitizer should read it.
+    fn with_siblings(&self, mut schema: Value) -> Value {
+        if self.ref_siblings {
+            wrap_ref_siblings(&mut schema);
+        }
+        schema
+    }
+
     fn problem(&self, field: &str, message: impl Into<String>) -> DocumentError {
         DocumentError {
             path: if field.is_empty() {
@@ -409,7 +568,7 @@ impl Operation<'_> {
                 .or_else(|| p.pointer("/content/application~1json/schema"))
                 .cloned()
                 .unwrap_or_else(|| json!({}));
-            let mut schema = schema;
+            let mut schema = self.with_siblings(schema);
             if let (Value::Object(s), Some(d)) = (&mut schema, p.get("description")) {
                 s.entry("description").or_insert_with(|| d.clone());
             }
@@ -446,7 +605,8 @@ impl Operation<'_> {
         }
         let body = self.body(&mut properties, &mut required)?;
         let input = json!({"type": "object", "properties": properties, "required": required});
-        let input_schema = sanitize_with(&input, self.definitions);
+        let mut input_schema = sanitize_with(&input, self.definitions);
+        collapse_single_all_of(&mut input_schema);
         let (output_schema, wraps_output) = self.output();
         let id = self.operation.get("operationId").and_then(Value::as_str);
         let name = match overridden.and_then(|o| o.name.clone()) {
@@ -503,7 +663,7 @@ impl Operation<'_> {
         &self,
         properties: &mut Map<String, Value>,
         required: &mut Vec<Value>,
-    ) -> Result<Option<(String, bool)>, DocumentError> {
+    ) -> Result<Option<Body>, DocumentError> {
         let Some(body) = self.operation.get("requestBody") else {
             return Ok(None);
         };
@@ -511,11 +671,12 @@ impl Operation<'_> {
         let is_required = body.get("required").and_then(Value::as_bool) == Some(true);
         let content = body.get("content").and_then(Value::as_object);
         let json_schema = content.and_then(|c| {
-            c.iter()
-                .find(|(t, _)| is_json(t))
-                .map(|(_, m)| m.get("schema").cloned().unwrap_or_else(|| json!({})))
+            c.iter().find(|(t, _)| is_json(t)).map(|(t, m)| {
+                let schema = m.get("schema").cloned().unwrap_or_else(|| json!({}));
+                (t.as_str(), self.with_siblings(schema))
+            })
         });
-        let Some(mut schema) = json_schema else {
+        let Some((media_type, mut schema)) = json_schema else {
             let types: Vec<&str> = content
                 .map(|c| c.keys().map(String::as_str).collect())
                 .unwrap_or_default();
@@ -548,7 +709,16 @@ impl Operation<'_> {
         if is_required {
             required.push(Value::String(name.to_string()));
         }
-        Ok(Some((name.to_string(), is_required)))
+        let essence = media_type.split(';').next().unwrap_or_default().trim();
+        Ok(Some(Body {
+            argument: name.to_string(),
+            required: is_required,
+            media_type: if essence.contains('*') {
+                "application/json".to_string()
+            } else {
+                media_type.to_string()
+            },
+        }))
     }
 
     /// The first 2xx response's JSON schema, as an object schema.
@@ -569,7 +739,8 @@ impl Operation<'_> {
         let Some(schema) = schema else {
             return (None, false);
         };
-        let mut cleaned = clean_with(schema, self.definitions);
+        let mut cleaned = clean_with(&self.with_siblings(schema.clone()), self.definitions);
+        collapse_single_all_of(&mut cleaned);
         nullable_as_types(&mut cleaned);
         let is_object = cleaned.get("type").and_then(Value::as_str) == Some("object");
         if is_object {
@@ -742,7 +913,14 @@ components:
         assert_eq!(out["properties"]["name"]["type"], json!(["string", "null"]));
         assert_eq!(get.description.as_deref(), Some("One pet"));
         let put = c.tool("putPet").unwrap();
-        assert_eq!(put.body, Some(("body".to_string(), true)));
+        assert_eq!(
+            put.body,
+            Some(Body {
+                argument: "body".into(),
+                required: true,
+                media_type: "application/json".into()
+            })
+        );
         assert_eq!(
             put.input_schema["properties"]["body"]["properties"]["kind"]["enum"],
             json!(["cat", "dog"]),
@@ -848,6 +1026,133 @@ components:
             "{:?}",
             c.problems
         );
+    }
+
+    /// FastAPI's 3.1 documents put a parameter's default next to the `$ref` of its enum.
+    const SIBLINGS: &str = r##"{"openapi": "3.1.0", "paths": {"/orders": {"post": {
+        "operationId": "create",
+        "parameters": [{"name": "priority", "in": "query",
+                        "schema": {"$ref": "#/components/schemas/Priority", "default": "normal"}}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Order"}}}},
+        "responses": {"201": {"description": "", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Order"}}}}}}}},
+      "components": {"schemas": {
+        "Priority": {"type": "string", "enum": ["low", "normal", "urgent"], "title": "Priority"},
+        "Size": {"type": "string", "enum": ["s", "m"]},
+        "Order": {"type": "object", "properties": {
+            "priority": {"$ref": "#/components/schemas/Priority", "default": "low", "title": "Order priority"},
+            "size": {"allOf": [{"$ref": "#/components/schemas/Size"}], "default": "m"},
+            "parent": {"$ref": "#/components/schemas/Order", "description": "The order before"}}}}}}"##;
+
+    #[test]
+    fn keywords_next_to_a_ref_apply_in_3_1() {
+        let c = compile(SIBLINGS, &OpenApiSpec::default()).unwrap();
+        let t = c.tool("create").unwrap();
+        let props = &t.input_schema["properties"];
+        assert_eq!(
+            props["priority"],
+            json!({"type": "string", "enum": ["low", "normal", "urgent"], "title": "Priority", "default": "normal"}),
+            "the default next to the reference is kept, and one schema again"
+        );
+        let body = &props["body"]["properties"];
+        assert_eq!(body["priority"]["default"], "low");
+        assert_eq!(
+            body["priority"]["title"], "Order priority",
+            "the use's annotation wins"
+        );
+        assert_eq!(body["priority"]["enum"], json!(["low", "normal", "urgent"]));
+        assert_eq!(
+            body["size"],
+            json!({"type": "string", "enum": ["s", "m"], "default": "m"}),
+            "a one-branch allOf (pydantic v1) is read as one schema"
+        );
+        assert_eq!(body["parent"]["description"], "The order before");
+        assert!(!t.input_schema.to_string().contains("$ref"));
+        let out = t.output_schema.as_ref().unwrap();
+        assert_eq!(out["properties"]["priority"]["default"], "low");
+
+        // OpenAPI 3.0: keywords next to a `$ref` are ignored (its description aside).
+        let v30 = SIBLINGS.replace("3.1.0", "3.0.3");
+        let c = compile(&v30, &OpenApiSpec::default()).unwrap();
+        let props = &c.tool("create").unwrap().input_schema["properties"];
+        assert_eq!(props["priority"].get("default"), None);
+        assert_eq!(
+            props["priority"]["enum"],
+            json!(["low", "normal", "urgent"])
+        );
+    }
+
+    #[test]
+    fn a_one_branch_all_of_with_a_clash_stays() {
+        let mut schema = json!({"allOf": [{"type": "string", "maxLength": 3}], "maxLength": 5});
+        collapse_single_all_of(&mut schema);
+        assert_eq!(
+            schema,
+            json!({"allOf": [{"type": "string", "maxLength": 3}], "maxLength": 5})
+        );
+        let mut data = json!({"default": {"allOf": [{"a": 1}]}, "allOf": [{}]});
+        collapse_single_all_of(&mut data);
+        assert_eq!(
+            data,
+            json!({"default": {"allOf": [{"a": 1}]}}),
+            "values are data, not schemas"
+        );
+    }
+
+    #[test]
+    fn references_are_json_pointers() {
+        // A parameter reused from another path item (`~1` escapes, `{}` percent-encoded), a
+        // schema whose name has a `/`, and a pointer into a schema's properties.
+        let doc = r##"{"openapi": "3.1.0", "paths": {
+          "/a/{id}": {"get": {"operationId": "getA",
+              "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"$ref": "#/components/schemas/Pet/properties/kind"}}],
+              "responses": {"200": {"description": "", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/v1~1Pet"}}}}}}},
+          "/b/{id}": {"get": {"operationId": "getB",
+              "parameters": [{"$ref": "#/paths/~1a~1%7Bid%7D/get/parameters/0"}],
+              "responses": {}}}},
+          "components": {"schemas": {
+            "Pet": {"type": "object", "properties": {"kind": {"type": "string", "enum": ["cat", "dog"]}}},
+            "v1/Pet": {"type": "object", "properties": {"name": {"type": "string"}}}}}}"##;
+        let c = compile(doc, &OpenApiSpec::default()).unwrap();
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        let a = c.tool("getA").unwrap();
+        assert_eq!(
+            a.input_schema["properties"]["id"]["enum"],
+            json!(["cat", "dog"])
+        );
+        assert_eq!(
+            a.output_schema.as_ref().unwrap()["properties"]["name"]["type"],
+            "string"
+        );
+        let b = c.tool("getB").unwrap();
+        assert_eq!(b.params[0].name, "id");
+        assert_eq!(
+            b.input_schema["properties"]["id"]["enum"],
+            json!(["cat", "dog"])
+        );
+    }
+
+    #[test]
+    fn the_body_keeps_its_media_type() {
+        let doc = |media: &str| {
+            format!(
+                r#"{{"openapi": "3.1.0", "paths": {{"/o": {{"patch": {{"operationId": "patch",
+                "requestBody": {{"content": {{"{media}": {{"schema": {{"type": "object"}}}}}}}},
+                "responses": {{}}}}}}}}}}"#
+            )
+        };
+        let media = |m: &str| {
+            compile(&doc(m), &OpenApiSpec::default())
+                .unwrap()
+                .tool("patch")
+                .and_then(|t| t.body.clone())
+                .map(|b| b.media_type)
+        };
+        assert_eq!(
+            media("application/merge-patch+json").as_deref(),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(media("*/*").as_deref(), Some("application/json"));
+        assert_eq!(media("text/plain"), None, "not JSON: no body argument");
     }
 
     #[test]

@@ -15,6 +15,6 @@ mod compile;
 mod request;
 mod response;
 
-pub use compile::{Compiled, DocumentError, OperationTool, Param, ParamLocation, compile};
+pub use compile::{Body, Compiled, DocumentError, OperationTool, Param, ParamLocation, compile};
 pub use request::RestRequest;
 pub use response::MAX_ERROR_BODY;

@@ -19,8 +19,9 @@ pub struct RestRequest {
     /// The path with its parameters filled in, and the query string (`/pets/7?verbose=true`).
     pub path_and_query: String,
     pub headers: Vec<(String, String)>,
-    /// The JSON body, serialized.
-    pub body: Option<Vec<u8>>,
+    /// The JSON body, serialized, and its media type (the operation's, e.g.
+    /// `application/merge-patch+json`; static because the HTTP client takes it so).
+    pub body: Option<(&'static str, Vec<u8>)>,
 }
 
 impl OperationTool {
@@ -31,7 +32,7 @@ impl OperationTool {
         let arguments = arguments.unwrap_or(&empty);
         for name in arguments.keys() {
             let known = self.params.iter().any(|p| &p.name == name)
-                || self.body.as_ref().is_some_and(|(b, _)| b == name);
+                || self.body.as_ref().is_some_and(|b| &b.argument == name);
             if !known {
                 return Err(format!("unknown argument {name:?}"));
             }
@@ -55,6 +56,16 @@ impl OperationTool {
                             param.name
                         )
                     })?;
+                    // `.` and `..` are kept as they are by the encoding, and every URL parser
+                    // (the one the request goes through too) removes them with the segment
+                    // before: `/stores/s1/orders/..` is `/stores/s1/`, another operation's path.
+                    // An empty value makes `/orders/`, which a server may redirect elsewhere.
+                    if matches!(text.as_str(), "" | "." | "..") {
+                        return Err(format!(
+                            "argument {:?} must not be empty, \".\" or \"..\": it is one segment of the path",
+                            param.name
+                        ));
+                    }
                     let encoded = utf8_percent_encode(&text, SEGMENT).to_string();
                     path = path.replace(&format!("{{{}}}", param.name), &encoded);
                 }
@@ -97,9 +108,14 @@ impl OperationTool {
             headers.push(("cookie".into(), cookies.join("; ")));
         }
         let body = match &self.body {
-            Some((name, required)) => match arguments.get(name) {
-                Some(value) => Some(serde_json::to_vec(value).map_err(|e| e.to_string())?),
-                None if *required => return Err(format!("missing required argument {name:?}")),
+            Some(body) => match arguments.get(&body.argument) {
+                Some(value) => Some((
+                    static_media_type(&body.media_type),
+                    serde_json::to_vec(value).map_err(|e| e.to_string())?,
+                )),
+                None if body.required => {
+                    return Err(format!("missing required argument {:?}", body.argument));
+                }
                 None => None,
             },
             None => None,
@@ -125,6 +141,52 @@ impl OperationTool {
             body,
         })
     }
+}
+
+/// Most distinct body media types kept for the process (documents name a handful).
+const MAX_MEDIA_TYPES: usize = 64;
+/// Body media types common enough to need no interning (the first is the fallback).
+const KNOWN_MEDIA_TYPES: [&str; 6] = [
+    "application/json",
+    "application/merge-patch+json",
+    "application/json-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/vnd.api+json",
+    "application/problem+json",
+];
+
+/// A body media type as a `&'static str`: the common JSON types as constants, others
+/// (`application/vnd.example.v2+json`) made static once each, up to [`MAX_MEDIA_TYPES`] (then,
+/// and for a value that cannot be a header value, `application/json`), so no document, however
+/// often fetched, grows the set further.
+pub(crate) fn static_media_type(media_type: &str) -> &'static str {
+    if let Some(known) = KNOWN_MEDIA_TYPES
+        .into_iter()
+        .find(|k| k.eq_ignore_ascii_case(media_type))
+    {
+        return known;
+    }
+    // What `HeaderValue::from_static` (the HTTP client's) takes without a panic: visible
+    // ASCII, space and tab (`from_str` would let bytes past ASCII through).
+    let header_safe = media_type
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+    if media_type.is_empty() || !header_safe {
+        return KNOWN_MEDIA_TYPES[0];
+    }
+    static SEEN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(found) = seen.iter().copied().find(|s| *s == media_type) {
+        return found;
+    }
+    if seen.len() >= MAX_MEDIA_TYPES {
+        return KNOWN_MEDIA_TYPES[0];
+    }
+    let made: &'static str = Box::leak(media_type.to_string().into_boxed_str());
+    seen.push(made);
+    made
 }
 
 fn scalar(value: &Value) -> Option<String> {
@@ -177,7 +239,51 @@ mod tests {
                 ("cookie".to_string(), "session=s".to_string())
             ]
         );
-        assert_eq!(r.body.as_deref(), Some(&br#"{"k":1}"#[..]));
+        assert_eq!(r.body, Some(("application/json", br#"{"k":1}"#.to_vec())));
+    }
+
+    #[test]
+    fn a_path_argument_cannot_leave_its_segment() {
+        let c = compile(DOC, &OpenApiSpec::default()).unwrap();
+        let t = c.tool("update").unwrap();
+        for id in ["..", ".", ""] {
+            let e = t
+                .request(json!({"id": id, "body": {}}).as_object())
+                .unwrap_err();
+            assert!(e.contains("\"id\"") && e.contains("segment"), "{id:?}: {e}");
+        }
+        for (id, path) in [
+            ("...", "/items/..."),
+            ("a..b", "/items/a..b"),
+            ("%2e%2e", "/items/%252e%252e"),
+        ] {
+            let r = t
+                .request(json!({"id": id, "body": {}}).as_object())
+                .unwrap();
+            assert_eq!(r.path_and_query, path);
+        }
+    }
+
+    #[test]
+    fn body_media_types_are_static_once_each() {
+        use crate::request::static_media_type;
+        assert_eq!(
+            static_media_type("application/merge-patch+json"),
+            "application/merge-patch+json"
+        );
+        let vendor = static_media_type("application/vnd.example.v2+json");
+        assert_eq!(vendor, "application/vnd.example.v2+json");
+        assert!(std::ptr::eq(
+            vendor,
+            static_media_type("application/vnd.example.v2+json")
+        ));
+        assert_eq!(static_media_type("bad\nvalue"), "application/json");
+        assert_eq!(
+            static_media_type("application/vnd.ü+json"),
+            "application/json"
+        );
+        // Every answer is one the HTTP client's `HeaderValue::from_static` takes.
+        let _ = http::HeaderValue::from_static(static_media_type("application/x-ü+json"));
     }
 
     #[test]

@@ -175,7 +175,7 @@ impl Upstreams {
         );
         let body = request
             .body
-            .map(|b| ("application/json", bytes::Bytes::from(b)));
+            .map(|(media_type, b)| (media_type, bytes::Bytes::from(b)));
         let sent = self
             .send_following(call, request.method, url, headers, body)
             .await?;
