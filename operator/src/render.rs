@@ -46,6 +46,7 @@ pub enum Reason {
     DuplicateKey,
     IdentityProviderNotFound,
     ModelNameConflict,
+    NameConflict,
     PathConflict,
     PrefixConflict,
     ServerNotAccepted,
@@ -67,6 +68,7 @@ impl Reason {
             Reason::DuplicateKey => "DuplicateKey",
             Reason::IdentityProviderNotFound => "IdentityProviderNotFound",
             Reason::ModelNameConflict => "ModelNameConflict",
+            Reason::NameConflict => "NameConflict",
             Reason::PathConflict => "PathConflict",
             Reason::PrefixConflict => "PrefixConflict",
             Reason::ServerNotAccepted => "ServerNotAccepted",
@@ -647,6 +649,13 @@ fn render_virtual_servers(
         let id = format!("{}/{}", key.0, key.1);
         let verdict = match virtual_server_spec(vs, &only_servers, &existing) {
             Err(verdict) => verdict,
+            // Keys and ModelRoutes name both kinds alike (a name, or `<namespace>/<name>`).
+            Ok(_) if existing.servers.contains(&key) => Verdict::rejected(
+                Reason::NameConflict,
+                format!(
+                    "McpServer {id} has the same namespace and name; keys and ModelRoutes could not tell them apart"
+                ),
+            ),
             Ok(spec) => match paths.get(spec.path()) {
                 Some(owner) => Verdict::rejected(
                     Reason::PathConflict,
@@ -1714,6 +1723,12 @@ mod tests {
                 "younger",
                 1,
                 serde_json::json!({"path": "curated", "sources": [{"server": "docs"}]}),
+            ),
+            // An McpServer of the same name: a key's `servers: [search]` would name both.
+            vs(
+                "search",
+                3,
+                serde_json::json!({"path": "find", "sources": [{"server": "docs"}]}),
             ),
             // Invalid once resolved: an override of a tool its filter does not select.
             vs(

@@ -116,6 +116,10 @@ def mcp_server(name: str, namespace: str = "default", **spec: Any) -> dict:
     return {"apiVersion": GROUP_VERSION, "kind": "McpServer", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
+def mcp_virtual_server(name: str, namespace: str = "default", **spec: Any) -> dict:
+    return {"apiVersion": GROUP_VERSION, "kind": "McpVirtualServer", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
 def mcp_key(name: str, namespace: str = "default", **spec: Any) -> dict:
     return {"apiVersion": GROUP_VERSION, "kind": "McpKey", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
@@ -270,7 +274,13 @@ class Cluster:
         """Server-side apply of one namespaced switchboard.dev object straight through the API (no
         kubectl process): the cheapest possible write."""
         assert self._api is not None
-        plural = {"McpServer": "mcpservers", "McpKey": "mcpkeys", "ModelRoute": "modelroutes", "IdentityProvider": "identityproviders"}[obj["kind"]]
+        plural = {
+            "McpServer": "mcpservers",
+            "McpVirtualServer": "mcpvirtualservers",
+            "McpKey": "mcpkeys",
+            "ModelRoute": "modelroutes",
+            "IdentityProvider": "identityproviders",
+        }[obj["kind"]]
         meta = obj["metadata"]
         r = self._api.patch(
             f"/apis/{GROUP_VERSION}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
@@ -283,6 +293,9 @@ class Cluster:
 
     def server(self, name: str, namespace: str = "default") -> dict | None:
         return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/mcpservers/{name}")
+
+    def virtual_server(self, name: str, namespace: str = "default") -> dict | None:
+        return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/mcpvirtualservers/{name}")
 
     def key(self, name: str, namespace: str = "default") -> dict | None:
         return self.api_get(f"/apis/{GROUP_VERSION}/namespaces/{namespace}/mcpkeys/{name}")
@@ -585,6 +598,7 @@ class World:
         """Polls a resource until its condition matches; returns (condition, seconds waited)."""
         getter = {
             "mcpserver": self.cluster.server,
+            "mcpvirtualserver": self.cluster.virtual_server,
             "mcpkey": self.cluster.key,
             "modelroute": self.cluster.model_route,
             "identityprovider": self.cluster.identity_provider,
@@ -611,7 +625,8 @@ class World:
             check=False, timeout=timeout + 15,
         )  # fmt: skip
         if p.returncode != 0:
-            obj = (self.cluster.model_route if kind == "modelroute" else self.cluster.server)(name, namespace)
+            getter = {"modelroute": self.cluster.model_route, "mcpvirtualserver": self.cluster.virtual_server}
+            obj = getter.get(kind, self.cluster.server)(name, namespace)
             raise AssertionError(
                 f"kubectl wait --for=condition=Ready {kind}/{name} failed: {p.stderr.strip()}\n"
                 f"status: {describe_conditions(obj)}"

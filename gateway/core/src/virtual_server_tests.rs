@@ -36,6 +36,25 @@ virtualServers:
     }
 
     #[test]
+    fn a_virtual_server_cannot_take_a_servers_id() {
+        // Keys name servers and virtual servers alike: one id must mean one thing.
+        let config = "servers:\n- {name: weather, url: \"http://x/mcp\"}\n\
+                      virtualServers:\n- {name: weather, path: desk, sources: [{server: weather}]}\n";
+        let e = load(config, &SystemLookup).expect_err("the id is the server's");
+        let text = e.to_string();
+        assert!(
+            text.contains("virtualServers[0].id") && text.contains("already the id of servers[0]"),
+            "{text}"
+        );
+        // Control: another name is served.
+        load(
+            &config.replace("name: weather, path", "name: desk2, path"),
+            &SystemLookup,
+        )
+        .expect("a virtual server with its own name");
+    }
+
+    #[test]
     fn names_route_by_parse_first_source_wins_and_renames_hide_the_own_name() {
         let vs = desk();
         let route = |n| {

@@ -520,6 +520,13 @@ impl Validator {
                     format!("{:?} is already used by virtualServers[{first}]", vs.id()),
                 );
             }
+            // Keys and models name both kinds the same way: one id, one thing.
+            if let Some(server) = snapshot.servers.iter().position(|s| s.id() == vs.id()) {
+                self.err(
+                    format!("{path}.id"),
+                    format!("{:?} is already the id of servers[{server}]", vs.id()),
+                );
+            }
             if let Some(first) = paths.insert(vs.path(), i) {
                 self.err(
                     format!("{path}.path"),

@@ -301,8 +301,8 @@ impl ServerSpec {
     pub fn prefix(&self) -> &str {
         self.tool_prefix.as_deref().unwrap_or(&self.name)
     }
-    /// Every URL the gateway connects to for this server, with its field: the upstream and,
-    /// for the minted-token kinds, the token endpoint.
+    /// Every URL the gateway connects to for this server, with its field: the upstream, for
+    /// the minted-token kinds the token endpoint, and an absolute OpenAPI document URL.
     pub fn connect_urls(&self) -> Vec<(&'static str, &str)> {
         let mut urls = vec![("url", self.url.as_str())];
         match &self.auth {
@@ -311,6 +311,15 @@ impl ServerSpec {
                 urls.push(("auth.tokenUrl", token_url.as_str()))
             }
             _ => {}
+        }
+        // An absolute document URL is a connection of its own (a path is relative to `url`).
+        if let Some(document) = self
+            .openapi
+            .as_ref()
+            .and_then(|o| o.document_url.as_deref())
+            && url::Url::parse(document).is_ok()
+        {
+            urls.push(("openapi.documentUrl", document));
         }
         urls
     }

@@ -64,6 +64,11 @@ impl Upstreams {
                 "serverInfo": {"name": call.server.id(), "version": "openapi"},
             })),
             "ping" => result(json!({})),
+            // A REST API has no prompts or resources: empty lists, so an aggregate listing
+            // does not report it as failing.
+            "prompts/list" => result(json!({"prompts": []})),
+            "resources/list" => result(json!({"resources": []})),
+            "resources/templates/list" => result(json!({"resourceTemplates": []})),
             other => Ok(RpcOutcome::Error(
                 json!({"code": -32601, "message": format!("method {other:?} is not served by an OpenAPI server")}),
                 StatusCode::NOT_FOUND,
