@@ -43,6 +43,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl
 
 import httpx
@@ -738,3 +739,93 @@ def test_scope_and_a_virtual_server_narrow_an_openapi_server(gateways, shop: Sho
         chosen = mcp.call_tool("my_order", {"order_id": "o1", "store_id": "s2"})
     assert "fixed" in json.dumps(chosen.message), chosen.message
     assert len(shop.api_requests()) == 2, "a fixed value cannot be chosen"
+
+
+# --------------------------------------------------------------------------------------------
+# References into other documents
+
+
+class DocumentHost:
+    """Serves JSON documents by path on its own origin (an `AsgiServer`) and records who asked
+    for which, and whether the request carried an Authorization header."""
+
+    def __init__(self, name: str):
+        self.documents: dict[str, Any] = {}
+        self.seen: list[tuple[str, bool]] = []
+        self.server = AsgiServer(self.app, name=name).start()
+
+    async def app(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.seen.append((scope["path"], "authorization" in headers))
+        document = self.documents.get(scope["path"])
+        status, body = (200, json.dumps(document).encode()) if document is not None else (404, b"{}")
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _rewrite_refs(value: Any, rewrite) -> Any:
+    if isinstance(value, dict):
+        return {k: (rewrite(v) if k == "$ref" else _rewrite_refs(v, rewrite)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rewrite_refs(v, rewrite) for v in value]
+    return value
+
+
+def test_references_into_other_documents_are_fetched_bounded_and_credentials_stay_on_their_origin(gateways, shop: Shop):
+    """The shop's own document split in three: the operations on one host (with the server's
+    credential), `components/schemas` in a second document beside it (same origin: the credential
+    too), `Address` in a third on another origin (no credential). Listed through the gateway, the
+    tools are exactly those of the whole document; a call with the nested body reaches the API.
+    Control: with the third document gone, the listing differs and the problem is named."""
+    whole = json.loads(shop.document_text())
+    schemas = whole.pop("components")["schemas"]
+    address = schemas.pop("Address")
+    home, other = DocumentHost("doc-home"), DocumentHost("doc-other")
+    try:
+        elsewhere = f"{other.server.url}/shared/address.json#/Address"
+
+        def to_schemas(ref: str) -> str:
+            name = ref.rsplit("/", 1)[1]
+            return elsewhere if name == "Address" else f"parts/schemas.json#/components/schemas/{name}"
+
+        home.documents["/api/openapi.json"] = _rewrite_refs(whole, to_schemas)
+        # Inside the schemas document its own references stay local, but Address is elsewhere.
+        home.documents["/api/parts/schemas.json"] = {
+            "components": {"schemas": _rewrite_refs(schemas, lambda r: elsewhere if r.endswith("/Address") else r)}
+        }
+        other.documents["/shared/address.json"] = {"Address": address}
+
+        split = shop_server(shop, "split", documentUrl=f"{home.server.url}/api/openapi.json")
+        reference = shop_server(shop, "whole")
+        gw, secret, _ = start(gateways, shop, [split, reference])
+        for era in ERAS:
+            got = {t.name: t for t in list_tools(gw.mcp_url("split"), secret, era)}
+            want = {t.name: t for t in list_tools(gw.mcp_url("whole"), secret, era)}
+            assert sorted(got) == sorted(want) == ALL_TOOLS
+            for name in ALL_TOOLS:
+                assert schema_text(got[name].input_schema) == schema_text(want[name].input_schema), name
+                assert schema_text(got[name].output_schema or {}) == schema_text(want[name].output_schema or {}), name
+        placed = call(gw.mcp_url("split"), secret, MODERN_VERSION, "createOrder", {"store_id": "s1", "body": ORDER})
+        assert not placed.is_error, placed
+        assert shop.api_requests()[-1]["body"] == ORDER
+        # The credential went to the documents of the document's origin, never to the other.
+        assert {p for p, auth in home.seen if auth} == {"/api/openapi.json", "/api/parts/schemas.json"}, home.seen
+        assert other.seen and not any(auth for _, auth in other.seen), other.seen
+
+        # Control: the third document gone. The gateway says which document it could not read,
+        # and what needed Address no longer matches the whole document.
+        other.documents.clear()
+        gw2, secret2, _ = start(gateways, shop, [shop_server(shop, "split", documentUrl=f"{home.server.url}/api/openapi.json")])
+        tools = {t.name: t for t in list_tools(gw2.mcp_url("split"), secret2, MODERN_VERSION)}
+        body = tools["createOrder"].input_schema["properties"]["body"]
+        assert "street" not in schema_text(body), "Address cannot be known without its document"
+        wait_until(
+            lambda: "a referenced document could not be read" in gw2.logs() and "/shared/address.json" in gw2.logs(),
+            10,
+            what="the gateway to name the document it could not read",
+        )
+    finally:
+        home.server.stop()
+        other.server.stop()

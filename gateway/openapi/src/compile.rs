@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 use switchboard_protocol::schema::{clean_with, sanitize_with};
 use switchboard_snapshot::{OpenApiSpec, OperationSelector, glob_match};
 
+use crate::bundle::each_reference;
 use switchboard_snapshot::openapi::HTTP_METHODS as METHODS;
 /// Tool names clients accept: 1 to 64 of `a-z A-Z 0-9 _ - .`.
 const MAX_NAME: usize = 64;
@@ -135,17 +136,45 @@ impl OperationTool {
 
 /// Reads a document (JSON or YAML) and compiles the operations `spec` selects.
 pub fn compile(text: &str, spec: &OpenApiSpec) -> Result<Compiled, DocumentError> {
+    compile_document(&parse(text)?, spec)
+}
+
+/// Parses a document's text, JSON or YAML.
+pub fn parse(text: &str) -> Result<Value, DocumentError> {
     let whole = |message: String| DocumentError {
         path: String::new(),
         message,
     };
-    let document: Value = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| whole(format!("not valid JSON: {e}")))?
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| whole(format!("not valid JSON: {e}")))
     } else {
         serde_saphyr::from_str(text)
-            .map_err(|e| whole(format!("not valid YAML: {}", e.without_snippet())))?
-    };
-    compile_value(&document, spec)
+            .map_err(|e| whole(format!("not valid YAML: {}", e.without_snippet())))
+    }
+}
+
+/// Compiles a parsed document (one [`crate::bundle::bundle`] made whole, for a fetched one
+/// with references into others).
+pub fn compile_document(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, DocumentError> {
+    let mut compiled = compile_value(document, spec)?;
+    // References into documents that are not at hand: the schemas below them are "any
+    // value" and operations that need them are left out; say which documents, once each.
+    let mut unreachable = std::collections::BTreeSet::new();
+    each_reference(document, &mut |reference| {
+        if !reference.starts_with('#') {
+            unreachable.insert(reference.split('#').next().unwrap_or(reference).to_string());
+        }
+    });
+    for target in unreachable {
+        compiled.problems.push(DocumentError {
+            path: String::new(),
+            message: format!(
+                "$ref into {target:?} is not followed (references into other documents are followed for a documentUrl, at most {} documents)",
+                crate::bundle::MAX_DOCUMENTS
+            ),
+        });
+    }
+    Ok(compiled)
 }
 
 fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, DocumentError> {
@@ -319,12 +348,10 @@ fn selected(
 /// percent-encoding decoded. With `ref_siblings` (OpenAPI 3.1), a `$ref` inside a target that
 /// has sibling keywords is kept with them (see [`wrap_ref_siblings`]).
 fn definitions(document: &Value, ref_siblings: bool) -> Map<String, Value> {
-    let mut references = Vec::new();
-    collect_references(document, &mut references);
     let mut out = Map::new();
-    for reference in references {
-        if out.contains_key(reference) {
-            continue;
+    each_reference(document, &mut |reference| {
+        if !reference.starts_with('#') || out.contains_key(reference) {
+            return;
         }
         if let Some(mut target) = local_target(document, reference).cloned() {
             if ref_siblings {
@@ -332,24 +359,8 @@ fn definitions(document: &Value, ref_siblings: bool) -> Map<String, Value> {
             }
             out.insert(reference.to_string(), target);
         }
-    }
+    });
     out
-}
-
-/// Every `$ref` string in the document that points into the document itself.
-fn collect_references<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
-    match value {
-        Value::Object(o) => {
-            if let Some(Value::String(r)) = o.get("$ref")
-                && r.starts_with('#')
-            {
-                out.push(r);
-            }
-            o.values().for_each(|v| collect_references(v, out));
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_references(v, out)),
-        _ => {}
-    }
 }
 
 /// What a local reference (`#/a/b~1c`, percent-encoded as a URI fragment may be) names.
@@ -371,7 +382,7 @@ fn resolve<'a>(document: &'a Value, value: &'a Value) -> Result<&'a Value, Strin
         };
         if !reference.starts_with('#') {
             return Err(format!(
-                "$ref {reference:?} points into another document (only references within the document are followed)"
+                "$ref {reference:?} points into another document that is not at hand (followed only for a documentUrl)"
             ));
         }
         value = local_target(document, reference)
@@ -1004,6 +1015,42 @@ components:
             c.problems.iter().any(|p| p.message.contains("\"nope\"")),
             "{:?}",
             c.problems
+        );
+    }
+
+    #[test]
+    fn references_into_documents_not_at_hand_are_named_once_each() {
+        let text = r#"{"openapi": "3.1.0", "paths": {"/a": {"post": {"operationId": "a",
+            "requestBody": {"content": {"application/json": {"schema": {"$ref": "common.json#/A"}}}},
+            "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "common.json#/B"}}}}}}}}}"#;
+        let c = compile(text, &OpenApiSpec::default()).expect("compiles");
+        let remote: Vec<String> = c
+            .problems
+            .iter()
+            .map(ToString::to_string)
+            .filter(|p| p.contains("common.json"))
+            .collect();
+        assert_eq!(remote.len(), 1, "{:?}", c.problems);
+        assert!(remote[0].contains("is not followed"), "{remote:?}");
+        // The same references, the target copied in (what a fetched document gets): none.
+        let mut whole: Value = serde_json::from_str(text).unwrap();
+        let base = url::Url::parse("https://api.example/openapi.json").unwrap();
+        let common = url::Url::parse("https://api.example/common.json").unwrap();
+        let have = HashMap::from([(
+            common,
+            json!({"A": {"type": "object", "properties": {"x": {"type": "string"}}}, "B": {"type": "string"}}),
+        )]);
+        whole = crate::bundle::bundle(whole, &base, &have);
+        let c = compile_document(&whole, &OpenApiSpec::default()).expect("compiles");
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        let a = c.tool("a").unwrap();
+        assert_eq!(
+            a.input_schema["properties"]["body"]["properties"]["x"]["type"],
+            "string"
+        );
+        assert_eq!(
+            a.output_schema.as_ref().unwrap()["properties"]["result"]["type"],
+            "string"
         );
     }
 

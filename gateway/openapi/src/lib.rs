@@ -5,16 +5,23 @@
 //!   description, input schema of parameters and JSON body, output schema of the JSON
 //!   response) and its binding (method, path template, where each argument goes). An
 //!   operation that cannot be expressed is left out and reported with its document path.
+//! - [`bundle`]: references into other documents, fetched by the caller, copied into the main
+//!   document (bounded), so compiling follows references within one document only.
 //! - [`OperationTool::request`]: arguments to method, path, query, headers, cookies, body.
 //! - [`OperationTool::result`]: a REST response to a `tools/call` result.
 //!
 //! Schemas go through the one sanitizer the LLM path uses (`switchboard_protocol::schema`):
 //! references inlined with a depth and size bound, cycles cut, keywords allow-listed.
 
+mod bundle;
 mod compile;
 mod request;
 mod response;
 
-pub use compile::{Body, Compiled, DocumentError, OperationTool, Param, ParamLocation, compile};
+pub use bundle::{MAX_DOCUMENTS, bundle, remote_documents};
+pub use compile::{
+    Body, Compiled, DocumentError, OperationTool, Param, ParamLocation, compile, compile_document,
+    parse,
+};
 pub use request::RestRequest;
 pub use response::MAX_ERROR_BODY;

@@ -3,6 +3,7 @@
 //! credential, TLS, timeout, redirect and address rules (the same `send_following` as every
 //! MCP request), and the response turned into a tool result.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -99,22 +100,90 @@ impl Upstreams {
             server: call.server.id().to_string(),
             detail,
         };
+        let text = self.fetch_document(call, url, true).await?;
+        let main = switchboard_openapi::parse(&text)
+            .map_err(|e| unavailable(format!("the OpenAPI document {url}: {e}")))?;
+        // References into other documents: fetched (the credential only where the main
+        // document got it: the same origin), at most MAX_DOCUMENTS, then copied in.
+        let mut remote = HashMap::new();
+        let mut failed = Vec::new();
+        let mut wanted = switchboard_openapi::remote_documents(&main, url, url, &remote);
+        while let Some(next) = wanted.pop() {
+            if remote.len() + failed.len() >= switchboard_openapi::MAX_DOCUMENTS {
+                failed.push(format!(
+                    "{next}: not fetched (more than {} documents)",
+                    switchboard_openapi::MAX_DOCUMENTS
+                ));
+                continue;
+            }
+            let same_origin = next.origin() == url.origin();
+            let parsed = match self.fetch_document(call, &next, same_origin).await {
+                Ok(text) => switchboard_openapi::parse(&text).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match parsed {
+                Ok(document) => {
+                    let more =
+                        switchboard_openapi::remote_documents(&document, &next, url, &remote);
+                    remote.insert(next, document);
+                    for u in more {
+                        if !wanted.contains(&u) {
+                            wanted.push(u);
+                        }
+                    }
+                }
+                Err(why) => failed.push(format!("{next}: {why}")),
+            }
+        }
+        let document = switchboard_openapi::bundle(main, url, &remote);
+        let spec = call.server.spec.openapi.clone().unwrap_or_default();
+        let mut compiled = switchboard_openapi::compile_document(&document, &spec)
+            .map_err(|e| unavailable(format!("the OpenAPI document {url}: {e}")))?;
+        compiled.problems.extend(failed.into_iter().map(|message| {
+            switchboard_openapi::DocumentError {
+                path: String::new(),
+                message: format!("a referenced document could not be read: {message}"),
+            }
+        }));
+        for problem in &compiled.problems {
+            tracing::warn!(server = call.server.id(), %problem, "an OpenAPI operation is left out");
+        }
+        let compiled = Arc::new(compiled);
+        *cached = Some((Instant::now(), compiled.clone()));
+        Ok(compiled)
+    }
+
+    /// One document's text: GET with the server's headers (and credential when `credential`),
+    /// under the redirect and address rules of every upstream request; a 401 is the
+    /// credential refused, like a listing's.
+    async fn fetch_document(
+        &self,
+        call: &RpcCall<'_>,
+        url: &url::Url,
+        credential: bool,
+    ) -> Result<String, UpstreamError> {
+        let unavailable = |detail: String| UpstreamError::Unavailable {
+            server: call.server.id().to_string(),
+            detail,
+        };
         let mut headers = HeaderMap::new();
         headers.insert(
             header::ACCEPT,
             HeaderValue::from_static("application/json, application/yaml;q=0.9, */*;q=0.5"),
         );
-        call.server.headers.apply(
-            call.caller_headers,
-            call.credential.map(|c| &c.value),
-            &mut headers,
-        );
+        if credential {
+            call.server.headers.apply(
+                call.caller_headers,
+                call.credential.map(|c| &c.value),
+                &mut headers,
+            );
+        }
         let sent = self
             .send_following(call, http::Method::GET, url.clone(), headers, None)
             .await?;
         let status = sent.status;
         let (parts, body) = sent.response.into_parts();
-        if status == StatusCode::UNAUTHORIZED {
+        if status == StatusCode::UNAUTHORIZED && credential {
             return Err(UpstreamError::Unauthorized {
                 server: call.server.id().to_string(),
                 challenge: www_authenticate(&parts.headers),
@@ -129,17 +198,8 @@ impl Upstreams {
         let body = http_client::read_limited(body, MAX_UPSTREAM_BODY)
             .await
             .map_err(|e| UpstreamError::http(call.server, e))?;
-        let text = std::str::from_utf8(&body)
-            .map_err(|_| unavailable(format!("the OpenAPI document {url} is not UTF-8")))?;
-        let spec = call.server.spec.openapi.clone().unwrap_or_default();
-        let compiled = switchboard_openapi::compile(text, &spec)
-            .map_err(|e| unavailable(format!("the OpenAPI document {url}: {e}")))?;
-        for problem in &compiled.problems {
-            tracing::warn!(server = call.server.id(), %problem, "an OpenAPI operation is left out");
-        }
-        let compiled = Arc::new(compiled);
-        *cached = Some((Instant::now(), compiled.clone()));
-        Ok(compiled)
+        String::from_utf8(body.to_vec())
+            .map_err(|_| unavailable(format!("the OpenAPI document {url} is not UTF-8")))
     }
 
     /// Sends one operation's request; a 401 is the server's credential refused (renewed or
