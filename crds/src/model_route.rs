@@ -90,18 +90,19 @@ pub enum ModelProvider {
     Openai,
 }
 
-/// Tools of one McpServer attached to the model.
+/// Tools of one McpServer (or McpVirtualServer) attached to the model.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelTools {
-    /// The McpServer: a name in this namespace, or `<namespace>/<name>` (whose namespace must
-    /// admit this one through its `allowedNamespaces`).
+    /// The McpServer or McpVirtualServer: a name in this namespace, or `<namespace>/<name>`
+    /// (which must admit this namespace through its `allowedNamespaces`).
     #[schemars(
         regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
         length(min = 1, max = 127)
     )]
     pub server: String,
-    /// Filter over the server's own (unprefixed) tool names, globs with `*`.
+    /// Filter over the server's own (unprefixed) tool names, or a virtual server's presented
+    /// names; globs with `*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools[].tools.allow and spec.tools[].tools.deny"))]
     pub tools: Option<ToolFilter>,

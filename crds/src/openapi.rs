@@ -49,7 +49,8 @@ pub struct DocumentRef {
 
 /// An operation is selected when it matches one of `operationIds`, `tags` or `paths` (all
 /// three empty select every operation), its method is one of `methods` (when given), and no
-/// `exclude` glob matches its operationId. Entries are exact values or globs with `*`.
+/// `exclude` glob matches its operationId (or, for one without, `<method> <path>`). Entries are
+/// exact values or globs with `*`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OperationSelector {
@@ -72,7 +73,8 @@ pub struct OperationSelector {
         inner(regex(pattern = r"^(get|put|post|delete|options|head|patch|trace)$"))
     )]
     pub methods: Vec<String>,
-    /// operationIds left out even when selected.
+    /// operationIds (or `<method> <path>` for an operation without one) left out even when
+    /// selected.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), inner(length(max = 256)))]
     pub exclude: Vec<String>,

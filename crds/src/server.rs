@@ -118,7 +118,8 @@ pub struct ServiceRef {
     pub name: String,
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
-    /// HTTP path of the MCP endpoint. Default `/mcp`.
+    /// HTTP path of the MCP endpoint. Default `/mcp` (with `openapi`: the REST API's base path,
+    /// default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^/\S*$"))]
     pub path: Option<String>,

@@ -112,8 +112,8 @@ pub struct ParameterOverride {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_value")]
     pub fixed: Option<serde_json::Value>,
-    /// Only these values are offered and accepted (a subset of the server's own `enum`, when
-    /// it has one).
+    /// Only these values are offered and accepted (narrowing the server's own `enum`, when it
+    /// has one, is the author's care: the gateway checks a call's value against this list).
     #[serde(default, rename = "enum", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_values")]
     pub allowed: Option<Vec<serde_json::Value>>,
@@ -131,7 +131,7 @@ fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 fn any_values(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Only these values are offered and accepted (a subset of the server's own `enum`, when it has one).",
+        "description": "Only these values are offered and accepted (narrowing the server's own `enum`, when it has one, is the author's care: the gateway checks a call's value against this list).",
         "type": "array",
         "maxItems": 256,
         "items": {"x-kubernetes-preserve-unknown-fields": true}
@@ -148,7 +148,8 @@ pub struct McpVirtualServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// Tools it presents: those its sources select among what their servers last listed with
-    /// the gateway's credential (servers that use each caller's credential are not counted).
+    /// the gateway's credential. Left out while a source's server has not been listed, or
+    /// uses each caller's own credential (what it presents then depends on the caller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_count: Option<i64>,
     /// `Accepted`, `Programmed`, `Ready`.

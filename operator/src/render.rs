@@ -957,6 +957,8 @@ fn user_paths(
             if let Some(path) = user_path(&e.path) {
                 e.path = path;
             }
+            // A message may name a sibling field by its snapshot path too.
+            e.message = e.message.replace(&format!("{list}[0]."), "spec.");
             e.to_string()
         })
         .collect();

@@ -70,7 +70,7 @@ def world(gateways, procs, rust_upstream, **extra):
     config = gateway_config(
         [server("legacy", legacy.mcp_url), server("modern", rust_upstream.mcp_url)],
         [
-            key("full", keys["full"], ["legacy", "modern", "desk"]),
+            key("full", keys["full"], ["legacy", "modern", "desk", *[v["name"] for v in extra.get("virtual", [])]]),
             # Reaches the virtual server but not the legacy server behind it.
             key("partial", keys["partial"], ["modern", "desk"]),
             # Reaches both servers, not the virtual server.
@@ -228,3 +228,45 @@ def test_a_model_runs_the_renamed_tool_hidden(gateways, procs, rust_upstream):
     assert "b" not in calls[0]["body"]["tools"][0]["input_schema"]["properties"]
     results = calls[1]["body"]["messages"][-1]["content"]
     assert results[0]["type"] == "tool_result" and "17" in json.dumps(results[0]["content"]), results
+
+
+def test_server_to_client_requests_through_a_virtual_server_are_answered(gateways, procs, rust_upstream):
+    """A legacy upstream's sampling and elicitation requests, made while it runs a tool the
+    virtual server presents under another name, reach the client on the virtual server's
+    endpoint, and the client's answers reach the upstream session that asked (the reply's id
+    names the route; the path is the virtual server's, not the server's prefix)."""
+    import mcp_types
+
+    async def on_sampling(ctx, params):
+        text = params.messages[0].content.text
+        return mcp_types.CreateMessageResult(
+            role="assistant", content=mcp_types.TextContent(type="text", text=f"sampled:{text}"),
+            model="e2e-model", stop_reason="endTurn",
+        )  # fmt: skip
+
+    async def on_elicitation(ctx, params):
+        return mcp_types.ElicitResult(action="accept", content={"answer": f"answer to {params.message}"})
+
+    relay = {
+        "name": "relay",
+        "sources": [
+            {
+                "server": "legacy",
+                "tools": {"allow": ["sample", "ask"]},
+                "overrides": [{"tool": "sample", "name": "think"}, {"tool": "ask", "name": "question"}],
+            }
+        ],
+    }
+    gw, keys, _, _ = world(gateways, procs, rust_upstream, virtual=[relay])
+    for era in ("legacy", MODERN_VERSION):
+
+        async def scenario():
+            callbacks = {"sampling_callback": on_sampling, "elicitation_callback": on_elicitation}
+            async with sdk_client(gw.mcp_url("relay"), keys["full"], era, **callbacks) as c:
+                thought = await c.call_tool("think", {"prompt": "capital of France?"})
+                answered = await c.call_tool("question", {"question": "ready?"})
+                return thought, answered
+
+        thought, answered = run_async(scenario)
+        assert not thought.is_error and sdk_text(thought) == "sampled:capital of France?", f"{era}: {thought}"
+        assert not answered.is_error and "answer to ready?" in sdk_text(answered), f"{era}: {answered}"

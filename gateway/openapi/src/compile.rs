@@ -338,7 +338,11 @@ fn selected(
             .methods
             .iter()
             .any(|m| m.eq_ignore_ascii_case(method));
-    let excluded = id.is_some_and(|id| any(&selector.exclude, id));
+    // (an operation without an id by `<method> <path>`, the key overrides use too)
+    let excluded = match id {
+        Some(id) => any(&selector.exclude, id),
+        None => any(&selector.exclude, &format!("{method} {path}")),
+    };
     matched && method_ok && !excluded
 }
 
@@ -989,6 +993,16 @@ components:
                 ..Default::default()
             }),
             ["get_pets"]
+        );
+        // An operation without an id is excluded by `<method> <path>`.
+        assert!(
+            pick(OperationSelector {
+                paths: vec!["/pets".into()],
+                methods: vec!["get".into()],
+                exclude: vec!["get /pets".into()],
+                ..Default::default()
+            })
+            .is_empty()
         );
     }
 

@@ -33,7 +33,8 @@ pub struct OpenApiSpec {
 
 /// An operation is selected when it matches one of `operationIds`, `tags` or `paths` (each a
 /// list of globs with `*`; all three empty selects every operation), its method is in
-/// `methods` (when given), and no `exclude` glob matches its operationId.
+/// `methods` (when given), and no `exclude` glob matches its operationId (or, for one without,
+/// `<method> <path>`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OperationSelector {

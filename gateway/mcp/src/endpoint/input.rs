@@ -16,6 +16,7 @@ use crate::relay::{self, ReplyRoute};
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response, jsonrpc_error_response_in};
 use switchboard_core::scope::{Caller, identify};
 use switchboard_core::session::TokenKind;
+use switchboard_core::table::Server;
 use switchboard_protocol::{self as protocol, Era};
 
 use super::message::{Incoming, Message, parse_message};
@@ -315,11 +316,19 @@ pub(super) async fn deliver_reply(
     if route.key_tag != caller.tag()[..8] {
         return Err(unknown());
     }
+    // On a single endpoint the path names the server, or a virtual server one of whose
+    // sources it is (the request came from a tool it presents).
+    let on_path = |s: &Server, p: &str| {
+        s.prefix() == p
+            || caller
+                .virtual_for_path(p)
+                .is_some_and(|vs| vs.sources.iter().any(|src| src.server.id() == s.id()))
+    };
     let server = caller
         .table
         .server_by_id(&route.server)
         .filter(|s| caller.reaches(s))
-        .filter(|s| prefix.is_none_or(|p| s.prefix() == p))
+        .filter(|s| prefix.is_none_or(|p| on_path(s, p)))
         .cloned()
         .ok_or_else(unknown)?;
     let upstream_id: Value = serde_json::from_str(route.id.get()).map_err(|_| unknown())?;
