@@ -829,3 +829,46 @@ def test_references_into_other_documents_are_fetched_bounded_and_credentials_sta
     finally:
         home.server.stop()
         other.server.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Token exchange on the caller's behalf
+
+
+def test_token_exchange_gives_each_caller_their_own_token_at_the_api(gateways, procs, rust_upstream):
+    """`tokenExchange` (RFC 8693, the example upstream's token endpoint): the REST call carries
+    the token exchanged for the caller's own, not a shared one. A second app instance accepts
+    only alice's exchanged token (`xt-<token>-1`): alice's call reaches it with that token; bob's
+    exchanged token is refused there (the app saw his, not alice's), and his call fails."""
+    from harness import KEY_HEADER, SECRETS_USED, token_exchange_auth
+
+    alice, bob = new_secret("alice"), new_secret("bob")
+    SECRETS_USED.update({alice, bob})
+    exchanged = f"xt-{alice}-1"
+    digest = hashlib.sha256(exchanged.encode()).hexdigest()
+    api = procs.start("rest-api-tx", [sys.executable, str(REST_API), "--port", "0", "--token-sha256", digest], ready_timeout=30)
+    client_key = new_secret("tx-client")
+    auth = token_exchange_auth(rust_upstream, f"openapi-tx-{new_secret('c')[-6:]}", audience="https://shop.example")
+    config = gateway_config(
+        [server("tx", api.url, auth=auth, openapi={"documentUrl": "/openapi.json", "operations": {"tags": ["inventory"]}})],
+        [key("client", client_key, ["tx"])],
+    )
+    gw = gateways.start(config)
+
+    def as_user(user: str) -> RawMcp:
+        return RawMcp(gw.mcp_url("tx"), None, MODERN_VERSION, headers={KEY_HEADER: client_key, "Authorization": f"Bearer {user}"})
+
+    with as_user(alice) as mcp:
+        stock = mcp.call_tool(INVENTORY_TOOL, {"store_id": "s1"}).result
+    assert not stock.get("isError"), stock
+    seen = httpx.get(f"{api.url}/_requests", timeout=5).json()
+    calls = [r for r in seen if r["path"] == "/stores/s1/inventory"]
+    assert calls and calls[-1]["auth_sha256"] == f"Bearer sha256:{digest}", calls
+
+    with as_user(bob) as mcp:
+        refused = mcp.call_tool(INVENTORY_TOOL, {"store_id": "s2"})
+    assert "error" in refused.message or refused.message.get("result", {}).get("isError"), refused.message
+    bobs = f"Bearer sha256:{hashlib.sha256(f'xt-{bob}-1'.encode()).hexdigest()}"
+    seen = httpx.get(f"{api.url}/_requests", timeout=5).json()
+    assert any(r["path"] == "/stores/s2/inventory" and r["auth_sha256"] == bobs for r in seen), seen
+    assert all(alice not in json.dumps(r) and bob not in json.dumps(r) for r in seen), "the callers' own tokens never reach the API"
