@@ -189,3 +189,33 @@ def test_rewrites_in_place_never_apply_an_empty_or_partial_file(gateways, rust_u
     wait_until(lambda: "the file is empty" in _new_log(gw, offset), RELOAD_WAIT, interval=0.25,
                what="the empty file to be refused")
     assert _works(gw, k, "alpha__add")
+
+
+def test_without_a_session_key_a_legacy_session_survives_a_reload(gateways, rust_upstream):
+    """No `gateway.sessionKey`: the key this process made is kept across reloads, so a legacy
+    session opened before an edit continues after it; the warning says what really happens.
+    Control: a restarted gateway (a new process) does not know the session."""
+    k1 = new_secret("key-one")
+    config = gateway_config([server("alpha", rust_upstream.mcp_url)], [key("one", k1, ["alpha"])])
+    del config["gateway"]["sessionKey"]
+    gw = gateways.start(config)
+    warning = wait_until(
+        lambda: next((ln for ln in gw.logs().splitlines() if "sessionKey is not set" in ln), None), 5,
+        what="the missing-sessionKey warning",
+    )  # fmt: skip
+    assert "survive a reload" in warning and "no other replica" in warning, warning
+    mcp = RawMcp(gw.mcp_url(), k1, "legacy")
+    assert call_result_value(mcp.call_tool("alpha__add", {"a": 2, "b": 3}).result) == 5
+    edited = copy.deepcopy(config)
+    edited["servers"].append(server("beta", rust_upstream.mcp_url))
+    edited["keys"][0]["servers"].append("beta")
+    gw.write_config_applied(edited)
+    assert _works(gw, k1, "beta__add")
+    after = mcp.call_tool("alpha__add", {"a": 4, "b": 5})
+    assert after.status == 200 and call_result_value(after.result) == 9, after.raw[:500]
+    # Control: another process (another key) does not know the session.
+    other = gateways.start(edited)
+    foreign = RawMcp(other.mcp_url(), k1, "legacy")
+    foreign.session_id = mcp.session_id
+    refused = foreign.call_tool("alpha__add", {"a": 1, "b": 1})
+    assert refused.status == 404, (refused.status, refused.raw[:300])

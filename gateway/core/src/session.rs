@@ -79,16 +79,18 @@ pub struct SessionSealer {
 }
 
 impl SessionSealer {
-    /// `secret` is `gateway.sessionKey`. Without one, a random key is made: sessions then only
-    /// continue on this process (the gateway warns about it at start).
+    /// `secret` is `gateway.sessionKey`. Without one, a random key made once per process:
+    /// sessions (and everything else sealed with it) survive a reload of the config but not a
+    /// restart, and no other replica opens them (the gateway warns about it).
     pub fn new(secret: Option<&str>, ttl: Duration) -> SessionSealer {
+        static PROCESS_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
         let key_bytes: [u8; 32] = match secret {
             Some(s) => Sha256::new()
                 .chain_update(b"switchboard session key v1\0")
                 .chain_update(s.as_bytes())
                 .finalize()
                 .into(),
-            None => rand::random(),
+            None => *PROCESS_KEY.get_or_init(rand::random),
         };
         SessionSealer {
             cipher: ChaCha20Poly1305::new(Key::from_slice(&key_bytes)),
@@ -250,6 +252,21 @@ mod tests {
                 .open_token(TokenKind::ReplyRoute, &session)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn without_a_session_key_a_rebuilt_sealer_still_opens_this_processs_sessions() {
+        // A reload builds a new table and sealer: without `sessionKey` they must keep the key.
+        let now = SystemTime::now();
+        let ttl = Duration::from_secs(60);
+        let (id, _) = SessionSealer::new(None, ttl).seal(&ALICE, 1, 0, now);
+        assert!(
+            SessionSealer::new(None, ttl)
+                .unseal(&id, &ALICE, now)
+                .is_ok()
+        );
+        // Control: a configured key is another key.
+        assert!(sealer().unseal(&id, &ALICE, now).is_err());
     }
 
     #[test]

@@ -107,7 +107,9 @@ fn apply_content(
         Ok((table, content)) => {
             if table.settings.session_key.is_none() {
                 tracing::warn!(
-                    "gateway.sessionKey is not set: legacy sessions only continue on this process"
+                    "gateway.sessionKey is not set: legacy sessions and hidden tool results are \
+                     sealed with a key this process made; they survive a reload of this file but \
+                     end when the process restarts, and no other replica can open them"
                 );
             }
             tracing::info!(
