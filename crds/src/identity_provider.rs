@@ -26,6 +26,8 @@ use crate::{Condition, SecretKeyRef, UpstreamTls};
     printcolumn = r#"{"name":"Keys","type":"integer","jsonPath":".status.signingKeys"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    // Why it is not Ready, with `kubectl get -o wide`.
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -155,5 +157,8 @@ pub struct IdentityProviderStatus {
     /// `Accepted` (in the snapshot), `KeysLoaded` (discovery and the key set read, with the
     /// reason when not), `Ready` (both, and every gateway replica serves it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A map keyed by type: server-side apply merges each writer's conditions, so one the
+    // operator does not own survives its writes.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }

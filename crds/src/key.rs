@@ -21,6 +21,9 @@ use crate::{Condition, RequestLimits, ToolFilter};
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".status.secretName"}"#,
     printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".spec.expiresAt"}"#,
+    // Why it is not Ready, with `kubectl get -o wide`.
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -96,6 +99,9 @@ pub struct McpKeyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A map keyed by type: server-side apply merges each writer's conditions, so one the
+    // operator does not own survives its writes.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }
 

@@ -22,6 +22,9 @@ use crate::{Condition, SecretKeyRef, ToolFilter};
     printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.provider"}"#,
     printcolumn = r#"{"name":"Model","type":"string","jsonPath":".status.modelNames"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    // Why it is not Ready, with `kubectl get -o wide`.
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63").message("metadata.name of a ModelRoute must be a DNS-1123 label (at most 63 lower-case letters, digits and '-')")
 )]
@@ -141,5 +144,8 @@ pub struct ModelRouteStatus {
     pub model_names: Vec<String>,
     /// `Accepted`, `Programmed`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A map keyed by type: server-side apply merges each writer's conditions, so one the
+    // operator does not own survives its writes.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }

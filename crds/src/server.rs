@@ -20,6 +20,9 @@ use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter, UpstreamTls};
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Tools","type":"integer","jsonPath":".status.toolCount"}"#,
     printcolumn = r#"{"name":"Prefix","type":"string","jsonPath":".status.prefix"}"#,
+    // Why it is not Ready, with `kubectl get -o wide`.
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("[has(self.url), has(self.service), has(self.run)].filter(x, x).size() == 1").message("exactly one of spec.url, spec.service and spec.run must be set"))]
@@ -289,5 +292,8 @@ pub struct McpServerStatus {
     pub ready_replicas: Option<i32>,
     /// `Accepted`, `Programmed`, `Ready`, and with `spec.run` `Running`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A map keyed by type: server-side apply merges each writer's conditions, so one the
+    // operator does not own survives its writes.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }

@@ -25,6 +25,9 @@ use crate::{Condition, ToolFilter};
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Tools","type":"integer","jsonPath":".status.toolCount"}"#,
     printcolumn = r#"{"name":"Path","type":"string","jsonPath":".status.path"}"#,
+    // Why it is not Ready, with `kubectl get -o wide`.
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63").message("metadata.name of an McpVirtualServer must be a DNS-1123 label (at most 63 lower-case letters, digits and '-')")
 )]
@@ -139,7 +142,7 @@ fn any_values(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// What the operator observed.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct McpVirtualServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,5 +157,8 @@ pub struct McpVirtualServerStatus {
     pub tool_count: Option<i64>,
     /// `Accepted`, `Programmed`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A map keyed by type: server-side apply merges each writer's conditions, so one the
+    // operator does not own survives its writes.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }

@@ -351,7 +351,13 @@ pub(crate) fn conditions(
         .collect()
 }
 
-/// Whether the conditions say something other than `current` (timestamps aside).
+/// Condition types the operator writes. Others in a status belong to other writers (the
+/// conditions are a map keyed by type, so server-side apply keeps them) and are never compared.
+pub(crate) const OWN_TYPES: [&str; 5] =
+    ["Accepted", "Programmed", "Ready", "Running", "KeysLoaded"];
+
+/// Whether the conditions say something other than the operator's own in `current`
+/// (timestamps aside).
 pub(crate) fn differs(desired: &[Condition], current: &[Condition]) -> bool {
     let key = |c: &Condition| {
         (
@@ -363,7 +369,11 @@ pub(crate) fn differs(desired: &[Condition], current: &[Condition]) -> bool {
         )
     };
     let a: Vec<_> = desired.iter().map(key).collect();
-    let b: Vec<_> = current.iter().map(key).collect();
+    let b: Vec<_> = current
+        .iter()
+        .filter(|c| OWN_TYPES.contains(&c.type_.as_str()))
+        .map(key)
+        .collect();
     a != b
 }
 
@@ -876,5 +886,31 @@ mod tests {
             "{}",
             ready.message
         );
+    }
+
+    #[test]
+    fn another_writers_condition_is_not_a_difference() {
+        let desired = [accepted(&accepted_verdict())];
+        let wanted = conditions(&desired, &[], Some(1));
+        let mut current = wanted.clone();
+        assert!(!differs(&wanted, &current));
+        current.push(Condition {
+            type_: "example.com/Audited".into(),
+            status: "True".into(),
+            reason: "Audited".into(),
+            message: "another controller's".into(),
+            last_transition_time: Time(Timestamp::now()),
+            observed_generation: Some(1),
+        });
+        assert!(
+            !differs(&wanted, &current),
+            "a foreign condition never causes a write"
+        );
+        // Control: one of the operator's own that it no longer wants is a difference.
+        current.push(Condition {
+            type_: "Running".into(),
+            ..current[0].clone()
+        });
+        assert!(differs(&wanted, &current));
     }
 }

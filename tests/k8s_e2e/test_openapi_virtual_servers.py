@@ -313,3 +313,57 @@ def test_the_crd_refuses_openapi_beside_run_and_two_document_sources(world: Worl
     p = world.cluster.apply(both, check=False)
     assert p.returncode != 0 and "exactly one of document and documentUrl" in p.stderr, p.stderr
     assert world.cluster.server("runs-rest") is None and world.cluster.server("two-docs") is None
+
+
+def test_a_condition_another_writer_adds_survives_the_operators_writes(world: World):
+    """Conditions are a map keyed by type: a condition another field manager applies to an
+    McpServer's status stays while the operator rewrites its own (here: Accepted flips to
+    False and back). Control: when its own writer withdraws it, it goes (what the test reads is
+    the merged status, not a stale copy)."""
+    world.cluster.apply(mcp_server("audited", url="http://127.0.0.1:9/mcp", timeout="1s"))
+    world.wait_condition("mcpserver", "audited", "default", "Accepted", "True", timeout=30)
+    foreign = {
+        "type": "example.com/Audited",
+        "status": "True",
+        "reason": "Reviewed",
+        "message": "reviewed by the platform team",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    patch = {"apiVersion": "switchboard.dev/v1alpha1", "kind": "McpServer",
+             "metadata": {"name": "audited", "namespace": "default"}, "status": {"conditions": [foreign]}}  # fmt: skip
+    api = world.cluster.api_client()
+    r = api.patch(
+        "/apis/switchboard.dev/v1alpha1/namespaces/default/mcpservers/audited/status",
+        params={"fieldManager": "platform-audit", "force": "true"},
+        content=json.dumps(patch),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+    assert r.status_code == 200, r.text
+
+    def types() -> set[str]:
+        obj = world.cluster.server("audited")
+        return {c["type"] for c in (obj or {}).get("status", {}).get("conditions", [])}
+
+    assert {"example.com/Audited", "Accepted", "Ready"} <= types()
+    # The operator writes: a spec it refuses (Accepted False), then one it accepts again.
+    world.cluster.apply(mcp_server("audited", url="http://127.0.0.1:9/mcp", timeout="1s", tools={"allow": ["a"]},
+                                   headers={"static": [{"name": "X-A", "secretKeyRef": {"name": "nope", "key": "k"}}]}))  # fmt: skip
+    world.wait_condition("mcpserver", "audited", "default", "Accepted", "False", timeout=30)
+    assert "example.com/Audited" in types(), "the operator's write removed another writer's condition"
+    # `kubectl get -o wide` says why it is not Ready (the Reason and Message columns).
+    wide = world.cluster.kubectl("get", "mcpserver", "audited", "-o", "wide").stdout.splitlines()
+    assert "REASON" in wide[0] and "MESSAGE" in wide[0] and "NotAccepted" in wide[1], wide
+    assert "REASON" not in world.cluster.kubectl("get", "mcpserver", "audited").stdout, "priority 1: -o wide only"
+    world.cluster.apply(mcp_server("audited", url="http://127.0.0.1:9/mcp", timeout="1s"))
+    world.wait_condition("mcpserver", "audited", "default", "Accepted", "True", timeout=30)
+    assert "example.com/Audited" in types()
+    # Control: its writer withdraws it; it goes, and the operator's stay.
+    r = api.patch(
+        "/apis/switchboard.dev/v1alpha1/namespaces/default/mcpservers/audited/status",
+        params={"fieldManager": "platform-audit", "force": "true"},
+        content=json.dumps({**patch, "status": {"conditions": []}}),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+    assert r.status_code == 200, r.text
+    assert "example.com/Audited" not in types() and {"Accepted", "Ready"} <= types(), types()
+    api.close()
