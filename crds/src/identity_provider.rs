@@ -18,6 +18,7 @@ use crate::{Condition, SecretKeyRef, UpstreamTls};
     group = "switchboard.dev",
     version = "v1alpha1",
     kind = "IdentityProvider",
+    doc = "An OpenID Connect identity provider whose access tokens, issued for this gateway, sign people in (McpKey `people` grant them scope).",
     namespaced,
     status = "IdentityProviderStatus",
     shortname = "idp",
@@ -146,9 +147,11 @@ pub struct IdentityClaims {
     pub groups: Option<String>,
 }
 
+/// What the operator observed.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IdentityProviderStatus {
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// How many signing keys the operator loaded from the provider the last time it looked.

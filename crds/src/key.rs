@@ -14,6 +14,7 @@ use crate::{Condition, RequestLimits, ToolFilter};
     group = "switchboard.dev",
     version = "v1alpha1",
     kind = "McpKey",
+    doc = "A gateway key (generated into a Secret) or the ServiceAccounts and people acting as it, and the servers, models and tools it reaches.",
     namespaced,
     status = "McpKeyStatus",
     shortname = "mcpk",
@@ -88,16 +89,20 @@ pub struct McpKeySpec {
     pub limits: Option<RequestLimits>,
 }
 
+/// What the operator observed.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct McpKeyStatus {
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// A short, non-reversible label of the key (never the key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// The Secret that holds the key (field `key`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
+    /// `Accepted` and `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     // A map keyed by type: server-side apply merges each writer's conditions, so one the
     // operator does not own survives its writes.

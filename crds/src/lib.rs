@@ -88,9 +88,11 @@ pub struct ClientCertificateRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolFilter {
+    /// Names admitted (exact or globs with `*`); empty admits every name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(max = 128)))]
     pub allow: Vec<String>,
+    /// Names refused even when allowed (exact or globs with `*`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(max = 128)))]
     pub deny: Vec<String>,

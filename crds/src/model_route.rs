@@ -15,6 +15,7 @@ use crate::{Condition, SecretKeyRef, ToolFilter};
     group = "switchboard.dev",
     version = "v1alpha1",
     kind = "ModelRoute",
+    doc = "An LLM model behind the gateway (`/v1/messages`, `/v1/chat/completions`): its provider, credential and the gateway tools attached to it.",
     namespaced,
     status = "ModelRouteStatus",
     shortname = "mr",
@@ -137,6 +138,7 @@ pub enum ToolVisibility {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelRouteStatus {
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The names clients send, in effect (spec.modelNames, or the name).

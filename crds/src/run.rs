@@ -31,11 +31,13 @@ pub struct Run {
     /// command, else the image's entrypoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// Arguments to the command.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
     /// Environment of the server (values, Secret and ConfigMap keys, as in a Pod).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Whole ConfigMaps or Secrets as environment variables, as in a Pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<EnvFromSource>,
     /// `stdio` (default) or `streamableHttp`.
@@ -69,13 +71,16 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "pod_objects")]
     pub volumes: Vec<Volume>,
+    /// Where `volumes` are mounted in the server's container, as in a Pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_mounts: Vec<VolumeMount>,
     /// The pods' ServiceAccount (default: the namespace's `default`, with no token mounted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
+    /// Node labels the pods must run on, as in a Pod.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints the pods tolerate, as in a Pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
     /// As in a Pod; validated like `volumes`.
@@ -111,9 +116,11 @@ pub enum RunTransport {
 #[x_kube(validation = Rule::new("!has(self.minReplicas) || self.minReplicas <= self.maxReplicas").message("spec.run.autoscaling.minReplicas is above maxReplicas"))]
 #[serde(rename_all = "camelCase")]
 pub struct Autoscaling {
+    /// Fewest pods (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub min_replicas: Option<i32>,
+    /// Most pods the autoscaler may run.
     #[schemars(range(min = 1, max = 1000))]
     pub max_replicas: i32,
     /// Average CPU utilization to hold, percent of the request (default 80).

@@ -13,6 +13,7 @@ use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter, UpstreamTls};
     group = "switchboard.dev",
     version = "v1alpha1",
     kind = "McpServer",
+    doc = "An upstream MCP server, or a REST API described by an OpenAPI document, behind the gateway. Its id is `<namespace>/<name>`; its tools appear on the aggregate endpoint as `<toolPrefix>__<tool>` and on `/mcp/<toolPrefix>` under their own names.",
     namespaced,
     status = "McpServerStatus",
     shortname = "mcps",
@@ -117,8 +118,10 @@ pub enum Transport {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceRef {
+    /// The Service's name (same namespace).
     #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
     pub name: String,
+    /// The Service's port.
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
     /// HTTP path of the MCP endpoint. Default `/mcp` (with `openapi`: the REST API's base path,
@@ -156,6 +159,7 @@ pub struct StaticHeader {
     /// Header name (an RFC 7230 token).
     #[schemars(regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
     pub name: String,
+    /// The header's literal value (or `secretKeyRef`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,15 +222,19 @@ pub enum AuthType {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.clientId) != has(self.clientIdRef)").message("spec.auth.oauth2 needs exactly one of clientId and clientIdRef"))]
 pub struct OAuth2ClientCredentials {
+    /// The token endpoint (`https://idp.example/oauth/token`).
     #[schemars(regex(pattern = r"^https?://\S+$"))]
     pub token_url: String,
+    /// The client id (or `clientIdRef` from a Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id_ref: Option<SecretKeyRef>,
     pub client_secret_ref: SecretKeyRef,
+    /// Scopes asked for (`scope`, space-joined).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+    /// The `audience` parameter of the token request (RFC 8707-style resource indicator some providers need).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<String>,
     /// `clientSecretPost` (default) or `clientSecretBasic`.
@@ -239,21 +247,26 @@ pub struct OAuth2ClientCredentials {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.clientId) != has(self.clientIdRef)").message("spec.auth.tokenExchange needs exactly one of clientId and clientIdRef"))]
 pub struct TokenExchange {
+    /// The token endpoint that exchanges the caller's token (RFC 8693).
     #[schemars(regex(pattern = r"^https?://\S+$"))]
     pub token_url: String,
+    /// The gateway's client id at the token endpoint (or `clientIdRef`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id_ref: Option<SecretKeyRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret_ref: Option<SecretKeyRef>,
+    /// The `audience` of the exchanged token (the upstream, as the identity provider names it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<String>,
+    /// Scopes asked for in the exchange.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
     /// Default `urn:ietf:params:oauth:token-type:access_token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject_token_type: Option<String>,
+    /// `clientSecretPost` (default) or `clientSecretBasic`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_auth: Option<ClientAuth>,
     /// Most exchanged tokens kept. Default 10000.
@@ -273,6 +286,7 @@ pub enum ClientAuth {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct McpServerStatus {
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The prefix in effect (spec.toolPrefix or the name).
@@ -288,6 +302,7 @@ pub struct McpServerStatus {
     /// `spec.run`: the Deployment's pods, and how many of them are ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+    /// `spec.run`: how many of its pods are ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
     /// `Accepted`, `Programmed`, `Ready`, and with `spec.run` `Running`.

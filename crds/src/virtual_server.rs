@@ -18,6 +18,7 @@ use crate::{Condition, ToolFilter};
     group = "switchboard.dev",
     version = "v1alpha1",
     kind = "McpVirtualServer",
+    doc = "Tools of several McpServers selected, renamed and narrowed, served at `/mcp/<path>`: it narrows what callers see and never widens what they reach.",
     namespaced,
     status = "McpVirtualServerStatus",
     shortname = "mcpvs",
@@ -145,6 +146,7 @@ fn any_values(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct McpVirtualServerStatus {
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The path in effect (`/mcp/<path>`).
