@@ -113,6 +113,26 @@ check "upstreamNetworks values become operator flags" bash -c "
   ! helm template sb $chart -n sb | grep -q -- '--upstream-deny-networks'"
 # The snapshot stream's TLS: managed by default; a provided Secret (cert-manager) mounts only its
 # CA into the gateways; off is plain HTTP everywhere; anything else is refused by name.
+# Documentation that once contradicted the chart (each check fails on the old text).
+check "values.yaml names the delivery CA Secret, trust ConfigMap and Service as rendered" bash -c "
+  helm template sb $chart -n sb | grep -A1 -- '--delivery-ca-secret' | grep -q 'sb-switchboard-operator-delivery-ca' &&
+  helm template sb $chart -n sb | grep -A1 -- '--delivery-trust-configmap' | grep -q 'sb-switchboard-operator-delivery-trust' &&
+  grep -q 'Secret \`<fullname>-operator-delivery-ca\`' $chart/values.yaml &&
+  grep -q 'ConfigMap \`<fullname>-operator-delivery-trust\`' $chart/values.yaml &&
+  grep -q 'Service \`<fullname>-operator.<namespace>.svc\`' $chart/values.yaml &&
+  helm template sb $chart -n sb | grep -q '^  name: sb-switchboard-operator$'"
+check "--delivery-tls-names follows clusterDomain" bash -c "
+  helm template sb $chart -n sb --set clusterDomain=corp.example | grep -A1 -- '--delivery-tls-names' | grep -q 'svc.corp.example' &&
+  ! helm template sb $chart -n sb --set clusterDomain=corp.example | grep -A1 -- '--delivery-tls-names' | grep -q 'cluster.local'"
+check "Chart.yaml's description names every kind the chart installs" bash -c "
+  for kind in \$(grep -h '^    kind: ' $chart/crds/*.yaml | awk '{print \$2}'); do
+    grep -A4 '^description:' $chart/Chart.yaml | grep -q \"\$kind\" || { echo \"Chart.yaml omits \$kind\"; exit 1; }
+  done"
+check "no stale wording: standbys, advertise URL, sessions on reload, error tables" bash -c "
+  ! grep -q 'take over$' $chart/values.yaml && ! grep -q '^  # when the lease expires' $chart/values.yaml &&
+  ! grep -q 'ADVERTISE_URL=http://\$(POD_IP):9090\`), not' $chart/README.md &&
+  ! grep -rq 'only continue on this process' gateway/ &&
+  grep -q '403 \`forbidden\`' README.md && grep -q '403 \`forbidden\`' docs/architecture.md"
 check "deliveryTls secret: operator serves the Secret, gateways mount only its ca.crt" bash -c "
   out=\$(helm template sb $chart -n sb --set operator.deliveryTls.mode=secret --set operator.deliveryTls.secretName=op-cert) &&
   grep -A1 -- '--delivery-tls-secret' <<<\"\$out\" | grep -q op-cert &&
