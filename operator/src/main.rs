@@ -16,6 +16,7 @@ use switchboard_operator::controller::{Config, Controller};
 use switchboard_operator::delivery::{self, Hub};
 use switchboard_operator::delivery_ca::CaPolicy;
 use switchboard_operator::delivery_tls::{self, ServingCert, TlsMode};
+use switchboard_operator::gateway_settings;
 use switchboard_operator::issuer;
 use switchboard_operator::lease::{self, LeaseConfig};
 use switchboard_operator::metrics::Metrics;
@@ -76,6 +77,12 @@ struct Args {
     /// The gateways' external URL (for OAuth metadata they serve).
     #[arg(long)]
     gateway_public_url: Option<String>,
+    /// Gateway settings for every replica: a YAML document with one `gateway:` section, the
+    /// standalone file's (maxBodyBytes, sessionTtl, listingTtl, listingPageCap, allowedOrigins,
+    /// upstreamTls, ...). Read at start; `--gateway-allowed-hosts` adds to its allowedHosts and
+    /// `--gateway-public-url` wins over its publicUrl.
+    #[arg(long, env = "SWITCHBOARD_GATEWAY_SETTINGS")]
+    gateway_settings: Option<std::path::PathBuf>,
     #[arg(long, env = "SWITCHBOARD_LOG_FORMAT", default_value = "text")]
     log_format: String,
     /// The audiences workload ServiceAccount tokens must carry to act as a key (McpKey
@@ -242,12 +249,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--secret-selector {:?}: {e}", args.secret_selector))?;
         tracing::info!(selector = %args.secret_selector, "watching only the Secrets it selects, and the operator's own");
     }
-    let settings = GatewaySettings {
-        allowed_hosts: args.gateway_allowed_hosts.clone(),
-        public_url: args.gateway_public_url.clone(),
-        upstream_networks,
-        ..GatewaySettings::default()
+    let mut settings = match &args.gateway_settings {
+        None => GatewaySettings::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--gateway-settings {}: {e}", path.display()))?;
+            let shown = format!("--gateway-settings {}", path.display());
+            gateway_settings::parse(&text, &shown, &switchboard_snapshot::SystemLookup)
+                .map_err(anyhow::Error::msg)?
+        }
     };
+    settings
+        .allowed_hosts
+        .extend(args.gateway_allowed_hosts.iter().cloned());
+    if args.gateway_public_url.is_some() {
+        settings.public_url = args.gateway_public_url.clone();
+    }
+    settings.upstream_networks = upstream_networks;
     let (issuer_tx, issuer_rx) = watch::channel(None);
     let audiences: Vec<String> = args
         .workload_token_audiences

@@ -113,6 +113,15 @@ check "upstreamNetworks values become operator flags" bash -c "
   ! helm template sb $chart -n sb | grep -q -- '--upstream-deny-networks'"
 # The snapshot stream's TLS: managed by default; a provided Secret (cert-manager) mounts only its
 # CA into the gateways; off is plain HTTP everywhere; anything else is refused by name.
+check "gateway.settings: a ConfigMap in the file's shape, the operator's flag and mount; none by default" bash -c "
+  values=\$(mktemp) && trap 'rm -f \$values' EXIT &&
+  printf 'gateway:\n  settings:\n    maxBodyBytes: 8388608\n    sessionTtl: 12h\n    allowedOrigins: [https://app.example]\n' >\$values &&
+  out=\$(helm template sb $chart -n sb -f \$values) &&
+  echo \"\$out\" | grep -A6 'gateway-settings.yaml: |' | grep -q '^      maxBodyBytes: 8388608$' &&
+  echo \"\$out\" | grep -A6 'gateway-settings.yaml: |' | grep -q '^      sessionTtl: 12h$' &&
+  echo \"\$out\" | grep -A1 -- '- --gateway-settings' | grep -q '/etc/switchboard/gateway-settings/gateway-settings.yaml' &&
+  echo \"\$out\" | grep -q 'name: sb-switchboard-operator-gateway-settings' &&
+  ! helm template sb $chart -n sb | grep -q -- '--gateway-settings'"
 # Documentation that once contradicted the chart (each check fails on the old text).
 check "values.yaml names the delivery CA Secret, trust ConfigMap and Service as rendered" bash -c "
   helm template sb $chart -n sb | grep -A1 -- '--delivery-ca-secret' | grep -q 'sb-switchboard-operator-delivery-ca' &&
