@@ -314,3 +314,20 @@ async fn shutdown(mut term: Option<tokio::signal::unix::Signal>) {
     }
     tracing::info!("shutting down");
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every flag can be set from the environment too (a Deployment's `env`, a systemd unit).
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        use clap::CommandFactory;
+        let command = super::Args::command();
+        let missing: Vec<String> = command
+            .get_arguments()
+            .filter(|a| a.get_long().is_some() && a.get_env().is_none())
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .map(|a| format!("--{}", a.get_long().unwrap_or_default()))
+            .collect();
+        assert!(missing.is_empty(), "flags without env: {missing:?}");
+    }
+}

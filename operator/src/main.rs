@@ -37,45 +37,65 @@ struct Args {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
     /// Where gateway replicas follow the snapshot stream.
-    #[arg(long, default_value = "0.0.0.0:9090")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_SNAPSHOT_LISTEN",
+        default_value = "0.0.0.0:9090"
+    )]
     snapshot_listen: String,
     /// This replica's own snapshot-stream address (e.g. http://<pod IP>:9090), where gateways
     /// send acks: through a Service an ack could reach another replica than the stream.
     #[arg(long, env = "SWITCHBOARD_ADVERTISE_URL")]
     advertise_url: Option<String>,
     /// Metrics and health endpoints.
-    #[arg(long, default_value = "0.0.0.0:9091")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_METRICS_LISTEN",
+        default_value = "0.0.0.0:9091"
+    )]
     metrics_listen: String,
     /// The gateway's ServiceAccount, `<namespace>:<name>`: the only reader of snapshots.
-    #[arg(long, default_value = "switchboard:switchboard-gateway")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_GATEWAY_SERVICE_ACCOUNT",
+        default_value = "switchboard:switchboard-gateway"
+    )]
     gateway_service_account: String,
     /// The image an McpServer's `spec.run` pods copy the stdio bridge from (an init container
     /// runs `switchboard-stdio-bridge install`): the gateway's image, which the chart sets.
     #[arg(long, env = "SWITCHBOARD_STDIO_BRIDGE_IMAGE", default_value = concat!("ghcr.io/switchboard-dev/switchboard-gateway:", env!("CARGO_PKG_VERSION")))]
     stdio_bridge_image: String,
     /// Secret (in --namespace) that keeps the latest snapshot and the session key.
-    #[arg(long, default_value = "switchboard-snapshot")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_SNAPSHOT_SECRET",
+        default_value = "switchboard-snapshot"
+    )]
     snapshot_secret: String,
-    #[arg(long, default_value = "switchboard-operator")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_LEASE_NAME",
+        default_value = "switchboard-operator"
+    )]
     lease_name: String,
     /// How long a lease holder that stopped renewing keeps the lease.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_LEASE_DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
     lease_duration: Duration,
     /// How often every server is probed (Ready turns False within this plus the server's timeout).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_PROBE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     probe_interval: Duration,
     /// How often every model's provider is asked for its model listing (never a model call);
     /// a model is also probed at once when its spec or key changes.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_MODEL_PROBE_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
     model_probe_interval: Duration,
     /// A replica gone for longer than this no longer counts in `Programmed`.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_REPLICA_EXPIRY", default_value = "5m", value_parser = humantime::parse_duration)]
     replica_expiry: Duration,
     /// Host names the gateways accept besides loopback (their Service names), comma-separated.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "SWITCHBOARD_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',')]
     gateway_allowed_hosts: Vec<String>,
     /// The gateways' external URL (for OAuth metadata they serve).
-    #[arg(long)]
+    #[arg(long, env = "SWITCHBOARD_GATEWAY_PUBLIC_URL")]
     gateway_public_url: Option<String>,
     /// Gateway settings for every replica: a YAML document with one `gateway:` section, the
     /// standalone file's (maxBodyBytes, sessionTtl, listingTtl, listingPageCap, allowedOrigins,
@@ -87,61 +107,75 @@ struct Args {
     log_format: String,
     /// The audiences workload ServiceAccount tokens must carry to act as a key (McpKey
     /// `serviceAccounts`), comma-separated; empty turns workload tokens off.
-    #[arg(long, value_delimiter = ',', default_value = "switchboard")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_WORKLOAD_TOKEN_AUDIENCES",
+        value_delimiter = ',',
+        default_value = "switchboard"
+    )]
     workload_token_audiences: Vec<String>,
     /// How often the ServiceAccount issuer's keys are read again (they rotate).
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_ISSUER_REFRESH", default_value = "5m", value_parser = humantime::parse_duration)]
     issuer_refresh: Duration,
     /// Networks (CIDR or address) upstreams may not be in, comma-separated; the default is
     /// link-local and the cloud metadata addresses. Given, it replaces the default.
-    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_DENIED_NETWORKS.iter().map(|s| s.to_string()))]
+    #[arg(long, env = "SWITCHBOARD_UPSTREAM_DENY_NETWORKS", value_delimiter = ',', default_values_t = DEFAULT_DENIED_NETWORKS.iter().map(|s| s.to_string()))]
     upstream_deny_networks: Vec<String>,
     /// Exceptions to --upstream-deny-networks, comma-separated.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_UPSTREAM_ALLOW_NETWORKS",
+        value_delimiter = ','
+    )]
     upstream_allow_networks: Vec<String>,
     /// TLS on the snapshot stream with the operator's own CA, kept in this Secret (in
     /// --namespace; created and rotated by the lease holder). Needs --delivery-trust-configmap.
     #[arg(
         long,
+        env = "SWITCHBOARD_DELIVERY_CA_SECRET",
         conflicts_with = "delivery_tls_secret",
         requires = "delivery_trust_configmap"
     )]
     delivery_ca_secret: Option<String>,
     /// The ConfigMap (in --namespace) the CA certificates gateways trust are published in
     /// (key `ca.crt`); gateways mount it and pass it as --operator-ca.
-    #[arg(long, requires = "delivery_ca_secret")]
+    #[arg(
+        long,
+        env = "SWITCHBOARD_DELIVERY_TRUST_CONFIGMAP",
+        requires = "delivery_ca_secret"
+    )]
     delivery_trust_configmap: Option<String>,
     /// TLS on the snapshot stream with a certificate someone else keeps current (a
     /// `kubernetes.io/tls` Secret in --namespace, e.g. from cert-manager).
-    #[arg(long)]
+    #[arg(long, env = "SWITCHBOARD_DELIVERY_TLS_SECRET")]
     delivery_tls_secret: Option<String>,
     /// Names the operator-issued serving certificates carry (the Service's DNS names),
     /// comma-separated; the host of --advertise-url is added.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "SWITCHBOARD_DELIVERY_TLS_NAMES", value_delimiter = ',')]
     delivery_tls_names: Vec<String>,
     /// Life of an operator-issued serving certificate (a new one at half of it).
-    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_DELIVERY_CERT_VALIDITY", default_value = "24h", value_parser = humantime::parse_duration)]
     delivery_cert_validity: Duration,
     /// Life of the operator's CA (a successor is introduced with a third of it left).
-    #[arg(long, default_value = "365d", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_DELIVERY_CA_VALIDITY", default_value = "365d", value_parser = humantime::parse_duration)]
     delivery_ca_validity: Duration,
     /// How long a new CA is trusted before it signs: time for the trust bundle to reach every
     /// gateway (the kubelet refreshes mounted ConfigMaps within about a minute).
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_DELIVERY_CA_PROPAGATION", default_value = "10m", value_parser = humantime::parse_duration)]
     delivery_ca_propagation: Duration,
     /// How often the CA Secret (or the provided Secret) is read again.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SWITCHBOARD_DELIVERY_TLS_REFRESH", default_value = "10s", value_parser = humantime::parse_duration)]
     delivery_tls_refresh: Duration,
     /// Lets McpServers point at the Kubernetes API server (denied by default: a gateway would
     /// carry callers' requests to it from inside the cluster).
-    #[arg(long)]
+    #[arg(long, env = "SWITCHBOARD_ALLOW_API_SERVER_UPSTREAM")]
     allow_api_server_upstream: bool,
     /// Only Secrets with these labels (a label selector, e.g. switchboard.dev/credential=true)
     /// are watched and can be referenced by McpServers, McpKeys and ModelRoutes; the Secrets
     /// the operator writes itself are watched besides. Empty: every Secret but Helm releases
     /// and ServiceAccount tokens. On a large cluster this keeps the operator's memory to the
     /// credentials it uses.
-    #[arg(long, default_value = "")]
+    #[arg(long, env = "SWITCHBOARD_SECRET_SELECTOR", default_value = "")]
     secret_selector: String,
 }
 
@@ -437,4 +471,21 @@ fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "operator".into())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every flag can be set from the environment too (a Deployment's `env`, a systemd unit).
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        use clap::CommandFactory;
+        let command = super::Args::command();
+        let missing: Vec<String> = command
+            .get_arguments()
+            .filter(|a| a.get_long().is_some() && a.get_env().is_none())
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .map(|a| format!("--{}", a.get_long().unwrap_or_default()))
+            .collect();
+        assert!(missing.is_empty(), "flags without env: {missing:?}");
+    }
 }
