@@ -8,7 +8,8 @@
   document (top-level keys, a server's `type`/`url`/`headers`, VS Code's `${input:...}` naming a
   declared input), and their URL and headers (inputs filled in) open an MCP session on the gateway.
 - The MCP Python SDK snippet runs as written (URL and key substituted) and prints the tools and
-  the call's result.
+  the call's result; the Anthropic and OpenAI SDK snippets reach their models through the
+  gateway's LLM endpoints (a scripted provider behind them).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import httpx
 from claude_cli import claude_ok, describe, run_claude
 from harness import REPO_ROOT, gateway_config, key, new_secret, server
-from llm_harness import start_provider, text, tool_use
+from llm_harness import model, start_provider, text, tool_use
 
 DOC = REPO_ROOT / "docs" / "clients.md"
 EXAMPLE_URL = "https://mcp.example.com"
@@ -128,3 +129,24 @@ def test_the_python_sdk_snippet_runs_as_written(gateways, rust_upstream, tmp_pat
     assert "demo__add" in names, p.stdout
     assert "5" in result, p.stdout
     assert Path(script).read_text().count(secret) == 1
+
+
+def test_the_llm_sdk_snippets_reach_their_models_through_the_gateway(gateways, procs, rust_upstream, tmp_path):
+    provider = start_provider(procs)
+    provider.script({"when": {}, "respond": {"content": [text("five, said the scripted model")]}})
+    secret = new_secret("client-doc-llm-key")
+    config = gateway_config([server("demo", rust_upstream.mcp_url)], [key("docs", secret, ["demo"], models=["demo-claude", "demo-gpt"])])
+    config["models"] = [
+        model("demo-claude", "anthropic", provider.url, provider.api_key),
+        model("demo-gpt", "openai", f"{provider.url}/v1", provider.api_key),
+    ]
+    gw = gateways.start(config)
+    printers = {"anthropic-sdk": "print(reply.content[0].text)", "openai-sdk": "print(reply.choices[0].message.content)"}
+    for name, printer in printers.items():
+        script = tmp_path / f"{name}.py"
+        script.write_text(live(snippet(name), gw.url, secret) + "\n" + printer + "\n")
+        p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (name, p.stderr[-3000:])
+        assert "five, said the scripted model" in p.stdout, (name, p.stdout)
+    assert len(provider.model_calls()) == 2, "one model call per snippet"
+    assert secret not in json.dumps([c["headers"] for c in provider.model_calls()])
