@@ -122,6 +122,16 @@ check "gateway.settings: a ConfigMap in the file's shape, the operator's flag an
   echo \"\$out\" | grep -A1 -- '- --gateway-settings' | grep -q '/etc/switchboard/gateway-settings/gateway-settings.yaml' &&
   echo \"\$out\" | grep -q 'name: sb-switchboard-operator-gateway-settings' &&
   ! helm template sb $chart -n sb | grep -q -- '--gateway-settings'"
+# values.schema.json: generated from values.yaml, refuses unknown keys and wrong types by name.
+check "values.schema.json is what charts/values-schema.py makes of values.yaml" python3 charts/values-schema.py --check
+check_fails "a misspelled key is refused, naming it" "additional properties 'replica' not allowed" \
+  helm template sb $chart --set gateway.replica=3
+check_fails "a wrong type is refused, naming the key" "/gateway/replicas': got string, want integer" \
+  helm template sb $chart --set gateway.replicas=three
+check_fails "a misspelled nested key is refused, naming it" "additional properties 'replicaz' not allowed" \
+  helm template sb $chart --set operator.replicaz=1
+check "free-form maps take any keys (gateway.settings, podAnnotations)" \
+  helm template sb $chart --set gateway.settings.maxBodyBytes=1024 --set gateway.podAnnotations.a=b
 # Documentation that once contradicted the chart (each check fails on the old text).
 check "values.yaml names the delivery CA Secret, trust ConfigMap and Service as rendered" bash -c "
   helm template sb $chart -n sb | grep -A1 -- '--delivery-ca-secret' | grep -q 'sb-switchboard-operator-delivery-ca' &&
