@@ -132,6 +132,18 @@ check_fails "a misspelled nested key is refused, naming it" "additional properti
   helm template sb $chart --set operator.replicaz=1
 check "free-form maps take any keys (gateway.settings, podAnnotations)" \
   helm template sb $chart --set gateway.settings.maxBodyBytes=1024 --set gateway.podAnnotations.a=b
+check "image digests pin both images (and the bridge image the operator hands out)" bash -c "
+  out=\$(helm template sb $chart -n sb --set gateway.image.digest=sha256:1111 --set operator.image.digest=sha256:2222) &&
+  echo \"\$out\" | grep -q 'image: \"ghcr.io/switchboard-dev/switchboard-gateway@sha256:1111\"' &&
+  echo \"\$out\" | grep -q 'image: \"ghcr.io/switchboard-dev/switchboard-operator@sha256:2222\"' &&
+  echo \"\$out\" | grep -A1 -- '--stdio-bridge-image' | grep -q '@sha256:1111'"
+check "strategy and extra volumes reach both Deployments" bash -c "
+  out=\$(helm template sb $chart -n sb --set operator.strategy.type=Recreate --set gateway.strategy.rollingUpdate.maxUnavailable=0 \
+    --set 'operator.extraVolumes[0].name=corp-ca' --set 'operator.extraVolumes[0].configMap.name=corp-ca' \
+    --set 'operator.extraVolumeMounts[0].name=corp-ca' --set 'operator.extraVolumeMounts[0].mountPath=/etc/corp-ca') &&
+  echo \"\$out\" | grep -A1 '^  strategy:' | grep -q 'type: Recreate' &&
+  echo \"\$out\" | grep -A3 '^  strategy:' | grep -q 'maxUnavailable: 0' &&
+  echo \"\$out\" | grep -q 'mountPath: /etc/corp-ca' && echo \"\$out\" | grep -B1 -A1 'name: corp-ca' | grep -q configMap"
 # Documentation that once contradicted the chart (each check fails on the old text).
 check "values.yaml names the delivery CA Secret, trust ConfigMap and Service as rendered" bash -c "
   helm template sb $chart -n sb | grep -A1 -- '--delivery-ca-secret' | grep -q 'sb-switchboard-operator-delivery-ca' &&

@@ -109,7 +109,11 @@ Host names the gateway accepts: its Service's DNS names, the publicUrl host, gat
 
 {{/* Image reference: repository:tag, tag defaulting to the chart's appVersion. */}}
 {{- define "switchboard.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
 {{- printf "%s:%s" .image.repository (toString (.image.tag | default .chart.AppVersion)) }}
+{{- end }}
 {{- end }}
 
 {{/* Labels on every object. */}}
