@@ -558,19 +558,25 @@ impl Controller {
                     object,
                     desired,
                     fields,
-                } => status_write::write_server(client, recorder, object, &desired, fields).await,
+                } => {
+                    let status = object.status.as_ref();
+                    status_write::write(client, recorder, object, status, &desired, fields).await
+                }
                 PlannedStatus::Model {
                     object,
                     desired,
                     fields,
-                } => status_write::write_model(client, recorder, object, &desired, fields).await,
+                } => {
+                    let status = object.status.as_ref();
+                    status_write::write(client, recorder, object, status, &desired, fields).await
+                }
                 PlannedStatus::VirtualServer {
                     object,
                     desired,
                     fields,
                 } => {
-                    status_write::write_virtual_server(client, recorder, object, &desired, fields)
-                        .await
+                    let status = object.status.as_ref();
+                    status_write::write(client, recorder, object, status, &desired, fields).await
                 }
                 PlannedStatus::Key {
                     object,
@@ -582,10 +588,8 @@ impl Controller {
                     desired,
                     fields,
                 } => {
-                    status_write::write_identity_provider(
-                        client, recorder, object, &desired, fields,
-                    )
-                    .await
+                    let status = object.status.as_ref();
+                    status_write::write(client, recorder, object, status, &desired, fields).await
                 }
             }
         };

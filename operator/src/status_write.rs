@@ -8,7 +8,8 @@ use kube::runtime::events::Recorder;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use switchboard_crds::{
-    Condition, IdentityProvider, McpKey, McpServer, McpVirtualServer, ModelRoute,
+    Condition, IdentityProviderStatus, McpKey, McpServerStatus, McpVirtualServerStatus,
+    ModelRouteStatus,
 };
 
 use crate::render::KeyOutcome;
@@ -16,72 +17,56 @@ use crate::status::{Desired, conditions, differs, transitions};
 
 pub const FIELD_MANAGER: &str = "switchboard-operator";
 
-/// Writes a server's status if it changed; publishes events for transitions.
-pub async fn write_server(
-    client: &kube::Client,
-    recorder: &Recorder,
-    server: &McpServer,
-    desired: &[Desired],
-    fields: BTreeMap<&'static str, serde_json::Value>,
-) -> Result<bool, kube::Error> {
-    let status = server.status.clone().unwrap_or_default();
-    let current = CurrentStatus {
-        conditions: &status.conditions,
-        observed_generation: status.observed_generation,
-        fields: serde_json::to_value(&status).unwrap_or_default(),
-    };
-    write_status(client, recorder, server, &current, desired, fields).await
+/// The status of a kind whose conditions the operator writes (all but McpKey, whose status
+/// has fields of its own: [`write_key`]).
+pub trait Conditioned: serde::Serialize + Default + Clone {
+    fn conditions(&self) -> &[Condition];
+    fn observed_generation(&self) -> Option<i64>;
 }
 
-/// Writes a ModelRoute's status if it changed; publishes events for transitions.
-pub async fn write_model(
-    client: &kube::Client,
-    recorder: &Recorder,
-    route: &ModelRoute,
-    desired: &[Desired],
-    fields: BTreeMap<&'static str, serde_json::Value>,
-) -> Result<bool, kube::Error> {
-    let status = route.status.clone().unwrap_or_default();
-    let current = CurrentStatus {
-        conditions: &status.conditions,
-        observed_generation: status.observed_generation,
-        fields: serde_json::to_value(&status).unwrap_or_default(),
-    };
-    write_status(client, recorder, route, &current, desired, fields).await
+macro_rules! conditioned {
+    ($($status:ty),*) => {$(
+        impl Conditioned for $status {
+            fn conditions(&self) -> &[Condition] {
+                &self.conditions
+            }
+            fn observed_generation(&self) -> Option<i64> {
+                self.observed_generation
+            }
+        }
+    )*};
 }
+conditioned!(
+    McpServerStatus,
+    McpVirtualServerStatus,
+    ModelRouteStatus,
+    IdentityProviderStatus
+);
 
-/// Writes an McpVirtualServer's status if it changed; publishes events for transitions.
-pub async fn write_virtual_server(
+/// Writes an object's status (`status`, as stored) if it changed; publishes events for
+/// transitions.
+pub async fn write<K, S>(
     client: &kube::Client,
     recorder: &Recorder,
-    vs: &McpVirtualServer,
+    object: &K,
+    status: Option<&S>,
     desired: &[Desired],
     fields: BTreeMap<&'static str, serde_json::Value>,
-) -> Result<bool, kube::Error> {
-    let status = vs.status.clone().unwrap_or_default();
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    S: Conditioned,
+{
+    let status = status.cloned().unwrap_or_default();
     let current = CurrentStatus {
-        conditions: &status.conditions,
-        observed_generation: status.observed_generation,
+        conditions: status.conditions(),
+        observed_generation: status.observed_generation(),
         fields: serde_json::to_value(&status).unwrap_or_default(),
     };
-    write_status(client, recorder, vs, &current, desired, fields).await
-}
-
-/// Writes an IdentityProvider's status if it changed; publishes events for transitions.
-pub async fn write_identity_provider(
-    client: &kube::Client,
-    recorder: &Recorder,
-    provider: &IdentityProvider,
-    desired: &[Desired],
-    fields: BTreeMap<&'static str, serde_json::Value>,
-) -> Result<bool, kube::Error> {
-    let status = provider.status.clone().unwrap_or_default();
-    let current = CurrentStatus {
-        conditions: &status.conditions,
-        observed_generation: status.observed_generation,
-        fields: serde_json::to_value(&status).unwrap_or_default(),
-    };
-    write_status(client, recorder, provider, &current, desired, fields).await
+    write_status(client, recorder, object, &current, desired, fields).await
 }
 
 /// A resource's status as stored.
