@@ -70,6 +70,21 @@ EITHER = {
     "tracing.sampleRatio": ["number", "string"],
 }
 
+DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+NAMES = {"type": "array", "items": {"type": "string", "pattern": DNS_LABEL}}
+RESERVED = {"type": "object", "additionalProperties": NAMES}
+HOSTS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+# Lists and maps whose items have a shape a `[]` or `{}` default cannot show.
+SHAPES = {
+    "operator.watchNamespaces": NAMES,
+    "operator.instance": {"pattern": f"^$|{DNS_LABEL}"},
+    "operator.reservedNames.prefixes": RESERVED,
+    "operator.reservedNames.models": RESERVED,
+    "gateway.ingress.hosts": HOSTS,
+    "gateway.httpRoute.hostnames": HOSTS,
+    "gateway.httpRoute.parentRefs": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+}
+
 
 def schema_of(value, path: str, docs: dict[str, str]) -> dict:
     s: dict = {}
@@ -90,6 +105,7 @@ def schema_of(value, path: str, docs: dict[str, str]) -> dict:
         if value:
             s["properties"] = {k: schema_of(v, f"{path}.{k}" if path else k, docs) for k, v in value.items()}
             s["additionalProperties"] = False
+    s.update(SHAPES.get(path, {}))
     if path in docs:
         s["description"] = docs[path]
     return s

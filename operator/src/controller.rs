@@ -4,7 +4,7 @@
 //! each resource's status up to date. Every operator replica renders (so a new lease holder
 //! is warm); only the holder writes Secrets and status.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,10 @@ pub struct Config {
     pub upstreams: crate::upstream_policy::UpstreamPolicy,
     /// `--secret-selector`: only Secrets with these labels (and the operator's own) are seen.
     pub secret_selector: Option<String>,
+    /// `--watch-namespaces` and `--instance`: the part of the cluster this install owns.
+    pub scope: crate::scope::Scope,
+    /// `--reserved-prefixes` and `--reserved-models`.
+    pub reservations: crate::reservations::Reservations,
     /// The gateway's ServiceAccount (namespace, name): its pods are the replicas status
     /// expects (see [`crate::gateways`]).
     pub gateway_service_account: (String, String),
@@ -138,9 +142,63 @@ fn trim_secret(secret: &mut Secret) {
     trim_metadata(&mut secret.metadata);
 }
 
-/// Caches a kind (the objects `config` selects, each after `trim`) and wakes `dirty` on every
-/// change.
+/// The cache of one kind: one store per watch. An install that watches a list of namespaces
+/// has one watch per namespace, each with its own store: a watch that restarts replaces its
+/// store's whole content, which must not drop another namespace's objects.
+pub(crate) struct Cache<K: kube::Resource<DynamicType = ()> + 'static>(Vec<Store<K>>);
+
+impl<K: kube::Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
+    fn state(&self) -> Vec<Arc<K>> {
+        self.0.iter().flat_map(|store| store.state()).collect()
+    }
+
+    async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        for store in &self.0 {
+            store.wait_until_ready().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The APIs a namespaced kind is watched through: the whole cluster, or each listed namespace.
+fn apis<K>(client: &kube::Client, namespaces: Option<&BTreeSet<String>>) -> Vec<Api<K>>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespaces {
+        None => vec![Api::all(client.clone())],
+        Some(listed) => listed
+            .iter()
+            .map(|namespace| Api::namespaced(client.clone(), namespace))
+            .collect(),
+    }
+}
+
+/// Caches a kind (the objects `config` selects through each of `apis`, each after `trim`) and
+/// wakes `dirty` on every change.
 fn watch_into<K>(
+    apis: Vec<Api<K>>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    dirty: Arc<Notify>,
+) -> Cache<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    Cache(
+        apis.into_iter()
+            .map(|api| watch_one(api, config.clone(), trim, dirty.clone()))
+            .collect(),
+    )
+}
+
+fn watch_one<K>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
@@ -174,59 +232,47 @@ where
 impl Controller {
     pub async fn run(self) {
         let all = watcher::Config::default;
-        let servers = watch_into(
-            Api::<McpServer>::all(self.client.clone()),
-            all(),
-            whole,
-            self.dirty.clone(),
-        );
-        let virtual_servers = watch_into(
-            Api::<McpVirtualServer>::all(self.client.clone()),
-            all(),
-            whole,
-            self.dirty.clone(),
-        );
-        let keys = watch_into(
-            Api::<McpKey>::all(self.client.clone()),
-            all(),
-            whole,
-            self.dirty.clone(),
-        );
-        let models = watch_into(
-            Api::<ModelRoute>::all(self.client.clone()),
-            all(),
-            whole,
-            self.dirty.clone(),
-        );
-        let identity_providers = watch_into(
-            Api::<IdentityProvider>::all(self.client.clone()),
-            all(),
-            whole,
-            self.dirty.clone(),
-        );
+        let client = &self.client;
+        let scope = &self.config.scope;
+        let watched = scope.namespaces();
+        // The resources users write: of this install's instance only (a label selector the
+        // API server applies), in the watched namespaces.
+        let mine = || all().labels(&scope.resource_selector());
+        let servers = watch_into(apis(client, watched), mine(), whole, self.dirty.clone());
+        let virtual_servers = watch_into(apis(client, watched), mine(), whole, self.dirty.clone());
+        let keys = watch_into(apis(client, watched), mine(), whole, self.dirty.clone());
+        let models = watch_into(apis(client, watched), mine(), whole, self.dirty.clone());
+        let identity_providers =
+            watch_into(apis(client, watched), mine(), whole, self.dirty.clone());
         // With a selector, two watches: the selected Secrets, and the operator's own (the
-        // snapshot Secret, generated keys), which a label selector cannot OR in.
+        // snapshot Secret, generated keys), which a label selector cannot OR in. Both in the
+        // watched namespaces and the operator's own (the snapshot Secret's).
         let own = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
         let secret_selectors = match &self.config.secret_selector {
             None => vec![None],
             Some(selector) => vec![Some(selector.as_str()), Some(own.as_str())],
         };
-        let secrets: Vec<Store<Secret>> = secret_selectors
-            .into_iter()
-            .map(|selector| {
-                let config = all().fields(IGNORED_SECRET_TYPES);
-                watch_into(
-                    Api::<Secret>::all(self.client.clone()),
-                    selector.map_or(config.clone(), |s| config.labels(s)),
-                    trim_secret,
-                    self.dirty.clone(),
-                )
-            })
-            .collect();
+        let with_own = scope.with_own(&self.config.namespace);
+        let secrets: Cache<Secret> = Cache(
+            secret_selectors
+                .into_iter()
+                .flat_map(|selector| {
+                    let config = all().fields(IGNORED_SECRET_TYPES);
+                    let config = selector.map_or(config.clone(), |s| config.labels(s));
+                    watch_into(
+                        apis(client, with_own.as_ref()),
+                        config,
+                        trim_secret,
+                        self.dirty.clone(),
+                    )
+                    .0
+                })
+                .collect(),
+        );
         // CA bundles (`tls.caBundle.configMapKeyRef`); under `--secret-selector`, the selected
         // ones alone, like Secrets.
         let config_maps = watch_into(
-            Api::<ConfigMap>::all(self.client.clone()),
+            apis(client, watched),
             self.config
                 .secret_selector
                 .as_deref()
@@ -234,16 +280,32 @@ impl Controller {
             trim_config_map,
             self.dirty.clone(),
         );
-        // For their upstream-policy annotations.
-        let namespaces = watch_into(
-            Api::<Namespace>::all(self.client.clone()),
-            all(),
-            trim_namespace,
-            self.dirty.clone(),
-        );
+        // For their upstream-policy annotations: each watched Namespace by its name (what a
+        // ClusterRole limited to those `resourceNames` allows), or all of them.
+        let namespaces = match watched {
+            None => watch_into(
+                vec![Api::all(client.clone())],
+                all(),
+                trim_namespace,
+                self.dirty.clone(),
+            ),
+            Some(listed) => Cache(
+                listed
+                    .iter()
+                    .map(|name| {
+                        watch_one(
+                            Api::all(client.clone()),
+                            all().fields(&format!("metadata.name={name}")),
+                            trim_namespace,
+                            self.dirty.clone(),
+                        )
+                    })
+                    .collect(),
+            ),
+        };
         let (gateway_namespace, gateway_account) = &self.config.gateway_service_account;
         let gateway_pods = watch_into(
-            Api::<Pod>::namespaced(self.client.clone(), gateway_namespace),
+            vec![Api::<Pod>::namespaced(client.clone(), gateway_namespace)],
             all().fields(&gateways::selector(gateway_account)),
             gateways::trim,
             self.dirty.clone(),
@@ -251,13 +313,13 @@ impl Controller {
         // `spec.run`: the Deployments and pods the operator made (its labels), for status and
         // drift.
         let deployments = watch_into(
-            Api::<Deployment>::all(self.client.clone()),
+            apis(client, watched),
             all().labels(&crate::workload::pod_selector()),
             trim_deployment,
             self.dirty.clone(),
         );
         let server_pods = watch_into(
-            Api::<Pod>::all(self.client.clone()),
+            apis(client, watched),
             all().labels(&crate::workload::pod_selector()),
             trim_server_pod,
             self.dirty.clone(),
@@ -289,7 +351,7 @@ impl Controller {
                  cluster-wide?); servers with spec.run will not report their pods until it can"
             );
         }
-        let mut ready = vec![
+        let ready = vec![
             servers.wait_until_ready().await,
             virtual_servers.wait_until_ready().await,
             keys.wait_until_ready().await,
@@ -297,10 +359,8 @@ impl Controller {
             identity_providers.wait_until_ready().await,
             config_maps.wait_until_ready().await,
             namespaces.wait_until_ready().await,
+            secrets.wait_until_ready().await,
         ];
-        for store in &secrets {
-            ready.push(store.wait_until_ready().await);
-        }
         for ready in ready {
             if let Err(e) = ready {
                 tracing::error!(error = %e, "a watch never became ready");
@@ -462,6 +522,7 @@ impl Controller {
             settings,
             upstreams: &self.config.upstreams,
             namespace_policies: &world.namespace_policies,
+            reservations: &self.config.reservations,
         });
         if let Some(selector) = &self.config.secret_selector {
             rendered.note_secret_selector(selector);
@@ -702,17 +763,17 @@ pub const SESSION_KEY_FIELD: &str = "session-key";
 /// The watched resources.
 #[derive(Clone, Copy)]
 struct Stores<'a> {
-    servers: &'a Store<McpServer>,
-    virtual_servers: &'a Store<McpVirtualServer>,
-    keys: &'a Store<McpKey>,
-    models: &'a Store<ModelRoute>,
-    identity_providers: &'a Store<IdentityProvider>,
-    secrets: &'a [Store<Secret>],
-    config_maps: &'a Store<ConfigMap>,
-    namespaces: &'a Store<Namespace>,
-    gateway_pods: &'a Store<Pod>,
-    deployments: &'a Store<Deployment>,
-    server_pods: &'a Store<Pod>,
+    servers: &'a Cache<McpServer>,
+    virtual_servers: &'a Cache<McpVirtualServer>,
+    keys: &'a Cache<McpKey>,
+    models: &'a Cache<ModelRoute>,
+    identity_providers: &'a Cache<IdentityProvider>,
+    secrets: &'a Cache<Secret>,
+    config_maps: &'a Cache<ConfigMap>,
+    namespaces: &'a Cache<Namespace>,
+    gateway_pods: &'a Cache<Pod>,
+    deployments: &'a Cache<Deployment>,
+    server_pods: &'a Cache<Pod>,
 }
 
 #[derive(Default)]
@@ -768,8 +829,8 @@ impl World {
     }
 }
 
-fn copied<K: Clone + kube::Resource<DynamicType = ()> + 'static>(store: &Store<K>) -> Vec<K> {
-    store.state().iter().map(|o| (**o).clone()).collect()
+fn copied<K: Clone + kube::Resource<DynamicType = ()> + 'static>(cache: &Cache<K>) -> Vec<K> {
+    cache.state().iter().map(|o| (**o).clone()).collect()
 }
 
 fn gather(stores: Stores<'_>) -> World {
@@ -781,8 +842,8 @@ fn gather(stores: Stores<'_>) -> World {
     // (a Secret both watches see is kept once)
     let secrets: Vec<Arc<Secret>> = stores
         .secrets
-        .iter()
-        .flat_map(|store| store.state())
+        .state()
+        .into_iter()
         .map(|s| (object_ref(s.as_ref()), s))
         .collect::<BTreeMap<_, _>>()
         .into_values()
@@ -1125,6 +1186,7 @@ mod tests {
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).expect("default policy"),
             namespace_policies: &world.namespace_policies,
+            reservations: &Default::default(),
         })
     }
 

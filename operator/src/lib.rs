@@ -9,6 +9,8 @@
 //! - [`gateways`]: the gateway pods status expects, whichever operator replica they follow.
 //! - [`lease`]: leader election (a warm standby takes a released lease at once). [`probe`]: readiness probes (servers: a tool listing; models:
 //!   the provider's model listing, never a model call). [`keys`]: McpKey Secrets.
+//! - [`scope`]: the namespaces and instance one install owns; [`reservations`]: names an
+//!   administrator reserved for namespaces.
 
 pub mod controller;
 pub mod delivery;
@@ -22,7 +24,9 @@ pub mod lease;
 pub mod metrics;
 pub mod probe;
 pub mod render;
+pub mod reservations;
 pub mod retries;
+pub mod scope;
 pub mod status;
 pub mod status_write;
 pub mod upstream_policy;

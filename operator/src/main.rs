@@ -177,6 +177,30 @@ struct Args {
     /// credentials it uses.
     #[arg(long, env = "SWITCHBOARD_SECRET_SELECTOR", default_value = "")]
     secret_selector: String,
+    /// Watch only these namespaces (comma-separated): the operator reads nothing in any other,
+    /// so its RBAC can be Roles in these namespaces (the chart's `operator.watchNamespaces`).
+    /// Empty: every namespace.
+    #[arg(long, env = "SWITCHBOARD_WATCH_NAMESPACES", value_delimiter = ',')]
+    watch_namespaces: Vec<String>,
+    /// Take only the resources labelled switchboard.dev/instance=<this>; without it, only
+    /// those without the label. Two installs with different instances share a cluster
+    /// without reading or writing each other's resources.
+    #[arg(long, env = "SWITCHBOARD_INSTANCE", default_value = "")]
+    instance: String,
+    /// Tool prefixes (and McpVirtualServer paths) reserved for namespaces, comma-separated
+    /// `<name>=<namespace>` (a name may end in `*`): a resource in another namespace that
+    /// claims one is refused (NameReserved), however old.
+    #[arg(long, env = "SWITCHBOARD_RESERVED_PREFIXES", value_delimiter = ',')]
+    reserved_prefixes: Vec<String>,
+    /// Model names reserved for namespaces, like --reserved-prefixes.
+    #[arg(long, env = "SWITCHBOARD_RESERVED_MODELS", value_delimiter = ',')]
+    reserved_models: Vec<String>,
+    /// Also read the EndpointSlices of the `kubernetes` Service (in namespace `default`) to deny
+    /// every API server process as an upstream, not only the ones the API's discovery and the
+    /// Service address name (needs a Role in `default`; the chart's
+    /// `operator.upstreamNetworks.apiServerEndpointSlices`).
+    #[arg(long, env = "SWITCHBOARD_API_SERVER_ENDPOINT_SLICES")]
+    api_server_endpoint_slices: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -195,6 +219,14 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let scope = switchboard_operator::scope::Scope::new(&args.watch_namespaces, &args.instance)
+        .map_err(anyhow::Error::msg)?;
+    let reservations = switchboard_operator::reservations::Reservations::parse(
+        &args.reserved_prefixes,
+        &args.reserved_models,
+    )
+    .map_err(anyhow::Error::msg)?;
+    tracing::info!(scope = %scope.describe(), "watching");
     let kube_config = kube::Config::infer().await?;
     let client = kube::Client::try_from(kube_config.clone())?;
     let identity = args
@@ -260,7 +292,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         deny_endpoints: if args.allow_api_server_upstream {
             Vec::new()
         } else {
-            upstream_policy::api_server_endpoints(&client, &kube_config.cluster_url).await
+            upstream_policy::api_server_endpoints(
+                &client,
+                &kube_config.cluster_url,
+                args.api_server_endpoint_slices,
+            )
+            .await
         },
     };
     tracing::info!(
@@ -273,14 +310,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--upstream-deny-networks/--upstream-allow-networks: {e}"))?;
     if !args.secret_selector.is_empty() {
         // A selector the API server refuses would leave the watch retrying forever: fail now.
-        kube::Api::<k8s_openapi::api::core::v1::Secret>::all(client.clone())
-            .list_metadata(
-                &kube::api::ListParams::default()
-                    .labels(&args.secret_selector)
-                    .limit(1),
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("--secret-selector {:?}: {e}", args.secret_selector))?;
+        // (listed in the operator's own namespace: an install confined to some namespaces
+        // may not list Secrets cluster-wide, and the selector's syntax is the same anywhere)
+        kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+            client.clone(),
+            &args.namespace,
+        )
+        .list_metadata(
+            &kube::api::ListParams::default()
+                .labels(&args.secret_selector)
+                .limit(1),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("--secret-selector {:?}: {e}", args.secret_selector))?;
         tracing::info!(selector = %args.secret_selector, "watching only the Secrets it selects, and the operator's own");
     }
     let mut settings = match &args.gateway_settings {
@@ -326,6 +368,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             upstreams,
             secret_selector: (!args.secret_selector.is_empty())
                 .then(|| args.secret_selector.clone()),
+            scope,
+            reservations,
             gateway_service_account: (sa_namespace.to_string(), sa_name.to_string()),
             workload: switchboard_operator::workload::Settings {
                 bridge_image: args.stdio_bridge_image.clone(),

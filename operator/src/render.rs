@@ -17,6 +17,7 @@ use switchboard_crds::{
     SecretKeyRef,
 };
 
+use crate::reservations::{NameKind, Reservations};
 use crate::upstream_policy::UpstreamPolicy;
 use switchboard_snapshot::{
     ClientAuthMethod, GatewaySettings, HeaderSettings, KeySpec, ModelProvider, ModelSpec,
@@ -49,6 +50,7 @@ pub enum Reason {
     NameConflict,
     PathConflict,
     PrefixConflict,
+    NameReserved,
     ServerNotAccepted,
     ServerNotAdmitted,
     ServerNotFound,
@@ -71,6 +73,7 @@ impl Reason {
             Reason::NameConflict => "NameConflict",
             Reason::PathConflict => "PathConflict",
             Reason::PrefixConflict => "PrefixConflict",
+            Reason::NameReserved => "NameReserved",
             Reason::ServerNotAccepted => "ServerNotAccepted",
             Reason::ServerNotAdmitted => "ServerNotAdmitted",
             Reason::ServerNotFound => "ServerNotFound",
@@ -176,6 +179,8 @@ pub struct RenderInput<'a> {
     /// Namespaces with their own upstream policy (from their annotations), or the reason it
     /// does not parse.
     pub namespace_policies: &'a NamespacePolicies,
+    /// Names an administrator reserved for some namespaces.
+    pub reservations: &'a Reservations,
 }
 
 /// Namespace name → its upstream policy ([`crate::upstream_policy::namespace_policy`]).
@@ -203,8 +208,17 @@ pub fn render(input: RenderInput<'_>) -> Rendered {
         });
         let verdict = match spec {
             Err(verdict) => verdict,
-            Ok(spec) => match input.upstreams.check(&spec) {
-                Err(message) => Verdict::rejected(Reason::UpstreamAddressDenied, message),
+            Ok(spec) => match input
+                .upstreams
+                .check(&spec)
+                .map_err(|m| (Reason::UpstreamAddressDenied, m))
+                .and_then(|()| {
+                    input
+                        .reservations
+                        .check(NameKind::Prefix, spec.prefix(), &key.0)
+                        .map_err(|m| (Reason::NameReserved, m))
+                }) {
+                Err((reason, message)) => Verdict::rejected(reason, message),
                 Ok(()) => match prefixes.get(spec.prefix()) {
                     Some(owner) => Verdict::rejected(
                         Reason::PrefixConflict,
@@ -483,7 +497,13 @@ fn render_models(
                 let taken = spec
                     .client_names()
                     .find_map(|n| names.get(n).map(|owner| (n.to_string(), owner.clone())));
+                let reserved = spec
+                    .client_names()
+                    .find_map(|n| input.reservations.check(NameKind::Model, n, &key.0).err());
                 match taken {
+                    _ if reserved.is_some() => {
+                        Verdict::rejected(Reason::NameReserved, reserved.unwrap_or_default())
+                    }
                     Some((name, owner)) => Verdict::rejected(
                         Reason::ModelNameConflict,
                         format!("model name {name:?} is already used by ModelRoute {owner}"),
@@ -656,6 +676,14 @@ fn render_virtual_servers(
                     "McpServer {id} has the same namespace and name; keys and ModelRoutes could not tell them apart"
                 ),
             ),
+            Ok(spec)
+                if let Err(message) =
+                    input
+                        .reservations
+                        .check(NameKind::Prefix, spec.path(), &key.0) =>
+            {
+                Verdict::rejected(Reason::NameReserved, message)
+            }
             Ok(spec) => match paths.get(spec.path()) {
                 Some(owner) => Verdict::rejected(
                     Reason::PathConflict,
@@ -1559,6 +1587,7 @@ mod tests {
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
             namespace_policies,
+            reservations: &Reservations::default(),
         })
     }
 
@@ -1588,6 +1617,7 @@ mod tests {
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
             namespace_policies: &NamespacePolicies::new(),
+            reservations: &Reservations::default(),
         })
     }
 
@@ -1981,6 +2011,7 @@ mod tests {
                 settings: GatewaySettings::default(),
                 upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
                 namespace_policies: &NamespacePolicies::new(),
+                reservations: &Reservations::default(),
             })
         };
         let config_maps = secrets(&[("t", "bundle", "ca.crt", pem)]);
@@ -2258,6 +2289,109 @@ mod tests {
     }
 
     #[test]
+    fn a_reserved_name_goes_to_its_namespace_however_old_the_other_claim() {
+        let reservations = Reservations::parse(
+            &["weather=platform".to_string(), "team-*=teams".to_string()],
+            &["claude=ml".to_string()],
+        )
+        .unwrap();
+        let squatter = server(
+            "b",
+            "weather",
+            100,
+            serde_json::json!({"url": "http://x/mcp"}),
+        );
+        let owner = server(
+            "platform",
+            "weather",
+            10,
+            serde_json::json!({"url": "http://y/mcp"}),
+        );
+        let glob = server(
+            "b",
+            "tools",
+            10,
+            serde_json::json!({"url": "http://z/mcp", "toolPrefix": "team-x"}),
+        );
+        let path_squatter = virtual_server(
+            "b",
+            "team-view",
+            10,
+            serde_json::json!({"sources": [{"server": "platform/weather"}]}),
+        );
+        let old_model = model(
+            "b",
+            "claude",
+            100,
+            serde_json::json!({"provider": "anthropic", "baseUrl": "https://api.anthropic.com"}),
+        );
+        let ml_model = model(
+            "ml",
+            "claude",
+            10,
+            serde_json::json!({"provider": "anthropic", "baseUrl": "https://api.anthropic.com"}),
+        );
+        let mut owner_admits = owner.clone();
+        owner_admits.spec.allowed_namespaces = vec!["b".into()];
+        let r = render(RenderInput {
+            servers: &[squatter, owner_admits, glob],
+            virtual_servers: &[path_squatter],
+            keys: &[],
+            models: &[old_model, ml_model],
+            identity_providers: &[],
+            secrets: &SecretData::new(),
+            config_maps: &SecretData::new(),
+            settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+            namespace_policies: &NamespacePolicies::new(),
+            reservations: &reservations,
+        });
+        assert!(r.servers[&("platform".into(), "weather".into())].accepted);
+        for (ns, name, flag) in [
+            ("b", "weather", "--reserved-prefixes"),
+            ("b", "tools", "--reserved-prefixes"),
+        ] {
+            let v = &r.servers[&(ns.into(), name.into())];
+            assert_eq!(v.reason, "NameReserved", "{v:?}");
+            assert!(
+                v.message.contains(flag) && v.message.contains(&format!("namespace {ns} may not")),
+                "{v:?}"
+            );
+        }
+        let v = &r.virtual_servers[&("b".into(), "team-view".into())];
+        assert_eq!(v.reason, "NameReserved", "{v:?}");
+        assert!(model_verdict(&r, "ml", "claude").accepted);
+        let v = model_verdict(&r, "b", "claude");
+        assert_eq!(v.reason, "NameReserved", "{v:?}");
+        assert!(v.message.contains("reserved for namespace ml"), "{v:?}");
+        // Control: without the reservations the older claims win, as they always did.
+        let r = run_models(
+            &[
+                server(
+                    "b",
+                    "weather",
+                    100,
+                    serde_json::json!({"url": "http://x/mcp"}),
+                ),
+                server(
+                    "platform",
+                    "weather",
+                    10,
+                    serde_json::json!({"url": "http://y/mcp"}),
+                ),
+            ],
+            &[],
+            &[],
+            &SecretData::new(),
+        );
+        assert!(r.servers[&("b".into(), "weather".into())].accepted);
+        assert_eq!(
+            r.servers[&("platform".into(), "weather".into())].reason,
+            "PrefixConflict"
+        );
+    }
+
+    #[test]
     fn missing_secret_leaves_only_that_server_out() {
         let s1 = server(
             "a",
@@ -2381,6 +2515,7 @@ mod tests {
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
             namespace_policies: &NamespacePolicies::new(),
+            reservations: &Reservations::default(),
         });
         let corp = &r.snapshot.identity_providers;
         assert_eq!(corp.len(), 1, "{corp:?}");
@@ -2448,6 +2583,7 @@ mod tests {
                 settings: GatewaySettings::default(),
                 upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
                 namespace_policies: &NamespacePolicies::new(),
+                reservations: &Reservations::default(),
             })
         };
         let r = render_with(&secrets(&[("a", "idp", "secret", "s3cr3t")]));
@@ -2478,6 +2614,7 @@ mod tests {
             settings: GatewaySettings::default(),
             upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
             namespace_policies: &NamespacePolicies::new(),
+            reservations: &Reservations::default(),
         });
         assert_eq!(r.snapshot.identity_providers.len(), 1);
         let v = &r.identity_providers[&("a".into(), "corp2".into())];

@@ -152,12 +152,15 @@ fn is_api_server_name(host: &str) -> bool {
 }
 
 /// Every `address:port` the API server is reached at: the `kubernetes` Service's address from
-/// the pod environment, the address this operator's client uses, and the Service's endpoints
-/// (the API server processes themselves). Each source that fails is skipped with a warning:
-/// the others still apply.
+/// the pod environment, the address this operator's client uses, the address the API server
+/// advertises in its discovery (`/api`, readable by any client), and with `endpoint_slices`
+/// the Service's endpoints (every API server process of a control plane with several; needs
+/// list on EndpointSlices in `default`). Each source that fails is skipped with a warning: the
+/// others still apply.
 pub async fn api_server_endpoints(
     client: &kube::Client,
     cluster_url: &axum::http::Uri,
+    endpoint_slices: bool,
 ) -> Vec<String> {
     let mut found = BTreeSet::new();
     if let (Ok(host), Ok(port)) = (
@@ -175,6 +178,25 @@ pub async fn api_server_endpoints(
             Ok(addrs) => found.extend(addrs),
             Err(e) => tracing::warn!(error = %e, "could not resolve the API server's host"),
         }
+    }
+    match client.list_core_api_versions().await {
+        Ok(versions) => {
+            for advertised in versions.server_address_by_client_cidrs {
+                match advertised.server_address.parse::<SocketAddr>() {
+                    Ok(addr) => {
+                        found.insert(addr);
+                    }
+                    Err(_) => tracing::debug!(
+                        address = %advertised.server_address,
+                        "the API server advertises an address that is not ip:port"
+                    ),
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read the API server's discovery (/api)"),
+    }
+    if !endpoint_slices {
+        return found.into_iter().map(|a| a.to_string()).collect();
     }
     let slices: kube::Api<EndpointSlice> = kube::Api::namespaced(client.clone(), "default");
     match slices

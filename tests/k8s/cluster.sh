@@ -17,6 +17,8 @@
 #   SWITCHBOARD_K8S_START_TIMEOUT  seconds to wait for /readyz  (default: 60)
 #   SWITCHBOARD_K8S_AUTHZ          --authorization-mode         (default: Node,RBAC)
 #   SWITCHBOARD_K8S_KEEP_LOGS=1    `stop` keeps DIR/*.log
+#   SWITCHBOARD_K8S_AUDIT=1        write the API server's audit log (every request, metadata
+#                                  only: user, verb, URI, namespace) to DIR/audit.log
 #   SWITCHBOARD_K8S_ADDRESS        also serve on this address and advertise it (the one-node
 #                                  cluster: pods reach the API server there; tests/node/)
 #   SWITCHBOARD_K8S_SA_ADMISSION=1 keep the ServiceAccount admission plugin (pods get their
@@ -206,6 +208,13 @@ cmd_start() {
   [[ "${SWITCHBOARD_K8S_SA_ADMISSION:-}" != 1 ]] || disabled_admission=""
   local bind=127.0.0.1
   [[ -z "${SWITCHBOARD_K8S_ADDRESS:-}" ]] || bind=0.0.0.0
+  local audit=()
+  if [[ "${SWITCHBOARD_K8S_AUDIT:-}" == 1 ]]; then
+    printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
+      'rules:' '  - level: Metadata' >"$DIR/audit-policy.yaml"
+    audit=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/audit.log"
+           --audit-log-mode blocking)
+  fi
   log "starting kube-apiserver on $api"
   "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -227,6 +236,7 @@ cmd_start() {
     --kubelet-preferred-address-types InternalIP,Hostname \
     --profiling=false \
     --v "${SWITCHBOARD_K8S_APISERVER_V:-1}" \
+    ${audit[@]+"${audit[@]}"} \
     </dev/null >"$DIR/apiserver.log" 2>&1 &
   echo $! >"$DIR/apiserver.pid"
   wait_exec "$DIR/apiserver.pid" kube-apiserver ||

@@ -178,9 +178,11 @@ class ScriptedProvider:
 class Cluster:
     """etcd + kube-apiserver on loopback via tests/k8s/cluster.sh; kubectl and a tiny API client."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, *, audit: bool = False):
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
+        # audit: the API server logs every request's metadata to `audit_log` (cluster.sh)
+        self.audit = audit
         self.env: dict[str, str] = {}
         self._api: httpx.Client | None = None
         self.started = False
@@ -190,7 +192,12 @@ class Cluster:
         # cluster.sh picks random free ports; one can be taken before etcd binds it: retry.
         for _attempt in range(3):
             p = subprocess.run(
-                [str(CLUSTER_SH), "start", str(self.dir)], capture_output=True, text=True, timeout=180, cwd=REPO_ROOT
+                [str(CLUSTER_SH), "start", str(self.dir)],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                cwd=REPO_ROOT,
+                env=dict(os.environ, SWITCHBOARD_K8S_AUDIT="1" if self.audit else ""),
             )
             if p.returncode == 0:
                 break
@@ -204,6 +211,19 @@ class Cluster:
             k, _, v = line.partition("=")
             self.env[k] = v
         self._api = self.api_client()
+
+    @property
+    def audit_log(self) -> Path:
+        return self.dir / "audit.log"
+
+    def install_crds(self) -> None:
+        """Applies crds/*.yaml and waits until every one is Established."""
+        crds = sorted(CRDS_DIR.glob("*.yaml"))
+        assert crds, f"no CRD manifests in {CRDS_DIR}"
+        self.kubectl("apply", *[a for p in crds for a in ("-f", str(p))])
+        # switchboard.dev_<plural>.yaml holds crd/<plural>.switchboard.dev
+        names = [f"crd/{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}" for p in crds]
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
 
     def api_client(self, timeout: float = 10) -> httpx.Client:
         """A client of the API server as the cluster's admin (one per thread that needs one)."""
@@ -433,12 +453,7 @@ class World:
     def start_cluster(self) -> None:
         t0 = time.monotonic()
         self.cluster.start()
-        crds = sorted(CRDS_DIR.glob("*.yaml"))
-        assert crds, f"no CRD manifests in {CRDS_DIR}"
-        self.cluster.kubectl("apply", *[a for p in crds for a in ("-f", str(p))])
-        # switchboard.dev_<plural>.yaml holds crd/<plural>.switchboard.dev
-        names = [f"crd/{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}" for p in crds]
-        self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        self.cluster.install_crds()
         self.cluster.kubectl("create", "namespace", OPERATOR_NS)
         self.cluster.kubectl("create", "serviceaccount", GATEWAY_SA, "-n", OPERATOR_NS)
         token = self.cluster.kubectl(

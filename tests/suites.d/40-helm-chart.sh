@@ -88,20 +88,96 @@ Deployment/switchboard-operator
 PodDisruptionBudget/switchboard-gateway
 PodDisruptionBudget/switchboard-operator
 Role/switchboard-operator
-Role/switchboard-operator-api-server-endpoints
 RoleBinding/switchboard-operator
-RoleBinding/switchboard-operator-api-server-endpoints
 Service/switchboard-gateway
 Service/switchboard-operator
 ServiceAccount/switchboard-gateway
 ServiceAccount/switchboard-operator" \
   names switchboard -n sb
-# The operator lists the API server's EndpointSlices in `default` (upstreams may not use it);
-# allowing the API server as an upstream drops that Role and passes the flag instead.
-check "the API server endpoints Role is in default, and gone with allowApiServer" bash -c "
-  helm template sb $chart -n sb | grep -A3 'name: sb-switchboard-operator-api-server-endpoints' | grep -q 'namespace: default' &&
-  ! helm template sb $chart -n sb --set operator.upstreamNetworks.allowApiServer=true | grep -q 'api-server-endpoints' &&
+# Nothing outside the release namespace unless a value asks for it: the API server's
+# EndpointSlices in `default` only with apiServerEndpointSlices (and not with allowApiServer).
+in_release_namespace_only() { # every namespaced object of `helm template -n sb "$@"` is in sb
+  helm template sb "$chart" -n sb "$@" | python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+bad = ["%s/%s in %s" % (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in docs
+       if d["kind"] not in ("ClusterRole", "ClusterRoleBinding") and d["metadata"].get("namespace") != "sb"]
+print("\n".join(bad)); sys.exit(1 if bad else 0)'
+}
+check "defaults: every namespaced object is in the release namespace" in_release_namespace_only
+check "all optional knobs on: still only the release namespace" in_release_namespace_only \
+  --set gateway.networkPolicy.enabled=true --set operator.networkPolicy.enabled=true \
+  --set gateway.ingress.enabled=true --set 'gateway.ingress.hosts={mcp.example.com}' \
+  --set monitoring.enabled=true --set monitoring.dashboard.enabled=true --set 'gateway.settings.maxBodyBytes=1024'
+check_fails "control: the check sees an object elsewhere (apiServerEndpointSlices)" "Role/sb-switchboard-operator-api-server-endpoints in default" \
+  in_release_namespace_only --set operator.upstreamNetworks.apiServerEndpointSlices=true
+check "apiServerEndpointSlices: the Role in default and the flag; allowApiServer drops both" bash -c "
+  out=\$(helm template sb $chart -n sb --set operator.upstreamNetworks.apiServerEndpointSlices=true) &&
+  echo \"\$out\" | grep -A3 'name: sb-switchboard-operator-api-server-endpoints' | grep -q 'namespace: default' &&
+  echo \"\$out\" | grep -q -- '- --api-server-endpoint-slices' &&
+  ! helm template sb $chart -n sb | grep -q -- 'api-server-endpoint' &&
+  ! helm template sb $chart -n sb --set operator.upstreamNetworks.allowApiServer=true --set operator.upstreamNetworks.apiServerEndpointSlices=true | grep -q 'api-server-endpoints' &&
   helm template sb $chart -n sb --set operator.upstreamNetworks.allowApiServer=true | grep -q -- '--allow-api-server-upstream'"
+# Tenancy: watchNamespaces confines the operator's reads and its RBAC; instance and reserved
+# names become flags.
+check "watchNamespaces: the flag, RoleBindings in each, no cluster-wide Secrets or resources" bash -c "
+  out=\$(helm template sb $chart -n sb --set 'operator.watchNamespaces={team-a,team-b}') &&
+  echo \"\$out\" | grep -A1 -- '- --watch-namespaces' | grep -q '\"team-a,team-b\"' &&
+  echo \"\$out\" | python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+cluster = [d for d in docs if d[\"kind\"] == \"ClusterRole\" and d[\"metadata\"][\"name\"] == \"sb-switchboard-operator\"][0]
+bound = {d[\"metadata\"][\"namespace\"] for d in docs if d[\"kind\"] == \"RoleBinding\" and d[\"roleRef\"][\"name\"] == \"sb-switchboard-operator-namespaced\"}
+assert bound == {\"team-a\", \"team-b\"}, bound
+for rule in cluster[\"rules\"]:
+    assert not set(rule.get(\"resources\", [])) & {\"secrets\", \"mcpservers\", \"configmaps\", \"pods\", \"deployments\"}, rule
+    if \"namespaces\" in rule.get(\"resources\", []):
+        assert rule[\"resourceNames\"] == [\"team-a\", \"team-b\"], rule
+role = [d for d in docs if d[\"kind\"] == \"Role\" and d[\"metadata\"][\"name\"] == \"sb-switchboard-operator\"][0]
+assert any(\"secrets\" in r.get(\"resources\", []) for r in role[\"rules\"]), \"the snapshot Secret needs secrets in sb\"
+' &&
+  ! helm template sb $chart -n sb | grep -q -- '-namespaced'"
+check "instance and reservedNames become flags (names sorted, one entry per namespace)" bash -c "
+  out=\$(helm template sb $chart -n sb --set operator.instance=blue \
+    --set-json 'operator.reservedNames={\"prefixes\":{\"jira\":[\"ops\"],\"github\":[\"platform\",\"ops\"]},\"models\":{\"claude-*\":[\"ml\"]}}') &&
+  echo \"\$out\" | grep -A1 -- '- --instance' | grep -q '\"blue\"' &&
+  echo \"\$out\" | grep -A1 -- '- --reserved-prefixes' | grep -q '\"github=platform,github=ops,jira=ops\"' &&
+  echo \"\$out\" | grep -A1 -- '- --reserved-models' | grep -q '\"claude-\\*=ml\"' &&
+  ! helm template sb $chart -n sb | grep -qE -- '--(instance|reserved-)'"
+check_fails "a watched namespace that is not a namespace name is refused by the schema" "operator/watchNamespaces/0" \
+  helm template sb "$chart" --set 'operator.watchNamespaces={Team_A}'
+# Exposure: Ingress and HTTPRoute, their hosts allowed by the gateway; the operator's NetworkPolicy.
+check "ingress: rules to the gateway Service, hosts join the allowed hosts" bash -c "
+  out=\$(helm template sb $chart -n ns --set gateway.ingress.enabled=true --set 'gateway.ingress.hosts={mcp.example.com}' \
+    --set gateway.ingress.className=nginx --set-json 'gateway.ingress.annotations={\"nginx.ingress.kubernetes.io/proxy-buffering\":\"off\"}') &&
+  echo \"\$out\" | grep -q '^kind: Ingress' && echo \"\$out\" | grep -q 'ingressClassName: nginx' &&
+  echo \"\$out\" | grep -A8 'host: \"mcp.example.com\"' | grep -q 'name: sb-switchboard-gateway' &&
+  echo \"\$out\" | grep -q 'value: \"sb-switchboard-gateway,.*,mcp.example.com\"' &&
+  ! helm template sb $chart -n ns | grep -qE '^kind: (Ingress|HTTPRoute)'"
+check_fails "an Ingress without hosts is refused" "gateway.ingress.enabled needs gateway.ingress.hosts" \
+  helm template sb "$chart" --set gateway.ingress.enabled=true
+check "httpRoute: parentRefs, hostnames, timeouts; hostnames join the allowed hosts" bash -c "
+  out=\$(helm template sb $chart -n ns --set gateway.httpRoute.enabled=true --set 'gateway.httpRoute.hostnames={mcp.example.com}' \
+    --set-json 'gateway.httpRoute.parentRefs=[{\"name\":\"public\",\"namespace\":\"infra\"}]' --set gateway.httpRoute.timeouts.request=0s) &&
+  echo \"\$out\" | grep -q '^kind: HTTPRoute' && echo \"\$out\" | grep -q 'request: 0s' &&
+  echo \"\$out\" | grep -q 'value: \"sb-switchboard-gateway,.*,mcp.example.com\"'"
+check_fails "an HTTPRoute without parentRefs is refused" "gateway.httpRoute.enabled needs gateway.httpRoute.parentRefs" \
+  helm template sb "$chart" --set gateway.httpRoute.enabled=true --set 'gateway.httpRoute.hostnames={a.example}'
+check "operator NetworkPolicy: the stream only from this release's gateway pods" bash -c "
+  helm template sb $chart -n sb --set operator.networkPolicy.enabled=true | python3 -c '
+import sys, yaml
+np = [d for d in yaml.safe_load_all(sys.stdin) if d and d[\"kind\"] == \"NetworkPolicy\"][0]
+assert np[\"metadata\"][\"name\"] == \"sb-switchboard-operator\", np
+assert np[\"spec\"][\"podSelector\"][\"matchLabels\"][\"app.kubernetes.io/component\"] == \"operator\", np
+(rule,) = np[\"spec\"][\"ingress\"]
+assert rule[\"ports\"] == [{\"port\": \"snapshot\", \"protocol\": \"TCP\"}], rule
+assert rule[\"from\"] == [{\"podSelector\": {\"matchLabels\": {\"app.kubernetes.io/name\": \"switchboard\", \"app.kubernetes.io/instance\": \"sb\", \"app.kubernetes.io/component\": \"gateway\"}}}], rule
+'"
+check "gateway.settings reach the operator whatever the stream's TLS mode" bash -c "
+  for mode in managed off; do
+    helm template sb $chart -n sb --set gateway.settings.maxBodyBytes=1024 --set operator.deliveryTls.mode=\$mode |
+      grep -q -- '- --gateway-settings' || { echo \"mode \$mode: no --gateway-settings\"; exit 1; }
+  done"
 check "secretSelector becomes --secret-selector, and no flag without it" bash -c "
   helm template sb $chart -n sb --set operator.secretSelector=switchboard.dev/credential=true |
     grep -A1 -- '- --secret-selector' | grep -q '\"switchboard.dev/credential=true\"' &&
@@ -301,8 +377,10 @@ check_fails "autoscaling without any target is refused" "needs targetCPUUtilizat
   helm template sb "$chart" --set gateway.autoscaling.enabled=true --set gateway.autoscaling.targetCPUUtilizationPercentage=0
 check_fails "an existing gateway SA must be named" "gateway.serviceAccount.name is required" \
   helm template sb "$chart" --set gateway.serviceAccount.create=false
-check_fails "kubeVersion < 1.35 is refused" "incompatible with Kubernetes" \
-  helm template sb "$chart" --kube-version 1.34.0
+check_fails "kubeVersion < 1.31 is refused" "incompatible with Kubernetes" \
+  helm template sb "$chart" --kube-version 1.30.14
+check "kubeVersion 1.31 (the oldest the Kubernetes suite runs against) is accepted" \
+  helm template sb "$chart" --kube-version 1.31.14
 
 # ---- 3. a real kube-apiserver ----------------------------------------------------------------
 dir=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-helm.XXXXXX")

@@ -89,7 +89,8 @@ The operator's CA Secret and trust bundle ConfigMap (operator.deliveryTls.mode m
 {{- end }}
 
 {{/*
-Host names the gateway accepts: its Service's DNS names, the publicUrl host, gateway.allowedHosts.
+Host names the gateway accepts: its Service's DNS names, the publicUrl host, gateway.allowedHosts,
+and the Ingress hosts and HTTPRoute hostnames when those are enabled.
 */}}
 {{- define "switchboard.gateway.allowedHosts" -}}
 {{- $svc := include "switchboard.gateway.fullname" . }}
@@ -103,6 +104,16 @@ Host names the gateway accepts: its Service's DNS names, the publicUrl host, gat
 {{- end }}
 {{- range .Values.gateway.allowedHosts }}
 {{- $hosts = append $hosts . }}
+{{- end }}
+{{- if .Values.gateway.ingress.enabled }}
+{{- range .Values.gateway.ingress.hosts }}
+{{- $hosts = append $hosts . }}
+{{- end }}
+{{- end }}
+{{- if .Values.gateway.httpRoute.enabled }}
+{{- range .Values.gateway.httpRoute.hostnames }}
+{{- $hosts = append $hosts . }}
+{{- end }}
 {{- end }}
 {{- $hosts | uniq | join "," }}
 {{- end }}
@@ -281,4 +292,72 @@ OpenTelemetry export (tracing.*), the same for both components: include with
 {{- fail (printf "gateway.audit.log: %q is not stdout, off or an absolute file path" $log) }}
 {{- end }}
 {{- $log }}
+{{- end }}
+
+{{/*
+Reserved names (operator.reservedNames.prefixes / .models: name -> list of namespaces) as the
+operator's `<name>=<namespace>,...` flag value; names in sorted order.
+*/}}
+{{- define "switchboard.reservations" -}}
+{{- $entries := list }}
+{{- range $name := keys . | sortAlpha }}
+{{- range $namespace := index $ $name }}
+{{- $entries = append $entries (printf "%s=%s" $name $namespace) }}
+{{- end }}
+{{- end }}
+{{- join "," $entries }}
+{{- end }}
+
+{{/*
+The operator's RBAC rules (operator-rbac.yaml): what it needs in each namespace it watches, and
+what has no namespace.
+*/}}
+{{- define "switchboard.operator.namespacedRules" }}
+  # Read the resources users write.
+  - apiGroups: ["switchboard.dev"]
+    resources: ["mcpservers", "mcpvirtualservers", "mcpkeys", "modelroutes", "identityproviders"]
+    verbs: ["get", "list", "watch"]
+  # Write their status (server-side apply is a patch).
+  - apiGroups: ["switchboard.dev"]
+    resources: ["mcpservers/status", "mcpvirtualservers/status", "mcpkeys/status", "modelroutes/status", "identityproviders/status"]
+    verbs: ["get", "patch", "update"]
+  # Referenced credentials, generated key Secrets, and the snapshot Secret. No delete: key
+  # Secrets are owned by their McpKey and go away by garbage collection.
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["get", "list", "watch", "create", "update", "patch"]
+  # ConfigMaps holding CA bundles (McpServer/ModelRoute spec.tls.caBundle.configMapKeyRef) and
+  # OpenAPI documents (McpServer spec.openapi.document.configMapKeyRef).
+  # Read only.
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["get", "list", "watch"]
+  # McpServer spec.run: the Deployment, Services and autoscaler of each server the operator
+  # runs (all owned by their McpServer, deleted with it), and its pods' status (read only,
+  # selected by the operator's labels).
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  - apiGroups: [""]
+    resources: ["services"]
+    verbs: ["get", "create", "patch", "delete"]
+  - apiGroups: ["autoscaling"]
+    resources: ["horizontalpodautoscalers"]
+    verbs: ["get", "create", "patch", "delete"]
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["get", "list", "watch"]
+  # Events on transitions.
+  - apiGroups: ["", "events.k8s.io"]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+{{- end }}
+{{- define "switchboard.operator.clusterRules" }}
+  # Authenticate gateway replicas by their ServiceAccount tokens.
+  - apiGroups: ["authentication.k8s.io"]
+    resources: ["tokenreviews"]
+    verbs: ["create"]
+  # Read the ServiceAccount issuer's public keys, which the gateways verify workload tokens with.
+  - nonResourceURLs: ["/.well-known/openid-configuration", "/openid/v1/jwks"]
+    verbs: ["get"]
 {{- end }}
