@@ -47,11 +47,13 @@ pub struct IdentityProviderSpec {
     /// Signature algorithms accepted (default `RS256`, `ES256`). Never `none`, never HMAC.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 9))]
+    #[schemars(extend("default" = ["RS256", "ES256"]))]
     pub algorithms: Vec<SigningAlgorithm>,
     /// How far the gateway's clock may be from the provider's for `exp` and `nbf` (default
     /// `60s`, at most `10m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(ms|s|m)$"))]
+    #[schemars(extend("default" = "60s"))]
     pub clock_skew: Option<String>,
     /// Which claims name the person and their groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,14 +93,17 @@ pub struct Brokered {
     /// Scopes asked of the provider (default `openid`; must include it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
+    #[schemars(extend("default" = ["openid"]))]
     pub scopes: Vec<String>,
     /// Lifetime of the gateway's access tokens (default `5m`, 30s to 1h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(s|m|h)$"))]
+    #[schemars(extend("default" = "5m"))]
     pub access_token_ttl: Option<String>,
     /// How long a login lasts without logging in again (default `8h`, at most 24h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(s|m|h)$"))]
+    #[schemars(extend("default" = "8h"))]
     pub refresh_token_ttl: Option<String>,
 }
 
@@ -140,10 +145,12 @@ pub struct IdentityClaims {
     /// The person (default `sub`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[^.\s]+(\.[^.\s]+)*$"), length(max = 256))]
+    #[schemars(extend("default" = "sub"))]
     pub subject: Option<String>,
     /// Their groups: a string or an array of strings (default `groups`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[^.\s]+(\.[^.\s]+)*$"), length(max = 256))]
+    #[schemars(extend("default" = "groups"))]
     pub groups: Option<String>,
 }
 

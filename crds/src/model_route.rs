@@ -64,10 +64,12 @@ pub struct ModelRouteSpec {
     /// Bound on every single provider call, a whole stream included (e.g. `10m`). Default 10m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    #[schemars(extend("default" = "10m"))]
     pub timeout: Option<String>,
     /// Most model calls one client request may cause while gateway tools run. Default 8.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 64))]
+    #[schemars(extend("default" = 8))]
     pub max_iterations: Option<i32>,
     /// Tools of McpServers attached to this model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -113,10 +115,12 @@ pub struct ModelTools {
     /// `never` (default): the gateway runs the model's calls of these tools itself. `always`:
     /// the calls go to the client as ordinary tool calls, for it to run or refuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "never"))]
     pub require_approval: Option<RequireApproval>,
     /// `hidden` (default): the client never sees these tools, their calls or results.
     /// `visible`: they are shown the way the provider shows server-side tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "hidden"))]
     pub visibility: Option<ToolVisibility>,
 }
 

@@ -42,6 +42,7 @@ pub struct Run {
     pub env_from: Vec<EnvFromSource>,
     /// `stdio` (default) or `streamableHttp`.
     #[serde(default)]
+    #[schemars(extend("default" = "stdio"))]
     pub transport: RunTransport,
     /// streamableHttp: the port the server listens on (default 8080).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,6 +55,7 @@ pub struct Run {
     /// Pods (default 1); ignored while `autoscaling` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1000))]
+    #[schemars(extend("default" = 1))]
     pub replicas: Option<i32>,
     /// A HorizontalPodAutoscaler on CPU for the Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -119,6 +121,7 @@ pub struct Autoscaling {
     /// Fewest pods (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
+    #[schemars(extend("default" = 1))]
     pub min_replicas: Option<i32>,
     /// Most pods the autoscaler may run.
     #[schemars(range(min = 1, max = 1000))]
@@ -126,6 +129,7 @@ pub struct Autoscaling {
     /// Average CPU utilization to hold, percent of the request (default 80).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
+    #[schemars(extend("default" = 80))]
     pub target_cpu_utilization_percentage: Option<i32>,
 }
 

@@ -64,6 +64,7 @@ pub struct McpServerSpec {
     /// Bound on every upstream request, the handshake included (e.g. `30s`, `1m`). Default 30s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    #[schemars(extend("default" = "30s"))]
     pub timeout: Option<String>,
     /// Bound on a whole paginated listing; the budget is max(timeout, listingTimeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,6 +240,7 @@ pub struct OAuth2ClientCredentials {
     pub audience: Option<String>,
     /// `clientSecretPost` (default) or `clientSecretBasic`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "clientSecretPost"))]
     pub client_auth: Option<ClientAuth>,
 }
 
@@ -265,13 +267,16 @@ pub struct TokenExchange {
     pub scopes: Vec<String>,
     /// Default `urn:ietf:params:oauth:token-type:access_token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "urn:ietf:params:oauth:token-type:access_token"))]
     pub subject_token_type: Option<String>,
     /// `clientSecretPost` (default) or `clientSecretBasic`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "clientSecretPost"))]
     pub client_auth: Option<ClientAuth>,
     /// Most exchanged tokens kept. Default 10000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
+    #[schemars(extend("default" = 10000))]
     pub cache_size: Option<i64>,
 }
 

@@ -8,6 +8,11 @@
 #   tests/k8s/build-binaries.sh            build (or reuse) and print the bin dir last
 #   tests/k8s/build-binaries.sh --node     the same, node components included
 #   tests/k8s/build-binaries.sh --bin-dir  only print the bin dir (no build, no checks)
+#   tests/k8s/build-binaries.sh --oldest   the oldest kube-apiserver the chart claims
+#                                          (OLDEST_K8S_VERSION) in its own bin dir, with
+#                                          this etcd, kubectl and helm linked beside it; prints
+#                                          that dir (use it as SWITCHBOARD_K8S_BIN)
+#   tests/k8s/build-binaries.sh --oldest-bin-dir   only print that dir
 #
 # Cache: ${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/k8s/v<K8S_VERSION>/bin
 # Go state (GOPATH, GOMODCACHE, GOCACHE) lives in .../k8s/go so CI reuses it.
@@ -21,6 +26,10 @@ ETCD_VERSION=3.6.6     # build/dependencies.yaml "etcd" of k8s v1.35.8
 HELM_VERSION=3.20.2    # helm v3 built against client-go v0.35
 COREDNS_VERSION=1.14.7 # cluster DNS for the one-node cluster (--node)
 CNI_VERSION=1.9.1      # github.com/containernetworking/plugins (--node)
+# The oldest API server the chart claims (charts/switchboard/Chart.yaml kubeVersion): the
+# Kubernetes suite runs against it too (--oldest). Only kube-apiserver is built at this version;
+# etcd 3.6 serves it (the etcd v3 API it uses is the same), kubectl and helm are the newest.
+OLDEST_K8S_VERSION=1.31.14
 # ----------------------------------------------------------------------------
 
 K8S_MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
@@ -35,11 +44,27 @@ CORE=(kube-apiserver kubectl etcd helm)
 NODE=(kubelet kube-controller-manager kube-scheduler kube-proxy coredns)
 CNI_PLUGINS=(bridge host-local loopback portmap)
 WANT=("${CORE[@]}")
+NODE_WANTED=false
+OLDEST=false
 case "${1:-}" in
   --bin-dir) echo "$BIN"; exit 0 ;;
-  --node) WANT+=("${NODE[@]}") ;;
+  --oldest-bin-dir) echo "$CACHE_ROOT/v$OLDEST_K8S_VERSION/bin"; exit 0 ;;
+  --node) WANT+=("${NODE[@]}"); NODE_WANTED=true ;;
+  --oldest)
+    # The newest first: its etcd, kubectl and helm are linked into the oldest's bin dir.
+    NEWEST_BIN=$("$0") || exit 1
+    OLDEST=true
+    K8S_VERSION=$OLDEST_K8S_VERSION
+    K8S_MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
+    STAGING_VERSION="0.${K8S_VERSION#1.}"
+    VDIR="$CACHE_ROOT/v$K8S_VERSION"
+    BIN="$VDIR/bin"
+    WANT=(kube-apiserver)
+    mkdir -p "$BIN"
+    for b in etcd kubectl helm; do ln -sfn "$NEWEST_BIN/$b" "$BIN/$b"; done
+    ;;
   "") ;;
-  *) echo "usage: $0 [--node|--bin-dir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--node|--oldest|--bin-dir|--oldest-bin-dir]" >&2; exit 2 ;;
 esac
 
 log() { echo "[build-binaries $(date +%H:%M:%S)] $*"; }
@@ -69,7 +94,7 @@ check_one() { # name -> 0 if $BIN/name exists and reports the pinned version
 }
 all_ok() {
   local b; for b in "${WANT[@]}"; do check_one "$b" || return 1; done
-  [[ ${#WANT[@]} -eq ${#CORE[@]} ]] || check_one cni
+  ! $NODE_WANTED || check_one cni
 }
 
 if all_ok; then
@@ -130,7 +155,7 @@ build_kubernetes() {
   # etcd pin sanity check: the server version this release is tested with.
   local pinned
   pinned=$(awk '/name: "etcd"$/{f=1;next} f&&/version:/{print $2; exit}' "$dir/build/dependencies.yaml")
-  [[ "$pinned" == "$ETCD_VERSION" ]] \
+  $OLDEST || [[ "$pinned" == "$ETCD_VERSION" ]] \
     || die "k8s v$K8S_VERSION pins etcd '$pinned' (build/dependencies.yaml) but ETCD_VERSION=$ETCD_VERSION; update the pin at the top of $0"
 
   staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$gomod")
@@ -164,7 +189,8 @@ build_kubernetes() {
   done
 
   local cmd cmds=(kube-apiserver kubectl)
-  [[ ${#WANT[@]} -eq ${#CORE[@]} ]] || cmds+=(kubelet kube-controller-manager kube-scheduler kube-proxy)
+  $OLDEST && cmds=(kube-apiserver)
+  ! $NODE_WANTED || cmds+=(kubelet kube-controller-manager kube-scheduler kube-proxy)
   for cmd in "${cmds[@]}"; do
     check_one "$cmd" && { log "$cmd already built"; continue; }
     log "building $cmd (slow on first run: downloads + compiles ~2k packages)"
@@ -291,7 +317,7 @@ build_cni() {
 build_kubernetes
 build_etcd
 build_helm
-if [[ ${#WANT[@]} -ne ${#CORE[@]} ]]; then
+if $NODE_WANTED; then
   build_coredns
   build_cni
 fi
