@@ -160,6 +160,46 @@ impl<K: kube::Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
     }
 }
 
+/// How long a kind's first listing is waited for before asking whether its CRD is installed.
+const CRD_CHECK_AFTER: Duration = Duration::from_secs(5);
+
+/// Waits for a custom kind's first listing; when its CRD is not installed (the API answers 404),
+/// goes on without it, so that an operator newer than the cluster's CRDs still serves the kinds
+/// that exist. Its watch keeps retrying: once the CRD is applied, its resources arrive like any
+/// change. A kind whose listing is slow for any other reason is waited for (rendering without
+/// it would drop its resources from the snapshot).
+async fn ready_or_absent<K>(
+    cache: &Cache<K>,
+    apis: Vec<Api<K>>,
+) -> Result<(), reflector::store::WriterDropped>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + 'static,
+{
+    loop {
+        if let Ok(ready) = tokio::time::timeout(CRD_CHECK_AFTER, cache.wait_until_ready()).await {
+            return ready;
+        }
+        let Some(api) = apis.first() else {
+            return Ok(());
+        };
+        match api
+            .list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                tracing::warn!(
+                    crd = %format!("{}.{}", K::plural(&()), K::group(&())),
+                    "this kind's CRD is not installed: serving without it until it is \
+                     (kubectl apply --server-side -f the chart's crds/)"
+                );
+                return Ok(());
+            }
+            // Listable (the watch is about to be ready), or another error the watch retries.
+            _ => continue,
+        }
+    }
+}
+
 /// The APIs a namespaced kind is watched through: the whole cluster, or each listed namespace.
 fn apis<K>(client: &kube::Client, namespaces: Option<&BTreeSet<String>>) -> Vec<Api<K>>
 where
@@ -352,11 +392,11 @@ impl Controller {
             );
         }
         let ready = vec![
-            servers.wait_until_ready().await,
-            virtual_servers.wait_until_ready().await,
-            keys.wait_until_ready().await,
-            models.wait_until_ready().await,
-            identity_providers.wait_until_ready().await,
+            ready_or_absent(&servers, apis(client, watched)).await,
+            ready_or_absent(&virtual_servers, apis(client, watched)).await,
+            ready_or_absent(&keys, apis(client, watched)).await,
+            ready_or_absent(&models, apis(client, watched)).await,
+            ready_or_absent(&identity_providers, apis(client, watched)).await,
             config_maps.wait_until_ready().await,
             namespaces.wait_until_ready().await,
             secrets.wait_until_ready().await,

@@ -7,14 +7,15 @@
 - VS Code's `.vscode/mcp.json` and Cursor's `mcp.json`: parsed against the shapes those clients
   document (top-level keys, a server's `type`/`url`/`headers`, VS Code's `${input:...}` naming a
   declared input), and their URL and headers (inputs filled in) open an MCP session on the gateway.
-- The MCP Python SDK snippet runs as written (URL and key substituted) and prints the tools and
-  the call's result; the Anthropic and OpenAI SDK snippets reach their models through the
+- The MCP Python and TypeScript SDK snippets run as written (URL and key substituted) and print
+  the tools and the call's result; the Anthropic and OpenAI SDK snippets reach their models through the
   gateway's LLM endpoints (a scripted provider behind them).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import httpx
 from claude_cli import claude_ok, describe, run_claude
 from harness import REPO_ROOT, gateway_config, key, new_secret, server
 from llm_harness import model, start_provider, text, tool_use
+from ts_client import require_node
 
 DOC = REPO_ROOT / "docs" / "clients.md"
 EXAMPLE_URL = "https://mcp.example.com"
@@ -129,6 +131,23 @@ def test_the_python_sdk_snippet_runs_as_written(gateways, rust_upstream, tmp_pat
     assert "demo__add" in names, p.stdout
     assert "5" in result, p.stdout
     assert Path(script).read_text().count(secret) == 1
+
+
+def test_the_typescript_sdk_snippet_runs_as_written(gateways, rust_upstream):
+    node, modules = require_node()
+    gw, secret, base = world(gateways, rust_upstream)
+    # Beside the installed node_modules, so its bare import resolves the way a user's project does.
+    script = modules / f"clients-doc-{os.getpid()}.mjs"
+    script.write_text(live(snippet("typescript-mcp-sdk"), base, secret))
+    try:
+        p = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60)
+    finally:
+        script.unlink()
+    assert p.returncode == 0, p.stderr[-3000:]
+    # (console.log prints the name array over several lines; the result is the last line)
+    names, result = p.stdout.strip().rsplit("\n", 1)
+    assert "'demo__add'" in names, p.stdout
+    assert json.loads(result)["result"] == 5, p.stdout
 
 
 def test_the_llm_sdk_snippets_reach_their_models_through_the_gateway(gateways, procs, rust_upstream, tmp_path):

@@ -200,6 +200,8 @@ check "gateway.settings: a ConfigMap in the file's shape, the operator's flag an
   ! helm template sb $chart -n sb | grep -q -- '--gateway-settings'"
 # values.schema.json: generated from values.yaml, refuses unknown keys and wrong types by name.
 check "values.schema.json is what charts/values-schema.py makes of values.yaml" python3 charts/values-schema.py --check
+check "docs/api-reference.md is what crds/api-reference.py makes of crds/*.yaml" python3 crds/api-reference.py --check
+check "charts/argocd/argocd-cm.yaml is what charts/argocd/generate.py makes of health.lua" python3 charts/argocd/generate.py --check
 check_fails "a misspelled key is refused, naming it" "additional properties 'replica' not allowed" \
   helm template sb $chart --set gateway.replica=3
 check_fails "a wrong type is refused, naming the key" "/gateway/replicas': got string, want integer" \
