@@ -173,7 +173,11 @@ async fn ready_or_absent<K>(
     apis: Vec<Api<K>>,
 ) -> Result<(), reflector::store::WriterDropped>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + 'static,
 {
     loop {
         if let Ok(ready) = tokio::time::timeout(CRD_CHECK_AFTER, cache.wait_until_ready()).await {

@@ -173,6 +173,15 @@ assert np[\"spec\"][\"podSelector\"][\"matchLabels\"][\"app.kubernetes.io/compon
 assert rule[\"ports\"] == [{\"port\": \"snapshot\", \"protocol\": \"TCP\"}], rule
 assert rule[\"from\"] == [{\"podSelector\": {\"matchLabels\": {\"app.kubernetes.io/name\": \"switchboard\", \"app.kubernetes.io/instance\": \"sb\", \"app.kubernetes.io/component\": \"gateway\"}}}], rule
 '"
+check "gateway.overload becomes the gateway's env (defaults are the binary's)" bash -c "
+  out=\$(helm template sb $chart -n sb --set gateway.overload.maxInFlight=64 --set gateway.overload.maxQueueDelay=25ms --set gateway.overload.maxConnections=500) &&
+  echo \"\$out\" | grep -A1 'name: SWITCHBOARD_MAX_IN_FLIGHT' | grep -q 'value: \"64\"' &&
+  echo \"\$out\" | grep -A1 'name: SWITCHBOARD_MAX_QUEUE_DELAY' | grep -q 'value: \"25ms\"' &&
+  echo \"\$out\" | grep -A1 'name: SWITCHBOARD_MAX_CONNECTIONS' | grep -q 'value: \"500\"' &&
+  helm template sb $chart -n sb | grep -A1 'name: SWITCHBOARD_MAX_IN_FLIGHT' | grep -q 'value: \"0\"' &&
+  grep -q 'default_value_t = 0)\]' <(grep -A1 'SWITCHBOARD_MAX_IN_FLIGHT' gateway/src/main.rs) &&
+  grep -q 'default_value = \"10ms\"' <(grep 'SWITCHBOARD_MAX_QUEUE_DELAY' gateway/src/main.rs) &&
+  grep -q 'default_value_t = 10_000' <(grep 'SWITCHBOARD_MAX_CONNECTIONS' gateway/src/main.rs)"
 check "gateway.settings reach the operator whatever the stream's TLS mode" bash -c "
   for mode in managed off; do
     helm template sb $chart -n sb --set gateway.settings.maxBodyBytes=1024 --set operator.deliveryTls.mode=\$mode |
