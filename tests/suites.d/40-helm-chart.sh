@@ -420,6 +420,27 @@ check "re-apply is a no-op without conflicts" \
 check "CRDs Established" kubectl wait --for=condition=Established --timeout=30s \
   crd/mcpservers.switchboard.dev crd/mcpvirtualservers.switchboard.dev crd/mcpkeys.switchboard.dev crd/modelroutes.switchboard.dev
 check "CRDs served (kubectl get mcpservers,mcpvirtualservers,mcpkeys,modelroutes -A)" kubectl get mcpservers,mcpvirtualservers,mcpkeys,modelroutes -A
+# Acceptance 4 (issue 25): what `kubectl explain` shows, field by field, from the served schema.
+check "kubectl explain: every kind and every field has a description" python3 tests/k8s/explain-check.py
+check "control: a field whose description is removed is named by the explain check" tests/k8s/explain-control.sh
+# The Ingress and the HTTPRoute against the API server's schemas (the Gateway API's own CRDs,
+# standard channel, from its Go module).
+gateway_api=$(tests/k8s/gateway-api-crds.sh) || bad "tests/k8s/gateway-api-crds.sh"
+check "Gateway API CRDs applied (standard channel)" kubectl apply --server-side -f "$gateway_api"
+check "Gateway API CRDs Established" kubectl wait --for=condition=Established --timeout=30s crd/httproutes.gateway.networking.k8s.io
+exposure_values=(--set gateway.ingress.enabled=true --set 'gateway.ingress.hosts={mcp.example.com}'
+  --set gateway.ingress.className=nginx --set 'gateway.ingress.tls[0].hosts={mcp.example.com}'
+  --set 'gateway.ingress.tls[0].secretName=mcp-tls' --set gateway.httpRoute.enabled=true
+  --set 'gateway.httpRoute.hostnames={mcp.example.com}' --set 'gateway.httpRoute.parentRefs[0].name=public'
+  --set 'gateway.httpRoute.parentRefs[0].namespace=infra' --set gateway.httpRoute.timeouts.request=0s
+  --set operator.networkPolicy.enabled=true --set gateway.networkPolicy.enabled=true)
+check "Ingress, HTTPRoute and both NetworkPolicies pass the API server's validation (server dry-run)" bash -c "
+  helm template $rel $chart --namespace $ns ${exposure_values[*]} --show-only templates/gateway-ingress.yaml \
+    --show-only templates/gateway-httproute.yaml --show-only templates/operator-networkpolicy.yaml \
+    --show-only templates/gateway-networkpolicy.yaml | kubectl apply --dry-run=server -f - | grep -c 'created (server dry run)' | grep -qx 4"
+check_fails "control: an HTTPRoute the Gateway API schema refuses is refused" "Unsupported value" bash -c "
+  helm template $rel $chart --namespace $ns ${exposure_values[*]} --show-only templates/gateway-httproute.yaml |
+    sed 's/type: PathPrefix/type: Anywhere/' | kubectl apply --dry-run=server -f -"
 check "objects exist" kubectl -n "$ns" get \
   "deploy/$op" "deploy/$gw" "svc/$op" "svc/$gw" "pdb/$op" "pdb/$gw" "sa/$op" "sa/$gw" \
   "role/$op" "rolebinding/$op" "clusterrole/$op" "clusterrolebinding/$op"
