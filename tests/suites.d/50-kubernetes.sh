@@ -45,22 +45,40 @@ started=$(date +%s)
 passed=0
 failed=0
 summary=""
-for pass in $passes; do
+work=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-k8s-e2e.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+run_pass() { # PASS: pytest against that API server; output in $work/PASS.log, counts in $work/PASS.result
+  local pass=$1 bin version prc=0 counts
   case "$pass" in
     newest) bin=$(tests/k8s/build-binaries.sh --bin-dir) ;;
     oldest) bin=$(tests/k8s/build-binaries.sh --oldest-bin-dir) ;;
-    *) fail "SWITCHBOARD_K8S_PASSES: unknown pass '$pass' (newest, oldest)" ;;
   esac
   version=$("$bin/kube-apiserver" --version)
-  echo "=== 50-kubernetes: $pass API server ($version, $bin)"
-  report=$(mktemp "${TMPDIR:-/tmp}/switchboard-k8s-e2e.XXXXXX.xml")
-  prc=0
-  # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
-  SWITCHBOARD_K8S_BIN="$bin" "$venv/bin/python" -m pytest tests/k8s_e2e -q --junitxml="$report" ${PYTEST_ARGS:-} || prc=$?
+  {
+    echo "=== 50-kubernetes: $pass API server ($version, $bin)"
+    # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+    SWITCHBOARD_K8S_BIN="$bin" "$venv/bin/python" -m pytest tests/k8s_e2e -q -p no:cacheprovider \
+      --junitxml="$work/$pass.xml" ${PYTEST_ARGS:-} || prc=$?
+  } >"$work/$pass.log" 2>&1
   # "N passed, N failed" from the JUnit report (errors and failures both count as failed).
-  counts=$("$venv/bin/python" tests/junit_counts.py "$report" || true)
-  rm -f "$report"
-  read -r p f <<<"${counts:-0 0}"
+  counts=$("$venv/bin/python" tests/junit_counts.py "$work/$pass.xml" 2>/dev/null || true)
+  echo "${counts:-0 0} $prc $version" >"$work/$pass.result"
+}
+for pass in $passes; do
+  [[ "$pass" == newest || "$pass" == oldest ]] || fail "SWITCHBOARD_K8S_PASSES: unknown pass '$pass' (newest, oldest)"
+done
+# The passes run side by side by default (SWITCHBOARD_K8S_PARALLEL=0: one after the other): each
+# test module has its own API server on its own ports, and most of a test is waiting on one.
+if [[ "${SWITCHBOARD_K8S_PARALLEL:-1}" == 1 ]]; then
+  pids=()
+  for pass in $passes; do run_pass "$pass" & pids+=($!); done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+else
+  for pass in $passes; do run_pass "$pass"; done
+fi
+for pass in $passes; do
+  cat "$work/$pass.log"
+  read -r p f prc version <"$work/$pass.result"
   if ((prc != 0 && f == 0)); then f=1; fi  # pytest failed before/outside any test
   if ((prc != 0)); then rc=$prc; fi
   passed=$((passed + p))
