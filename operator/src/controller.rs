@@ -218,23 +218,37 @@ where
     }
 }
 
-/// Caches a kind (the objects `config` selects through each of `apis`, each after `trim`) and
-/// wakes `dirty` on every change.
-fn watch_into<K>(
-    apis: Vec<Api<K>>,
-    config: watcher::Config,
-    trim: fn(&mut K),
-    dirty: Arc<Notify>,
-) -> Cache<K>
-where
+/// What a watched kind is: an API object the reflector can decode, keep and share.
+trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// Caches a kind (the objects `config` selects through each of `apis`, each after `trim`) and
+/// wakes `dirty` on every change.
+fn watch_into<K: Watched>(
+    apis: Vec<Api<K>>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    dirty: Arc<Notify>,
+) -> Cache<K> {
     Cache(
         apis.into_iter()
             .map(|api| watch_one(api, config.clone(), trim, dirty.clone()))
@@ -242,21 +256,13 @@ where
     )
 }
 
-fn watch_one<K>(
+/// Caches the objects `config` selects through one API (see [`watch_into`]).
+fn watch_one<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
     dirty: Arc<Notify>,
-) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
+) -> Store<K> {
     let (store, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, config).modify(trim))
         .default_backoff()

@@ -6,6 +6,7 @@ log's tail and the command that installs it."""
 
 from __future__ import annotations
 
+import fcntl
 import html
 import json
 import os
@@ -202,6 +203,20 @@ def start(logdir: Path) -> Keycloak:
     home_path = Path(home)
     imports = home_path / "data" / "import"
     imports.mkdir(parents=True, exist_ok=True)
+    # The realm file (with this start's passwords) is read from the installation's one import
+    # folder: a second start at the same time (the Kubernetes suite runs two API-server passes
+    # side by side) would overwrite it before this Keycloak imported it. One start at a time
+    # holds the folder until its realm is served.
+    lock = (home_path / "data" / ".import.lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        return _start_locked(home_path, imports, java_home, logdir)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+
+def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) -> Keycloak:
     # Every start gets passwords and client secrets of its own (the repository holds none).
     realm = json.loads(REALM_FILE.read_text())
     realm.pop("_comment", None)
