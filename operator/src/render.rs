@@ -500,15 +500,14 @@ fn render_models(
                 let reserved = spec
                     .client_names()
                     .find_map(|n| input.reservations.check(NameKind::Model, n, &key.0).err());
-                match taken {
-                    _ if reserved.is_some() => {
-                        Verdict::rejected(Reason::NameReserved, reserved.unwrap_or_default())
-                    }
-                    Some((name, owner)) => Verdict::rejected(
+                match (reserved, taken) {
+                    // (a reservation wins over an older claim: that is what it is for)
+                    (Some(message), _) => Verdict::rejected(Reason::NameReserved, message),
+                    (None, Some((name, owner))) => Verdict::rejected(
                         Reason::ModelNameConflict,
                         format!("model name {name:?} is already used by ModelRoute {owner}"),
                     ),
-                    None => match check_model_alone(&spec, &attachable, &input.settings) {
+                    (None, None) => match check_model_alone(&spec, &attachable, &input.settings) {
                         Err(message) => Verdict::rejected(Reason::InvalidSpec, message),
                         Ok(()) => {
                             for name in spec.client_names() {
