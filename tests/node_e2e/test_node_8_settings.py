@@ -23,7 +23,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import re
-import time
 
 import httpx
 import pytest
@@ -95,12 +94,20 @@ def call(url: str, key: str, name: str, arguments: dict, headers: dict | None = 
     )
 
 
+def upstream_calls() -> int:
+    """tools/call requests the example upstream pod has received (counted on arrival)."""
+    ip = pods("app=upstream", "apps")[0]["status"]["podIP"]
+    return httpx.get(f"http://{ip}:8931/_stats", timeout=5).json()["by_method"].get("tools/call", 0)
+
+
 def in_flight_pair(pod_ip: str, key: str) -> tuple[int, int]:
-    """A slow call to one pod and, while it is in flight, a quick one: their statuses."""
+    """A slow call to one pod and, once the upstream has it (so it is in flight on the pod), a
+    quick one to the same pod: their statuses."""
     url = f"http://{pod_ip}:8080"
+    before = upstream_calls()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         slow = pool.submit(call, url, key, "demo__slow", {"ms": 3000})
-        time.sleep(0.5)  # (not synchronisation of the result: the slow call lasts 3 s)
+        wait(lambda: upstream_calls() > before, 10, "the slow call to reach the upstream", interval=0.05)
         quick = call(url, key, "demo__add", {"a": 1, "b": 1})
         return slow.result().status_code, quick.status_code
 
