@@ -1,6 +1,6 @@
 """Issue 25 item 5: Argo CD health checks for the Switchboard kinds (charts/argocd/health.lua,
 installed per kind by charts/argocd/argocd-cm.yaml), run in gopher-lua (the Lua Argo CD embeds,
-built by tests/setup-glua.sh) against objects as the real operator left them:
+built by `tests/setup-go-tool.sh glua`) against objects as the real operator left them:
 
 - a ready McpServer, its McpKey and a ready ModelRoute are Healthy;
 - an McpServer whose Secret is missing and a ModelRoute whose key Secret is missing are
@@ -31,10 +31,10 @@ KINDS = ["McpServer", "McpVirtualServer", "McpKey", "ModelRoute", "IdentityProvi
 def glua() -> Path:
     path = os.environ.get("SWITCHBOARD_GLUA")
     if not path:
-        p = subprocess.run([str(REPO_ROOT / "tests" / "setup-glua.sh")], capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, f"tests/setup-glua.sh failed (it builds gopher-lua's glua from the Go module proxy):\n{p.stderr}"
+        p = subprocess.run([str(REPO_ROOT / "tests" / "setup-go-tool.sh"), "glua"], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, f"tests/setup-go-tool.sh glua failed (it builds gopher-lua's glua from the Go module proxy):\n{p.stderr}"
         path = p.stdout.strip().splitlines()[-1]
-    assert os.access(path, os.X_OK), f"no glua at {path}: run tests/setup-glua.sh"
+    assert os.access(path, os.X_OK), f"no glua at {path}: run tests/setup-go-tool.sh glua"
     return Path(path)
 
 

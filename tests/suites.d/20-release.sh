@@ -3,7 +3,7 @@
 #
 #   tests/run-all.sh 20-release       (or: bash tests/suites.d/20-release.sh)
 #
-# 1. actionlint (built once from the Go module proxy by tests/setup-actionlint.sh) passes every
+# 1. actionlint (built once from the Go module proxy by tests/setup-go-tool.sh actionlint) passes every
 #    workflow under .github/workflows, and fails on a planted mistake (proof it reads them).
 # 2. The release workflow signs each image and the chart keyless (cosign, id-token), attaches
 #    provenance and an SBOM, and pushes the chart to an OCI registry.
@@ -19,7 +19,7 @@ source tests/check-helpers.bash
 workflow=.github/workflows/release.yml
 chart=charts/switchboard
 
-actionlint="$(tests/setup-actionlint.sh)" || { echo "tests/setup-actionlint.sh failed"; echo "0 passed, 1 failed"; exit 1; }
+actionlint="$(tests/setup-go-tool.sh actionlint)" || { echo "tests/setup-go-tool.sh actionlint failed"; echo "0 passed, 1 failed"; exit 1; }
 tests/k8s/build-binaries.sh >&2 || { echo "tests/k8s/build-binaries.sh failed (helm)"; echo "0 passed, 1 failed"; exit 1; }
 helm="$(tests/k8s/build-binaries.sh --bin-dir)/helm"
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-release.XXXXXX")

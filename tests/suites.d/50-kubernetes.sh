@@ -24,7 +24,7 @@ fail() { echo "50-kubernetes: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
 # Kubernetes binaries (built once from Go modules, cached; instant when present).
 tests/k8s/build-binaries.sh >&2 || fail "tests/k8s/build-binaries.sh failed"
 # gopher-lua's glua, for the Argo CD health checks (test_argocd_health.py).
-SWITCHBOARD_GLUA=$(tests/setup-glua.sh) || fail "tests/setup-glua.sh failed"
+SWITCHBOARD_GLUA=$(tests/setup-go-tool.sh glua) || fail "tests/setup-go-tool.sh glua failed"
 export SWITCHBOARD_GLUA
 passes=${SWITCHBOARD_K8S_PASSES:-newest oldest}
 if [[ " $passes " == *" oldest "* ]]; then
