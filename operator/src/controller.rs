@@ -167,10 +167,11 @@ const CRD_CHECK_AFTER: Duration = Duration::from_secs(5);
 /// goes on without it, so that an operator newer than the cluster's CRDs still serves the kinds
 /// that exist. Its watch keeps retrying: once the CRD is applied, its resources arrive like any
 /// change. A kind whose listing is slow for any other reason is waited for (rendering without
-/// it would drop its resources from the snapshot).
+/// it would drop its resources from the snapshot). `probe` is one API the operator may list
+/// through (a missing CRD answers 404 in every namespace alike).
 async fn ready_or_absent<K>(
     cache: &Cache<K>,
-    apis: Vec<Api<K>>,
+    probe: Api<K>,
 ) -> Result<(), reflector::store::WriterDropped>
 where
     K: kube::Resource<DynamicType = ()>
@@ -183,10 +184,7 @@ where
         if let Ok(ready) = tokio::time::timeout(CRD_CHECK_AFTER, cache.wait_until_ready()).await {
             return ready;
         }
-        let Some(api) = apis.first() else {
-            return Ok(());
-        };
-        match api
+        match probe
             .list_metadata(&kube::api::ListParams::default().limit(1))
             .await
         {
@@ -201,6 +199,18 @@ where
             // Listable (the watch is about to be ready), or another error the watch retries.
             _ => continue,
         }
+    }
+}
+
+/// One API a namespaced kind is listed through: the whole cluster, or the first watched
+/// namespace (cluster-wide listing is refused where RBAC covers only the watched ones).
+fn probe_api<K>(client: &kube::Client, namespaces: Option<&BTreeSet<String>>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespaces.and_then(|listed| listed.first()) {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
     }
 }
 
@@ -402,11 +412,11 @@ impl Controller {
             );
         }
         let ready = vec![
-            ready_or_absent(&servers, apis(client, watched)).await,
-            ready_or_absent(&virtual_servers, apis(client, watched)).await,
-            ready_or_absent(&keys, apis(client, watched)).await,
-            ready_or_absent(&models, apis(client, watched)).await,
-            ready_or_absent(&identity_providers, apis(client, watched)).await,
+            ready_or_absent(&servers, probe_api(client, watched)).await,
+            ready_or_absent(&virtual_servers, probe_api(client, watched)).await,
+            ready_or_absent(&keys, probe_api(client, watched)).await,
+            ready_or_absent(&models, probe_api(client, watched)).await,
+            ready_or_absent(&identity_providers, probe_api(client, watched)).await,
             config_maps.wait_until_ready().await,
             namespaces.wait_until_ready().await,
             secrets.wait_until_ready().await,

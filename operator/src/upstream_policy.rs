@@ -195,37 +195,38 @@ pub async fn api_server_endpoints(
         }
         Err(e) => tracing::warn!(error = %e, "could not read the API server's discovery (/api)"),
     }
-    if !endpoint_slices {
-        return found.into_iter().map(|a| a.to_string()).collect();
-    }
-    let slices: kube::Api<EndpointSlice> = kube::Api::namespaced(client.clone(), "default");
-    match slices
-        .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
-        .await
-    {
-        Ok(list) => {
-            for slice in list.items {
-                let ports: Vec<u16> = slice
-                    .ports
-                    .iter()
-                    .flatten()
-                    .filter_map(|p| p.port.and_then(|p| u16::try_from(p).ok()))
-                    .collect();
-                for endpoint in slice.endpoints {
-                    for address in endpoint.addresses {
-                        let Ok(ip) = address.parse::<std::net::IpAddr>() else {
-                            continue;
-                        };
-                        found.extend(ports.iter().map(|port| SocketAddr::new(ip, *port)));
+    // The `kubernetes` Service's endpoints, when the chart lets the operator read them in
+    // `default` (apiServerEndpointSlices).
+    if endpoint_slices {
+        let slices: kube::Api<EndpointSlice> = kube::Api::namespaced(client.clone(), "default");
+        match slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+            .await
+        {
+            Ok(list) => {
+                for slice in list.items {
+                    let ports: Vec<u16> = slice
+                        .ports
+                        .iter()
+                        .flatten()
+                        .filter_map(|p| p.port.and_then(|p| u16::try_from(p).ok()))
+                        .collect();
+                    for endpoint in slice.endpoints {
+                        for address in endpoint.addresses {
+                            let Ok(ip) = address.parse::<std::net::IpAddr>() else {
+                                continue;
+                            };
+                            found.extend(ports.iter().map(|port| SocketAddr::new(ip, *port)));
+                        }
                     }
                 }
             }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "could not list the API server's endpoints (EndpointSlices in default); its Service \
+                 address is still denied"
+            ),
         }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "could not list the API server's endpoints (EndpointSlices in default); its Service \
-             address is still denied"
-        ),
     }
     found.into_iter().map(|a| a.to_string()).collect()
 }
