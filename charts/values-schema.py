@@ -72,11 +72,19 @@ EITHER = {
 
 DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 NAMES = {"type": "array", "items": {"type": "string", "pattern": DNS_LABEL}}
-RESERVED = {"type": "object", "additionalProperties": NAMES}
-HOSTS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+# A reserved name is a name or a start followed by one `*` (what the operator's
+# --reserved-prefixes/--reserved-models parse; `,` and `=` would split its flag wrongly).
+RESERVED = {
+    "type": "object",
+    "propertyNames": {"pattern": "^[^,=*\\s]+\\*?$"},
+    "additionalProperties": NAMES,
+}
+# Exact host names: the gateway allows a Host only by equality, so a wildcard route
+# (`*.example.com`) would pass the proxy and then be refused 403 by every replica.
+HOSTS = {"type": "array", "items": {"type": "string", "pattern": "^[^*\\s]+$"}}
 # Lists and maps whose items have a shape a `[]` or `{}` default cannot show.
 SHAPES = {
-    "operator.watchNamespaces": NAMES,
+    "operator.watchNamespaces": {**NAMES, "uniqueItems": True},
     "operator.instance": {"pattern": f"^$|{DNS_LABEL}"},
     "operator.reservedNames.prefixes": RESERVED,
     "operator.reservedNames.models": RESERVED,
@@ -93,7 +101,9 @@ def schema_of(value, path: str, docs: dict[str, str]) -> dict:
     elif isinstance(value, bool):
         s["type"] = "boolean"
     elif isinstance(value, int):
+        # Counts, sizes, ports and bounds: none of the chart's integers may be negative.
         s["type"] = "integer"
+        s["minimum"] = 0
     elif isinstance(value, float):
         s["type"] = "number"
     elif isinstance(value, str):

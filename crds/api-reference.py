@@ -107,7 +107,7 @@ def kind_section(crd: dict) -> str:
         if part == "status" and "conditions" in (sub.get("properties") or {}):
             out.append("| `status.conditions[]` | | | | Kubernetes conditions (`type`, `status`, `reason`, `message`, "
                        "`lastTransitionTime`, `observedGeneration`), a map keyed by `type`: the operator owns "
-                       "`Accepted`, `Programmed`, `Ready` (and `Running` for `spec.run`); others' conditions are kept. |")  # fmt: skip
+                       "`Accepted`, `Programmed`, `Ready` (and `Running` for `spec.run`, `KeysLoaded` for an IdentityProvider); others' conditions are kept. |")  # fmt: skip
         lines += out + [""]
     return "\n".join(lines)
 

@@ -93,7 +93,10 @@ if wants unit; then
 fi
 if wants fuzz; then
   step fuzz
-  cargo test -p switchboard-gateway --lib fuzz:: -- --nocapture
+  # --workspace, not -p switchboard-gateway: the same features as the unit step, so its test
+  # binaries are reused instead of the gateway's tree being compiled again (other crates have
+  # no fuzz:: tests and run none).
+  cargo test --workspace --lib fuzz:: -- --nocapture
 fi
 if wants build; then
   step build
@@ -132,8 +135,9 @@ if wants e2e; then
   step stdio-servers
   "$root/tests/setup-stdio-servers.sh" >/dev/null
   step e2e
+  # --durations: the slowest tests of each run, for whoever next has to shorten the step.
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
-  "$venv/bin/python" -m pytest "$root/tests/e2e" -q ${PYTEST_ARGS:-}
+  "$venv/bin/python" -m pytest "$root/tests/e2e" -q --durations=15 ${PYTEST_ARGS:-}
 fi
 
 # Later suites (hook). Run all of them with the `suites` step, or one by its name.

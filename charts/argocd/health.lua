@@ -2,7 +2,8 @@
 -- IdentityProvider), read from the conditions the operator writes:
 --   Progressing  the operator has not seen this generation yet, a readiness probe has not
 --                answered yet (Ready Unknown, Probing), or not every gateway replica serves it
---                yet (Programmed False), or its pods are starting (Running False)
+--                yet (Programmed False, or Ready False with reason Pending for an McpKey or an
+--                IdentityProvider), or its pods are starting (Running False)
 --   Degraded     refused (Accepted False: the reason says why, e.g. SecretNotFound,
 --                PrefixConflict, NameReserved) or not ready (Ready False: e.g. UpstreamTimeout)
 --   Healthy      accepted, served, and ready (or ready depends on each caller: DependsOnCaller)
@@ -44,6 +45,13 @@ if accepted.status == "False" then
 end
 
 local ready = condition("Ready")
+-- An McpKey's or IdentityProvider's Ready is False (Pending) while gateway replicas catch up:
+-- a rollout, not a failure.
+if ready ~= nil and ready.status == "False" and ready.reason == "Pending" then
+  hs.status = "Progressing"
+  hs.message = says(ready)
+  return hs
+end
 if ready ~= nil and ready.status == "False" then
   hs.status = "Degraded"
   hs.message = says(ready)

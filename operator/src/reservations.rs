@@ -4,7 +4,9 @@
 //! and a model name go to the oldest resource that claims it, in whichever namespace: a team
 //! that creates `github` first takes it from the team whose keys and routes depend on it. A
 //! reservation gives a name, or every name matching `<start>*`, to the listed namespaces only;
-//! a resource elsewhere that claims it is refused (`NameReserved`) however old it is.
+//! a resource elsewhere that claims it is refused (`NameReserved`) however old it is. Where
+//! several reservations match a name, the most specific one decides alone: the name itself,
+//! else the longest start.
 //!
 //! Why an administrator's list rather than deriving ownership from `allowedNamespaces` (who may
 //! call a server): calling and naming are different rights, the list is one place to read and
@@ -46,19 +48,20 @@ impl Reservations {
             NameKind::Prefix => (&self.prefixes, "tool prefix", "--reserved-prefixes"),
             NameKind::Model => (&self.models, "model name", "--reserved-models"),
         };
-        let mut owners = BTreeSet::new();
-        for (pattern, namespaces) in table {
-            if matches(pattern, name) {
-                if namespaces.contains(namespace) {
-                    return Ok(());
-                }
-                owners.extend(namespaces.iter().map(String::as_str));
-            }
-        }
-        if owners.is_empty() {
+        // The most specific reservation decides alone (the name itself, else the longest start):
+        // with `team-*=teams` and `team-a-*=team-a`, `team-a-jira` is team-a's, not also teams'.
+        let Some(owners) = table
+            .iter()
+            .filter(|(pattern, _)| matches(pattern, name))
+            .max_by_key(|(pattern, _)| (!pattern.ends_with('*'), pattern.len()))
+            .map(|(_, namespaces)| namespaces)
+        else {
+            return Ok(());
+        };
+        if owners.contains(namespace) {
             return Ok(());
         }
-        let owners: Vec<&str> = owners.into_iter().collect();
+        let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
         Err(format!(
             "{what} {name:?} is reserved for namespace {} (the operator's {flag}); \
              namespace {namespace} may not use it",
@@ -133,6 +136,26 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("--reserved-models"), "{e}");
         assert!(r.check(NameKind::Model, "claude-sonnet", "ml").is_ok());
+    }
+
+    #[test]
+    fn the_most_specific_reservation_decides_alone() {
+        let r = reservations(
+            &["team-*=teams", "team-a-*=team-a", "git*=ops", "github=platform"],
+            &[],
+        );
+        // The longer start wins over the shorter one: teams may not take team-a's names.
+        assert!(r.check(NameKind::Prefix, "team-a-jira", "team-a").is_ok());
+        let e = r
+            .check(NameKind::Prefix, "team-a-jira", "teams")
+            .unwrap_err();
+        assert!(e.contains("reserved for namespace team-a ("), "{e}");
+        assert!(r.check(NameKind::Prefix, "team-b-jira", "teams").is_ok());
+        assert!(r.check(NameKind::Prefix, "team-b-jira", "team-a").is_err());
+        // The name itself wins over any start.
+        assert!(r.check(NameKind::Prefix, "github", "platform").is_ok());
+        assert!(r.check(NameKind::Prefix, "github", "ops").is_err());
+        assert!(r.check(NameKind::Prefix, "gitlab", "ops").is_ok());
     }
 
     #[test]

@@ -8,7 +8,11 @@
 #   ghcr.io/switchboard-dev/switchboard-example-upstream:<version> (target example-upstream)
 #   ghcr.io/switchboard-dev/switchboard-scripted-provider:<version> (target scripted-provider)
 #
-#   tests/images/build.sh [--engine buildah|podman|docker] [--archives DIR]
+#   tests/images/build.sh [--engine buildah|podman|docker] [--archives DIR] [--profile NAME]
+#
+# --profile NAME: the cargo profile of the binaries (default `release`, what the release workflow
+# ships). The test suites pass `ci-images` (Cargo.toml: opt-level 1, no LTO), a cold build in a
+# fraction of the time; SWITCHBOARD_IMAGE_PROFILE=release makes them test release builds.
 #
 # --archives DIR also writes each image as an OCI archive DIR/<name>.tar (for `ctr images
 # import`). The engine defaults to the first of buildah, podman, docker found. Cargo builds go to
@@ -21,10 +25,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cache="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}"
 engine=""
 archives=""
+profile=release
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --engine) engine="$2"; shift 2 ;;
     --archives) archives="$2"; shift 2 ;;
+    --profile) profile="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -44,16 +50,16 @@ export CARGO_TARGET_DIR="$cache/target-static"
 bins=(switchboard-gateway switchboard-stdio-bridge switchboard-operator switchboard-example-upstream switchboard-scripted-provider)
 packages=()
 for b in "${bins[@]}"; do packages+=(-p "$b"); done
-echo "build.sh: static release binaries ($target, +crt-static) into $CARGO_TARGET_DIR" >&2
-(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$target" "${packages[@]}" >&2)
+echo "build.sh: static binaries (profile $profile, $target, +crt-static) into $CARGO_TARGET_DIR" >&2
+(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile "$profile" --locked --target "$target" "${packages[@]}" >&2)
 
 context="$(mktemp -d "${TMPDIR:-/tmp}/switchboard-images.XXXXXX")"
 trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/dist/$arch"
 cp "$root/Containerfile" "$context/"
 for b in "${bins[@]}"; do
-  install -m 0755 "$CARGO_TARGET_DIR/$target/release/$b" "$context/dist/$arch/$b"
-  # The release profile keeps debug info for profiling; images carry the symbols, not the DWARF.
+  install -m 0755 "$CARGO_TARGET_DIR/$target/$profile/$b" "$context/dist/$arch/$b"
+  # The release profile keeps line tables for profiling; images carry the symbols, not the DWARF.
   strip --strip-debug "$context/dist/$arch/$b"
   # A dynamically linked binary names its loader (an INTERP program header): FROM scratch has none.
   headers="$(readelf --program-headers "$context/dist/$arch/$b")" ||

@@ -20,7 +20,7 @@ per mode comes first (kubectl's first patch of a cluster fetches and caches its 
 
 Used two ways:
 - by tests/k8s_e2e/test_cluster_api.py (`measure()` on the suite's world; the figures go to
-  tests/k8s_e2e/results/propagation.json);
+  tests/k8s_e2e/results/propagation-<pass>.json);
 - standalone, for the benchmark harness: `python tests/k8s_e2e/propagation.py [--runs N]` starts
   its own loopback cluster, operator and two gateways, and prints one JSON object on stdout:
   {"median_s", "max_s", "runs", "propagated", "samples": [...], "api": {...}, "command"}

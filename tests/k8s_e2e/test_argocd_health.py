@@ -6,8 +6,10 @@ built by `tests/setup-go-tool.sh glua`) against objects as the real operator lef
 - an McpServer whose Secret is missing and a ModelRoute whose key Secret is missing are
   Degraded, with the operator's reason; an McpServer whose upstream refuses connections is
   Degraded once its probe fails;
-- controls made from the healthy object: with its generation ahead of what the operator saw,
-  or with no status yet, it is Progressing;
+- controls made from the healthy objects: with its generation ahead of what the operator saw,
+  with no status yet, or a probe not answered yet, it is Progressing; the served key with its
+  Ready as the operator writes it while a gateway replica has not caught up (False, Pending)
+  is Progressing, not Degraded;
 - argocd-cm.yaml holds health.lua for each of the five kinds and is what generate.py makes.
 """
 
@@ -99,7 +101,7 @@ def test_health_follows_what_the_operator_says(world: World, tmp_path: Path):
     )
     world.wait_condition("mcpserver", "demo", "default", "Ready", "True", 30)
     world.wait_condition("mcpserver", "demo", "default", "Programmed", "True", 30)
-    world.wait_condition("mcpkey", "ci", "default", "Accepted", "True", 30)
+    world.wait_condition("mcpkey", "ci", "default", "Ready", "True", 30)
     world.wait_condition("modelroute", "scripted", "default", "Ready", "True", 30)
     world.wait_condition("mcpserver", "nosecret", "default", "Accepted", "False", 30)
     world.wait_condition("modelroute", "nokey", "default", "Accepted", "False", 30)
@@ -129,3 +131,14 @@ def test_health_follows_what_the_operator_says(world: World, tmp_path: Path):
         if c["type"] == "Ready":
             c.update(status="Unknown", reason="Probing")
     assert health(tmp_path, probing)[0] == "Progressing"
+    key = world.cluster.key("ci")
+    catching_up = copy.deepcopy(key)
+    for c in catching_up["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c.update(status="False", reason="Pending", message="1/2 gateway replicas accept this key")
+    assert health(tmp_path, catching_up) == ("Progressing", "Pending: 1/2 gateway replicas accept this key")
+    expired = copy.deepcopy(key)
+    for c in expired["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c.update(status="False", reason="Expired", message="the key expired")
+    assert health(tmp_path, expired)[0] == "Degraded"

@@ -5,7 +5,8 @@ example upstream. Everything is driven with kubectl, as a user would.
 2. apply an McpServer + McpKey, `kubectl wait --for=condition=Ready`, call through the gateway
    with the key from the generated Secret; `kubectl get mcpservers` columns.
 3. invalid manifests are rejected by `kubectl apply`, naming the field (one test each).
-4. propagation apply -> served on both gateways, timed (results/propagation.json).
+4. propagation apply -> served on both gateways, timed (results/propagation-<pass>.json, one
+   file per API-server pass of tests/suites.d/50-kubernetes.sh: SWITCHBOARD_K8S_PASS).
 6. rotating a referenced Secret reaches the upstream without touching the CR.
 8. prefix conflict, missing Secret, cross-namespace denial: the documented condition, and every
    other server keeps working.
@@ -224,7 +225,9 @@ def test_propagation_apply_to_served_on_both_gateways(world: World, key: str):
     result = measure(world, key, runs=12)
     result["command"] = "pytest tests/k8s_e2e/test_cluster_api.py -k propagation (standalone: tests/k8s_e2e/propagation.py)"
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "propagation.json").write_text(json.dumps(result, indent=2) + "\n")
+    # One file per API-server pass: the suite runs its passes side by side.
+    name = f"propagation-{os.environ.get('SWITCHBOARD_K8S_PASS', 'newest')}.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     api = result["api"]
     print(
         f"\npropagation to {result['gateways']} gateways, {result['runs']} runs each:\n"

@@ -146,6 +146,19 @@ check "instance and reservedNames become flags (names sorted, one entry per name
   ! helm template sb $chart -n sb | grep -qE -- '--(instance|reserved-)'"
 check_fails "a watched namespace that is not a namespace name is refused by the schema" "operator/watchNamespaces/0" \
   helm template sb "$chart" --set 'operator.watchNamespaces={Team_A}'
+check_fails "a namespace watched twice is refused by the schema (it would render two RoleBindings of one name)" \
+  "operator/watchNamespaces" helm template sb "$chart" --set 'operator.watchNamespaces={team-a,team-a}'
+check_fails "a reserved name the operator's flag cannot parse is refused by the schema" 'git\*hub' \
+  helm template sb "$chart" --set-json 'operator.reservedNames.prefixes={"git*hub":["ops"]}'
+check "a reserved name and a start* pass the schema (control)" \
+  helm template sb "$chart" --set-json 'operator.reservedNames.prefixes={"github":["ops"],"team-a-*":["team-a"]}'
+check_fails "a negative bound is refused by the schema, naming it" "gateway/overload/maxInFlight" \
+  helm template sb "$chart" --set gateway.overload.maxInFlight=-1
+check_fails "a wildcard Ingress host is refused (the gateway allows hosts by equality)" "gateway/ingress/hosts/0" \
+  helm template sb "$chart" --set gateway.ingress.enabled=true --set 'gateway.ingress.hosts={*.example.com}'
+check_fails "a wildcard HTTPRoute hostname is refused likewise" "gateway/httpRoute/hostnames/0" \
+  helm template sb "$chart" --set gateway.httpRoute.enabled=true --set 'gateway.httpRoute.hostnames={*.example.com}' \
+    --set-json 'gateway.httpRoute.parentRefs=[{"name":"public"}]'
 # Exposure: Ingress and HTTPRoute, their hosts allowed by the gateway; the operator's NetworkPolicy.
 check "ingress: rules to the gateway Service, hosts join the allowed hosts" bash -c "
   out=\$(helm template sb $chart -n ns --set gateway.ingress.enabled=true --set 'gateway.ingress.hosts={mcp.example.com}' \

@@ -10,7 +10,7 @@
 #   PYTEST_ARGS="-k failover -x" tests/run-all.sh 50-kubernetes
 #   SWITCHBOARD_K8S_PASSES=newest tests/run-all.sh 50-kubernetes   (one pass: newest or oldest)
 #
-# Tests: tests/k8s_e2e/ (pytest). Propagation figures: tests/k8s_e2e/results/propagation.json
+# Tests: tests/k8s_e2e/ (pytest). Propagation figures: tests/k8s_e2e/results/propagation-<pass>.json
 # (standalone: tests/k8s_e2e/propagation.py). Ends with "N passed, N failed"; exits non-zero if
 # anything failed (missing binaries fail, they never skip).
 set -euo pipefail
@@ -57,7 +57,7 @@ run_pass() { # PASS: pytest against that API server; output in $work/PASS.log, c
   {
     echo "=== 50-kubernetes: $pass API server ($version, $bin)"
     # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
-    SWITCHBOARD_K8S_BIN="$bin" "$venv/bin/python" -m pytest tests/k8s_e2e -q -p no:cacheprovider \
+    SWITCHBOARD_K8S_BIN="$bin" SWITCHBOARD_K8S_PASS="$pass" "$venv/bin/python" -m pytest tests/k8s_e2e -q -p no:cacheprovider \
       --junitxml="$work/$pass.xml" ${PYTEST_ARGS:-} || prc=$?
   } >"$work/$pass.log" 2>&1
   # "N passed, N failed" from the JUnit report (errors and failures both count as failed).
@@ -87,14 +87,16 @@ for pass in $passes; do
 done
 printf 'per API server:\n%s' "$summary"
 
-# The propagation figures of this run (acceptance 4), if the test wrote them.
-results=tests/k8s_e2e/results/propagation.json
-if [[ -f "$results" ]] && (($(stat -c %Y "$results") >= started)); then
-  "$venv/bin/python" - "$results" <<'PY' || true
+# The propagation figures of this run (acceptance 4), one file per pass, if the test wrote them.
+# With the passes side by side, each was timed while the other pass shared the CPUs.
+for pass in $passes; do
+  results=tests/k8s_e2e/results/propagation-$pass.json
+  [[ -f "$results" ]] && (($(stat -c %Y "$results") >= started)) || continue
+  "$venv/bin/python" - "$results" "$pass" <<'PY' || true
 import json, sys
 d = json.load(open(sys.argv[1]))
 ms = lambda s: "n/a" if s is None else f"{s * 1000:.0f} ms"
-print(f"propagation to {d['gateways']} gateways ({sys.argv[1]}):")
+print(f"propagation to {d['gateways']} gateways, {sys.argv[2]} API server ({sys.argv[1]}):")
 print(f"  kubectl apply -> served: median {ms(d['median_s'])}, max {ms(d['max_s'])} over {d['runs']} runs "
       f"({d['propagated']} propagated; kubectl itself: median {ms(d['median_write_s'])})")
 a = d.get("api")
@@ -102,6 +104,6 @@ if a:
     print(f"  API write     -> served: median {ms(a['median_s'])}, max {ms(a['max_s'])} over {a['runs']} runs "
           f"({a['propagated']} propagated)")
 PY
-fi
+done
 echo "$passed passed, $failed failed"
 exit $rc
