@@ -24,6 +24,12 @@
 #           python
 #   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
 #
+# On a cold machine most of the time is compiling tools from Go modules and static binaries. The
+# full run builds them in the background at nice 19 while earlier steps run: Jaeger and
+# Prometheus during the Rust steps, what the suites need (Kubernetes binaries, the oldest API
+# server, the images' binaries, actionlint, glua, the node's images) during the e2e tests. A
+# step that needs them waits for them first ("e2e-tools: ready in …", "suite-tools: …").
+#
 # Later suites: drop an executable script into tests/suites.d/ (e.g. 50-kubernetes.sh). It runs
 # from the repository root after the e2e step, with SWITCHBOARD_VENV set to the test venv and the
 # debug binaries built; a non-zero exit fails the run. Name one on the command line to run just
@@ -48,6 +54,63 @@ step() { # step NAME: prints a banner and the elapsed time of the previous step
   current="$1"
   started=$now
   echo "=== $1"
+}
+
+# Background builds, for a cold machine (each is a quick no-op once cached): started at nice 19,
+# so the foreground steps keep the CPUs whenever they want them, and the build fills the time
+# they leave idle (test runs, waits on processes). `await NAME` waits for one and prints how long
+# it took; the foreground steps that need its products come after the wait.
+declare -A bg_pid=() bg_log=()
+background() { # NAME CMD...: CMD (a command or a function) at nice 19, its output in a log
+  local name=$1
+  shift
+  bg_log[$name]=$(mktemp "${TMPDIR:-/tmp}/switchboard-$name.XXXXXX")
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    t0=$SECONDS
+    "$@"
+    echo "$name: ready in $((SECONDS - t0))s (built in the background)"
+  ) >"${bg_log[$name]}" 2>&1 &
+  bg_pid[$name]=$!
+}
+kill_tree() { # PID: it and its descendants
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+# A run that stops early (a failed step) leaves no build behind.
+trap 'for pid in "${bg_pid[@]}"; do kill_tree "$pid"; done' EXIT
+await() { # NAME: wait for a background build; fails with its log if it failed
+  local name=$1
+  [[ -n "${bg_pid[$name]:-}" ]] || return 0
+  if wait "${bg_pid[$name]}"; then
+    tail -n 1 "${bg_log[$name]}"
+    rm -f "${bg_log[$name]}"
+  else
+    tail -n 60 "${bg_log[$name]}" >&2
+    die "the background build $name failed (its log: ${bg_log[$name]})"
+  fi
+  unset "bg_pid[$name]"
+}
+# What the e2e tests start besides the workspace's binaries: Go builds that take minutes cold.
+e2e_tools() {
+  set -e
+  "$root/tests/setup-jaeger.sh" >/dev/null
+  "$root/tests/setup-prometheus.sh" >/dev/null
+}
+# What the suites build (Kubernetes binaries with the node's and the oldest API server, the
+# images' static binaries, actionlint, glua, the node's test images): most of an hour cold.
+suite_tools() {
+  set -e
+  "$root/tests/k8s/build-binaries.sh" --node >/dev/null
+  "$root/tests/k8s/build-binaries.sh" --oldest >/dev/null
+  "$root/tests/setup-go-tool.sh" actionlint >/dev/null
+  "$root/tests/setup-go-tool.sh" glua >/dev/null
+  "$root/tests/node/setup-tools.sh" >/dev/null
+  CONTAINERS_CONF="$("$root/tests/images/setup-tools.sh")" \
+    "$root/tests/images/build.sh" --engine buildah --profile "${SWITCHBOARD_IMAGE_PROFILE:-ci-images}" >/dev/null
+  "$root/tests/node/test-images.sh" >/dev/null
+  "$root/tests/node/stdio-images.sh" >/dev/null
 }
 
 all_steps=(fmt layering clippy unit fuzz build e2e suites)
@@ -81,6 +144,10 @@ if wants layering; then
   need python3 "install Python 3.10 or newer (Debian: apt-get install python3)"
   step layering
   python3 tests/layering.py --self-test
+fi
+# The full run builds the e2e step's Go tools while the Rust steps compile and test.
+if wants e2e && (wants clippy || wants unit || wants fuzz || wants build); then
+  background e2e-tools e2e_tools
 fi
 if wants clippy; then
   cargo clippy --version >/dev/null 2>&1 || die "cargo clippy is missing: rustup component add clippy"
@@ -125,6 +192,7 @@ if wants e2e; then
   # The trace backend of the tracing tests, built from Go modules once (tests/e2e/jaeger.py
   # starts it and calls this again: a no-op). Instant when cached.
   step jaeger
+  await e2e-tools
   "$root/tests/setup-jaeger.sh" >/dev/null
   # Prometheus and promtool, built from Go modules once (tests/e2e/prometheus.py starts the
   # server; tests/suites.d/45-prometheus-rules.sh runs promtool). Instant when cached.
@@ -135,6 +203,9 @@ if wants e2e; then
   step stdio-servers
   "$root/tests/setup-stdio-servers.sh" >/dev/null
   step e2e
+  # The full run builds what the suites need while the e2e tests run (they leave the CPUs idle
+  # much of the time); the suites wait for it.
+  if wants suites; then background suite-tools suite_tools; fi
   # --durations: the slowest tests of each run, for whoever next has to shorten the step.
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
   "$venv/bin/python" -m pytest "$root/tests/e2e" -q --durations=15 ${PYTEST_ARGS:-}
@@ -145,6 +216,10 @@ shopt -s nullglob
 for suite in "$root"/tests/suites.d/*.sh; do
   name="$(basename "$suite" .sh)"
   if wants suites || wants "$name"; then
+    if [[ -n "${bg_pid[suite-tools]:-}" ]]; then
+      step "suite tools (the rest of the background build)"
+      await suite-tools
+    fi
     step "suite $name"
     bash "$suite"
   fi

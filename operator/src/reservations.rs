@@ -141,7 +141,12 @@ mod tests {
     #[test]
     fn the_most_specific_reservation_decides_alone() {
         let r = reservations(
-            &["team-*=teams", "team-a-*=team-a", "git*=ops", "github=platform"],
+            &[
+                "team-*=teams",
+                "team-a-*=team-a",
+                "git*=ops",
+                "github=platform",
+            ],
             &[],
         );
         // The longer start wins over the shorter one: teams may not take team-a's names.
