@@ -108,7 +108,7 @@ suite_tools() {
   "$root/tests/setup-go-tool.sh" glua >/dev/null
   "$root/tests/node/setup-tools.sh" >/dev/null
   CONTAINERS_CONF="$("$root/tests/images/setup-tools.sh")" \
-    "$root/tests/images/build.sh" --engine buildah --profile "${SWITCHBOARD_IMAGE_PROFILE:-ci-images}" >/dev/null
+    "$root/tests/images/build.sh" --engine buildah --for-tests >/dev/null
   "$root/tests/node/test-images.sh" >/dev/null
   "$root/tests/node/stdio-images.sh" >/dev/null
 }

@@ -8,11 +8,12 @@
 #   ghcr.io/switchboard-dev/switchboard-example-upstream:<version> (target example-upstream)
 #   ghcr.io/switchboard-dev/switchboard-scripted-provider:<version> (target scripted-provider)
 #
-#   tests/images/build.sh [--engine buildah|podman|docker] [--archives DIR] [--profile NAME]
+#   tests/images/build.sh [--engine buildah|podman|docker] [--archives DIR] [--profile NAME | --for-tests]
 #
 # --profile NAME: the cargo profile of the binaries (default `release`, what the release workflow
-# ships). The test suites pass `ci-images` (Cargo.toml: opt-level 1, no LTO), a cold build in a
-# fraction of the time; SWITCHBOARD_IMAGE_PROFILE=release makes them test release builds.
+# ships). --for-tests: the test suites' profile, SWITCHBOARD_IMAGE_PROFILE or else `ci-images`
+# (Cargo.toml: opt-level 1, no LTO), a cold build in about 60% of the time;
+# SWITCHBOARD_IMAGE_PROFILE=release makes the suites test release builds.
 #
 # --archives DIR also writes each image as an OCI archive DIR/<name>.tar (for `ctr images
 # import`). The engine defaults to the first of buildah, podman, docker found. Cargo builds go to
@@ -31,7 +32,8 @@ while [[ $# -gt 0 ]]; do
     --engine) engine="$2"; shift 2 ;;
     --archives) archives="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --for-tests) profile="${SWITCHBOARD_IMAGE_PROFILE:-ci-images}"; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -24,7 +24,7 @@ CONTAINERS_CONF="$(tests/images/setup-tools.sh)" || { bad "tests/images/setup-to
 export CONTAINERS_CONF
 version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -1)"
 started=$(date +%s)
-if tests/images/build.sh --engine buildah --profile "${SWITCHBOARD_IMAGE_PROFILE:-ci-images}" > "${TMPDIR:-/tmp}/switchboard-images-built.txt"; then
+if tests/images/build.sh --engine buildah --for-tests > "${TMPDIR:-/tmp}/switchboard-images-built.txt"; then
   ok "images built in $(($(date +%s) - started)) s:"
   sed 's/^/       /' "${TMPDIR:-/tmp}/switchboard-images-built.txt"
 else

@@ -31,8 +31,7 @@ mapfile -t test_images < <(tests/node/test-images.sh) || fail "tests/node/test-i
 # Real stdio servers (npm, PyPI) on a Debian root filesystem, for McpServer spec.run.
 mapfile -t stdio_images < <(tests/node/stdio-images.sh) || fail "tests/node/stdio-images.sh failed"
 archives="$cache/node-images/switchboard"
-CONTAINERS_CONF="$(tests/images/setup-tools.sh)" tests/images/build.sh --archives "$archives" \
-  --profile "${SWITCHBOARD_IMAGE_PROFILE:-ci-images}" >&2 ||
+CONTAINERS_CONF="$(tests/images/setup-tools.sh)" tests/images/build.sh --archives "$archives" --for-tests >&2 ||
   fail "tests/images/build.sh failed"
 echo "60-node: binaries and images ready in $(( $(date +%s) - t0 ))s" >&2
 
