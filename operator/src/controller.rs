@@ -25,7 +25,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::delivery::{Hub, Published};
 use crate::gateways;
-use crate::keys::{MANAGED_BY, ensure_key_secrets, generate_key};
+use crate::keys::{ensure_key_secrets, generate_key};
+use crate::labels::MANAGED_BY;
 use crate::metrics::Metrics;
 use crate::probe::Probes;
 use crate::render::{

@@ -12,9 +12,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use switchboard_crds::McpKey;
 
+use crate::labels::MANAGED_BY;
 use crate::render::{KEY_FIELD, SecretData};
-
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "switchboard-operator");
 
 /// A new gateway key: 32 random bytes, recognisable by its prefix in leak scanners.
 pub fn generate_key() -> String {

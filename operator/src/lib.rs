@@ -20,6 +20,7 @@ pub mod gateway_settings;
 pub mod gateways;
 pub mod issuer;
 pub mod keys;
+pub mod labels;
 pub mod lease;
 pub mod metrics;
 pub mod probe;

@@ -38,7 +38,7 @@ use sha2::Digest as _;
 use switchboard_crds::McpServer;
 use switchboard_crds::run::{Run, RunTransport};
 
-use crate::keys::MANAGED_BY;
+use crate::labels::MANAGED_BY;
 
 /// The port the stdio bridge listens on in the pod.
 pub const BRIDGE_PORT: i32 = 8080;

@@ -16,7 +16,7 @@ use crate::tls::UpstreamTls;
 pub struct IdentityProviderSpec {
     /// Referenced by `keys[].people[].provider`.
     pub name: String,
-    #[serde(default = "crate::model::default_namespace")]
+    #[serde(default = "crate::names::default_namespace")]
     pub namespace: String,
     /// The `iss` of its tokens, exactly; also where discovery is read
     /// (`<issuer>/.well-known/openid-configuration`).

@@ -20,7 +20,7 @@ pub use identity::{
 };
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
-pub use names::is_tool_name;
+pub use names::{DEFAULT_NAMESPACE, is_tool_name};
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};
 pub use openapi::{OpenApiSpec, OperationOverride, OperationSelector};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};

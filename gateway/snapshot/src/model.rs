@@ -10,13 +10,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::names::default_namespace;
 use crate::secret::SecretSource;
 
 /// The schema version this crate reads and writes. Bumped on incompatible changes only.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// The namespace a server or key belongs to when the file does not say (standalone mode).
-pub const DEFAULT_NAMESPACE: &str = "default";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -286,9 +284,6 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     Ok(Rate { count, period })
 }
 
-pub(crate) fn default_namespace() -> String {
-    DEFAULT_NAMESPACE.to_string()
-}
 fn default_timeout() -> Duration {
     Duration::from_secs(30)
 }

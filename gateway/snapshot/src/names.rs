@@ -1,5 +1,14 @@
 //! Syntax rules for names that end up on the wire or in routing.
 
+/// The namespace a server or key belongs to when the file does not say (standalone mode).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Serde's default for a `namespace` field (here, beside the name, so that the model and the
+/// identity types both use it without using each other).
+pub(crate) fn default_namespace() -> String {
+    DEFAULT_NAMESPACE.to_string()
+}
+
 /// An HTTP header name must be an RFC 7230 `token`: visible ASCII without separators.
 pub fn is_header_name(name: &str) -> bool {
     !name.is_empty()
