@@ -961,13 +961,14 @@ LITELLM_ENV = {
 }
 
 
-def free_port() -> int:
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def reserve_port() -> int:
+    """A port reserved for this process the way the tests reserve theirs (tests/e2e/harness.py
+    reserve_port: a lock no other reservation on the machine takes while this process lives),
+    for servers that must be told their port before they start."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+    import harness
+
+    return harness.reserve_port()
 
 
 def scenario_litellm(world: World, bench: Bench, up: Proc, py: Proc | None, q: bool, s12: dict) -> dict:
@@ -979,7 +980,7 @@ def scenario_litellm(world: World, bench: Bench, up: Proc, py: Proc | None, q: b
     venv = Path(p.stdout.strip().splitlines()[-1])
     ver = subprocess.run([str(venv / "bin/python"), "-c", "import importlib.metadata as m; print(m.version('litellm'), m.version('mcp'))"],
                          capture_output=True, text=True).stdout.split()
-    port = free_port()
+    port = reserve_port()
     cfg = (HERE / "peers/litellm/config.yaml").read_text()
     cfg = cfg.replace("RUST_UPSTREAM_URL", f"{up.url}/mcp").replace(
         "PYTHON_UPSTREAM_URL", f"{py.url}/mcp" if py else f"{up.url}/mcp")

@@ -37,10 +37,14 @@ MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def reserve_port() -> int:
+    """A port reserved for this process the way the tests reserve theirs (tests/e2e/harness.py
+    reserve_port: a lock no other reservation on the machine takes while this process lives),
+    for servers that must be told their port before they start."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+    import harness
+
+    return harness.reserve_port()
 
 
 def rss_kib(pid: int) -> int:
@@ -137,7 +141,7 @@ def main() -> int:
     servers = dict(line.split("\t", 1) for line in subprocess.run(
         [str(ROOT / "tests" / "setup-stdio-servers.sh")], check=True, capture_output=True, text=True).stdout.split("\n") if line)
     everything = servers["everything"]
-    direct_port, bridge_port = free_port(), free_port()
+    direct_port, bridge_port = reserve_port(), reserve_port()
     direct = subprocess.Popen([everything, "streamableHttp"], env={**os.environ, "PORT": str(direct_port)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     bridge = subprocess.Popen([args.bridge, "--listen", f"127.0.0.1:{bridge_port}", "--pool-size", str(args.conc),

@@ -12,12 +12,15 @@ export SWITCHBOARD_DEMO_KEY="${SWITCHBOARD_DEMO_KEY:-sk-demo}"
 export SWITCHBOARD_SESSION_KEY="${SWITCHBOARD_SESSION_KEY:-demo-session-key-change-me}"
 export DEMO_UPSTREAM_TOKEN="${DEMO_UPSTREAM_TOKEN:-demo-upstream-token}"
 export DEMO_PROVIDER_KEY="${DEMO_PROVIDER_KEY:-demo-provider-key}"
-# SWITCHBOARD_DEMO_PROFILE=debug runs debug builds (what the test suite builds anyway).
-profile="${SWITCHBOARD_DEMO_PROFILE:-release}"
-if [ "$profile" = release ]; then flag=--release; else flag=; fi
-# shellcheck disable=SC2086 # an empty $flag is no argument
-cargo build $flag -p switchboard-gateway -p switchboard-example-upstream -p switchboard-scripted-provider
-bin="$CARGO_TARGET_DIR/$profile"
+# SWITCHBOARD_DEMO_BIN_DIR=DIR runs the binaries already built in DIR instead of building
+# (tests/e2e/test_demo.py runs the test command's own build: the three packages built alone
+# resolve other features than the workspace build and would compile for minutes a second time).
+if [ -n "${SWITCHBOARD_DEMO_BIN_DIR:-}" ]; then
+  bin="$SWITCHBOARD_DEMO_BIN_DIR"
+else
+  cargo build --release -p switchboard-gateway -p switchboard-example-upstream -p switchboard-scripted-provider
+  bin="$CARGO_TARGET_DIR/release"
+fi
 "$bin/switchboard-example-upstream" --listen 127.0.0.1:8931 &
 upstream=$!
 "$bin/switchboard-scripted-provider" --listen 127.0.0.1:8932 \

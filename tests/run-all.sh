@@ -8,27 +8,33 @@
 # Steps:
 #   fmt     cargo fmt --all -- --check
 #   layering tests/layering.py: no file-level import cycle inside a shipped crate (gateway/,
-#           operator/, crds/), each printed with its edges; first a planted cycle must be
-#           reported (--self-test)
+#           operator/, crds/), each printed with its edges; first the planted cycles of its
+#           self-test must be reported (--self-test)
 #   clippy  cargo clippy --workspace --all-targets -- -D warnings
 #   unit    cargo test --workspace (without the fuzz targets)
 #   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
 #           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
 #           longer)
-#   build   cargo build --workspace --bins            (debug; the e2e tests run these binaries)
+#   build   cargo build --workspace --bins: the debug binaries every later step runs, and the
+#           images' binaries (tests/build-env.bash: one static build for all of them)
 #   e2e     tests/setup-python.sh, tests/setup-node.sh, tests/setup-claude.sh (the Claude Code
 #           CLI), tests/setup-keycloak.sh (Keycloak and its Java runtime), tests/setup-jaeger.sh
 #           (the Jaeger v2 trace backend, from Go modules) and tests/setup-prometheus.sh
 #           (Prometheus and promtool, from Go modules), tests/setup-stdio-servers.sh (real stdio
-#           MCP servers from npm and PyPI), then pytest tests/e2e with the venv's
-#           python
+#           MCP servers from npm and PyPI), then pytest tests/e2e in parallel workers
+#           (SWITCHBOARD_E2E_WORKERS, default 3), and last, in a pytest of its own, the tests
+#           marked `last` (the grep of every gateway log of the run for secrets)
 #   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
 #
-# On a cold machine most of the time is compiling tools from Go modules and static binaries. The
-# full run builds them in the background at nice 19 while earlier steps run: Jaeger and
-# Prometheus during the Rust steps, what the suites need (Kubernetes binaries, the oldest API
-# server, the images' binaries, actionlint, glua, the node's images) during the e2e tests. A
-# step that needs them waits for them first ("e2e-tools: ready in …", "suite-tools: …").
+# At the end (also after a failure) it prints a table of every step's time, and checks that the
+# run left nothing of its own in the temp directory.
+#
+# On a cold machine most of the time is compiling: the workspace once (tests/build-env.bash), and
+# tools from Go modules. The full run starts every tool build at once in the background at nice 19
+# (Jaeger and Prometheus for the e2e step; the Kubernetes binaries, the oldest API server,
+# actionlint, glua, the node's components and images for the suites), so the foreground steps
+# keep the CPUs whenever they want them and the builds fill what they leave idle. A step that
+# needs a tool waits for it first ("e2e-tools: ready in …", "suite-tools: …").
 #
 # Later suites: drop an executable script into tests/suites.d/ (e.g. 50-kubernetes.sh). It runs
 # from the repository root after the e2e step, with SWITCHBOARD_VENV set to the test venv and the
@@ -38,33 +44,63 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-# Build outside the checkout so a fresh clone on a warm machine (CI) reuses earlier builds.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/target}"
+# The one build every step uses (CARGO_TARGET_DIR outside the checkout, so a fresh clone on a warm
+# machine reuses earlier builds; the host triple with a static C runtime; SWITCHBOARD_BIN_DIR).
+# shellcheck source=tests/build-env.bash
+source "$root/tests/build-env.bash"
 
 die() { echo "run-all.sh: $*" >&2; exit 1; }
-trap 'echo "run-all.sh: step ${current:-?} FAILED (exit $?)" >&2' ERR
 need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"; }
 
-step() { # step NAME: prints a banner and the elapsed time of the previous step
-  local now
-  now=$(date +%s)
-  if [[ -n "${current:-}" ]]; then
-    echo "=== $current: ok ($((now - started))s)"
+# ---- steps and their times ------------------------------------------------------------------
+run_started=$(date +%s)
+step_names=()
+step_secs=()
+current=""
+started=$run_started
+step_end() { # records the running step's time
+  if [[ -n "$current" ]]; then
+    local now
+    now=$(date +%s)
+    step_names+=("$current")
+    step_secs+=($((now - started)))
+    echo "=== $current: ${1:-ok} ($((now - started))s)"
+    current=""
   fi
+}
+step() { # step NAME: ends the previous step, starts NAME
+  step_end
   current="$1"
-  started=$now
+  started=$(date +%s)
   echo "=== $1"
 }
+print_times() {
+  local i total=$(( $(date +%s) - run_started ))
+  echo "=== step times"
+  for i in "${!step_names[@]}"; do
+    awk -v n="${step_names[$i]}" -v s="${step_secs[$i]}" 'BEGIN { printf "  %-48s %6ds %6.1f min\n", n, s, s / 60 }'
+  done
+  awk -v s="$total" 'BEGIN { printf "  %-48s %6ds %6.1f min\n", "whole run", s, s / 60 }' 
+}
+trap 'echo "run-all.sh: step ${current:-?} FAILED (exit $?)" >&2' ERR
 
-# Background builds, for a cold machine (each is a quick no-op once cached): started at nice 19,
-# so the foreground steps keep the CPUs whenever they want them, and the build fills the time
-# they leave idle (test runs, waits on processes). `await NAME` waits for one and prints how long
-# it took; the foreground steps that need its products come after the wait.
+# ---- what the run leaves in the temp directory ------------------------------------------------
+tmp_root="${TMPDIR:-/tmp}"
+tmp_before=$(mktemp "$tmp_root/switchboard-run-all.XXXXXX")
+ls -A "$tmp_root" | sort >"$tmp_before"
+tmp_left() { # what is in the temp directory now and was not at the start (the run's leftovers)
+  ls -A "$tmp_root" | sort | comm -13 "$tmp_before" - | grep -vx "$(basename "$tmp_before")" || true
+}
+
+# ---- background builds ----------------------------------------------------------------------
+# Each runs at nice 19: the foreground steps keep the CPUs whenever they want them, and the build
+# fills the time they leave idle (test runs, waits on processes). `await NAME` waits for one and
+# prints how long it took; the foreground steps that need its products come after the wait.
 declare -A bg_pid=() bg_log=()
 background() { # NAME CMD...: CMD (a command or a function) at nice 19, its output in a log
   local name=$1
   shift
-  bg_log[$name]=$(mktemp "${TMPDIR:-/tmp}/switchboard-$name.XXXXXX")
+  bg_log[$name]=$(mktemp "$tmp_root/switchboard-$name.XXXXXX")
   (
     renice -n 19 -p "$BASHPID" >/dev/null
     t0=$SECONDS
@@ -78,8 +114,6 @@ kill_tree() { # PID: it and its descendants
   for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
   kill "$1" 2>/dev/null || true
 }
-# A run that stops early (a failed step) leaves no build behind.
-trap 'for pid in "${bg_pid[@]}"; do kill_tree "$pid"; done' EXIT
 await() { # NAME: wait for a background build; fails with its log if it failed
   local name=$1
   [[ -n "${bg_pid[$name]:-}" ]] || return 0
@@ -88,27 +122,48 @@ await() { # NAME: wait for a background build; fails with its log if it failed
     rm -f "${bg_log[$name]}"
   else
     tail -n 60 "${bg_log[$name]}" >&2
-    die "the background build $name failed (its log: ${bg_log[$name]})"
+    die "the background build $name failed (the end of its log is above)"
   fi
   unset "bg_pid[$name]"
 }
+finish() { # on exit: stop background builds, print the step table, check the temp directory
+  local rc=$?
+  trap - ERR
+  ((rc == 0)) || step_end "FAILED"
+  local name
+  for name in "${!bg_pid[@]}"; do kill_tree "${bg_pid[$name]}"; done
+  for name in "${!bg_log[@]}"; do rm -f "${bg_log[$name]}"; done
+  print_times
+  local left
+  left=$(tmp_left)
+  rm -f "$tmp_before"
+  if [[ -n "$left" ]]; then
+    echo "run-all.sh: the run left these in $tmp_root (tests must remove what they create):" >&2
+    sed 's/^/  /' <<<"$left" >&2
+    rc=1
+  fi
+  exit $rc
+}
+trap finish EXIT
+
 # What the e2e tests start besides the workspace's binaries: Go builds that take minutes cold.
 e2e_tools() {
   set -e
   "$root/tests/setup-jaeger.sh" >/dev/null
   "$root/tests/setup-prometheus.sh" >/dev/null
 }
-# What the suites build (Kubernetes binaries with the node's and the oldest API server, the
-# images' static binaries, actionlint, glua, the node's test images): most of an hour cold.
+# What the suites build (Kubernetes binaries with the node's and the oldest API server,
+# actionlint, glua, the node's packages and test images): most of an hour cold. Debian packages
+# first (network, little CPU), then in the order the suites need them.
 suite_tools() {
   set -e
-  "$root/tests/k8s/build-binaries.sh" --node >/dev/null
-  "$root/tests/k8s/build-binaries.sh" --oldest >/dev/null
+  "$root/tests/images/setup-tools.sh" >/dev/null
+  "$root/tests/node/setup-tools.sh" >/dev/null
+  "$root/tests/k8s/build-binaries.sh" >/dev/null
   "$root/tests/setup-go-tool.sh" actionlint >/dev/null
   "$root/tests/setup-go-tool.sh" glua >/dev/null
-  "$root/tests/node/setup-tools.sh" >/dev/null
-  CONTAINERS_CONF="$("$root/tests/images/setup-tools.sh")" \
-    "$root/tests/images/build.sh" --engine buildah --for-tests >/dev/null
+  "$root/tests/k8s/build-binaries.sh" --oldest >/dev/null
+  "$root/tests/k8s/build-binaries.sh" --node >/dev/null
   "$root/tests/node/test-images.sh" >/dev/null
   "$root/tests/node/stdio-images.sh" >/dev/null
 }
@@ -135,6 +190,10 @@ done
 if wants fmt || wants layering || wants clippy || wants unit || wants fuzz || wants build; then
   need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
 fi
+# The tools the later steps need, built while the earlier ones run.
+if wants e2e; then background e2e-tools e2e_tools; fi
+if wants suites; then background suite-tools suite_tools; fi
+
 if wants fmt; then
   cargo fmt --version >/dev/null 2>&1 || die "cargo fmt is missing: rustup component add rustfmt"
   step fmt
@@ -144,10 +203,6 @@ if wants layering; then
   need python3 "install Python 3.10 or newer (Debian: apt-get install python3)"
   step layering
   python3 tests/layering.py --self-test
-fi
-# The full run builds the e2e step's Go tools while the Rust steps compile and test.
-if wants e2e && (wants clippy || wants unit || wants fuzz || wants build); then
-  background e2e-tools e2e_tools
 fi
 if wants clippy; then
   cargo clippy --version >/dev/null 2>&1 || die "cargo clippy is missing: rustup component add clippy"
@@ -189,41 +244,94 @@ if wants e2e; then
   # The identity provider of the sign-in tests (tests/e2e/keycloak.py calls it again: a no-op).
   step keycloak
   "$root/tests/setup-keycloak.sh" >/dev/null
-  # The trace backend of the tracing tests, built from Go modules once (tests/e2e/jaeger.py
-  # starts it and calls this again: a no-op). Instant when cached.
-  step jaeger
-  await e2e-tools
-  "$root/tests/setup-jaeger.sh" >/dev/null
-  # Prometheus and promtool, built from Go modules once (tests/e2e/prometheus.py starts the
-  # server; tests/suites.d/45-prometheus-rules.sh runs promtool). Instant when cached.
-  step prometheus
-  "$root/tests/setup-prometheus.sh" >/dev/null
   # The real stdio MCP servers the stdio-bridge tests run (npm and PyPI, pinned; the test
   # module calls this again: a no-op). Its own step, so a cold install shows in the timings.
   step stdio-servers
   "$root/tests/setup-stdio-servers.sh" >/dev/null
+  # The trace backend and Prometheus, built from Go modules in the background since the start
+  # (tests/e2e/jaeger.py and prometheus.py call their setup scripts again: a no-op).
+  step "e2e tools (the rest of the background build)"
+  await e2e-tools
+  "$root/tests/setup-jaeger.sh" >/dev/null
+  "$root/tests/setup-prometheus.sh" >/dev/null
   step e2e
-  # The full run builds what the suites need while the e2e tests run (they leave the CPUs idle
-  # much of the time); the suites wait for it.
-  if wants suites; then background suite-tools suite_tools; fi
+  # Parallel workers (pytest-xdist), each test placed on whichever worker is free; then the
+  # tests marked `last` in a pytest of their own, which read what every worker recorded
+  # (SWITCHBOARD_E2E_RECORD: the secrets handed out and the gateway logs written).
+  e2e_tmp=$(mktemp -d "$tmp_root/switchboard-e2e.XXXXXX")
   # --durations: the slowest tests of each run, for whoever next has to shorten the step.
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
-  "$venv/bin/python" -m pytest "$root/tests/e2e" -q --durations=15 ${PYTEST_ARGS:-}
+  SWITCHBOARD_E2E_RECORD="$e2e_tmp/record" "$venv/bin/python" -m pytest "$root/tests/e2e" -q --durations=15 \
+    -n "${SWITCHBOARD_E2E_WORKERS:-3}" --dist worksteal -m "not last" --basetemp "$e2e_tmp/workers" \
+    ${PYTEST_ARGS:-} || { rm -rf "$e2e_tmp"; die "the e2e tests failed"; }
+  # (exit 5: PYTEST_ARGS selected none of them)
+  last_rc=0
+  # shellcheck disable=SC2086
+  SWITCHBOARD_E2E_RECORD="$e2e_tmp/record" "$venv/bin/python" -m pytest "$root/tests/e2e" -q -m last \
+    --basetemp "$e2e_tmp/last" ${PYTEST_ARGS:-} || last_rc=$?
+  rm -rf "$e2e_tmp"
+  ((last_rc == 0 || last_rc == 5)) || die "the e2e tests marked last failed"
+  rm -rf "$e2e_tmp"
 fi
 
-# Later suites (hook). Run all of them with the `suites` step, or one by its name.
+# Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
+# is waiting on what it started (API servers, a node, pods), so the suites run side by side:
+# each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
+# chain run one after the other, in name order: 60-node after 30-images, which build the same
+# images). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A suite's output
+# is printed whole when it ends; its time goes into the step table.
 shopt -s nullglob
+suites=()
 for suite in "$root"/tests/suites.d/*.sh; do
   name="$(basename "$suite" .sh)"
-  if wants suites || wants "$name"; then
-    if [[ -n "${bg_pid[suite-tools]:-}" ]]; then
-      step "suite tools (the rest of the background build)"
-      await suite-tools
-    fi
-    step "suite $name"
-    bash "$suite"
-  fi
+  if wants suites || wants "$name"; then suites+=("$name"); fi
 done
+if ((${#suites[@]} > 0)); then
+  if [[ -n "${bg_pid[suite-tools]:-}" ]]; then
+    step "suite tools (the rest of the background build)"
+    await suite-tools
+  fi
+  step "suites (side by side, in all)"
+  suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
+  declare -A chain_of=()
+  chains=()
+  for name in "${suites[@]}"; do
+    chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    chain=${chain:-$name}
+    [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] || chain=all
+    [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
+    chain_of[$chain]+=" $name"
+  done
+  run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
+    local name t0 rc
+    for name in "$@"; do
+      t0=$(date +%s)
+      rc=0
+      bash "$root/tests/suites.d/$name.sh" >"$suites_dir/$name.log" 2>&1 || rc=$?
+      echo $(( $(date +%s) - t0 )) >"$suites_dir/$name.secs"
+      echo "$rc" >"$suites_dir/$name.rc"
+      ((rc == 0)) || return 0  # a failed suite ends its chain; the others finish
+    done
+  }
+  chain_pids=()
+  for chain in "${chains[@]}"; do
+    # shellcheck disable=SC2086 # the chain's suites, one word each
+    run_chain ${chain_of[$chain]} &
+    chain_pids+=($!)
+  done
+  for pid in "${chain_pids[@]}"; do wait "$pid"; done
+  suites_failed=()
+  for name in "${suites[@]}"; do
+    [[ -f "$suites_dir/$name.rc" ]] || continue  # not run: an earlier suite of its chain failed
+    echo "=== suite $name ($(cat "$suites_dir/$name.secs")s)"
+    cat "$suites_dir/$name.log"
+    step_names+=("  suite $name")
+    step_secs+=("$(cat "$suites_dir/$name.secs")")
+    [[ "$(cat "$suites_dir/$name.rc")" == 0 ]] || suites_failed+=("$name")
+  done
+  rm -rf "$suites_dir"
+  ((${#suites_failed[@]} == 0)) || die "suites failed: ${suites_failed[*]}"
+fi
 
-step done
+step_end
 echo "run-all.sh: all requested steps passed"

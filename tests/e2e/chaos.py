@@ -62,6 +62,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (  # noqa: E402
+    reserve_port,
     EXAMPLE_UPSTREAM_BIN,
     GATEWAY_BIN,
     LEGACY_VERSION,
@@ -188,12 +189,6 @@ def sabotage_kinds(sabotage: bool | str | Iterable[str] | None) -> frozenset[str
     return kinds
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # --------------------------------------------------------------------------------------------
 # The round-robin balancer: every new connection goes to the next replica (clients here open a
 # new connection per call, so consecutive calls, legacy sessions included, hop replicas).
@@ -310,11 +305,11 @@ class World(FaultWindows):
             "even": {f"s{i}" for i in range(0, SERVERS, 2)},
         }
         self.session_key = new_secret("chaos-session-key")
-        self.upstream_ports = [free_port() for _ in range(UPSTREAMS)]
+        self.upstream_ports = [reserve_port() for _ in range(UPSTREAMS)]
         self.upstreams: list[Proc | None] = [None] * UPSTREAMS
-        self.idp_port = free_port()
+        self.idp_port = reserve_port()
         self.idp: Proc | None = None
-        self.gateway_ports = {"gw-a": free_port(), "gw-b": free_port()}
+        self.gateway_ports = {"gw-a": reserve_port(), "gw-b": reserve_port()}
         self.gateways: dict[str, Proc] = {}
         self.config_path = workdir / "gateway.yaml"
         self.variants: dict[str, str] = {}  # server -> extra variant options in force

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import keycloak as keycloak_server
 import pytest
 from harness import (
     GatewayFactory,
@@ -13,6 +17,29 @@ from harness import (
     start_python_upstream,
     start_rust_upstream,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The process that owns the run (the only one, or pytest-xdist's controller) makes the run's
+    # shared directory, which its workers inherit through the environment: the shared Keycloak
+    # lives there (keycloak.py, `shared`).
+    if not hasattr(config, "workerinput") and "SWITCHBOARD_KEYCLOAK_DIR" not in os.environ:
+        run_dir = Path(tempfile.mkdtemp(prefix="switchboard-e2e-run."))
+        os.environ["SWITCHBOARD_KEYCLOAK_DIR"] = str(run_dir)
+        os.environ["SWITCHBOARD_KEYCLOAK_OWNER"] = str(os.getpid())
+        config.stash[RUN_DIR] = run_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run_dir = config.stash.get(RUN_DIR, None)
+    if run_dir is not None:
+        try:
+            keycloak_server.stop_shared(run_dir)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+RUN_DIR = pytest.StashKey[Path]()
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -87,3 +114,20 @@ def any_upstream(request: pytest.FixtureRequest) -> Upstream:
     """Each kind of upstream in turn."""
     name = {"python": "python_upstream", "python-stateless": "python_upstream_stateless", "rust": "rust_upstream"}
     return request.getfixturevalue(name[request.param])
+
+
+@pytest.fixture(scope="session")
+def keycloak() -> keycloak_server.Keycloak:
+    """The run's one Keycloak, shared by every module and worker (keycloak.py, `shared`): read
+    and sign in, never stop or reconfigure it in a way another test would notice."""
+    return keycloak_server.shared(Path(os.environ["SWITCHBOARD_KEYCLOAK_DIR"]))
+
+
+@pytest.fixture
+def private_keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[keycloak_server.Keycloak]:
+    """A Keycloak of this test's own, for a test that stops it."""
+    kc = keycloak_server.start(tmp_path_factory.mktemp("keycloak"))
+    try:
+        yield kc
+    finally:
+        kc.stop()

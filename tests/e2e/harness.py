@@ -55,9 +55,60 @@ INTERNAL_RE = re.compile(r"switchboard-gateway internal on http://(\S+)")
 os.environ.setdefault("SWITCHBOARD_INTERNAL_LISTEN", "127.0.0.1:0")
 
 # Everything the tests put in a config as a secret, and every gateway log file of this run; the
-# last test of the session greps the latter for the former (acceptance item 8).
-SECRETS_USED: set[str] = set()
-GATEWAY_LOGS: list[Path] = []
+# last test of the run greps the latter for the former (acceptance item 8). The test command runs
+# the tests in parallel workers, then that last test in a pytest of its own: with
+# SWITCHBOARD_E2E_RECORD=DIR every process also appends what it adds to DIR/<pid>.secrets and
+# DIR/<pid>.logs, and `recorded_secrets()` / `recorded_logs()` read back the whole run's.
+RECORD_DIR = Path(os.environ["SWITCHBOARD_E2E_RECORD"]) if os.environ.get("SWITCHBOARD_E2E_RECORD") else None
+
+
+def _record(kind: str, values: Iterable[object]) -> None:
+    if RECORD_DIR is not None:
+        RECORD_DIR.mkdir(parents=True, exist_ok=True)
+        with (RECORD_DIR / f"{os.getpid()}.{kind}").open("a", encoding="utf-8") as f:
+            f.writelines(f"{v}\n" for v in values)
+
+
+class _RecordedSet(set):
+    def add(self, value: str) -> None:
+        if value not in self:
+            _record("secrets", [value])
+        super().add(value)
+
+    def update(self, *others: Iterable[str]) -> None:
+        for other in others:
+            for value in other:
+                self.add(value)
+
+
+class _RecordedList(list):
+    def append(self, value: Path) -> None:
+        _record("logs", [value])
+        super().append(value)
+
+    def extend(self, values: Iterable[Path]) -> None:
+        for value in values:
+            self.append(value)
+
+
+SECRETS_USED: set[str] = _RecordedSet()
+GATEWAY_LOGS: list[Path] = _RecordedList()
+
+
+def _read_records(kind: str) -> list[str]:
+    if RECORD_DIR is None or not RECORD_DIR.is_dir():
+        return []
+    return [line for f in sorted(RECORD_DIR.glob(f"*.{kind}")) for line in f.read_text("utf-8").splitlines() if line]
+
+
+def recorded_secrets() -> set[str]:
+    """Every secret of the run: this process's and, with SWITCHBOARD_E2E_RECORD, every other's."""
+    return set(SECRETS_USED) | set(_read_records("secrets"))
+
+
+def recorded_logs() -> list[Path]:
+    """Every gateway log file of the run (see recorded_secrets), each once, in order."""
+    return list(dict.fromkeys([*GATEWAY_LOGS, *map(Path, _read_records("logs"))]))
 
 
 def new_secret(label: str) -> str:
@@ -71,29 +122,64 @@ def target_dir() -> Path:
     return Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target"))
 
 
+def bin_dir() -> Path:
+    """Where the workspace's debug binaries are: SWITCHBOARD_BIN_DIR (tests/build-env.bash sets it
+    for the test command's static build), else a plain `cargo build`'s CARGO_TARGET_DIR/debug."""
+    explicit = os.environ.get("SWITCHBOARD_BIN_DIR")
+    return Path(explicit) if explicit else target_dir() / "debug"
+
+
 def binary(name: str) -> Path:
     """A debug binary of the workspace; a missing one fails the test (never skips it)."""
-    path = target_dir() / "debug" / name
+    path = bin_dir() / name
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(
-            f"{path} is missing: run `cargo build --workspace --bins` first (tests/run-all.sh does it)",
+            f"{path} is missing: run `tests/run-all.sh build` (or `cargo build --workspace --bins` "
+            "with SWITCHBOARD_BIN_DIR unset) first",
             pytrace=False,
         )
     return path
 
 
-def free_port() -> int:
-    """A free loopback port below the kernel's ephemeral range (32768+), so that no outgoing
-    connection takes it while a process that listens on it is restarted (as cluster.sh does)."""
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
+# Ports a test must know before its process starts (a process restarted on the same port, peers
+# that name each other, tools that cannot report what they bound) are reserved, never picked and
+# released: a reservation is an exclusive lock on `<cache>/ports/<port>.lock`, held by this
+# process until it exits, so no other reservation of any test process on this machine (pytest
+# workers side by side, the Kubernetes suite's two passes, tests/k8s/cluster.sh) can hand the
+# same port out while it is in use. Ports come from below the kernel's ephemeral range (32768+),
+# so no outgoing connection takes one while the process that listens on it is restarted.
+# Everything else binds port 0 and reads its address back (gateways, upstreams, bridges).
+PORT_LOCKS = Path(os.environ.get("SWITCHBOARD_CACHE", Path.home() / ".cache" / "switchboard")) / "ports"
+PORT_RANGE = (20000, 32000)
+_reserved: dict[int, Any] = {}
+
+
+def reserve_port() -> int:
+    """A loopback port reserved for this process (see PORT_LOCKS): free when reserved, and never
+    handed to another reservation while this process lives."""
+    import fcntl
+
+    PORT_LOCKS.mkdir(parents=True, exist_ok=True)
+    for _ in range(500):
+        port = random.randrange(*PORT_RANGE)
+        if port in _reserved:
+            continue
+        lock = (PORT_LOCKS / f"{port}.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
+                lock.close()  # someone outside the reservations listens there
                 continue
-            return port
-    raise AssertionError("no free loopback port found in 20000-31999")
+        _reserved[port] = lock
+        return port
+    raise AssertionError(f"no free loopback port to reserve in {PORT_RANGE[0]}-{PORT_RANGE[1] - 1}")
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
@@ -204,8 +290,17 @@ class Proc:
             if not f.closed:
                 f.close()
 
+    def wait(self, timeout: float) -> int:
+        """Waits for the process to exit and for everything it wrote to stdout to reach the log
+        file (the copying thread drains the pipe after the exit); returns the exit code."""
+        code = self.popen.wait(timeout)
+        self._reader.join(timeout)
+        return code
+
     def log_text(self) -> str:
         """Everything the process wrote so far, stdout then stderr."""
+        if self.popen.poll() is not None:
+            self._reader.join(10)  # an exited process's last lines may still be in the pipe
         out = []
         for p in (self.stdout_path, self.stderr_path):
             with contextlib.suppress(FileNotFoundError):

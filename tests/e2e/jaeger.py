@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 import yaml
-from harness import REPO_ROOT, free_port, wait_until
+from harness import REPO_ROOT, reserve_port, wait_until
 
 SETUP = REPO_ROOT / "tests" / "setup-jaeger.sh"
 # A cold build compiles the collector and its dependencies (about 8 minutes on two shared cores).
@@ -433,7 +433,7 @@ def start(logdir: Path, tls: dict | None = None) -> Jaeger:
     for attempt in range(3):
         ports: dict[str, int] = {}
         while len(ports) < 4:
-            port = free_port()
+            port = reserve_port()
             if port not in ports.values():
                 ports[("otlp_grpc", "otlp_http", "query_http", "query_grpc")[len(ports)]] = port
         config_path = logdir / f"jaeger-{attempt}.yaml"

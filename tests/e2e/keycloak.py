@@ -6,23 +6,31 @@ log's tail and the command that installs it."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import html
 import json
 import os
 import re
 import secrets
-import socket
+import signal
 import subprocess
+import sys
+import threading
+import dataclasses
 from dataclasses import dataclass
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import httpx
-from harness import REPO_ROOT, wait_until
+from harness import REPO_ROOT, reserve_port, wait_until
 
 REALM = "switchboard"
+# A copy of the realm with anonymous client registration opened (`open_registration`), in the
+# same Keycloak: the tests of brokered mode need a realm that refuses registration, the tests of
+# SDK clients that register themselves one that allows it, and both share the run's Keycloak.
+OPEN_REALM = "switchboard-open"
 # The audience the realm's clients put in people's tokens for the gateway.
 GATEWAY_AUDIENCE = "switchboard-gateway"
 # The client scope MCP clients ask for to get a token for the gateway (`open_registration`).
@@ -36,24 +44,19 @@ START_TIMEOUT = 300.0
 PEOPLE = {"alice": ["team-a"], "bob": ["team-b"], "carol": []}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Keycloak:
     base: str
-    proc: subprocess.Popen
+    proc: subprocess.Popen | None  # None: the run's shared Keycloak, started by another process
     log: Path
     passwords: dict[str, str]
     client_secrets: dict[str, str]
     admin_password: str
+    realm: str = REALM
 
     @property
     def issuer(self) -> str:
-        return f"{self.base}/realms/{REALM}"
+        return f"{self.base}/realms/{self.realm}"
 
     def token(self, user: str, client_id: str = "mcp-cli") -> dict:
         """An access token for a person, by the password grant of a public client (the
@@ -138,11 +141,19 @@ class Keycloak:
         )
         assert token.status_code == 200, f"the admin sign-in failed: {token.status_code} {token.text}"
         reply = httpx.request(
-            method, f"{self.base}/admin/realms/{REALM}{path}",
+            method, f"{self.base}/admin/realms/{self.realm}{path}",
             headers={"Authorization": f"Bearer {token.json()['access_token']}"}, timeout=30, **kwargs,
         )
         assert reply.status_code < 300, f"admin {method} {path}: {reply.status_code} {reply.text}"
         return reply
+
+    def open_realm(self) -> "Keycloak":
+        """The same Keycloak, in the realm whose registration is open (see OPEN_REALM). The run's
+        shared Keycloak was opened once by the process that started it (`_serve`)."""
+        kc = dataclasses.replace(self, realm=OPEN_REALM)
+        if self.proc is not None:
+            kc.open_registration()
+        return kc
 
     def open_registration(self) -> None:
         """What a realm needs for MCP clients that register themselves (RFC 7591), as README
@@ -182,11 +193,17 @@ class Keycloak:
                 },
             ],
         }
-        created = self.admin("POST", "/client-scopes", json=scope)
-        scope_id = created.headers["location"].rsplit("/", 1)[-1]
+        # Idempotent: on the run's shared Keycloak another module may have opened it already.
+        existing = [c["id"] for c in self.admin("GET", "/client-scopes").json() if c["name"] == GATEWAY_SCOPE]
+        if existing:
+            scope_id = existing[0]
+        else:
+            created = self.admin("POST", "/client-scopes", json=scope)
+            scope_id = created.headers["location"].rsplit("/", 1)[-1]
         self.admin("PUT", f"/default-optional-client-scopes/{scope_id}")
 
     def stop(self) -> None:
+        assert self.proc is not None, "the run's shared Keycloak is not this test's to stop: use private_keycloak"
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -228,7 +245,10 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) 
         if not client.get("publicClient"):
             client["secret"] = client_secrets[client["clientId"]] = secrets.token_urlsafe(24)
     (imports / REALM_FILE.name).write_text(json.dumps(realm))
-    port = _free_port()
+    # The copy's people have the copy's default roles (offline_access among them).
+    copy = json.loads(json.dumps(realm).replace(f"default-roles-{REALM}", f"default-roles-{OPEN_REALM}"))
+    (imports / f"realm-{OPEN_REALM}.json").write_text(json.dumps({**copy, "realm": OPEN_REALM}))
+    port = reserve_port()
     admin_password = secrets.token_urlsafe(16)
     env = {
         **os.environ,
@@ -237,6 +257,12 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) 
         "KC_BOOTSTRAP_ADMIN_USERNAME": "admin",
         "KC_BOOTSTRAP_ADMIN_PASSWORD": admin_password,
     }
+    logdir.mkdir(parents=True, exist_ok=True)
+    # The JVM's and Vert.x's scratch files (java.io.tmpdir, vertx-cache) in the test's own
+    # directory, not the system's; no hsperfdata file at all.
+    java_tmp = logdir / "java-tmp"
+    java_tmp.mkdir(exist_ok=True)
+    env["JAVA_OPTS_APPEND"] = f"{env.get('JAVA_OPTS_APPEND', '')} -Djava.io.tmpdir={java_tmp} -XX:-UsePerfData".strip()
     log = logdir / "keycloak.log"
     out = log.open("wb")
     proc = subprocess.Popen(
@@ -260,3 +286,94 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) 
         kc.stop()
         raise AssertionError(f"Keycloak did not start within {START_TIMEOUT:.0f}s:\n{log.read_text(errors='replace')[-4000:]}")
     return kc
+
+
+# --------------------------------------------------------------------------------------------
+# One Keycloak per run. Starting one takes tens of seconds of both cores, so the e2e tests share
+# one (conftest.py's `keycloak` fixture): the first process of the run that needs it starts
+# `keycloak.py serve` detached, under a lock in SWITCHBOARD_KEYCLOAK_DIR (set by the pytest
+# process that owns the run, conftest.py), and every process reads what it wrote there. The
+# owner stops it when the run ends (`stop_shared`), and the server stops itself if the owner
+# dies first. Tests that change Keycloak in a way others would see (stopping it) take
+# `private_keycloak` instead.
+
+SHARED_INFO = "keycloak.json"
+
+
+def _as_info(kc: Keycloak, pid: int) -> dict:
+    return {"base": kc.base, "log": str(kc.log), "passwords": kc.passwords, "client_secrets": kc.client_secrets,
+            "admin_password": kc.admin_password, "pid": pid}
+
+
+def shared(run_dir: Path) -> Keycloak:
+    """The run's shared Keycloak: started by the first caller, reused by every other."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info, failed = run_dir / SHARED_INFO, run_dir / "keycloak.failed"
+    with (run_dir / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not info.exists() and not failed.exists():
+            owner = os.environ.get("SWITCHBOARD_KEYCLOAK_OWNER", str(os.getpid()))
+            subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "serve", str(run_dir), owner],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=(run_dir / "serve.log").open("wb"),
+                start_new_session=True,
+            )
+    wait_until(lambda: info.exists() or failed.exists(), START_TIMEOUT + 60, interval=0.5, what="the run's shared Keycloak")
+    assert not failed.exists(), f"the run's shared Keycloak did not start:\n{failed.read_text(errors='replace')[-4000:]}"
+    d = json.loads(info.read_text())
+    return Keycloak(base=d["base"], proc=None, log=Path(d["log"]), passwords=d["passwords"],
+                    client_secrets=d["client_secrets"], admin_password=d["admin_password"])
+
+
+def stop_shared(run_dir: Path) -> None:
+    """Stops the run's shared Keycloak, if one was started (by the run's owner at its end)."""
+    info = run_dir / SHARED_INFO
+    if info.exists():
+        pid = json.loads(info.read_text())["pid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not _alive(pid), 60, interval=0.2, what="the shared Keycloak to stop")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) is stopped.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    return False
+
+
+def _serve(run_dir: Path, owner: int) -> None:
+    """`keycloak.py serve DIR OWNER_PID`: starts Keycloak, publishes DIR/keycloak.json, and keeps it
+    until SIGTERM or until the owner process is gone."""
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        kc = start(run_dir / "logs")
+    except BaseException as exc:  # noqa: BLE001 - whatever it was, the waiting tests must see it
+        (run_dir / "keycloak.failed").write_text(str(exc))
+        raise
+    try:
+        try:
+            kc.open_realm()  # once, before anyone uses it (workers would race on the admin API)
+        except BaseException as exc:  # noqa: BLE001
+            (run_dir / "keycloak.failed").write_text(f"opening registration in {OPEN_REALM} failed: {exc}")
+            raise
+        tmp = run_dir / (SHARED_INFO + ".tmp")
+        tmp.write_text(json.dumps(_as_info(kc, os.getpid())))
+        tmp.rename(run_dir / SHARED_INFO)
+        while not stopping.wait(1.0):
+            if not _alive(owner) or kc.proc.poll() is not None:
+                break
+    finally:
+        kc.stop()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "serve":
+        _serve(Path(sys.argv[2]), int(sys.argv[3]))
+    else:
+        sys.exit("usage: keycloak.py serve DIR OWNER_PID")

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,9 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import reserve_port  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP = REPO_ROOT / "tests" / "setup-prometheus.sh"
@@ -57,12 +59,6 @@ def bin_dir() -> Path:
         return Path(override)
     out = subprocess.run([str(SETUP)], check=True, stdout=subprocess.PIPE, text=True, timeout=1800).stdout
     return Path(out.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
@@ -104,7 +100,7 @@ class Prometheus:
         self._own_dir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="switchboard-prometheus."))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = reserve_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = self.workdir / "prometheus.yml"
         config = {

@@ -5,46 +5,45 @@ examples work against it, the demo model with its hidden gateway tool included."
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 
 import anthropic
 import httpx
-from harness import REPO_ROOT, target_dir, wait_until
+from harness import GATEWAY_BIN, REPO_ROOT, binary, wait_until
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+DEMO_LISTEN = re.compile(r"switchboard-gateway listening on http://(\S+)")
+DEMO_INTERNAL = re.compile(r"switchboard-gateway internal on http://(\S+)")
 
 
 def test_demo_script_serves_mcp_and_a_model_with_a_hidden_tool(tmp_path):
     for port in (8931, 8932):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} (the demo's) is taken; free it to run this test"
-    listen = f"127.0.0.1:{free_port()}"
-    internal = f"127.0.0.1:{free_port()}"
+    # The gateway binds port 0 for both of its listeners and the test reads them from the log;
+    # the script runs the test command's own debug binaries (SWITCHBOARD_DEMO_BIN_DIR) instead of
+    # its release build (the one step of the script this test leaves out).
     env = {
         **os.environ,
-        "CARGO_TARGET_DIR": str(target_dir()),
-        "SWITCHBOARD_DEMO_PROFILE": "debug",
-        "SWITCHBOARD_LISTEN": listen,
-        "SWITCHBOARD_INTERNAL_LISTEN": internal,
+        "SWITCHBOARD_DEMO_BIN_DIR": str(binary(GATEWAY_BIN).parent),
+        "SWITCHBOARD_LISTEN": "127.0.0.1:0",
+        "SWITCHBOARD_INTERNAL_LISTEN": "127.0.0.1:0",
     }
-    # The script's own build first, untimed: it builds three packages alone, whose features
-    # differ from the workspace build's, so on a fresh cache it compiles for minutes (a cold run
-    # once timed out on it); the wait below is then for the demo to start, not for cargo.
-    subprocess.run(["cargo", "build", "-p", "switchboard-gateway", "-p", "switchboard-example-upstream",
-                    "-p", "switchboard-scripted-provider"], cwd=REPO_ROOT, env=env, check=True, timeout=1800,
-                   stdout=subprocess.DEVNULL)
-    log = (tmp_path / "demo.log").open("wb")
+    log_path = tmp_path / "demo.log"
+    log = log_path.open("wb")
     demo = subprocess.Popen(
         [str(REPO_ROOT / "examples" / "demo.sh")], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    base = f"http://{listen}"
     try:
+        def addresses():
+            text = log_path.read_text(errors="replace")
+            listen, internal = DEMO_LISTEN.search(text), DEMO_INTERNAL.search(text)
+            return (listen.group(1), internal.group(1)) if listen and internal else None
+
+        listen, internal = wait_until(addresses, 120, what="the demo gateway's listening lines")
+        base = f"http://{listen}"
         wait_until(lambda: httpx.get(f"http://{internal}/readyz", timeout=1).status_code == 200, 120, what="the demo gateway")
         auth = {"Authorization": "Bearer sk-demo"}
         tools = httpx.get(f"{base}/mcp-rest/tools/list", headers=auth, timeout=10).json()["tools"]

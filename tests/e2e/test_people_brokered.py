@@ -30,16 +30,8 @@ import pytest
 import yaml
 from harness import RoundRobinBalancer, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_oauth, sdk_text, server, start_rust_upstream, wait_until, write_config
 from keycloak import GATEWAY_AUDIENCE
-from keycloak import start as start_keycloak
 
 REDIRECT_URI = "http://127.0.0.1:33419/callback"  # never listened on: the test reads the redirect
-
-
-@pytest.fixture(scope="module")
-def keycloak(tmp_path_factory):
-    kc = start_keycloak(tmp_path_factory.mktemp("keycloak"))
-    yield kc
-    kc.stop()
 
 
 @pytest.fixture

@@ -21,18 +21,15 @@ import json
 import pytest
 from harness import MODERN_VERSION, gateway_config, key, new_secret, run_async, sdk_client, sdk_list_all_tools, sdk_oauth, sdk_text, server, start_rust_upstream
 from keycloak import GATEWAY_AUDIENCE, GATEWAY_SCOPE, PEOPLE
-from keycloak import start as start_keycloak
 from ts_client import describe, ts_client, ts_ok
 
 REDIRECT_URI = "http://127.0.0.1:33418/callback"  # never listened on: the test reads the redirect
 
 
 @pytest.fixture(scope="module")
-def keycloak(tmp_path_factory):
-    kc = start_keycloak(tmp_path_factory.mktemp("keycloak"))
-    kc.open_registration()
-    yield kc
-    kc.stop()
+def keycloak(keycloak):
+    """The run's Keycloak, in its realm whose registration is open (keycloak.py, OPEN_REALM)."""
+    return keycloak.open_realm()
 
 
 @pytest.fixture

@@ -39,20 +39,16 @@ from harness import (
     start_rust_upstream,
     wait_until,
 )
-from keycloak import start as start_keycloak
 
 AUDIENCE = "switchboard-gateway"
 
 
-@pytest.fixture(scope="module")
-def keycloak(tmp_path_factory):
-    kc = start_keycloak(tmp_path_factory.mktemp("keycloak"))
-    yield kc
-    kc.stop()
-
-
 @pytest.fixture
 def signed_in(procs, gateways, keycloak):
+    return _signed_in(procs, gateways, keycloak)
+
+
+def _signed_in(procs, gateways, keycloak):
     alpha = start_rust_upstream(procs, "alpha")
     beta = start_rust_upstream(procs, "beta")
     plain_key = new_secret("plain")
@@ -333,9 +329,10 @@ def test_token_exchange_on_the_persons_behalf_reaches_an_api_that_takes_only_its
         assert refused.status_code == 401, refused.text
 
 
-def test_zz_keycloak_down_keeps_held_keys_working_and_keys_never_depend_on_it(signed_in, keycloak, gateways):
-    """Last in this module: it stops the module's Keycloak."""
-    gw, _, _, plain_key = signed_in
+def test_keycloak_down_keeps_held_keys_working_and_keys_never_depend_on_it(procs, gateways, private_keycloak):
+    """It stops its Keycloak: one of its own, not the run's."""
+    keycloak = private_keycloak
+    gw, _, _, plain_key = _signed_in(procs, gateways, keycloak)
     assert _names(gw, keycloak.token("alice")["access_token"], MODERN_VERSION), "the gateway holds Keycloak's keys"
     unused = keycloak.token("bob")["access_token"]  # never shown to the gateway before Keycloak stops
     keycloak.stop()

@@ -41,7 +41,7 @@ from harness import (
     RawMcp,
     balancer,
     binary,
-    free_port,
+    reserve_port,
     gateway_config,
     key,
     new_secret,
@@ -72,7 +72,8 @@ class Bridges:
 
     def __init__(self, procs: ProcessGroup, tmp: Path, command: list[str], n: int = 2, *, peers: bool = True,
                  shared_key: bool = True, pool_size: int = 2, max_processes: int = 16, extra: tuple[str, ...] = ()):  # fmt: skip
-        self.ports = [free_port() for _ in range(n)]
+        # Each replica names every other in --peers before any of them listens: reserved ports.
+        self.ports = [reserve_port() for _ in range(n)]
         self.addrs = [f"127.0.0.1:{p}" for p in self.ports]
         self.procs: list[Proc] = []
         key_file = tmp / "bridge-session-key"
@@ -263,11 +264,10 @@ def test_the_pypi_server_in_both_eras(gateways, procs, tmp_path, stdio_servers):
 
 def test_readiness_waits_for_an_answered_initialize(procs, tmp_path):
     # A server that starts but never answers: not ready, and says why.
-    port = free_port()
-    procs.start("bridge-silent", [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--init-timeout", "60s", "--", "sleep", "600"])
-    r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    bridge = procs.start("bridge-silent", [binary(BRIDGE_BIN), "--listen", "127.0.0.1:0", "--init-timeout", "60s", "--", "sleep", "600"])
+    r = httpx.get(f"{bridge.url}/readyz", timeout=5)
     assert r.status_code == 503 and "initialize" in r.text, (r.status_code, r.text)
-    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    assert httpx.get(f"{bridge.url}/healthz", timeout=5).status_code == 200
 
 
 def test_a_command_that_exits_at_once_makes_the_bridge_exit_with_the_reason(procs, tmp_path):
@@ -276,8 +276,7 @@ def test_a_command_that_exits_at_once_makes_the_bridge_exit_with_the_reason(proc
     script = tmp_path / "fails.sh"
     script.write_text("#!/bin/sh\necho 'cannot open the database' >&2\nexit 3\n")
     script.chmod(0o755)
-    port = free_port()
-    proc = procs.start("bridge-exits", [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--", str(script)])
+    proc = procs.start("bridge-exits", [binary(BRIDGE_BIN), "--listen", "127.0.0.1:0", "--", str(script)])
     assert proc.popen.wait(30) == 1, proc.log_text()[-2000:]
     log = proc.log_text()
     assert "exited with code 3" in log and "none ever answered initialize" in log, log[-2000:]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds Switchboard's images: static release binaries (cargo, x86_64 gnu target with
-# +crt-static), then one image per binary from ./Containerfile, tagged with the chart's names
+# Builds Switchboard's images: static binaries (cargo, x86_64 gnu target with +crt-static; release
+# by default), then one image per binary from ./Containerfile, tagged with the chart's names
 # and the crate version (the chart's appVersion), so `helm install` finds them:
 #
 #   ghcr.io/switchboard-dev/switchboard-gateway:<version>          (target gateway; holds the stdio bridge too)
@@ -11,14 +11,14 @@
 #   tests/images/build.sh [--engine buildah|podman|docker] [--archives DIR] [--profile NAME | --for-tests]
 #
 # --profile NAME: the cargo profile of the binaries (default `release`, what the release workflow
-# ships). --for-tests: the test suites' profile, SWITCHBOARD_IMAGE_PROFILE or else `ci-images`
-# (Cargo.toml: opt-level 1, no LTO), a cold build in about 60% of the time;
-# SWITCHBOARD_IMAGE_PROFILE=release makes the suites test release builds.
-#
+# ships), built into ${SWITCHBOARD_CACHE:-~/.cache/switchboard}/target-static. --for-tests: the
+# test command's own build (tests/build-env.bash: the workspace's debug binaries, statically
+# linked for the same target the unit tests run on), so the suites' images cost no compilation of
+# their own; it builds them first if they are missing or stale (a no-op after the `build` step).
+# SWITCHBOARD_IMAGE_PROFILE=release (or any profile) makes --for-tests build that profile instead.
 # --archives DIR also writes each image as an OCI archive DIR/<name>.tar (for `ctr images
-# import`). The engine defaults to the first of buildah, podman, docker found. Cargo builds go to
-# ${SWITCHBOARD_CACHE:-~/.cache/switchboard}/target-static (apart from the debug target: other
-# RUSTFLAGS); the build context is a scratch directory holding only Containerfile and dist/.
+# import`). The engine defaults to the first of buildah, podman, docker found. The build context
+# is a scratch directory holding only Containerfile and dist/.
 # Prints each image's size.
 set -euo pipefail
 
@@ -32,7 +32,7 @@ while [[ $# -gt 0 ]]; do
     --engine) engine="$2"; shift 2 ;;
     --archives) archives="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
-    --for-tests) profile="${SWITCHBOARD_IMAGE_PROFILE:-ci-images}"; shift ;;
+    --for-tests) profile="${SWITCHBOARD_IMAGE_PROFILE:-test-build}"; shift ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -46,22 +46,32 @@ fi
 
 version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
 [[ -n "$version" ]] || { echo "build.sh: no version in Cargo.toml" >&2; exit 1; }
-target=x86_64-unknown-linux-gnu
 arch=amd64
-export CARGO_TARGET_DIR="$cache/target-static"
 bins=(switchboard-gateway switchboard-stdio-bridge switchboard-operator switchboard-example-upstream switchboard-scripted-provider)
-packages=()
-for b in "${bins[@]}"; do packages+=(-p "$b"); done
-echo "build.sh: static binaries (profile $profile, $target, +crt-static) into $CARGO_TARGET_DIR" >&2
-(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile "$profile" --locked --target "$target" "${packages[@]}" >&2)
+if [[ "$profile" == test-build ]]; then
+  # shellcheck source=tests/build-env.bash
+  source "$root/tests/build-env.bash"
+  dist_dir="$SWITCHBOARD_BIN_DIR"
+  echo "build.sh: the test command's static debug binaries ($dist_dir)" >&2
+  (cd "$root" && cargo build --workspace --bins --locked >&2)
+else
+  target=x86_64-unknown-linux-gnu
+  export CARGO_TARGET_DIR="$cache/target-static"
+  packages=()
+  for b in "${bins[@]}"; do packages+=(-p "$b"); done
+  echo "build.sh: static binaries (profile $profile, $target, +crt-static) into $CARGO_TARGET_DIR" >&2
+  (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile "$profile" --locked --target "$target" "${packages[@]}" >&2)
+  dist_dir="$CARGO_TARGET_DIR/$target/$profile"
+fi
 
 context="$(mktemp -d "${TMPDIR:-/tmp}/switchboard-images.XXXXXX")"
 trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/dist/$arch"
 cp "$root/Containerfile" "$context/"
 for b in "${bins[@]}"; do
-  install -m 0755 "$CARGO_TARGET_DIR/$target/$profile/$b" "$context/dist/$arch/$b"
-  # The release profile keeps line tables for profiling; images carry the symbols, not the DWARF.
+  install -m 0755 "$dist_dir/$b" "$context/dist/$arch/$b"
+  # The release profile keeps line tables for profiling, debug builds all of DWARF; images carry
+  # the symbols, not the DWARF.
   strip --strip-debug "$context/dist/$arch/$b"
   # A dynamically linked binary names its loader (an INTERP program header): FROM scratch has none.
   headers="$(readelf --program-headers "$context/dist/$arch/$b")" ||

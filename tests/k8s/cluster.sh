@@ -11,9 +11,9 @@
 #
 # Environment (all optional):
 #   SWITCHBOARD_K8S_BIN            use binaries from here instead of build-binaries.sh
-#   SWITCHBOARD_K8S_API_PORT       kube-apiserver secure port   (default: a free port)
-#   SWITCHBOARD_K8S_ETCD_PORT      etcd client port             (default: a free port)
-#   SWITCHBOARD_K8S_ETCD_PEER_PORT etcd peer port               (default: a free port)
+#   SWITCHBOARD_K8S_API_PORT       kube-apiserver secure port   (default: a reserved port, see reserve_port)
+#   SWITCHBOARD_K8S_ETCD_PORT      etcd client port             (default: a reserved port)
+#   SWITCHBOARD_K8S_ETCD_PEER_PORT etcd peer port               (default: a reserved port)
 #   SWITCHBOARD_K8S_START_TIMEOUT  seconds to wait for /readyz  (default: 60)
 #   SWITCHBOARD_K8S_AUTHZ          --authorization-mode         (default: Node,RBAC)
 #   SWITCHBOARD_K8S_KEEP_LOGS=1    `stop` keeps DIR/*.log
@@ -43,15 +43,26 @@ PKI="$DIR/pki"
 
 # ---- helpers ---------------------------------------------------------------
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p i taken=" ${*:-} "
-  for i in $(seq 1 200); do
-    # Below the kernel's ephemeral range (32768+), so an outgoing connection never holds it.
+# reserve_port VAR: sets VAR to a loopback port reserved for this cluster. A reservation is an
+# exclusive lock on ${SWITCHBOARD_CACHE:-~/.cache/switchboard}/ports/PORT.lock (the test harness
+# reserves ports the same way: tests/e2e/harness.py reserve_port), so no test process on this
+# machine is handed the same port; the lock's file descriptor stays open in this shell and is
+# inherited by etcd and kube-apiserver, so it is held exactly as long as they serve the port.
+# Ports come from below the kernel's ephemeral range (32768+): no outgoing connection holds one.
+PORT_LOCKS="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/ports"
+reserve_port() {
+  local p i fd
+  mkdir -p "$PORT_LOCKS"
+  for i in $(seq 1 500); do
     p=$(( 20000 + RANDOM % 12000 ))
-    [[ "$taken" == *" $p "* ]] && continue
-    port_free "$p" && { echo "$p"; return 0; }
+    exec {fd}>"$PORT_LOCKS/$p.lock"
+    if flock -n "$fd" && port_free "$p"; then
+      printf -v "$1" %s "$p"
+      return 0
+    fi
+    exec {fd}>&-
   done
-  die "could not find a free loopback port"
+  die "could not reserve a free loopback port"
 }
 # pid_alive PIDFILE BINARY-NAME: pid in file is running and is that binary
 pid_alive() {
@@ -167,9 +178,9 @@ cmd_start() {
   done
 
   local etcd_port peer_port api_port
-  etcd_port=${SWITCHBOARD_K8S_ETCD_PORT:-$(free_port)}
-  peer_port=${SWITCHBOARD_K8S_ETCD_PEER_PORT:-$(free_port "$etcd_port")}
-  api_port=${SWITCHBOARD_K8S_API_PORT:-$(free_port "$etcd_port" "$peer_port")}
+  etcd_port=${SWITCHBOARD_K8S_ETCD_PORT:-}; [[ -n "$etcd_port" ]] || reserve_port etcd_port
+  peer_port=${SWITCHBOARD_K8S_ETCD_PEER_PORT:-}; [[ -n "$peer_port" ]] || reserve_port peer_port
+  api_port=${SWITCHBOARD_K8S_API_PORT:-}; [[ -n "$api_port" ]] || reserve_port api_port
   for p in "$etcd_port" "$peer_port" "$api_port"; do
     port_free "$p" || die "port 127.0.0.1:$p is already in use"
   done

@@ -35,7 +35,7 @@ if str(HERE.parent / "e2e") not in sys.path:
 
 import harness  # noqa: E402
 from harness import (  # noqa: E402
-    free_port,
+    reserve_port,
     EXAMPLE_UPSTREAM_BIN,
     GATEWAY_BIN,
     GATEWAY_LOGS,
@@ -94,15 +94,15 @@ def require_binaries() -> dict[str, Path]:
     found = {}
     missing = []
     for name in (OPERATOR_BIN, GATEWAY_BIN, EXAMPLE_UPSTREAM_BIN, PROVIDER_BIN):
-        path = harness.target_dir() / "debug" / name
+        path = harness.bin_dir() / name
         if path.is_file() and os.access(path, os.X_OK):
             found[name] = path
         else:
             missing.append(str(path))
     if missing:
         raise MissingBinary(
-            f"missing {', '.join(missing)}: run `cargo build --workspace --bins` "
-            "(with CARGO_TARGET_DIR as tests/run-all.sh sets it) first"
+            f"missing {', '.join(missing)}: run `tests/run-all.sh build` first "
+            "(it builds them into SWITCHBOARD_BIN_DIR, tests/build-env.bash)"
         )
     found["k8s"] = k8s_bin_dir()
     return found
@@ -486,7 +486,7 @@ class World:
 
     def start_upstream(self, port: int | None = None) -> Upstream:
         """The Rust example upstream; restarted on the same port when `port` is given."""
-        self.upstream_port = port or self.upstream_port or free_port()
+        self.upstream_port = port or self.upstream_port or reserve_port()
         argv = [binary(EXAMPLE_UPSTREAM_BIN), "--listen", f"127.0.0.1:{self.upstream_port}"]
         deadline = time.monotonic() + 10
         while True:  # a just-killed upstream's port can linger for a moment
@@ -509,7 +509,7 @@ class World:
     def start_operator(self, identity: str = "op-a", *, extra: Iterable[str] = ()) -> OperatorProc:
         """Starts (or restarts, on the same ports) an operator replica."""
         if identity not in self.operator_ports:
-            self.operator_ports[identity] = (free_port(), free_port())
+            self.operator_ports[identity] = (reserve_port(), reserve_port())
         snap, metrics = self.operator_ports[identity]
         argv = [
             str(binary(OPERATOR_BIN)),
@@ -537,7 +537,7 @@ class World:
 
     def operator_url(self, identity: str) -> str:
         if identity not in self.operator_ports:
-            self.operator_ports[identity] = (free_port(), free_port())
+            self.operator_ports[identity] = (reserve_port(), reserve_port())
         return f"https://127.0.0.1:{self.operator_ports[identity][0]}"
 
     def operator_tls(self) -> ssl.SSLContext:

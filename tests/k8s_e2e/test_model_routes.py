@@ -32,7 +32,7 @@ from k8s_world import (
     assert_no_secret_leaks,
     condition,
     describe_conditions,
-    free_port,
+    reserve_port,
     mcp_key,
     mcp_server,
     model_route,
@@ -249,7 +249,7 @@ def test_a_refused_key_is_provider_auth_failed_until_the_secret_is_fixed(world: 
 
 
 def test_an_unreachable_provider_is_provider_unavailable(world: World):
-    port = free_port()  # nothing listens there
+    port = reserve_port()  # nothing listens there (and nothing will: it is reserved)
     world.cluster.apply(
         model_route("gone", "default", provider="anthropic", baseUrl=f"http://127.0.0.1:{port}", timeout="2s")
     )

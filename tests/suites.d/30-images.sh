@@ -10,6 +10,7 @@
 # upstream container behind the gateway container (by the name localhost: the static binary resolves
 # names), a REST tools/call through them.
 # Prints each image's size. Installs buildah, podman and runc if missing (tests/images/setup-tools.sh).
+# run-all: chain images
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -78,9 +79,21 @@ fi
 rm -rf "$out_dir"
 
 # The gateway image serves, in front of the example-upstream image (host network, loopback).
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-up_port=$(free_port); gw_port=$(free_port)
+# Both bind port 0; the test reads the ports they print (podman logs) instead of picking ports.
+listening_on() { # CONTAINER PREFIX: the host:port after "PREFIXlistening on http://" in its log
+  local addr="" i
+  for i in $(seq 1 100); do
+    addr=$(podman logs "$1" 2>/dev/null | sed -n "s#^$2listening on http://\([^ /]*\).*#\1#p" | head -n1)
+    [[ -n "$addr" ]] && { echo "$addr"; return 0; }
+    sleep 0.1
+  done
+  return 1
+}
 conf_dir="$(mktemp -d)"
+podman run -d --name "$run_prefix-up" --read-only --network host \
+  "ghcr.io/switchboard-dev/switchboard-example-upstream:$version" --listen "127.0.0.1:0" >/dev/null
+up_addr=$(listening_on "$run_prefix-up" "") || up_addr="no-upstream-address"
+up_port=${up_addr##*:}
 cat > "$conf_dir/config.yaml" <<CONF
 servers:
   - {name: demo, url: "http://localhost:$up_port/mcp", allowAllKeys: true}
@@ -88,13 +101,13 @@ keys:
   - {name: k, secret: sk-images-test}
 CONF
 chmod 0755 "$conf_dir"; chmod 0644 "$conf_dir/config.yaml"
-podman run -d --name "$run_prefix-up" --read-only --network host \
-  "ghcr.io/switchboard-dev/switchboard-example-upstream:$version" --listen "127.0.0.1:$up_port" >/dev/null
 podman run -d --name "$run_prefix-gw" --read-only --network host -v "$conf_dir:/config:ro" \
-  "ghcr.io/switchboard-dev/switchboard-gateway:$version" --config /config/config.yaml --listen "127.0.0.1:$gw_port" >/dev/null
+  "ghcr.io/switchboard-dev/switchboard-gateway:$version" --config /config/config.yaml --listen "127.0.0.1:0" \
+  --internal-listen "127.0.0.1:0" >/dev/null
+gw_addr=$(listening_on "$run_prefix-gw" "switchboard-gateway ") || gw_addr="no-gateway-address"
 answer=""
 for _ in $(seq 1 100); do
-  answer="$(curl -s -m 2 "http://127.0.0.1:$gw_port/mcp-rest/tools/call" -H 'Authorization: Bearer sk-images-test' \
+  answer="$(curl -s -m 2 "http://$gw_addr/mcp-rest/tools/call" -H 'Authorization: Bearer sk-images-test' \
     -d '{"name": "demo__add", "arguments": {"a": 2, "b": 3}}' 2>/dev/null)" && [[ "$answer" == *5* ]] && break
   sleep 0.1
 done
