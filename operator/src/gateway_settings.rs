@@ -9,8 +9,9 @@
 
 use switchboard_snapshot::{GatewaySettings, SecretLookup};
 
-/// Fields the file may not set, and what sets them instead.
-const OPERATORS: [(&str, &str); 3] = [
+/// Fields the file may not set, and what sets them instead (the chart's values schema leaves
+/// them out of `gateway.settings`, so Helm refuses them too).
+pub const OPERATOR_OWNED: [(&str, &str); 3] = [
     (
         "sessionKey",
         "the operator keeps one in its snapshot Secret",
@@ -39,7 +40,9 @@ pub fn parse(text: &str, path: &str, lookup: &dyn SecretLookup) -> Result<Gatewa
         ));
     }
     if let Some(gateway) = top.get("gateway").and_then(|g| g.as_object())
-        && let Some((field, why)) = OPERATORS.iter().find(|(f, _)| gateway.contains_key(*f))
+        && let Some((field, why)) = OPERATOR_OWNED
+            .iter()
+            .find(|(f, _)| gateway.contains_key(*f))
     {
         return Err(format!("{path}: gateway.{field} cannot be set here: {why}"));
     }

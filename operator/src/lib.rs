@@ -11,7 +11,9 @@
 //!   the provider's model listing, never a model call). [`keys`]: McpKey Secrets.
 //! - [`scope`]: the namespaces and instance one install owns; [`reservations`]: names an
 //!   administrator reserved for namespaces.
+//! - [`chart_schema`]: the Kubernetes types and gateway settings the chart's values schema checks.
 
+pub mod chart_schema;
 pub mod controller;
 pub mod delivery;
 pub mod delivery_ca;

@@ -8,11 +8,17 @@
 #    rendering checks (names, overrides, image tags, the internal port, the PodMonitors,
 #    PrometheusRule and dashboard ConfigMap, the NetworkPolicy, tracing and audit values, the
 #    values that must fail). promtool's checks of the alerts are in 45-prometheus-rules.sh.
+#    The values schema: the Kubernetes-typed values a production install sets
+#    (tests/chart/kubernetes-values.yaml, and a --set list) pass it; misspellings and wrong types
+#    of our keys, of Kubernetes-typed values and of gateway.settings are refused, naming them.
 # 3. A loopback etcd + kube-apiserver (tests/k8s/cluster.sh, stopped on exit): `helm template
 #    --include-crds` output is applied server-side, and the stored objects are checked field by
 #    field: Deployments, Services, PDBs, HPA, ServiceAccounts, RBAC. RBAC is checked by
 #    impersonating the ServiceAccounts (what the operator may and may not do, and that the gateway
 #    may do nothing), including a real Lease and a real TokenReview of a gateway token.
+#    The values that passed the schema in 2 are applied and stored as given; each Kubernetes-typed
+#    value it refused is refused by the API server too, and each gateway.settings value makes the
+#    operator's debug binary (CARGO_TARGET_DIR) exit at start naming it, when rendered without it.
 # 4. `helm install`, `helm upgrade`, `helm uninstall` of a second release.
 # There is no kubelet: pods never run; the objects only have to be accepted and be right.
 #
@@ -53,6 +59,11 @@ tests/k8s/build-binaries.sh >&2
 bin="$(tests/k8s/build-binaries.sh --bin-dir)"
 export PATH="$bin:$PATH"
 echo "# helm $(helm version --short), kubectl from $bin"
+# The operator's debug binary (tests/run-all.sh builds it before the suites): section 3 runs it
+# on the gateway.settings the chart renders.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/target}"
+operator_bin=$CARGO_TARGET_DIR/debug/switchboard-operator
+check "the operator's debug binary is built ($operator_bin; else cargo build --workspace --bins)" test -x "$operator_bin"
 
 # ---- 2. lint and rendering -------------------------------------------------------------------
 lint_clean() { # helm lint --strict, and no [INFO]/[WARNING]/[ERROR] findings at all
@@ -230,8 +241,70 @@ check_fails "a wrong type is refused, naming the key" "/gateway/replicas': got s
   helm template sb $chart --set gateway.replicas=three
 check_fails "a misspelled nested key is refused, naming it" "additional properties 'replicaz' not allowed" \
   helm template sb $chart --set operator.replicaz=1
-check "free-form maps take any keys (gateway.settings, podAnnotations)" \
-  helm template sb $chart --set gateway.settings.maxBodyBytes=1024 --set gateway.podAnnotations.a=b
+check "free-form maps take any keys (tracing.resourceAttributes, httpRoute.timeouts)" \
+  helm template sb $chart --set tracing.resourceAttributes.a=b --set gateway.httpRoute.timeouts.request=0s
+check_fails "a misspelled key of a nested value of our own is refused, naming it" "at '/gateway/overload': additional properties 'maxInflight' not allowed" \
+  helm template sb $chart --set gateway.overload.maxInflight=1
+
+# Kubernetes-typed values (resources, probes, security contexts, scheduling, volumes, env,
+# labels, annotations, ...) take the Kubernetes types' schemas (charts/values-schema-types.json,
+# from k8s-openapi), gateway.settings the settings' own (GatewaySettings). What a platform
+# team commonly sets passes, as a file and as --set; section 3 applies both to the API server.
+kube_values=tests/chart/kubernetes-values.yaml
+kube_sets=(--set operator.resources.limits.cpu=500m --set gateway.resources.limits.cpu=2
+  --set gateway.resources.requests.ephemeral-storage=1Gi --set gateway.readinessProbe.initialDelaySeconds=3
+  --set gateway.livenessProbe.successThreshold=1 --set operator.podSecurityContext.fsGroupChangePolicy=OnRootMismatch
+  --set 'gateway.podSecurityContext.supplementalGroups={4000,4001}' --set 'operator.tolerations[0].operator=Exists'
+  --set gateway.strategy.rollingUpdate.maxSurge=50% --set gateway.strategy.rollingUpdate.maxUnavailable=0
+  --set-string gateway.podAnnotations.prometheus\\.io/port=9091 --set gateway.settings.maxBodyBytes=8388608
+  --set gateway.settings.sessionTtl=12h --set gateway.settings.listingPageCap=50)
+check "helm lint --strict: the Kubernetes-typed values of $kube_values" lint_clean -f "$kube_values"
+check "helm lint --strict: resources, probes, security contexts, strategy, settings set with --set" lint_clean "${kube_sets[@]}"
+# Refused by helm, naming the value; each also refused by the API server when rendered without
+# the schema (section 3): `set|what helm says|what the API server says`.
+kube_refusals=(
+  "gateway.resources.limits.cpu=half|at '/gateway/resources/limits/cpu': 'anyOf' failed|quantities must match the regular expression"
+  "operator.resources.requests.memory=lots|at '/operator/resources/requests/memory': 'anyOf' failed|quantities must match the regular expression"
+  "gateway.readinessProbe.periodSeconds=five|at '/gateway/readinessProbe/periodSeconds': got string, want integer|cannot unmarshal string into Go struct field Probe.+periodSeconds"
+  "gateway.livenessProbe.initialDelaySecond=5|at '/gateway/livenessProbe': additional properties 'initialDelaySecond' not allowed|unknown field .+livenessProbe.initialDelaySecond"
+  "gateway.livenessProbe.exec.command={/bin/true}|at '/gateway/livenessProbe': additional properties 'exec' not allowed|may not specify more than 1 handler type"
+  "operator.podSecurityContext.runAsUser=root|at '/operator/podSecurityContext/runAsUser': got string, want integer|cannot unmarshal string into Go struct field PodSecurityContext.+runAsUser"
+  "gateway.securityContext.capabilities.add=NET_ADMIN|at '/gateway/securityContext/capabilities/add': got string, want array|cannot unmarshal string into Go struct field Capabilities.+add"
+  "gateway.podAnnotations.prometheus\\.io/port=9091|at '/gateway/podAnnotations/prometheus.io~1port': got number, want string|cannot unmarshal number into Go struct field ObjectMeta.+annotations"
+  "gateway.tolerations[0].tolerationSeconds=soon|at '/gateway/tolerations/0/tolerationSeconds': got string, want integer|cannot unmarshal string into Go struct field Toleration.+tolerationSeconds"
+  "gateway.extraVolumeMounts[0].name=data|at '/gateway/extraVolumeMounts/0': missing property 'mountPath'|mountPath: Required value"
+  "gateway.strategy.rollingUpdate.maxSurge=true|at '/gateway/strategy/rollingUpdate/maxSurge': got boolean, want integer|cannot unmarshal bool into Go struct field RollingUpdateDeployment.+maxSurge"
+)
+for refusal in "${kube_refusals[@]}"; do
+  IFS='|' read -r set says _ <<<"$refusal"
+  check_fails "schema refuses --set $set, naming it" "$says" helm template sb "$chart" --set "$set"
+done
+# gateway.settings: typed from the settings' own definition; the operator's settings refused.
+# `set|what helm says|what the operator says when it reads them` (section 3 runs the operator).
+settings_refusals=(
+  "gateway.settings.maxBodyBytes=big|at '/gateway/settings/maxBodyBytes': got string, want integer|gateway.maxBodyBytes: invalid type"
+  "gateway.settings.maxBodyBytes=0|at '/gateway/settings/maxBodyBytes': minimum: got 0, want 1|gateway.maxBodyBytes: must be greater than 0"
+  "gateway.settings.listingPageCap=-3|at '/gateway/settings/listingPageCap': minimum: got -3, want 1|gateway.listingPageCap: invalid value: integer .-3."
+  "gateway.settings.sessionTTL=12h|at '/gateway/settings': additional properties 'sessionTTL' not allowed|unknown field .sessionTTL."
+  "gateway.settings.sessionTtl=soon|at '/gateway/settings/sessionTtl': 'soon' does not match pattern|gateway.sessionTtl: invalid value: string .+, expected a duration"
+  "gateway.settings.sessionTtl=3600|at '/gateway/settings/sessionTtl': got number, want string|gateway.sessionTtl: invalid type: integer"
+  "gateway.settings.publicUrl=mcp.example.com|at '/gateway/settings/publicUrl': 'mcp.example.com' does not match pattern|gateway.publicUrl: must be an http or https URL"
+  "gateway.settings.allowedOrigins=https://app.example.com|at '/gateway/settings/allowedOrigins': got string, want array|gateway.allowedOrigins: invalid type: string"
+  "gateway.settings.upstreamTls.caBundl=x|at '/gateway/settings/upstreamTls': additional properties 'caBundl' not allowed|unknown field .caBundl."
+  "gateway.settings.sessionKey=0123456789abcdef0123|at '/gateway/settings': additional properties 'sessionKey' not allowed|gateway.sessionKey cannot be set here"
+  "gateway.settings.serviceAccountTokens.issuer=https://kubernetes.default.svc|at '/gateway/settings': additional properties 'serviceAccountTokens' not allowed|gateway.serviceAccountTokens cannot be set here"
+  "gateway.settings.upstreamNetworks.deny={10.0.0.0/8}|at '/gateway/settings': additional properties 'upstreamNetworks' not allowed|gateway.upstreamNetworks cannot be set here"
+)
+for refusal in "${settings_refusals[@]}"; do
+  IFS='|' read -r set says _ <<<"$refusal"
+  check_fails "schema refuses --set $set, naming it" "$says" helm template sb "$chart" --set "$set"
+done
+check_fails "schema refuses a values file's duration given as a number, naming it" \
+  "at '/gateway/settings/listingTtl': got number, want string" \
+  helm template sb "$chart" -f - <<<$'gateway:\n  settings:\n    listingTtl: 30\n'
+check_fails "schema refuses a values file's misspelled setting, naming it" \
+  "at '/gateway/settings': additional properties 'maxBodyByte' not allowed" \
+  helm template sb "$chart" -f - <<<$'gateway:\n  settings:\n    maxBodyByte: 1\n'
 check "image digests pin both images (and the bridge image the operator hands out)" bash -c "
   out=\$(helm template sb $chart -n sb --set gateway.image.digest=sha256:1111 --set operator.image.digest=sha256:2222) &&
   echo \"\$out\" | grep -q 'image: \"ghcr.io/switchboard-dev/switchboard-gateway@sha256:1111\"' &&
@@ -678,6 +751,87 @@ check "autoscaling on: operator args name this release" bash -c "
 long=$(printf 'r%.0s' {1..53})
 check "53-character release name: server dry-run accepts every object" bash -c "
   helm template $long $chart --namespace $ns | kubectl apply --server-side --dry-run=server --field-manager=helm-template -f -"
+
+# Kubernetes-typed values against the API server: what the schema takes (a values file and the
+# --set list of section 2), the API server takes and stores as given, with kubectl's strict
+# field validation; what the schema refuses, the API server refuses too when the chart is
+# rendered without it (helm --skip-schema-validation).
+ns_file=values-file ns_set=values-set
+check "create namespaces $ns_file and $ns_set" bash -c "kubectl create namespace $ns_file && kubectl create namespace $ns_set"
+apply_rendered() { # release namespace values...: helm template | kubectl apply --server-side
+  local release=$1 namespace=$2; shift 2
+  helm template "$release" "$chart" -n "$namespace" "$@" | kubectl apply --server-side --field-manager=helm-template -f -
+}
+check "$kube_values: every object applied server-side" apply_rendered prod "$ns_file" -f "$kube_values"
+kf() { kubectl -n "$ns_file" get "$1" -o "jsonpath=$2"; }
+expect "stored (file): operator resources, pod security context, probes" \
+  "100m 500m 100Mi 1Gi OnRootMismatch 4000 s0:c123,c456 1 15 2 RuntimeDefault" \
+  kf deploy/prod-switchboard-operator '{.spec.template.spec.containers[0].resources.requests.cpu} {.spec.template.spec.containers[0].resources.limits.cpu} {.spec.template.spec.containers[0].resources.requests.ephemeral-storage} {.spec.template.spec.containers[0].resources.limits.ephemeral-storage} {.spec.template.spec.securityContext.fsGroupChangePolicy} {.spec.template.spec.securityContext.supplementalGroups[*]} {.spec.template.spec.securityContext.seLinuxOptions.level} {.spec.template.spec.containers[0].livenessProbe.successThreshold} {.spec.template.spec.containers[0].livenessProbe.terminationGracePeriodSeconds} {.spec.template.spec.containers[0].readinessProbe.successThreshold} {.spec.template.spec.containers[0].securityContext.appArmorProfile.type}'
+expect "stored (file): operator strategy, env from the downward API, volume mode, scheduling" \
+  "50% 25% spec.nodeName limits.memory 1Mi 292 linux Equal amd64 arm64 ScheduleAnyway platform-critical 45" \
+  kf deploy/prod-switchboard-operator '{.spec.strategy.rollingUpdate.maxSurge} {.spec.strategy.rollingUpdate.maxUnavailable} {.spec.template.spec.containers[0].env[?(@.name=="NODE_NAME")].valueFrom.fieldRef.fieldPath} {.spec.template.spec.containers[0].env[?(@.name=="MEMORY_LIMIT_MIB")].valueFrom.resourceFieldRef.resource} {.spec.template.spec.containers[0].env[?(@.name=="MEMORY_LIMIT_MIB")].valueFrom.resourceFieldRef.divisor} {.spec.template.spec.volumes[?(@.name=="corporate-ca")].configMap.defaultMode} {.spec.template.spec.nodeSelector.kubernetes\.io/os} {.spec.template.spec.tolerations[0].operator} {.spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values[*]} {.spec.template.spec.topologySpreadConstraints[0].whenUnsatisfiable} {.spec.template.spec.priorityClassName} {.spec.template.spec.terminationGracePeriodSeconds}'
+expect "stored (file): gateway resources, security contexts (merged with the chart's), probes" \
+  "250m 2 1Gi 2Gi Always 4000 4001 net.ipv4.ip_unprivileged_port_start NET_BIND_SERVICE ALL true 15 1 1" \
+  kf deploy/prod-switchboard-gateway '{.spec.template.spec.containers[0].resources.requests.cpu} {.spec.template.spec.containers[0].resources.limits.cpu} {.spec.template.spec.containers[0].resources.requests.ephemeral-storage} {.spec.template.spec.containers[0].resources.limits.ephemeral-storage} {.spec.template.spec.securityContext.fsGroupChangePolicy} {.spec.template.spec.securityContext.supplementalGroups[*]} {.spec.template.spec.securityContext.sysctls[0].name} {.spec.template.spec.containers[0].securityContext.capabilities.add[*]} {.spec.template.spec.containers[0].securityContext.capabilities.drop[*]} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.containers[0].livenessProbe.initialDelaySeconds} {.spec.template.spec.containers[0].readinessProbe.initialDelaySeconds} {.spec.template.spec.containers[0].readinessProbe.timeoutSeconds}'
+expect "stored (file): gateway volumes and mounts, env from Secret and ConfigMap, scheduling" \
+  "1Gi Memory 128Mi 288 vault 3600 gateway-cache gateway None upstream-credentials true cluster-info 30 2 DoNotSchedule Honor pod-template-hash kubernetes.io/hostname 50" \
+  kf deploy/prod-switchboard-gateway '{.spec.template.spec.volumes[?(@.name=="audit")].emptyDir.sizeLimit} {.spec.template.spec.volumes[?(@.name=="spool")].emptyDir.medium} {.spec.template.spec.volumes[?(@.name=="spool")].emptyDir.sizeLimit} {.spec.template.spec.volumes[?(@.name=="corporate-ca")].secret.defaultMode} {.spec.template.spec.volumes[?(@.name=="vault-token")].projected.sources[0].serviceAccountToken.audience} {.spec.template.spec.volumes[?(@.name=="vault-token")].projected.sources[0].serviceAccountToken.expirationSeconds} {.spec.template.spec.volumes[?(@.name=="cache")].persistentVolumeClaim.claimName} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="cache")].subPath} {.spec.template.spec.containers[0].volumeMounts[?(@.name=="cache")].mountPropagation} {.spec.template.spec.containers[0].env[?(@.name=="UPSTREAM_TOKEN")].valueFrom.secretKeyRef.name} {.spec.template.spec.containers[0].env[?(@.name=="UPSTREAM_TOKEN")].valueFrom.secretKeyRef.optional} {.spec.template.spec.containers[0].env[?(@.name=="REGION")].valueFrom.configMapKeyRef.name} {.spec.template.spec.tolerations[1].tolerationSeconds} {.spec.template.spec.topologySpreadConstraints[0].minDomains} {.spec.template.spec.topologySpreadConstraints[0].whenUnsatisfiable} {.spec.template.spec.topologySpreadConstraints[0].nodeAffinityPolicy} {.spec.template.spec.topologySpreadConstraints[0].matchLabelKeys[*]} {.spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey} {.spec.template.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight}'
+expect "stored (file): labels, annotations, pull secrets, HPA behavior, Ingress TLS, NetworkPolicy peers, settings" \
+  "production 4711 true platform regcred 300 Max 2 mcp-example-com-tls 10.0.99.0/24 platform" \
+  bash -c "echo \$(kubectl -n $ns_file get deploy/prod-switchboard-gateway -o 'jsonpath={.metadata.labels.environment} {.metadata.labels.cost-center} {.spec.template.metadata.annotations.cluster-autoscaler\.kubernetes\.io/safe-to-evict} {.spec.template.metadata.labels.team} {.spec.template.spec.imagePullSecrets[0].name}') \
+    \$(kubectl -n $ns_file get hpa/prod-switchboard-gateway -o 'jsonpath={.spec.behavior.scaleDown.stabilizationWindowSeconds} {.spec.behavior.scaleDown.selectPolicy} {.spec.behavior.scaleDown.policies[1].value}') \
+    \$(kubectl -n $ns_file get ingress/prod-switchboard-gateway -o 'jsonpath={.spec.tls[0].secretName}') \
+    \$(kubectl -n $ns_file get networkpolicy/prod-switchboard-gateway -o 'jsonpath={.spec.ingress[0].from[0].ipBlock.except[0]}') \
+    \$(kubectl -n $ns_file get configmap/prod-switchboard-dashboard -o 'jsonpath={.metadata.labels.team}')"
+check "stored (file): gateway.settings in the operator's ConfigMap as written" bash -c "
+  kubectl -n $ns_file get configmap/prod-switchboard-operator-gateway-settings -o 'jsonpath={.data.gateway-settings\.yaml}' | python3 -c '
+import sys, yaml
+got = yaml.safe_load(sys.stdin)[\"gateway\"]
+want = yaml.safe_load(open(\"$kube_values\"))[\"gateway\"][\"settings\"]
+assert got == want, (got, want)'"
+check "the --set list of section 2: every object applied server-side" apply_rendered sets "$ns_set" "${kube_sets[@]}"
+expect "stored (--set): operator limits.cpu, fsGroupChangePolicy, a toleration" "500m OnRootMismatch Exists" \
+  kubectl -n "$ns_set" get deploy/sets-switchboard-operator -o 'jsonpath={.spec.template.spec.containers[0].resources.limits.cpu} {.spec.template.spec.securityContext.fsGroupChangePolicy} {.spec.template.spec.tolerations[0].operator}'
+expect "stored (--set): gateway limits.cpu, ephemeral-storage, probes, supplementalGroups, strategy, annotation" \
+  "2 1Gi 3 1 4000 4001 50% 0 9091" \
+  kubectl -n "$ns_set" get deploy/sets-switchboard-gateway -o 'jsonpath={.spec.template.spec.containers[0].resources.limits.cpu} {.spec.template.spec.containers[0].resources.requests.ephemeral-storage} {.spec.template.spec.containers[0].readinessProbe.initialDelaySeconds} {.spec.template.spec.containers[0].livenessProbe.successThreshold} {.spec.template.spec.securityContext.supplementalGroups[*]} {.spec.strategy.rollingUpdate.maxSurge} {.spec.strategy.rollingUpdate.maxUnavailable} {.spec.template.metadata.annotations.prometheus\.io/port}'
+refused_by_api_server() { # --set...: rendered without the schema, a server-side dry run
+  helm template refused "$chart" -n "$ns_set" --skip-schema-validation "$@" | kubectl apply --dry-run=server -f -
+}
+for refusal in "${kube_refusals[@]}"; do
+  IFS='|' read -r set _ api <<<"$refusal"
+  check_fails "the API server refuses --set $set too (rendered without the schema)" "$api" \
+    refused_by_api_server --set "$set"
+done
+
+# gateway.settings against the operator itself: rendered without the schema, each setting the
+# schema refuses makes the operator exit at start naming it (what a user met after a
+# successful `helm install`); the accepted ones it serves with.
+check "create namespace settings-check" kubectl create namespace settings-check
+operator_reads_settings() { # --set...: the operator reads gateway.settings as the chart renders them
+  local file out pid
+  file=$(mktemp "$dir/settings.XXXXXX") out=$(mktemp "$dir/operator.XXXXXX")
+  helm template sb "$chart" -n settings-check --skip-schema-validation -s templates/gateway-settings-configmap.yaml "$@" |
+    python3 -c 'import sys, yaml; sys.stdout.write(yaml.safe_load(sys.stdin)["data"]["gateway-settings.yaml"])' >"$file" || return 1
+  "$operator_bin" --namespace settings-check --snapshot-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+    --lease-name settings-check --snapshot-secret settings-check --gateway-settings "$file" >"$out" 2>&1 &
+  pid=$!
+  # Until it serves (its line on stdout) or fails (anyhow's "Error: ..."), whichever comes first.
+  timeout 60 bash -c "until grep -qE '^(Error: |switchboard-operator snapshot stream on)' '$out'; do sleep 0.1; done" || true
+  if grep -q '^switchboard-operator snapshot stream on' "$out"; then
+    kill "$pid"; wait "$pid" || true; return 0
+  fi
+  kill "$pid" 2>/dev/null || true; wait "$pid" || true
+  cat "$out"; return 1
+}
+check "the operator serves with settings the schema takes (the --set list's and the rest)" operator_reads_settings \
+  "${kube_sets[@]}" --set 'gateway.settings.listingTtl=1m 30s' --set 'gateway.settings.allowedOrigins={https://app.example.com}' \
+  --set gateway.settings.publicUrl=https://mcp.example.com
+for refusal in "${settings_refusals[@]}"; do
+  IFS='|' read -r set _ operator_says <<<"$refusal"
+  check_fails "the operator exits on --set $set, naming it (rendered without the schema)" "$operator_says" \
+    operator_reads_settings --set "$set"
+done
 
 # ---- 4. helm install / upgrade / uninstall ---------------------------------------------------
 ns3=helm-install

@@ -11,6 +11,7 @@ mod model;
 mod names;
 pub mod networks;
 pub mod openapi;
+mod schema;
 mod secret;
 pub mod tls;
 

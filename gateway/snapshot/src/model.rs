@@ -61,7 +61,11 @@ fn default_schema_version() -> u32 {
     SCHEMA_VERSION
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The `gateway:` section: what every replica applies, whatever it serves.
+// Its JSON Schema is what the chart's values schema checks `gateway.settings` with (the
+// operator's `chart_schema`): the bounds `validate` enforces are stated in `#[schemars]` too,
+// so Helm refuses what the operator would refuse at start.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GatewaySettings {
     /// Key that seals legacy-era `Mcp-Session-Id` values. Every replica that shares it accepts
@@ -70,12 +74,15 @@ pub struct GatewaySettings {
     pub session_key: Option<SecretSource>,
     /// How long a sealed legacy session stays valid.
     #[serde(default = "default_session_ttl", with = "humantime_serde")]
+    #[schemars(schema_with = "crate::schema::duration")]
     pub session_ttl: Duration,
     /// Largest request body accepted from a client, in bytes.
     #[serde(default = "default_max_body_bytes")]
+    #[schemars(range(min = 1))]
     pub max_body_bytes: usize,
     /// Most pages one upstream listing walk follows before it stops with what it has.
     #[serde(default = "default_listing_page_cap")]
+    #[schemars(range(min = 1))]
     pub listing_page_cap: u32,
     /// `Host` names (with optional port) accepted besides loopback; protects against DNS rebinding.
     #[serde(default)]
@@ -87,9 +94,11 @@ pub struct GatewaySettings {
     /// `WWW-Authenticate` challenges and protected-resource metadata it serves. Without it, the
     /// request's `Host` is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::schema::HTTP_URL))]
     pub public_url: Option<String>,
     /// How long a tool listing of one server stays fresh before a list request refreshes it.
     #[serde(default = "default_listing_ttl", with = "humantime_serde")]
+    #[schemars(schema_with = "crate::schema::duration")]
     pub listing_ttl: Duration,
     /// Kubernetes ServiceAccount tokens accepted in place of a key, for the keys that bind
     /// ServiceAccounts (`keys[].serviceAccounts`). Verified offline against these issuer keys.
@@ -108,7 +117,7 @@ pub struct GatewaySettings {
 /// for, and the issuer's public signing keys. The operator reads the last two from the API
 /// server (`/.well-known/openid-configuration`, `/openid/v1/jwks`) and keeps them current; a
 /// standalone file gives them inline (`kubectl get --raw /openid/v1/jwks`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceAccountTokens {
     /// The `iss` tokens carry (the API server's `--service-account-issuer`).

@@ -34,7 +34,7 @@ pub const DEFAULT_DENIED_NETWORKS: &[&str] = &[
 ];
 
 /// `gateway.upstreamNetworks` as written in a config file or rendered by the operator.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpstreamNetworks {
     /// Networks (CIDR, or a single address) upstreams must not be in.

@@ -43,7 +43,7 @@ pub struct ClientCertificate {
 }
 
 /// `gateway.upstreamTls`: what every upstream connection trusts.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GatewayTls {
     /// PEM certificates of authorities trusted for every upstream, besides the public roots
