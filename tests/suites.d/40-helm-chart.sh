@@ -18,7 +18,7 @@
 #    may do nothing), including a real Lease and a real TokenReview of a gateway token.
 #    The values that passed the schema in 2 are applied and stored as given; each Kubernetes-typed
 #    value it refused is refused by the API server too, and each gateway.settings value makes the
-#    operator's debug binary (CARGO_TARGET_DIR) exit at start naming it, when rendered without it.
+#    operator's debug binary (SWITCHBOARD_BIN_DIR) exit at start naming it, when rendered without it.
 # 4. `helm install`, `helm upgrade`, `helm uninstall` of a second release.
 # There is no kubelet: pods never run; the objects only have to be accepted and be right.
 #
@@ -61,9 +61,10 @@ export PATH="$bin:$PATH"
 echo "# helm $(helm version --short), kubectl from $bin"
 # The operator's debug binary (tests/run-all.sh builds it before the suites): section 3 runs it
 # on the gateway.settings the chart renders.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/target}"
-operator_bin=$CARGO_TARGET_DIR/debug/switchboard-operator
-check "the operator's debug binary is built ($operator_bin; else cargo build --workspace --bins)" test -x "$operator_bin"
+# shellcheck source=tests/build-env.bash
+source tests/build-env.bash
+operator_bin=$SWITCHBOARD_BIN_DIR/switchboard-operator
+check "the operator's debug binary is built ($operator_bin; else tests/run-all.sh build)" test -x "$operator_bin"
 
 # ---- 2. lint and rendering -------------------------------------------------------------------
 lint_clean() { # helm lint --strict, and no [INFO]/[WARNING]/[ERROR] findings at all
