@@ -444,24 +444,27 @@ impl People {
 
     /// Who a token of `provider` (by id) names, and until when it holds: the brokered login
     /// reads the token the provider gave the gateway, verified by that provider alone as any
-    /// person's token is.
-    pub fn identify(
+    /// person's token is (a key it has just published waits for a fetch, as in [`Self::verify`]).
+    pub async fn identify(
         &self,
         keys: &IdentityKeys,
         provider: &str,
         token: &str,
     ) -> Result<(Person, u64), Refusal> {
         let header = decode_header(token).map_err(|_| Refusal::Malformed)?;
-        let verified = self
+        let found = self
             .providers
             .iter()
             .find(|p| p.id == provider)
-            .ok_or(Refusal::UnknownIssuer)?
-            .verify(keys, token, &header, unix_now());
-        if verified.as_ref().is_err_and(|r| r.awaits_keys()) {
-            keys.want(provider); // a rotation: the fetcher looks again (at a bounded rate)
+            .ok_or(Refusal::UnknownIssuer)?;
+        let seen = keys.rounds(&[provider]);
+        match found.verify(keys, token, &header, unix_now()) {
+            Err(refusal) if refusal.awaits_keys() => {
+                keys.refetched(&[provider], &seen, KEY_WAIT).await;
+                found.verify(keys, token, &header, unix_now())
+            }
+            verified => verified,
         }
-        verified
     }
 
     /// The person an access token the gateway issued proves (brokered mode), and the keys that
