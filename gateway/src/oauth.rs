@@ -614,7 +614,7 @@ pub async fn callback(
             return denied("the identity provider did not accept the login");
         }
     };
-    let (identity, tokens) = match identity_of(&broker, grant, None, now) {
+    let (identity, tokens) = match identity_of(&broker, grant, None, now).await {
         Ok(found) => found,
         Err(reason) => {
             tracing::info!(
@@ -642,7 +642,7 @@ pub async fn callback(
 
 /// Who the provider's token names (verified with the provider's keys, its audience among the
 /// provider's `audiences`), and the provider's tokens to hold for them.
-fn identity_of(
+async fn identity_of(
     broker: &Broker<'_>,
     grant: ProviderGrant,
     kept_refresh: Option<String>,
@@ -655,6 +655,7 @@ fn identity_of(
             broker.provider_id,
             &grant.access_token,
         )
+        .await
         .map_err(|refusal| refusal.reason())?;
     let identity = Identity {
         provider: person.provider.clone(),
@@ -816,6 +817,7 @@ async fn refresh(
         invalid_grant("the identity provider refused the refresh (logged out, disabled or expired)")
     })?;
     let (identity, tokens) = identity_of(broker, grant, Some(record.provider_refresh.clone()), now)
+        .await
         .map_err(invalid_grant)?;
     Ok(issue(
         broker,

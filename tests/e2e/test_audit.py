@@ -145,8 +145,8 @@ def test_mcp_and_rest_records_field_by_field_with_refusals(gateways, rust_upstre
     reply = RawMcp(gw.mcp_url(), other, MODERN_VERSION).call_tool("alpha__echo", {"text": argument})
     rec = record(gw, reply.headers["x-request-id"])
     assert rec["caller"]["key"] == "default/two" and rec["tool"] == "alpha__echo", rec
-    assert rec["outcome"] not in ("ok", "stream") and rec["rpc_error_code"] == reply.message["error"]["code"], rec
-    assert "server" not in rec, f"a refused call names no server it did not reach: {rec}"
+    assert rec["outcome"] == "access_denied" and rec["rpc_error_code"] == reply.message["error"]["code"], rec
+    assert rec["server"] == "alpha", f"the record names the server refused: {rec}"
     r = rest_call(gw, secret, "alpha__echo", {"text": "x" * 8000})
     assert r.status_code == 413, r.text
     rec = record(gw, r.headers["x-request-id"])
@@ -159,7 +159,144 @@ def test_mcp_and_rest_records_field_by_field_with_refusals(gateways, rust_upstre
     # Usage: the successful calls on alpha are counted for the key's namespace.
     calls = metric(gw, "switchboard_gateway_tenant_requests_total", tenant="default", server="alpha", outcome="ok")
     assert calls - calls_before == 5, f"{calls - calls_before} ok requests on alpha counted, 5 made"
-    assert metric(gw, "switchboard_gateway_request_duration_seconds_count", endpoint="mcp", server="alpha") == 2
+    # (Two calls and one refusal for scope: a refusal counts under the server it refused.)
+    assert metric(gw, "switchboard_gateway_request_duration_seconds_count", endpoint="mcp", server="alpha") == 3
+
+
+def _mcp_post(gw, path_prefix: str | None, secret: str, method: str, params: dict) -> httpx.Response:
+    """One 2026-07-28 request, its answer as it came."""
+    mcp = RawMcp(gw.mcp_url(path_prefix) if path_prefix else gw.mcp_url(), secret, MODERN_VERSION)
+    reply = mcp.request(method, params)
+    mcp.close()
+    return reply
+
+
+def _same_answer(refused, absent, refused_name: str, absent_name: str) -> None:
+    """The client's answer to a refusal for scope is the answer to a name that does not exist:
+    status, content type and body, the name aside."""
+    assert refused.status == absent.status, (refused.status, absent.status)
+    assert refused.headers.get("content-type") == absent.headers.get("content-type")
+    assert refused.headers.get("www-authenticate") == absent.headers.get("www-authenticate")
+    assert refused.raw.replace(refused_name.encode(), absent_name.encode()) == absent.raw, (refused.raw, absent.raw)
+
+
+def test_a_refusal_for_scope_is_recorded_as_one_on_every_face(gateways, procs, rust_upstream):
+    """Issue 35: a key that may not reach a server (or a tool of it, or a virtual server) gets
+    the answer a name that does not exist gets, on MCP (single server, aggregate prefixed, a
+    prompt and a resource), REST and the virtual server's endpoint alike; its record says
+    `access_denied` and names what was refused, field by field, where the record of a name that
+    does not exist says `not_found`/`tool_not_found` and names nothing."""
+    one, two, three, four = (new_secret(f"audit-scope-{n}") for n in ("one", "two", "three", "four"))
+    config = gateway_config(
+        [server("alpha", rust_upstream.mcp_url), server("beta", rust_upstream.mcp_url)],
+        [
+            key("one", one, ["alpha"]),
+            key("two", two, ["beta", "desk"]),
+            key("three", three, ["alpha"], tools={"allow": ["alpha__add"]}),
+            key("four", four, ["desk"]),
+        ],
+    )
+    config["virtualServers"] = [{"name": "desk", "sources": [{"server": "beta", "tools": {"allow": ["add", "echo"]}}]}]
+    gw = gateways.start(config)
+
+    def refusal(reply, *, endpoint, path, caller, status, tool=None, **named):
+        rec = record(gw, reply.headers["x-request-id"])
+        common(rec, endpoint=endpoint, status=status, outcome="access_denied", path=path)
+        assert rec["caller"] == {"kind": "key", "key": f"default/{caller}", "namespace": "default"}, rec
+        for field in ("server", "virtual_server"):
+            assert rec.get(field) == named.get(field), (field, rec)
+        assert rec.get("tool") == tool, rec
+        assert "upstream_status" not in rec, f"nothing reached an upstream: {rec}"
+        return rec
+
+    def absence(reply, outcome, virtual_server=None):
+        rec = record(gw, reply.headers["x-request-id"])
+        assert rec["outcome"] == outcome and "server" not in rec and rec.get("virtual_server") == virtual_server, rec
+        return rec
+
+    # /mcp/{prefix}: alpha exists, two may not reach it: 404 as for a path that names nothing.
+    refused = _mcp_post(gw, "alpha", two, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+    absent = _mcp_post(gw, "nosuch", two, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+    assert refused.status == 404 and refused.raw == b"unknown server: alpha", refused.raw
+    _same_answer(refused, absent, "alpha", "nosuch")
+    refusal(refused, endpoint="mcp_single", path="/mcp/alpha", caller="two", status=404, tool="echo", server="alpha")
+    absence(absent, "not_found")
+    # A legacy client's initialize, refused the same way.
+    legacy = RawMcp(gw.mcp_url("alpha"), two, "legacy")
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "audit", "version": "0"}}
+    reply = legacy.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize})
+    assert reply.status == 404 and reply.raw == b"unknown server: alpha", reply.raw
+    rec = refusal(reply, endpoint="mcp_single", path="/mcp/alpha", caller="two", status=404, server="alpha")
+    assert rec["rpc_method"] == "initialize", rec
+    legacy.close()
+
+    # /mcp, prefixed names: a tool, a prompt, a resource of alpha.
+    for method, field, name, absent_name in (
+        ("tools/call", "tool", "alpha__echo", "zzz__echo"),
+        ("prompts/get", "prompt", "alpha__greet", "zzz__greet"),
+        ("resources/read", "resource", "alpha__example://readme", "zzz__example://readme"),
+    ):
+        param = "uri" if field == "resource" else "name"
+        refused = _mcp_post(gw, None, two, method, {param: name})
+        absent = _mcp_post(gw, None, two, method, {param: absent_name})
+        assert "error" in refused.message, refused.raw
+        _same_answer(refused, absent, name, absent_name)
+        rec = record(gw, refused.headers["x-request-id"])
+        common(rec, endpoint="mcp", status=refused.status, outcome="access_denied", path="/mcp")
+        assert rec["server"] == "alpha" and rec[field] == name and rec["rpc_method"] == method, rec
+        assert rec["rpc_error_code"] == refused.message["error"]["code"] == -32602, rec
+        absence(absent, "tool_not_found" if field == "tool" else "not_found")
+
+    # A tool the key's own filter refuses (three reaches alpha, only its `add`): unknown to the
+    # client on /mcp, /mcp/alpha and REST, a refusal on record.
+    refused = _mcp_post(gw, None, three, "tools/call", {"name": "alpha__echo", "arguments": {"text": "x"}})
+    absent = _mcp_post(gw, None, three, "tools/call", {"name": "alpha__nosuch", "arguments": {"text": "x"}})
+    _same_answer(refused, absent, "alpha__echo", "alpha__nosuch")
+    refusal(refused, endpoint="mcp", path="/mcp", caller="three", status=refused.status, tool="alpha__echo", server="alpha")
+    refused = _mcp_post(gw, "alpha", three, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+    assert refused.message["error"]["code"] == -32602, refused.raw
+    refusal(refused, endpoint="mcp_single", path="/mcp/alpha", caller="three", status=refused.status, tool="echo", server="alpha")
+    assert _mcp_post(gw, "alpha", three, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}).status == 200
+    r = rest_call(gw, three, "alpha__echo", {"text": "x"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "tool_not_found", r.text
+    rest = rest_call(gw, three, "alpha__nosuch", {"text": "x"})
+    assert r.text.replace("alpha__echo", "alpha__nosuch") == rest.text, (r.text, rest.text)
+    rec = record(gw, r.headers["x-request-id"])
+    common(rec, endpoint="rest", status=404, outcome="access_denied", path="/mcp-rest/tools/call")
+    assert rec["server"] == "alpha" and rec["tool"] == "alpha__echo", rec
+
+    # REST tells the caller (403 access_denied); its record names the server too.
+    for server_id in (None, "alpha"):
+        r = rest_call(gw, two, "alpha__echo", {"text": "x"}, server_id=server_id)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "access_denied", r.text
+        rec = record(gw, r.headers["x-request-id"])
+        common(rec, endpoint="rest", status=403, outcome="access_denied", path="/mcp-rest/tools/call")
+        assert rec["server"] == "alpha" and rec["tool"] == "alpha__echo", rec
+
+    # A virtual server the key does not reach: its path does not exist for one.
+    refused = _mcp_post(gw, "desk", one, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})
+    absent = _mcp_post(gw, "nosuch", one, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})
+    _same_answer(refused, absent, "desk", "nosuch")
+    refusal(refused, endpoint="mcp_single", path="/mcp/desk", caller="one", status=404, tool="add", virtual_server="desk")
+    # Through a virtual server four reaches, a tool of a server four does not: unknown tool, and
+    # the record names both the virtual server and the server refused.
+    refused = _mcp_post(gw, "desk", four, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})
+    absent = _mcp_post(gw, "desk", four, "tools/call", {"name": "nosuch", "arguments": {"a": 1, "b": 2}})
+    _same_answer(refused, absent, "add", "nosuch")
+    refusal(refused, endpoint="mcp_single", path="/mcp/desk", caller="four", status=refused.status, tool="add", server="beta", virtual_server="desk")
+    absence(absent, "tool_not_found", virtual_server="desk")
+    # The control: two reaches both; its call through desk goes to beta and says so.
+    ok = _mcp_post(gw, "desk", two, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})
+    assert ok.status == 200 and "error" not in ok.message, ok.raw
+    rec = record(gw, ok.headers["x-request-id"])
+    assert rec["outcome"] == "ok" and rec["server"] == "beta" and rec["virtual_server"] == "desk", rec
+
+    # The per-tenant metric counts them as refusals too, one for each record that says so.
+    def counted_as_records():
+        denied = len([r for r in records_of(gw) if r["outcome"] == "access_denied"])
+        return denied >= 12 and metric(gw, "switchboard_gateway_tenant_requests_total", tenant="default", outcome="access_denied") == denied
+
+    wait_until(counted_as_records, 10, what="every access_denied record counted in the tenant metric")
 
 
 def test_a_stream_is_recorded_once_when_it_ends(gateways, procs):
@@ -218,6 +355,34 @@ def test_an_llm_request_records_its_model_and_tokens(gateways, procs, rust_upstr
     assert r.status_code >= 400
     rec = record(world.gateway, r.headers["x-request-id"])
     assert rec["status"] == r.status_code and rec["outcome"] not in ("ok", "stream"), rec
+
+
+def test_an_llm_request_refused_for_scope_is_recorded_as_one(gateways, procs, rust_upstream):
+    """Issue 35: the LLM endpoints tell the caller (403), and the record says `access_denied`
+    naming the model or the MCP server the key may not use."""
+    world = start_llm_world(gateways, procs, rust_upstream, tools=[])
+    outsider = new_secret("audit-llm-outsider")
+    world.config["servers"].append(server("closed", rust_upstream.mcp_url))
+    world.config["keys"].append(key("outsider", outsider, accessGroups=["other"]))
+    world.gateway.write_config(world.config)
+    headers = {"x-api-key": outsider, "anthropic-version": ANTHROPIC_VERSION}
+    body = {"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    r = wait_until(
+        lambda: (r := httpx.post(f"{world.gateway.url}/v1/messages", json=body, headers=headers, timeout=30)).status_code == 403 and r,
+        10,
+        what="the outsider key to be served",
+    )
+    rec = record(world.gateway, r.headers["x-request-id"])
+    common(rec, endpoint="llm_messages", status=403, outcome="access_denied", path="/v1/messages")
+    assert rec["model"] == "claude" and rec["caller"]["key"] == "default/outsider" and "server" not in rec, rec
+    ref = {"type": "mcp", "server_url": f"{world.gateway.url}/mcp/closed", "require_approval": "never"}
+    headers["x-api-key"] = world.key
+    r = httpx.post(f"{world.gateway.url}/v1/messages", json={**body, "tools": [ref]}, headers=headers, timeout=30)
+    assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error", r.text
+    rec = record(world.gateway, r.headers["x-request-id"])
+    common(rec, endpoint="llm_messages", status=403, outcome="access_denied", path="/v1/messages")
+    assert rec["server"] == "closed" and rec["caller"]["key"] == "default/caller", rec
+    assert world.provider.model_calls() == [], "nothing reached the provider"
 
 
 def test_internal_listener_and_audit_off(gateways, rust_upstream):

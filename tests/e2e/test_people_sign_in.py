@@ -7,7 +7,11 @@ tests/e2e/keycloak.py) and act with the scope of the keys that name them or thei
   that document names Keycloak as the authorization server: where an MCP client starts;
 - refusals: a token for another audience, a tampered one, one from an unknown issuer and an
   expired one are 401 with the reason logged (never the token); carol, signed in but in no granted group, 403
-  `insufficient_scope`;
+  `insufficient_scope`; a token from an issuer the gateway does not know is refused naming that
+  issuer (in the answer, its challenge, the log and the audit record), on a gateway with
+  identity providers and on one without;
+- a signing key Keycloak has just published (a realm key added through its admin API) works on
+  its first use: the gateway fetches the keys again while the call waits;
 - a gateway key keeps working beside it.
 
 - token exchange on the person's behalf (RFC 8693): an API that takes only Keycloak tokens for
@@ -148,7 +152,11 @@ def test_refusals_say_why_in_the_log_and_never_log_the_token(signed_in, keycloak
     cases = {
         "other audience": (keycloak.token("bob", client_id="other-app")["access_token"], 401, "not for this gateway"),
         "tampered": (_tampered(bob), 401, "signature does not verify"),
-        "unknown issuer": (_self_signed("https://login.evil.example/realms/x"), 401, "unknown gateway key"),
+        "unknown issuer": (
+            _self_signed("https://login.evil.example/realms/x"),
+            401,
+            "token issuer https://login.evil.example/realms/x is not an identity provider of this gateway",
+        ),
         "no grant": (keycloak.token("carol")["access_token"], 403, "granted no scope"),
     }
     for name, (token, status, reason) in cases.items():
@@ -180,6 +188,91 @@ def test_refusals_say_why_in_the_log_and_never_log_the_token(signed_in, keycloak
     assert "the access token has expired" in logs
     for token, _, _ in cases.values():
         assert token not in logs, "a token reached the log"
+
+
+def _audit_record(gw, request_id: str) -> dict:
+    def found():
+        for line in gw.proc.stdout_path.read_text("utf-8", "replace").splitlines():
+            if line.startswith("{") and request_id in line:
+                rec = json.loads(line)
+                if rec.get("request_id") == request_id:
+                    return rec
+        return None
+
+    return wait_until(found, 10, what=f"the audit record of {request_id}")
+
+
+def test_a_token_from_an_unknown_issuer_is_refused_naming_the_issuer(signed_in, keycloak, gateways):
+    """Issue 35: a JWT whose `iss` is no identity provider of the gateway is not an "unknown
+    gateway key": 401 `invalid_token` naming the issuer, logged at info (never the token), and
+    recorded as what it is; a key-only gateway says the same (realm challenge); an opaque
+    string stays an unknown key."""
+    gw, alpha, _, plain_key = signed_in
+    issuer = "https://login.evil.example/realms/x"
+    reason = f"token issuer {issuer} is not an identity provider of this gateway"
+    token = _self_signed(issuer)
+    keys_only = gateways.start(gateway_config([server("alpha", alpha.mcp_url)], [key("robot", plain_key, ["alpha"])]))
+    for gateway, challenge in (
+        (gw, f'Bearer resource_metadata="{gw.url}/.well-known/oauth-protected-resource/mcp", error="invalid_token", error_description="{reason}"'),
+        (keys_only, f'Bearer realm="switchboard", error="invalid_token", error_description="{reason}"'),
+    ):
+        reply = _list_tools(gateway.mcp_url(), token)
+        assert reply.status_code == 401, reply.text
+        assert reply.json()["error"]["message"] == reason, reply.text
+        assert reply.headers["www-authenticate"] == challenge, reply.headers["www-authenticate"]
+        rec = _audit_record(gateway, reply.headers["x-request-id"])
+        assert rec["status"] == 401 and rec["outcome"] == "unknown_issuer" and rec["token_issuer"] == issuer, rec
+        assert "caller" not in rec, rec
+        rest = rest_list(gateway, token)
+        assert rest.status_code == 401 and rest.json()["error"] == {"code": "unauthenticated", "message": reason}, rest.text
+        logs = gateway.logs()
+        assert f"issuer={issuer}" in logs and "is not an identity provider of this gateway" in logs, logs[-2000:]
+        assert token not in logs, "a token reached the log"
+        # Not a JWT: an unknown key, as before.
+        opaque = _list_tools(gateway.mcp_url(), "sk-not-a-key-at-all")
+        assert opaque.status_code == 401 and "unknown gateway key" in opaque.text, opaque.text
+        assert _audit_record(gateway, opaque.headers["x-request-id"])["outcome"] == "unauthenticated"
+
+
+def _kid(token: str) -> str:
+    header = token.split(".")[0]
+    return json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))["kid"]
+
+
+def test_a_key_keycloak_has_just_published_works_on_its_first_use(signed_in, keycloak):
+    """Issue 35: the realm gets a new signing key (an `rsa-generated` key provider of a higher
+    priority, through Keycloak's admin API, as an administrator rotates keys); Keycloak signs
+    the next token with it. The gateway holds only the keys it fetched before: the first call
+    with the new token waits for the refetch its unknown key id asks for and succeeds, in both
+    eras and on REST."""
+    gw, *_ = signed_in
+    before = keycloak.token("alice")["access_token"]
+    assert _names(gw, before, MODERN_VERSION), "the gateway serves alice with the keys it holds"
+    realm = keycloak.admin("GET", "").json()
+    keycloak.admin(
+        "POST",
+        "/components",
+        json={
+            "name": "rotated-rs256",
+            "providerId": "rsa-generated",
+            "providerType": "org.keycloak.keys.KeyProvider",
+            "parentId": realm["id"],
+            "config": {"priority": ["1000"], "keySize": ["2048"], "active": ["true"], "enabled": ["true"], "algorithm": ["RS256"]},
+        },
+    )
+    published = {k["kid"] for k in httpx.get(f"{keycloak.issuer}/protocol/openid-connect/certs", timeout=15).json()["keys"]}
+    tokens = {era: keycloak.token("alice")["access_token"] for era in ("legacy", MODERN_VERSION, "rest")}
+    for token in tokens.values():
+        assert _kid(token) != _kid(before) and _kid(token) in published, "Keycloak signs with the new key"
+    for era in ("legacy", MODERN_VERSION):
+        with RawMcp(gw.mcp_url(), tokens[era], era) as mcp:
+            reply = mcp.call_tool("alpha__add", {"a": 2, "b": 3})
+            assert reply.status == 200, f"{era}: HTTP {reply.status} {reply.raw[:500]!r}"
+            assert call_result_value(reply.result) == 5
+    assert all(n.startswith("alpha__") for n in rest_tool_names(rest_list(gw, tokens["rest"])))
+    assert "identity provider keys loaded" in gw.logs()
+    # The old key still verifies what it signed (Keycloak still publishes it).
+    assert _names(gw, before, MODERN_VERSION)
 
 
 def test_a_gateway_key_keeps_working_beside_people(signed_in):

@@ -7,6 +7,8 @@ server, audience `switchboard`) acts as the key of the McpKey that binds the Ser
   namespace-wide `*`; an unbound one is refused with 403; a token for another audience, a
   tampered token and a token signed by another issuer with 401, each with its reason logged;
 - a ServiceAccount two McpKeys bind stays with the older one (the newer says why);
+- the audit record names the workload whose token stood for the key: two ServiceAccounts one
+  key binds (`*`) are told apart, field by field, and a token bound to a pod names the pod;
 - the figures of the two ways to verify, offline (the gateway) and TokenReview (the API server),
   are printed: why the gateway verifies offline.
 """
@@ -114,6 +116,65 @@ def test_unbound_wrong_audience_tampered_and_foreign_tokens_are_refused(world: W
     for reason in ("not for this audience", "signature does not verify", "no key binds"):
         assert reason in logs, f"the refusal reason {reason!r} is not in the gateway's log"
     assert good not in logs, "a token reached the log"
+
+
+def _audit_record(gw, request_id: str) -> dict:
+    def found():
+        for line in gw.proc.stdout_path.read_text("utf-8", "replace").splitlines():
+            if line.startswith("{") and request_id in line:
+                rec = json.loads(line)
+                if rec.get("request_id") == request_id:
+                    return rec
+        return None
+
+    return wait_until(found, 10, what=f"the audit record of {request_id}")
+
+
+def test_the_audit_record_names_the_workload_that_called(world: World, bound):
+    """Issue 35: McpKey `team` binds every ServiceAccount of team-b. Two of them, and a token the
+    API server bound to a pod (`kubernetes.io.pod.name`), call through it: each record says which
+    workload it was, where the key alone would make them identical."""
+    world.cluster.kubectl("create", "serviceaccount", "second", "-n", "team-b")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "worker-0", "namespace": "team-b"},
+        "spec": {"serviceAccountName": "second", "containers": [{"name": "worker", "image": "registry.invalid/worker:1"}]},
+    }
+    world.cluster.apply([pod])
+    uid = world.cluster.kubectl("get", "pod", "worker-0", "-n", "team-b", "-o", "jsonpath={.metadata.uid}").stdout.strip()
+    bound_token = world.cluster.kubectl(
+        "create", "token", "second", "-n", "team-b", "--audience", "switchboard", "--duration", "1h",
+        "--bound-object-kind", "Pod", "--bound-object-name", "worker-0", "--bound-object-uid", uid,
+    ).stdout.strip()  # fmt: skip
+    world.remember(bound_token)
+    claims = json.loads(base64.urlsafe_b64decode(bound_token.split(".")[1] + "=="))
+    assert claims["kubernetes.io"]["pod"]["name"] == "worker-0", "the API server bound the token to the pod"
+    callers = {
+        "anyone": token(world, "anyone", namespace="team-b"),
+        "second": token(world, "second", namespace="team-b"),
+        "second@worker-0": bound_token,
+    }
+    for gw in world.gateways.values():
+        records = {}
+        for who, credential in callers.items():
+            r = rest_list(gw, credential)
+            assert r.status_code == 200, r.text
+            records[who] = _audit_record(gw, r.headers["x-request-id"])
+        common = {"kind": "serviceAccount", "key": "team-b/team", "namespace": "team-b"}
+        assert records["anyone"]["caller"] == {**common, "service_account": {"namespace": "team-b", "name": "anyone"}}, records
+        assert records["second"]["caller"] == {**common, "service_account": {"namespace": "team-b", "name": "second"}}, records
+        assert records["second@worker-0"]["caller"] == {
+            **common,
+            "service_account": {"namespace": "team-b", "name": "second", "pod": "worker-0"},
+        }, records
+        for rec in records.values():
+            assert rec["status"] == 200 and rec["outcome"] == "ok" and rec["endpoint"] == "rest", rec
+        # The key's own secret names no workload.
+        r = rest_list(gw, world.generated_key("team-key", namespace="team-b"))
+        assert r.status_code == 200, r.text
+        assert _audit_record(gw, r.headers["x-request-id"])["caller"] == {**common, "kind": "key"}
+    world.cluster.kubectl("delete", "pod", "worker-0", "-n", "team-b", "--wait=false")
 
 
 def test_a_service_account_two_keys_bind_stays_with_the_older(world: World, bound):

@@ -39,6 +39,9 @@ pub struct CallerRecord {
     /// The key's `<namespace>/<name>`.
     pub key: String,
     pub namespace: String,
+    /// The workload whose ServiceAccount token stood for the key (`kind: serviceAccount`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<WorkloadRecord>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,6 +49,16 @@ pub struct CallerRecord {
     /// The identity provider's `<namespace>/<name>` a person signed in with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+}
+
+/// The workload a verified ServiceAccount token names: its ServiceAccount, and its pod when the
+/// token was bound to one (`kubernetes.io.pod.name`, as a projected token in a pod is).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct WorkloadRecord {
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 /// Model tokens the providers reported for the request (all its model calls).
@@ -60,8 +73,12 @@ pub struct Tokens {
 pub struct Noted {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caller: Option<CallerRecord>,
+    /// The server the call was routed to, or the one a refusal for scope refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// The virtual server the call came through, or the one a refusal for scope refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub virtual_server: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rpc_method: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,6 +103,10 @@ pub struct Noted {
     pub upstream_status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<Tokens>,
+    /// The issuer a refused token named (unverified, shown safely), when no identity provider
+    /// of the gateway has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_issuer: Option<String>,
     /// The request body's length, as read.
     #[serde(skip)]
     pub bytes_in: u64,

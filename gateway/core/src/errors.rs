@@ -12,10 +12,28 @@ use switchboard_protocol::{Era, modern_error_status};
 
 pub use switchboard_protocol::codes;
 
+/// What a refusal for scope refused: the audit record names it, whatever the client is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutOfScope {
+    /// A server (its id) the caller's keys do not reach, or one whose tool they do not admit.
+    Server(String),
+    /// A virtual server (its id) the caller's keys do not reach.
+    VirtualServer(String),
+}
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
     #[error("{0}")]
     Unauthenticated(&'static str),
+    /// A JWT whose `iss` is neither an identity provider of this gateway nor the issuer of its
+    /// cluster's ServiceAccount tokens (the issuer as [`shown_issuer`] makes it safe to show).
+    #[error("token issuer {issuer} is not an identity provider of this gateway")]
+    UnknownIssuer {
+        issuer: String,
+        /// The challenge: `invalid_token` with this reason, and where people sign in, the
+        /// gateway's protected-resource metadata.
+        www_authenticate: String,
+    },
     /// A 401 on an endpoint people sign in to: the challenge points at the gateway's
     /// protected-resource metadata, from which an MCP client starts the OAuth flow.
     #[error("{reason}")]
@@ -95,6 +113,14 @@ pub enum GatewayError {
         kind: LimitKind,
         retry_after: Duration,
     },
+    /// A refusal for scope on a face where what the caller may not reach is invisible
+    /// (invariant 4): the client gets `answer` exactly (an unknown server, tool, prompt, ...),
+    /// the audit record and the request metrics `access_denied` naming what was `refused`.
+    #[error("{answer}")]
+    Invisible {
+        refused: OutOfScope,
+        answer: Box<GatewayError>,
+    },
     #[error("{message}")]
     Protocol {
         /// A code the MCP specification assigns (e.g. the 2026-07-28 header mismatch codes).
@@ -106,12 +132,36 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
+    /// A refusal for scope answered as `answer` (what the client would get for a thing that
+    /// does not exist), recorded as the refusal it is.
+    pub fn invisible(refused: OutOfScope, answer: GatewayError) -> GatewayError {
+        GatewayError::Invisible {
+            refused,
+            answer: Box::new(answer),
+        }
+    }
+
+    /// The refusal of a JWT whose issuer `iss` (unverified, as the token names it) this gateway
+    /// does not know.
+    pub fn unknown_issuer(iss: &str) -> GatewayError {
+        let issuer = shown_issuer(iss);
+        let www_authenticate = format!(
+            "Bearer realm=\"switchboard\", error=\"invalid_token\", error_description=\"token issuer {issuer} is not an identity provider of this gateway\""
+        );
+        GatewayError::UnknownIssuer {
+            issuer,
+            www_authenticate,
+        }
+    }
+
     pub fn http_status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
-            Unauthenticated(_) | SignInRequired { .. } | UpstreamAuthRequired { .. } => {
-                StatusCode::UNAUTHORIZED
-            }
+            Unauthenticated(_)
+            | UnknownIssuer { .. }
+            | SignInRequired { .. }
+            | UpstreamAuthRequired { .. } => StatusCode::UNAUTHORIZED,
+            Invisible { answer, .. } => answer.http_status(),
             AccessDenied { .. }
             | PersonNotGranted { .. }
             | SessionForbidden
@@ -140,7 +190,8 @@ impl GatewayError {
     pub fn rest_code(&self) -> &'static str {
         use GatewayError::*;
         match self {
-            Unauthenticated(_) | SignInRequired { .. } => "unauthenticated",
+            Unauthenticated(_) | UnknownIssuer { .. } | SignInRequired { .. } => "unauthenticated",
+            Invisible { answer, .. } => answer.rest_code(),
             PersonNotGranted { .. } => "insufficient_scope",
             AccessDenied { .. } => "access_denied",
             ServerNotFound { .. } => "server_not_found",
@@ -171,7 +222,9 @@ impl GatewayError {
     pub fn jsonrpc_error(&self) -> Value {
         use GatewayError::*;
         let (code, data) = match self {
+            Invisible { answer, .. } => return answer.jsonrpc_error(),
             Unauthenticated(_)
+            | UnknownIssuer { .. }
             | SignInRequired { .. }
             | PersonNotGranted { .. }
             | SessionForbidden
@@ -234,7 +287,9 @@ impl GatewayError {
     pub fn mcp_http_status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
+            Invisible { answer, .. } => answer.mcp_http_status(),
             Unauthenticated(_)
+            | UnknownIssuer { .. }
             | SignInRequired { .. }
             | PersonNotGranted { .. }
             | UpstreamAuthRequired { .. }
@@ -254,6 +309,9 @@ impl GatewayError {
 
     /// The REST body: `{"error": {"code", "message", ...}}`.
     pub fn rest_body(&self) -> Value {
+        if let GatewayError::Invisible { answer, .. } = self {
+            return answer.rest_body();
+        }
         let mut body =
             json!({ "error": { "code": self.rest_code(), "message": self.to_string() } });
         match self {
@@ -294,7 +352,11 @@ impl GatewayError {
             GatewayError::Unauthenticated(_) => Some(HeaderValue::from_static(
                 "Bearer realm=\"switchboard\", error=\"invalid_token\"",
             )),
-            GatewayError::UpstreamAuthRequired {
+            GatewayError::Invisible { answer, .. } => answer.www_authenticate(),
+            GatewayError::UnknownIssuer {
+                www_authenticate, ..
+            }
+            | GatewayError::UpstreamAuthRequired {
                 www_authenticate, ..
             }
             | GatewayError::SignInRequired {
@@ -315,6 +377,7 @@ impl GatewayError {
             }
             // A busy replica asks for a short pause; a retry may well land on another replica.
             GatewayError::Overloaded(_) => Some(HeaderValue::from_static("1")),
+            GatewayError::Invisible { answer, .. } => answer.retry_after(),
             _ => None,
         }
     }
@@ -331,10 +394,55 @@ impl GatewayError {
         }
     }
 
-    /// A short label for metrics (never a payload, never a secret).
+    /// A short label for metrics and the audit record (never a payload, never a secret): the
+    /// REST code, except where the record must say what the client is not told (a refusal for
+    /// scope that the client sees as absence) or more than the code (an unknown issuer).
     pub fn outcome(&self) -> &'static str {
-        self.rest_code()
+        match self {
+            GatewayError::Invisible { .. } => "access_denied",
+            GatewayError::UnknownIssuer { .. } => "unknown_issuer",
+            other => other.rest_code(),
+        }
     }
+
+    /// What the request's audit record says of this error: its outcome, and what a refusal
+    /// refused (the server or virtual server a refusal for scope is about, the issuer a token
+    /// named) — also where the client's answer does not name it.
+    pub fn note_in(&self, noted: &mut crate::audit::Noted) {
+        noted.outcome = Some(self.outcome());
+        match self {
+            GatewayError::AccessDenied { server }
+            | GatewayError::Invisible {
+                refused: OutOfScope::Server(server),
+                ..
+            } => noted.server = Some(server.clone()),
+            GatewayError::Invisible {
+                refused: OutOfScope::VirtualServer(id),
+                ..
+            } => noted.virtual_server = Some(id.clone()),
+            GatewayError::UnknownIssuer { issuer, .. } => {
+                noted.token_issuer = Some(crate::audit::name(issuer))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Longest issuer a refusal shows.
+const ISSUER_CAP: usize = 200;
+
+/// An unverified issuer as a refusal shows it (its message, its `WWW-Authenticate`, the log,
+/// the audit record): at most [`ISSUER_CAP`] bytes of printable ASCII, anything else (quotes,
+/// backslashes, control characters, non-ASCII) as `?`, so that a token cannot write into a
+/// header or a log line what its issuer says.
+pub fn shown_issuer(iss: &str) -> String {
+    iss.chars()
+        .take(ISSUER_CAP)
+        .map(|c| match c {
+            ' '..='~' if c != '"' && c != '\\' => c,
+            _ => '?',
+        })
+        .collect()
 }
 
 /// Wraps an error for the REST endpoints.
@@ -359,7 +467,7 @@ impl From<GatewayError> for RestError {
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
-        crate::audit::note(|n| n.outcome = Some(self.0.outcome()));
+        crate::audit::note(|n| self.0.note_in(n));
         let mut response = (self.0.http_status(), axum::Json(self.0.rest_body())).into_response();
         self.0.add_headers(&mut response);
         response
@@ -376,7 +484,7 @@ pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
 pub fn jsonrpc_error_response_in(id: &Value, error: &GatewayError, era: Era) -> Response {
     let rpc = error.jsonrpc_error();
     crate::audit::note(|n| {
-        n.outcome = Some(error.outcome());
+        error.note_in(n);
         n.rpc_error_code = rpc["code"].as_i64();
     });
     let mut status = error.mcp_http_status();
@@ -385,6 +493,15 @@ pub fn jsonrpc_error_response_in(id: &Value, error: &GatewayError, era: Era) -> 
     }
     let body = json!({ "jsonrpc": "2.0", "id": id, "error": rpc });
     let mut response = (status, axum::Json(body)).into_response();
+    error.add_headers(&mut response);
+    response
+}
+
+/// A plain-text answer carrying `error` (its status and message): what a path that names no
+/// endpoint answers (`/mcp/{prefix}` for a server that is not there, or not there for the caller).
+pub fn plain_error_response(error: &GatewayError) -> Response {
+    crate::audit::note(|n| error.note_in(n));
+    let mut response = (error.http_status(), error.to_string()).into_response();
     error.add_headers(&mut response);
     response
 }

@@ -6,8 +6,11 @@
 //! not-before (with the provider's clock skew), algorithm, required claims. The signing keys
 //! come from the provider (discovery, then its JWKS), fetched by the upstream plane into an
 //! [`IdentityKeys`] store that outlives snapshots: a provider that is down does not take the
-//! keys already fetched with it. A token signed with a key the store does not hold asks for a
-//! fetch (bounded in rate by the fetcher) and is refused meanwhile.
+//! keys already fetched with it. A token signed with a key the store does not hold (a key the
+//! provider has just published), or one that arrives before its provider's keys were ever
+//! fetched, asks for a fetch and waits for it (one fetch serves every token waiting, and the
+//! fetcher bounds how often tokens can ask), then is verified again: it is refused only when the
+//! key is still unknown after that fetch.
 //!
 //! Precedence when several keys name a person (by subject or by a group): the person gets the
 //! union of what those keys reach, and every one of their limits applies, so that being in a
@@ -15,6 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use base64::Engine;
 use jsonwebtoken::{Algorithm, Validation, decode, decode_header};
@@ -121,6 +125,12 @@ impl Refusal {
         }
     }
 
+    /// A refusal a fetch of the provider's keys may turn around: the keys never came yet, or
+    /// the token names a key they do not have (the provider may have just published it).
+    pub fn awaits_keys(self) -> bool {
+        matches!(self, Refusal::KeysNotLoaded | Refusal::UnknownSigningKey)
+    }
+
     /// The outcome label of the sign-in metric.
     pub fn label(self) -> &'static str {
         match self {
@@ -148,6 +158,12 @@ pub struct LoginEndpoints {
     pub token: String,
 }
 
+/// The longest a token waits for its provider's keys to be fetched (an unknown key id, or keys
+/// never fetched yet) before it is refused: longer than the fetcher takes to start a fetch a
+/// token asked for (`MIN_INTERVAL` after the last such fetch, in `identity_keys.rs`) and to
+/// finish it (its timeout), so that the wait ends with the fetch, not before it.
+pub const KEY_WAIT: Duration = Duration::from_secs(25);
+
 /// The signing keys of every identity provider, fetched by the upstream plane, kept across
 /// snapshots and through a provider's outage.
 #[derive(Default)]
@@ -159,6 +175,11 @@ pub struct IdentityKeys {
     wanted: Mutex<HashSet<String>>,
     /// Wakes the fetcher when something is wanted.
     pub wake: tokio::sync::Notify,
+    /// Fetches finished per provider (keys found or not), counted: a token waiting for a fetch
+    /// waits for its provider's count to pass the one it saw.
+    rounds: Mutex<HashMap<String, u64>>,
+    /// Wakes the tokens waiting for a fetch when one finishes.
+    fetched: tokio::sync::Notify,
 }
 
 impl IdentityKeys {
@@ -219,6 +240,48 @@ impl IdentityKeys {
     /// What was asked for since the last call.
     pub fn take_wanted(&self) -> HashSet<String> {
         std::mem::take(&mut *self.wanted.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The fetcher finished a fetch of `provider`'s keys (whether it found keys or not):
+    /// the tokens waiting for one are verified again.
+    pub fn fetch_done(&self, provider: &str) {
+        *self
+            .rounds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(provider.to_string())
+            .or_default() += 1;
+        self.fetched.notify_waiters();
+    }
+
+    /// How many fetches of each of `providers` have finished.
+    fn rounds(&self, providers: &[&str]) -> Vec<u64> {
+        let rounds = self.rounds.lock().unwrap_or_else(|p| p.into_inner());
+        providers
+            .iter()
+            .map(|id| rounds.get(*id).copied().unwrap_or(0))
+            .collect()
+    }
+
+    /// Asks for a fetch of each of `providers` and waits until each has finished a fetch
+    /// since their counts were `seen` (one fetch serves every waiting token), or `within`.
+    async fn refetched(&self, providers: &[&str], seen: &[u64], within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        for id in providers {
+            self.want(id);
+        }
+        loop {
+            // Registered before the counts are read: a fetch that finishes in between still
+            // wakes this wait.
+            let finished = self.fetched.notified();
+            let now = self.rounds(providers);
+            if now.iter().zip(seen).all(|(now, seen)| now > seen) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, finished).await.is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -338,13 +401,33 @@ impl People {
 
     /// The person a token `issuer_of` named `issuer` proves, and the keys that grant them
     /// scope, or why not; the token is remembered. (Callers ask `remembered` first.)
-    pub fn verify(
+    ///
+    /// A token its provider's keys cannot verify yet (an unknown key id, or no keys fetched so
+    /// far) waits for a fetch of them, at most [`KEY_WAIT`], and is verified again with what
+    /// that fetch found: a key the provider has just published works on its first use.
+    pub async fn verify(
         &self,
         keys: &IdentityKeys,
         token: &str,
         issuer: &str,
     ) -> Result<Signed, Refusal> {
-        let (person, exp) = self.verify_signed(keys, token, issuer, unix_now())?;
+        let providers: Vec<&str> = self
+            .providers
+            .iter()
+            .filter(|p| p.spec.issuer == issuer)
+            .map(|p| p.id.as_str())
+            .collect();
+        // Counted before the first try, so a fetch that finishes during it is not waited for
+        // again.
+        let seen = keys.rounds(&providers);
+        let verified = match self.verify_signed(keys, token, issuer, unix_now()) {
+            Err(refusal) if refusal.awaits_keys() && !providers.is_empty() => {
+                keys.refetched(&providers, &seen, KEY_WAIT).await;
+                self.verify_signed(keys, token, issuer, unix_now())
+            }
+            other => other,
+        };
+        let (person, exp) = verified?;
         let person = Arc::new(person);
         self.verified.insert(token, person.clone(), exp);
         let grants = self.grants(&person);
@@ -361,19 +444,27 @@ impl People {
 
     /// Who a token of `provider` (by id) names, and until when it holds: the brokered login
     /// reads the token the provider gave the gateway, verified by that provider alone as any
-    /// person's token is.
-    pub fn identify(
+    /// person's token is (a key it has just published waits for a fetch, as in [`Self::verify`]).
+    pub async fn identify(
         &self,
         keys: &IdentityKeys,
         provider: &str,
         token: &str,
     ) -> Result<(Person, u64), Refusal> {
         let header = decode_header(token).map_err(|_| Refusal::Malformed)?;
-        self.providers
+        let found = self
+            .providers
             .iter()
             .find(|p| p.id == provider)
-            .ok_or(Refusal::UnknownIssuer)?
-            .verify(keys, token, &header, unix_now())
+            .ok_or(Refusal::UnknownIssuer)?;
+        let seen = keys.rounds(&[provider]);
+        match found.verify(keys, token, &header, unix_now()) {
+            Err(refusal) if refusal.awaits_keys() => {
+                keys.refetched(&[provider], &seen, KEY_WAIT).await;
+                found.verify(keys, token, &header, unix_now())
+            }
+            verified => verified,
+        }
     }
 
     /// The person an access token the gateway issued proves (brokered mode), and the keys that
@@ -469,7 +560,6 @@ impl Provider {
             return Err(Refusal::AlgorithmNotAccepted);
         }
         let Some(keys) = store.get(&self.id) else {
-            store.want(&self.id);
             return Err(Refusal::KeysNotLoaded);
         };
         let mut outcome = Err(Refusal::UnknownSigningKey);
@@ -490,10 +580,6 @@ impl Provider {
                     }
                 }
             }
-        }
-        if outcome == Err(Refusal::UnknownSigningKey) {
-            // A rotated key: the fetcher looks again (at a bounded rate).
-            store.want(&self.id);
         }
         outcome
     }
@@ -555,8 +641,8 @@ pub(crate) fn claim<'a>(claims: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// The `iss` of a token, read before any verification only to pick the provider whose keys
-/// verify it (nothing else of an unverified token is used).
-fn unverified_issuer(token: &str) -> Option<String> {
+/// verify it, or to name it in a refusal (nothing else of an unverified token is used).
+pub(crate) fn unverified_issuer(token: &str) -> Option<String> {
     #[derive(Deserialize)]
     struct Iss {
         iss: String,

@@ -6,13 +6,13 @@ use std::time::SystemTime;
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
-use crate::errors::GatewayError;
+use crate::errors::{GatewayError, OutOfScope};
 use crate::limits::LimitPermit;
 use crate::metrics::Metrics;
-use crate::people::{Person, Signed};
-use crate::route::prefixed_name;
+use crate::people::{Person, Signed, unverified_issuer};
+use crate::route::{prefixed_name, split_prefixed};
 use crate::table::{Key, RoutingTable, Server};
-use crate::workload_identity::looks_like_jwt;
+use crate::workload_identity::{ServiceAccount, looks_like_jwt};
 
 /// An authenticated request: the key, the routing table it started with, and its headers.
 pub struct Caller {
@@ -22,8 +22,9 @@ pub struct Caller {
     /// A signed-in person: who, and the further keys that grant them scope (the union of what
     /// `key` and these reach is theirs; every one's limits apply).
     pub person: Option<Arc<Person>>,
-    /// The key was found by a ServiceAccount token standing for it (not presented itself).
-    pub by_service_account: bool,
+    /// The workload whose ServiceAccount token stood for the key (the key was not presented
+    /// itself).
+    pub service_account: Option<Arc<ServiceAccount>>,
     also: Vec<Arc<Key>>,
     pub table: Arc<RoutingTable>,
     pub headers: HeaderMap,
@@ -83,8 +84,9 @@ impl Resource<'_> {
 }
 
 /// Authenticates the caller and admits the request under its key's limits (a refused request
-/// is a 429 before anything else happens).
-pub fn authenticate(
+/// is a 429 before anything else happens). Only a person's token whose signing key the gateway
+/// does not hold yet waits (for its provider's keys to be fetched again: `people.rs`).
+pub async fn authenticate(
     table: Arc<RoutingTable>,
     headers: HeaderMap,
     metrics: &Metrics,
@@ -94,7 +96,9 @@ pub fn authenticate(
         let missing = GatewayError::Unauthenticated(MISSING_KEY);
         return Err(sign_in_challenge(&table, &headers, resource, missing));
     };
-    caller_for_key(table, headers, &presented, Some(metrics), Some(resource))?.admitted(metrics)
+    caller_for_key(table, headers, &presented, Some(metrics), Some(resource))
+        .await?
+        .admitted(metrics)
 }
 
 const MISSING_KEY: &str =
@@ -134,6 +138,15 @@ fn sign_in_challenge(
                 www_authenticate,
             }
         }
+        GatewayError::UnknownIssuer { issuer, .. } => {
+            let www_authenticate = format!(
+                "Bearer resource_metadata=\"{metadata}\", error=\"invalid_token\", error_description=\"token issuer {issuer} is not an identity provider of this gateway\""
+            );
+            GatewayError::UnknownIssuer {
+                issuer,
+                www_authenticate,
+            }
+        }
         GatewayError::PersonNotGranted { person, .. } => GatewayError::PersonNotGranted {
             person,
             www_authenticate: format!(
@@ -147,14 +160,16 @@ fn sign_in_challenge(
 /// Authenticates a key the endpoint found in its own way (the LLM endpoints also take
 /// `x-api-key`, where Anthropic clients put it), and admits the request under its limits. A
 /// refusal on `resource` carries its sign-in challenge where people sign in.
-pub fn authenticate_key(
+pub async fn authenticate_key(
     table: Arc<RoutingTable>,
     headers: HeaderMap,
     presented: &str,
     metrics: &Metrics,
     resource: Resource<'_>,
 ) -> Result<Caller, GatewayError> {
-    caller_for_key(table, headers, presented, Some(metrics), Some(resource))?.admitted(metrics)
+    caller_for_key(table, headers, presented, Some(metrics), Some(resource))
+        .await?
+        .admitted(metrics)
 }
 
 /// The refusal of a request to `resource` that presented no credential (`reason` says where
@@ -175,24 +190,27 @@ pub fn no_credential(
 
 /// Authenticates the caller without counting the request against its limits: for a message
 /// another replica handed over, which that replica admitted.
-pub fn identify(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
+pub async fn identify(
+    table: Arc<RoutingTable>,
+    headers: HeaderMap,
+) -> Result<Caller, GatewayError> {
     let presented = presented_key(&headers)
         .ok_or(GatewayError::Unauthenticated(MISSING_KEY))?
         .to_string();
-    caller_for_key(table, headers, &presented, None, None)
+    caller_for_key(table, headers, &presented, None, None).await
 }
 
 /// The caller a presented credential makes: a key, a person (sign-ins counted in `metrics`), or
 /// a ServiceAccount. A refusal on a `resource` people sign in to carries its challenge.
-fn caller_for_key(
+async fn caller_for_key(
     table: Arc<RoutingTable>,
     headers: HeaderMap,
     presented: &str,
     metrics: Option<&Metrics>,
     resource: Option<Resource<'_>>,
 ) -> Result<Caller, GatewayError> {
-    let (key, person, also, by_service_account) =
-        match grants_of(&table, &headers, presented, metrics) {
+    let (key, person, also, service_account) =
+        match grants_of(&table, &headers, presented, metrics).await {
             Ok(found) => found,
             Err(e) => {
                 return Err(match resource {
@@ -216,7 +234,7 @@ fn caller_for_key(
     let caller = Caller {
         key,
         person,
-        by_service_account,
+        service_account,
         also,
         table,
         headers,
@@ -229,11 +247,16 @@ fn caller_for_key(
     Ok(caller)
 }
 
-/// A credential's key, for a person who they are and their further grants, and whether a
-/// ServiceAccount token stood for the key.
-type Grants = (Arc<Key>, Option<Arc<Person>>, Vec<Arc<Key>>, bool);
+/// A credential's key, for a person who they are and their further grants, and the workload
+/// whose ServiceAccount token stood for the key.
+type Grants = (
+    Arc<Key>,
+    Option<Arc<Person>>,
+    Vec<Arc<Key>>,
+    Option<Arc<ServiceAccount>>,
+);
 
-fn grants_of(
+async fn grants_of(
     table: &RoutingTable,
     headers: &HeaderMap,
     presented: &str,
@@ -243,39 +266,37 @@ fn grants_of(
     // look it up among the keys costs more than finding the person it proves. (A key is never a
     // JWT of a configured identity provider, which is what `signed_in` checks before anything.)
     let person = if table.people.is_some() && looks_like_jwt(presented) {
-        signed_in(table, presented, metrics)?
+        signed_in(table, presented, metrics).await?
     } else if table.broker.is_some() && presented.starts_with(crate::broker::ACCESS_PREFIX) {
         Some(signed_in_here(table, headers, presented, metrics)?)
     } else {
         None
     };
-    let (key, person, also, by_service_account) = match person {
+    let (key, person, also, service_account) = match person {
         Some(signed) => {
             let mut grants = signed.grants.into_iter();
             // `signed_in` keeps the unexpired grants and refuses a person left with none.
             let first = grants.next().ok_or_else(|| not_granted(&signed.person))?;
-            (first, Some(signed.person), grants.collect(), false)
+            (first, Some(signed.person), grants.collect(), None)
         }
         None => match table.authenticate(presented) {
-            Some(key) => (key.clone(), None, Vec::new(), false),
-            None => (
-                service_account_key(table, presented)?,
-                None,
-                Vec::new(),
-                true,
-            ),
+            Some(key) => (key.clone(), None, Vec::new(), None),
+            None => {
+                let (key, account) = service_account_key(table, presented)?;
+                (key, None, Vec::new(), Some(account))
+            }
         },
     };
     if key.is_expired(SystemTime::now()) {
         return Err(GatewayError::Unauthenticated("the gateway key has expired"));
     }
-    Ok((key, person, also, by_service_account))
+    Ok((key, person, also, service_account))
 }
 
 /// A person's access token, when the snapshot has identity providers and the token is one of
 /// theirs (`None`: not a person's token; a key or a ServiceAccount token is tried instead).
 /// Grants whose key has expired are left out; a person left with none gets 403.
-fn signed_in(
+async fn signed_in(
     table: &RoutingTable,
     presented: &str,
     metrics: Option<&Metrics>,
@@ -295,7 +316,9 @@ fn signed_in(
             let Some(issuer) = people.issuer_of(presented) else {
                 return Ok(None); // not a person's token: a key or a ServiceAccount's
             };
-            match people.verify(&table.identity_keys, presented, &issuer) {
+            // (Boxed: only a token's first use verifies, and only a key not held yet waits; the
+            // future of every other request stays small.)
+            match Box::pin(people.verify(&table.identity_keys, presented, &issuer)).await {
                 Ok(signed) => signed,
                 Err(refusal) => {
                     count(&issuer, refusal.label());
@@ -363,52 +386,78 @@ fn not_granted(person: &Person) -> GatewayError {
     }
 }
 
-/// The key a ServiceAccount token stands for (docs/architecture.md, "Workload identity"). A
-/// token that does not verify is a 401 with the reason; a valid token of a ServiceAccount no key
-/// binds is a 403. Both are logged with the reason, never with the token.
-fn service_account_key(table: &RoutingTable, presented: &str) -> Result<Arc<Key>, GatewayError> {
+/// The key a ServiceAccount token stands for (docs/architecture.md, "Workload identity"), and
+/// the workload it names. A token that does not verify is a 401 with the reason; a valid token
+/// of a ServiceAccount no key binds is a 403. Both are logged with the reason, never with the
+/// token.
+///
+/// Presented credentials that are no key end here. One that parses as a JWT naming an issuer
+/// that is neither the cluster's (ServiceAccount tokens) nor an identity provider's (people,
+/// tried before keys) is refused as what it is: a token from an issuer this gateway does not
+/// know, named, so that whoever configured the client can tell what to fix. Anything else
+/// that is no key (an opaque string, however it looks) stays an unknown gateway key.
+fn service_account_key(
+    table: &RoutingTable,
+    presented: &str,
+) -> Result<(Arc<Key>, Arc<ServiceAccount>), GatewayError> {
     let unknown = GatewayError::Unauthenticated("unknown gateway key");
-    let Some(auth) = &table.service_accounts else {
-        return Err(unknown);
-    };
     if !looks_like_jwt(presented) {
         return Err(unknown);
     }
+    let auth = match (&table.service_accounts, unverified_issuer(presented)) {
+        (Some(auth), Some(iss)) if iss == auth.verifier.issuer() => auth,
+        (_, Some(iss)) => {
+            let refused = GatewayError::unknown_issuer(&iss);
+            if let GatewayError::UnknownIssuer { issuer, .. } = &refused {
+                tracing::info!(%issuer, "token refused: its issuer is not an identity provider of this gateway");
+            }
+            return Err(refused);
+        }
+        (Some(auth), None) => auth,
+        (None, None) => return Err(unknown),
+    };
     let account = auth.verifier.verify(presented).map_err(|refusal| {
         tracing::info!(reason = refusal.reason(), "ServiceAccount token refused");
         GatewayError::Unauthenticated(refusal.reason())
     })?;
-    auth.bindings.lookup(&account).ok_or_else(|| {
+    let key = auth.bindings.lookup(&account).ok_or_else(|| {
         tracing::info!(account = %account, "ServiceAccount token of an account no key binds");
         GatewayError::ServiceAccountNotBound {
             account: account.to_string(),
         }
-    })
+    })?;
+    Ok((key, account))
 }
 
 impl Caller {
     /// Who this caller is, as an audit record names them (the audit module knows no callers:
     /// scope depends on it, not the other way round).
     pub fn record(&self) -> crate::audit::CallerRecord {
-        use crate::audit::CallerRecord;
+        use crate::audit::{CallerRecord, WorkloadRecord};
         let key = &self.key;
         match &self.person {
             Some(person) => CallerRecord {
                 kind: "person",
                 key: key.id.clone(),
                 namespace: key.namespace.clone(),
+                service_account: None,
                 issuer: Some(person.issuer.clone()),
                 subject: Some(person.subject.clone()),
                 provider: Some(person.provider.clone()),
             },
             None => CallerRecord {
-                kind: if self.by_service_account {
+                kind: if self.service_account.is_some() {
                     "serviceAccount"
                 } else {
                     "key"
                 },
                 key: key.id.clone(),
                 namespace: key.namespace.clone(),
+                service_account: self.service_account.as_ref().map(|a| WorkloadRecord {
+                    namespace: a.namespace.clone(),
+                    name: a.name.clone(),
+                    pod: a.pod.clone(),
+                }),
                 issuer: None,
                 subject: None,
                 provider: None,
@@ -467,7 +516,7 @@ impl Caller {
         Caller {
             key: Arc::new(key),
             person: None,
-            by_service_account: false,
+            service_account: None,
             also: Vec::new(),
             table,
             headers: HeaderMap::new(),
@@ -510,6 +559,40 @@ impl Caller {
             .virtual_by_path(path)
             .filter(|vs| self.reaches_virtual(vs))
             .cloned()
+    }
+
+    /// `tool` (the upstream's own name) of `server`, if this caller sees it (see
+    /// [`Self::sees_tool`]); else `unknown`, the client's answer for a tool that does not exist,
+    /// as a refusal for scope when the caller's keys are what refuse it (the server's own
+    /// filter serves no such tool to anyone: that one is simply unknown).
+    pub fn check_tool(
+        &self,
+        server: &Server,
+        tool: &str,
+        unknown: GatewayError,
+    ) -> Result<(), GatewayError> {
+        if self.sees_tool(server, tool) {
+            Ok(())
+        } else if !server.spec.tools.admits(tool) {
+            Err(unknown)
+        } else {
+            Err(GatewayError::invisible(
+                OutOfScope::Server(server.id().to_string()),
+                unknown,
+            ))
+        }
+    }
+
+    /// `unknown` (the answer for a name on `/mcp` that routes nowhere), as a refusal for scope
+    /// when the name's prefix names a server that exists and this caller's keys do not reach.
+    /// (A server `X-MCP-Servers` narrowed away is the client's own choice, not a refusal.)
+    pub fn unreached_prefix(&self, name: &str, unknown: GatewayError) -> GatewayError {
+        match split_prefixed(name).and_then(|(prefix, _)| self.table.server_by_prefix(prefix)) {
+            Some(server) if !self.reaches(server) => {
+                GatewayError::invisible(OutOfScope::Server(server.id().to_string()), unknown)
+            }
+            _ => unknown,
+        }
     }
 
     /// Whether `tool` (the upstream's own name) of `server` is visible to this caller: the
@@ -576,16 +659,28 @@ impl Caller {
         Ok(server.clone())
     }
 
-    /// The single-server endpoint's server; one the caller cannot reach does not exist for it.
+    /// The single-server endpoint's server (a virtual server the caller reaches is asked for
+    /// first: [`Self::virtual_for_path`]). One the caller cannot reach does not exist for it:
+    /// the answer is the same as for a path that names nothing, and only the audit record says
+    /// it was a refusal for scope, naming the server (or the virtual server) refused.
     pub fn server_for_path(&self, prefix: &str) -> Result<Arc<Server>, GatewayError> {
-        self.table
-            .server_by_prefix(prefix)
-            .filter(|s| self.reaches(s))
-            .cloned()
-            .ok_or_else(|| GatewayError::NotFound {
-                kind: "server",
-                name: prefix.to_string(),
-            })
+        let unknown = || GatewayError::NotFound {
+            kind: "server",
+            name: prefix.to_string(),
+        };
+        if let Some(vs) = self.table.virtual_by_path(prefix)
+            && !self.reaches_virtual(vs)
+        {
+            // (Validation keeps virtual servers' paths apart from servers' prefixes.)
+            let refused = OutOfScope::VirtualServer(vs.id().to_string());
+            return Err(GatewayError::invisible(refused, unknown()));
+        }
+        let server = self.table.server_by_prefix(prefix).ok_or_else(unknown)?;
+        if !self.reaches(server) {
+            let refused = OutOfScope::Server(server.id().to_string());
+            return Err(GatewayError::invisible(refused, unknown()));
+        }
+        Ok(server.clone())
     }
 }
 
@@ -638,7 +733,128 @@ mod tests {
         if let Some(n) = narrow {
             headers.insert("x-mcp-servers", HeaderValue::from_str(n).unwrap());
         }
-        authenticate(table, headers, &Metrics::default(), Resource::Mcp).expect("key authenticates")
+        authenticated(table, headers).expect("key authenticates")
+    }
+
+    /// `authenticate`, run to its end (a key's never waits).
+    fn authenticated(table: Arc<RoutingTable>, headers: HeaderMap) -> Result<Caller, GatewayError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(authenticate(
+            table,
+            headers,
+            &Metrics::default(),
+            Resource::Mcp,
+        ))
+    }
+
+    fn bearer(credential: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {credential}")).unwrap(),
+        );
+        headers
+    }
+
+    /// What the audit record of a request that failed with `e` says.
+    fn noted(e: &GatewayError) -> crate::audit::Noted {
+        let mut n = crate::audit::Noted::default();
+        e.note_in(&mut n);
+        n
+    }
+
+    const SCOPED: &str = r#"
+servers:
+- {name: alpha, url: 'http://x/mcp', tools: {deny: [hidden]}}
+- {name: beta, url: 'http://x/mcp'}
+virtualServers:
+- {name: desk, sources: [{server: beta}]}
+keys:
+- {name: a, secret: s-a, servers: [alpha], tools: {allow: ['alpha__read*', 'alpha__hidden']}}
+- {name: b, secret: s-b, servers: [beta, desk]}
+"#;
+
+    /// Issue 35: a refusal for scope answers the client exactly as absence does, and tells the
+    /// audit record what it was: `access_denied`, naming the server or virtual server.
+    #[test]
+    fn a_refusal_for_scope_is_answered_as_absence_and_recorded_as_a_refusal() {
+        let b = caller(SCOPED, "s-b", None);
+        let refused = b.server_for_path("alpha").err().unwrap();
+        let absent = b.server_for_path("nowhere").err().unwrap();
+        let absent_like_alpha = GatewayError::NotFound {
+            kind: "server",
+            name: "alpha".into(),
+        };
+        // The client's answer: the same as for a server that does not exist, on every mapping.
+        assert_eq!(refused.to_string(), "unknown server: alpha");
+        assert_eq!(refused.http_status(), absent.http_status());
+        assert_eq!(refused.mcp_http_status(), absent.mcp_http_status());
+        assert_eq!(refused.jsonrpc_error(), absent_like_alpha.jsonrpc_error());
+        assert_eq!(refused.rest_body(), absent_like_alpha.rest_body());
+        assert_eq!(refused.rest_code(), "not_found");
+        assert!(refused.www_authenticate().is_none() && refused.retry_after().is_none());
+        // The record: a refusal, naming the server; absence stays absence.
+        let record = noted(&refused);
+        assert_eq!(
+            (record.outcome, record.server.as_deref()),
+            (Some("access_denied"), Some("alpha"))
+        );
+        let record = noted(&absent);
+        assert_eq!((record.outcome, record.server), (Some("not_found"), None));
+        // A virtual server the key does not reach: refused, named as a virtual server.
+        let a = caller(SCOPED, "s-a", None);
+        assert!(a.virtual_for_path("desk").is_none());
+        let refused = a.server_for_path("desk").err().unwrap();
+        assert_eq!(refused.to_string(), "unknown server: desk");
+        let record = noted(&refused);
+        assert_eq!(record.outcome, Some("access_denied"));
+        assert_eq!(record.virtual_server.as_deref(), Some("desk"));
+        assert!(b.virtual_for_path("desk").is_some(), "b reaches desk");
+    }
+
+    #[test]
+    fn a_tool_the_keys_filter_refuses_is_a_refusal_and_one_the_server_filters_is_unknown() {
+        let a = caller(SCOPED, "s-a", None);
+        let table = a.table.clone();
+        let alpha = table.server_by_prefix("alpha").unwrap();
+        let beta = table.server_by_prefix("beta").unwrap();
+        let unknown = |name: &str| GatewayError::ToolNotFound { name: name.into() };
+        assert!(a.check_tool(alpha, "read_file", unknown("x")).is_ok());
+        // The key's filter refuses write_file: unknown to the client, a refusal on record.
+        let e = a
+            .check_tool(alpha, "write_file", unknown("alpha__write_file"))
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.jsonrpc_error(),
+            unknown("alpha__write_file").jsonrpc_error()
+        );
+        assert_eq!(e.rest_code(), "tool_not_found");
+        assert_eq!(noted(&e).outcome, Some("access_denied"));
+        assert_eq!(noted(&e).server.as_deref(), Some("alpha"));
+        // The server's own filter serves `hidden` to nobody: simply unknown.
+        let e = a
+            .check_tool(alpha, "hidden", unknown("hidden"))
+            .err()
+            .unwrap();
+        assert_eq!(noted(&e).outcome, Some("tool_not_found"));
+        assert_eq!(noted(&e).server, None);
+        // A server the key does not reach at all.
+        let e = a.check_tool(beta, "anything", unknown("x")).err().unwrap();
+        assert_eq!(noted(&e).outcome, Some("access_denied"));
+        assert_eq!(noted(&e).server.as_deref(), Some("beta"));
+        // On /mcp, a name whose prefix names a server out of reach; not one out of existence,
+        // and not one the client narrowed away itself.
+        let e = a.unreached_prefix("beta__add", unknown("beta__add"));
+        assert_eq!(noted(&e).server.as_deref(), Some("beta"));
+        let e = a.unreached_prefix("gamma__add", unknown("gamma__add"));
+        assert_eq!(noted(&e).outcome, Some("tool_not_found"));
+        let narrowed = caller(SCOPED, "s-b", Some("desk"));
+        let e = narrowed.unreached_prefix("beta__add", unknown("beta__add"));
+        assert_eq!(noted(&e).outcome, Some("tool_not_found"));
     }
 
     const TWO: &str = "servers:\n- {name: a, url: 'http://x/mcp', allowAllKeys: true}\n- {name: b, url: 'http://x/mcp', allowAllKeys: true}\n- {name: c, url: 'http://x/mcp'}\nkeys:\n- {name: k, secret: s1}\n";
@@ -698,17 +914,148 @@ mod tests {
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer user-token"),
         );
-        let c = authenticate(table.clone(), headers, &Metrics::default(), Resource::Mcp)
-            .expect("key from X-Switchboard-Key");
+        let c = authenticated(table.clone(), headers).expect("key from X-Switchboard-Key");
         assert_eq!(c.own_authorization.unwrap(), "Bearer user-token");
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s1"));
-        let c = authenticate(table, headers, &Metrics::default(), Resource::Mcp)
-            .expect("key from Authorization");
+        let c = authenticated(table, headers).expect("key from Authorization");
         assert!(
             c.own_authorization.is_none(),
             "the gateway key is never the caller's credential"
         );
+    }
+
+    fn workload_table() -> Arc<RoutingTable> {
+        use crate::jwks::test_keys::N;
+        let yaml = format!(
+            r#"
+gateway:
+  serviceAccountTokens:
+    issuer: https://kubernetes.default.svc
+    audiences: [switchboard]
+    jwks: {{keys: [{{kty: RSA, use: sig, alg: RS256, kid: k1, n: "{N}", e: AQAB}}]}}
+servers:
+- {{name: alpha, url: 'http://x/mcp'}}
+keys:
+- {{name: builders, namespace: team-a, secret: s-builders, servers: [alpha], serviceAccounts: ['team-a/*']}}
+"#
+        );
+        Arc::new(RoutingTable::build(&load(&yaml, &SystemLookup).unwrap()).unwrap())
+    }
+
+    fn workload_token(account: &str, pod: Option<&str>) -> String {
+        use crate::jwks::test_keys::{KEY_PEM, token};
+        let now = crate::remembered_tokens::unix_now();
+        let mut k8s = serde_json::json!({"namespace": "team-a", "serviceaccount": {"name": account, "uid": "u"}});
+        if let Some(pod) = pod {
+            k8s["pod"] = serde_json::json!({"name": pod, "uid": "p"});
+        }
+        token(
+            KEY_PEM,
+            "k1",
+            serde_json::json!({
+                "iss": "https://kubernetes.default.svc", "aud": ["switchboard"],
+                "exp": now + 600, "iat": now, "nbf": now,
+                "sub": format!("system:serviceaccount:team-a:{account}"), "kubernetes.io": k8s,
+            }),
+        )
+    }
+
+    /// Issue 35: two ServiceAccounts one key binds (`team-a/*`) are told apart in the record:
+    /// the account's namespace and name, and the pod a bound token names.
+    #[test]
+    fn the_record_names_the_workload_whose_token_stood_for_the_key() {
+        use crate::audit::{CallerRecord, WorkloadRecord};
+        let table = workload_table();
+        let record = |token: &str| {
+            authenticated(table.clone(), bearer(token))
+                .unwrap()
+                .record()
+        };
+        let builder = record(&workload_token("builder", Some("builder-7d9c-x2k4f")));
+        let deployer = record(&workload_token("deployer", None));
+        let expected = |name: &str, pod: Option<&str>| CallerRecord {
+            kind: "serviceAccount",
+            key: "team-a/builders".into(),
+            namespace: "team-a".into(),
+            service_account: Some(WorkloadRecord {
+                namespace: "team-a".into(),
+                name: name.into(),
+                pod: pod.map(str::to_owned),
+            }),
+            issuer: None,
+            subject: None,
+            provider: None,
+        };
+        assert_eq!(builder, expected("builder", Some("builder-7d9c-x2k4f")));
+        assert_eq!(deployer, expected("deployer", None));
+        let json = serde_json::to_value(&builder).unwrap();
+        assert_eq!(
+            json["service_account"],
+            serde_json::json!({"namespace": "team-a", "name": "builder", "pod": "builder-7d9c-x2k4f"})
+        );
+        // The key itself names no workload.
+        let key = record("s-builders");
+        assert_eq!((key.kind, key.service_account), ("key", None));
+    }
+
+    /// Issue 35: a JWT from an issuer the gateway does not know is refused as that, naming the
+    /// issuer (shown safely), with an `invalid_token` challenge; anything else that is no key
+    /// stays an unknown key, and a key that happens to look like a JWT is still a key.
+    #[test]
+    fn a_token_from_an_unknown_issuer_is_refused_naming_the_issuer() {
+        use crate::jwks::test_keys::{KEY_PEM, token};
+        let foreign = |iss: &str| {
+            token(
+                KEY_PEM,
+                "k9",
+                serde_json::json!({"iss": iss, "sub": "mallory", "exp": 4_000_000_000u64}),
+            )
+        };
+        let jwt_key = foreign("https://not-a-provider.example");
+        let yaml = format!(
+            "servers:\n- {{name: alpha, url: 'http://x/mcp'}}\nkeys:\n- {{name: k, secret: s1, servers: [alpha]}}\n- {{name: jwt, secret: '{jwt_key}', servers: [alpha]}}\n"
+        );
+        let plain = Arc::new(RoutingTable::build(&load(&yaml, &SystemLookup).unwrap()).unwrap());
+        for table in [plain, workload_table()] {
+            let e = authenticated(
+                table.clone(),
+                bearer(&foreign("https://login.evil.example/realms/x")),
+            )
+            .err()
+            .unwrap();
+            assert_eq!(
+                e.to_string(),
+                "token issuer https://login.evil.example/realms/x is not an identity provider of this gateway"
+            );
+            assert_eq!(e.http_status().as_u16(), 401);
+            assert_eq!(e.mcp_http_status().as_u16(), 401);
+            assert_eq!(e.rest_code(), "unauthenticated");
+            assert_eq!(
+                e.www_authenticate().unwrap(),
+                "Bearer realm=\"switchboard\", error=\"invalid_token\", error_description=\"token issuer https://login.evil.example/realms/x is not an identity provider of this gateway\""
+            );
+            let record = noted(&e);
+            assert_eq!(record.outcome, Some("unknown_issuer"));
+            assert_eq!(
+                record.token_issuer.as_deref(),
+                Some("https://login.evil.example/realms/x")
+            );
+            // What an issuer says cannot break out of the header or the log line.
+            let e = authenticated(table.clone(), bearer(&foreign("x\"\r\nevil: é\\")))
+                .err()
+                .unwrap();
+            assert_eq!(noted(&e).token_issuer.as_deref(), Some("x???evil: ??"));
+            assert!(e.www_authenticate().is_some(), "a valid header value");
+            // No iss, or not a JWT at all: an unknown key as before (no SA issuer: plain).
+            let e = authenticated(table.clone(), bearer("sk-not-a-key"))
+                .err()
+                .unwrap();
+            assert_eq!(e.to_string(), "unknown gateway key");
+        }
+        let plain = Arc::new(RoutingTable::build(&load(&yaml, &SystemLookup).unwrap()).unwrap());
+        let key = authenticated(plain, bearer(&jwt_key)).expect("a key, whatever it looks like");
+        assert_eq!(key.key.name, "jwt");
     }
 
     #[test]

@@ -62,7 +62,18 @@ fn verify(table: &RoutingTable, token: &str) -> Result<Signed, Refusal> {
         return Ok(signed);
     }
     let issuer = people.issuer_of(token).unwrap_or_default();
-    people.verify(&table.identity_keys, token, &issuer)
+    run(people.verify(&table.identity_keys, token, &issuer))
+}
+
+/// Runs `work` to its end on a runtime whose clock moves on by itself when nothing else can
+/// run (a token waiting for keys no fetcher will bring waits `KEY_WAIT` of that clock).
+fn run<F: Future>(work: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(work)
 }
 
 fn grant_names(signed: &Signed) -> Vec<&str> {
@@ -155,6 +166,72 @@ fn bad_tokens_are_refused_with_their_reason() {
     assert_eq!(verify(&t, &stranger).unwrap_err(), Refusal::UnknownIssuer);
 }
 
+/// Issue 35: a token signed with a key its provider has just published waits for the fetch it
+/// asks for, and is verified with what that fetch found: its first use succeeds. Every token
+/// waiting at once is served by one fetch; a key still unknown after it is refused.
+#[tokio::test]
+async fn a_newly_published_key_verifies_on_its_first_use() {
+    use crate::scope::{Resource, authenticate};
+    use axum::http::{HeaderMap, HeaderValue, header};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let t = Arc::new(table());
+    // The fetcher's part (upstream's `identity_keys.rs`): asked, it fetches the provider's
+    // set, which now holds k2 beside k1, and says when it is done.
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let (keys, counted) = (t.identity_keys.clone(), fetches.clone());
+    let fetcher = tokio::spawn(async move {
+        loop {
+            keys.wake.notified().await;
+            if keys.take_wanted().contains("default/corp") {
+                let jwks = json!({"keys": [
+                    {"kty": "RSA", "alg": "RS256", "kid": "k1", "n": N, "e": "AQAB"},
+                    {"kty": "RSA", "alg": "RS256", "kid": "k2", "n": N, "e": "AQAB"}]});
+                keys.set("default/corp", SigningKeys::parse(&jwks, false).unwrap());
+                counted.fetch_add(1, Ordering::SeqCst);
+                keys.fetch_done("default/corp");
+            }
+        }
+    });
+    let metrics = crate::metrics::Metrics::default();
+    let call = |token: String| {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+        authenticate(t.clone(), headers, &metrics, Resource::Mcp)
+    };
+    let rotated = token(KEY_PEM, "k2", claims("alice", &["team-a"]));
+    let alice = call(rotated).await.expect("the first use of the new key");
+    assert_eq!(alice.person.as_ref().unwrap().subject, "alice");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    drop(alice);
+    // Many tokens with key ids nobody publishes, at once: one fetch serves them all, and
+    // each is refused only after it.
+    let made_up: Vec<_> = (0..50)
+        .map(|i| {
+            call(token(
+                KEY_PEM,
+                &format!("made-up-{i}"),
+                claims("mallory", &["team-a"]),
+            ))
+        })
+        .collect();
+    for refused in futures_util::future::join_all(made_up).await {
+        let refused = refused.err().expect("an unknown key stays unknown");
+        assert!(
+            refused.to_string().contains("does not publish"),
+            "{refused}"
+        );
+    }
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        2,
+        "one fetch for 50 waiting tokens"
+    );
+    fetcher.abort();
+}
+
 #[test]
 fn an_unknown_key_id_asks_for_the_keys_again_and_a_provider_without_keys_refuses() {
     let t = table();
@@ -201,7 +278,7 @@ fn a_person_reaches_the_union_and_each_grant_filters_only_its_own_servers() {
         HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
     );
     let metrics = crate::metrics::Metrics::default();
-    let caller = authenticate(t.clone(), headers, &metrics, Resource::Mcp).unwrap();
+    let caller = run(authenticate(t.clone(), headers, &metrics, Resource::Mcp)).unwrap();
     let (a, b) = (
         t.server_by_prefix("a").unwrap(),
         t.server_by_prefix("b").unwrap(),
@@ -223,12 +300,12 @@ fn a_person_reaches_the_union_and_each_grant_filters_only_its_own_servers() {
         "never a passthrough credential"
     );
     // Nobody signed in: the 401 says where to sign in.
-    let err = authenticate(
+    let err = run(authenticate(
         t.clone(),
         HeaderMap::new(),
         &metrics,
         Resource::McpServer("a"),
-    )
+    ))
     .err()
     .unwrap();
     let challenge = err.www_authenticate().unwrap();
@@ -243,7 +320,7 @@ fn a_person_reaches_the_union_and_each_grant_filters_only_its_own_servers() {
         header::AUTHORIZATION,
         HeaderValue::from_str(&format!("Bearer {nobody}")).unwrap(),
     );
-    let err = authenticate(t, headers, &metrics, Resource::Mcp)
+    let err = run(authenticate(t, headers, &metrics, Resource::Mcp))
         .err()
         .unwrap();
     assert_eq!(err.http_status(), axum::http::StatusCode::FORBIDDEN);
@@ -269,7 +346,7 @@ fn every_matching_keys_limits_apply() {
             header::AUTHORIZATION,
             HeaderValue::from_str(&value).unwrap(),
         );
-        authenticate(t.clone(), headers, &metrics, Resource::Mcp)
+        run(authenticate(t.clone(), headers, &metrics, Resource::Mcp))
     };
     // dave's first key (team-a, by id) has no limit; team-b allows one request at once.
     let first = as_person("dave", &["team-a", "team-b"]).expect("one in flight");
@@ -335,7 +412,7 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
             header::AUTHORIZATION,
             HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
         );
-        authenticate(t.clone(), headers, &metrics, Resource::Mcp)
+        run(authenticate(t.clone(), headers, &metrics, Resource::Mcp))
     };
     let token = sealer.seal(Record::Access, &record("http://localhost/mcp"), now);
     let caller = call(&token).expect("the gateway's own token");

@@ -9,6 +9,7 @@
 //! docs/architecture.md, "Workload identity", has the figures.)
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use jsonwebtoken::{Validation, decode, decode_header};
 use serde::Deserialize;
@@ -17,11 +18,14 @@ use switchboard_snapshot::ServiceAccountTokens;
 use crate::jwks::SigningKeys;
 use crate::remembered_tokens::RememberedTokens;
 
-/// A verified token's ServiceAccount.
+/// A verified token's ServiceAccount, and the pod the token was bound to, if any (a projected
+/// token in a pod is: `kubernetes.io.pod.name`). Only the account binds a key; the pod tells
+/// the audit record which workload called.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceAccount {
     pub namespace: String,
     pub name: String,
+    pub pod: Option<String>,
 }
 
 impl std::fmt::Display for ServiceAccount {
@@ -68,7 +72,7 @@ pub struct TokenVerifier {
     audiences: Vec<String>,
     keys: SigningKeys,
     /// Tokens verified lately, with their ServiceAccount (`remembered_tokens.rs`).
-    verified: RememberedTokens<ServiceAccount>,
+    verified: RememberedTokens<Arc<ServiceAccount>>,
 }
 
 impl std::fmt::Debug for TokenVerifier {
@@ -93,6 +97,10 @@ struct Claims {
 struct KubernetesClaims {
     namespace: String,
     serviceaccount: NamedClaim,
+    /// The pod a token is bound to (a projected token, or `kubectl create token
+    /// --bound-object-kind Pod`).
+    #[serde(default)]
+    pod: Option<NamedClaim>,
 }
 
 #[derive(Deserialize)]
@@ -115,12 +123,18 @@ impl TokenVerifier {
         })
     }
 
+    /// The issuer whose tokens this verifier takes.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
     /// The ServiceAccount a token proves, or why it proves none.
-    pub fn verify(&self, token: &str) -> Result<ServiceAccount, Refusal> {
+    pub fn verify(&self, token: &str) -> Result<Arc<ServiceAccount>, Refusal> {
         if let Some(account) = self.verified.get(token) {
             return Ok(account);
         }
         let (account, exp) = self.verify_signed(token)?;
+        let account = Arc::new(account);
         self.verified.insert(token, account.clone(), exp);
         Ok(account)
     }
@@ -168,6 +182,7 @@ fn service_account(claims: &Claims) -> Result<ServiceAccount, Refusal> {
         return Ok(ServiceAccount {
             namespace: k.namespace.clone(),
             name: k.serviceaccount.name.clone(),
+            pod: k.pod.as_ref().map(|p| p.name.clone()),
         });
     }
     let rest = claims
@@ -178,6 +193,7 @@ fn service_account(claims: &Claims) -> Result<ServiceAccount, Refusal> {
     Ok(ServiceAccount {
         namespace: namespace.to_string(),
         name: name.to_string(),
+        pod: None,
     })
 }
 
@@ -256,12 +272,19 @@ mod tests {
         let t = token(KEY_PEM, "k1", claims("switchboard", 600));
         assert!(looks_like_jwt(&t));
         assert_eq!(
-            v.verify(&t),
-            Ok(ServiceAccount {
+            v.verify(&t).as_deref(),
+            Ok(&ServiceAccount {
                 namespace: "team-a".into(),
-                name: "builder".into()
+                name: "builder".into(),
+                pod: None,
             })
         );
+        // A token bound to a pod names it too (the same ServiceAccount, so the same key).
+        let mut bound = claims("switchboard", 600);
+        bound["kubernetes.io"]["pod"] = json!({"name": "builder-7d9c-x2k4f", "uid": "p"});
+        let account = v.verify(&token(KEY_PEM, "k1", bound)).unwrap();
+        assert_eq!(account.pod.as_deref(), Some("builder-7d9c-x2k4f"));
+        assert_eq!(account.to_string(), "team-a/builder");
     }
 
     #[test]
@@ -308,6 +331,7 @@ mod tests {
         let sa = |n: &str, s: &str| ServiceAccount {
             namespace: n.into(),
             name: s.into(),
+            pod: Some("any-pod".into()),
         };
         assert_eq!(b.lookup(&sa("team-a", "builder")), Some("builder-key"));
         assert_eq!(b.lookup(&sa("team-a", "other")), Some("namespace-key"));

@@ -21,13 +21,17 @@ pub enum LlmError {
         reason: &'static str,
         challenge: String,
     },
+    /// A JWT from an issuer the gateway does not know (`challenge`: `invalid_token`, naming it).
+    #[error("token issuer {issuer} is not an identity provider of this gateway")]
+    UnknownIssuer { issuer: String, challenge: String },
     /// A signed-in person no key grants anything: 403 `insufficient_scope`.
     #[error("{person} is signed in but granted no scope here")]
     NotGranted { person: String, challenge: String },
     #[error("model {0:?} does not exist")]
     ModelNotFound(String),
-    #[error("the key may not use model {0:?}")]
-    ModelForbidden(String),
+    /// A model the key does not reach: `name` as the client sent it, `model` the route's id.
+    #[error("the key may not use model {name:?}")]
+    ModelForbidden { name: String, model: String },
     #[error("ServiceAccount {0} is bound to no key")]
     NotBound(String),
     #[error("{field}: {message}")]
@@ -64,10 +68,12 @@ impl LlmError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => StatusCode::UNAUTHORIZED,
+            LlmError::Unauthenticated(_)
+            | LlmError::SignIn { .. }
+            | LlmError::UnknownIssuer { .. } => StatusCode::UNAUTHORIZED,
             LlmError::ModelNotFound(_) => StatusCode::NOT_FOUND,
             LlmError::NotGranted { .. }
-            | LlmError::ModelForbidden(_)
+            | LlmError::ModelForbidden { .. }
             | LlmError::McpServerForbidden { .. }
             | LlmError::NotBound(_) => StatusCode::FORBIDDEN,
             LlmError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
@@ -83,9 +89,10 @@ impl LlmError {
     pub fn kind(&self) -> &'static str {
         match self {
             LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => "unauthenticated",
+            LlmError::UnknownIssuer { .. } => "unknown_issuer",
             LlmError::NotGranted { .. } => "person_not_granted",
             LlmError::ModelNotFound(_) => "model_not_found",
-            LlmError::ModelForbidden(_) => "model_forbidden",
+            LlmError::ModelForbidden { .. } => "model_forbidden",
             LlmError::NotBound(_) => "service_account_not_bound",
             LlmError::InvalidRequest { .. } => "invalid_request",
             LlmError::McpServerForbidden { .. } => "mcp_server_forbidden",
@@ -97,13 +104,36 @@ impl LlmError {
         }
     }
 
+    /// What the request's audit record says of this error: its outcome (a refusal for scope
+    /// is `access_denied`, as on every face, naming the model or server refused), and the
+    /// issuer a refused token named.
+    pub fn note_in(&self, noted: &mut switchboard_core::audit::Noted) {
+        noted.outcome = Some(match self {
+            LlmError::ModelForbidden { model, .. } => {
+                noted.model = Some(model.clone());
+                "access_denied"
+            }
+            LlmError::McpServerForbidden { server, .. } => {
+                noted.server = Some(server.clone());
+                "access_denied"
+            }
+            LlmError::UnknownIssuer { issuer, .. } => {
+                noted.token_issuer = Some(switchboard_core::audit::name(issuer));
+                self.kind()
+            }
+            _ => self.kind(),
+        });
+    }
+
     /// Anthropic's error `type` for this error.
     fn anthropic_type(&self) -> &'static str {
         match self {
-            LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => "authentication_error",
+            LlmError::Unauthenticated(_)
+            | LlmError::SignIn { .. }
+            | LlmError::UnknownIssuer { .. } => "authentication_error",
             LlmError::ModelNotFound(_) => "not_found_error",
             LlmError::NotGranted { .. }
-            | LlmError::ModelForbidden(_)
+            | LlmError::ModelForbidden { .. }
             | LlmError::McpServerForbidden { .. }
             | LlmError::NotBound(_) => "permission_error",
             LlmError::InvalidRequest { .. } => "invalid_request_error",
@@ -118,12 +148,12 @@ impl LlmError {
     /// OpenAI's error `type` and `code` for this error.
     fn openai_type_and_code(&self) -> (&'static str, &'static str) {
         match self {
-            LlmError::Unauthenticated(_) | LlmError::SignIn { .. } => {
-                ("invalid_request_error", "invalid_api_key")
-            }
+            LlmError::Unauthenticated(_)
+            | LlmError::SignIn { .. }
+            | LlmError::UnknownIssuer { .. } => ("invalid_request_error", "invalid_api_key"),
             LlmError::ModelNotFound(_) => ("invalid_request_error", "model_not_found"),
             LlmError::NotGranted { .. }
-            | LlmError::ModelForbidden(_)
+            | LlmError::ModelForbidden { .. }
             | LlmError::McpServerForbidden { .. }
             | LlmError::NotBound(_) => ("invalid_request_error", "permission_denied"),
             LlmError::InvalidRequest { .. } => ("invalid_request_error", "invalid_request"),
@@ -164,7 +194,9 @@ impl LlmError {
                     HeaderValue::from_static("Bearer realm=\"switchboard\""),
                 );
             }
-            LlmError::SignIn { challenge, .. } | LlmError::NotGranted { challenge, .. } => {
+            LlmError::SignIn { challenge, .. }
+            | LlmError::NotGranted { challenge, .. }
+            | LlmError::UnknownIssuer { challenge, .. } => {
                 if let Ok(value) = HeaderValue::from_str(&challenge) {
                     response
                         .headers_mut()
@@ -188,6 +220,13 @@ impl From<GatewayError> for LlmError {
     fn from(e: GatewayError) -> LlmError {
         match e {
             GatewayError::Unauthenticated(m) => LlmError::Unauthenticated(m),
+            GatewayError::UnknownIssuer {
+                issuer,
+                www_authenticate,
+            } => LlmError::UnknownIssuer {
+                issuer,
+                challenge: www_authenticate,
+            },
             GatewayError::SignInRequired {
                 reason,
                 www_authenticate,

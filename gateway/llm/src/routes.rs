@@ -56,7 +56,7 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
     switchboard_core::scope::presented_key(headers)
 }
 
-fn caller(cx: &LlmContext, mut headers: HeaderMap) -> Result<Caller, LlmError> {
+async fn caller(cx: &LlmContext, mut headers: HeaderMap) -> Result<Caller, LlmError> {
     let table = cx.table();
     let Some(presented) = presented_key(&headers).map(str::to_owned) else {
         let reason = "missing gateway key (x-api-key: <key>, or Authorization: Bearer <key>)";
@@ -66,13 +66,7 @@ fn caller(cx: &LlmContext, mut headers: HeaderMap) -> Result<Caller, LlmError> {
     // the gateway key must not, whatever header it came in (`Authorization` and
     // `X-Switchboard-Key` are never forwarded; `x-api-key` could be).
     headers.remove("x-api-key");
-    Ok(authenticate_key(
-        table,
-        headers,
-        &presented,
-        &cx.metrics,
-        Resource::Llm,
-    )?)
+    Ok(authenticate_key(table, headers, &presented, &cx.metrics, Resource::Llm).await?)
 }
 
 /// The model a body names, if the caller may use it, served in `format`.
@@ -90,7 +84,10 @@ fn model_for(
         .model_by_name(name)
         .ok_or_else(|| LlmError::ModelNotFound(name.to_string()))?;
     if !caller.reaches_model(&model.spec) {
-        return Err(LlmError::ModelForbidden(name.to_string()));
+        return Err(LlmError::ModelForbidden {
+            name: name.to_string(),
+            model: model.id().to_string(),
+        });
     }
     let served = match model.spec.provider {
         ModelProvider::Anthropic => Format::Anthropic,
@@ -130,7 +127,7 @@ async fn prepare(
     body: &Bytes,
 ) -> Result<Prepared, LlmError> {
     let mut body = parse_body(cx, body)?;
-    let caller = caller(cx, headers.clone())?;
+    let caller = caller(cx, headers.clone()).await?;
     let model = model_for(&caller, &body, format)?;
     let tag = key_tag(caller.tag());
     let sealer = &caller.table.sealer;
@@ -182,7 +179,7 @@ async fn serve(
         Ok(p) => p,
         Err(e) => {
             tracing::info!(endpoint = format.as_str(), error = %e, "LLM request refused");
-            switchboard_core::audit::note(|n| n.outcome = Some(e.kind()));
+            switchboard_core::audit::note(|n| e.note_in(n));
             cx.metrics.llm_request(
                 &ServerName("-".into()),
                 &LlmRequestFigures {
@@ -307,9 +304,12 @@ pub async fn models(State(cx): State<Arc<LlmContext>>, headers: HeaderMap) -> Re
     } else {
         Format::OpenAi
     };
-    let caller = match caller(&cx, headers) {
+    let caller = match caller(&cx, headers).await {
         Ok(c) => c,
-        Err(e) => return e.into_response(format),
+        Err(e) => {
+            switchboard_core::audit::note(|n| e.note_in(n));
+            return e.into_response(format);
+        }
     };
     let data: Vec<Value> = caller
         .table

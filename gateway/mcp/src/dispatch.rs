@@ -130,13 +130,31 @@ fn route_task(caller: &Caller, task_id: &str) -> Result<(Arc<Server>, String), G
         name: task_id.to_string(),
     };
     let (prefix, rest) = split_prefixed(task_id).ok_or_else(unknown)?;
-    let server = caller.server_in_scope(prefix).ok_or_else(unknown)?;
+    let server = caller
+        .server_in_scope(prefix)
+        .ok_or_else(|| caller.unreached_prefix(task_id, unknown()))?;
     Ok((server.clone(), rest.to_string()))
 }
 
 /// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the
 /// snapshot; an unprefixed tool name is judged by the ownership map within the caller's scope.
+/// A name found nowhere whose prefix names a server the caller does not reach is answered the
+/// same, and recorded as the refusal for scope it is.
 pub async fn route_name(
+    cx: &McpContext,
+    caller: &Caller,
+    method: &str,
+    name: &str,
+) -> Result<(Arc<Server>, String), GatewayError> {
+    match route_in_scope(cx, caller, method, name).await {
+        Err(e @ (GatewayError::ToolNotFound { .. } | GatewayError::NotFound { .. })) => {
+            Err(caller.unreached_prefix(name, e))
+        }
+        routed => routed,
+    }
+}
+
+async fn route_in_scope(
     cx: &McpContext,
     caller: &Caller,
     method: &str,
@@ -159,8 +177,8 @@ pub async fn route_name(
     if let Some((prefix, rest)) = split_prefixed(name)
         && let Some(server) = caller.server_in_scope(prefix)
     {
-        if method == "tools/call" && !caller.sees_tool(server, rest) {
-            return Err(not_found());
+        if method == "tools/call" {
+            caller.check_tool(server, rest, not_found())?;
         }
         return Ok((server.clone(), rest.to_string()));
     }
@@ -248,12 +266,10 @@ pub(crate) async fn single_method(
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
             .ok_or_else(|| GatewayError::InvalidParams("params.name must be a string".into()))?;
-        if !caller.sees_tool(server, name) {
-            return Err(GatewayError::ToolNotFound {
-                name: name.to_string(),
-            }
-            .into());
-        }
+        let unknown = GatewayError::ToolNotFound {
+            name: name.to_string(),
+        };
+        caller.check_tool(server, name, unknown)?;
     }
     let forward = request.forward(method, request.params.clone());
     let mut answer = forward_answer(cx, caller, server, forward, false).await?;

@@ -58,7 +58,7 @@ async fn list_tools_inner(
     query: ListQuery,
     headers: HeaderMap,
 ) -> Result<Box<RawValue>, GatewayError> {
-    let caller = authenticate(cx.table(), headers, &cx.metrics, Resource::Rest)?;
+    let caller = authenticate(cx.table(), headers, &cx.metrics, Resource::Rest).await?;
     let servers: Vec<Arc<Server>> = match &query.server_id {
         Some(id) => vec![caller.server_for_rest(id)?],
         None => caller.servers_in_scope(),
@@ -107,7 +107,7 @@ async fn call_tool_inner(
     if body.len() > limit {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    let caller = authenticate(table, headers, &cx.metrics, Resource::Rest)?;
+    let caller = authenticate(table, headers, &cx.metrics, Resource::Rest).await?;
     let call: CallBody = serde_json::from_slice(&body)
         .map_err(|e| GatewayError::InvalidRequest(format!("body: {e}")))?;
     switchboard_core::audit::note(|n| {
@@ -140,11 +140,12 @@ fn routed_by_id(
         Some((prefix, rest)) if prefix == server.prefix() => rest,
         _ => name,
     };
-    if !caller.sees_tool(&server, tool) {
-        return Err(GatewayError::ToolNotFound {
-            name: name.to_string(),
-        });
-    }
+    // (REST says 404 for a tool the key's filter hides, as for one that does not exist; the
+    // record says access_denied.)
+    let unknown = GatewayError::ToolNotFound {
+        name: name.to_string(),
+    };
+    caller.check_tool(&server, tool, unknown)?;
     Ok((server, tool.to_string()))
 }
 

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::aggregate::{META_LISTING_ERRORS, META_LISTING_WARNINGS};
 use crate::context::McpContext;
 use crate::dispatch::{Answer, Failure, Request, forward_answer};
-use switchboard_core::errors::GatewayError;
+use switchboard_core::errors::{GatewayError, OutOfScope};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
 use switchboard_core::virtual_server::{
@@ -83,10 +83,13 @@ pub async fn method(
     };
     let (source, own) = vs.route(kind, &name).ok_or_else(not_found)?;
     let server = &source.server;
-    let visible =
-        caller.reaches(server) && (kind != Selected::Tools || caller.sees_tool(server, own));
-    if !visible {
-        return Err(not_found().into());
+    // What the caller could not reach on the server directly is not there (recorded as the
+    // refusal for scope it is).
+    if kind == Selected::Tools {
+        caller.check_tool(server, own, not_found())?;
+    } else if !caller.reaches(server) {
+        let refused = OutOfScope::Server(server.id().to_string());
+        return Err(GatewayError::invisible(refused, not_found()).into());
     }
     params[field] = Value::from(own);
     if kind == Selected::Tools {

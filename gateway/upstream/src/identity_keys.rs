@@ -5,9 +5,12 @@
 //! openid-configuration`, whose `issuer` must be the configured one), then its `jwks_uri` (or
 //! the provider's `jwksUrl`), with the provider's TLS settings and under the address policy.
 //! Keys are fetched when a provider first appears, every [`REFRESH`] after, and when a token
-//! names a key id the store does not hold (a rotation), at most once per [`MIN_INTERVAL`] per
-//! provider. A failed fetch keeps the keys already held: a provider that is down does not stop
-//! people whose tokens it already signed, nor keys and ServiceAccount tokens at all.
+//! names a key id the store does not hold (a rotation): tokens cause at most one fetch per
+//! [`MIN_INTERVAL`] per provider, however many ask (a flood of tokens with made-up key ids
+//! costs the provider one request per interval), and every token waiting when a fetch ends is
+//! verified again with what it found (`switchboard_core::people`, [`KEY_WAIT`]). A failed fetch
+//! keeps the keys already held: a provider that is down does not stop people whose tokens it
+//! already signed, nor keys and ServiceAccount tokens at all.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use switchboard_core::jwks::SigningKeys;
-use switchboard_core::people::{IdentityKeys, LoginEndpoints};
+use switchboard_core::people::{IdentityKeys, KEY_WAIT, LoginEndpoints};
 use switchboard_core::table::RoutingTable;
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
 use tokio::time::Instant;
@@ -24,10 +27,14 @@ use crate::client::Upstreams;
 
 /// How often keys are fetched again when nothing asks sooner.
 pub const REFRESH: Duration = Duration::from_secs(300);
-/// The least time between two fetches of one provider's keys, whatever asks.
+/// The least time between two fetches of one provider's keys that tokens asked for (and between
+/// two tries of a provider that is failing).
 pub const MIN_INTERVAL: Duration = Duration::from_secs(10);
 /// One fetch (discovery and the key set) gives up after this.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+// A token that asked for a fetch waits for it to start and to end.
+const _: () = assert!(KEY_WAIT.as_secs() > MIN_INTERVAL.as_secs() + FETCH_TIMEOUT.as_secs());
 /// Largest discovery document or key set read.
 const MAX_DOCUMENT: usize = 1024 * 1024;
 
@@ -40,8 +47,11 @@ struct Watched {
     /// Whether the last try failed (then the next comes after [`MIN_INTERVAL`]).
     failing: bool,
     /// A token named a key id the store does not hold: fetch once [`MIN_INTERVAL`] has passed
-    /// since the last fetch (kept until then, not dropped).
+    /// since the last fetch a token asked for (kept until then, not dropped).
     wanted: bool,
+    /// When the last fetch a token asked for started: what bounds how often tokens can make
+    /// the gateway fetch (fetches due anyway, the first and the refresh, do not count).
+    asked: Option<Instant>,
 }
 
 /// The providers of the table being served, and the store their keys go to.
@@ -82,6 +92,7 @@ impl KeyFetcher {
                             last: None,
                             failing: false,
                             wanted: false,
+                            asked: None,
                         },
                     );
                 }
@@ -109,33 +120,40 @@ impl KeyFetcher {
             let due = self.due();
             for (id, spec, tls) in due {
                 let outcome = fetch(&upstreams, &spec, tls.as_deref()).await;
-                let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(entry) = watched.get_mut(&id) else {
-                    continue; // gone from the table meanwhile
-                };
-                entry.last = Some(Instant::now());
-                entry.wanted = false;
-                match outcome {
-                    Ok(fetched) => {
-                        tracing::info!(provider = %id, keys = fetched.keys.len(), "identity provider keys loaded");
-                        entry.failing = false;
-                        self.store.set(&id, fetched.keys);
-                        if let Some(login) = fetched.login {
-                            self.store.set_login(&id, login);
-                        }
-                    }
-                    Err(detail) => {
-                        entry.failing = true;
-                        let held = self.store.get(&id).is_some();
-                        tracing::warn!(provider = %id, %detail, keeping_previous_keys = held,
-                            "fetching identity provider keys failed");
-                    }
-                }
+                self.finished(&id, outcome);
+                // Whatever it found: the tokens waiting for it are verified again.
+                self.store.fetch_done(&id);
             }
             let next = self.next_due();
             tokio::select! {
                 () = self.store.wake.notified() => {}
                 () = tokio::time::sleep_until(next) => {}
+            }
+        }
+    }
+
+    /// What a fetch of provider `id` found goes to the store (a failure keeps what it holds).
+    fn finished(&self, id: &str, outcome: Result<Fetched, String>) {
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = watched.get_mut(id) else {
+            return; // gone from the table meanwhile
+        };
+        entry.last = Some(Instant::now());
+        entry.wanted = false;
+        match outcome {
+            Ok(fetched) => {
+                tracing::info!(provider = %id, keys = fetched.keys.len(), "identity provider keys loaded");
+                entry.failing = false;
+                self.store.set(id, fetched.keys);
+                if let Some(login) = fetched.login {
+                    self.store.set_login(id, login);
+                }
+            }
+            Err(detail) => {
+                entry.failing = true;
+                let held = self.store.get(id).is_some();
+                tracing::warn!(provider = %id, %detail, keeping_previous_keys = held,
+                    "fetching identity provider keys failed");
             }
         }
     }
@@ -150,21 +168,28 @@ impl KeyFetcher {
         }
     }
 
-    /// Providers to fetch now: never fetched, wanted (a token with an unknown key) or failing
-    /// and past the minimum interval, or past their refresh.
+    /// Providers to fetch now: never fetched, past their refresh, failing and past the
+    /// minimum interval since the last try, or wanted (a token with an unknown key) and past
+    /// the minimum interval since the last fetch tokens alone made due (then this one is).
     fn due(&self) -> Vec<(String, IdentityProviderSpec, Option<Arc<TlsMaterial>>)> {
         let now = Instant::now();
-        let watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        let past = |at: Option<Instant>, interval| {
+            at.is_none_or(|at| now.saturating_duration_since(at) >= interval)
+        };
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         watched
-            .iter()
-            .filter(|(_, w)| match w.last {
-                None => true,
-                Some(last) => {
-                    let since = now.saturating_duration_since(last);
-                    since >= REFRESH || ((w.failing || w.wanted) && since >= MIN_INTERVAL)
+            .iter_mut()
+            .filter_map(|(id, w)| {
+                let routine = w.last.is_none()
+                    || past(w.last, REFRESH)
+                    || (w.failing && past(w.last, MIN_INTERVAL));
+                // Only a fetch tokens alone made due counts against them.
+                let asked = !routine && w.wanted && past(w.asked, MIN_INTERVAL);
+                if asked {
+                    w.asked = Some(now);
                 }
+                (routine || asked).then(|| (id.clone(), w.spec.clone(), w.tls.clone()))
             })
-            .map(|(id, w)| (id.clone(), w.spec.clone(), w.tls.clone()))
             .collect()
     }
 
@@ -176,8 +201,16 @@ impl KeyFetcher {
             .values()
             .map(|w| match w.last {
                 None => now,
-                Some(last) if w.failing || w.wanted => last + MIN_INTERVAL,
-                Some(last) => last + REFRESH,
+                Some(last) => {
+                    let mut next = last + REFRESH;
+                    if w.failing {
+                        next = next.min(last + MIN_INTERVAL);
+                    }
+                    if w.wanted {
+                        next = next.min(w.asked.map_or(now, |asked| asked + MIN_INTERVAL));
+                    }
+                    next
+                }
             })
             .min()
             .unwrap_or(now + REFRESH)
@@ -258,4 +291,160 @@ pub async fn fetch(
     tokio::time::timeout(FETCH_TIMEOUT, exchange)
         .await
         .map_err(|_| format!("no answer within {}s", FETCH_TIMEOUT.as_secs()))?
+}
+
+#[cfg(test)]
+mod tests {
+    //! The fetcher against a provider's key set served over HTTP, with keys made for the test,
+    //! and tokens verified as every request verifies them (`scope::authenticate`).
+    use super::*;
+    use axum::http::{HeaderMap, HeaderValue, header};
+    use base64::Engine;
+    use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use switchboard_core::metrics::Metrics;
+    use switchboard_core::scope::{Resource, authenticate};
+    use switchboard_snapshot::{SystemLookup, load};
+
+    /// A provider's key set on its own thread and runtime: serves what `published` holds (the
+    /// test publishes a key as a provider does) and counts the fetches.
+    struct Provider {
+        url: String,
+        published: Arc<Mutex<Value>>,
+        fetches: Arc<AtomicUsize>,
+    }
+
+    fn provider(keys: Vec<Value>) -> Provider {
+        let published = Arc::new(Mutex::new(json!({ "keys": keys })));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let (set, counted) = (published.clone(), fetches.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let app = axum::Router::new().route(
+                    "/jwks",
+                    axum::routing::get(move || {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let set = set.lock().unwrap().clone();
+                        async move { axum::Json(set) }
+                    }),
+                );
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        Provider {
+            url,
+            published,
+            fetches,
+        }
+    }
+
+    /// An ES256 key pair made for the test: its signing key and its public JWK under `kid`.
+    fn key_pair(kid: &str) -> (jsonwebtoken::EncodingKey, Value) {
+        let pair = rcgen::KeyPair::generate().unwrap();
+        let point = pair.public_key_raw(); // 0x04 | x | y
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let jwk = json!({"kty": "EC", "crv": "P-256", "alg": "ES256", "use": "sig", "kid": kid,
+                         "x": b64(&point[1..33]), "y": b64(&point[33..65])});
+        let signing = jsonwebtoken::EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes());
+        (signing.unwrap(), jwk)
+    }
+
+    fn token(key: &jsonwebtoken::EncodingKey, kid: &str, subject: &str) -> String {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some(kid.into());
+        let now = switchboard_core::remembered_tokens::unix_now();
+        let claims = json!({"iss": "https://login.example/realms/corp", "aud": "switchboard",
+                            "sub": subject, "exp": now + 300, "iat": now});
+        jsonwebtoken::encode(&header, &claims, key).unwrap()
+    }
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+        headers.insert(header::AUTHORIZATION, value);
+        headers
+    }
+
+    /// A routing table with one provider whose keys are at `jwks_url`, and the fetcher that
+    /// keeps them (as the upstream plane sets them up for each snapshot).
+    fn served(jwks_url: &str) -> (Arc<RoutingTable>, Arc<KeyFetcher>) {
+        let config = format!(
+            r#"
+identityProviders:
+- {{name: corp, issuer: "https://login.example/realms/corp", audiences: [switchboard], jwksUrl: "{jwks_url}", algorithms: [ES256]}}
+servers:
+- {{name: a, url: "http://a/mcp"}}
+keys:
+- {{name: alice, secret: s-alice, servers: [a], people: [{{provider: corp, subjects: [alice]}}]}}
+"#
+        );
+        let mut table = RoutingTable::build(&load(&config, &SystemLookup).unwrap()).unwrap();
+        let fetcher = Arc::new(KeyFetcher::default());
+        table.identity_keys = fetcher.store.clone();
+        let upstreams = Arc::new(Upstreams::new());
+        upstreams.set_table(&table);
+        fetcher.set_table(&table, upstreams);
+        (Arc::new(table), fetcher)
+    }
+
+    /// Issue 35: a key the provider has just published works on its first use (the token waits
+    /// for the fetch its unknown key id asks for); tokens naming keys nobody publishes cost the
+    /// provider one fetch per `MIN_INTERVAL` however many arrive, each refused after it.
+    #[tokio::test]
+    async fn a_newly_published_key_works_at_once_and_made_up_ones_are_fetched_for_once() {
+        let (first, first_jwk) = key_pair("k1");
+        let provider = provider(vec![first_jwk.clone()]);
+        let (table, fetcher) = served(&provider.url);
+        let metrics = Metrics::default();
+        let call =
+            |token: String| authenticate(table.clone(), bearer(&token), &metrics, Resource::Mcp);
+        // The first call waits for the first fetch (no keys yet) rather than being refused.
+        let alice = call(token(&first, "k1", "alice")).await;
+        assert_eq!(alice.unwrap().person.unwrap().subject, "alice");
+        assert_eq!(provider.fetches.load(Ordering::SeqCst), 1);
+
+        // The provider publishes a second key and signs with it.
+        let (second, second_jwk) = key_pair("k2");
+        *provider.published.lock().unwrap() = json!({ "keys": [first_jwk, second_jwk] });
+        let alice = call(token(&second, "k2", "alice")).await;
+        assert!(
+            alice.is_ok(),
+            "the new key on its first use: {:?}",
+            alice.err()
+        );
+        assert_eq!(
+            provider.fetches.load(Ordering::SeqCst),
+            2,
+            "one fetch for it"
+        );
+
+        // A flood of tokens with made-up key ids, right after a fetch a token asked for: they
+        // wait for the next fetch tokens may cause (one MIN_INTERVAL later), all for the same
+        // one, and are refused after it.
+        let (forger, _) = key_pair("unused");
+        let made_up: Vec<_> = (0..200)
+            .map(|i| call(token(&forger, &format!("made-up-{i}"), "alice")))
+            .collect();
+        for refused in futures_util::future::join_all(made_up).await {
+            let refused = refused.err().expect("a key nobody publishes stays unknown");
+            assert!(
+                refused.to_string().contains("does not publish"),
+                "{refused}"
+            );
+        }
+        assert_eq!(
+            provider.fetches.load(Ordering::SeqCst),
+            3,
+            "200 made-up key ids cost one fetch"
+        );
+        assert!(fetcher.store.take_wanted().is_empty());
+    }
 }

@@ -14,7 +14,7 @@ use crate::listen;
 use crate::relay::{self};
 use crate::target::{Target, dispatch};
 use switchboard_core::audit;
-use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in};
+use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in, plain_error_response};
 use switchboard_core::scope::{Resource, authenticate};
 use switchboard_protocol::{self as protocol, Era};
 use switchboard_upstream::client::RpcResult;
@@ -78,7 +78,7 @@ pub(super) async fn answer(
         Some(prefix) => Resource::McpServer(prefix),
         None => Resource::Mcp,
     };
-    let caller = match authenticate(table, headers, &cx.metrics, resource) {
+    let caller = match authenticate(table, headers, &cx.metrics, resource).await {
         Ok(c) => Arc::new(c),
         Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
     };
@@ -116,14 +116,15 @@ pub(super) async fn answer(
         None => Target::Aggregate,
         // A path names a virtual server or a server's prefix (validation keeps them apart).
         Some(p) => match caller.virtual_for_path(p) {
-            Some(vs) => Target::Virtual(vs),
+            Some(vs) => {
+                audit::note(|n| n.virtual_server = Some(vs.id().to_string()));
+                Target::Virtual(vs)
+            }
             None => match caller.server_for_path(p) {
                 Ok(server) => Target::Single(server),
-                // A server the caller cannot reach is invisible: the endpoint does not exist.
-                Err(e) => {
-                    let response = (StatusCode::NOT_FOUND, e.to_string()).into_response();
-                    return (response, Some((method, e.outcome())));
-                }
+                // A server the caller cannot reach is invisible: the endpoint does not exist
+                // (its record says it was refused).
+                Err(e) => return (plain_error_response(&e), Some((method, e.outcome()))),
             },
         },
     };
@@ -293,7 +294,8 @@ pub(super) async fn answer(
             )
         }
         Err(Failure::Gateway(e)) => {
-            tracing::info!(method = %message.method, error = %e, "request failed");
+            let outcome = e.outcome();
+            tracing::info!(method = %message.method, error = %e, outcome, "request failed");
             fail(&id, e, method, era)
         }
     }

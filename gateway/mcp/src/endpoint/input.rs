@@ -13,7 +13,9 @@ use serde_json::{Map, Value, json};
 use crate::context::McpContext;
 use crate::exchange::ExchangeRoute;
 use crate::relay::{self, ReplyRoute};
-use switchboard_core::errors::{GatewayError, jsonrpc_error_response, jsonrpc_error_response_in};
+use switchboard_core::errors::{
+    GatewayError, OutOfScope, jsonrpc_error_response, jsonrpc_error_response_in,
+};
 use switchboard_core::scope::{Caller, identify};
 use switchboard_core::session::TokenKind;
 use switchboard_core::table::Server;
@@ -103,7 +105,8 @@ pub(super) async fn resume_exchange(
     };
     // The snapshot may have changed while the stream was paused.
     if !caller.reaches(&relay.server) {
-        return fail(over());
+        let refused = OutOfScope::Server(relay.server.id().to_string());
+        return fail(GatewayError::invisible(refused, over()));
     }
     let session = relay
         .stream
@@ -261,7 +264,7 @@ pub async fn internal_exchange(State(cx): State<Arc<McpContext>>, sealed: Bytes)
         }
     }
     let body = Bytes::from(handoff.body);
-    let caller = match identify(table, headers.clone()) {
+    let caller = match identify(table, headers.clone()).await {
         Ok(c) => Arc::new(c),
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };
@@ -327,10 +330,14 @@ pub(super) async fn deliver_reply(
     let server = caller
         .table
         .server_by_id(&route.server)
-        .filter(|s| caller.reaches(s))
         .filter(|s| prefix.is_none_or(|p| on_path(s, p)))
         .cloned()
         .ok_or_else(unknown)?;
+    if !caller.reaches(&server) {
+        // The snapshot changed since the server asked: the key no longer reaches it.
+        let refused = OutOfScope::Server(server.id().to_string());
+        return Err(GatewayError::invisible(refused, unknown()));
+    }
     let upstream_id: Value = serde_json::from_str(route.id.get()).map_err(|_| unknown())?;
     body.insert("id".into(), upstream_id);
     let session = route

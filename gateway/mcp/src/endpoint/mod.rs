@@ -87,7 +87,7 @@ pub async fn method_not_allowed() -> Response {
 /// closed.
 pub async fn end_session(State(cx): State<Arc<McpContext>>, headers: HeaderMap) -> Response {
     let table = cx.table();
-    let caller = match authenticate(table, headers, &cx.metrics, Resource::Mcp) {
+    let caller = match authenticate(table, headers, &cx.metrics, Resource::Mcp).await {
         Ok(c) => c,
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };
