@@ -31,6 +31,9 @@ REALM = "switchboard"
 # same Keycloak: the tests of brokered mode need a realm that refuses registration, the tests of
 # SDK clients that register themselves one that allows it, and both share the run's Keycloak.
 OPEN_REALM = "switchboard-open"
+# Another copy, for the tests that rotate its signing keys (a new key is what every later token
+# of the realm is signed with: in a realm of their own, no other test sees it).
+KEYS_REALM = "switchboard-keys"
 # The audience the realm's clients put in people's tokens for the gateway.
 GATEWAY_AUDIENCE = "switchboard-gateway"
 # The client scope MCP clients ask for to get a token for the gateway (`open_registration`).
@@ -147,6 +150,10 @@ class Keycloak:
         assert reply.status_code < 300, f"admin {method} {path}: {reply.status_code} {reply.text}"
         return reply
 
+    def in_realm(self, realm: str) -> "Keycloak":
+        """The same Keycloak, in another of its realms (REALM, OPEN_REALM, KEYS_REALM)."""
+        return dataclasses.replace(self, realm=realm)
+
     def open_realm(self) -> "Keycloak":
         """The same Keycloak, in the realm whose registration is open (see OPEN_REALM). The run's
         shared Keycloak was opened once by the process that started it (`_serve`)."""
@@ -245,9 +252,10 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) 
         if not client.get("publicClient"):
             client["secret"] = client_secrets[client["clientId"]] = secrets.token_urlsafe(24)
     (imports / REALM_FILE.name).write_text(json.dumps(realm))
-    # The copy's people have the copy's default roles (offline_access among them).
-    copy = json.loads(json.dumps(realm).replace(f"default-roles-{REALM}", f"default-roles-{OPEN_REALM}"))
-    (imports / f"realm-{OPEN_REALM}.json").write_text(json.dumps({**copy, "realm": OPEN_REALM}))
+    for name in (OPEN_REALM, KEYS_REALM):
+        # The copy's people have the copy's default roles (offline_access among them).
+        copy = json.loads(json.dumps(realm).replace(f"default-roles-{REALM}", f"default-roles-{name}"))
+        (imports / f"realm-{name}.json").write_text(json.dumps({**copy, "realm": name}))
     port = reserve_port()
     admin_password = secrets.token_urlsafe(16)
     env = {

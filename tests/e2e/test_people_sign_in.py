@@ -28,6 +28,7 @@ import json
 
 import httpx
 import pytest
+from keycloak import KEYS_REALM
 from harness import (
     MODERN_VERSION,
     RawMcp,
@@ -239,13 +240,15 @@ def _kid(token: str) -> str:
     return json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))["kid"]
 
 
-def test_a_key_keycloak_has_just_published_works_on_its_first_use(signed_in, keycloak):
+def test_a_key_keycloak_has_just_published_works_on_its_first_use(procs, gateways, keycloak):
     """Issue 35: the realm gets a new signing key (an `rsa-generated` key provider of a higher
     priority, through Keycloak's admin API, as an administrator rotates keys); Keycloak signs
     the next token with it. The gateway holds only the keys it fetched before: the first call
     with the new token waits for the refetch its unknown key id asks for and succeeds, in both
-    eras and on REST."""
-    gw, *_ = signed_in
+    eras and on REST. In a realm of its own (KEYS_REALM): every later token of the realm is
+    signed with the new key, and other tests share the run's Keycloak."""
+    keycloak = keycloak.in_realm(KEYS_REALM)
+    gw, *_ = _signed_in(procs, gateways, keycloak)
     before = keycloak.token("alice")["access_token"]
     assert _names(gw, before, MODERN_VERSION), "the gateway serves alice with the keys it holds"
     realm = keycloak.admin("GET", "").json()
