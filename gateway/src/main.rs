@@ -14,6 +14,7 @@ use switchboard_gateway::state::{Gateway, LocalSettings};
 use switchboard_source::config_file;
 use switchboard_source::operator_source::OperatorSource;
 use switchboard_source::operator_tls::{OperatorTrust, certificate_name};
+use switchboard_telemetry::start::bind;
 
 /// After the drain phase, how long connections still open (long streams, mostly) get to end
 /// before the process exits: well inside a pod's default 30 s termination grace, after the
@@ -134,8 +135,12 @@ struct Args {
     worker_threads: Option<usize>,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> std::process::ExitCode {
+    // A start that fails says why on one line (a port in use names its flag), no backtrace.
+    switchboard_telemetry::start::exit_code(start(Args::parse()))
+}
+
+fn start(args: Args) -> anyhow::Result<()> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads.filter(|n| *n > 0) {
         runtime.worker_threads(threads);
@@ -155,6 +160,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    // The listeners first: a port another process holds stops the start before anything else
+    // happens, named by its flag.
+    let internal = bind("--internal-listen", &args.internal_listen).await?;
+    let internal_addr = internal.local_addr()?;
+    let listener = bind("--listen", &args.listen).await?;
+    let addr = listener.local_addr()?;
     let gw = Arc::new(Gateway::with_local_settings(LocalSettings {
         allowed_hosts: args.allowed_hosts.clone(),
         public_url: args.public_url.clone().filter(|u| !u.is_empty()),
@@ -216,19 +227,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             following = Some(tokio::spawn(source.follow(gw.clone())));
         }
     }
-    let internal = tokio::net::TcpListener::bind(&args.internal_listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("--internal-listen {}: {e}", args.internal_listen))?;
-    let internal_addr = internal.local_addr()?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("--listen {}: {e}", args.listen))?;
-    let addr = listener.local_addr()?;
     tracing::info!(%addr, %internal_addr, "listening");
+    let advertised = args.advertise_url.clone().filter(|u| !u.is_empty());
     gw.mcp.exchanges.set_address(
-        args.advertise_url
+        advertised
             .clone()
-            .filter(|u| !u.is_empty())
             .unwrap_or_else(|| format!("http://{internal_addr}")),
     );
     // Tests and scripts wait for these lines on stdout (the client listener's last).

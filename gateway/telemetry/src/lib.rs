@@ -15,9 +15,13 @@
 //! Only spans created under [`SPAN_TARGET`] become traces (requests and the stages that cost
 //! time, never a library's own spans), and the log never shows them. With tracing off no layer
 //! wants them, so creating one costs a check of a cached flag.
+//!
+//! Beside the log, [`start`]: how every binary binds its listeners (a port in use is named with
+//! its flag and address) and ends a start that failed (one line, no backtrace).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod start;
 mod tls;
 
 use opentelemetry::trace::TracerProvider as _;
