@@ -77,7 +77,9 @@ struct Args {
     public_url: Option<String>,
     /// The URL other replicas reach this one's internal listener at (in a cluster: the pod IP
     /// and the internal port), for exchanges that span two of a client's messages; default:
-    /// the internal listening address.
+    /// the internal listening address. It must name the internal listener, not the client
+    /// one: a given URL is tried once at start, with a warning if it does not reach the
+    /// hand-off route.
     #[arg(long, env = "SWITCHBOARD_ADVERTISE_URL")]
     advertise_url: Option<String>,
     /// Address to listen on for clients (MCP, REST, the LLM APIs, sign-in).
@@ -257,6 +259,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         internal_limits,
         std::future::pending(),
     ));
+    // A given --advertise-url is checked once: does it reach this replica's hand-off route?
+    // (Without one, the internal listener's own address is advertised, right by construction.)
+    if advertised.is_some() {
+        let checking = gw.clone();
+        tokio::spawn(async move {
+            switchboard_mcp::endpoint::check_advertised_address(&checking.mcp).await;
+        });
+    }
     let closing = gw.clone();
     serve(listener, http::router(gw), limits, async move {
         shutdown(terminate).await;
