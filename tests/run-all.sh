@@ -45,6 +45,26 @@ die() { echo "run-all.sh: $*" >&2; exit 1; }
 trap 'echo "run-all.sh: step ${current:-?} FAILED (exit $?)" >&2' ERR
 need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"; }
 
+# Nothing left behind: the temp dir's entries now, compared with its entries at the end
+# (`left_in_tmp`), so a file, directory or log the run leaves there (a test's certificate and key,
+# a tool's cache) fails the run, named, while what other programs had there before does not count.
+# SWITCHBOARD_TMP_IGNORE: glob patterns (space-separated) of entries other programs on a shared
+# machine may create meanwhile; none by default.
+tmp_dir="${TMPDIR:-/tmp}"
+tmp_before="$(ls -A "$tmp_dir" | LC_ALL=C sort)"
+left_in_tmp() {
+  local entry pattern patterns new=()
+  read -ra patterns <<<"${SWITCHBOARD_TMP_IGNORE:-}"
+  while IFS= read -r entry; do
+    for pattern in "${patterns[@]}"; do
+      # shellcheck disable=SC2053 # a glob on purpose
+      [[ "$entry" == $pattern ]] && continue 2
+    done
+    [[ -n "$entry" ]] && new+=("$tmp_dir/$entry")
+  done < <(LC_ALL=C comm -13 <(printf '%s\n' "$tmp_before") <(ls -A "$tmp_dir" | LC_ALL=C sort))
+  ((${#new[@]} == 0)) || die "the run left these in $tmp_dir (tests remove what they create): ${new[*]}"
+}
+
 step() { # step NAME: prints a banner and the elapsed time of the previous step
   local now
   now=$(date +%s)
@@ -78,17 +98,20 @@ kill_tree() { # PID: it and its descendants
   for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
   kill "$1" 2>/dev/null || true
 }
-# A run that stops early (a failed step) leaves no build behind.
-trap 'for pid in "${bg_pid[@]}"; do kill_tree "$pid"; done' EXIT
+# A run that stops early (a failed step) leaves no build behind, nor their logs.
+trap 'for pid in "${bg_pid[@]}"; do kill_tree "$pid"; done; rm -f "${bg_log[@]}"' EXIT
 await() { # NAME: wait for a background build; fails with its log if it failed
   local name=$1
   [[ -n "${bg_pid[$name]:-}" ]] || return 0
   if wait "${bg_pid[$name]}"; then
     tail -n 1 "${bg_log[$name]}"
     rm -f "${bg_log[$name]}"
+    unset "bg_log[$name]"
   else
     tail -n 60 "${bg_log[$name]}" >&2
-    die "the background build $name failed (its log: ${bg_log[$name]})"
+    local log=${bg_log[$name]}
+    unset "bg_log[$name]" # kept for reading
+    die "the background build $name failed (its log: $log)"
   fi
   unset "bg_pid[$name]"
 }
@@ -225,5 +248,6 @@ for suite in "$root"/tests/suites.d/*.sh; do
   fi
 done
 
+left_in_tmp
 step done
 echo "run-all.sh: all requested steps passed"

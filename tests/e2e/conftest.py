@@ -14,6 +14,9 @@ from harness import (
     start_rust_upstream,
 )
 
+# tmp_path under a directory of the run's own, removed when every test passed (temp_dirs.py).
+from temp_dirs import pytest_configure, pytest_sessionfinish  # noqa: F401 - pytest hooks
+
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests marked `last` (the log grep for secrets) see the logs of everything that ran before.
