@@ -2,7 +2,7 @@
 # THE test command: everything CI runs, in order, stopping at the first failure.
 #
 #   tests/run-all.sh                 # all steps
-#   tests/run-all.sh e2e             # only the named steps (fmt clippy unit fuzz build e2e, and suites)
+#   tests/run-all.sh e2e             # only the named steps (fmt clippy doc unit fuzz build e2e, and suites)
 #   PYTEST_ARGS="-k scope -x" tests/run-all.sh e2e
 #
 # Steps:
@@ -11,6 +11,8 @@
 #           operator/, crds/), each printed with its edges; first a planted cycle must be
 #           reported (--self-test)
 #   clippy  cargo clippy --workspace --all-targets -- -D warnings
+#   doc     cargo doc --workspace --no-deps --document-private-items, every intra-doc link checked
+#           (a link to an item that does not exist fails the step, private modules' docs too)
 #   unit    cargo test --workspace (without the fuzz targets)
 #   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
 #           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
@@ -136,7 +138,7 @@ suite_tools() {
   "$root/tests/node/stdio-images.sh" >/dev/null
 }
 
-all_steps=(fmt layering clippy unit fuzz build e2e suites)
+all_steps=(fmt layering clippy doc unit fuzz build e2e suites)
 if (($# > 0)); then
   wanted=("$@")
 else
@@ -155,7 +157,7 @@ for s in "${wanted[@]}"; do
     || die "unknown step '$s' (steps: ${all_steps[*]}; suites: tests/suites.d/*.sh)"
 done
 
-if wants fmt || wants layering || wants clippy || wants unit || wants fuzz || wants build; then
+if wants fmt || wants layering || wants clippy || wants doc || wants unit || wants fuzz || wants build; then
   need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
 fi
 if wants fmt; then
@@ -176,6 +178,11 @@ if wants clippy; then
   cargo clippy --version >/dev/null 2>&1 || die "cargo clippy is missing: rustup component add clippy"
   step clippy
   cargo clippy --workspace --all-targets -- -D warnings
+fi
+if wants doc; then
+  step doc
+  RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
+    cargo doc --workspace --no-deps --document-private-items
 fi
 if wants unit; then
   step unit
