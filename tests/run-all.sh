@@ -2,7 +2,7 @@
 # THE test command: everything CI runs, in order, stopping at the first failure.
 #
 #   tests/run-all.sh                 # all steps
-#   tests/run-all.sh e2e             # only the named steps (fmt clippy unit fuzz build e2e, and suites)
+#   tests/run-all.sh e2e             # only the named steps (fmt clippy doc unit fuzz build e2e, and suites)
 #   PYTEST_ARGS="-k scope -x" tests/run-all.sh e2e
 #
 # Steps:
@@ -11,6 +11,8 @@
 #           operator/, crds/), each printed with its edges; first the planted cycles of its
 #           self-test must be reported (--self-test)
 #   clippy  cargo clippy --workspace --all-targets -- -D warnings
+#   doc     cargo doc --workspace --no-deps --document-private-items, every intra-doc link checked
+#           (a link to an item that does not exist fails the step, private modules' docs too)
 #   unit    cargo test --workspace (without the fuzz targets)
 #   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
 #           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
@@ -88,8 +90,19 @@ trap 'echo "run-all.sh: step ${current:-?} FAILED (exit $?)" >&2' ERR
 tmp_root="${TMPDIR:-/tmp}"
 tmp_before=$(mktemp "$tmp_root/switchboard-run-all.XXXXXX")
 ls -A "$tmp_root" | sort >"$tmp_before"
+# SWITCHBOARD_TMP_IGNORE: glob patterns (space-separated) of entries other programs on a shared
+# machine may create meanwhile; none by default.
 tmp_left() { # what is in the temp directory now and was not at the start (the run's leftovers)
-  ls -A "$tmp_root" | sort | comm -13 "$tmp_before" - | grep -vx "$(basename "$tmp_before")" || true
+  local entry pattern patterns
+  read -ra patterns <<<"${SWITCHBOARD_TMP_IGNORE:-}"
+  while IFS= read -r entry; do
+    for pattern in "${patterns[@]}"; do
+      # shellcheck disable=SC2053 # a glob on purpose
+      [[ "$entry" == $pattern ]] && continue 2
+    done
+    [[ -n "$entry" ]] && echo "$entry"
+  done < <(ls -A "$tmp_root" | sort | comm -13 "$tmp_before" - | grep -vx "$(basename "$tmp_before")")
+  return 0
 }
 
 # ---- background builds ----------------------------------------------------------------------
@@ -120,6 +133,7 @@ await() { # NAME: wait for a background build; fails with its log if it failed
   if wait "${bg_pid[$name]}"; then
     tail -n 1 "${bg_log[$name]}"
     rm -f "${bg_log[$name]}"
+    unset "bg_log[$name]"
   else
     tail -n 60 "${bg_log[$name]}" >&2
     die "the background build $name failed (the end of its log is above)"
@@ -168,7 +182,7 @@ suite_tools() {
   "$root/tests/node/stdio-images.sh" >/dev/null
 }
 
-all_steps=(fmt layering clippy unit fuzz build e2e suites)
+all_steps=(fmt layering clippy doc unit fuzz build e2e suites)
 if (($# > 0)); then
   wanted=("$@")
 else
@@ -187,7 +201,7 @@ for s in "${wanted[@]}"; do
     || die "unknown step '$s' (steps: ${all_steps[*]}; suites: tests/suites.d/*.sh)"
 done
 
-if wants fmt || wants layering || wants clippy || wants unit || wants fuzz || wants build; then
+if wants fmt || wants layering || wants clippy || wants doc || wants unit || wants fuzz || wants build; then
   need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
 fi
 # The tools the later steps need, built while the earlier ones run.
@@ -208,6 +222,11 @@ if wants clippy; then
   cargo clippy --version >/dev/null 2>&1 || die "cargo clippy is missing: rustup component add clippy"
   step clippy
   cargo clippy --workspace --all-targets -- -D warnings
+fi
+if wants doc; then
+  step doc
+  RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
+    cargo doc --workspace --no-deps --document-private-items
 fi
 if wants unit; then
   step unit

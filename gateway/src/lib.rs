@@ -2,10 +2,11 @@
 //! process and serves them on HTTP.
 //!
 //! The crates, bottom up (a crate may use only those before it):
+//! - `switchboard-telemetry`: the log, traces, and how a binary binds its listeners.
 //! - `switchboard-snapshot`: the schema shared with the operator; `switchboard-protocol`: MCP
-//!   and JSON-RPC rules.
+//!   and JSON-RPC rules; `switchboard-openapi`: OpenAPI documents compiled into tools.
 //! - `switchboard-core`: the routing table, callers and scope, limits, errors, sessions,
-//!   metrics, the live table (pure: no I/O).
+//!   metrics, the live table (no network I/O; the audit log's writer thread aside).
 //! - `switchboard-upstream`: the upstream plane (clients, credentials, listings, forwarding).
 //! - `switchboard-mcp` and `switchboard-llm`: the client faces, each with its own context.
 //! - `switchboard-source`: config file and operator stream, feeding a snapshot sink.

@@ -14,6 +14,7 @@ use switchboard_gateway::state::{Gateway, LocalSettings};
 use switchboard_source::config_file;
 use switchboard_source::operator_source::OperatorSource;
 use switchboard_source::operator_tls::{OperatorTrust, certificate_name};
+use switchboard_telemetry::start::bind;
 
 /// After the drain phase, how long connections still open (long streams, mostly) get to end
 /// before the process exits: well inside a pod's default 30 s termination grace, after the
@@ -76,7 +77,9 @@ struct Args {
     public_url: Option<String>,
     /// The URL other replicas reach this one's internal listener at (in a cluster: the pod IP
     /// and the internal port), for exchanges that span two of a client's messages; default:
-    /// the internal listening address.
+    /// the internal listening address. It must name the internal listener, not the client
+    /// one: a given URL is tried once at start, with a warning if it does not reach the
+    /// hand-off route.
     #[arg(long, env = "SWITCHBOARD_ADVERTISE_URL")]
     advertise_url: Option<String>,
     /// Address to listen on for clients (MCP, REST, the LLM APIs, sign-in).
@@ -134,8 +137,12 @@ struct Args {
     worker_threads: Option<usize>,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> std::process::ExitCode {
+    // A start that fails says why on one line (a port in use names its flag), no backtrace.
+    switchboard_telemetry::start::exit_code(start(Args::parse()))
+}
+
+fn start(args: Args) -> anyhow::Result<()> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads.filter(|n| *n > 0) {
         runtime.worker_threads(threads);
@@ -155,6 +162,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    // The listeners first: a port another process holds stops the start before anything else
+    // happens, named by its flag.
+    let internal = bind("--internal-listen", &args.internal_listen).await?;
+    let internal_addr = internal.local_addr()?;
+    let listener = bind("--listen", &args.listen).await?;
+    let addr = listener.local_addr()?;
     let gw = Arc::new(Gateway::with_local_settings(LocalSettings {
         allowed_hosts: args.allowed_hosts.clone(),
         public_url: args.public_url.clone().filter(|u| !u.is_empty()),
@@ -216,19 +229,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             following = Some(tokio::spawn(source.follow(gw.clone())));
         }
     }
-    let internal = tokio::net::TcpListener::bind(&args.internal_listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("--internal-listen {}: {e}", args.internal_listen))?;
-    let internal_addr = internal.local_addr()?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("--listen {}: {e}", args.listen))?;
-    let addr = listener.local_addr()?;
     tracing::info!(%addr, %internal_addr, "listening");
+    let advertised = args.advertise_url.clone().filter(|u| !u.is_empty());
     gw.mcp.exchanges.set_address(
-        args.advertise_url
+        advertised
             .clone()
-            .filter(|u| !u.is_empty())
             .unwrap_or_else(|| format!("http://{internal_addr}")),
     );
     // Tests and scripts wait for these lines on stdout (the client listener's last).
@@ -254,6 +259,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         internal_limits,
         std::future::pending(),
     ));
+    // A given --advertise-url is checked once: does it reach this replica's hand-off route?
+    // (Without one, the internal listener's own address is advertised, right by construction.)
+    if advertised.is_some() {
+        let checking = gw.clone();
+        tokio::spawn(async move {
+            switchboard_mcp::endpoint::check_advertised_address(&checking.mcp).await;
+        });
+    }
     let closing = gw.clone();
     serve(listener, http::router(gw), limits, async move {
         shutdown(terminate).await;

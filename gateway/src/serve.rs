@@ -6,7 +6,7 @@
 //! - a request's headers must arrive within `header_read_timeout`, which also closes a kept-alive
 //!   HTTP/1.1 connection idle that long (hyper times both with one timer);
 //! - a request's whole body must arrive within `body_read_timeout` (see
-//!   [`crate::http::read_body_in_time`]), and no larger than `gateway.maxBodyBytes`.
+//!   `http::read_body_in_time`), and no larger than `gateway.maxBodyBytes`.
 //!
 //! `axum::serve` has none of these knobs (no timer, so hyper's header timeout never runs), hence
 //! this loop on hyper-util's server, which axum itself uses underneath.

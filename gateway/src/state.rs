@@ -17,7 +17,7 @@ use switchboard_upstream::plane::UpstreamPlane;
 
 pub struct Gateway {
     live: Arc<LiveTable>,
-    /// Stopping: answers still go out, each closing its connection (see `http::drain`).
+    /// Stopping: answers still go out, each closing its connection (see `http::edge_answer`).
     draining: AtomicBool,
     pub upstream: Arc<UpstreamPlane>,
     pub metrics: Arc<Metrics>,

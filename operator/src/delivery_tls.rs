@@ -517,8 +517,32 @@ mod tests {
         answer.text().await.map_err(|e| e.to_string())
     }
 
-    fn temp_file(name: &str) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("switchboard-{name}-{}.pem", std::process::id()))
+    /// A file in the temp dir, removed when the test ends, passed or failed.
+    struct TempFile(std::path::PathBuf);
+
+    impl std::ops::Deref for TempFile {
+        type Target = std::path::PathBuf;
+        fn deref(&self) -> &std::path::PathBuf {
+            &self.0
+        }
+    }
+
+    impl AsRef<std::path::Path> for TempFile {
+        fn as_ref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn temp_file(name: &str) -> TempFile {
+        TempFile(
+            std::env::temp_dir().join(format!("switchboard-{name}-{}.pem", std::process::id())),
+        )
     }
 
     #[tokio::test]
@@ -558,7 +582,6 @@ mod tests {
         let wrong_name = gateway_client(&file, &delivery_ca::trust_bundle(&state), "other.ns.svc");
         let refused = get_ok(&wrong_name.http, address).await.unwrap_err();
         assert!(refused.contains("not valid for name"), "{refused}");
-        let _ = std::fs::remove_file(&file);
     }
 
     #[tokio::test]
@@ -595,11 +618,8 @@ mod tests {
             Ok("ok".into()),
             "a gateway with the two-CA bundle"
         );
-        let only_old = gateway_client(
-            &temp_file("old"),
-            &delivery_ca::trust_bundle(&created),
-            SERVICE,
-        );
+        let old = temp_file("old");
+        let only_old = gateway_client(&old, &delivery_ca::trust_bundle(&created), SERVICE);
         assert!(
             get_ok(&only_old.http, address).await.is_err(),
             "control: without the introduction step, a gateway would be cut off"
@@ -610,8 +630,6 @@ mod tests {
                 "the open stream goes on"
             );
         }
-        let _ = std::fs::remove_file(&file);
-        let _ = std::fs::remove_file(temp_file("old"));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use switchboard_operator::upstream_policy::{self, UpstreamPolicy};
 use switchboard_snapshot::networks::DEFAULT_DENIED_NETWORKS;
 use switchboard_snapshot::{GatewaySettings, Snapshot, UpstreamNetworks};
 use switchboard_source::operator_tls::certificate_name;
+use switchboard_telemetry::start::bind;
 use tokio::sync::{Notify, watch};
 
 #[derive(Parser)]
@@ -203,8 +204,12 @@ struct Args {
     api_server_endpoint_slices: bool,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> std::process::ExitCode {
+    // A start that fails says why on one line (a port in use names its flag), no backtrace.
+    switchboard_telemetry::start::exit_code(start(Args::parse()))
+}
+
+fn start(args: Args) -> anyhow::Result<()> {
     let json = args.log_format == "json";
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -219,6 +224,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    // The listeners first: a port another process holds stops the start, named by its flag,
+    // before this replica talks to the API server or contends for the lease.
+    let snapshot_listener = bind("--snapshot-listen", &args.snapshot_listen).await?;
+    let metrics_listener = bind("--metrics-listen", &args.metrics_listen).await?;
     let scope = switchboard_operator::scope::Scope::new(&args.watch_namespaces, &args.instance)
         .map_err(anyhow::Error::msg)?;
     let reservations = switchboard_operator::reservations::Reservations::parse(
@@ -386,8 +395,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     tokio::spawn(controller.run());
 
-    let snapshot_listener = tokio::net::TcpListener::bind(&args.snapshot_listen).await?;
-    let metrics_listener = tokio::net::TcpListener::bind(&args.metrics_listen).await?;
     let tls = tls_mode(&args);
     let serving = Arc::new(ServingCert::default());
     match &tls {

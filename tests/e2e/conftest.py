@@ -18,6 +18,9 @@ from harness import (
     start_rust_upstream,
 )
 
+# tmp_path under a directory of the run's own, removed when every test passed (temp_dirs.py).
+from temp_dirs import pytest_configure, pytest_sessionfinish  # noqa: F401 - pytest hooks
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # The process that owns the run (the only one, or pytest-xdist's controller) makes the run's

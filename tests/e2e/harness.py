@@ -1027,6 +1027,8 @@ class AsgiServer:
         # uvicorn's TLS settings (ssl_certfile, ssl_keyfile, ssl_ca_certs, ssl_cert_reqs):
         # set them before start() to serve HTTPS.
         self.ssl: dict[str, Any] = {}
+        # The newest TLS version served (an ssl.TLSVersion; None: what OpenSSL offers).
+        self.tls_maximum_version: Any = None
 
     def start(self) -> Any:
         import uvicorn
@@ -1041,6 +1043,11 @@ class AsgiServer:
         config = uvicorn.Config(
             self.app, log_level="warning", access_log=False, lifespan=self._lifespan, interface="asgi3", **self.ssl
         )
+        if self.tls_maximum_version is not None:
+            # uvicorn has no setting for it: its SSL context is made by load(), which serve()
+            # then skips.
+            config.load()
+            config.ssl.maximum_version = self.tls_maximum_version
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name=self._name, daemon=True

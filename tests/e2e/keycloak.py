@@ -258,9 +258,16 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) 
         (imports / f"realm-{name}.json").write_text(json.dumps({**copy, "realm": name}))
     port = reserve_port()
     admin_password = secrets.token_urlsafe(16)
+    # The JVM's scratch files in the test's own directory, not the system temp dir: Java's temp
+    # files and Vert.x's file cache (`vertx-cache`) follow java.io.tmpdir, and the performance
+    # data file (`hsperfdata_<user>`, always under /tmp) is switched off.
+    java_tmp = logdir / "java-tmp"
+    java_tmp.mkdir(parents=True, exist_ok=True)
+    java_opts = f"-XX:-UsePerfData -Djava.io.tmpdir={java_tmp} -Dvertx.cacheDirBase={java_tmp / 'vertx-cache'}"
     env = {
         **os.environ,
         "JAVA_HOME": java_home,
+        "JAVA_OPTS_APPEND": f"{os.environ.get('JAVA_OPTS_APPEND', '')} {java_opts}".strip(),
         "PATH": f"{java_home}/bin:{os.environ.get('PATH', '')}",
         "KC_BOOTSTRAP_ADMIN_USERNAME": "admin",
         "KC_BOOTSTRAP_ADMIN_PASSWORD": admin_password,

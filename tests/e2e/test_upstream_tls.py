@@ -3,7 +3,8 @@ front (uvicorn, Python's OpenSSL) before a real upstream, and checks what the ga
 
 - refused without the CA, with an error that says why (and never the URL); served with the CA
   given per server, and given gateway-wide;
-- an mTLS upstream refuses a gateway without its client certificate and serves it with one;
+- an mTLS upstream refuses a gateway without its client certificate and serves it with one; on
+  TLS 1.2 too, where the refusal is a bare `handshake_failure` the gateway still names;
 - a certificate valid for another name is refused; `tls.serverName` names the right one;
 - a CA bundle rotated in its file is taken without a restart (same process);
 - an OAuth token endpoint and an LLM provider behind HTTPS with a private CA;
@@ -17,6 +18,8 @@ every refusal is checked to have reached no upstream.
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 
 import httpx
 import pytest
@@ -150,6 +153,43 @@ def test_mtls_upstream_needs_the_gateways_client_certificate(gateways, fronts, u
     assert front.tool_calls() == 1
     log = with_cert.proc.stderr_path.read_text() + with_cert.proc.stdout_path.read_text()
     assert "PRIVATE KEY" not in log
+
+
+def test_tls12_mtls_upstream_without_a_client_certificate_is_named(gateways, fronts, upstream, tmp_path):
+    """TLS 1.2 has no `certificate_required` alert: OpenSSL ends the handshake of a client that
+    sent no certificate with a bare `handshake_failure`. The gateway noted that the upstream
+    asked for a certificate it does not have, and says so (issue 35, item 8), as it does for
+    TLS 1.3."""
+    ca, clients = PrivateCa("srv12"), PrivateCa("clients12")
+    front = fronts(upstream.base, _localhost_cert(ca), client_ca=clients, tls_maximum_version=ssl.TLSVersion.TLSv1_2)
+    url = f"{front.url}/mcp"
+    secret = new_secret("tls-key")
+    ca_file = ca.write(tmp_path)
+    cert_file, key_file = clients.issue("switchboard-gateway", client=True).write(tmp_path, "gw-client12")
+    SECRETS_USED.add(key_file.read_text().split("\n")[1])
+
+    # The front speaks TLS 1.2 and no newer: a client with the right certificate gets 1.2.
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.load_cert_chain(str(cert_file), str(key_file))
+    host, port = front.url.removeprefix("https://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw, context.wrap_socket(raw, server_hostname="localhost") as tls:
+        assert tls.version() == "TLSv1.2", tls.version()
+
+    without = gateways.start(
+        gateway_config([server("tls", url, tls={"caBundle": {"file": str(ca_file)}})], [key("c", secret, ["tls"])])
+    )
+    refused = _add(without, secret)
+    _assert_refused(refused, "requires a client certificate (tls.clientCertificate)", url)
+    assert "asked for one" in refused.text, refused.text[:400]
+    assert front.tool_calls() == 0
+
+    tls = {
+        "caBundle": {"file": str(ca_file)},
+        "clientCertificate": {"certificate": {"file": str(cert_file)}, "key": {"file": str(key_file)}},
+    }
+    with_cert = gateways.start(gateway_config([server("tls", url, tls=tls)], [key("c", secret, ["tls"])]))
+    _assert_added(_add(with_cert, secret))
+    assert front.tool_calls() == 1
 
 
 def test_certificate_for_another_name_is_refused_and_server_name_fixes_it(gateways, fronts, upstream, tmp_path):

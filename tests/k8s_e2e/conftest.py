@@ -9,6 +9,10 @@ import pytest
 from k8s_fixtures import FAILED_MODULES
 from k8s_world import MissingBinary, require_binaries
 
+# tmp_path under a directory of the run's own, removed when every test passed (tests/e2e/temp_dirs.py;
+# k8s_world put tests/e2e on the path).
+from temp_dirs import pytest_configure, pytest_sessionfinish  # noqa: F401 - pytest hooks
+
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):

@@ -11,6 +11,10 @@ from node import (
     kubectl, pods, ready, secret_value, version, wait,
 )
 
+# tmp_path under a directory of the run's own, removed when every test passed (tests/e2e/temp_dirs.py;
+# node.py put tests/e2e on the path).
+from temp_dirs import pytest_configure, pytest_sessionfinish  # noqa: F401 - pytest hooks
+
 APP_NS = "apps"
 
 

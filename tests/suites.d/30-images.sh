@@ -25,9 +25,9 @@ CONTAINERS_CONF="$(tests/images/setup-tools.sh)" || { bad "tests/images/setup-to
 export CONTAINERS_CONF
 version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -1)"
 started=$(date +%s)
-if tests/images/build.sh --engine buildah --for-tests > "${TMPDIR:-/tmp}/switchboard-images-built.txt"; then
+if built="$(tests/images/build.sh --engine buildah --for-tests)"; then
   ok "images built in $(($(date +%s) - started)) s:"
-  sed 's/^/       /' "${TMPDIR:-/tmp}/switchboard-images-built.txt"
+  sed 's/^/       /' <<<"$built"
 else
   bad "tests/images/build.sh failed"; finish
 fi

@@ -53,8 +53,18 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> std::process::ExitCode {
+    // One line saying why, never a backtrace (a port in use names --listen and the address).
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> std::io::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -65,7 +75,9 @@ async fn main() -> std::io::Result<()> {
             .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?,
         None => Vec::new(),
     };
-    let listener = tokio::net::TcpListener::bind(cli.listen).await?;
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("--listen {}: {e}", cli.listen)))?;
     let listen = listener.local_addr()?;
     let app = Arc::new(app::App {
         script: script::Script::default(),

@@ -195,9 +195,21 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
-    let cli = Cli::parse();
-    let listener = tokio::net::TcpListener::bind(cli.listen).await?;
+async fn main() -> std::process::ExitCode {
+    // One line saying why, never a backtrace (a port in use names --listen and the address).
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("--listen {}: {e}", cli.listen)))?;
     let listen = listener.local_addr()?;
     let app = Arc::new(http::App {
         stats: stats::Stats::new(cli.record),

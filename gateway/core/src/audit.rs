@@ -323,7 +323,7 @@ pub fn note(f: impl FnOnce(&mut Noted)) {
     let _ = CURRENT.try_with(|slot| slot.note(f));
 }
 
-/// A name as a record carries it: at most [`NAME_CAP`] bytes.
+/// A name as a record carries it: at most `NAME_CAP` bytes.
 pub fn name(value: &str) -> String {
     let mut end = value.len().min(NAME_CAP);
     while !value.is_char_boundary(end) {

@@ -1,5 +1,9 @@
-//! The pure core of the gateway: what a request is judged by, built from one snapshot and tested
-//! without sockets. Nothing here does I/O.
+//! The core of the gateway: what a request is judged by, built from one snapshot and tested
+//! without sockets. Nothing here opens a connection or reads a file, with one exception, the
+//! audit log's writer: [`audit::AuditLog`] opens stdout or the file `--audit-log` names (once, at
+//! start, by the binary) and runs one thread that appends the records. It lives beside the
+//! record it writes because the request path hands each finished record to it (a bounded queue
+//! that never blocks a request); the record itself, and everything else here, is pure.
 //!
 //! - [`table`]: the immutable routing table built from one snapshot; [`live`] holds the one that
 //!   serves now and names the [`live::SnapshotSink`] a source feeds.
@@ -9,7 +13,7 @@
 //! - [`limits`]: per-key and per-server request limits. [`metrics`]: every metric the gateway
 //!   exports. [`session`]: sealing legacy sessions and the other ids clients hold.
 //! - [`audit`]: the audit record of a request, noted into by the layers it passes.
-//! - [`workload_identity`]: ServiceAccount tokens verified offline.
+//! - `workload_identity`: ServiceAccount tokens verified offline.
 //! - [`credentials`], [`address_policy`]: composing a server's upstream headers; which upstream
 //!   addresses a server may reach.
 

@@ -4,13 +4,16 @@
 //! client untouched (docs/llm.md).
 //!
 //! - [`routes`]: the handlers; [`errors`]: every error and its shape in each format.
-//! - [`toolset`]: which gateway tools a request gets; the one schema sanitizer is `switchboard_protocol::schema`.
-//! - [`format`]: the two formats; [`turn`]: the shapes of a tool turn both share; [`wire`],
-//!   [`anthropic`], [`openai`]: what the loop needs of each format.
-//! - [`run`]: the loop, answered whole; [`stream`]: the loop, streamed.
-//! - [`carry`]: hidden tools' work, sealed into ids the client echoes back.
-//! - [`provider`]: the calls to the provider; [`record`]: a request's metrics and log line.
+//! - `toolset`: which gateway tools a request gets; the one schema sanitizer is `switchboard_protocol::schema`.
+//! - [`format`](mod@format): the two formats; `turn`: the shapes of a tool turn both share; `wire`,
+//!   `anthropic`, `openai`: what the loop needs of each format.
+//! - `run`: the loop, answered whole; `stream`: the loop, streamed.
+//! - `carry`: hidden tools' work, sealed into ids the client echoes back.
+//! - `provider`: the calls to the provider; `record`: a request's metrics and log line.
 //! - [`context`]: what the handlers need of the gateway.
+//!
+//! (Modules this crate keeps to itself are named in code spans, not linked: the crate's public
+//! documentation does not link to private items.)
 
 mod anthropic;
 mod carry;

@@ -48,7 +48,7 @@ impl Format {
         }
     }
 
-    /// Restores carried gateway work in the request's messages (see [`crate::carry`]).
+    /// Restores carried gateway work in the request's messages (see `crate::carry`).
     pub fn expand(self, body: &mut Map<String, Value>, open: &dyn Fn(&str) -> Option<Carry>) {
         let Some(Value::Array(messages)) = body.get_mut("messages") else {
             return;
@@ -143,7 +143,7 @@ impl Format {
         messages
     }
 
-    /// The gateway's calls of the last iteration and their results, for a [`Carry`].
+    /// The gateway's calls of the last iteration and their results, for a `Carry`.
     pub fn carried_calls(
         self,
         response: &Value,

@@ -1,6 +1,6 @@
 //! Which endpoint a request came in on, and which handler answers its methods there: the
 //! aggregate's and a single server's in [`crate::dispatch`], a virtual server's in
-//! [`crate::virtual_server`].
+//! `crate::virtual_server`.
 
 use std::sync::Arc;
 

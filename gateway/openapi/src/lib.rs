@@ -1,11 +1,11 @@
 //! OpenAPI-backed servers: an OpenAPI 3.0 or 3.1 document compiled into MCP tools, and a tool
 //! call turned into the REST request it stands for (and the response into a tool result).
 //!
-//! - [`compile`]: the document, the operations selected, and per operation its tool (name,
+//! - [`compile`](fn@compile): the document, the operations selected, and per operation its tool (name,
 //!   description, input schema of parameters and JSON body, output schema of the JSON
 //!   response) and its binding (method, path template, where each argument goes). An
 //!   operation that cannot be expressed is left out and reported with its document path.
-//! - [`bundle`]: references into other documents, fetched by the caller, copied into the main
+//! - [`bundle`](fn@bundle): references into other documents, fetched by the caller, copied into the main
 //!   document (bounded), so compiling follows references within one document only.
 //! - [`OperationTool::request`]: arguments to method, path, query, headers, cookies, body.
 //! - [`OperationTool::result`]: a REST response to a `tools/call` result.

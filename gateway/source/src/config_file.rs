@@ -236,6 +236,14 @@ mod tests {
             std::process::id()
         ));
         std::fs::write(&path, "").unwrap();
+        // Removed when the test ends, passed or failed.
+        struct Removed(std::path::PathBuf);
+        impl Drop for Removed {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        let _removed = Removed(path.clone());
         let writer = {
             let path = path.clone();
             tokio::spawn(async move {
@@ -246,7 +254,6 @@ mod tests {
         let sink = switchboard_core::live::LiveTable::empty();
         let loaded = initial_load(&sink, &path).await;
         writer.await.unwrap();
-        let _ = std::fs::remove_file(&path);
         assert!(loaded.is_ok(), "{loaded:?}");
         assert!(sink.current().server_by_id("a").is_some());
     }

@@ -89,7 +89,12 @@ struct Args {
     command: Vec<String>,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // A start that fails says why on one line (a port in use names its flag), no backtrace.
+    switchboard_telemetry::start::exit_code(start())
+}
+
+fn start() -> anyhow::Result<()> {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("install") {
         let [_, _, dir] = argv.as_slice() else {
@@ -140,7 +145,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             None
         }
     };
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let listener = switchboard_telemetry::start::bind("--listen", &args.listen.to_string()).await?;
     let local = listener.local_addr()?;
     let advertise = args.advertise.clone().unwrap_or_else(|| local.to_string());
     let (program, rest) = args

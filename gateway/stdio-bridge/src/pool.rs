@@ -4,7 +4,7 @@
 //! Bounded: at most `max_processes` alive at once, pooled and sessions together; a request that
 //! finds none idle and no room waits up to `queue_timeout` for one to come back. A pooled
 //! process that exits is replaced (its requests in flight got an error from
-//! [`Process`](crate::process::Process)); pooled processes beyond `pool_size` idle longer than
+//! [`Process`]); pooled processes beyond `pool_size` idle longer than
 //! `process_idle`, and sessions idle longer than `session_idle`, are stopped.
 
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! - `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` (default) or `http/protobuf`;
 //! - `OTEL_EXPORTER_OTLP_HEADERS`: `name=value,...` sent with every export (a collector's token);
 //! - `OTEL_EXPORTER_OTLP_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`,
-//!   `OTEL_EXPORTER_OTLP_CLIENT_KEY`: TLS to an `https://` collector ([`tls`]);
+//!   `OTEL_EXPORTER_OTLP_CLIENT_KEY`: TLS to an `https://` collector (the private module `tls`);
 //! - `OTEL_EXPORTER_OTLP_TIMEOUT`: milliseconds one export may take (default 10 000);
 //! - `OTEL_TRACES_SAMPLER_ARG`: the ratio of traces kept, 0 to 1 (default 1); a client's
 //!   `traceparent` that says sampled is followed whatever the ratio (parent-based);
@@ -15,9 +15,13 @@
 //! Only spans created under [`SPAN_TARGET`] become traces (requests and the stages that cost
 //! time, never a library's own spans), and the log never shows them. With tracing off no layer
 //! wants them, so creating one costs a check of a cached flag.
+//!
+//! Beside the log, [`start`]: how every binary binds its listeners (a port in use is named with
+//! its flag and address) and ends a start that failed (one line, no backtrace).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod start;
 mod tls;
 
 use opentelemetry::trace::TracerProvider as _;

@@ -195,14 +195,31 @@ mod tests {
         }
     }
 
-    fn dir() -> std::path::PathBuf {
+    /// A directory of its own in the temp dir, removed with what it holds (private keys) when
+    /// the test ends, passed or failed.
+    struct TempDir(std::path::PathBuf);
+
+    impl std::ops::Deref for TempDir {
+        type Target = std::path::Path;
+        fn deref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir() -> TempDir {
         let dir = std::env::temp_dir().join(format!(
             "switchboard-telemetry-tls-{}-{}",
             std::process::id(),
             rand_suffix()
         ));
         std::fs::create_dir_all(&dir).expect("dir");
-        dir
+        TempDir(dir)
     }
 
     fn rand_suffix() -> u64 {

@@ -245,13 +245,9 @@ impl Outgoing<'_> {
             switchboard_core::audit::propagate(request.headers_mut());
         }
         use tracing::Instrument as _;
-        let answered = self
-            .client
-            .inner
-            .request(request)
-            .instrument(span.clone())
-            .await
-            .map_err(|e| classify(&e, self.https))?;
+        let exchange = self.client.inner.request(request).instrument(span.clone());
+        let (answered, asked) = crate::tls::noting_certificate_requests(exchange).await;
+        let answered = answered.map_err(|e| classify(&e, self.https, asked))?;
         let status = answered.status().as_u16();
         span.record("http.response.status_code", i64::from(status));
         switchboard_core::audit::note(|n| n.upstream_status = Some(status));
@@ -260,8 +256,13 @@ impl Outgoing<'_> {
 }
 
 /// What a failed exchange means: the resolver's refusal (which rule, an address, never the
-/// URL), a TLS failure (why), or the kind of failure.
-fn classify(error: &hyper_util::client::legacy::Error, https: bool) -> HttpError {
+/// URL), a TLS failure (why; `asked`: what the server asked of the client certificate during
+/// the handshake), or the kind of failure.
+fn classify(
+    error: &hyper_util::client::legacy::Error,
+    https: bool,
+    asked: crate::tls::CertificateRequest,
+) -> HttpError {
     let cause: &(dyn std::error::Error + 'static) = error;
     let mut source = Some(cause);
     while let Some(cause) = source {
@@ -270,10 +271,17 @@ fn classify(error: &hyper_util::client::legacy::Error, https: bool) -> HttpError
         }
         source = cause.source();
     }
-    if let Some(detail) = crate::tls::failure_in(error) {
+    if let Some(detail) = crate::tls::failure_in(error, asked) {
         return HttpError::Tls(detail);
     }
     if https && crate::tls::hung_up(error) {
+        // A server that asked for the certificate the gateway lacks, then hung up, refused the
+        // handshake without it: said as fact, not as the likely cause.
+        if asked == crate::tls::CertificateRequest::NoneConfigured {
+            return HttpError::Tls(crate::tls::certificate_required_detail(
+                "it closed the connection",
+            ));
+        }
         return HttpError::HungUp;
     }
     if error.is_connect() {
@@ -500,6 +508,118 @@ mod tests {
                 assert!(detail.contains("unknown authority"), "{detail}")
             }
             other => panic!("refused as unknown, got {other:?}"),
+        }
+    }
+
+    /// How a TLS 1.2 server that requires a client certificate answers a client without one.
+    #[derive(Clone, Copy)]
+    enum Refusal {
+        /// A bare `handshake_failure` alert, as OpenSSL (and so most servers) sends.
+        HandshakeFailure,
+        /// The connection closed with no alert.
+        HangUp,
+    }
+
+    /// The `certificate_required` alert record, plaintext (sent before the server's
+    /// ChangeCipherSpec): type 21 (alert), TLS 1.2, 2 bytes, fatal (2), 116.
+    const CERTIFICATE_REQUIRED_RECORD: [u8; 7] = [21, 3, 3, 0, 2, 2, 116];
+
+    /// A TLS 1.2-only server requiring a client certificate (issued by its own CA, which the
+    /// client has none of), refusing a client without one as `refusal` says. rustls's server
+    /// sends `certificate_required` even in TLS 1.2 (an alert TLS 1.2 does not have); OpenSSL
+    /// sends `handshake_failure`. A relay in front of the rustls server makes it answer like
+    /// OpenSSL: it rewrites that one alert record, or closes the connection in its place.
+    async fn tls12_server_requiring_a_client_certificate(
+        refusal: Refusal,
+    ) -> (SocketAddr, CertificateDer<'static>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (ca, serving) = ca_and_leaf("mcp.corp.internal");
+        let (client_ca, _) = ca_and_leaf("clients");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut client_roots = rustls::RootCertStore::empty();
+        client_roots.add(client_ca).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(client_roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_cert_resolver(serving.cert_resolver.clone());
+        let (server, _) = https_server(config, &[b"http/1.1"]).await;
+        let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = relay.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = relay.accept().await {
+                let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = upstream.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = server_read.read(&mut buf).await {
+                        let chunk = &mut buf[..n];
+                        if n == 0 {
+                            break;
+                        }
+                        if let Some(at) = chunk
+                            .windows(CERTIFICATE_REQUIRED_RECORD.len())
+                            .position(|w| w == CERTIFICATE_REQUIRED_RECORD)
+                        {
+                            match refusal {
+                                Refusal::HandshakeFailure => chunk[at + 6] = 40,
+                                Refusal::HangUp => break, // dropping the halves closes it
+                            }
+                        }
+                        if client_write.write_all(chunk).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (address, ca)
+    }
+
+    #[tokio::test]
+    async fn a_tls12_server_that_asked_for_a_client_certificate_is_named_when_it_refuses() {
+        for refusal in [Refusal::HandshakeFailure, Refusal::HangUp] {
+            let (address, ca) = tls12_server_requiring_a_client_certificate(refusal).await;
+            let http = client(&ca, Some("mcp.corp.internal"));
+            match get(&http, address).await {
+                Err(HttpError::Tls(detail)) => assert!(
+                    detail.contains("requires a client certificate (tls.clientCertificate)")
+                        && detail.contains("asked for one"),
+                    "{detail}"
+                ),
+                other => panic!("a named refusal, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hang_up_without_a_certificate_request_is_not_blamed_on_the_certificate() {
+        // The control: a server that asks for nothing and hangs up mid-handshake is still only
+        // "closed the connection" (its likely cause, not a certificate request it never made).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                drop(tcp);
+            }
+        });
+        let (ca, _) = ca_and_leaf("mcp.corp.internal");
+        let http = client(&ca, Some("mcp.corp.internal"));
+        match get(&http, address).await {
+            Err(HttpError::HungUp) => {}
+            other => panic!("a hang-up, got {other:?}"),
         }
     }
 

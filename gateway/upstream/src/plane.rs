@@ -3,7 +3,7 @@
 //! pipeline of one client request to one upstream: resolve the credential, compose the headers,
 //! send, renew a refused gateway-held token once, relay a refused caller credential as the
 //! caller's 401. One deadline covers the whole request, renewals and retries included. The
-//! renew-once rule is written once ([`UpstreamPlane::renewing`]) for calls and listings alike.
+//! renew-once rule is written once (`UpstreamPlane::renewing`) for calls and listings alike.
 
 use crate::identity_keys::KeyFetcher;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use switchboard_protocol::param_headers;
 use switchboard_protocol::{Era, HEADER_MISMATCH};
 
 /// What the gateway keeps about its upstreams. Every part is a cache a replica rebuilds on
-/// demand (invariant 2); [`UpstreamPlane::apply`] forgets servers that left or changed.
+/// demand (invariant 2); [`UpstreamPlane::forget_all_but`] forgets servers that left or changed.
 pub struct UpstreamPlane {
     pub upstreams: Arc<Upstreams>,
     /// Identity providers' signing keys, fetched for the tables this plane serves.

@@ -8,12 +8,22 @@
 //! upstream's `tls.serverName` replaces the URL's host as the name sent in SNI and the name its
 //! certificate must be valid for (`http_client.rs` sets it per client). There is no way to skip
 //! verification.
+//!
+//! A server that requires a client certificate and gets none says so in TLS 1.3
+//! (`certificate_required`), but TLS 1.2 has no such alert: the server ends the handshake with a
+//! bare `handshake_failure` (or hangs up). So the client certificate is offered through
+//! `ClientAuth`, which notes that the server asked for one; an exchange run under
+//! [`noting_certificate_requests`] learns it, and a failed handshake after the server asked for
+//! a certificate the gateway does not have is named for what it is.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use switchboard_core::table::UpstreamRoots;
@@ -41,18 +51,92 @@ pub fn client_config(
     let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
         .build()
         .map_err(|e| rustls::Error::General(e.to_string()))?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
+    let key = match own.and_then(|o| o.client.as_ref()) {
+        Some(identity) => Some(Arc::new(CertifiedKey::from_der(
+            identity.chain.clone(),
+            identity.key.clone_key(),
+            &provider,
+        )?)),
+        None => None,
+    };
+    let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .dangerous()
-        .with_custom_certificate_verifier(verifier);
-    let config = match own.and_then(|o| o.client.as_ref()) {
-        Some(identity) => {
-            builder.with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())?
-        }
-        None => builder.with_no_client_auth(),
-    };
+        .with_custom_certificate_verifier(verifier)
+        .with_client_cert_resolver(Arc::new(ClientAuth { key }));
     // ALPN (h2, then http/1.1) is the connector's to set: it offers what it can speak.
     Ok(config)
+}
+
+/// What a TLS server asked of the gateway's client certificate during an exchange's handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertificateRequest {
+    /// No handshake of the exchange asked for one (or no new connection was made).
+    NotAsked,
+    /// The server asked and the configured certificate was presented.
+    Presented,
+    /// The server asked and there is none configured (`tls.clientCertificate`).
+    NoneConfigured,
+}
+
+tokio::task_local! {
+    /// Where [`ClientAuth`] notes a server's request, while [`noting_certificate_requests`]
+    /// runs an exchange: the handshake of a new connection runs inside the request's future
+    /// (hyper-util's pool polls the connect future within it), so the note reaches the exchange
+    /// that made the connection and no other.
+    static REQUESTED: Arc<AtomicU8>;
+}
+
+/// Runs `exchange` (a request, which may open a connection) and says what a TLS server asked of
+/// the client certificate while it ran.
+pub async fn noting_certificate_requests<F: Future>(
+    exchange: F,
+) -> (F::Output, CertificateRequest) {
+    let noted = Arc::new(AtomicU8::new(CertificateRequest::NotAsked as u8));
+    let output = REQUESTED.scope(noted.clone(), exchange).await;
+    let asked = match noted.load(Ordering::Relaxed) {
+        n if n == CertificateRequest::Presented as u8 => CertificateRequest::Presented,
+        n if n == CertificateRequest::NoneConfigured as u8 => CertificateRequest::NoneConfigured,
+        _ => CertificateRequest::NotAsked,
+    };
+    (output, asked)
+}
+
+/// The client certificate of an upstream's connections (`tls.clientCertificate`, or none),
+/// noting every server's request for one (see the module's docs).
+#[derive(Debug)]
+struct ClientAuth {
+    key: Option<Arc<CertifiedKey>>,
+}
+
+impl ResolvesClientCert for ClientAuth {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        let asked = match self.key {
+            Some(_) => CertificateRequest::Presented,
+            None => CertificateRequest::NoneConfigured,
+        };
+        // Outside a noting exchange (a connection finished in the pool's background) there is
+        // no one to tell.
+        let _ = REQUESTED.try_with(|noted| noted.store(asked as u8, Ordering::Relaxed));
+        self.key.clone()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.key.is_some()
+    }
+}
+
+/// What a failed handshake means when the server asked for a client certificate and there was
+/// none to give: the server refused to go on without (TLS 1.2's `handshake_failure`, or a
+/// hang-up), whatever the alert says.
+pub fn certificate_required_detail(what_happened: &str) -> String {
+    format!(
+        "TLS: the upstream requires a client certificate (tls.clientCertificate): it asked for one during the handshake, none is configured, and it ended the handshake ({what_happened})"
+    )
 }
 
 /// Certificates of the file `SSL_CERT_FILE` names, read once per process start and kept: the
@@ -175,11 +259,20 @@ fn causes(error: Cause<'_>) -> impl Iterator<Item = Cause<'_>> {
     })
 }
 
-/// The TLS failure in an error's chain of causes, described.
-pub fn failure_in(error: Cause<'_>) -> Option<String> {
-    causes(error)
-        .find_map(|cause| cause.downcast_ref::<rustls::Error>())
-        .map(describe)
+/// The TLS failure in an error's chain of causes, described; `asked`: what the server asked of
+/// the client certificate before it (a server's alert after asking for a certificate the
+/// gateway does not have is that certificate's absence).
+pub fn failure_in(error: Cause<'_>, asked: CertificateRequest) -> Option<String> {
+    let failure = causes(error).find_map(|cause| cause.downcast_ref::<rustls::Error>())?;
+    Some(match failure {
+        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired) => {
+            describe(failure)
+        }
+        rustls::Error::AlertReceived(_) if asked == CertificateRequest::NoneConfigured => {
+            certificate_required_detail(&failure.to_string())
+        }
+        other => describe(other),
+    })
 }
 
 /// Whether an exchange ended because the peer hung up (end of stream or reset) without a TLS
@@ -230,8 +323,27 @@ mod tests {
             Error::InvalidCertificate(CertificateError::UnknownIssuer),
         );
         let io = std::io::Error::other(inner);
-        assert_eq!(failure_in(&io), Some(unknown));
-        assert_eq!(failure_in(&std::io::Error::other("plain")), None);
+        assert_eq!(failure_in(&io, CertificateRequest::NotAsked), Some(unknown));
+        assert_eq!(
+            failure_in(
+                &std::io::Error::other("plain"),
+                CertificateRequest::NoneConfigured
+            ),
+            None
+        );
+        // TLS 1.2's bare handshake_failure: named by what the server asked before it.
+        let failure = Error::AlertReceived(AlertDescription::HandshakeFailure);
+        let bare = std::io::Error::new(std::io::ErrorKind::InvalidData, failure.clone());
+        let named = failure_in(&bare, CertificateRequest::NoneConfigured).unwrap();
+        assert!(
+            named.contains("requires a client certificate (tls.clientCertificate)")
+                && named.contains("HandshakeFailure"),
+            "{named}"
+        );
+        for asked in [CertificateRequest::NotAsked, CertificateRequest::Presented] {
+            let plain = failure_in(&bare, asked).unwrap();
+            assert!(!plain.contains("requires a client certificate"), "{plain}");
+        }
     }
 
     #[test]

@@ -184,6 +184,27 @@ pub(super) struct Handoff {
     body: String,
 }
 
+/// The hand-off route of the replica reached at `address` (its advertised URL).
+fn handoff_url(address: &str) -> Result<url::Url, url::ParseError> {
+    url::Url::parse(&format!("{address}/mcp-internal/exchange"))
+}
+
+/// Whether an answer to a hand-off came from something that does not serve the route: a 404
+/// that is not JSON. Every answer of the route itself is JSON-RPC (a 404 among them carries a
+/// JSON body), an event stream, or its refusal of an unsealed message (403); a replica whose
+/// `--advertise-url` names its client listener, where the route is not served, answers a bare
+/// 404, and so would any other server the URL names.
+fn not_a_handoff_route(status: http::StatusCode, content_type: Option<&HeaderValue>) -> bool {
+    status == http::StatusCode::NOT_FOUND
+        && !content_type
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/json"))
+}
+
+/// What the client is told when the holder's advertised address has no hand-off route: the
+/// message can never reach it, so it is said at once rather than left to the call's timeout.
+const MISADVERTISED: &str = "the gateway replica holding this exchange advertises an address where the replica hand-off route is not served (its --advertise-url must name its internal listener, not its client listener); repeat the call";
+
 /// Hands a client's message about an exchange to the replica that holds it (named by the
 /// sealed route), and relays that replica's answer.
 pub(super) async fn pass_to_holder(
@@ -215,10 +236,7 @@ pub(super) async fn pass_to_holder(
         TokenKind::Handoff,
         &serde_json::to_vec(&handoff).unwrap_or_default(),
     );
-    let (Ok(http), Ok(url)) = (
-        cx.upstream.upstreams.http(),
-        url::Url::parse(&format!("{}/mcp-internal/exchange", route.address)),
-    ) else {
+    let (Ok(http), Ok(url)) = (cx.upstream.upstreams.http(), handoff_url(&route.address)) else {
         return unreachable();
     };
     let send = http
@@ -230,11 +248,72 @@ pub(super) async fn pass_to_holder(
     };
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    if not_a_handoff_route(status, content_type.as_ref()) {
+        tracing::error!(
+            holder = %route.address,
+            "the replica holding an exchange advertises an address that answers 404 for the \
+             hand-off route (/mcp-internal/exchange): its --advertise-url names a listener that \
+             does not serve the route, likely its client listener; it must name its internal \
+             listener (--internal-listen)"
+        );
+        return jsonrpc_error_response(
+            &Value::Null,
+            &GatewayError::UpstreamUnavailable {
+                server: "switchboard".into(),
+                detail: MISADVERTISED.into(),
+            },
+        );
+    }
     let mut out = (status, axum::body::Body::new(response.into_body())).into_response();
     if let Some(ct) = content_type {
         out.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
     out
+}
+
+/// Checks, once at start, that this replica's advertised address (`--advertise-url`) reaches a
+/// hand-off route: it sends the route an unsealed message, which the route refuses (403). A URL
+/// that names the client listener instead (the two listeners' ports confused) gets a warning
+/// naming the flag, and so does one this replica cannot reach: either way every message another
+/// replica hands to this one would fail.
+pub async fn check_advertised_address(cx: &McpContext) {
+    let address = cx.exchanges.address().to_string();
+    let checked = match (cx.upstream.upstreams.http(), handoff_url(&address)) {
+        (Ok(http), Ok(url)) => {
+            let send = http.post(&url).body("application/octet-stream", "").send();
+            match tokio::time::timeout(HANDOFF_TIMEOUT, send).await {
+                Ok(Ok(answer)) => Ok((
+                    answer.status(),
+                    answer.headers().get(header::CONTENT_TYPE).cloned(),
+                )),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {}s", HANDOFF_TIMEOUT.as_secs())),
+            }
+        }
+        (Err(e), _) => Err(e),
+        (_, Err(e)) => Err(e.to_string()),
+    };
+    match checked {
+        Ok((status, content_type)) if not_a_handoff_route(status, content_type.as_ref()) => {
+            tracing::warn!(
+                advertise_url = %address,
+                "--advertise-url names a listener that answers 404 for the replica hand-off \
+                 route (/mcp-internal/exchange), likely this replica's client listener: other \
+                 replicas cannot hand a client's reply or retry to this one (the client gets an \
+                 error); name the internal listener (--internal-listen) instead"
+            );
+        }
+        Ok(_) => tracing::info!(
+            advertise_url = %address,
+            "--advertise-url reaches a replica hand-off route"
+        ),
+        Err(why) => tracing::warn!(
+            advertise_url = %address,
+            error = %why,
+            "--advertise-url is not reachable from this replica: other replicas may not be able \
+             to hand a client's reply or retry to this one"
+        ),
+    }
 }
 
 /// `POST /mcp-internal/exchange`: another replica passing on a client's message about an

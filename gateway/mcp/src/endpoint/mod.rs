@@ -15,7 +15,7 @@ mod message;
 mod modern;
 mod replies;
 
-pub use input::internal_exchange;
+pub use input::{check_advertised_address, internal_exchange};
 pub use message::{Incoming, parse_message};
 
 use std::sync::Arc;
