@@ -122,7 +122,12 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
     let request_id = audit::request_id(headers.get(REQUEST_ID));
     let mut trace_id = audit::trace_id(headers.get(TRACEPARENT));
     let span = if switchboard_telemetry::sampled(headers.get(TRACEPARENT).map(|v| v.as_bytes())) {
-        let span = request_span(request.method(), endpoint, path, &request_id);
+        let span = switchboard_core::request_span::start(
+            request.method(),
+            route_of(path),
+            path,
+            &request_id,
+        );
         trace_id = Some(audit::continue_trace(&span, headers));
         span
     } else {
@@ -167,36 +172,6 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
     }
 }
 
-/// A client request's span: the fields its record fills in at the end (MCP and GenAI semantic
-/// conventions where they name one).
-fn request_span(
-    method: &axum::http::Method,
-    endpoint: &'static str,
-    path: &str,
-    request_id: &str,
-) -> tracing::Span {
-    use tracing::field::Empty;
-    tracing::info_span!(
-        target: switchboard_telemetry::SPAN_TARGET,
-        "request",
-        otel.name = %format_args!("{method} {endpoint}"),
-        otel.kind = "server",
-        http.request.method = %method,
-        url.path = %audit::name(path),
-        switchboard.request_id = %request_id,
-        http.response.status_code = Empty,
-        switchboard.outcome = Empty,
-        switchboard.caller = Empty,
-        switchboard.server = Empty,
-        mcp.method.name = Empty,
-        gen_ai.tool.name = Empty,
-        gen_ai.request.model = Empty,
-        gen_ai.usage.input_tokens = Empty,
-        gen_ai.usage.output_tokens = Empty,
-        rpc.jsonrpc.error_code = Empty,
-    )
-}
-
 const REQUEST_ID: &str = "x-request-id";
 const TRACEPARENT: &str = "traceparent";
 
@@ -213,6 +188,42 @@ fn endpoint_of(path: &str) -> &'static str {
         p if p.starts_with("/oauth/") => "oauth",
         p if p.starts_with("/.well-known/") => "metadata",
         _ => "other",
+    }
+}
+
+/// The route a path matched, as the router names it (a span's `http.route`); `None` for a path
+/// no route serves.
+fn route_of(path: &str) -> Option<&'static str> {
+    const ROUTES: [&str; 16] = [
+        "/mcp",
+        "/mcp-rest/tools/list",
+        "/mcp-rest/tools/call",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource/mcp-rest",
+        "/.well-known/oauth-protected-resource/v1",
+        "/.well-known/oauth-authorization-server",
+        "/oauth/register",
+        "/oauth/authorize",
+        "/oauth/consent",
+        "/oauth/callback",
+        "/oauth/token",
+    ];
+    let one_segment = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+    };
+    if let Some(route) = ROUTES.iter().find(|r| **r == path) {
+        Some(route)
+    } else if one_segment("/mcp/") {
+        Some("/mcp/{prefix}")
+    } else if one_segment("/.well-known/oauth-protected-resource/mcp/") {
+        Some("/.well-known/oauth-protected-resource/mcp/{prefix}")
+    } else {
+        None
     }
 }
 
@@ -499,5 +510,20 @@ mod tests {
         let allowed = vec!["switchboard-gateway.ns.svc".to_string()];
         assert!(matches_allowed("switchboard-gateway.ns.svc:8080", &allowed));
         assert!(!matches_allowed("other.svc", &allowed));
+    }
+
+    #[test]
+    fn a_span_names_the_route_a_path_matched_never_the_path() {
+        assert_eq!(route_of("/mcp"), Some("/mcp"));
+        assert_eq!(route_of("/mcp/github"), Some("/mcp/{prefix}"));
+        assert_eq!(route_of("/v1/messages"), Some("/v1/messages"));
+        assert_eq!(
+            route_of("/.well-known/oauth-protected-resource/mcp/github"),
+            Some("/.well-known/oauth-protected-resource/mcp/{prefix}")
+        );
+        // Paths no route serves name no route (a prefix would let any path be a span name).
+        for unknown in ["/mcp/a/b", "/mcp/", "/v1/other", "/anything"] {
+            assert_eq!(route_of(unknown), None, "{unknown}");
+        }
     }
 }

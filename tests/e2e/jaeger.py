@@ -68,10 +68,23 @@ def binary() -> Path:
     return path
 
 
-def config(otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int, tls: dict | None = None) -> dict:
+def config(
+    otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int, tls: dict | None = None, badger: Path | None = None
+) -> dict:
     """The collector config: OTLP in, memory storage, the query API; every listener on loopback.
     `tls` (the collector's `cert_file`, `key_file` and, for mTLS, `client_ca_file`): both OTLP
-    receivers serve TLS with it."""
+    receivers serve TLS with it. `badger`: Badger storage in that directory instead of memory
+    (its search reads a span's ERROR status as the tag `error=true`, as the Jaeger UI's error
+    search asks; the memory store of this Jaeger version compares the tag's text with a boolean
+    and finds nothing)."""
+    backend: dict[str, Any] = {"memory": {"max_traces": 100000}}
+    if badger is not None:
+        backend = {
+            "badger": {
+                "directories": {"keys": str(badger / "keys"), "values": str(badger / "values")},
+                "ephemeral": False,
+            }
+        }
     grpc: dict[str, Any] = {"endpoint": f"127.0.0.1:{otlp_grpc}"}
     http: dict[str, Any] = {"endpoint": f"127.0.0.1:{otlp_http}"}
     if tls:
@@ -91,7 +104,7 @@ def config(otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int, tls
             },
         },
         "extensions": {
-            "jaeger_storage": {"backends": {"memstore": {"memory": {"max_traces": 100000}}}},
+            "jaeger_storage": {"backends": {"memstore": backend}},
             "jaeger_query": {
                 "storage": {"traces": "memstore"},
                 # On by default in v2: it would export the query service's own spans over OTLP
@@ -421,10 +434,11 @@ def _accepts(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start(logdir: Path, tls: dict | None = None) -> Jaeger:
+def start(logdir: Path, tls: dict | None = None, badger: bool = False) -> Jaeger:
     """Builds (once) and starts Jaeger; returns when the query API answers and both OTLP ports
     accept connections. A port taken between picking and binding is retried with new ports.
-    `tls`: the OTLP receivers serve TLS (see `config`)."""
+    `tls`: the OTLP receivers serve TLS; `badger`: Badger storage under `logdir` (see
+    `config`)."""
     path = binary()
     logdir.mkdir(parents=True, exist_ok=True)
     # The collector reads no OTEL_* variables in this config; keep them from reaching it anyway.
@@ -437,7 +451,8 @@ def start(logdir: Path, tls: dict | None = None) -> Jaeger:
             if port not in ports.values():
                 ports[("otlp_grpc", "otlp_http", "query_http", "query_grpc")[len(ports)]] = port
         config_path = logdir / f"jaeger-{attempt}.yaml"
-        config_path.write_text(yaml.safe_dump(config(**ports, tls=tls), sort_keys=False))
+        store = logdir / f"badger-{attempt}" if badger else None
+        config_path.write_text(yaml.safe_dump(config(**ports, tls=tls, badger=store), sort_keys=False))
         log = logdir / f"jaeger-{attempt}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(

@@ -110,6 +110,17 @@ pub struct Noted {
     /// The request body's length, as read.
     #[serde(skip)]
     pub bytes_in: u64,
+    /// For the request's span only (see [`crate::request_span`]): the client's JSON-RPC id
+    /// (as text, capped like a name), the MCP revision it speaks, its legacy session's tag,
+    /// and whether a tool's result said `isError`.
+    #[serde(skip)]
+    pub rpc_id: Option<String>,
+    #[serde(skip)]
+    pub protocol_version: Option<&'static str>,
+    #[serde(skip)]
+    pub session_tag: Option<u64>,
+    #[serde(skip)]
+    pub tool_error: bool,
 }
 
 /// One request's record as written.
@@ -198,32 +209,13 @@ impl Slot {
     pub fn finish(&self, status: u16, bytes_out: u64, log: Option<&AuditLog>, metrics: &Metrics) {
         let Ok(noted) = self.noted.lock() else { return };
         let outcome = noted.outcome.unwrap_or(outcome_of_status(status));
-        let span = &self.arrival.span;
-        if !span.is_disabled() {
-            span.record("http.response.status_code", i64::from(status));
-            span.record("switchboard.outcome", outcome);
-            if let Some(c) = &noted.caller {
-                span.record("switchboard.caller", c.key.as_str());
-            }
-            for (field, value) in [
-                ("switchboard.server", &noted.server),
-                ("mcp.method.name", &noted.rpc_method),
-                ("gen_ai.tool.name", &noted.tool),
-                ("gen_ai.request.model", &noted.model),
-            ] {
-                if let Some(v) = value {
-                    span.record(field, v.as_str());
-                }
-            }
-            if let Some(t) = noted.tokens {
-                // (i64: unsigned values reach the exporter as strings)
-                span.record("gen_ai.usage.input_tokens", t.input as i64);
-                span.record("gen_ai.usage.output_tokens", t.output as i64);
-            }
-            if let Some(code) = noted.rpc_error_code {
-                span.record("rpc.jsonrpc.error_code", code);
-            }
-        }
+        crate::request_span::finish(
+            &self.arrival.span,
+            self.arrival.endpoint,
+            &noted,
+            status,
+            outcome,
+        );
         let tokens = noted.tokens.unwrap_or_default();
         metrics.usage(&UsageFigures {
             endpoint: self.arrival.endpoint,

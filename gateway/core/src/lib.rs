@@ -12,7 +12,8 @@
 //! - [`errors`]: the client-facing error and its one mapping to HTTP, REST and JSON-RPC.
 //! - [`limits`]: per-key and per-server request limits. [`metrics`]: every metric the gateway
 //!   exports. [`session`]: sealing legacy sessions and the other ids clients hold.
-//! - [`audit`]: the audit record of a request, noted into by the layers it passes.
+//! - [`audit`]: the audit record of a request, noted into by the layers it passes;
+//!   [`request_span`]: what the request's trace span says when its answer ends.
 //! - `workload_identity`: ServiceAccount tokens verified offline.
 //! - [`credentials`], [`address_policy`]: composing a server's upstream headers; which upstream
 //!   addresses a server may reach.
@@ -29,6 +30,7 @@ pub mod live;
 pub mod metrics;
 pub mod people;
 pub mod remembered_tokens;
+pub mod request_span;
 pub mod route;
 pub mod scope;
 pub mod server;

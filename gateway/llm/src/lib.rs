@@ -9,7 +9,8 @@
 //!   `anthropic`, `openai`: what the loop needs of each format.
 //! - `run`: the loop, answered whole; `stream`: the loop, streamed.
 //! - `carry`: hidden tools' work, sealed into ids the client echoes back.
-//! - `provider`: the calls to the provider; `record`: a request's metrics and log line.
+//! - `provider`: the calls to the provider; `model_span`: each call's GenAI trace span;
+//!   `record`: a request's metrics and log line.
 //! - [`context`]: what the handlers need of the gateway.
 //!
 //! (Modules this crate keeps to itself are named in code spans, not linked: the crate's public
@@ -20,6 +21,7 @@ mod carry;
 pub mod context;
 pub mod errors;
 pub mod format;
+mod model_span;
 mod openai;
 mod provider;
 mod record;

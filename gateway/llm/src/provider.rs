@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::errors::LlmError;
+use crate::model_span::ModelCall;
 use switchboard_core::table::Model;
 use switchboard_upstream::http_client::{self, HttpClient, HttpError, HttpResponse};
 
@@ -64,32 +65,44 @@ impl<'a> Provider<'a> {
         }
     }
 
-    /// Posts `body` to `url` (one of the model's endpoints), bounded by `deadline`.
+    /// Posts `body` to `url` (one of the model's endpoints), bounded by `deadline`, as `call`
+    /// (whose span is the HTTP exchange's parent, and fails with a refusal or no answer).
     pub async fn post(
         &self,
         url: &url::Url,
         body: Vec<u8>,
         deadline: Instant,
+        call: &mut ModelCall,
     ) -> Result<HttpResponse, LlmError> {
-        let http = self
-            .http
-            .as_ref()
-            .map_err(|detail| LlmError::ProviderUnavailable {
-                model: self.model.id().to_string(),
-                detail: detail.clone(),
-            })?;
-        let mut request = http
-            .post(url)
-            .headers(self.headers.clone())
-            .body("application/json", body);
-        if let Some((name, value)) = &self.model.credential {
-            request = request.header(name.clone(), value.clone());
+        let sent = async {
+            let http = self
+                .http
+                .as_ref()
+                .map_err(|detail| LlmError::ProviderUnavailable {
+                    model: self.model.id().to_string(),
+                    detail: detail.clone(),
+                })?;
+            let mut request = http
+                .post(url)
+                .headers(self.headers.clone())
+                .body("application/json", body);
+            if let Some((name, value)) = &self.model.credential {
+                request = request.header(name.clone(), value.clone());
+            }
+            match tokio::time::timeout_at(deadline, request.send()).await {
+                Err(_) => Err(self.timeout()),
+                Ok(Err(e)) => Err(self.unavailable(e)),
+                Ok(Ok(response)) => Ok(response),
+            }
+        };
+        use tracing::Instrument as _;
+        let sent = sent.instrument(call.span().clone()).await;
+        match &sent {
+            Err(e) => call.failed(e),
+            Ok(response) if response.status().as_u16() >= 400 => call.refused(response.status()),
+            Ok(_) => {}
         }
-        match tokio::time::timeout_at(deadline, request.send()).await {
-            Err(_) => Err(self.timeout()),
-            Ok(Err(e)) => Err(self.unavailable(e)),
-            Ok(Ok(response)) => Ok(response),
-        }
+        sent
     }
 
     /// A failed exchange, named by cause (a refused certificate says why), never by URL.
@@ -107,14 +120,22 @@ impl<'a> Provider<'a> {
         }
     }
 
-    /// Reads an answer whole, to relay it as it is (a refusal, or a pass-through answer).
+    /// Reads an answer whole, to relay it as it is (a refusal, or a pass-through answer); a
+    /// body that cannot be read fails `call`.
     pub async fn read_whole(
         &self,
         response: HttpResponse,
         deadline: Instant,
+        call: &mut ModelCall,
     ) -> Result<Answer, LlmError> {
         let status = response.status();
-        let (headers, body) = self.read(response, deadline).await?;
+        // Read inside the call's span: a span ends when it was last entered.
+        use tracing::Instrument as _;
+        let (headers, body) = self
+            .read(response, deadline)
+            .instrument(call.span().clone())
+            .await
+            .inspect_err(|e| call.failed(e))?;
         Ok(Answer {
             status,
             headers,
@@ -170,8 +191,14 @@ pub fn relay_bytes(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Resp
     response
 }
 
-/// A provider answer relayed as it arrives (a pass-through stream), bounded by `deadline`.
-pub fn relay_streaming(response: HttpResponse, deadline: Instant, model: String) -> Response {
+/// A provider answer relayed as it arrives (a pass-through stream), bounded by `deadline`;
+/// `call` lasts as long as the stream (whose usage the gateway does not read).
+pub fn relay_streaming(
+    response: HttpResponse,
+    deadline: Instant,
+    model: String,
+    call: ModelCall,
+) -> Response {
     let status = response.status();
     let headers = response.headers().clone();
     let body = http_client::byte_stream(response).map(move |chunk| {
@@ -182,7 +209,7 @@ pub fn relay_streaming(response: HttpResponse, deadline: Instant, model: String)
         }
         chunk.map_err(|_| std::io::Error::other("the provider's stream broke"))
     });
-    let body = Body::from_stream(TimeBounded::new(body, deadline));
+    let body = Body::from_stream(TimeBounded::new(body, deadline, call));
     let mut out = (status, body).into_response();
     copy_answer_headers(&headers, out.headers_mut());
     out
@@ -196,17 +223,20 @@ fn copy_answer_headers(from: &HeaderMap, to: &mut HeaderMap) {
     }
 }
 
-/// Ends a relayed stream at its deadline even when the provider goes silent.
+/// Ends a relayed stream at its deadline even when the provider goes silent; a stream that
+/// ends in an error fails the model call's span.
 struct TimeBounded<S> {
     inner: S,
     sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    call: ModelCall,
 }
 
 impl<S> TimeBounded<S> {
-    fn new(inner: S, deadline: Instant) -> Self {
+    fn new(inner: S, deadline: Instant, call: ModelCall) -> Self {
         TimeBounded {
             inner,
             sleep: Box::pin(tokio::time::sleep_until(deadline)),
+            call,
         }
     }
 }
@@ -221,12 +251,22 @@ where
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        if self.sleep.as_mut().poll(cx).is_ready() {
-            return std::task::Poll::Ready(Some(Err(std::io::Error::other(
+        // Polled inside the call's span: a span ends when it was last entered.
+        let span = self.call.span().clone();
+        let _inside = span.enter();
+        let polled = if self.sleep.as_mut().poll(cx).is_ready() {
+            std::task::Poll::Ready(Some(Err(std::io::Error::other(
                 "the model did not finish within its timeout",
-            ))));
+            ))))
+        } else {
+            self.inner.poll_next_unpin(cx)
+        };
+        if let std::task::Poll::Ready(Some(Err(e))) = &polled {
+            let detail = e.to_string();
+            self.call
+                .stream_failed("provider_stream_broken", Some(detail));
         }
-        self.inner.poll_next_unpin(cx)
+        polled
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::context::LlmContext;
 use crate::errors::LlmError;
 use crate::format::Format;
+use crate::model_span::ModelCall;
 use crate::provider::{self, Provider};
 use crate::record::{provider_outcome, record};
 use crate::run::{self, Prepared, Tally, key_tag};
@@ -236,23 +237,28 @@ async fn serve(
 /// No gateway tool runs: one provider call, relayed as it comes (a stream stays a stream).
 async fn pass_through(prepared: Prepared, tally: &mut Tally) -> Result<Response, LlmError> {
     let provider = prepared.provider();
+    let mut call = prepared.model_call();
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
-    let response = provider.post(&prepared.endpoint, body, deadline).await?;
+    let response = provider
+        .post(&prepared.endpoint, body, deadline, &mut call)
+        .await?;
     tally.model_calls += 1;
     if prepared.stream && response.status().is_success() {
         return Ok(provider::relay_streaming(
             response,
             deadline,
             prepared.model.id().to_string(),
+            call,
         ));
     }
     // Relayed as sent (status, headers such as request-id and rate limits, body bytes); read
     // only for the usage the metrics count.
-    let answer = provider.read_whole(response, deadline).await?;
+    let answer = provider.read_whole(response, deadline, &mut call).await?;
     if answer.status.is_success()
         && let Some(value) = answer.json()
     {
+        call.answered(&value);
         tally.usage += prepared.format.usage(&value);
     }
     Ok(answer.into_response())
@@ -277,15 +283,18 @@ pub async fn count_tokens(
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let mut body = prepared.body.clone();
     body.remove("stream");
+    // Counting tokens is no chat: its HTTP exchange is traced under the request alone.
+    let mut call = ModelCall::none(format);
     let result = async {
         let response = provider
             .post(
                 &url,
                 serde_json::to_vec(&body).unwrap_or_default(),
                 deadline,
+                &mut call,
             )
             .await?;
-        provider.read_whole(response, deadline).await
+        provider.read_whole(response, deadline, &mut call).await
     }
     .await;
     match result {

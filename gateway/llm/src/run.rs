@@ -14,6 +14,7 @@ use crate::carry::Carry;
 use crate::context::LlmContext;
 use crate::errors::LlmError;
 use crate::format::Format;
+use crate::model_span::ModelCall;
 use crate::provider::Provider;
 use crate::toolset::ToolSet;
 use crate::turn::{Call, Executed, Outcome, Usage};
@@ -44,6 +45,11 @@ impl Prepared {
             &self.model,
             &self.client_headers,
         )
+    }
+
+    /// The span of a chat call with the body as it now is ([`ModelCall`]).
+    pub fn model_call(&self) -> ModelCall {
+        ModelCall::chat(&self.model, self.format, &self.body)
     }
 
     /// Seals a record for this caller's key.
@@ -228,18 +234,26 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
     let max = prepared.model.spec.max_iterations;
     for iteration in 1..=max {
         let provider = prepared.provider();
+        let mut call = prepared.model_call();
         let deadline = Instant::now() + prepared.model.spec.timeout;
         let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
-        let response = provider.post(&prepared.endpoint, body, deadline).await?;
+        let response = provider
+            .post(&prepared.endpoint, body, deadline, &mut call)
+            .await?;
         tally.model_calls += 1;
-        let answer = provider.read_whole(response, deadline).await?;
+        let answer = provider.read_whole(response, deadline, &mut call).await?;
         if !answer.status.is_success() {
             return Ok(answer.into_response());
         }
-        let response = answer.json().ok_or_else(|| LlmError::ProviderUnavailable {
-            model: prepared.model.id().to_string(),
-            detail: "answered with a body that is not a JSON object".into(),
+        let response = answer.json().ok_or_else(|| {
+            let e = LlmError::ProviderUnavailable {
+                model: prepared.model.id().to_string(),
+                detail: "answered with a body that is not a JSON object".into(),
+            };
+            call.failed(&e);
+            e
         })?;
+        call.answered(&response);
         tally.usage += format.usage(&response);
         let mut response = response;
         if !format.stopped_for_tools(&response) {

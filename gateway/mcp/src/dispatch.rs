@@ -87,6 +87,21 @@ pub enum Answer {
     Stream(Box<Relay>),
 }
 
+impl Answer {
+    /// Whether a `tools/call` answer is a result that says `isError` (a stream tells its own,
+    /// in the relay).
+    pub fn is_tool_error(&self) -> bool {
+        match self {
+            Answer::Json(result) => result.get("isError") == Some(&Value::Bool(true)),
+            Answer::Raw(result) | Answer::Relayed { result, .. } => {
+                switchboard_protocol::jsonrpc::is_tool_error(result.get())
+            }
+            Answer::ForLegacy(text) => switchboard_protocol::jsonrpc::is_tool_error(text),
+            Answer::Stream(_) => false,
+        }
+    }
+}
+
 pub(crate) async fn aggregate_method(
     cx: &McpContext,
     caller: &Caller,

@@ -37,6 +37,7 @@ use crate::context::McpContext;
 use crate::event_stream::event_stream;
 use crate::exchange::{ExchangeRoute, InputReply, PausedRelay, Pending};
 use crate::listen::tag_subscription;
+use switchboard_core::audit;
 use switchboard_core::errors::GatewayError;
 use switchboard_core::route::prefix_task_id;
 use switchboard_core::scope::Caller;
@@ -143,6 +144,8 @@ pub fn sse_response(relay: Relay, client: Client) -> Response {
         done: false,
         awaiting: None,
         rounds: 0,
+        // (The stream is polled by the connection, outside the request's scope.)
+        slot: audit::current(),
     };
     let events = futures_util::stream::unfold(state, |mut state| async move {
         let bytes = state.next_frame().await?;
@@ -172,6 +175,9 @@ struct RelayState {
     awaiting: Option<Awaiting>,
     /// Input rounds so far (an upstream that keeps asking is cut off).
     rounds: u32,
+    /// The client request's audit slot: how the stream's call ended goes into its record and
+    /// span.
+    slot: Option<Arc<audit::Slot>>,
 }
 
 /// Most input rounds one call may take.
@@ -372,6 +378,7 @@ impl RelayState {
             return frames;
         }
         self.done = true;
+        self.note_answer(&message, true);
         let modern = self.client.era == Era::Rev2026;
         let prefix = self
             .relay
@@ -550,13 +557,47 @@ impl RelayState {
     fn error_answer(&mut self, error: Value) -> Bytes {
         self.done = true;
         let message = json!({"jsonrpc": "2.0", "id": self.client.id, "error": error});
+        if let Value::Object(message) = &message {
+            // (Not the upstream call's answer: its span was told by whoever failed it.)
+            self.note_answer(message, false);
+        }
         SseEvent::message(message.to_string()).encode()
     }
 
     /// Ends the stream with the gateway's error for the client's request.
     fn fail(&mut self, error: GatewayError) -> Bytes {
         tracing::info!(server = self.relay.server.id(), error = %error, "relayed stream failed");
+        if let Some(stream) = &self.relay.stream {
+            stream.trace_failure(error.outcome(), error.to_string());
+        }
         self.error_answer(error.jsonrpc_error())
+    }
+
+    /// The answer that ends the stream (the response message the client gets): an error's
+    /// code, or a tool's `isError`, goes into the request's record and span, and into the
+    /// upstream call's span when it is the `upstream`'s own answer.
+    fn note_answer(&self, message: &Map<String, Value>, upstream: bool) {
+        let method = self
+            .relay
+            .upstream_request
+            .as_ref()
+            .map_or("", |r| r.method.as_str());
+        if upstream && let Some(stream) = &self.relay.stream {
+            stream.trace_answer(method, message);
+        }
+        let Some(slot) = &self.slot else { return };
+        let code = message
+            .get("error")
+            .and_then(|e| e.get("code"))
+            .and_then(Value::as_i64);
+        let tool_error = method == "tools/call"
+            && message.get("result").and_then(|r| r.get("isError")) == Some(&Value::Bool(true));
+        slot.note(|n| {
+            if code.is_some() {
+                n.rpc_error_code = code;
+            }
+            n.tool_error |= tool_error;
+        });
     }
 }
 

@@ -226,6 +226,17 @@ pub fn raw_response(content_type: &str, body: &[u8]) -> Option<RawResponse> {
     serde_json::from_slice(body).ok()
 }
 
+/// Whether a `tools/call` result (its JSON text) says `isError: true`: the tool failed. Read
+/// without building the result (its content is skipped, never kept).
+pub fn is_tool_error(result: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Flag {
+        #[serde(rename = "isError", default)]
+        is_error: Option<Value>,
+    }
+    serde_json::from_str::<Flag>(result).is_ok_and(|flag| flag.is_error == Some(Value::Bool(true)))
+}
+
 /// The JSON-RPC response in a body, whichever way the upstream framed it.
 pub fn response_from_body(content_type: &str, body: &[u8], id: &Value) -> Option<Value> {
     if content_type.starts_with("text/event-stream") {
@@ -280,6 +291,22 @@ fn flush(data: &mut String, out: &mut Vec<Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_error_is_read_from_the_result_alone() {
+        assert!(is_tool_error(
+            r#"{"content":[{"type":"text","text":"isError: true"}],"isError":true}"#
+        ));
+        for ok in [
+            r#"{"content":[{"type":"text","text":"\"isError\":true"}]}"#,
+            r#"{"content":[],"isError":false}"#,
+            r#"{"isError":"true"}"#,
+            r#"{}"#,
+            "not json",
+        ] {
+            assert!(!is_tool_error(ok), "{ok}");
+        }
+    }
 
     #[test]
     fn a_legacy_body_leaves_out_the_2026_reserved_meta_and_keeps_the_rest() {

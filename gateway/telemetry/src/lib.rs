@@ -12,6 +12,9 @@
 //!   `traceparent` that says sampled is followed whatever the ratio (parent-based);
 //! - `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`: the resource.
 //!
+//! [`span`] names a span once its work is read and marks it failed, as the OpenTelemetry
+//! conventions ask (docs/audit.md, "Traces").
+//!
 //! Only spans created under [`SPAN_TARGET`] become traces (requests and the stages that cost
 //! time, never a library's own spans), and the log never shows them. With tracing off no layer
 //! wants them, so creating one costs a check of a cached flag.
@@ -21,6 +24,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod span;
 pub mod start;
 mod tls;
 

@@ -879,6 +879,7 @@ impl SentReply {
             decoder: SseDecoder::new(MAX_UPSTREAM_BODY),
             cancel,
             admission: None,
+            span: tracing::Span::none(),
         }
     }
 }
@@ -931,6 +932,8 @@ pub struct UpstreamStream {
     cancel: Option<Canceller>,
     /// The server's concurrency slot, held until the stream ends (see [`switchboard_core::limits`]).
     admission: Option<switchboard_core::limits::LimitPermit>,
+    /// The call's client span ([`crate::call_span`]), open until the stream ends.
+    span: tracing::Span,
 }
 
 impl std::fmt::Debug for UpstreamStream {
@@ -950,6 +953,13 @@ impl UpstreamStream {
 
     /// The next event, `None` when the upstream ended the stream.
     pub async fn next_event(&mut self, server: &str) -> Result<Option<SseEvent>, UpstreamError> {
+        // Read inside the call's span: a span ends when it was last entered.
+        use tracing::Instrument as _;
+        let span = self.span.clone();
+        self.read_event(server).instrument(span).await
+    }
+
+    async fn read_event(&mut self, server: &str) -> Result<Option<SseEvent>, UpstreamError> {
         use futures_util::StreamExt;
         let broken = |detail: String| UpstreamError::Unavailable {
             server: server.to_string(),
@@ -983,6 +993,22 @@ impl UpstreamStream {
     /// The upstream answered: nothing is left to cancel.
     pub fn answered(&mut self) {
         self.cancel = None;
+    }
+
+    /// Keeps the call's span open for as long as the stream lives.
+    pub(crate) fn trace(&mut self, span: tracing::Span) {
+        self.span = span;
+    }
+
+    /// The answer (the response message) of a `method` call this stream carried: an error, or
+    /// a tool's `isError`, marks the call's span failed.
+    pub fn trace_answer(&self, method: &str, message: &serde_json::Map<String, Value>) {
+        crate::call_span::answered(&self.span, method, message);
+    }
+
+    /// The stream ended without an answer (`error_type`: the outcome, `description`: why).
+    pub fn trace_failure(&self, error_type: &'static str, description: String) {
+        switchboard_telemetry::span::fail(&self.span, error_type, Some(description));
     }
 }
 

@@ -218,18 +218,24 @@ impl Outgoing<'_> {
 
     /// Sends the request; the answer's body is left to read. No deadline of its own: the
     /// caller bounds the whole exchange (redirects and body included) with one.
+    ///
+    /// A traced request's outgoing call is an HTTP client span (named by its method, as the
+    /// HTTP conventions name a client span without a URL template), failed when no answer
+    /// came (`error.type`: see `failure_type`) or the answer is 4xx/5xx (`error.type`: the status).
     pub async fn send(self) -> Result<HttpResponse, HttpError> {
         let uri = self.uri.map_err(|_| HttpError::Url("not a valid URI"))?;
         // A traced request's outgoing calls are its children; an untraced one's are not spans.
         let span = if switchboard_telemetry::tracing_on() && !tracing::Span::current().is_disabled()
         {
+            let port = uri.port_u16().unwrap_or(if self.https { 443 } else { 80 });
             tracing::info_span!(
                 target: switchboard_telemetry::SPAN_TARGET,
                 "upstream request",
-                otel.name = %format_args!("{} {}", self.method, uri.host().unwrap_or("-")),
+                otel.name = %self.method,
                 otel.kind = "client",
                 http.request.method = %self.method,
                 server.address = uri.host().unwrap_or("-"),
+                server.port = i64::from(port),
                 url.path = uri.path(),
                 http.response.status_code = tracing::field::Empty,
             )
@@ -247,11 +253,64 @@ impl Outgoing<'_> {
         use tracing::Instrument as _;
         let exchange = self.client.inner.request(request).instrument(span.clone());
         let (answered, asked) = crate::tls::noting_certificate_requests(exchange).await;
-        let answered = answered.map_err(|e| classify(&e, self.https, asked))?;
+        let answered = match answered {
+            Ok(answered) => answered,
+            Err(e) => {
+                let failed = classify(&e, self.https, asked);
+                if !span.is_disabled() {
+                    switchboard_telemetry::span::fail(
+                        &span,
+                        failure_type(&e, &failed),
+                        Some(failed.to_string()),
+                    );
+                }
+                return Err(failed);
+            }
+        };
         let status = answered.status().as_u16();
         span.record("http.response.status_code", i64::from(status));
+        if status >= 400 {
+            // (The status says why: no description, as the HTTP conventions ask.)
+            switchboard_telemetry::span::fail(&span, status.to_string(), None);
+        }
         switchboard_core::audit::note(|n| n.upstream_status = Some(status));
         Ok(answered)
+    }
+}
+
+/// The `error.type` of an exchange that got no answer: the operating system's reason when the
+/// connection failed for one (`connection_refused`, `connection_reset`, `timed_out`,
+/// `host_unreachable`, `network_unreachable`, `address_not_available`), else the kind of
+/// failure (`address_denied`, `tls`, `tls_hung_up`, `connect`, `request`). Low-cardinality, as
+/// the conventions ask; docs/audit.md lists them.
+fn failure_type(error: &hyper_util::client::legacy::Error, failed: &HttpError) -> &'static str {
+    let cause: &(dyn std::error::Error + 'static) = error;
+    let mut source = Some(cause);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            let named = match io.kind() {
+                K::ConnectionRefused => Some("connection_refused"),
+                K::ConnectionReset => Some("connection_reset"),
+                K::ConnectionAborted => Some("connection_aborted"),
+                K::TimedOut => Some("timed_out"),
+                K::HostUnreachable => Some("host_unreachable"),
+                K::NetworkUnreachable => Some("network_unreachable"),
+                K::AddrNotAvailable => Some("address_not_available"),
+                _ => None,
+            };
+            if let Some(named) = named {
+                return named;
+            }
+        }
+        source = cause.source();
+    }
+    match failed {
+        HttpError::Denied(_) => "address_denied",
+        HttpError::Tls(_) => "tls",
+        HttpError::HungUp => "tls_hung_up",
+        HttpError::Connect => "connect",
+        _ => "request",
     }
 }
 

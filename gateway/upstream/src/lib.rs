@@ -6,6 +6,7 @@
 //! returns when something fails (the faces map it to their client-facing error once).
 
 pub mod broker_login;
+mod call_span;
 mod catalog;
 pub mod client;
 pub mod error;

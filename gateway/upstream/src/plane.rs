@@ -14,6 +14,7 @@ use serde_json::Value;
 use switchboard_snapshot::UpstreamAuth;
 use tokio::time::Instant;
 
+use crate::call_span;
 use crate::catalog::Catalog;
 use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
 use crate::error::UpstreamError;
@@ -271,15 +272,21 @@ impl UpstreamPlane {
             .limiters
             .admit_server(server.id(), &self.metrics)?;
         let deadline = Instant::now() + server.spec.timeout;
+        // The call's client span: its HTTP exchanges (token, handshake, retries) are children.
+        let span = call_span::start(server, request.method, request.params.as_ref());
+        use tracing::Instrument as _;
         let outcome = self
             .renewing(caller, server, |credential| async move {
                 self.forward_with(caller, server, request, credential.as_ref(), deadline)
                     .await
             })
+            .instrument(span.clone())
             .await;
+        call_span::finish(&span, request.method, &outcome);
         match outcome {
             Ok(RpcOutcome::Stream(mut stream)) => {
                 stream.hold(admission);
+                stream.trace(span);
                 Ok(RpcOutcome::Stream(stream))
             }
             other => other,

@@ -19,6 +19,8 @@ pub(super) struct OpenAiTurn {
     calls: Vec<(u64, String, String, String)>,
     finish_reason: Option<Value>,
     usage: Usage,
+    /// The model that answered (its chunks' `model`), for the call's span.
+    model: Option<String>,
 }
 
 pub(super) async fn openai_loop(
@@ -39,8 +41,16 @@ pub(super) async fn openai_loop(
         let turn = match openai_turn(&mut events, out, &merged, &mut template, iteration == 1).await
         {
             Ok(turn) => turn,
-            Err(end) => return end.finish(out, Format::OpenAi).await,
+            Err(end) => {
+                events.ended_early(&end);
+                return end.finish(out, Format::OpenAi).await;
+            }
         };
+        events.turn_ended(
+            turn.model.as_deref(),
+            turn.finish_reason.as_ref(),
+            turn.usage,
+        );
         tally.usage += turn.usage;
         let tool_calls: Vec<Value> = turn
             .calls
@@ -219,6 +229,9 @@ pub(super) async fn openai_turn(
         }
         if let Some(usage) = data.get("usage").filter(|u| !u.is_null()) {
             turn.usage = openai::usage(Some(usage));
+        }
+        if turn.model.is_none() {
+            turn.model = data.get("model").and_then(Value::as_str).map(str::to_owned);
         }
         if template.is_none() {
             let mut t = data.clone();

@@ -41,6 +41,8 @@ pub(super) struct AnthropicTurn {
     stop_reason: Option<Value>,
     stop_sequence: Value,
     usage: Usage,
+    /// The model that answered (`message_start`), for the call's span.
+    model: Option<String>,
 }
 
 pub(super) async fn anthropic_loop(
@@ -60,8 +62,12 @@ pub(super) async fn anthropic_loop(
             .await
         {
             Ok(turn) => turn,
-            Err(end) => return end.finish(out, Format::Anthropic).await,
+            Err(end) => {
+                events.ended_early(&end);
+                return end.finish(out, Format::Anthropic).await;
+            }
         };
+        events.turn_ended(turn.model.as_deref(), turn.stop_reason.as_ref(), turn.usage);
         tally.usage += turn.usage;
         let response = json!({"content": turn.blocks, "stop_reason": turn.stop_reason});
         // Gateway calls were never relayed; cut off by max_tokens they are not run either.
@@ -197,6 +203,10 @@ pub(super) async fn anthropic_turn(
         match name.as_str() {
             "message_start" => {
                 turn.usage += anthropic::usage(data.pointer("/message/usage"));
+                turn.model = data
+                    .pointer("/message/model")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
                 if first_iteration {
                     out.event(&name, &data).await;
                 }

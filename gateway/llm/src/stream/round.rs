@@ -12,9 +12,10 @@ use tokio::time::Instant;
 
 use crate::errors::LlmError;
 use crate::format::Format;
+use crate::model_span::ModelCall;
 use crate::provider::Answer;
 use crate::run::{Prepared, Tally, execute};
-use crate::turn::Executed;
+use crate::turn::{Executed, Usage};
 use switchboard_protocol::sse::{SseDecoder, SseEvent};
 
 /// Largest single provider event accepted.
@@ -69,6 +70,8 @@ pub(super) struct Events {
     body: ByteStream,
     decoder: SseDecoder,
     deadline: Instant,
+    /// The call's span, ended with the turn ([`Events::turn_ended`], [`Events::ended_early`]).
+    call: ModelCall,
 }
 
 impl Events {
@@ -81,8 +84,12 @@ impl Events {
                 Ok(None) => {}
                 Err(e) => return Err(TurnEnd::Broken(format!("{e:?}"))),
             }
+            // Read inside the call's span: a span ends when it was last entered.
+            use tracing::Instrument as _;
+            let read = tokio::time::timeout_at(self.deadline, self.body.next())
+                .instrument(self.call.span().clone());
             let chunk = tokio::select! {
-                chunk = tokio::time::timeout_at(self.deadline, self.body.next()) => chunk,
+                chunk = read => chunk,
                 () = client.tx.closed() => return Err(TurnEnd::ClientGone),
             };
             match chunk {
@@ -95,6 +102,30 @@ impl Events {
                 Ok(Some(Err(e))) => return Err(TurnEnd::Broken(e.to_string())),
                 Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
             }
+        }
+    }
+}
+
+impl Events {
+    /// The turn's stream ended whole: what it said about itself (never its content).
+    pub(super) fn turn_ended(
+        &mut self,
+        model: Option<&str>,
+        finish_reason: Option<&Value>,
+        usage: Usage,
+    ) {
+        self.call
+            .streamed(model, finish_reason.and_then(Value::as_str), usage);
+    }
+
+    /// The turn's stream ended early: the provider's failure, not a client that went away.
+    pub(super) fn ended_early(&mut self, end: &TurnEnd) {
+        match end {
+            TurnEnd::Broken(message) => self
+                .call
+                .stream_failed("provider_stream_broken", Some(message.clone())),
+            TurnEnd::Provider(_) => self.call.stream_failed("provider_stream_error", None),
+            TurnEnd::ClientGone => {}
         }
     }
 }
@@ -135,17 +166,23 @@ pub(super) async fn call(
     tally: &mut Tally,
 ) -> Result<Result<Events, Answer>, LlmError> {
     let provider = prepared.provider();
+    let mut call = prepared.model_call();
     let deadline = Instant::now() + prepared.model.spec.timeout;
     let body = serde_json::to_vec(&prepared.body).unwrap_or_default();
-    let response = provider.post(&prepared.endpoint, body, deadline).await?;
+    let response = provider
+        .post(&prepared.endpoint, body, deadline, &mut call)
+        .await?;
     tally.model_calls += 1;
     if !response.status().is_success() {
-        return Ok(Err(provider.read_whole(response, deadline).await?));
+        return Ok(Err(provider
+            .read_whole(response, deadline, &mut call)
+            .await?));
     }
     Ok(Ok(Events {
         body: http_client::byte_stream(response),
         decoder: SseDecoder::new(MAX_EVENT),
         deadline,
+        call,
     }))
 }
 

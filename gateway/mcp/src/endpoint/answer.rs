@@ -15,6 +15,7 @@ use crate::relay::{self};
 use crate::target::{Target, dispatch};
 use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in, plain_error_response};
+use switchboard_core::request_span;
 use switchboard_core::scope::{Resource, authenticate};
 use switchboard_protocol::{self as protocol, Era};
 use switchboard_upstream::client::RpcResult;
@@ -42,6 +43,16 @@ pub(super) fn note_call(noted: &mut audit::Noted, method: &str, params: Option<&
             noted.resource = field("uri")
         }
         _ => {}
+    }
+}
+
+/// A JSON-RPC id as the request's span carries it (`jsonrpc.request.id`): a string as it is
+/// (capped like a name), a number as its text; none for `null` (the conventions leave it out).
+fn rpc_id_text(id: &Value) -> Option<String> {
+    match id {
+        Value::String(s) => Some(audit::name(s)),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 
@@ -111,7 +122,10 @@ pub(super) async fn answer(
     };
     let id = message.id.clone().unwrap_or(Value::Null);
     let method = metric_method(&message.method);
-    audit::note(|n| note_call(n, &message.method, message.params.as_ref()));
+    audit::note(|n| {
+        note_call(n, &message.method, message.params.as_ref());
+        n.rpc_id = message.id.as_ref().and_then(rpc_id_text);
+    });
     let target = match &prefix {
         None => Target::Aggregate,
         // A path names a virtual server or a server's prefix (validation keeps them apart).
@@ -148,6 +162,9 @@ pub(super) async fn answer(
         let headers = caller.headers.clone();
         let response = Box::pin(resume_exchange(cx, &caller, route, message, headers, body)).await;
         return (response, None);
+    }
+    if era == Era::Rev2026 {
+        audit::note(|n| n.protocol_version = Some(protocol::MODERN_VERSION));
     }
     let prepared = match era {
         Era::Rev2026 => check_modern(&caller.headers, &message),
@@ -224,6 +241,13 @@ pub(super) async fn answer(
         }
         _ => dispatch(cx, &caller, &target, request).await,
     };
+    if let Ok(answer) = &outcome
+        && message.method == "tools/call"
+        && request_span::traced()
+        && answer.is_tool_error()
+    {
+        audit::note(|n| n.tool_error = true);
+    }
     match outcome {
         Ok(Answer::Json(mut result)) => {
             match era {

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::context::McpContext;
 use crate::dispatch::{Answer, Failure, Request};
 use crate::target::{Target, dispatch};
+use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, codes};
 use switchboard_core::scope::Caller;
 use switchboard_core::session::{Session, UnsealError};
@@ -68,6 +69,7 @@ pub(super) async fn check_legacy(
         GatewayError::InvalidRequest("missing Mcp-Session-Id; initialize a session first".into())
     })?;
     let session = open_session(cx, caller, session_id)?;
+    note_session(session.tag, session.version_index);
     if let Some(v) = header_str(&caller.headers, "mcp-protocol-version")
         && protocol::legacy_version_index(v).is_none()
     {
@@ -84,6 +86,17 @@ pub(super) async fn check_legacy(
             capabilities: session.capabilities,
         },
     })
+}
+
+/// The legacy session a request is part of, and the revision it negotiated, for the request's
+/// span (`mcp.session.id`, `mcp.protocol.version`).
+fn note_session(tag: u64, version_index: u8) {
+    audit::note(|n| {
+        n.session_tag = Some(tag);
+        n.protocol_version = protocol::LEGACY_VERSIONS
+            .get(usize::from(version_index))
+            .copied();
+    });
 }
 
 /// A session id this key opened, unexpired and not ended by the client.
@@ -128,6 +141,7 @@ pub(super) async fn initialize(
             .table
             .sealer
             .seal(caller.tag(), index, capabilities, SystemTime::now());
+    note_session(tag, index);
     let mut result = json!({
         "protocolVersion": version,
         "capabilities": aggregate_capabilities(cx, caller),
