@@ -395,10 +395,12 @@ def start_python_upstream(
     json_response: bool = False,
     legacy_only: bool = False,
     instructions: str | None = None,
+    resumable: int | None = None,
 ) -> Upstream:
     """The Python SDK upstream. `legacy_only` refuses the 2026-07-28 form like a legacy-only
     server (so the gateway speaks the legacy revision to it); `instructions` are its
-    initialize / server/discover instructions."""
+    initialize / server/discover instructions; `resumable` (milliseconds) gives it an event store
+    and that `retry:`, and the stream-closing tool `poll`."""
     argv = [sys.executable, str(PYTHON_UPSTREAM), "--port", "0", "--name", name]
     if stateless:
         argv.append("--stateless")
@@ -408,6 +410,8 @@ def start_python_upstream(
         argv.append("--legacy-only")
     if instructions is not None:
         argv += ["--instructions", instructions]
+    if resumable is not None:
+        argv += ["--resumable", str(resumable)]
     return Upstream(group.start(f"upstream-{name}", argv, ready_timeout=30), "python")
 
 
@@ -614,17 +618,19 @@ def parse_body(content_type: str, raw: bytes) -> list[Any]:
 
 
 def sse_data(text: str) -> list[str]:
-    """The `data` of each SSE event, in order (comments and empty events skipped)."""
+    """The `data` of each SSE event, in order (comments and empty events skipped: an event whose
+    data is empty, such as a priming event's `id` with `data:`, is not dispatched, as the SSE
+    standard says)."""
     events: list[str] = []
     data: list[str] = []
     for line in text.replace("\r\n", "\n").split("\n"):
         if line == "":
-            if data:
+            if data and "\n".join(data):
                 events.append("\n".join(data))
             data = []
         elif line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
-    if data:
+    if data and "\n".join(data):
         events.append("\n".join(data))
     return events
 

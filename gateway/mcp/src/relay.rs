@@ -1,6 +1,9 @@
 //! The event-by-event relay: an upstream's SSE answer goes to the client as SSE, each event as
-//! soon as it is complete, in order (progress and log notifications before the result), with
-//! `retry:` and event ids kept. Only the memory of one event is held.
+//! soon as it is complete, in order (progress and log notifications before the result). Only
+//! the memory of one event is held. The upstream's event ids and `retry:` stay with the gateway
+//! (they say where the gateway resumes the upstream stream a legacy server closed, see
+//! [`UpstreamStream::next_event`]); the client gets no ids, since the gateway offers no
+//! resumption of its own streams (docs/architecture.md, "Streams").
 //!
 //! What changes on the way through:
 //! - the answer to the request carries the client's id again (and, for a 2026-07-28 client of a
@@ -14,10 +17,10 @@
 //!   a 2026-07-28 client becomes an input-required answer, and the stream pauses until the retry;
 //! - a timeout or a broken upstream ends the stream with a JSON-RPC error event for the request.
 //!
-//! The server's `timeout` bounds the wait for the answer of a request; a `subscriptions/listen`
-//! stream stays open as long as the upstream keeps it open. A client that goes away drops the
-//! relay, which drops the upstream response (closing its connection) and, on a legacy session,
-//! sends `notifications/cancelled`.
+//! The server's `timeout` bounds the wait for the answer of a request, resumes of the upstream
+//! stream included; a `subscriptions/listen` stream stays open as long as the upstream keeps it
+//! open. A client that goes away drops the relay, which drops the upstream response (closing its
+//! connection) and, on a legacy session, sends `notifications/cancelled`.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -234,6 +237,12 @@ impl RelayState {
                 }
                 None => stream.next_event(server.id()).await,
             };
+            if let Ok(Some(event)) = &next
+                && event.data.is_empty()
+            {
+                // An event with no data (a priming event, once its id is off) says nothing.
+                continue;
+            }
             return match next {
                 Ok(Some(event)) => Some(self.relay_event(event)),
                 Ok(None) if self.relay.deadline.is_none() => {
@@ -251,9 +260,6 @@ impl RelayState {
     }
 
     fn relay_event(&mut self, event: SseEvent) -> Bytes {
-        if event.data.is_empty() {
-            return event.encode();
-        }
         let Ok(probe) = serde_json::from_str::<Probe>(&event.data) else {
             return event.encode();
         };

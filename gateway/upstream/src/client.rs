@@ -578,10 +578,10 @@ impl Upstreams {
             .post(call, headers, body)
             .await
             .map_err(Attempt::Failed)?;
-        if reply.status.is_success() && call.stream && reply.is_event_stream() {
-            return Ok(RpcOutcome::Stream(Box::new(
-                reply.into_stream(id, None, None),
-            )));
+        if reply.status.is_success() && reply.is_event_stream() {
+            // 2026-07-28 has no resumption: a stream of its is read as it comes, or not at all.
+            let stream = reply.into_stream(id, None, None);
+            return stream.outcome(call).await.map_err(Attempt::Failed);
         }
         let reply = reply.read(call.server).await.map_err(Attempt::Failed)?;
         // Only a 4xx needs the error code (to tell a modern error from a legacy server); a
@@ -616,17 +616,19 @@ impl Upstreams {
             // The session says what the 2026-07-28 reserved `_meta` keys would: not both.
             let body = legacy_request_body(&id, call.method, call.params);
             let reply = self.post(call, headers.clone(), body).await?;
-            if reply.status.is_success() && call.stream && reply.is_event_stream() {
-                let cancel = Canceller {
+            if reply.status.is_success() && reply.is_event_stream() {
+                let origin = StreamOrigin {
                     http: self.http_for(call.server)?,
                     url: reply.url.clone(),
                     headers: reply.sent_headers.clone(),
+                    presents_certificate: call
+                        .server
+                        .tls
+                        .as_ref()
+                        .is_some_and(|t| t.client.is_some()),
                 };
-                return Ok(RpcOutcome::Stream(Box::new(reply.into_stream(
-                    id,
-                    Some(session.clone()),
-                    Some(cancel),
-                ))));
+                let stream = reply.into_stream(id, Some(session.clone()), Some(origin));
+                return stream.outcome(call).await;
             }
             let reply = reply.read(call.server).await?;
             match reply.status {
@@ -864,11 +866,13 @@ impl SentReply {
         })
     }
 
+    /// The SSE answer as a stream. `origin` (a request in the legacy form) is where the stream
+    /// is resumed from and where giving the request up is said.
     fn into_stream(
         self,
         upstream_id: Value,
         session: Option<Arc<LegacySession>>,
-        cancel: Option<Canceller>,
+        origin: Option<StreamOrigin>,
     ) -> UpstreamStream {
         UpstreamStream {
             status: self.status,
@@ -877,29 +881,112 @@ impl SentReply {
             upstream_id,
             body: http_client::byte_stream(self.response),
             decoder: SseDecoder::new(MAX_UPSTREAM_BODY),
-            cancel,
+            origin: origin.map(Box::new),
+            resume: ResumePoint::default(),
+            answered: false,
             admission: None,
             span: tracing::Span::none(),
         }
     }
 }
 
-/// Tells a legacy upstream that a request it is still working on was given up (the client
-/// went away): `notifications/cancelled` on the same session, as the legacy transport asks.
-/// (A 2026-07-28 upstream learns it from the closed connection alone.)
+/// Where a legacy request's SSE answer came from, for the two things a legacy client may send
+/// about it afterwards: a GET with `Last-Event-ID` resuming the stream the server closed, and
+/// `notifications/cancelled` giving the request up. (2026-07-28 has neither: no resumption,
+/// and a closed connection is the cancellation.)
 #[derive(Debug)]
-struct Canceller {
+struct StreamOrigin {
     http: HttpClient,
+    /// Where the request finally went (after same-origin redirects).
     url: url::Url,
+    /// The headers it went with: its session and version, the server's headers and
+    /// credential (as the redirects left them).
     headers: HeaderMap,
+    /// Whether the gateway presents the server a client certificate (for naming a failure).
+    presents_certificate: bool,
 }
 
-impl Canceller {
+/// How long to wait before resuming a stream whose server named no `retry:` (the SSE
+/// standard leaves the default to the client; a few seconds is browsers' and the SDKs' figure).
+const DEFAULT_RECONNECT: Duration = Duration::from_secs(1);
+/// The wait after a resumed connection that brought no event at all doubles from at least this,
+/// up to [`MAX_RECONNECT`]: a server that keeps answering a resume with an empty stream costs a
+/// few requests per deadline, not a busy loop.
+const MIN_FRUITLESS_RECONNECT: Duration = Duration::from_millis(100);
+const MAX_RECONNECT: Duration = Duration::from_secs(30);
+
+/// Where an upstream stream would be resumed from: what the SSE standard keeps as the "last
+/// event ID" and the "reconnection time".
+#[derive(Debug, Default)]
+struct ResumePoint {
+    /// The id of the last event the upstream sent, as the header that names it (an empty `id:`
+    /// clears it, as the standard says; so does one no header can carry: nothing to resume).
+    last_event_id: Option<HeaderValue>,
+    /// The reconnection time the upstream asked for last (`retry:`, milliseconds).
+    retry_ms: Option<u64>,
+    /// Resumed connections in a row that ended before any event.
+    fruitless: u32,
+}
+
+impl ResumePoint {
+    /// Takes an event's id and `retry:` off it: they are the gateway's business (where to
+    /// resume this stream from, and when), and mean nothing to anyone it relays the event to.
+    fn take_from(&mut self, event: &mut SseEvent) {
+        if let Some(id) = event.id.take() {
+            self.last_event_id = (!id.is_empty())
+                .then(|| HeaderValue::from_str(&id).ok())
+                .flatten();
+        }
+        if let Some(retry) = event.retry.take() {
+            self.retry_ms = Some(retry);
+        }
+        self.fruitless = 0;
+    }
+
+    /// How long to wait before the next resume: what the server asked for, longer after
+    /// resumes that brought nothing.
+    fn delay(&self) -> Duration {
+        let asked = self
+            .retry_ms
+            .map_or(DEFAULT_RECONNECT, Duration::from_millis);
+        if self.fruitless == 0 {
+            return asked;
+        }
+        asked
+            .max(MIN_FRUITLESS_RECONNECT)
+            .saturating_mul(1 << self.fruitless.min(16))
+            .min(MAX_RECONNECT.max(asked))
+    }
+}
+
+impl StreamOrigin {
+    /// The GET that resumes the stream after `last_event_id`, with the request's own headers
+    /// (session, version, credential, the server's headers).
+    async fn resume(
+        &self,
+        last_event_id: HeaderValue,
+    ) -> Result<HttpResponse, http_client::HttpError> {
+        let mut headers = self.headers.clone();
+        headers.remove(header::CONTENT_TYPE);
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(HeaderName::from_static("last-event-id"), last_event_id);
+        self.http.get(&self.url).headers(headers).send().await
+    }
+
+    /// Tells a legacy upstream that a request it is still working on was given up (the client
+    /// went away, the deadline passed, the stream could not be resumed):
+    /// `notifications/cancelled` on the same session, as the legacy transport asks.
     fn cancel(self, request_id: Value) {
         let body = json!({
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",
-            "params": {"requestId": request_id, "reason": "the client went away"},
+            "params": {
+                "requestId": request_id,
+                "reason": "the gateway gave the request up (its client went away, or its deadline passed)",
+            },
         });
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
@@ -929,7 +1016,11 @@ pub struct UpstreamStream {
     pub session_version: Option<HeaderValue>,
     body: ByteStream,
     decoder: SseDecoder,
-    cancel: Option<Canceller>,
+    /// A legacy request's: where the stream is resumed from and the request given up.
+    origin: Option<Box<StreamOrigin>>,
+    resume: ResumePoint,
+    /// The answer came: nothing is left to resume or to give up.
+    answered: bool,
     /// The server's concurrency slot, held until the stream ends (see [`switchboard_core::limits`]).
     admission: Option<switchboard_core::limits::LimitPermit>,
     /// The call's client span ([`crate::call_span`]), open until the stream ends.
@@ -951,7 +1042,52 @@ impl UpstreamStream {
         self.admission = admission;
     }
 
+    /// The answer as the call wants it: this stream to relay, or (a caller that needs the whole
+    /// answer) read up to the answer, notifications passed over, the stream resumed wherever
+    /// the upstream closes it. The caller's deadline bounds both.
+    async fn outcome(self, call: &RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
+        if call.stream {
+            return Ok(RpcOutcome::Stream(Box::new(self)));
+        }
+        self.read_answer(call.server.id()).await
+    }
+
+    async fn read_answer(mut self, server: &str) -> Result<RpcOutcome, UpstreamError> {
+        while let Some(event) = self.next_event(server).await? {
+            let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else {
+                continue;
+            };
+            // The answer has our id; an error about the request itself may carry a null one.
+            let ours = match message.get("id") {
+                Some(Value::Null) => message.contains_key("error"),
+                Some(id) => *id == self.upstream_id,
+                None => false,
+            };
+            if !ours || message.contains_key("method") {
+                continue;
+            }
+            self.answered();
+            return Ok(match message.remove("result") {
+                Some(result) => RpcOutcome::Result(RpcResult::Parsed(result)),
+                None => {
+                    RpcOutcome::Error(message.remove("error").unwrap_or(Value::Null), self.status)
+                }
+            });
+        }
+        Err(UpstreamError::Unavailable {
+            server: server.to_string(),
+            detail: "the stream ended without an answer".into(),
+        })
+    }
+
     /// The next event, `None` when the upstream ended the stream.
+    ///
+    /// A legacy server may close the connection before its answer once it has sent an event
+    /// id (2025-11-25 stream polling; or the connection broke): the stream is resumed here, with
+    /// a GET carrying `Last-Event-ID`, after the `retry:` the server asked for, as often as it
+    /// closes, so whoever reads the stream sees one stream. The caller's deadline bounds the
+    /// waits. Event ids and `retry:` are taken off the events: they say where this stream
+    /// resumes, which is the gateway's business alone (docs/architecture.md, "Streams").
     pub async fn next_event(&mut self, server: &str) -> Result<Option<SseEvent>, UpstreamError> {
         // Read inside the call's span: a span ends when it was last entered.
         use tracing::Instrument as _;
@@ -967,18 +1103,80 @@ impl UpstreamStream {
         };
         loop {
             match self.decoder.next_event() {
-                Ok(Some(event)) => return Ok(Some(event)),
+                Ok(Some(mut event)) => {
+                    self.resume.take_from(&mut event);
+                    return Ok(Some(event));
+                }
                 Ok(None) => {}
                 Err(SseError::EventTooLarge(limit)) => {
                     return Err(broken(format!("an event larger than {limit} bytes")));
                 }
             }
-            match self.body.next().await {
-                Some(Ok(chunk)) => self.decoder.push(&chunk),
-                Some(Err(_)) => return Err(broken("the stream broke".into())),
-                None => return Ok(None),
+            let ended = match self.body.next().await {
+                Some(Ok(chunk)) => {
+                    self.decoder.push(&chunk);
+                    continue;
+                }
+                Some(Err(_)) => Err(broken("the stream broke".into())),
+                None => Ok(None),
+            };
+            if !self.reconnect(server).await? {
+                return ended;
             }
         }
+    }
+
+    /// Resumes a stream that ended before the answer, if it can be: `false` when there is
+    /// nothing to resume from (no event id, a 2026-07-28 request, the answer already came).
+    async fn reconnect(&mut self, server: &str) -> Result<bool, UpstreamError> {
+        let (Some(origin), Some(last)) = (&self.origin, &self.resume.last_event_id) else {
+            return Ok(false);
+        };
+        if self.answered {
+            return Ok(false);
+        }
+        let last = last.clone();
+        tokio::time::sleep(self.resume.delay()).await;
+        self.resume.fruitless = self.resume.fruitless.saturating_add(1);
+        let failed = |detail: String| UpstreamError::Unavailable {
+            server: server.to_string(),
+            detail: format!("the stream closed before the answer, and resuming it {detail}"),
+        };
+        let response = match origin.resume(last).await {
+            Ok(response) => response,
+            Err(error) => {
+                return Err(
+                    match UpstreamError::http_of(server, origin.presents_certificate, error) {
+                        UpstreamError::Unavailable { detail, .. } => {
+                            failed(format!("failed: {detail}"))
+                        }
+                        other => other,
+                    },
+                );
+            }
+        };
+        let status = response.status();
+        let is_stream = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        if !status.is_success() || !is_stream {
+            return Err(failed(format!(
+                "(GET with Last-Event-ID) was answered HTTP {}{}",
+                status.as_u16(),
+                if is_stream {
+                    ""
+                } else {
+                    " without an event stream"
+                }
+            )));
+        }
+        tracing::debug!(server, "resumed an upstream stream the upstream closed");
+        self.body = http_client::byte_stream(response);
+        // An event cut off by the close is not dispatched (the SSE rule): it comes again.
+        self.decoder = SseDecoder::new(MAX_UPSTREAM_BODY);
+        Ok(true)
     }
 
     /// Whether a message id (its JSON text) is the id of this request: the event carrying it
@@ -990,9 +1188,9 @@ impl UpstreamStream {
         }
     }
 
-    /// The upstream answered: nothing is left to cancel.
+    /// The upstream answered: nothing is left to resume or to cancel.
     pub fn answered(&mut self) {
-        self.cancel = None;
+        self.answered = true;
     }
 
     /// Keeps the call's span open for as long as the stream lives.
@@ -1013,9 +1211,14 @@ impl UpstreamStream {
 }
 
 impl Drop for UpstreamStream {
+    /// A legacy request given up before its answer (the client went away, the deadline passed,
+    /// the stream could not be resumed) is cancelled upstream. A close the server made for
+    /// polling is not a drop: the stream was resumed.
     fn drop(&mut self) {
-        if let Some(cancel) = self.cancel.take() {
-            cancel.cancel(self.upstream_id.clone());
+        if !self.answered
+            && let Some(origin) = self.origin.take()
+        {
+            (*origin).cancel(self.upstream_id.clone());
         }
     }
 }
@@ -1177,4 +1380,411 @@ fn affinity(server: &str, client: u64) -> HeaderValue {
         .finalize();
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     HeaderValue::from_str(&hex).unwrap_or(HeaderValue::from_static("0000000000000000"))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Streams a legacy server closes before its answer (2025-11-25 stream polling), against an
+    //! in-process upstream (an axum app on a loopback port) that plays a script: the SSE body
+    //! of the `tools/call` POST, then the answer to each resuming GET, in turn.
+
+    use std::collections::VecDeque;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::post;
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    /// The upstream's script, and what it saw.
+    #[derive(Default)]
+    struct Fake {
+        /// The SSE body of the `tools/call` POST (`{ID}` stands for the request's id).
+        call: String,
+        /// The answers to resuming GETs, in turn (status, SSE body); past them, 405.
+        gets: Mutex<VecDeque<(StatusCode, String)>>,
+        /// The headers of every GET (those a resume must carry).
+        seen_gets: Mutex<Vec<HeaderMap>>,
+        /// The id of the `tools/call` request, and the `notifications/cancelled` received.
+        call_id: Mutex<Option<Value>>,
+        cancelled: Mutex<Vec<Value>>,
+        cancel_came: Notify,
+    }
+
+    impl Fake {
+        fn with(call: &str, gets: &[(StatusCode, &str)]) -> Arc<Fake> {
+            Arc::new(Fake {
+                call: call.into(),
+                gets: Mutex::new(gets.iter().map(|(s, b)| (*s, b.to_string())).collect()),
+                ..Fake::default()
+            })
+        }
+
+        fn body(&self, script: &str) -> String {
+            let id = self.call_id.lock().unwrap().clone().unwrap_or(Value::Null);
+            script.replace("{ID}", &id.to_string())
+        }
+    }
+
+    fn sse(status: StatusCode, body: String) -> Response {
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            Body::from(body),
+        )
+            .into_response()
+    }
+
+    async fn post_mcp(State(fake): State<Arc<Fake>>, body: String) -> Response {
+        let message: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        match message["method"].as_str().unwrap_or("") {
+            "initialize" => (
+                [("mcp-session-id", "session-1")],
+                axum::Json(json!({
+                    "jsonrpc": "2.0", "id": message["id"],
+                    "result": {"protocolVersion": "2025-11-25", "capabilities": {},
+                               "serverInfo": {"name": "fake", "version": "1"}},
+                })),
+            )
+                .into_response(),
+            "notifications/cancelled" => {
+                fake.cancelled
+                    .lock()
+                    .unwrap()
+                    .push(message["params"]["requestId"].clone());
+                fake.cancel_came.notify_one();
+                StatusCode::ACCEPTED.into_response()
+            }
+            "tools/call" => {
+                *fake.call_id.lock().unwrap() = Some(message["id"].clone());
+                sse(StatusCode::OK, fake.body(&fake.call))
+            }
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    }
+
+    async fn get_mcp(State(fake): State<Arc<Fake>>, headers: HeaderMap) -> Response {
+        fake.seen_gets.lock().unwrap().push(headers);
+        let next = fake.gets.lock().unwrap().pop_front();
+        match next {
+            Some((status, body)) => sse(status, fake.body(&body)),
+            None => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        }
+    }
+
+    async fn upstream(fake: Arc<Fake>) -> String {
+        let app = Router::new()
+            .route("/mcp", post(post_mcp).get(get_mcp))
+            .with_state(fake);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        base
+    }
+
+    fn table(base: &str) -> Arc<RoutingTable> {
+        // byClient: a legacy client's request goes on its own legacy session, a 2026-07-28
+        // request in that form, with no detection round in between.
+        let yaml = format!(
+            "servers:\n  - name: up\n    url: {base}/mcp\n    timeout: 5s\n    upstreamEra: byClient\n    auth: {{type: bearer, secret: upstream-credential}}\n"
+        );
+        let snapshot = switchboard_snapshot::parse(&yaml).expect("a valid snapshot");
+        Arc::new(RoutingTable::build(&snapshot).expect("a valid table"))
+    }
+
+    const LEGACY_CLIENT: SessionScope = SessionScope {
+        client: 7,
+        capabilities: 0,
+    };
+
+    async fn call(
+        upstreams: &Upstreams,
+        table: &RoutingTable,
+        session: SessionScope,
+        stream: bool,
+        budget: Duration,
+    ) -> Result<RpcOutcome, UpstreamError> {
+        let server = &table.servers[0];
+        let params = json!({"name": "slow", "arguments": {}});
+        upstreams
+            .call(RpcCall {
+                server,
+                caller_headers: &HeaderMap::new(),
+                param_headers: None,
+                credential: None,
+                method: "tools/call",
+                params: Some(&params),
+                deadline: Instant::now() + budget,
+                budget,
+                stream,
+                session,
+                log_level: None,
+            })
+            .await
+    }
+
+    async fn stream_of(
+        upstreams: &Upstreams,
+        table: &RoutingTable,
+        session: SessionScope,
+    ) -> Box<UpstreamStream> {
+        match call(upstreams, table, session, true, Duration::from_secs(5)).await {
+            Ok(RpcOutcome::Stream(stream)) => stream,
+            other => panic!("expected a stream, got {other:?}"),
+        }
+    }
+
+    /// Every event of a stream until it ends (or fails), and how it ended.
+    async fn drain(stream: &mut UpstreamStream) -> (Vec<SseEvent>, Result<(), UpstreamError>) {
+        let mut events = Vec::new();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), stream.next_event("up")).await {
+                Ok(Ok(Some(event))) => {
+                    let answer = event.data.contains("\"result\"");
+                    events.push(event);
+                    if answer {
+                        stream.answered();
+                        return (events, Ok(()));
+                    }
+                }
+                Ok(Ok(None)) => return (events, Ok(())),
+                Ok(Err(e)) => return (events, Err(e)),
+                Err(_) => panic!("the stream neither ended nor answered in 10 s"),
+            }
+        }
+    }
+
+    fn progress(n: u32) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"p","progress":{n}}}}}"#
+        )
+    }
+
+    const ANSWER: &str =
+        r#"{"jsonrpc":"2.0","id":{ID},"result":{"content":[{"type":"text","text":"done"}]}}"#;
+
+    /// A server that closes twice (after its priming event, after a progress notification on
+    /// the first resume) and answers on the second resume.
+    fn polling_server() -> Arc<Fake> {
+        let call = format!(
+            "id: e0\nretry: 10\ndata: \n\nid: e1\ndata: {}\n\n",
+            progress(1)
+        );
+        let first = format!(
+            "id: e2\nretry: 20\ndata: \n\nid: e3\ndata: {}\n\n",
+            progress(2)
+        );
+        let second = format!("id: e4\ndata: \n\nid: e5\ndata: {ANSWER}\n\n");
+        Fake::with(
+            &call,
+            &[(StatusCode::OK, &first), (StatusCode::OK, &second)],
+        )
+    }
+
+    #[tokio::test]
+    async fn a_stream_the_server_closes_is_resumed_until_the_answer() {
+        let fake = polling_server();
+        let base = upstream(fake.clone()).await;
+        let table = table(&base);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        let mut stream = stream_of(&upstreams, &table, LEGACY_CLIENT).await;
+        let (events, ended) = drain(&mut stream).await;
+        ended.expect("the stream is resumed, not failed");
+        let data: Vec<&str> = events
+            .iter()
+            .map(|e| e.data.as_str())
+            .filter(|d| !d.is_empty())
+            .collect();
+        let id = fake.call_id.lock().unwrap().clone().unwrap();
+        let answer = ANSWER.replace("{ID}", &id.to_string());
+        assert_eq!(
+            data,
+            [progress(1), progress(2), answer],
+            "one stream, in order"
+        );
+        assert!(
+            events.iter().all(|e| e.id.is_none() && e.retry.is_none()),
+            "ids and retry: stay with the gateway: {events:?}"
+        );
+        let gets = fake.seen_gets.lock().unwrap().clone();
+        let header = |h: &HeaderMap, name: &str| {
+            h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+        };
+        let resumed_after: Vec<_> = gets.iter().map(|h| header(h, "last-event-id")).collect();
+        assert_eq!(
+            resumed_after,
+            [Some("e1".into()), Some("e3".into())],
+            "each resume names the last event seen"
+        );
+        for h in &gets {
+            assert_eq!(header(h, "mcp-session-id").as_deref(), Some("session-1"));
+            assert_eq!(
+                header(h, "mcp-protocol-version").as_deref(),
+                Some("2025-11-25")
+            );
+            assert_eq!(
+                header(h, "authorization").as_deref(),
+                Some("Bearer upstream-credential"),
+                "the server's credential"
+            );
+            assert_eq!(header(h, "accept").as_deref(), Some("text/event-stream"));
+            assert!(h.get(header::CONTENT_TYPE).is_none(), "a GET has no body");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_whole_answer_is_read_across_the_closes() {
+        let fake = polling_server();
+        let base = upstream(fake.clone()).await;
+        let table = table(&base);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        let outcome = call(
+            &upstreams,
+            &table,
+            LEGACY_CLIENT,
+            false,
+            Duration::from_secs(5),
+        )
+        .await;
+        let Ok(RpcOutcome::Result(result)) = outcome else {
+            panic!("expected the answer, got {outcome:?}");
+        };
+        assert_eq!(result.into_value()["content"][0]["text"], "done");
+        assert_eq!(fake.seen_gets.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_wait_the_server_asks_for_is_kept_within_the_deadline() {
+        // retry: 60 s, a 300 ms budget: a client that honours `retry:` times out before it
+        // resumes (one that ignored it would GET at once).
+        let call_body = format!(
+            "id: e0\nretry: 60000\ndata: \n\nid: e1\ndata: {}\n\n",
+            progress(1)
+        );
+        let answer = format!("id: e2\ndata: {ANSWER}\n\n");
+        let fake = Fake::with(&call_body, &[(StatusCode::OK, &answer)]);
+        let base = upstream(fake.clone()).await;
+        let table = table(&base);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        let budget = Duration::from_millis(300);
+        let outcome = call(&upstreams, &table, LEGACY_CLIENT, false, budget).await;
+        match outcome {
+            Err(UpstreamError::Timeout { server, budget: b }) => {
+                assert_eq!(server, "up");
+                assert_eq!(b, budget);
+            }
+            other => panic!("expected a timeout naming the server and budget, got {other:?}"),
+        }
+        assert!(
+            fake.seen_gets.lock().unwrap().is_empty(),
+            "resumed before the retry: time"
+        );
+        // Given up at the deadline: the server is told.
+        tokio::time::timeout(Duration::from_secs(10), fake.cancel_came.notified())
+            .await
+            .expect("notifications/cancelled after the deadline");
+        let id = fake.call_id.lock().unwrap().clone().unwrap();
+        assert_eq!(*fake.cancelled.lock().unwrap(), [id]);
+    }
+
+    #[tokio::test]
+    async fn a_resume_the_server_refuses_fails_naming_the_status_and_cancels() {
+        let call_body = "id: e0\nretry: 5\ndata: \n\n";
+        let fake = Fake::with(call_body, &[]);
+        let base = upstream(fake.clone()).await;
+        let table = table(&base);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        let mut stream = stream_of(&upstreams, &table, LEGACY_CLIENT).await;
+        let (_, ended) = drain(&mut stream).await;
+        match ended {
+            Err(UpstreamError::Unavailable { server, detail }) => {
+                assert_eq!(server, "up");
+                assert!(detail.contains("HTTP 405"), "{detail}");
+                assert!(detail.contains("resuming"), "{detail}");
+            }
+            other => panic!("expected the refused resume, got {other:?}"),
+        }
+        assert_eq!(fake.seen_gets.lock().unwrap().len(), 1);
+        drop(stream);
+        tokio::time::timeout(Duration::from_secs(10), fake.cancel_came.notified())
+            .await
+            .expect("notifications/cancelled once the gateway gives up");
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_an_event_id_is_not_resumed() {
+        let call_body = format!("data: {}\n\n", progress(1));
+        let fake = Fake::with(&call_body, &[(StatusCode::OK, ANSWER)]);
+        let base = upstream(fake.clone()).await;
+        let table = table(&base);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        let mut stream = stream_of(&upstreams, &table, LEGACY_CLIENT).await;
+        let (events, ended) = drain(&mut stream).await;
+        assert!(ended.is_ok() && events.len() == 1, "{events:?} {ended:?}");
+        assert!(fake.seen_gets.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_2026_request_is_never_resumed() {
+        // The 2026-07-28 revision has no resumption (and no GET): a stream closed before its
+        // answer is a failed stream, whatever ids it carried.
+        let call_body = format!(
+            "id: e0\nretry: 5\ndata: \n\nid: e1\ndata: {}\n\n",
+            progress(1)
+        );
+        let fake = Fake::with(&call_body, &[(StatusCode::OK, ANSWER)]);
+        let base = upstream(fake.clone()).await;
+        let table = table(&base);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        let mut stream = stream_of(&upstreams, &table, SessionScope::default()).await;
+        let (events, ended) = drain(&mut stream).await;
+        assert!(ended.is_ok() && events.len() == 2, "{events:?} {ended:?}");
+        assert!(fake.seen_gets.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_reconnection_time_is_the_servers_then_backs_off_when_resumes_bring_nothing() {
+        let mut point = ResumePoint::default();
+        assert_eq!(point.delay(), DEFAULT_RECONNECT, "none asked: the default");
+        let mut event = SseEvent {
+            id: Some("e1".into()),
+            retry: Some(0),
+            ..SseEvent::default()
+        };
+        point.take_from(&mut event);
+        assert_eq!((event.id, event.retry), (None, None), "taken off the event");
+        assert_eq!(
+            point.delay(),
+            Duration::ZERO,
+            "the server's retry: 0 is kept"
+        );
+        point.fruitless = 1;
+        assert_eq!(point.delay(), MIN_FRUITLESS_RECONNECT * 2);
+        point.fruitless = 40;
+        assert_eq!(point.delay(), MAX_RECONNECT);
+        point.take_from(&mut SseEvent {
+            id: Some(String::new()),
+            retry: Some(90_000),
+            ..SseEvent::default()
+        });
+        assert_eq!(point.fruitless, 0, "an event resets the backoff");
+        assert_eq!(
+            point.delay(),
+            Duration::from_secs(90),
+            "longer than the cap if asked"
+        );
+        assert!(
+            point.last_event_id.is_none(),
+            "an empty id: nothing to resume from"
+        );
+    }
 }

@@ -62,15 +62,25 @@ impl UpstreamError {
     /// An exchange with `server` (or its token endpoint or metadata) that failed at the HTTP
     /// level, named by cause.
     pub fn http(server: &switchboard_core::table::Server, error: HttpError) -> UpstreamError {
-        let server_id = server.id().to_string();
+        let presents_certificate = server.tls.as_ref().is_some_and(|t| t.client.is_some());
+        UpstreamError::http_of(server.id(), presents_certificate, error)
+    }
+
+    /// [`UpstreamError::http`] where only the server's id is at hand (and whether the gateway
+    /// presents it a client certificate).
+    pub(crate) fn http_of(
+        server: &str,
+        presents_certificate: bool,
+        error: HttpError,
+    ) -> UpstreamError {
         match error {
             HttpError::Denied(denied) => UpstreamError::AddressDenied {
-                server: server_id,
+                server: server.to_string(),
                 denied,
             },
             other => UpstreamError::Unavailable {
-                server: server_id,
-                detail: other.detail(server.tls.as_ref().is_some_and(|t| t.client.is_some())),
+                server: server.to_string(),
+                detail: other.detail(presents_certificate),
             },
         }
     }

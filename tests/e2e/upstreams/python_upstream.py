@@ -2,6 +2,7 @@
 
     python python_upstream.py [--port N] [--host H] [--name NAME] [--stateless] [--json]
                               [--legacy-only] [--instructions TEXT] [--stdio]
+                              [--resumable RETRY_MS]
 
 With --stdio it speaks MCP on stdin/stdout (for the stdio bridge's tests) and serves no HTTP;
 runs() tells the long tools' counts there.
@@ -24,6 +25,12 @@ what a legacy-only server answers a session-less request, HTTP 400 with a -32600
 session ID" error, so a dual-era client falls back to `initialize`. --instructions sets the
 server's instructions (initialize / server/discover).
 
+With --resumable RETRY_MS the server keeps an event store (in memory) and sends `retry: RETRY_MS`
+with the priming event of every SSE stream of a 2025-11-25 session, as the SDK does for stream
+polling (SEP-1699: a priming event with an id, then the server may close the stream and the
+client resumes with a GET carrying `Last-Event-ID`). It then also serves the tool `poll` (below)
+and counts the resuming GETs in /_stats.
+
 Tools: add(a, b) -> a + b; echo(text) -> text; request_headers() -> the HTTP headers this server
 received for that call (lower-case names); progress(steps, delay, gate, hold) -> sends `steps`
 progress notifications `delay` seconds apart, then returns "done" (shows SSE relaying event by
@@ -45,6 +52,14 @@ slow_stream(seconds, interval) -> sends a progress notification every `interval`
 `seconds` seconds, then returns "finished"; a run that is cancelled (the client went away) is
 counted in /_stats "cancelled".
 
+poll(rounds, gate, hold) (only with --resumable) -> for each round: a progress notification
+"before close N", then the SDK's `close_sse_stream()` (the connection ends without the answer),
+then "after close N" (stored while no client is connected, replayed on its resume), then it waits
+until the client has resumed the stream; then, with a `gate`, it waits for the gate (at most `hold`
+seconds); answers "answered after N closes". A request in the 2026-07-28 form has no stream to
+close (that revision removed resumption; the SDK offers no `close_sse_stream()` there): the
+notifications and the answer come on the one stream, and the answer says "after 0 closes".
+
 Resources: e2e://counter (text: how many times touch() ran).
 
 Test helpers (plain HTTP, not MCP):
@@ -56,8 +71,11 @@ Test helpers (plain HTTP, not MCP):
   responses clients POSTed (answers to server-to-client requests); "refused_modern" counts the
   2026-07-28-form POSTs a --legacy-only server refused (counted nowhere else); "deletes" counts
   HTTP DELETEs (session ends) by path;
-  started/cancelled/finished count runs of the long tools (slow_stream) that began, were
-  cancelled (asyncio.CancelledError) and ran to the end;
+  started/cancelled/finished count runs of the long tools (slow_stream, poll) that began, were
+  cancelled (asyncio.CancelledError) and ran to the end; "resumes" counts GETs carrying
+  `Last-Event-ID` (a client resuming a stream), "gets" every GET to the MCP path,
+  "resume_headers" the Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID and
+  Accept headers of each resuming GET;
 - POST /_reset -> zeroes the counters (204);
 - POST /_release with {"gate": NAME} -> opens that gate of the `progress` tool, before or after
   the tool reaches it (200 {"released": NAME}).
@@ -76,6 +94,7 @@ from typing import Annotated
 
 import uvicorn
 from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel
@@ -91,6 +110,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--legacy-only", action="store_true", help="refuse the 2026-07-28 form like a legacy server")
     p.add_argument("--instructions", default=None, help="the server's instructions")
     p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP (for the stdio bridge)")
+    p.add_argument(
+        "--resumable",
+        type=int,
+        default=None,
+        metavar="RETRY_MS",
+        help="keep an event store, send retry: RETRY_MS, serve the stream-closing tool `poll`",
+    )
     return p.parse_args(argv)
 
 
@@ -228,6 +254,84 @@ if ARGS.stdio:
     server.tool()(runs)
 
 
+class MemoryEventStore(EventStore):
+    """Every event of every stream in memory, in the order stored (a test server's streams are
+    few and short). Event ids are one counter for the whole process, so they are unique across
+    the streams of a session, as the transport asks."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, object]] = []  # (event id, stream id, message or None)
+        self.by_id: dict[str, int] = {}
+
+    async def store_event(self, stream_id, message):
+        event_id = str(len(self.events) + 1)
+        self.by_id[event_id] = len(self.events)
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id, send_callback: EventCallback):
+        index = self.by_id.get(last_event_id)
+        if index is None:
+            return None
+        stream_id = self.events[index][1]
+        for event_id, stream, message in self.events[index + 1 :]:
+            if stream == stream_id and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
+async def resumed(ctx: Context, hold: float) -> None:
+    """Waits until the client resumed this request's stream after `close_sse_stream()` (at most
+    `hold` seconds). The SDK's transport loses a message sent between the replay of a resumed
+    stream and the moment it serves the stream live (its replay-to-live window, a known gap): a
+    tool that goes on only once the stream is live again makes the test about the client, not
+    about that gap. The one private look at the SDK in this file (mcp 2.3.0)."""
+    request = ctx.request_context.request
+    session_id = request.headers.get("mcp-session-id") if request is not None else None
+    transports = server.session_manager._server_instances  # noqa: SLF001 (see above)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + hold
+    while loop.time() < until:
+        transport = transports.get(session_id)
+        if transport is not None and ctx.request_id in transport._request_streams:  # noqa: SLF001
+            return
+        await asyncio.sleep(0.01)
+
+
+async def poll(ctx: Context, rounds: int = 2, gate: str = "", hold: float = 30.0) -> str:
+    """For each round: progress "before close N", close the SSE stream (the client must resume
+    it with Last-Event-ID), progress "after close N" (replayed on the resume); then the gate, if
+    any; answers "answered after N closes"."""
+    RUNS["started"]["poll"] += 1
+    closes = 0
+    try:
+        for i in range(rounds):
+            await ctx.report_progress(2 * i + 1, 2 * rounds, f"before close {i + 1}")
+            # None for a request in the 2026-07-28 form (and before 2025-11-25): nothing to close.
+            closable = ctx.request_context.close_sse_stream is not None
+            await ctx.close_sse_stream()
+            await ctx.report_progress(2 * i + 2, 2 * rounds, f"after close {i + 1}")
+            if closable:
+                closes += 1
+                await resumed(ctx, hold)
+        if gate:
+            try:
+                await asyncio.wait_for(gate_of(gate).wait(), hold)
+            except TimeoutError:
+                return "not released"
+            finally:
+                GATES.pop(gate, None)
+    except asyncio.CancelledError:
+        RUNS["cancelled"]["poll"] += 1
+        raise
+    RUNS["finished"]["poll"] += 1
+    return f"answered after {closes} closes"
+
+
+if ARGS.resumable is not None:
+    server.tool()(poll)
+
+
 # The `_meta` keys the 2026-07-28 revision reserves for what the legacy revisions say in
 # `initialize` and the session.
 MODERN_RESERVED_META = {
@@ -255,6 +359,9 @@ class Stats:
         self.replies = 0
         self.refused = 0
         self.deletes: Counter[str] = Counter()
+        self.gets = 0
+        self.resumes = 0
+        self.resume_headers: list[dict[str, str]] = []
         # 2026-07-28 reserved `_meta` keys that arrived on legacy-form requests (where they do
         # not belong: a legacy session carries them; a body-first server would refuse them).
         self.foreign_meta: Counter[str] = Counter()
@@ -271,6 +378,9 @@ class Stats:
             "replies": self.replies,
             "refused_modern": self.refused,
             "deletes": dict(self.deletes),
+            "gets": self.gets,
+            "resumes": self.resumes,
+            "resume_headers": self.resume_headers,
             "foreign_meta": dict(self.foreign_meta),
             **{kind: dict(runs) for kind, runs in RUNS.items()},
         }
@@ -340,6 +450,13 @@ class Stats:
             return await self._send_json(send, 200, {"released": name})
         if method == "DELETE":
             self.deletes[path] += 1
+        if method == "GET" and path == "/mcp":
+            self.gets += 1
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            if "last-event-id" in headers:
+                self.resumes += 1
+                kept = ("authorization", "mcp-session-id", "mcp-protocol-version", "last-event-id", "accept")
+                self.resume_headers.append({k: headers[k] for k in kept if k in headers})
         if method != "POST":
             return await self.app(scope, receive, send)
 
@@ -378,11 +495,15 @@ class Stats:
 
 
 def build_app(args: argparse.Namespace):
+    resumable = {}
+    if args.resumable is not None:
+        resumable = {"event_store": MemoryEventStore(), "retry_interval": args.resumable}
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         stateless_http=args.stateless,
         json_response=args.json,
         host=args.host,
+        **resumable,
     )
     return Stats(app, args.name, legacy_only=args.legacy_only)
 
@@ -406,7 +527,7 @@ def main() -> None:
     srv = uvicorn.Server(config)
     print(
         f"listening on http://{shown}:{port} name={args.name} stateless={args.stateless} json={args.json}"
-        f" legacy_only={args.legacy_only}",
+        f" legacy_only={args.legacy_only} resumable={args.resumable}",
         flush=True,
     )
     asyncio.run(srv.serve(sockets=[sock]))
