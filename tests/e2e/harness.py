@@ -300,10 +300,12 @@ def start_python_upstream(
     json_response: bool = False,
     legacy_only: bool = False,
     instructions: str | None = None,
+    changing: bool = False,
 ) -> Upstream:
     """The Python SDK upstream. `legacy_only` refuses the 2026-07-28 form like a legacy-only
     server (so the gateway speaks the legacy revision to it); `instructions` are its
-    initialize / server/discover instructions."""
+    initialize / server/discover instructions; `changing` adds its `withdraw` tool (a tool or
+    prompt removed and the change announced)."""
     argv = [sys.executable, str(PYTHON_UPSTREAM), "--port", "0", "--name", name]
     if stateless:
         argv.append("--stateless")
@@ -313,6 +315,8 @@ def start_python_upstream(
         argv.append("--legacy-only")
     if instructions is not None:
         argv += ["--instructions", instructions]
+    if changing:
+        argv.append("--changing")
     return Upstream(group.start(f"upstream-{name}", argv, ready_timeout=30), "python")
 
 
