@@ -11,13 +11,15 @@ whose `withdraw` tool removes a tool or prompt from its process and announces it
 era does: a legacy server on the call's own stream, a 2026-07-28 server on the
 `subscriptions/listen` streams that asked for it. The clients are the official Python SDK
 client: a legacy one hears the notification on its call (its message handler), a 2026-07-28
-one on `Client.listen`; as soon as it has heard, it lists again through the same endpoint, and
-the tool (or prompt) is gone. Each of `/mcp/<prefix>`, `/mcp` (prefixed names) and a virtual
-server, in both eras.
+one on `Client.listen`. The withdrawal is heard on `/mcp/<prefix>`, on `/mcp` (prefixed names)
+and on a virtual server in turn; as soon as it has been heard, every one of them lists again and
+the tool (or prompt) is gone. `/mcp` and the virtual server answer listings from the cache;
+`/mcp/<prefix>` passes them through, so a change heard there must outdate the others' cache.
 
 Control, in both eras: a withdrawal the upstream does not announce (`notify: false`) leaves the
-tool in the next listing, and the upstream is not asked (its count of `tools/list` stays): the
-cache is what the announcement outdates.
+tool in the cached listings of `/mcp` and the virtual server, and the upstream is not asked
+again (its count of `tools/list` grows only by the pass-through): the cache is what the
+announcement outdates.
 """
 
 from __future__ import annotations
