@@ -4,7 +4,9 @@
 #   tests/setup-node.sh              -> prints e.g. /root/.cache/switchboard/node
 #
 # The packages (the official TypeScript MCP client SDK, @modelcontextprotocol/client, which
-# tests/node/mcp_client.mjs drives) live in ${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/node,
+# tests/node/mcp_client.mjs drives; and published OpenAPI 3.0 documents the OpenAPI schema tests
+# compile: GitHub's REST description, @octokit/openapi, and ReadMe's collection with the classic
+# Petstore, @readme/oas-examples) live in ${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/node,
 # installed with `npm ci` from tests/node/package.json and tests/node/package-lock.json (exact
 # pins, integrity hashes), and only when a stamp file says the lock (or Node's major version)
 # changed, so a warm run is a couple of file reads. Everything except the final path goes to
@@ -40,7 +42,14 @@ want="$(
   } | sha256sum | cut -d' ' -f1
 )"
 
-installed() { [[ -f "$dest/node_modules/@modelcontextprotocol/client/package.json" ]]; }
+# Every pinned package (the documents are read as files: a missing one fails its test).
+packages=(@modelcontextprotocol/client @octokit/openapi @readme/oas-examples)
+installed() {
+  local p
+  for p in "${packages[@]}"; do
+    [[ -f "$dest/node_modules/$p/package.json" ]] || return 1
+  done
+}
 
 if installed && [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   echo "$dest"
@@ -54,7 +63,7 @@ cp "$here/node/package.json" "$here/node/package-lock.json" "$dest/"
 # npm ci: exactly the lock, removing whatever node_modules held before.
 npm ci --prefix "$dest" --no-audit --no-fund --loglevel=error >&2 \
   || die "npm ci failed (see above); the packages come from the npm registry"
-installed || die "npm ci left no @modelcontextprotocol/client in $dest/node_modules"
+installed || die "npm ci left one of ${packages[*]} out of $dest/node_modules"
 (cd "$dest" && "$node" --input-type=module -e "await import('@modelcontextprotocol/client')") >&2 \
   || die "Node.js cannot import @modelcontextprotocol/client from $dest"
 echo "$want" >"$stamp"

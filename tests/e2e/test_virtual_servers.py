@@ -270,3 +270,52 @@ def test_server_to_client_requests_through_a_virtual_server_are_answered(gateway
         thought, answered = run_async(scenario)
         assert not thought.is_error and sdk_text(thought) == "sampled:capital of France?", f"{era}: {thought}"
         assert not answered.is_error and "answer to ready?" in sdk_text(answered), f"{era}: {answered}"
+
+
+LIBRARY = {
+    "name": "library",
+    "sources": [
+        # The Python SDK server (legacy only): a prompt, a resource and a resource template.
+        {"server": "legacy", "prompts": {"allow": ["summarize"]}, "resources": {"allow": ["e2e://*"]}},
+        # The Rust example upstream (2026-07-28): the same kinds.
+        {"server": "modern", "prompts": {"allow": ["greet"]}, "resources": {"allow": ["example://*"]}},
+    ],
+}
+
+
+def test_prompts_and_resources_are_listed_with_their_names_and_reached(gateways, procs, rust_upstream):
+    """Issue 35, item 5: the official Python SDK's list_prompts(), list_resources() and
+    list_resource_templates() validate every item (a prompt needs its `name`, a resource its
+    `uri`, a template its `uriTemplate`); through a virtual server they got items without them.
+    Each comes back as the server lists it, and prompts/get and resources/read (a resource and
+    a URI of each template) reach the server that has it, in both eras."""
+    gw, keys, legacy, _ = world(gateways, procs, rust_upstream, virtual=[LIBRARY])
+
+    async def scenario(era):
+        async with sdk_client(gw.mcp_url("library"), keys["full"], era) as c:
+            prompts = (await c.list_prompts()).prompts
+            resources = (await c.list_resources()).resources
+            templates = (await c.list_resource_templates()).resource_templates
+            summary = await c.get_prompt("summarize", {"text": "a long story"})
+            greeting = await c.get_prompt("greet", {"name": "Ada"})
+            read = {uri: (await c.read_resource(uri)).contents
+                    for uri in ("e2e://counter", "e2e://notes/alpha", "example://readme", "example://items/42")}
+            return prompts, resources, templates, summary, greeting, read
+
+    for era in ("legacy", MODERN_VERSION):
+        prompts, resources, templates, summary, greeting, read = run_async(lambda: scenario(era))
+        by_name = {p.name: p for p in prompts}
+        assert sorted(by_name) == ["greet", "summarize"], f"{era}: {prompts}"
+        assert [a.name for a in by_name["summarize"].arguments] == ["text"], by_name["summarize"]
+        assert by_name["greet"].arguments[0].required is True, by_name["greet"]
+        assert sorted(str(r.uri) for r in resources) == ["e2e://counter", "example://readme"], f"{era}: {resources}"
+        assert {str(r.uri): r.name for r in resources}["example://readme"] == "readme"
+        assert sorted(t.uri_template for t in templates) == ["e2e://notes/{name}", "example://items/{id}"], f"{era}: {templates}"
+        assert summary.messages[0].content.text == "Summarize: a long story", f"{era}: {summary}"
+        assert "Hello, Ada!" in greeting.messages[0].content.text, f"{era}: {greeting}"
+        assert read["e2e://notes/alpha"][0].text == "note alpha", read
+        assert read["example://items/42"][0].text == "Item 42", read
+        assert read["e2e://counter"][0].text.isdigit() and "#" in read["example://readme"][0].text, read
+    # Each request reached the server whose source selects it, by the name or URI as listed.
+    stats = legacy.stats()["by_method"]
+    assert stats.get("prompts/get") == 2 and stats.get("resources/read") == 4, stats

@@ -17,7 +17,7 @@ use switchboard_core::virtual_server::{
     Selected, Shadowed, VirtualServer, present_tool, upstream_arguments,
 };
 use switchboard_protocol::Era;
-use switchboard_upstream::listing::ListKind;
+use switchboard_upstream::listing::{Item, ListKind};
 
 /// The servers behind a virtual server that the caller reaches, each once, in source order.
 pub fn servers(caller: &Caller, vs: &VirtualServer) -> Vec<Arc<Server>> {
@@ -162,7 +162,7 @@ async fn list(
                     continue;
                 }
             };
-            let fields = item.fields().unwrap_or_default();
+            let fields = listed_as(kind, item, name);
             let shown = match kind {
                 ListKind::Tools => present_tool(fields, name, source.override_of(own)),
                 _ => fields,
@@ -194,4 +194,52 @@ async fn list(
         result.insert("_meta".into(), Value::Object(meta));
     }
     Value::Object(result)
+}
+
+/// One listed item with `name` as its identifying field (`name`, `uri`, `uriTemplate`): a
+/// listing keeps that field apart from the rest, and every kind gets it back here, since it is
+/// what a client calls, gets or reads the item by. Prompts and resources are presented as
+/// their server lists them; a tool is then renamed and narrowed by its override.
+fn listed_as(kind: ListKind, item: &Item, name: &str) -> Map<String, Value> {
+    let mut fields = item.fields().unwrap_or_default();
+    fields.insert(kind.id_field().into(), Value::from(name));
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_presented_with_its_identifying_field() {
+        for (kind, item, field) in [
+            (
+                ListKind::Prompts,
+                json!({"name": "summarize", "description": "Sum up", "arguments": [{"name": "text"}]}),
+                "name",
+            ),
+            (
+                ListKind::Resources,
+                json!({"uri": "kb://articles/1", "name": "article one", "mimeType": "text/plain"}),
+                "uri",
+            ),
+            (
+                ListKind::ResourceTemplates,
+                json!({"uriTemplate": "kb://articles/{id}", "name": "article"}),
+                "uriTemplate",
+            ),
+        ] {
+            let own = item[field].as_str().unwrap().to_string();
+            let shown = listed_as(kind, &Item::new(kind, &item), &own);
+            assert_eq!(
+                Value::Object(shown),
+                item,
+                "{kind:?}: as the server lists it"
+            );
+        }
+        let tool = json!({"name": "add", "description": "Add", "inputSchema": {"type": "object"}});
+        let shown = listed_as(ListKind::Tools, &Item::new(ListKind::Tools, &tool), "plus");
+        assert_eq!(shown["name"], "plus");
+        assert_eq!(shown["description"], "Add");
+    }
 }

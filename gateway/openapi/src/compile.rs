@@ -7,6 +7,7 @@ use switchboard_protocol::schema::{clean_with, sanitize_with};
 use switchboard_snapshot::{OpenApiSpec, OperationSelector, glob_match};
 
 use crate::bundle::each_reference;
+use crate::json_schema::{Direction, KEPT_FOR_CLIENTS, Version, each_subschema, upgrade};
 use switchboard_snapshot::openapi::HTTP_METHODS as METHODS;
 /// Tool names clients accept: 1 to 64 of `a-z A-Z 0-9 _ - .`.
 const MAX_NAME: usize = 64;
@@ -206,9 +207,8 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
         None => &Map::new(),
         Some(_) => return Err(at("paths", "must be an object".into())),
     };
-    // OpenAPI 3.1 schemas are JSON Schema 2020-12: keywords next to a `$ref` apply too.
-    let ref_siblings = version.starts_with("3.1");
-    let definitions = definitions(document, ref_siblings);
+    let schema_version = Version::of(version);
+    let definitions = definitions(document, schema_version);
     let overrides: HashMap<&str, &switchboard_snapshot::OperationOverride> = spec
         .overrides
         .iter()
@@ -249,7 +249,7 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
             let built = Operation {
                 document,
                 definitions: &definitions,
-                ref_siblings,
+                version: schema_version,
                 path,
                 method,
                 operation,
@@ -349,22 +349,29 @@ fn selected(
 /// The target of every local `$ref` in the document, by reference string as written, for the
 /// sanitizer: `#/components/schemas/<name>` and any other JSON pointer into the document
 /// (`#/components/schemas/Pet/properties/kind`, `#/paths/~1pets/...`), escapes and
-/// percent-encoding decoded. With `ref_siblings` (OpenAPI 3.1), a `$ref` inside a target that
-/// has sibling keywords is kept with them (see [`wrap_ref_siblings`]).
-fn definitions(document: &Value, ref_siblings: bool) -> Map<String, Value> {
+/// percent-encoding decoded. Each is read as its document's version says (see [`prepared`]).
+fn definitions(document: &Value, version: Version) -> Map<String, Value> {
     let mut out = Map::new();
     each_reference(document, &mut |reference| {
         if !reference.starts_with('#') || out.contains_key(reference) {
             return;
         }
-        if let Some(mut target) = local_target(document, reference).cloned() {
-            if ref_siblings {
-                wrap_ref_siblings(&mut target);
-            }
-            out.insert(reference.to_string(), target);
+        if let Some(target) = local_target(document, reference).cloned() {
+            out.insert(reference.to_string(), prepared(target, version));
         }
     });
     out
+}
+
+/// A schema of the document as the sanitizer should read it: in OpenAPI 3.1 (JSON Schema
+/// 2020-12) keywords next to a `$ref` count ([`wrap_ref_siblings`]); in both, what is not
+/// JSON Schema 2020-12 is rewritten into it ([`upgrade`]).
+fn prepared(mut schema: Value, version: Version) -> Value {
+    if version == Version::V31 {
+        wrap_ref_siblings(&mut schema);
+    }
+    upgrade(&mut schema);
+    schema
 }
 
 /// What a local reference (`#/a/b~1c`, percent-encoded as a URI fragment may be) names.
@@ -395,29 +402,6 @@ fn resolve<'a>(document: &'a Value, value: &'a Value) -> Result<&'a Value, Strin
     Err("$ref chain longer than 8".into())
 }
 
-/// Keywords whose value is one schema, a list of schemas, or a map of names to schemas.
-const SUBSCHEMA: [&str; 11] = [
-    "items",
-    "additionalProperties",
-    "not",
-    "contains",
-    "if",
-    "then",
-    "else",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "additionalItems",
-];
-const SUBSCHEMA_LISTS: [&str; 4] = ["anyOf", "allOf", "oneOf", "prefixItems"];
-const SUBSCHEMA_MAPS: [&str; 5] = [
-    "properties",
-    "patternProperties",
-    "$defs",
-    "definitions",
-    "dependentSchemas",
-];
-
 /// OpenAPI 3.1 (JSON Schema 2020-12) applies the keywords next to a `$ref` as well as the
 /// referenced schema: FastAPI writes an enum parameter with a default as
 /// `{"$ref": "#/components/schemas/Priority", "default": "normal"}`. The sanitizer inlines a
@@ -426,19 +410,7 @@ const SUBSCHEMA_MAPS: [&str; 5] = [
 /// [`collapse_single_all_of`] merges it into one schema again.
 fn wrap_ref_siblings(schema: &mut Value) {
     let Value::Object(o) = schema else { return };
-    for (key, value) in o.iter_mut() {
-        let key = key.as_str();
-        match value {
-            Value::Object(map) if SUBSCHEMA_MAPS.contains(&key) => {
-                map.values_mut().for_each(wrap_ref_siblings)
-            }
-            Value::Array(list) if SUBSCHEMA_LISTS.contains(&key) || key == "items" => {
-                list.iter_mut().for_each(wrap_ref_siblings)
-            }
-            v if SUBSCHEMA.contains(&key) => wrap_ref_siblings(v),
-            _ => {}
-        }
-    }
+    each_subschema(o, wrap_ref_siblings);
     if o.len() < 2 || !o.get("$ref").is_some_and(Value::is_string) {
         return;
     }
@@ -497,8 +469,8 @@ fn collapse_single_all_of(schema: &mut Value) {
 struct Operation<'a> {
     document: &'a Value,
     definitions: &'a Map<String, Value>,
-    /// OpenAPI 3.1: keywords next to a `$ref` count ([`wrap_ref_siblings`]).
-    ref_siblings: bool,
+    /// How the document's schemas are read ([`prepared`]).
+    version: Version,
     path: &'a str,
     method: &'a str,
     operation: &'a Map<String, Value>,
@@ -508,11 +480,29 @@ struct Operation<'a> {
 
 impl Operation<'_> {
     /// A schema of this operation as the sanitizer should read it.
-    fn with_siblings(&self, mut schema: Value) -> Value {
-        if self.ref_siblings {
-            wrap_ref_siblings(&mut schema);
+    fn prepared(&self, schema: Value) -> Value {
+        prepared(schema, self.version)
+    }
+
+    /// A tool schema, input or output, from the operation's schemas (each [`Self::prepared`]):
+    /// references inlined and keywords allow-listed by the sanitizer (for the input, the
+    /// arguments object: an object at the top), a one-branch `allOf` merged, and properties
+    /// that travel only the other way not required (within each argument of the input).
+    fn tool_schema(&self, schema: &Value, direction: Direction) -> Value {
+        let mut out = match direction {
+            Direction::Request => sanitize_with(schema, self.definitions, KEPT_FOR_CLIENTS),
+            Direction::Response => clean_with(schema, self.definitions, KEPT_FOR_CLIENTS),
+        };
+        collapse_single_all_of(&mut out);
+        match (direction, &mut out) {
+            (Direction::Request, Value::Object(arguments)) => {
+                if let Some(Value::Object(properties)) = arguments.get_mut("properties") {
+                    properties.values_mut().for_each(|a| direction.settle(a));
+                }
+            }
+            _ => direction.settle(&mut out),
         }
-        schema
+        out
     }
 
     fn problem(&self, field: &str, message: impl Into<String>) -> DocumentError {
@@ -583,7 +573,7 @@ impl Operation<'_> {
                 .or_else(|| p.pointer("/content/application~1json/schema"))
                 .cloned()
                 .unwrap_or_else(|| json!({}));
-            let mut schema = self.with_siblings(schema);
+            let mut schema = self.prepared(schema);
             if let (Value::Object(s), Some(d)) = (&mut schema, p.get("description")) {
                 s.entry("description").or_insert_with(|| d.clone());
             }
@@ -620,8 +610,7 @@ impl Operation<'_> {
         }
         let body = self.body(&mut properties, &mut required)?;
         let input = json!({"type": "object", "properties": properties, "required": required});
-        let mut input_schema = sanitize_with(&input, self.definitions);
-        collapse_single_all_of(&mut input_schema);
+        let input_schema = self.tool_schema(&input, Direction::Request);
         let (output_schema, wraps_output) = self.output();
         let id = self.operation.get("operationId").and_then(Value::as_str);
         let name = match overridden.and_then(|o| o.name.clone()) {
@@ -688,7 +677,7 @@ impl Operation<'_> {
         let json_schema = content.and_then(|c| {
             c.iter().find(|(t, _)| is_json(t)).map(|(t, m)| {
                 let schema = m.get("schema").cloned().unwrap_or_else(|| json!({}));
-                (t.as_str(), self.with_siblings(schema))
+                (t.as_str(), self.prepared(schema))
             })
         });
         let Some((media_type, mut schema)) = json_schema else {
@@ -754,9 +743,7 @@ impl Operation<'_> {
         let Some(schema) = schema else {
             return (None, false);
         };
-        let mut cleaned = clean_with(&self.with_siblings(schema.clone()), self.definitions);
-        collapse_single_all_of(&mut cleaned);
-        nullable_as_types(&mut cleaned);
+        let cleaned = self.tool_schema(&self.prepared(schema.clone()), Direction::Response);
         let is_object = cleaned.get("type").and_then(Value::as_str) == Some("object");
         if is_object {
             (Some(cleaned), false)
@@ -772,23 +759,6 @@ impl Operation<'_> {
 pub(crate) fn is_json(content_type: &str) -> bool {
     let essence = content_type.split(';').next().unwrap_or_default().trim();
     essence == "application/json" || essence.ends_with("+json") || essence == "*/*"
-}
-
-/// OpenAPI 3.0's `nullable: true` as JSON Schema says it (`type: [t, "null"]`), so that a
-/// client validating structured content against the output schema accepts a null.
-fn nullable_as_types(schema: &mut Value) {
-    match schema {
-        Value::Object(o) => {
-            if o.remove("nullable") == Some(Value::Bool(true))
-                && let Some(Value::String(t)) = o.get("type").cloned()
-            {
-                o.insert("type".into(), json!([t, "null"]));
-            }
-            o.values_mut().for_each(nullable_as_types);
-        }
-        Value::Array(items) => items.iter_mut().for_each(nullable_as_types),
-        _ => {}
-    }
 }
 
 /// `{name}` segments of a path template.
@@ -1214,6 +1184,131 @@ components:
         );
         assert_eq!(media("*/*").as_deref(), Some("application/json"));
         assert_eq!(media("text/plain"), None, "not JSON: no body argument");
+    }
+
+    /// OpenAPI 3.0's own keywords, as GitHub's REST description and ReadMe's examples write
+    /// them, in a parameter, a body and a response.
+    const V30: &str = r##"{"openapi": "3.0.3", "paths": {"/issues/{n}": {"patch": {
+        "operationId": "update",
+        "parameters": [
+          {"name": "n", "in": "path", "required": true, "schema": {"type": "integer", "minimum": 0, "exclusiveMinimum": true}},
+          {"name": "since", "in": "query", "schema": {"type": "string", "nullable": true, "example": "2024-01-01"}}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Issue"}}}},
+        "responses": {"200": {"description": "", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Issue"}}}}}}}},
+      "components": {"schemas": {
+        "User": {"type": "object", "properties": {"login": {"type": "string"}}, "x-github": {"a": 1}},
+        "Issue": {"type": "object", "required": ["id", "title", "secret"],
+          "discriminator": {"propertyName": "kind"}, "xml": {"name": "issue"}, "externalDocs": {"url": "https://x"},
+          "properties": {
+            "id": {"type": "integer", "readOnly": true},
+            "title": {"type": "string", "maxLength": 256, "x-go-name": "Title"},
+            "secret": {"type": "string", "writeOnly": true},
+            "state_reason": {"type": "string", "enum": ["completed", "not_planned"], "nullable": true},
+            "milestone": {"oneOf": [{"type": "string"}, {"type": "integer"}], "nullable": true},
+            "assignee": {"allOf": [{"$ref": "#/components/schemas/User"}], "nullable": true, "description": "Who"},
+            "score": {"type": "number", "maximum": 1, "exclusiveMaximum": true, "example": 0.5},
+            "labels": {"type": "array", "items": {"type": "string", "nullable": true}}}}}}}"##;
+
+    #[test]
+    fn openapi_3_0_keywords_become_json_schema_2020_12_in_input_and_output() {
+        let c = compile(V30, &OpenApiSpec::default()).unwrap();
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        let t = c.tool("update").unwrap();
+        let input = &t.input_schema["properties"];
+        assert_eq!(
+            input["n"],
+            json!({"type": "integer", "exclusiveMinimum": 0})
+        );
+        assert_eq!(
+            input["since"],
+            json!({"type": ["string", "null"], "examples": ["2024-01-01"]})
+        );
+        let output = t.output_schema.as_ref().unwrap();
+        assert!(!t.wraps_output);
+        for (direction, issue) in [("input", &input["body"]), ("output", output)] {
+            let p = &issue["properties"];
+            assert_eq!(
+                p["state_reason"],
+                json!({"type": ["string", "null"], "enum": ["completed", "not_planned", null]}),
+                "{direction}"
+            );
+            assert_eq!(
+                p["milestone"],
+                json!({"anyOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "null"}]}),
+                "{direction}"
+            );
+            assert_eq!(
+                p["assignee"],
+                json!({"description": "Who", "anyOf": [
+                    {"type": "object", "properties": {"login": {"type": "string"}}},
+                    {"type": "null"}]}),
+                "{direction}: the reference inlined, the one-branch allOf merged, null beside it"
+            );
+            assert_eq!(
+                p["score"],
+                json!({"type": "number", "exclusiveMaximum": 1, "examples": [0.5]}),
+                "{direction}"
+            );
+            assert_eq!(p["labels"]["items"]["type"], json!(["string", "null"]));
+            assert_eq!(
+                p["title"],
+                json!({"type": "string", "maxLength": 256}),
+                "{direction}: extensions go"
+            );
+            let text = issue.to_string();
+            for gone in [
+                "nullable",
+                "example\"",
+                "discriminator",
+                "xml",
+                "externalDocs",
+                "x-",
+            ] {
+                assert!(!text.contains(gone), "{direction}: {gone} in {text}");
+            }
+            assert_eq!(p["id"]["readOnly"], true);
+            assert_eq!(p["secret"]["writeOnly"], true);
+        }
+        assert_eq!(
+            input["body"]["required"],
+            json!(["title", "secret"]),
+            "a read-only property is not required in a request"
+        );
+        assert_eq!(
+            output["required"],
+            json!(["id", "title"]),
+            "a write-only property is not required in a response"
+        );
+        assert_eq!(
+            t.input_schema["required"],
+            json!(["n", "body"]),
+            "the arguments are the request's"
+        );
+        // A 3.1 document written the 3.0 way (ReadMe's own description does) reads the same.
+        let v31 = compile(&V30.replace("3.0.3", "3.1.0"), &OpenApiSpec::default()).unwrap();
+        let out = v31.tool("update").unwrap().output_schema.clone().unwrap();
+        assert_eq!(
+            out["properties"]["state_reason"],
+            output["properties"]["state_reason"]
+        );
+        assert_eq!(out["properties"]["score"], output["properties"]["score"]);
+    }
+
+    #[test]
+    fn a_nullable_response_is_wrapped_with_its_null() {
+        let doc = r#"{"openapi": "3.0.0", "paths": {"/a": {"get": {"operationId": "a",
+            "responses": {"200": {"description": "", "content": {"application/json": {
+                "schema": {"type": "object", "nullable": true, "properties": {"x": {"type": "string"}}}}}}}}}}}"#;
+        let c = compile(doc, &OpenApiSpec::default()).unwrap();
+        let t = c.tool("a").unwrap();
+        assert!(
+            t.wraps_output,
+            "a null body is not an object: structured content wraps it"
+        );
+        assert_eq!(
+            t.output_schema.as_ref().unwrap()["properties"]["result"]["type"],
+            json!(["object", "null"])
+        );
     }
 
     #[test]

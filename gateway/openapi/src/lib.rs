@@ -10,11 +10,16 @@
 //! - [`OperationTool::request`]: arguments to method, path, query, headers, cookies, body.
 //! - [`OperationTool::result`]: a REST response to a `tools/call` result.
 //!
+//! - `json_schema`: a Schema Object of either version as the JSON Schema 2020-12 a tool schema
+//!   is (3.0's `nullable`, boolean exclusive bounds, `example`; `readOnly`/`writeOnly` by
+//!   direction), for input and output schemas alike.
+//!
 //! Schemas go through the one sanitizer the LLM path uses (`switchboard_protocol::schema`):
 //! references inlined with a depth and size bound, cycles cut, keywords allow-listed.
 
 mod bundle;
 mod compile;
+mod json_schema;
 mod request;
 mod response;
 

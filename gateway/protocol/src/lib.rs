@@ -71,6 +71,59 @@ pub const LOG_LEVELS: &[&str] = &[
     "emergency",
 ];
 
+/// A list a server announces changed with `notifications/<list>/list_changed` (both eras:
+/// on a legacy session's streams, on a 2026-07-28 `subscriptions/listen` stream). A client
+/// that gets one lists again; whoever caches the list must not answer from before the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListChanged {
+    Tools,
+    Prompts,
+    /// Resources and resource templates (one notification covers both).
+    Resources,
+}
+
+impl ListChanged {
+    pub const ALL: [ListChanged; 3] = [
+        ListChanged::Tools,
+        ListChanged::Prompts,
+        ListChanged::Resources,
+    ];
+
+    pub fn from_method(method: &str) -> Option<ListChanged> {
+        match method {
+            "notifications/tools/list_changed" => Some(ListChanged::Tools),
+            "notifications/prompts/list_changed" => Some(ListChanged::Prompts),
+            "notifications/resources/list_changed" => Some(ListChanged::Resources),
+            _ => None,
+        }
+    }
+
+    /// The change a JSON-RPC message's text announces, if it is such a notification. Cheap on
+    /// the messages a relay passes (most are not): only a text that names a list change is
+    /// parsed, and only its `method` and `id` are read.
+    pub fn announced_by(message: &str) -> Option<ListChanged> {
+        if !message.contains("/list_changed") {
+            return None;
+        }
+        #[derive(serde::Deserialize)]
+        struct Probe<'a> {
+            #[serde(borrow)]
+            method: Option<std::borrow::Cow<'a, str>>,
+            id: Option<serde::de::IgnoredAny>,
+        }
+        let probe: Probe = serde_json::from_str(message).ok()?;
+        match (probe.method, probe.id) {
+            (Some(method), None) => ListChanged::from_method(&method),
+            _ => None,
+        }
+    }
+
+    /// A small index (0..3), for per-list state.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// 2026-07-28 error codes (HTTP 400).
 pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
@@ -356,6 +409,34 @@ pub fn decode_header_value(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_changes_are_told_by_notifications_only() {
+        for (method, change) in [
+            ("notifications/tools/list_changed", ListChanged::Tools),
+            ("notifications/prompts/list_changed", ListChanged::Prompts),
+            (
+                "notifications/resources/list_changed",
+                ListChanged::Resources,
+            ),
+        ] {
+            let message = format!(
+                r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"_meta":{{"io.modelcontextprotocol/subscriptionId":7}}}}}}"#
+            );
+            assert_eq!(ListChanged::announced_by(&message), Some(change));
+        }
+        for other in [
+            r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"a/list_changed"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"notifications/tools/list_changed"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"text":"notifications/tools/list_changed"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#,
+            "not json /list_changed",
+        ] {
+            assert_eq!(ListChanged::announced_by(other), None, "{other}");
+        }
+        let indices: Vec<usize> = ListChanged::ALL.iter().map(|c| c.index()).collect();
+        assert_eq!(indices, [0, 1, 2]);
+    }
     use serde_json::json;
 
     #[test]

@@ -48,13 +48,19 @@ const MAX_NODES: usize = 5_000;
 /// The provider-safe form of an MCP tool's `inputSchema`.
 pub fn sanitize(schema: &Value) -> Value {
     let definitions = collect_definitions(schema);
-    sanitize_with(schema, &definitions)
+    sanitize_with(schema, &definitions, &[])
 }
 
 /// The same, with the referenced definitions given by reference string (an OpenAPI
-/// document's `#/components/schemas/<name>`, collected once for all its operations).
-pub fn sanitize_with(schema: &Value, definitions: &Map<String, Value>) -> Value {
-    let mut top = clean_with(schema, definitions);
+/// document's `#/components/schemas/<name>`, collected once for all its operations), and
+/// keywords kept beyond the allow-list (`also_kept`: an MCP client reads annotations a
+/// provider is never shown).
+pub fn sanitize_with(
+    schema: &Value,
+    definitions: &Map<String, Value>,
+    also_kept: &[&str],
+) -> Value {
+    let mut top = clean_with(schema, definitions, also_kept);
     let Value::Object(object) = &mut top else {
         return json!({"type": "object", "properties": {}});
     };
@@ -72,10 +78,12 @@ pub fn sanitize_with(schema: &Value, definitions: &Map<String, Value>) -> Value 
 }
 
 /// A schema with the same rules but no object forced at the top (an OpenAPI response's
-/// schema, a parameter's): references inlined with the same bounds, keywords allow-listed.
-pub fn clean_with(schema: &Value, definitions: &Map<String, Value>) -> Value {
+/// schema, a parameter's): references inlined with the same bounds, keywords allow-listed
+/// (and `also_kept`).
+pub fn clean_with(schema: &Value, definitions: &Map<String, Value>, also_kept: &[&str]) -> Value {
     let mut walk = Walk {
         definitions,
+        also_kept,
         path: Vec::new(),
         budget: MAX_NODES,
     };
@@ -99,6 +107,7 @@ fn collect_definitions(schema: &Value) -> Map<String, Value> {
 /// to one of them is a cycle, cut), and the nodes it may still make.
 struct Walk<'a> {
     definitions: &'a Map<String, Value>,
+    also_kept: &'a [&'a str],
     path: Vec<&'a str>,
     budget: usize,
 }
@@ -136,7 +145,7 @@ impl<'a> Walk<'a> {
             } else {
                 key.as_str()
             };
-            if !KEPT.contains(&key) {
+            if !KEPT.contains(&key) && !self.also_kept.contains(&key) {
                 continue;
             }
             let cleaned = match key {

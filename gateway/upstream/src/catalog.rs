@@ -1,6 +1,11 @@
 //! Cached listings per server, and the tool-ownership map (tool name → server ids) that only
 //! unprefixed names need. Both are caches: a replica that has neither rebuilds them on demand,
 //! and a prefixed call never looks here (docs/architecture.md, invariants 2 and 3).
+//!
+//! A listing is fresh for `gateway.listingTtl`, unless the upstream has announced that list
+//! changed (`notifications/tools/list_changed`, ...) since the walk that made it began: the
+//! gateway notes each announcement as it reads it from an upstream stream, before relaying it
+//! ([`Upstreams::list_generation`]), so a client that lists again at once is answered anew.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
@@ -25,6 +30,8 @@ struct Entry {
     id: String,
     revision: u64,
     fetched: Instant,
+    /// How many changes of this list the upstream had announced when the walk began.
+    generation: u64,
     listing: Arc<Listing>,
 }
 
@@ -93,15 +100,19 @@ impl Catalog {
             .get(&(server.revision, kind, partition))
     }
 
+    /// The listing, if it is younger than `ttl` and no change of its list was announced since
+    /// its walk began (`generation`: the count of announcements now).
     fn fresh(
         &self,
         server: &Server,
         kind: ListKind,
         partition: u64,
         ttl: Duration,
+        generation: u64,
     ) -> Option<Arc<Listing>> {
         let entry = self.entry(server, kind, partition)?;
-        (entry.fetched.elapsed() < ttl).then(|| entry.listing.clone())
+        (entry.fetched.elapsed() < ttl && entry.generation == generation)
+            .then(|| entry.listing.clone())
     }
 
     /// Entries held now: (shared listings, callers' listings, their approximate bytes).
@@ -144,13 +155,16 @@ impl Catalog {
     ) -> Result<Arc<Listing>, UpstreamError> {
         let (server, kind) = (request.server, request.kind);
         let partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
-        if let Some(hit) = self.fresh(server, kind, partition, ttl) {
+        let generation = || upstreams.list_generation(server, kind.list());
+        if let Some(hit) = self.fresh(server, kind, partition, ttl, generation()) {
             return Ok(hit);
         }
         let key = (server.revision, kind, partition);
         let lock = self.refreshing.get_with(key, Default::default);
         let _guard = lock.lock().await;
-        if let Some(hit) = self.fresh(server, kind, partition, ttl) {
+        // Read before the walk: a change announced while it runs leaves its result stale.
+        let walked_at = generation();
+        if let Some(hit) = self.fresh(server, kind, partition, ttl, walked_at) {
             return Ok(hit);
         }
         if let Some(failure) = self.recent_failure(&key, ttl) {
@@ -165,7 +179,7 @@ impl Catalog {
         };
         self.failures.invalidate(&key);
         let listing = Arc::new(listing);
-        self.store(server, kind, partition, listing.clone());
+        self.store(server, kind, partition, walked_at, listing.clone());
         Ok(listing)
     }
 
@@ -191,7 +205,14 @@ impl Catalog {
     /// Replaces a server's listing; for tools in the shared partition, also that server's rows
     /// of the ownership map (never union-only: a tool the upstream stopped serving stops
     /// routing). Caller-credential listings stay out of the map: they speak for one caller.
-    fn store(&self, server: &Server, kind: ListKind, partition: u64, listing: Arc<Listing>) {
+    fn store(
+        &self,
+        server: &Server,
+        kind: ListKind,
+        partition: u64,
+        generation: u64,
+        listing: Arc<Listing>,
+    ) {
         if kind == ListKind::Tools && partition == SHARED_PARTITION {
             let names: BTreeSet<String> = listing
                 .items
@@ -215,6 +236,7 @@ impl Catalog {
                 id: server.id().to_string(),
                 revision: server.revision,
                 fetched: Instant::now(),
+                generation,
                 listing,
             }),
         );
@@ -289,14 +311,15 @@ mod tests {
         );
         let (a, b) = (t.server_by_id("a").unwrap(), t.server_by_id("b").unwrap());
         let c = Catalog::default();
-        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["x", "y"]));
+        c.store(a, ListKind::Tools, SHARED_PARTITION, 0, tools(&["x", "y"]));
         c.store(
             b,
             ListKind::Tools,
             SHARED_PARTITION,
+            0,
             tools(&["y", "hidden"]),
         );
-        c.store(b, ListKind::Tools, 7, tools(&["private"]));
+        c.store(b, ListKind::Tools, 7, 0, tools(&["private"]));
         assert!(
             c.owners_of("private").is_empty(),
             "a caller's own catalog stays out of the map"
@@ -306,7 +329,7 @@ mod tests {
             c.owners_of("hidden").is_empty(),
             "the server's filter applies to routing"
         );
-        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["y"]));
+        c.store(a, ListKind::Tools, SHARED_PARTITION, 0, tools(&["y"]));
         assert!(
             c.owners_of("x").is_empty(),
             "a tool a stopped serving stops routing"
@@ -315,6 +338,42 @@ mod tests {
         c.retain(|id, _| id != "b");
         assert_eq!(c.owners_of("y").into_iter().collect::<Vec<_>>(), vec!["a"]);
         assert!(c.has_tools_of(a, SHARED_PARTITION) && !c.has_tools_of(b, SHARED_PARTITION));
+    }
+
+    /// `notifications/tools/list_changed` read from the upstream (the count of them, noted
+    /// before the notification is relayed) outdates the listing whatever its age, for that
+    /// list only; routing by the old rows stays until a listing replaces them.
+    #[tokio::test(start_paused = true)]
+    async fn an_announced_change_outdates_a_listing_at_once() {
+        let t = table("servers:\n- {name: a, url: 'http://x/mcp'}\n");
+        let a = t.server_by_id("a").unwrap();
+        let c = Catalog::default();
+        let ttl = Duration::from_secs(60);
+        c.store(a, ListKind::Tools, SHARED_PARTITION, 3, tools(&["x"]));
+        c.store(a, ListKind::Prompts, SHARED_PARTITION, 0, tools(&[]));
+        assert!(
+            c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl, 3)
+                .is_some()
+        );
+        assert!(
+            c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl, 4)
+                .is_none(),
+            "a change announced after the walk began"
+        );
+        assert!(
+            c.fresh(a, ListKind::Prompts, SHARED_PARTITION, ttl, 0)
+                .is_some()
+        );
+        assert!(c.has_tools_of(a, SHARED_PARTITION));
+        assert_eq!(
+            c.owners_of("x").into_iter().collect::<Vec<_>>(),
+            vec!["a"],
+            "until a listing replaces them"
+        );
+        assert_eq!(
+            ListKind::ResourceTemplates.list(),
+            ListKind::Resources.list()
+        );
     }
 
     /// Expiry on tokio's clock, paused: a listing is served from memory for exactly its ttl,
@@ -327,12 +386,16 @@ mod tests {
         let c = Catalog::default();
         let ttl = Duration::from_secs(60);
         let ms = Duration::from_millis(1);
-        c.store(a, ListKind::Tools, SHARED_PARTITION, tools(&["x"]));
+        c.store(a, ListKind::Tools, SHARED_PARTITION, 0, tools(&["x"]));
         advance(ttl - ms).await;
-        assert!(c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl).is_some());
+        assert!(
+            c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl, 0)
+                .is_some()
+        );
         advance(ms).await;
         assert!(
-            c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl).is_none(),
+            c.fresh(a, ListKind::Tools, SHARED_PARTITION, ttl, 0)
+                .is_none(),
             "expired at its ttl"
         );
         assert!(

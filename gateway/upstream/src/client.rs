@@ -37,7 +37,7 @@ use switchboard_protocol::jsonrpc::{
 };
 use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
 use switchboard_protocol::{self as protocol, capabilities};
-use switchboard_protocol::{LATEST_LEGACY_VERSION, MODERN_VERSION};
+use switchboard_protocol::{LATEST_LEGACY_VERSION, ListChanged, MODERN_VERSION};
 use switchboard_snapshot::TlsMaterial;
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
@@ -118,6 +118,9 @@ impl RpcResult {
 pub(crate) struct UpstreamState {
     /// 0 until a request tells, then ERA_MODERN or ERA_LEGACY.
     era: AtomicU8,
+    /// How many times the upstream announced each list changed (`ListChanged::index`), as
+    /// seen on this replica: a listing walked before the last announcement is out of date.
+    lists_changed: [AtomicU64; 3],
     /// Legacy sessions per credential partition and client session: an upstream session is
     /// bound to the credential that opened it and carries its client's capabilities.
     sessions: Mutex<HashMap<(u64, SessionScope), SessionSlot>>,
@@ -132,6 +135,11 @@ type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
 const MAX_SESSIONS_PER_UPSTREAM: usize = 4096;
 
 impl UpstreamState {
+    /// The upstream said a list changed (a notification the gateway read from it).
+    fn list_changed(&self, change: ListChanged) {
+        self.lists_changed[change.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
     fn session_slot(&self, partition: u64, scope: SessionScope) -> SessionSlot {
         let key = (partition, scope);
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -410,13 +418,25 @@ impl Upstreams {
         }
     }
 
+    /// How many times this replica has read the upstream announce that `list` changed: a
+    /// listing walked when the count was lower is out of date (the catalog's rule).
+    pub fn list_generation(&self, server: &Server, list: ListChanged) -> u64 {
+        self.state(server).lists_changed[list.index()].load(Ordering::Relaxed)
+    }
+
     /// Sends one request and returns the upstream's JSON-RPC answer (for a stream: once its
-    /// headers arrived; the caller bounds the rest).
+    /// headers arrived; the caller bounds the rest). A stream notes each list change the
+    /// upstream announces on it as the event is read, before anyone relays it.
     pub async fn call(&self, call: RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
-        match tokio::time::timeout_at(call.deadline, self.call_in_era(&call)).await {
-            Ok(result) => result,
-            Err(_) => Err(timeout_error(&call)),
+        let mut outcome =
+            match tokio::time::timeout_at(call.deadline, self.call_in_era(&call)).await {
+                Ok(result) => result,
+                Err(_) => Err(timeout_error(&call)),
+            };
+        if let Ok(RpcOutcome::Stream(stream)) = &mut outcome {
+            stream.lists = Some(self.state(call.server));
         }
+        outcome
     }
 
     /// The upstream's own identity for a legacy client: the `initialize` result of the legacy
@@ -584,6 +604,9 @@ impl Upstreams {
             return stream.outcome(call).await.map_err(Attempt::Failed);
         }
         let reply = reply.read(call.server).await.map_err(Attempt::Failed)?;
+        for change in reply.announced_list_changes() {
+            self.state(call.server).list_changed(change);
+        }
         // Only a 4xx needs the error code (to tell a modern error from a legacy server); a
         // success is parsed once, by `outcome`.
         match reply.status {
@@ -631,6 +654,9 @@ impl Upstreams {
                 return stream.outcome(call).await;
             }
             let reply = reply.read(call.server).await?;
+            for change in reply.announced_list_changes() {
+                state.list_changed(change);
+            }
             match reply.status {
                 StatusCode::NOT_FOUND if session.id.is_some() && attempt == 0 => continue,
                 s if s.is_success() => return reply.outcome(call.server, &id),
@@ -886,6 +912,7 @@ impl SentReply {
             answered: false,
             admission: None,
             span: tracing::Span::none(),
+            lists: None,
         }
     }
 }
@@ -1025,6 +1052,9 @@ pub struct UpstreamStream {
     admission: Option<switchboard_core::limits::LimitPermit>,
     /// The call's client span ([`crate::call_span`]), open until the stream ends.
     span: tracing::Span,
+    /// Where a list change the upstream announces on this stream is noted (set by
+    /// [`Upstreams::call`]).
+    lists: Option<Arc<UpstreamState>>,
 }
 
 impl std::fmt::Debug for UpstreamStream {
@@ -1105,6 +1135,13 @@ impl UpstreamStream {
             match self.decoder.next_event() {
                 Ok(Some(mut event)) => {
                     self.resume.take_from(&mut event);
+                    // Noted before the event is handed on: a client that lists again as soon
+                    // as it reads the notification gets a fresh listing.
+                    if let (Some(state), Some(change)) =
+                        (&self.lists, ListChanged::announced_by(&event.data))
+                    {
+                        state.list_changed(change);
+                    }
                     return Ok(Some(event));
                 }
                 Ok(None) => {}
@@ -1230,6 +1267,24 @@ struct Reply {
 }
 
 impl Reply {
+    /// The list changes an answer read whole announced among its events (an SSE answer the
+    /// gateway did not relay, such as a tool call of the LLM loop: the change is noted all
+    /// the same).
+    fn announced_list_changes(&self) -> Vec<ListChanged> {
+        const NAMED: &[u8] = b"/list_changed";
+        if !self.content_type().starts_with("text/event-stream")
+            || !self.body.windows(NAMED.len()).any(|w| w == NAMED)
+        {
+            return Vec::new();
+        }
+        switchboard_protocol::jsonrpc::sse_messages(&self.body)
+            .iter()
+            .filter(|m| m.get("id").is_none())
+            .filter_map(|m| m.get("method").and_then(Value::as_str))
+            .filter_map(ListChanged::from_method)
+            .collect()
+    }
+
     fn content_type(&self) -> &str {
         self.headers
             .get(header::CONTENT_TYPE)

@@ -10,7 +10,7 @@ use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
 use crate::error::UpstreamError;
 use crate::request_credential::RequestCredential;
 use switchboard_core::table::Server;
-use switchboard_protocol::Era;
+use switchboard_protocol::{Era, ListChanged};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ListKind {
@@ -35,6 +35,16 @@ impl ListKind {
             ListKind::Tools | ListKind::Prompts => "name",
             ListKind::Resources => "uri",
             ListKind::ResourceTemplates => "uriTemplate",
+        }
+    }
+
+    /// The list whose `list_changed` notification says this kind changed (resources and
+    /// their templates share one).
+    pub fn list(self) -> ListChanged {
+        match self {
+            ListKind::Tools => ListChanged::Tools,
+            ListKind::Prompts => ListChanged::Prompts,
+            ListKind::Resources | ListKind::ResourceTemplates => ListChanged::Resources,
         }
     }
 

@@ -1,7 +1,7 @@
 """An upstream MCP server written with the official Python SDK (mcp 2.3.0), for the e2e tests.
 
     python python_upstream.py [--port N] [--host H] [--name NAME] [--stateless] [--json]
-                              [--legacy-only] [--instructions TEXT] [--stdio]
+                              [--legacy-only] [--instructions TEXT] [--stdio] [--changing]
                               [--resumable RETRY_MS]
 
 With --stdio it speaks MCP on stdin/stdout (for the stdio bridge's tests) and serves no HTTP;
@@ -60,7 +60,16 @@ seconds); answers "answered after N closes". A request in the 2026-07-28 form ha
 close (that revision removed resumption; the SDK offers no `close_sse_stream()` there): the
 notifications and the answer come on the one stream, and the answer says "after 0 closes".
 
-Resources: e2e://counter (text: how many times touch() ran).
+With --changing it also serves withdraw(name, kind="tool", notify=True): removes the tool (or,
+with kind "prompt", the prompt) called `name` from this process and, with `notify`, announces it:
+`notifications/tools/list_changed` (or prompts/) on the call's own stream for a legacy request
+(request-scoped, as a legacy server tells a client while it serves a call), and to the open
+`subscriptions/listen` streams that asked for it (2026-07-28). Answers "withdrawn <name>"
+(a name it does not have: a tool error). Without the flag the tool list is the one above.
+
+Resources: e2e://counter (text: how many times touch() ran); the template e2e://notes/{name}
+(text: "note <name>").
+Prompts: summarize(text) -> one user message "Summarize: <text>".
 
 Test helpers (plain HTTP, not MCP):
 - GET /_stats -> {"name", "requests", "by_method": {method: count}, "by_path": {path: count},
@@ -95,7 +104,14 @@ from typing import Annotated
 import uvicorn
 from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
-from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
+from mcp_types import (
+    CreateMessageResult,
+    ListRootsResult,
+    PromptListChangedNotification,
+    SamplingMessage,
+    TextContent,
+    ToolListChangedNotification,
+)
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
@@ -117,6 +133,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="RETRY_MS",
         help="keep an event store, send retry: RETRY_MS, serve the stream-closing tool `poll`",
     )
+    p.add_argument("--changing", action="store_true", help="serve withdraw(), which removes a tool or prompt and announces it")
     return p.parse_args(argv)
 
 
@@ -216,6 +233,18 @@ async def roots(listing: Annotated[ListRootsResult, Resolve(client_roots)]) -> l
 def counter() -> str:
     """How many times touch() ran."""
     return str(sum(TOUCHES.values()))
+
+
+@server.resource("e2e://notes/{name}")
+def note(name: str) -> str:
+    """One note, by name."""
+    return f"note {name}"
+
+
+@server.prompt()
+def summarize(text: str) -> str:
+    """Ask for a summary of the text."""
+    return f"Summarize: {text}"
 
 
 @server.tool()
@@ -330,6 +359,30 @@ async def poll(ctx: Context, rounds: int = 2, gate: str = "", hold: float = 30.0
 
 if ARGS.resumable is not None:
     server.tool()(poll)
+
+
+async def withdraw(ctx: Context, name: str, kind: str = "tool", notify: bool = True) -> str:
+    """Remove the tool (kind "tool") or prompt (kind "prompt") called `name`; with `notify`,
+    announce that the list changed."""
+    if kind == "tool":
+        server.remove_tool(name)
+        legacy, modern = ToolListChangedNotification(), ctx.notify_tools_changed
+    elif kind == "prompt":
+        server.remove_prompt(name)
+        legacy, modern = PromptListChangedNotification(), ctx.notify_prompts_changed
+    else:
+        raise ValueError(f"kind {kind!r}: tool or prompt")
+    if notify:
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            # On this call's stream, which a legacy client (and a gateway) reads now.
+            await ctx.session.send_notification(legacy, related_request_id=ctx.request_context.request_id)
+        else:
+            await modern()
+    return f"withdrawn {name}"
+
+
+if ARGS.changing:
+    server.tool()(withdraw)
 
 
 # The `_meta` keys the 2026-07-28 revision reserves for what the legacy revisions say in
