@@ -368,3 +368,43 @@ impl Drop for Lease {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            pool_size: 1,
+            max_processes: 4,
+            process_idle: Duration::from_secs(60),
+            session_idle: Duration::from_secs(60),
+            init_timeout: Duration::from_secs(20),
+            queue_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// What the bridge exits with (the pod's termination message, which the Running condition
+    /// shows) for a server that exits at once: its exit code and its stderr, every time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_cannot_start_gives_up_with_its_exit_code_and_stderr() {
+        for _ in 0..5 {
+            let launch = Launch {
+                program: "sh".into(),
+                args: vec!["-c".into(), "echo 'Error: no config' >&2; exit 3".into()],
+            };
+            let processes = Processes::new(launch, "test".into(), settings());
+            tokio::spawn(processes.clone().maintain());
+            let why = tokio::time::timeout(Duration::from_secs(60), processes.failed())
+                .await
+                .expect("the pool gives up within a minute");
+            assert_eq!(
+                why,
+                "the server process did not initialize: the server process exited with code 3 \
+                 before answering; its stderr last said: Error: no config \
+                 (3 starts in a row; none ever answered initialize)"
+            );
+            processes.stop_all(Duration::from_secs(2)).await;
+        }
+    }
+}
