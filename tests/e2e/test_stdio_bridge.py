@@ -257,15 +257,16 @@ def test_sessions_keep_their_process_as_replicas_join_and_end_clearly_when_their
         gw_a, gw_b, gw_c = (gateways.start(config_path=path, name=f"gw-{n}") for n in "abc")
 
         def open_session(gw, name: str) -> str:
-            client = RawMcp(gw.mcp_url(), secret, "legacy")
-            client.initialize()
-            r = client.call_tool("mem__create_entities", {"entities": [
-                {"name": name, "entityType": "note", "observations": [f"made by {name}"]}]})  # fmt: skip
-            assert r.status == 200 and not r.result.get("isError"), r.raw[:300]
-            return client.session_id
+            with RawMcp(gw.mcp_url(), secret, "legacy") as client:
+                client.initialize()
+                r = client.call_tool("mem__create_entities", {"entities": [
+                    {"name": name, "entityType": "note", "observations": [f"made by {name}"]}]})  # fmt: skip
+                assert r.status == 200 and not r.result.get("isError"), r.raw[:300]
+                return client.session_id
 
         def graph(gw, sid: str):
-            return on(gw, secret, sid).call_tool("mem__read_graph", {})
+            with on(gw, secret, sid) as client:
+                return client.call_tool("mem__read_graph", {})
 
         sessions = {f"first-{i}": open_session(gw_a, f"first-{i}") for i in range(6)}
         assert bridges.sessions(0) == 6
