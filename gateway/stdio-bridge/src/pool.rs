@@ -192,9 +192,6 @@ impl Processes {
             watched.exited().await;
             if let Some(pool) = pool.upgrade() {
                 pool.alive.fetch_sub(1, Ordering::AcqRel);
-                if !watched.pooled {
-                    pool.end_sessions_of(&watched);
-                }
                 if watched.pooled {
                     pool.pooled.fetch_sub(1, Ordering::AcqRel);
                     pool.idle
@@ -202,6 +199,8 @@ impl Processes {
                         .unwrap_or_else(|p| p.into_inner())
                         .retain(|p| p.id != watched.id);
                     pool.changed.notify_one();
+                } else {
+                    pool.end_sessions_of(&watched);
                 }
                 pool.freed.notify_waiters();
             }
