@@ -4,10 +4,13 @@
 #
 #   tests/setup-stdio-servers.sh
 #   everything  /root/.cache/switchboard/stdio-servers/npm/node_modules/.bin/mcp-server-everything
+#   memory      /root/.cache/switchboard/stdio-servers/npm-memory/node_modules/.bin/mcp-server-memory
 #   time        /root/.cache/switchboard/stdio-servers/time/bin/mcp-server-time
 #
 # - everything: @modelcontextprotocol/server-everything from npm (`npm ci` of
 #   tests/stdio-servers/package-lock.json: exact pins and integrity hashes);
+# - memory: @modelcontextprotocol/server-memory from npm, a stateful server (a knowledge graph in
+#   the file MEMORY_FILE_PATH names), alike from tests/stdio-servers/memory/package-lock.json;
 # - time: mcp-server-time from PyPI in a venv of its own (tests/stdio-servers/requirements-time.txt:
 #   its whole pinned set).
 # Both live under ${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/stdio-servers and are installed
@@ -39,6 +42,19 @@ if [[ ! -x "$everything" || "$(cat "$npm_dir/.stamp" 2>/dev/null)" != "$want" ]]
   echo "$want" >"$npm_dir/.stamp"
 fi
 
+memory_dir="$dest/npm-memory"
+want="$(stamp_of "$here/stdio-servers/memory/package.json" "$here/stdio-servers/memory/package-lock.json")"
+memory="$memory_dir/node_modules/.bin/mcp-server-memory"
+if [[ ! -x "$memory" || "$(cat "$memory_dir/.stamp" 2>/dev/null)" != "$want" ]]; then
+  echo "setup-stdio-servers.sh: installing @modelcontextprotocol/server-memory into $memory_dir" >&2
+  mkdir -p "$memory_dir"
+  rm -f "$memory_dir/.stamp"
+  cp "$here/stdio-servers/memory/package.json" "$here/stdio-servers/memory/package-lock.json" "$memory_dir/"
+  npm ci --prefix "$memory_dir" --no-audit --no-fund --loglevel=error >&2 || die "npm ci failed (the npm registry must be reachable)"
+  [[ -x "$memory" ]] || die "npm ci left no $memory"
+  echo "$want" >"$memory_dir/.stamp"
+fi
+
 time_dir="$dest/time"
 want="$(stamp_of "$here/stdio-servers/requirements-time.txt"; "$python" --version)"
 time_bin="$time_dir/bin/mcp-server-time"
@@ -53,4 +69,5 @@ if [[ ! -x "$time_bin" || "$(cat "$time_dir/.stamp" 2>/dev/null)" != "$want" ]];
 fi
 
 printf 'everything\t%s\n' "$everything"
+printf 'memory\t%s\n' "$memory"
 printf 'time\t%s\n' "$time_bin"

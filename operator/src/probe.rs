@@ -225,6 +225,7 @@ fn failure(e: &UpstreamError) -> Probe {
         | UpstreamError::Rpc { .. }
         | UpstreamError::ToolNotFound { .. }
         | UpstreamError::ServerNotFound { .. }
+        | UpstreamError::SessionGone { .. }
         | UpstreamError::Limited(_) => "UpstreamUnavailable",
     };
     Probe::Failed {

@@ -11,7 +11,11 @@ tests/setup-stdio-servers.sh, behind gateways with `upstreamEra: byClient`.
   without a shared key (no hand-off: a replica cannot open another's session id), the session
   splits over processes or its calls fail.
 - `kill -9` of a process: the request in flight on it gets an error at once, the next call
-  works (2026-07-28 on another pooled process; legacy on a new session after the 404).
+  works (2026-07-28 on another pooled process); a legacy session ends with a clear 404 (its
+  state is gone) and the client's new session works.
+- Issue 35: with a stateful server (server-memory), sessions keep their process (and what they
+  stored) through both gateways while replicas join; when replicas stop, the sessions they held
+  end with a clear 404 through every gateway, never on a new process silently.
 - A client that goes away cancels its request on the process, and the process serves the next.
 - Readiness waits for an answered `initialize` (a command that exits at once never gets ready,
   and says why); stderr reaches the bridge's log labelled by process; SIGTERM drains: readiness
@@ -68,16 +72,22 @@ def stdio_servers() -> dict[str, str]:
 
 class Bridges:
     """Bridge replicas on loopback, each knowing the others (`--peers`) and sharing one session
-    key, unless told otherwise (the controls)."""
+    key, unless told otherwise (the controls). With `running`, only the first `running` start:
+    the others are listed as peers already (as a headless Service lists pods as they come) and
+    join with `start`."""
 
     def __init__(self, procs: ProcessGroup, tmp: Path, command: list[str], n: int = 2, *, peers: bool = True,
-                 shared_key: bool = True, pool_size: int = 2, max_processes: int = 16, extra: tuple[str, ...] = ()):  # fmt: skip
+                 shared_key: bool = True, pool_size: int = 2, max_processes: int = 16, extra: tuple[str, ...] = (),
+                 running: int | None = None):  # fmt: skip
+        self.group = procs
         # Each replica names every other in --peers before any of them listens: reserved ports.
         self.ports = [reserve_port() for _ in range(n)]
         self.addrs = [f"127.0.0.1:{p}" for p in self.ports]
         self.procs: list[Proc] = []
+        self.by_index: dict[int, Proc] = {}
         key_file = tmp / "bridge-session-key"
         key_file.write_text(new_secret("bridge-key"))
+        self.argvs = []
         for port in self.ports:
             argv = [binary(BRIDGE_BIN), "--listen", f"127.0.0.1:{port}", "--pool-size", str(pool_size),
                     "--max-processes", str(max_processes), "--drain-delay", "1s", *extra]  # fmt: skip
@@ -85,10 +95,29 @@ class Bridges:
                 argv += ["--session-key-file", str(key_file)]
             if peers:
                 argv += ["--peers", ",".join(self.addrs)]
-            self.procs.append(procs.start(f"bridge-{port}", [*argv, "--", *command]))
-        for url in self.urls:
-            wait_until(lambda url=url: httpx.get(f"{url}/readyz", timeout=2).status_code == 200, 60,
-                       what=f"{url} to be ready (a process answered initialize)")  # fmt: skip
+            self.argvs.append([*argv, "--", *command])
+        for i in range(n if running is None else running):
+            self.start(i)
+
+    def start(self, i: int) -> None:
+        proc = self.group.start(f"bridge-{self.ports[i]}", self.argvs[i])
+        self.procs.append(proc)
+        self.by_index[i] = proc
+        url = self.urls[i]
+        wait_until(lambda: httpx.get(f"{url}/readyz", timeout=2).status_code == 200, 60,
+                   what=f"{url} to be ready (a process answered initialize)")  # fmt: skip
+
+    def stop(self, i: int) -> None:
+        """SIGTERM: the replica drains and exits (its sessions end with it)."""
+        proc = self.by_index[i]
+        proc.signal(signal.SIGTERM)
+        assert proc.popen.wait(60) == 0, proc.log_text()[-2000:]
+
+    def sessions(self, i: int) -> int:
+        """Legacy sessions the replica holds (its /readyz says)."""
+        m = re.search(r"(\d+) sessions", httpx.get(f"{self.urls[i]}/readyz", timeout=5).text)
+        assert m, f"{self.urls[i]}/readyz does not count sessions"
+        return int(m.group(1))
 
     @property
     def urls(self) -> list[str]:
@@ -188,6 +217,104 @@ def test_control_without_peers_or_a_shared_key_the_session_does_not_hold(gateway
     )
 
 
+def memory_command(stdio_servers: dict[str, str], tmp: Path) -> list[str]:
+    """server-memory (npm) with a knowledge graph per process: its file is named after the
+    process's label (SWITCHBOARD_BRIDGE_PROCESS), so what a session created lives in its own
+    process alone, as any per-session state of a stdio server does."""
+    script = ('label=$(printf %s "$SWITCHBOARD_BRIDGE_PROCESS" | tr -c "A-Za-z0-9" _); '
+              f'MEMORY_FILE_PATH="{tmp}/memory-$label.jsonl" exec "{stdio_servers["memory"]}"')  # fmt: skip
+    return ["sh", "-c", script]
+
+
+def entity_names(reply) -> set[str] | None:
+    """The entities `read_graph` returned; None when the call failed."""
+    if reply.status != 200 or reply.result is None or reply.result.get("isError"):
+        return None
+    return {e["name"] for e in reply.result["structuredContent"]["entities"]}
+
+
+def on(gw, secret: str, session_id: str) -> RawMcp:
+    """The same client session, through another gateway replica."""
+    client = RawMcp(gw.mcp_url(), secret, "legacy")
+    client.session_id = session_id
+    return client
+
+
+def test_sessions_keep_their_process_as_replicas_join_and_end_clearly_when_theirs_go(gateways, procs, tmp_path, stdio_servers):
+    """Issue 35, item 11, with a stateful real server (server-memory) behind two gateways: six
+    sessions opened on one bridge replica; two replicas join; every session still sees its own
+    entities through both gateways (before, a gateway's first handshake for a session went to
+    whichever replica the affinity ranked first now, and opened a second process there, without
+    the entities). More sessions, spread over the three; two replicas stop: a session whose
+    process went with them ends with a clear error through every gateway, a third gateway that
+    never saw it included (never an empty graph), the client opens a new one; the rest go on."""
+    bridges = Bridges(procs, tmp_path, memory_command(stdio_servers, tmp_path), n=3, running=1, pool_size=1)
+    secret = new_secret("bridge-client")
+    config = gateway_config([server("mem", "placeholder", upstreamEra="byClient", timeout="20s")], [key("c", secret, ["mem"])])
+    with balancer(bridges.urls[:1]) as front:
+        config["servers"][0]["url"] = f"{front.url}/mcp"
+        path = gateways.config_path("memory")
+        write_config(path, config)
+        gw_a, gw_b, gw_c = (gateways.start(config_path=path, name=f"gw-{n}") for n in "abc")
+
+        def open_session(gw, name: str) -> str:
+            with RawMcp(gw.mcp_url(), secret, "legacy") as client:
+                client.initialize()
+                r = client.call_tool("mem__create_entities", {"entities": [
+                    {"name": name, "entityType": "note", "observations": [f"made by {name}"]}]})  # fmt: skip
+                assert r.status == 200 and not r.result.get("isError"), r.raw[:300]
+                return client.session_id
+
+        def graph(gw, sid: str):
+            with on(gw, secret, sid) as client:
+                return client.call_tool("mem__read_graph", {})
+
+        sessions = {f"first-{i}": open_session(gw_a, f"first-{i}") for i in range(6)}
+        assert bridges.sessions(0) == 6
+
+        # Two replicas join (what an autoscaler does); the Service now spreads over three.
+        bridges.start(1)
+        bridges.start(2)
+        front.set_backends(bridges.urls)
+        for name, sid in sessions.items():
+            for gw in (gw_b, gw_a):
+                seen = entity_names(graph(gw, sid))
+                assert seen == {name}, f"{name} through {gw.proc.name}: {seen} (a second process without its state)"
+        assert [bridges.sessions(i) for i in range(3)] == [6, 0, 0], "no second process opened for any session"
+
+        # New sessions, placed over the three replicas (at least two on the joiners).
+        for i in range(30):
+            if bridges.sessions(1) + bridges.sessions(2) >= 2 and i >= 6:
+                break
+            sessions[f"later-{i}"] = open_session(gw_b, f"later-{i}")
+        held = [bridges.sessions(i) for i in range(3)]
+        assert held[1] + held[2] >= 2 and sum(held) == len(sessions), held
+        for name, sid in sessions.items():
+            assert entity_names(graph(gw_a, sid)) == {name}, name
+
+        # Two replicas stop; their sessions end with them.
+        bridges.stop(1)
+        bridges.stop(2)
+        front.set_backends(bridges.urls[:1])
+        kept, ended = [], []
+        for name, sid in sessions.items():
+            outcomes = [graph(gw, sid) for gw in (gw_a, gw_b, gw_c)]
+            if all(entity_names(r) == {name} for r in outcomes):
+                kept.append(name)
+                continue
+            for gw, r in zip((gw_a, gw_b, gw_c), outcomes):
+                error = (r.messages[-1] if r.messages else {}).get("error", {})
+                assert r.status == 404 and "no longer has this session's state" in error.get("message", ""), (
+                    f"{name} through {gw.proc.name}: HTTP {r.status} {r.raw[:300]!r} (its process is gone: a clear 404, never another process)"
+                )
+            ended.append(name)
+        assert len(ended) == held[1] + held[2] and len(kept) == held[0], (kept, ended, held)
+        assert {f"first-{i}" for i in range(6)} <= set(kept), "the first six live on the replica that stayed"
+        # The client starts over: a new session works, with nothing of the old one.
+        fresh = open_session(gw_c, "fresh")
+        assert entity_names(graph(gw_a, fresh)) == {"fresh"}
+
+
 def test_a_killed_process_fails_its_call_at_once_and_the_next_call_works(gateways, procs, tmp_path, stdio_servers):
     bridges = Bridges(procs, tmp_path, [stdio_servers["everything"]], n=1, pool_size=1)
     secret = new_secret("bridge-client")
@@ -208,13 +335,18 @@ def test_a_killed_process_fails_its_call_at_once_and_the_next_call_works(gateway
     after = label_of(modern.call_tool("every__get-env", {}))
     assert after != victim, "the next call is served by a new process"
 
-    # Legacy: the session's process dies; the next call works on a new session.
+    # Legacy: the session's process dies, with what it held; the next call ends the session
+    # with a clear 404 (never a new process in its place, silently); the client opens a new
+    # session, which works.
     with RawMcp(gw.mcp_url(), secret, "legacy") as legacy:
         assert legacy.initialize().status == 200
         first = label_of(legacy.call_tool("every__get-env", {}))
         for pid in pids_of(first):
             os.kill(pid, signal.SIGKILL)
         bridge_saw_exit(bridges.procs[0], first)
+        gone = legacy.call_tool("every__get-env", {})
+        assert gone.status == 404 and "no longer has this session's state" in gone.raw.decode(), gone.raw[:300]
+        legacy.initialize()
         second = label_of(legacy.call_tool("every__get-env", {}))
         assert second != first
         assert len({label_of(legacy.call_tool("every__get-env", {})) for _ in range(5)}) == 1

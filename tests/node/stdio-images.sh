@@ -3,7 +3,10 @@
 # and prints their archive paths, one per line:
 #
 #   switchboard.test/stdio-everything:local   @modelcontextprotocol/server-everything (npm), run
-#                                             as `node /app/node_modules/.bin/mcp-server-everything`
+#                                             as `node /app/node_modules/.bin/mcp-server-everything`;
+#                                             also @modelcontextprotocol/server-memory (npm, a
+#                                             stateful server), `node /memory/node_modules/
+#                                             @modelcontextprotocol/server-memory/dist/index.js`
 #   switchboard.test/stdio-time:local         mcp-server-time (PyPI), `/opt/time/bin/mcp-server-time`
 #
 # No base image can be pulled here: the base is a root filesystem built from Debian's packages
@@ -24,13 +27,16 @@ mkdir -p "$out"
 servers="$("$root/tests/setup-stdio-servers.sh")" || die "tests/setup-stdio-servers.sh failed"
 npm_dir="$(dirname "$(dirname "$(dirname "$(awk -F'\t' '$1=="everything"{print $2}' <<<"$servers")")")")"
 [[ -d "$npm_dir/node_modules/@modelcontextprotocol/server-everything" ]] || die "no server-everything in $npm_dir"
+memory_dir="$(dirname "$(dirname "$(dirname "$(awk -F'\t' '$1=="memory"{print $2}' <<<"$servers")")")")"
+[[ -d "$memory_dir/node_modules/@modelcontextprotocol/server-memory" ]] || die "no server-memory in $memory_dir"
 
 suite=trixie
 packages=nodejs,python3,python3-venv,ca-certificates,tzdata
 key="$(
   {
     echo "$suite $packages"
-    cat "$0" "$root/tests/stdio-servers/package-lock.json" "$root/tests/stdio-servers/requirements-time.txt"
+    cat "$0" "$root/tests/stdio-servers/package-lock.json" "$root/tests/stdio-servers/memory/package-lock.json" \
+      "$root/tests/stdio-servers/requirements-time.txt"
   } | sha256sum | cut -c1-12
 )"
 everything="$out/stdio-everything-$key.tar"
@@ -65,10 +71,13 @@ ctx="$work/everything"
 mkdir -p "$ctx/app"
 cp "$work/rootfs.tar" "$ctx/"
 cp -a "$npm_dir/node_modules" "$npm_dir/package.json" "$ctx/app/"
+mkdir -p "$ctx/memory"
+cp -a "$memory_dir/node_modules" "$memory_dir/package.json" "$ctx/memory/"
 cat >"$ctx/Containerfile" <<'EOF'
 FROM scratch
 ADD rootfs.tar /
 COPY app /app
+COPY memory /memory
 USER 65532:65532
 WORKDIR /app
 ENTRYPOINT ["node", "/app/node_modules/.bin/mcp-server-everything"]

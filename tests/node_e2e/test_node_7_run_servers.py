@@ -12,10 +12,16 @@ streamableHttp server.
 3. `kill -9` of the stdio process that just answered: the next calls work. Deleting the server
    pod that answered the last call while a client pod calls in a loop: 2026-07-28 calls fail
    0 times; a legacy session on the deleted pod gets answers (never a hang) and goes on.
-4. The PyPI server, and a streamableHttp container, run by the same field.
-5. An image that does not exist, and a command that exits at once, show in the McpServer's
+   (Issue 35: the calls in between end with a clear 404, and the caller opens a new session.)
+4. Issue 35: a stateful server (npm server-memory) at 1 replica, six legacy sessions through one
+   gateway pod; `spec.run.replicas` 1 -> 3: every session still sees its own entities through
+   both gateway pods (no second process); more sessions over the three; 3 -> 1: the sessions
+   whose pod went end with a clear 404 through both gateway pods, the others keep their
+   entities, and a new session works.
+5. The PyPI server, and a streamableHttp container, run by the same field.
+6. An image that does not exist, and a command that exits at once, show in the McpServer's
    conditions within 30 s with the reason; fixing the spec recovers.
-6. Deleting an McpServer deletes its Deployment, Services, pods and Secret.
+7. Deleting an McpServer deletes its Deployment, Services, pods and Secret.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import re
 import time
 
+import httpx
 import pytest
 from node import (
     GATEWAY_URL, RELEASE_NS, apply, caller_pod, get_json, kubectl, pods, ready, run_to_completion,
@@ -34,6 +41,13 @@ NS = "runs"
 EVERYTHING = "switchboard.test/stdio-everything:local"
 TIME = "switchboard.test/stdio-time:local"
 LABEL = re.compile(r'"SWITCHBOARD_BRIDGE_PROCESS"\s*:\s*"([^"]+)"')
+GATEWAY_HOST = "switchboard-gateway.switchboard.svc"
+GONE = "no longer has this session's state"
+# server-memory keeps its knowledge graph in the file MEMORY_FILE_PATH names: one per process
+# (named after the process's label), so what a session stored lives in its own process only.
+MEMORY_SCRIPT = ('label=$(printf %s "$SWITCHBOARD_BRIDGE_PROCESS" | tr -c "A-Za-z0-9" _); '
+                 'MEMORY_FILE_PATH="/tmp/memory-$label.jsonl" '
+                 'exec node /memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js')  # fmt: skip
 
 
 def server(name: str, run: dict) -> dict:
@@ -194,8 +208,142 @@ def test_deleting_the_pod_that_answers_under_a_call_loop(everything):
     after = [LABEL.search(line["text"]).group(1) for line in calls[-20:] if line["ok"] and LABEL.search(line["text"])]
     assert after and label not in after, f"the session goes on, on another process: {after[-3:]}"
     print(f"\nlegacy session on the deleted pod: {len(failed)} of 200 calls answered with an error: "
-          f"{sorted({line['text'][:80] for line in failed})}")
+          f"{sorted({line['text'][:120] for line in failed})}")
+    # Its process went with the pod: the session ended with a clear 404, and the caller opened a
+    # new one (never a new process in its place without a word).
+    assert any(line["status"] == 404 and GONE in line["text"] and line.get("reopened") is True for line in failed), failed[:5]
     kubectl("wait", "--for=condition=Ready", "mcpserver/everything", "-n", NS, "--timeout=120s", timeout=140)
+
+
+def memory_server(replicas: int) -> dict:
+    return server("memory", {"image": EVERYTHING, "command": ["bash"], "args": ["-c", MEMORY_SCRIPT], "replicas": replicas,
+                             "stdio": {"poolSize": 1, "maxProcesses": 40},
+                             "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "3Gi"}}})  # fmt: skip
+
+
+class Legacy:
+    """A legacy client session, by hand, on one gateway pod at a time (by its address)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.session: str | None = None
+
+    def post(self, ip: str, body: dict) -> httpx.Response:
+        headers = {"Host": GATEWAY_HOST, "Authorization": f"Bearer {self.key}", "Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream"}  # fmt: skip
+        if self.session:
+            headers |= {"Mcp-Session-Id": self.session, "MCP-Protocol-Version": "2025-11-25"}
+        return httpx.post(f"http://{ip}:8080/mcp/memory", json=body, headers=headers, timeout=60)
+
+    def open(self, ip: str) -> None:
+        self.session = None
+        r = self.post(ip, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "node-e2e", "version": "0"}}})  # fmt: skip
+        assert r.status_code == 200 and r.headers.get("mcp-session-id"), (r.status_code, r.text[:300])
+        self.session = r.headers["mcp-session-id"]
+        assert self.post(ip, {"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+
+    def call(self, ip: str, tool: str, arguments: dict) -> tuple[int, dict]:
+        r = self.post(ip, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+        if r.headers.get("content-type", "").startswith("text/event-stream"):
+            answers = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
+            return r.status_code, next(a for a in reversed(answers) if "id" in a)
+        return r.status_code, r.json()
+
+    def remember(self, ip: str, name: str) -> None:
+        status, answer = self.call(ip, "create_entities", {"entities": [{"name": name, "entityType": "note", "observations": [name]}]})
+        assert status == 200 and "result" in answer and not answer["result"].get("isError"), answer
+
+    def entities(self, ip: str) -> tuple[int, set[str] | None, str]:
+        """(HTTP status, the entity names read_graph returned or None, the error message)."""
+        status, answer = self.call(ip, "read_graph", {})
+        if "result" in answer and not answer["result"].get("isError"):
+            return status, {e["name"] for e in answer["result"]["structuredContent"]["entities"]}, ""
+        return status, None, json.dumps(answer.get("error") or answer.get("result"))[:300]
+
+
+def memory_pods() -> dict[str, str]:
+    """The memory server's pods that run: pod IP -> name."""
+    return {p["status"]["podIP"]: p["metadata"]["name"] for p in pods("switchboard.dev/mcpserver=memory", NS)
+            if ready(p) and p["status"].get("podIP")}  # fmt: skip
+
+
+def sessions_held(ip: str) -> int:
+    """Legacy sessions the bridge on the pod at `ip` holds (its /readyz)."""
+    text = httpx.get(f"http://{ip}:8080/readyz", timeout=5).text
+    m = re.search(r"(\d+) sessions", text)
+    assert m, text
+    return int(m.group(1))
+
+
+def scaled_to(replicas: int) -> bool:
+    status = get_json("mcpserver", "memory", "-n", NS).get("status", {})
+    running = condition("memory", "Running") or {}
+    return (status.get("readyReplicas") == replicas and running.get("message") == f"{replicas}/{replicas} pods ready"
+            and len(pods("switchboard.dev/mcpserver=memory", NS)) == replicas and len(memory_pods()) == replicas)  # fmt: skip
+
+
+def test_legacy_sessions_keep_their_process_when_the_server_scales_1_3_1(everything):
+    apply(memory_server(1))
+    kubectl("wait", "--for=condition=Ready", "mcpserver/memory", "-n", NS, "--timeout=240s", timeout=260)
+    wait(lambda: scaled_to(1), 120, "one memory pod")
+    gateways = {p["status"]["podIP"]: p["metadata"]["name"] for p in pods("app.kubernetes.io/component=gateway") if ready(p)}
+    assert len(gateways) == 2, gateways
+    gw_a, gw_b = sorted(gateways)
+    (first_pod,) = memory_pods()
+
+    sessions: dict[str, Legacy] = {}
+    for i in range(6):
+        client = sessions[f"first-{i}"] = Legacy(everything["key"])
+        client.open(gw_a)
+        client.remember(gw_a, f"first-{i}")
+    assert sessions_held(first_pod) == 6
+
+    # 1 -> 3, what the autoscaler does.
+    apply(memory_server(3))
+    wait(lambda: scaled_to(3), 240, "three memory pods ready")
+    for name, client in sessions.items():
+        for gw in (gw_b, gw_a):
+            status, seen, error = client.entities(gw)
+            assert seen == {name}, f"{name} through {gateways[gw]}: HTTP {status} {seen} {error} (a second process, without its state)"
+    held = {ip: sessions_held(ip) for ip in memory_pods()}
+    assert held == {ip: (6 if ip == first_pod else 0) for ip in held}, f"no second process for any session: {held}"
+
+    # New sessions, placed over the three pods (at least two on the new ones).
+    for i in range(30):
+        if i >= 6 and sum(n for ip, n in held.items() if ip != first_pod) >= 2:
+            break
+        client = sessions[f"later-{i}"] = Legacy(everything["key"])
+        client.open(gw_b)
+        client.remember(gw_b, f"later-{i}")
+        held = {ip: sessions_held(ip) for ip in memory_pods()}
+    assert sum(held.values()) == len(sessions) and sum(n for ip, n in held.items() if ip != first_pod) >= 2, held
+    for name, client in sessions.items():
+        assert client.entities(gw_a)[1] == {name}, name
+
+    # 3 -> 1: the sessions on the pods that go end with them, the others go on.
+    apply(memory_server(1))
+    wait(lambda: scaled_to(1), 240, "one memory pod again")
+    (survivor,) = memory_pods()
+    kept, ended = [], []
+    for name, client in sessions.items():
+        outcomes = [client.entities(gw) for gw in (gw_a, gw_b)]
+        if all(seen == {name} for _, seen, _ in outcomes):
+            kept.append(name)
+            continue
+        for gw, (status, seen, error) in zip((gw_a, gw_b), outcomes):
+            assert status == 404 and GONE in error, (
+                f"{name} through {gateways[gw]}: HTTP {status} {seen} {error} (its process is gone: a clear 404, never another process)")
+        ended.append(name)
+    print(f"\n1 -> 3 -> 1 with {len(sessions)} sessions: {held} before 3 -> 1; {survivor} stayed; "
+          f"{len(kept)} kept their entities, {len(ended)} ended with a 404 naming the lost state")
+    assert len(kept) == held.get(survivor, 0) and len(ended) == len(sessions) - len(kept), (kept, ended, held, survivor)
+    # The client starts over; the new session works through both gateway pods.
+    client = sessions[ended[0]] if ended else Legacy(everything["key"])
+    client.open(gw_a)
+    client.remember(gw_a, "again")
+    assert client.entities(gw_b)[1] == {"again"}
+    kubectl("delete", "mcpserver", "memory", "-n", NS, "--wait=false")
 
 
 def test_the_pypi_server_and_a_streamable_http_container(everything):

@@ -97,6 +97,13 @@ pub enum GatewayError {
     PayloadTooLarge { limit: usize },
     #[error("session not found; initialize a new session")]
     SessionNotFound,
+    /// The client session's own session on a `byClient` upstream (a process of a stdio server)
+    /// is gone, and its state with it: the client session ends (404), so that the client starts
+    /// a new one rather than go on without that state.
+    #[error(
+        "session not found: upstream {server:?} no longer has this session's state (the server process that held it is gone); initialize a new session"
+    )]
+    UpstreamSessionGone { server: String },
     #[error("session belongs to another key")]
     SessionForbidden,
     #[error("ServiceAccount {account} is bound to no key")]
@@ -167,9 +174,11 @@ impl GatewayError {
             | SessionForbidden
             | ForbiddenOrigin
             | ServiceAccountNotBound { .. } => StatusCode::FORBIDDEN,
-            ServerNotFound { .. } | ToolNotFound { .. } | NotFound { .. } | SessionNotFound => {
-                StatusCode::NOT_FOUND
-            }
+            ServerNotFound { .. }
+            | ToolNotFound { .. }
+            | NotFound { .. }
+            | SessionNotFound
+            | UpstreamSessionGone { .. } => StatusCode::NOT_FOUND,
             AmbiguousTool { .. } => StatusCode::CONFLICT,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             UpstreamUnavailable { .. }
@@ -210,7 +219,7 @@ impl GatewayError {
             | MethodNotFound(_)
             | Protocol { .. } => "bad_request",
             PayloadTooLarge { .. } => "payload_too_large",
-            SessionNotFound => "session_not_found",
+            SessionNotFound | UpstreamSessionGone { .. } => "session_not_found",
             SessionForbidden | ForbiddenOrigin => "forbidden",
             ServiceAccountNotBound { .. } => "service_account_not_bound",
             Overloaded(_) => "overloaded",
@@ -272,6 +281,9 @@ impl GatewayError {
             ),
             // The HTTP status (404) is what clients act on to re-initialize.
             SessionNotFound => (codes::INVALID_REQUEST, None),
+            UpstreamSessionGone { server } => {
+                (codes::INVALID_REQUEST, Some(json!({ "server": server })))
+            }
             Protocol { code, data, .. } => (*code, data.clone()),
         };
         let mut error = json!({ "code": code, "message": self.to_string() });
@@ -294,6 +306,7 @@ impl GatewayError {
             | PersonNotGranted { .. }
             | UpstreamAuthRequired { .. }
             | SessionNotFound
+            | UpstreamSessionGone { .. }
             | SessionForbidden
             | ForbiddenOrigin
             | ServiceAccountNotBound { .. }
@@ -328,7 +341,8 @@ impl GatewayError {
             | GatewayError::UpstreamForbidden { server }
             | GatewayError::UpstreamAuthRequired { server, .. }
             | GatewayError::AccessDenied { server }
-            | GatewayError::ServerNotFound { server } => {
+            | GatewayError::ServerNotFound { server }
+            | GatewayError::UpstreamSessionGone { server } => {
                 body["error"]["server"] = json!(server);
             }
             GatewayError::Limited {

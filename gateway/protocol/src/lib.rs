@@ -58,6 +58,10 @@ pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// a digest naming the client session, the same from every gateway replica, so that every
 /// replica's upstream session for that client session is the same one (one process).
 pub const AFFINITY_HEADER: &str = "mcp-switchboard-affinity";
+/// Sent with the affinity when the gateway replica had an upstream session for this client
+/// session already (it got 404 on it): the upstream must hand back that same session or say it
+/// is gone (HTTP 410), never open a new one, whose state would not be the client's.
+pub const RESUME_HEADER: &str = "mcp-switchboard-resume";
 
 /// Log levels, most verbose first (RFC 5424 names, as MCP uses them).
 pub const LOG_LEVELS: &[&str] = &[

@@ -186,7 +186,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "draining: readiness fails; serving for {}",
             humantime::format_duration(drain_delay)
         );
-        tokio::time::sleep(drain_delay).await;
+        // The sessions here end with this replica: the others are told (bounded), so that a
+        // gateway that asks one of them for such a session later hears that it ended.
+        tokio::join!(draining.announce_ended(), tokio::time::sleep(drain_delay));
         let _ = stop_tx.send(true);
     });
     let mut stop = stop_rx.clone();

@@ -6,11 +6,16 @@
 //! process that exits is replaced (its requests in flight got an error from
 //! [`Process`]); pooled processes beyond `pool_size` idle longer than
 //! `process_idle`, and sessions idle longer than `session_idle`, are stopped.
+//!
+//! A session that ended (its process exited, it idled out, the client or the drain ended it) is
+//! remembered as ended for a while, by name: a gateway that asks for it again by its affinity
+//! (see [`crate::peers`]) is told it is gone, instead of getting a new process without the
+//! state the old one had.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -47,6 +52,8 @@ pub struct Processes {
     pooled: AtomicUsize,
     idle: Mutex<Vec<Arc<Process>>>,
     sessions: Mutex<HashMap<String, Arc<Process>>>,
+    /// Sessions that ended here, or on a replica that drained (it told the others).
+    ended: Mutex<Ended>,
     /// A process came back to the pool, or one exited (room for another).
     freed: Notify,
     /// A pooled process exited or went: the maintenance loop refills.
@@ -61,6 +68,65 @@ pub struct Processes {
 /// give up (and exit, so the pod's status shows the crash and its reason).
 const STARTUP_ATTEMPTS: u32 = 3;
 
+/// What a replica knows of a session by its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holding {
+    /// Its process runs here (or is being initialized).
+    Held,
+    /// It ended: its process is gone, and with it the session's state.
+    Ended,
+    Unknown,
+}
+
+/// Names of ended sessions, oldest first: kept [`ENDED_KEPT`], at most [`ENDED_MAX`] of them
+/// (about 100 bytes each).
+#[derive(Default)]
+struct Ended {
+    at: HashMap<String, Instant>,
+    order: VecDeque<(String, Instant)>,
+}
+
+/// As long as a gateway's session may come back (the gateway's `sessionTtl` is 24 h by default).
+const ENDED_KEPT: Duration = Duration::from_secs(24 * 3600);
+const ENDED_MAX: usize = 65_536;
+
+impl Ended {
+    fn insert(&mut self, name: String) {
+        let now = Instant::now();
+        self.at.insert(name.clone(), now);
+        self.order.push_back((name, now));
+        while self.order.len() > ENDED_MAX {
+            self.pop_oldest();
+        }
+    }
+
+    fn forget(&mut self, name: &str) {
+        self.at.remove(name);
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.at.contains_key(name)
+    }
+
+    fn prune(&mut self) {
+        while self
+            .order
+            .front()
+            .is_some_and(|(_, at)| at.elapsed() >= ENDED_KEPT)
+        {
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((name, at)) = self.order.pop_front()
+            && self.at.get(&name) == Some(&at)
+        {
+            self.at.remove(&name);
+        }
+    }
+}
+
 impl Processes {
     pub fn new(launch: Launch, replica: String, settings: Settings) -> Arc<Processes> {
         Arc::new(Processes {
@@ -72,6 +138,7 @@ impl Processes {
             pooled: AtomicUsize::new(0),
             idle: Mutex::new(Vec::new()),
             sessions: Mutex::new(HashMap::new()),
+            ended: Mutex::new(Ended::default()),
             freed: Notify::new(),
             changed: Notify::new(),
             ready: AtomicBool::new(false),
@@ -132,6 +199,8 @@ impl Processes {
                         .unwrap_or_else(|p| p.into_inner())
                         .retain(|p| p.id != watched.id);
                     pool.changed.notify_one();
+                } else {
+                    pool.end_sessions_of(&watched);
                 }
                 pool.freed.notify_waiters();
             }
@@ -228,6 +297,8 @@ impl Processes {
             Some(p) if p.exit().is_none() => Some(p.clone()),
             Some(_) => {
                 sessions.remove(session);
+                drop(sessions);
+                self.mark_ended([session.to_string()]);
                 None
             }
             None => None,
@@ -243,8 +314,76 @@ impl Processes {
             .remove(session);
         if let Some(p) = &removed {
             p.kill();
+            self.mark_ended([session.to_string()]);
         }
         removed.is_some()
+    }
+
+    /// Forgets a session whose initialize failed: it never had a state to lose, so a later
+    /// handshake for its name may open it again.
+    pub fn discard_session(&self, session: &str) {
+        let removed = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session);
+        if let Some(p) = removed {
+            p.kill();
+        }
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(session);
+    }
+
+    /// What this replica knows of the session `name`.
+    pub fn holding(&self, name: &str) -> Holding {
+        if self.session(name).is_some() {
+            return Holding::Held;
+        }
+        if self
+            .ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(name)
+        {
+            return Holding::Ended;
+        }
+        Holding::Unknown
+    }
+
+    /// Remembers sessions as ended (here, or on a replica that drained and said so).
+    pub fn mark_ended(&self, names: impl IntoIterator<Item = String>) {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        for name in names {
+            ended.insert(name);
+        }
+    }
+
+    /// The names of the sessions held here.
+    pub fn session_names(&self) -> Vec<String> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// A session's process exited: the session ended with it.
+    fn end_sessions_of(&self, process: &Process) {
+        let mut gone = Vec::new();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|name, p| {
+                let keep = p.id != process.id;
+                if !keep {
+                    gone.push(name.clone());
+                }
+                keep
+            });
+        self.mark_ended(gone);
     }
 
     /// Keeps the pool at `pool_size`, replaces what exits, stops what idles too long. Runs
@@ -305,16 +444,25 @@ impl Processes {
                 }
             });
         }
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions.retain(|_, p| {
-            let keep = p.exit().is_none()
-                && (p.in_flight() > 0 || p.idle_for() < self.settings.session_idle);
-            if !keep {
-                tracing::info!(process = %p.label, "ending an idle session");
-                p.kill();
-            }
-            keep
-        });
+        let mut ended = Vec::new();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|name, p| {
+                let keep = p.exit().is_none()
+                    && (p.in_flight() > 0 || p.idle_for() < self.settings.session_idle);
+                if !keep {
+                    tracing::info!(process = %p.label, "ending an idle session");
+                    p.kill();
+                    ended.push(name.clone());
+                }
+                keep
+            });
+        let mut known = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        for name in ended {
+            known.insert(name);
+        }
+        known.prune();
     }
 
     /// Resolves with the reason when the server cannot be started at all.
@@ -332,8 +480,12 @@ impl Processes {
         let all: Vec<Arc<Process>> = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
             idle.drain(..)
-                .chain(sessions.drain().map(|(_, p)| p))
+                .chain(sessions.drain().map(|(name, p)| {
+                    ended.insert(name);
+                    p
+                }))
                 .collect()
         };
         for p in &all {
@@ -366,5 +518,79 @@ impl Drop for Lease {
         if let Some(p) = self.process.take() {
             self.pool.give_back(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            pool_size: 1,
+            max_processes: 4,
+            process_idle: Duration::from_secs(60),
+            session_idle: Duration::from_secs(60),
+            init_timeout: Duration::from_secs(20),
+            queue_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// What the bridge exits with (the pod's termination message, which the Running condition
+    /// shows) for a server that exits at once: its exit code and its stderr, every time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_cannot_start_gives_up_with_its_exit_code_and_stderr() {
+        for _ in 0..5 {
+            let launch = Launch {
+                program: "sh".into(),
+                args: vec!["-c".into(), "echo 'Error: no config' >&2; exit 3".into()],
+            };
+            let processes = Processes::new(launch, "test".into(), settings());
+            tokio::spawn(processes.clone().maintain());
+            let why = tokio::time::timeout(Duration::from_secs(60), processes.failed())
+                .await
+                .expect("the pool gives up within a minute");
+            assert_eq!(
+                why,
+                "the server process did not initialize: the server process exited with code 3 \
+                 before answering; its stderr last said: Error: no config \
+                 (3 starts in a row; none ever answered initialize)"
+            );
+            processes.stop_all(Duration::from_secs(2)).await;
+        }
+    }
+
+    /// A session whose process exits, or that is closed, is remembered as ended (a gateway
+    /// asking for it again hears so); one whose handshake failed never had a state to lose.
+    #[tokio::test]
+    async fn sessions_that_end_are_remembered_and_failed_handshakes_are_not() {
+        let launch = Launch {
+            program: "sh".into(),
+            args: vec!["-c".into(), "exec cat >/dev/null".into()],
+        };
+        let processes = Processes::new(launch, "test".into(), settings());
+        let [crashed, closed, failed] = ["a", "b", "c"].map(|n| n.repeat(32));
+        let process = processes
+            .open_session(&crashed)
+            .expect("room for a session");
+        assert_eq!(processes.holding(&crashed), Holding::Held);
+        process.kill();
+        process.exited().await;
+        assert_eq!(processes.holding(&crashed), Holding::Ended);
+        assert!(processes.session(&crashed).is_none());
+
+        processes.open_session(&closed).expect("room for a session");
+        assert!(processes.close_session(&closed));
+        assert_eq!(processes.holding(&closed), Holding::Ended);
+
+        let process = processes.open_session(&failed).expect("room for a session");
+        processes.discard_session(&failed);
+        process.exited().await;
+        assert_eq!(processes.holding(&failed), Holding::Unknown);
+
+        processes.mark_ended(["d".repeat(32)]);
+        assert_eq!(processes.holding(&"d".repeat(32)), Holding::Ended);
+        assert_eq!(processes.holding(&"e".repeat(32)), Holding::Unknown);
+        processes.stop_all(Duration::from_secs(2)).await;
     }
 }

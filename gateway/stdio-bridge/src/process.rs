@@ -11,7 +11,9 @@
 //!
 //! When the process exits, every request in flight gets a JSON-RPC error at once (never a hang)
 //! and [`Process::exited`] says so; stderr goes to the bridge's stderr line by line, each line
-//! prefixed with the process's label.
+//! prefixed with the process's label. The exit is told only once what the process wrote before
+//! it was read to the end (bounded): an answer it wrote just before exiting reaches its
+//! request, and its last stderr line is in the [`Exit`] every report of the exit carries.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -28,6 +30,9 @@ use tokio::sync::{mpsc, watch};
 const MAX_LINE: usize = 32 * 1024 * 1024;
 /// After stdin closes, how long a process gets to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// After the exit, how long the readers get to reach the end of stdout and stderr (a child of
+/// the process may hold the pipes open past its exit).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 
 /// The error code of an answer the bridge gives for the process (JSON-RPC internal error).
 pub use switchboard_protocol::codes::INTERNAL_ERROR;
@@ -51,7 +56,7 @@ pub struct Process {
     next_id: AtomicU64,
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
-    exited: watch::Receiver<Option<String>>,
+    exited: watch::Receiver<Option<Exit>>,
     stop: watch::Sender<bool>,
     /// The last line the process wrote to stderr (why it exited, usually).
     last_stderr: Arc<Mutex<String>>,
@@ -75,6 +80,33 @@ struct Pending {
 /// The process exited (or could not be written to); the text says how.
 #[derive(Debug)]
 pub struct Gone(pub String);
+
+/// How a process ended: its exit status, and the last line it wrote to stderr (read to its end
+/// before the exit is told, so the line is there whichever task ran first).
+#[derive(Clone, Debug)]
+pub struct Exit {
+    /// `exited with code 3`, `was killed (signal: 9 (SIGKILL))`.
+    pub status: String,
+    /// The last non-empty line of its stderr (at most 300 bytes), or empty.
+    pub stderr: String,
+}
+
+impl Exit {
+    /// `"{status}{when}; its stderr last said: {stderr}"` (without the stderr part when it
+    /// wrote nothing there).
+    pub fn describe(&self, when: &str) -> String {
+        format!("{}{when}{}", self.status, said(&self.stderr))
+    }
+}
+
+/// `"; its stderr last said: {line}"`, or nothing for an empty line.
+fn said(line: &str) -> String {
+    if line.is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr last said: {line}")
+    }
+}
 
 impl std::fmt::Display for Gone {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -119,9 +151,13 @@ impl Process {
             stop,
             last_stderr: Arc::default(),
         });
+        // Each reader drops its sender when it reaches the end of its pipe.
+        let (stdout_done, stdout_ended) = tokio::sync::oneshot::channel::<()>();
+        let (stderr_done, stderr_ended) = tokio::sync::oneshot::channel::<()>();
         // stdout: the process's messages.
         let reader = Arc::downgrade(&process);
         tokio::spawn(async move {
+            let _done = stdout_done;
             let mut lines = BufReader::new(stdout);
             let mut line = Vec::new();
             loop {
@@ -163,6 +199,7 @@ impl Process {
         let label = process.label.clone();
         let last = process.last_stderr.clone();
         tokio::spawn(async move {
+            let _done = stderr_done;
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 eprintln!("{label} | {line}");
@@ -176,6 +213,7 @@ impl Process {
         // The exit: every request in flight is answered with an error.
         let watcher = Arc::downgrade(&process);
         let label = process.label.clone();
+        let last = process.last_stderr.clone();
         tokio::spawn(async move {
             let status = tokio::select! {
                 status = child.wait() => status,
@@ -200,19 +238,30 @@ impl Process {
                 },
                 Err(e) => format!("could not be waited for: {e}"),
             };
-            tracing::info!(process = %label, "{how}");
+            // What it wrote before exiting is read first: an answer on stdout reaches its
+            // request, and the last stderr line (why it exited, usually) is in the exit.
+            let _ = tokio::time::timeout(OUTPUT_DRAIN, async {
+                let _ = stdout_ended.await;
+                let _ = stderr_ended.await;
+            })
+            .await;
+            let exit = Exit {
+                status: how,
+                stderr: last.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            };
+            tracing::info!(process = %label, "{}", exit.status);
             // The exit is known before the requests in flight hear of it: whoever they wake
             // (a lease given back, a session looked up) must see a process that is gone.
-            let _ = exited_tx.send(Some(how.clone()));
+            let _ = exited_tx.send(Some(exit.clone()));
             if let Some(p) = watcher.upgrade() {
-                p.fail_all(&how);
+                p.fail_all(&exit.status);
             }
         });
         Ok(process)
     }
 
     /// How the process ended, once it has.
-    pub fn exit(&self) -> Option<String> {
+    pub fn exit(&self) -> Option<Exit> {
         self.exited.borrow().clone()
     }
 
@@ -260,25 +309,43 @@ impl Process {
 
     /// Writes one message (a notification, or a client's reply to a server request).
     pub async fn send(&self, message: &Value) -> Result<(), Gone> {
-        if let Some(how) = self.exit() {
-            return Err(Gone(how));
+        if let Some(exit) = self.exit() {
+            return Err(Gone(exit.status));
         }
         let mut line = serde_json::to_vec(message).map_err(|e| Gone(format!("message: {e}")))?;
         line.push(b'\n');
-        let mut stdin = self.stdin.lock().await;
-        let Some(stdin) = stdin.as_mut() else {
-            return Err(Gone("is stopping".into()));
+        let written = {
+            let mut stdin = self.stdin.lock().await;
+            let Some(stdin) = stdin.as_mut() else {
+                return Err(Gone("is stopping".into()));
+            };
+            match stdin.write_all(&line).await {
+                Ok(()) => stdin.flush().await,
+                Err(e) => Err(e),
+            }
         };
-        stdin
-            .write_all(&line)
-            .await
-            .map_err(|e| Gone(format!("stopped reading its input ({e})")))?;
-        stdin
-            .flush()
-            .await
-            .map_err(|e| Gone(format!("stopped reading its input ({e})")))?;
+        if let Err(e) = written {
+            return Err(self.stopped_reading(e).await);
+        }
         self.touch();
         Ok(())
+    }
+
+    /// Its input is closed (a broken pipe): the process is exiting, or of no use any more
+    /// (stopped: stdin closed, killed after the grace). Says how it ended, not only the pipe,
+    /// once it has (bounded).
+    async fn stopped_reading(&self, error: std::io::Error) -> Gone {
+        self.kill();
+        let mut exited = self.exited.clone();
+        let _ = tokio::time::timeout(
+            STOP_GRACE + OUTPUT_DRAIN + Duration::from_secs(1),
+            exited.wait_for(Option::is_some),
+        )
+        .await;
+        match self.exit() {
+            Some(exit) => Gone(format!("stopped reading its input and {}", exit.status)),
+            None => Gone(format!("stopped reading its input ({error})")),
+        }
     }
 
     /// Sends a request; its answer (with `client_id` back as its id) and whatever the process
@@ -331,32 +398,52 @@ impl Process {
             "capabilities": {},
             "clientInfo": {"name": "switchboard-stdio-bridge", "version": env!("CARGO_PKG_VERSION")},
         });
-        let mut call = self.request("initialize", Some(params), json!(0)).await?;
-        let answer = tokio::time::timeout(timeout, call.answer())
-            .await
-            .map_err(|_| {
-                Gone(format!(
-                    "did not answer initialize within {}",
-                    humantime::format_duration(timeout)
-                ))
-            })??;
+        let handshake = async {
+            let mut call = self.request("initialize", Some(params), json!(0)).await?;
+            call.answer().await
+        };
+        let answer = match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(gone)) => return Err(self.not_initialized(gone)),
+            Err(_) => {
+                return Err(Gone(format!(
+                    "did not answer initialize within {}{}",
+                    humantime::format_duration(timeout),
+                    said(&self.last_stderr())
+                )));
+            }
+        };
         let Some(result) = answer.get("result").cloned() else {
-            let said = self.last_stderr();
-            let said = if said.is_empty() {
-                String::new()
-            } else {
-                format!("; its stderr last said: {said}")
-            };
+            // The process's own error, or the bridge's for a process that exited first.
+            if let Some(exit) = self.exit() {
+                return Err(self.not_initialized(Gone(exit.status)));
+            }
             let error = answer["error"]["message"]
                 .as_str()
                 .unwrap_or("an error")
                 .to_string();
-            return Err(Gone(format!("did not initialize: {error}{said}")));
+            return Err(Gone(format!(
+                "did not initialize: {error}{}",
+                said(&self.last_stderr())
+            )));
         };
         self.lock().init = Some(result.clone());
         self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .await?;
         Ok(result)
+    }
+
+    /// Why the handshake failed: for a process that exited (before reading its input, or
+    /// before answering, whichever the race gave), one message with its exit status and
+    /// its last stderr line.
+    fn not_initialized(&self, gone: Gone) -> Gone {
+        match self.exit() {
+            Some(exit) => Gone(format!(
+                "did not initialize: the server process {}",
+                exit.describe(" before answering")
+            )),
+            None => Gone(format!("did not initialize: {gone}")),
+        }
     }
 
     /// Keeps the `initialize` result a session's client got (its own handshake).
@@ -494,7 +581,9 @@ impl Call {
             }
         }
         Err(Gone(
-            self.process.exit().unwrap_or_else(|| "stopped".into()),
+            self.process
+                .exit()
+                .map_or_else(|| "stopped".into(), |exit| exit.status),
         ))
     }
 
@@ -516,4 +605,128 @@ impl Drop for Call {
 pub fn is_answer(message: &Value) -> bool {
     message.get("method").is_none()
         && (message.get("result").is_some() || message.get("error").is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Launch {
+        Launch {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+        }
+    }
+
+    /// Starts `script` and asks it to initialize, as the pool does; the failure's text.
+    async fn failed_start(script: &str, n: u64) -> String {
+        let process = Process::spawn(&sh(script), n, format!("test/{n}"), true)
+            .unwrap_or_else(|e| panic!("sh did not start: {e}"));
+        match process.initialize(Duration::from_secs(20)).await {
+            Ok(init) => panic!("{script:?} answered initialize: {init}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Every report of a process that exits before answering has its exit code and its last
+    /// stderr line, whichever of the exit, the stderr reader and the write of `initialize` came
+    /// first (the race made some reports miss one or both). Fifty runs each, so the race shows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_exit_before_answering_is_told_with_its_code_and_stderr_every_time() {
+        let servers = [
+            // Exits at once (often before its input is written: a broken pipe).
+            (
+                "echo 'cannot open the database' >&2; exit 3",
+                3,
+                "cannot open the database",
+            ),
+            // Reads the request, writes stderr, exits.
+            (
+                "read -r line; echo 'unexpected request' >&2; exit 4",
+                4,
+                "unexpected request",
+            ),
+            // Closes its input first, then says why and exits.
+            (
+                "exec 0<&-; echo 'no input here' >&2; exit 5",
+                5,
+                "no input here",
+            ),
+        ];
+        for (script, code, line) in servers {
+            let mut wrong = Vec::new();
+            for n in 0..50 {
+                let said = failed_start(script, n).await;
+                let whole = format!(
+                    "the server process did not initialize: the server process exited with code {code} before answering; its stderr last said: {line}"
+                );
+                if said != whole {
+                    wrong.push(said);
+                }
+            }
+            assert!(
+                wrong.is_empty(),
+                "{script:?}: {} of 50 reports lack the exit code or the stderr line, e.g. {:?}",
+                wrong.len(),
+                wrong.first()
+            );
+        }
+    }
+
+    /// A process that closed its input and goes on running: the write of `initialize` gets a
+    /// broken pipe, and the report waits for the exit (it is stopped) instead of naming the
+    /// pipe alone.
+    #[tokio::test]
+    async fn a_broken_pipe_waits_for_the_exit_and_says_it() {
+        let process = Process::spawn(
+            &sh("exec 0<&-; echo 'closed my input' >&2; exec sleep 30"),
+            1,
+            "test/1".into(),
+            true,
+        )
+        .unwrap_or_else(|e| panic!("sh did not start: {e}"));
+        // Its input is closed once it said so (the line comes after the close).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process.last_stderr() != "closed my input" {
+            assert!(
+                Instant::now() < deadline,
+                "the process never wrote its line"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let said = match process.initialize(Duration::from_secs(20)).await {
+            Ok(init) => panic!("answered initialize: {init}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            said.starts_with(
+                "the server process did not initialize: the server process was killed"
+            ) && said.ends_with("before answering; its stderr last said: closed my input"),
+            "{said}"
+        );
+        assert!(process.exit().is_some(), "the process was stopped");
+    }
+
+    /// An answer the process wrote just before exiting reaches its request (the exit waits
+    /// for stdout's end before failing what is in flight).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_written_just_before_the_exit_is_delivered() {
+        let script =
+            r#"read -r line; echo '{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}'; exit 0"#;
+        for n in 0..50 {
+            let process = Process::spawn(&sh(script), n, format!("test/{n}"), true)
+                .unwrap_or_else(|e| panic!("sh did not start: {e}"));
+            let mut call = match process.request("tools/list", None, json!(7)).await {
+                Ok(call) => call,
+                Err(e) => panic!("run {n}: {e}"),
+            };
+            let answer = call.answer().await.map_err(|e| e.to_string());
+            assert!(
+                answer
+                    .as_ref()
+                    .is_ok_and(|a| a["id"] == 7 && a["result"]["tools"] == json!([])),
+                "run {n}: {answer:?}"
+            );
+        }
+    }
 }

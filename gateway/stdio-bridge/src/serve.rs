@@ -10,6 +10,10 @@
 //!   handed to that replica over HTTP (`x-switchboard-bridge-hop` marks it; a handed request is
 //!   never handed on). An unknown id, a session whose process exited, or a holder that is gone
 //!   answer 404: the client opens a new session, as the transport says.
+//! - A gateway's `initialize` with an affinity goes where [`crate::peers::place`] says: the
+//!   replica that holds that session (asked on `/_bridge/sessions/{name}`), or, for a new one,
+//!   the replica the affinity ranks first; a session that ended answers 410. A draining replica
+//!   tells the others which sessions end with it (`/_bridge/ended`, sealed).
 //! - The answer is JSON when it is the first thing the process sends for the request; when a
 //!   notification or a server request comes first and the client accepts `text/event-stream`,
 //!   everything up to the answer is an SSE stream. A client that goes away cancels the request
@@ -32,8 +36,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
-use crate::peers::Peers;
-use crate::pool::{Lease, Processes, Refused};
+use crate::peers::{Asked, Peers, Place, place};
+use crate::pool::{Holding, Lease, Processes, Refused};
 use crate::process::{Call, INTERNAL_ERROR, Process, is_answer};
 use crate::session_id::Sealer;
 
@@ -41,8 +45,15 @@ const SESSION: &str = "mcp-session-id";
 /// Names the client session a gateway opens an upstream session for: every gateway replica
 /// sends the same value for the same client session, so they all get the same process.
 const AFFINITY: &str = switchboard_protocol::AFFINITY_HEADER;
+/// The gateway had this session (see [`switchboard_protocol::RESUME_HEADER`]).
+const RESUME: &str = switchboard_protocol::RESUME_HEADER;
 /// Marks a request one replica handed to the session's holder.
 const HOP: &str = "x-switchboard-bridge-hop";
+/// How long another replica may take to say what it knows of a session, or to take a note.
+const PEER_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The replicas' own routes: what one knows of a session, and the sessions one ends draining.
+const PEER_SESSIONS: &str = "/_bridge/sessions";
+const PEER_ENDED: &str = "/_bridge/ended";
 use switchboard_protocol::{META_PROTOCOL_VERSION as META_VERSION, META_SERVER_INFO};
 /// The 2026-07-28 `_meta` keys a legacy server is not sent.
 const META_PREFIX: &str = "io.modelcontextprotocol/";
@@ -115,7 +126,39 @@ pub fn router(bridge: Arc<Bridge>) -> Router {
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route(&format!("{PEER_SESSIONS}/{{name}}"), get(peer_session))
+        .route(PEER_ENDED, axum::routing::post(peer_ended))
         .with_state(bridge)
+}
+
+/// What this replica knows of a session, for another replica placing a handshake:
+/// `{"session": "held" | "ended" | "unknown", "draining": bool}`.
+async fn peer_session(
+    State(b): State<Arc<Bridge>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let holding = match b.processes.holding(&name) {
+        Holding::Held => "held",
+        Holding::Ended => "ended",
+        Holding::Unknown => "unknown",
+    };
+    json_response(&json!({"session": holding, "draining": b.draining.load(Ordering::Relaxed)}))
+}
+
+/// Sessions another replica ends (it drains): remembered as ended, so that a gateway asking
+/// for one later is told so. Sealed by a replica, else refused.
+async fn peer_ended(State(b): State<Arc<Bridge>>, body: Bytes) -> Response {
+    let Some(names) = b.sealer.open_ended(&body) else {
+        return (
+            StatusCode::FORBIDDEN,
+            "not sealed by a replica of this server\n",
+        )
+            .into_response();
+    };
+    let names: Vec<String> = names.into_iter().filter(|n| valid_affinity(n)).collect();
+    tracing::info!(sessions = names.len(), "a replica drains: its sessions end");
+    b.processes.mark_ended(names);
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn readyz(State(b): State<Arc<Bridge>>) -> Response {
@@ -173,6 +216,17 @@ fn json_response(message: &Value) -> Response {
         message.to_string(),
     )
         .into_response()
+}
+
+/// A gateway asked for a session (by its affinity) that ended: its process and its state are
+/// gone, and no new one is opened under its name.
+fn session_ended(message: &Value) -> Response {
+    rpc_error(
+        StatusCode::GONE,
+        message.get("id").cloned().unwrap_or(Value::Null),
+        SESSION_NOT_FOUND,
+        "this session ended (its server process is gone, with its state): initialize a new session",
+    )
 }
 
 fn session_not_found(message: &Value) -> Response {
@@ -237,21 +291,51 @@ async fn post_mcp(State(b): State<Arc<Bridge>>, headers: HeaderMap, body: Bytes)
         let affinity = headers
             .get(AFFINITY)
             .and_then(|v| v.to_str().ok())
-            .filter(|a| valid_affinity(a));
-        if let Some(affinity) = affinity
-            && !headers.contains_key(HOP)
-        {
-            let home = b.peers.home(affinity, &b.advertise).await;
-            // A home that cannot be reached is gone (the members are stale): opened here.
-            if home != b.advertise
-                && let Ok(response) = b
-                    .forward(Method::POST, &headers, body, &home, &message)
-                    .await
-            {
-                return response;
+            .filter(|a| valid_affinity(a))
+            .map(str::to_string);
+        let Some(affinity) = affinity else {
+            return initialize(&b, message, None, false).await;
+        };
+        let resume = headers.contains_key(RESUME);
+        if !headers.contains_key(HOP) {
+            let id = message.get("id").cloned().unwrap_or(Value::Null);
+            match b.place(&affinity, resume).await {
+                Place::Here => {}
+                Place::Ended => return session_ended(&message),
+                Place::Unsure => {
+                    return rpc_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        id,
+                        INTERNAL_ERROR,
+                        "a replica of this server did not say in time whether it holds this session; try again",
+                    );
+                }
+                Place::Holder(holder) => {
+                    return match b
+                        .forward(Method::POST, &headers, body, &holder, &message)
+                        .await
+                    {
+                        Ok(response) => response,
+                        Err(Unreachable) => rpc_error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            id,
+                            INTERNAL_ERROR,
+                            "the replica holding this session could not be reached; try again",
+                        ),
+                    };
+                }
+                Place::Home(home) => {
+                    // A home that cannot be reached now is gone: the session opens here.
+                    if let Ok(response) = b
+                        .forward(Method::POST, &headers, body, &home, &message)
+                        .await
+                    {
+                        return response;
+                    }
+                }
             }
         }
-        return initialize(&b, message, affinity.map(str::to_string)).await;
+        return initialize(&b, message, Some(affinity), resume).await;
     }
     rpc_error(
         StatusCode::BAD_REQUEST,
@@ -365,7 +449,14 @@ fn valid_affinity(a: &str) -> bool {
     (16..=64).contains(&a.len()) && a.bytes().all(|c| c.is_ascii_hexdigit())
 }
 
-async fn initialize(b: &Bridge, message: Value, affinity: Option<String>) -> Response {
+/// Opens a session here (`affinity`: under that name, answering again for one held already;
+/// `resume`: only that).
+async fn initialize(
+    b: &Bridge,
+    message: Value,
+    affinity: Option<String>,
+    resume: bool,
+) -> Response {
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     let _one_at_a_time = b.opening.lock().await;
     let name = match affinity {
@@ -381,6 +472,9 @@ async fn initialize(b: &Bridge, message: Value, affinity: Option<String>) -> Res
                     response.headers_mut().insert(SESSION, v);
                 }
                 return response;
+            }
+            if resume || b.processes.holding(&affinity) == Holding::Ended {
+                return session_ended(&message);
             }
             affinity
         }
@@ -399,11 +493,11 @@ async fn initialize(b: &Bridge, message: Value, affinity: Option<String>) -> Res
     let answer = match tokio::time::timeout(b.init_timeout, answer).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => {
-            b.processes.close_session(&name);
+            b.processes.discard_session(&name);
             return rpc_error(StatusCode::BAD_GATEWAY, id, INTERNAL_ERROR, e.to_string());
         }
         Err(_) => {
-            b.processes.close_session(&name);
+            b.processes.discard_session(&name);
             return rpc_error(
                 StatusCode::GATEWAY_TIMEOUT,
                 id,
@@ -413,7 +507,7 @@ async fn initialize(b: &Bridge, message: Value, affinity: Option<String>) -> Res
         }
     };
     let Some(result) = answer.get("result") else {
-        b.processes.close_session(&name);
+        b.processes.discard_session(&name);
         return json_response(&answer);
     };
     process.remember_init(result.clone());
@@ -537,6 +631,115 @@ async fn respond(
 struct Unreachable;
 
 impl Bridge {
+    /// Where a gateway's handshake for `affinity` goes: this replica's own knowledge, then the
+    /// other replicas', asked at once (see [`crate::peers`]).
+    async fn place(&self, affinity: &str, resume: bool) -> Place {
+        let here = self.processes.holding(affinity);
+        let draining = self.draining.load(Ordering::Relaxed);
+        if here != Holding::Unknown {
+            return place(affinity, &self.advertise, here, draining, &[], resume);
+        }
+        let others: Vec<String> = self
+            .peers
+            .members(&self.advertise)
+            .await
+            .into_iter()
+            .filter(|m| *m != self.advertise)
+            .collect();
+        let asked =
+            futures_util::future::join_all(others.iter().map(|peer| self.ask(peer, affinity)))
+                .await;
+        let answers: Vec<(String, Asked)> = others.into_iter().zip(asked).collect();
+        place(affinity, &self.advertise, here, draining, &answers, resume)
+    }
+
+    /// What the replica at `peer` knows of the session `name`.
+    async fn ask(&self, peer: &str, name: &str) -> Asked {
+        let Ok(uri) = format!("http://{peer}{PEER_SESSIONS}/{name}").parse::<http::Uri>() else {
+            return Asked::Unreachable;
+        };
+        let mut request = http::Request::new(Full::new(Bytes::new()));
+        *request.uri_mut() = uri;
+        let asked = async {
+            let response = self.client.request(request).await?;
+            let status = response.status();
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            Ok::<_, hyper_util::client::legacy::Error>((status, body))
+        };
+        match tokio::time::timeout(PEER_ANSWER_TIMEOUT, asked).await {
+            Ok(Ok((StatusCode::OK, body))) => {
+                let answer: Value = serde_json::from_slice(&body).unwrap_or_default();
+                let holding = match answer["session"].as_str() {
+                    Some("held") => Holding::Held,
+                    Some("ended") => Holding::Ended,
+                    Some("unknown") => Holding::Unknown,
+                    _ => return Asked::Unsure,
+                };
+                Asked::Answered {
+                    holding,
+                    draining: answer["draining"].as_bool().unwrap_or(false),
+                }
+            }
+            // A replica of an older version, without the route, holds no session by affinity
+            // that it would tell of.
+            Ok(Ok((StatusCode::NOT_FOUND, _))) => Asked::Answered {
+                holding: Holding::Unknown,
+                draining: false,
+            },
+            Ok(Ok((status, _))) => {
+                tracing::info!(peer, %status, "a replica did not say what it knows of a session");
+                Asked::Unsure
+            }
+            Ok(Err(e)) if e.is_connect() => Asked::Unreachable,
+            Ok(Err(e)) => {
+                tracing::info!(peer, error = %e, "a replica did not say what it knows of a session");
+                Asked::Unsure
+            }
+            Err(_) => Asked::Unsure,
+        }
+    }
+
+    /// Draining: tells the other replicas that the sessions held here end, so that a gateway
+    /// asking any of them for one later is told it is gone. Bounded; a replica that does not
+    /// take the note just does not know.
+    pub async fn announce_ended(&self) {
+        let names = self.processes.session_names();
+        if names.is_empty() {
+            return;
+        }
+        let note = Bytes::from(self.sealer.seal_ended(&names));
+        let others: Vec<String> = self
+            .peers
+            .members(&self.advertise)
+            .await
+            .into_iter()
+            .filter(|m| *m != self.advertise)
+            .collect();
+        let note = &note;
+        let told = futures_util::future::join_all(others.iter().map(|peer| async move {
+            let Ok(uri) = format!("http://{peer}{PEER_ENDED}").parse::<http::Uri>() else {
+                return false;
+            };
+            let mut request = http::Request::new(Full::new(note.clone()));
+            *request.method_mut() = Method::POST;
+            *request.uri_mut() = uri;
+            matches!(
+                tokio::time::timeout(PEER_ANSWER_TIMEOUT, self.client.request(request)).await,
+                Ok(Ok(r)) if r.status().is_success()
+            )
+        }))
+        .await;
+        tracing::info!(
+            sessions = names.len(),
+            told = told.iter().filter(|t| **t).count(),
+            replicas = others.len(),
+            "told the other replicas which sessions end with this one"
+        );
+    }
+
     /// Passes a request for a session held by the replica at `holder` to it, and its answer
     /// (streamed) back. A holder that cannot be reached took the session with it: 404.
     async fn hand_off(

@@ -15,6 +15,9 @@ use sha2::{Digest, Sha256};
 
 const NONCE_LEN: usize = 12;
 const AAD: &[u8] = b"switchboard stdio-bridge session v1";
+/// What a draining replica tells the others (the names of its sessions, ending): sealed under
+/// its own associated data, so it never opens as a session id, nor one as it.
+const ENDED_AAD: &[u8] = b"switchboard stdio-bridge ended v1";
 /// Longer ids are not ours (an address and a 32-character name seal to about 110).
 const MAX_ID_LEN: usize = 512;
 
@@ -41,22 +44,7 @@ impl Sealer {
 
     /// The session id of session `name` held by the replica at `holder` (`host:port`).
     pub fn seal(&self, holder: &str, name: &str) -> String {
-        let nonce: [u8; NONCE_LEN] = rand::random();
-        let payload = format!("{holder}\n{name}");
-        // Encrypting a buffer with a valid key cannot fail.
-        let sealed = self
-            .cipher
-            .encrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: payload.as_bytes(),
-                    aad: AAD,
-                },
-            )
-            .unwrap_or_default();
-        let mut raw = nonce.to_vec();
-        raw.extend_from_slice(&sealed);
-        URL_SAFE_NO_PAD.encode(raw)
+        URL_SAFE_NO_PAD.encode(self.seal_bytes(AAD, format!("{holder}\n{name}").as_bytes()))
     }
 
     /// `(holder, name)` of an id this key sealed.
@@ -65,23 +53,42 @@ impl Sealer {
             return None;
         }
         let raw = URL_SAFE_NO_PAD.decode(id.trim()).ok()?;
+        let text = String::from_utf8(self.open_bytes(AAD, &raw)?).ok()?;
+        let (holder, name) = text.split_once('\n')?;
+        Some((holder.to_string(), name.to_string()))
+    }
+
+    /// The names of sessions that end, as one replica tells the others.
+    pub fn seal_ended(&self, names: &[String]) -> Vec<u8> {
+        self.seal_bytes(ENDED_AAD, names.join("\n").as_bytes())
+    }
+
+    /// The names [`Sealer::seal_ended`] sealed under this key.
+    pub fn open_ended(&self, sealed: &[u8]) -> Option<Vec<String>> {
+        let text = String::from_utf8(self.open_bytes(ENDED_AAD, sealed)?).ok()?;
+        Some(text.lines().map(str::to_string).collect())
+    }
+
+    fn seal_bytes(&self, aad: &[u8], msg: &[u8]) -> Vec<u8> {
+        let nonce: [u8; NONCE_LEN] = rand::random();
+        // Encrypting a buffer with a valid key cannot fail.
+        let sealed = self
+            .cipher
+            .encrypt(Nonce::from_slice(&nonce), Payload { msg, aad })
+            .unwrap_or_default();
+        let mut raw = nonce.to_vec();
+        raw.extend_from_slice(&sealed);
+        raw
+    }
+
+    fn open_bytes(&self, aad: &[u8], raw: &[u8]) -> Option<Vec<u8>> {
         if raw.len() <= NONCE_LEN {
             return None;
         }
         let (nonce, sealed) = raw.split_at(NONCE_LEN);
-        let plain = self
-            .cipher
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: sealed,
-                    aad: AAD,
-                },
-            )
-            .ok()?;
-        let text = String::from_utf8(plain).ok()?;
-        let (holder, name) = text.split_once('\n')?;
-        Some((holder.to_string(), name.to_string()))
+        self.cipher
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad })
+            .ok()
     }
 }
 
@@ -116,5 +123,18 @@ mod tests {
         let id = a.seal("h:1", "n");
         assert!(a.open(&id).is_some());
         assert_eq!(b.open(&id), None);
+    }
+
+    #[test]
+    fn an_ended_note_opens_only_as_one() {
+        let a = Sealer::new(Some(b"shared"));
+        let names = vec!["ab".repeat(16), "cd".repeat(16)];
+        let note = a.seal_ended(&names);
+        assert_eq!(Sealer::new(Some(b"shared")).open_ended(&note), Some(names));
+        assert_eq!(Sealer::new(Some(b"another")).open_ended(&note), None);
+        // A session id is no note, a note no session id.
+        let id = a.seal("h:1", "n");
+        assert_eq!(a.open_ended(&URL_SAFE_NO_PAD.decode(&id).unwrap()), None);
+        assert_eq!(a.open(&URL_SAFE_NO_PAD.encode(&note)), None);
     }
 }

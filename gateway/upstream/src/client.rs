@@ -128,7 +128,16 @@ pub(crate) struct UpstreamState {
     pub(crate) document: tokio::sync::Mutex<Option<(Instant, Arc<switchboard_openapi::Compiled>)>>,
 }
 
-type SessionSlot = Arc<tokio::sync::Mutex<Option<Arc<LegacySession>>>>;
+type SessionSlot = Arc<tokio::sync::Mutex<Slot>>;
+
+/// One client session's (or the shared) upstream session on this replica.
+#[derive(Default)]
+struct Slot {
+    session: Option<Arc<LegacySession>>,
+    /// One was opened here before. On a `byClient` upstream the session holds the client's
+    /// state, so its handshake then asks to resume that session, never for a new one.
+    opened: bool,
+}
 
 /// Most legacy sessions kept per upstream (one per credential partition and legacy client
 /// session); past it one is forgotten for each new one, and re-opened on use.
@@ -503,7 +512,7 @@ impl Upstreams {
     pub async fn close_client_sessions(&self, call: RpcCall<'_>, client: u64) {
         let state = self.state(call.server);
         for slot in state.take_client_sessions(client) {
-            let Some(session) = slot.lock().await.take() else {
+            let Some(session) = slot.lock().await.session.take() else {
                 continue;
             };
             if session.id.is_none() {
@@ -686,7 +695,7 @@ impl Upstreams {
         let partition = call.credential.map_or(SHARED_PARTITION, |c| c.partition);
         let slot = state.session_slot(partition, call.session);
         let mut slot = slot.lock().await;
-        if let Some(existing) = slot.as_ref()
+        if let Some(existing) = slot.session.as_ref()
             && !renew
         {
             return Ok(existing.clone());
@@ -698,11 +707,21 @@ impl Upstreams {
             "clientInfo": self.client_info,
         });
         let mut headers = HeaderMap::new();
-        if call.server.spec.upstream_era == UpstreamEra::ByClient && call.session.client != 0 {
+        // A client session's own upstream session on a `byClient` upstream: the same one from
+        // every replica (the affinity), and, once it existed, that one or none (resume).
+        let client_state =
+            call.server.spec.upstream_era == UpstreamEra::ByClient && call.session.client != 0;
+        if client_state {
             headers.insert(
                 HeaderName::from_static(protocol::AFFINITY_HEADER),
                 affinity(call.server.id(), call.session.client),
             );
+            if renew || slot.opened {
+                headers.insert(
+                    HeaderName::from_static(protocol::RESUME_HEADER),
+                    HeaderValue::from_static("1"),
+                );
+            }
         }
         let reply = self
             .post(
@@ -718,6 +737,14 @@ impl Upstreams {
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
         ) {
             return Err(reply.auth_error(call.server));
+        }
+        if client_state && reply.status == StatusCode::GONE {
+            // The process that held the client's state is gone: the client starts over.
+            slot.session = None;
+            slot.opened = true;
+            return Err(UpstreamError::SessionGone {
+                server: call.server.id().to_string(),
+            });
         }
         let session_id = reply.headers.get("mcp-session-id").cloned();
         let result = match reply.outcome(call.server, &id)? {
@@ -754,7 +781,8 @@ impl Upstreams {
         .await?
         .read(call.server)
         .await?;
-        *slot = Some(session.clone());
+        slot.session = Some(session.clone());
+        slot.opened = true;
         Ok(session)
     }
 

@@ -53,6 +53,12 @@ pub enum UpstreamError {
     /// No server with this id in the table (the probe asks by id).
     #[error("unknown server {server:?}")]
     ServerNotFound { server: String },
+    /// A `byClient` upstream no longer has the client session's own session: the process that
+    /// held its state is gone, and a new one would not have it (the client re-initializes).
+    #[error(
+        "upstream {server:?} no longer has this session's state (the server process that held it is gone)"
+    )]
+    SessionGone { server: String },
     /// The server's own limits refused the request before any I/O.
     #[error("{} {:?} is over its limit", .0.scope, .0.id)]
     Limited(Refused),
@@ -97,6 +103,7 @@ impl UpstreamError {
             UpstreamError::Rpc { .. } => "bad_request",
             UpstreamError::ToolNotFound { .. } => "tool_not_found",
             UpstreamError::ServerNotFound { .. } => "server_not_found",
+            UpstreamError::SessionGone { .. } => "session_not_found",
             UpstreamError::Limited(_) => "rate_limited",
         }
     }
@@ -145,6 +152,7 @@ impl From<UpstreamError> for GatewayError {
             },
             UpstreamError::ToolNotFound { name } => GatewayError::ToolNotFound { name },
             UpstreamError::ServerNotFound { server } => GatewayError::ServerNotFound { server },
+            UpstreamError::SessionGone { server } => GatewayError::UpstreamSessionGone { server },
             UpstreamError::Limited(refused) => refused.into(),
         }
     }

@@ -767,4 +767,193 @@ mod tests {
         );
         assert_eq!(*seen.issued.lock().unwrap(), 0);
     }
+
+    /// A `byClient` upstream as the stdio bridge behaves: a session per affinity, 404 on a
+    /// session it no longer has, 410 on a resume of a session that is gone.
+    #[derive(Default)]
+    struct Sessions {
+        /// Every handshake: its affinity, and whether it asked to resume.
+        handshakes: Mutex<Vec<(Option<String>, bool)>>,
+        /// The sessions it holds (named by their affinity).
+        held: Mutex<std::collections::HashSet<String>>,
+        /// Answer 404 once on a session it still holds (a hand-off that failed on the way).
+        refuse_once: Mutex<bool>,
+    }
+
+    async fn by_client(
+        State(seen): State<Arc<Sessions>>,
+        headers: HeaderMap,
+        body: String,
+    ) -> Response {
+        let message: Value = serde_json::from_str(&body).unwrap_or_default();
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        if message["method"] == "initialize" {
+            let affinity = header(switchboard_protocol::AFFINITY_HEADER);
+            let resume = header(switchboard_protocol::RESUME_HEADER).is_some();
+            seen.handshakes
+                .lock()
+                .unwrap()
+                .push((affinity.clone(), resume));
+            let affinity = affinity.unwrap_or_default();
+            let mut held = seen.held.lock().unwrap();
+            if resume && !held.contains(&affinity) {
+                return (
+                    StatusCode::GONE,
+                    axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32001, "message": "this session ended"}})),
+                )
+                    .into_response();
+            }
+            held.insert(affinity.clone());
+            return (
+                [("mcp-session-id", affinity)],
+                axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "by-client", "version": "0"}}})),
+            )
+                .into_response();
+        }
+        let session = header("mcp-session-id").unwrap_or_default();
+        let refuse = std::mem::take(&mut *seen.refuse_once.lock().unwrap());
+        if refuse || !seen.held.lock().unwrap().contains(&session) {
+            return StatusCode::NOT_FOUND.into_response();
+        }
+        if message.get("id").is_none() {
+            return StatusCode::ACCEPTED.into_response();
+        }
+        axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "result": {"content": [{"type": "text", "text": session}]}}))
+        .into_response()
+    }
+
+    async fn by_client_upstream(seen: Arc<Sessions>) -> Arc<RoutingTable> {
+        let app = Router::new()
+            .route("/mcp", post(by_client))
+            .with_state(seen);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        table(&format!(
+            "servers:\n  - name: st\n    url: {base}/mcp\n    timeout: 5s\n    upstreamEra: byClient\n"
+        ))
+    }
+
+    async fn client_call(
+        plane: &UpstreamPlane,
+        table: &Arc<RoutingTable>,
+        client: u64,
+    ) -> Result<RpcOutcome, UpstreamError> {
+        let server = table.servers[0].clone();
+        let caller = Caller::probe(table.clone(), &server);
+        let mut forward = Forward::call(
+            "tools/call",
+            Some(serde_json::json!({"name": "remember", "arguments": {}})),
+        );
+        forward.session = crate::client::SessionScope {
+            client,
+            capabilities: 0,
+        };
+        plane.forward(&caller, &server, &forward).await
+    }
+
+    /// A client session's upstream session on a `byClient` upstream holds the client's state:
+    /// once it is gone (404), the gateway asks to resume it and never takes a new one in its
+    /// place; the upstream says it is gone (410) and the client's session ends with an error
+    /// that says so, on every later call too.
+    #[tokio::test]
+    async fn a_client_session_whose_upstream_session_is_gone_ends_instead_of_starting_over() {
+        let seen = Arc::new(Sessions::default());
+        let table = by_client_upstream(seen.clone()).await;
+        let plane = UpstreamPlane::new(Arc::new(Metrics::default()));
+        plane.prepare(&table);
+        let first = client_call(&plane, &table, 7).await;
+        assert!(
+            matches!(first, Ok(RpcOutcome::Result(_))),
+            "{:?}",
+            first.err()
+        );
+        let affinity = seen.handshakes.lock().unwrap()[0].0.clone();
+        assert!(affinity.is_some(), "the handshake names the client session");
+
+        // The process that held it is gone.
+        seen.held.lock().unwrap().clear();
+        for _ in 0..2 {
+            let outcome = client_call(&plane, &table, 7).await;
+            let Err(e) = outcome else {
+                panic!("a call went on without the session's state: {outcome:?}");
+            };
+            assert!(
+                matches!(e, UpstreamError::SessionGone { ref server } if server == "st"),
+                "{e:?}"
+            );
+            let gateway: switchboard_core::errors::GatewayError = e.into();
+            assert_eq!(
+                gateway.mcp_http_status(),
+                StatusCode::NOT_FOUND,
+                "the client re-initializes"
+            );
+            assert!(
+                gateway
+                    .to_string()
+                    .contains("\"st\" no longer has this session's state"),
+                "{gateway}"
+            );
+        }
+        let handshakes = seen.handshakes.lock().unwrap().clone();
+        assert_eq!(
+            handshakes,
+            [
+                (affinity.clone(), false),
+                (affinity.clone(), true),
+                (affinity.clone(), true)
+            ],
+            "after the first, every handshake for that client session asks to resume"
+        );
+        assert!(
+            seen.held.lock().unwrap().is_empty(),
+            "no new session was opened for it"
+        );
+
+        // Another client session starts fresh.
+        let other = client_call(&plane, &table, 8).await;
+        assert!(
+            matches!(other, Ok(RpcOutcome::Result(_))),
+            "{:?}",
+            other.err()
+        );
+        assert_eq!(
+            seen.handshakes.lock().unwrap().last().map(|h| h.1),
+            Some(false)
+        );
+    }
+
+    /// A 404 on a session the upstream still has (a hand-off that failed on the way): the
+    /// resumed handshake gets the same session back and the call repeats once.
+    #[tokio::test]
+    async fn a_session_refused_once_but_still_held_is_resumed() {
+        let seen = Arc::new(Sessions::default());
+        let table = by_client_upstream(seen.clone()).await;
+        let plane = UpstreamPlane::new(Arc::new(Metrics::default()));
+        plane.prepare(&table);
+        assert!(client_call(&plane, &table, 7).await.is_ok());
+        *seen.refuse_once.lock().unwrap() = true;
+        let again = client_call(&plane, &table, 7).await;
+        assert!(
+            matches!(again, Ok(RpcOutcome::Result(_))),
+            "{:?}",
+            again.err()
+        );
+        let handshakes = seen.handshakes.lock().unwrap().clone();
+        assert_eq!(
+            handshakes.iter().map(|h| h.1).collect::<Vec<_>>(),
+            [false, true]
+        );
+        assert_eq!(seen.held.lock().unwrap().len(), 1, "one session all along");
+    }
 }

@@ -6,8 +6,8 @@ package main
 //	    lists the tools; prints {"ok":..,"tools":[names]}.
 //	caller session -url URL -key KEY -era modern|legacy -tool NAME [-args JSON] [-n 50] [-pause D] [-fresh]
 //	    [-parallel P]  (modern: P sessions at once, n/P calls each; each ends with its own summary)
-//	    legacy: one session (initialize, then n calls with its Mcp-Session-Id); modern: n
-//	    stateless calls. One line per call {"n":..,"ok":..,"status":..,"text":..} (the
+//	    legacy: one session (initialize, then n calls with its Mcp-Session-Id; a 404 opens a new
+//	    session, as the transport says); modern: n stateless calls. One line per call {"n":..,"ok":..,"status":..,"text":..} (the
 //	    tool's text, or the error), then {"done":true,"failed":k}; exits 1 if any failed.
 
 import (
@@ -220,6 +220,14 @@ func session(c *caller, era, tool, args string, n int, pause time.Duration) bool
 		if err != nil {
 			out["ok"], out["text"] = false, err.Error()
 			failed++
+			// A legacy session the server ended (404): a new one, as the transport says.
+			if era == "legacy" && status == http.StatusNotFound {
+				if err := m.open(); err != nil {
+					out["reopened"] = err.Error()
+				} else {
+					out["reopened"] = true
+				}
+			}
 		} else {
 			t, ok := text(answer)
 			out["ok"], out["text"] = ok, t
