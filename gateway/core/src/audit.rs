@@ -21,107 +21,13 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use crate::metrics::{Metrics, UsageFigures};
+pub use crate::noted::{CallerRecord, Noted, Tokens, WorkloadRecord, name};
 
 /// The schema every record names (docs/audit.md): a field renamed or removed is a new version.
 pub const SCHEMA: &str = "switchboard.audit/v1";
 
 /// Records the writer may be behind by before new ones are dropped.
 pub const QUEUE: usize = 16_384;
-
-/// Longest name (method, tool, prompt, resource) a record carries: names come from clients.
-const NAME_CAP: usize = 256;
-
-/// Who called. `kind`: `key`, `serviceAccount` (a ServiceAccount token standing for a key),
-/// `person` (a signed-in person; `key` is the first key granting them scope).
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct CallerRecord {
-    pub kind: &'static str,
-    /// The key's `<namespace>/<name>`.
-    pub key: String,
-    pub namespace: String,
-    /// The workload whose ServiceAccount token stood for the key (`kind: serviceAccount`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service_account: Option<WorkloadRecord>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub issuer: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub subject: Option<String>,
-    /// The identity provider's `<namespace>/<name>` a person signed in with.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-}
-
-/// The workload a verified ServiceAccount token names: its ServiceAccount, and its pod when the
-/// token was bound to one (`kubernetes.io.pod.name`, as a projected token in a pod is).
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct WorkloadRecord {
-    pub namespace: String,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod: Option<String>,
-}
-
-/// Model tokens the providers reported for the request (all its model calls).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
-pub struct Tokens {
-    pub input: u64,
-    pub output: u64,
-}
-
-/// What the layers of a request noted about it.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Noted {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub caller: Option<CallerRecord>,
-    /// The server the call was routed to, or the one a refusal for scope refused.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server: Option<String>,
-    /// The virtual server the call came through, or the one a refusal for scope refused.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub virtual_server: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rpc_method: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resource: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// What happened, as the request metric's `outcome` says it (`ok`, `stream`,
-    /// `upstream_error`, or the refusal's code: `unauthenticated`, `forbidden`, `rate_limited`,
-    /// `overloaded`, `invalid_request`, ...). Unset by any layer: from the HTTP status. (The
-    /// record's `outcome` field, written whether noted or not.)
-    #[serde(skip)]
-    pub outcome: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rpc_error_code: Option<i64>,
-    /// The HTTP status of the last upstream answer the request got (its MCP server's or model
-    /// provider's; a token endpoint's only when nothing came after it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<Tokens>,
-    /// The issuer a refused token named (unverified, shown safely), when no identity provider
-    /// of the gateway has it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub token_issuer: Option<String>,
-    /// The request body's length, as read.
-    #[serde(skip)]
-    pub bytes_in: u64,
-    /// For the request's span only (see [`crate::request_span`]): the client's JSON-RPC id
-    /// (as text, capped like a name), the MCP revision it speaks, its legacy session's tag,
-    /// and whether a tool's result said `isError`.
-    #[serde(skip)]
-    pub rpc_id: Option<String>,
-    #[serde(skip)]
-    pub protocol_version: Option<&'static str>,
-    #[serde(skip)]
-    pub session_tag: Option<u64>,
-    #[serde(skip)]
-    pub tool_error: bool,
-}
 
 /// One request's record as written.
 #[derive(Serialize)]
@@ -315,13 +221,10 @@ pub fn note(f: impl FnOnce(&mut Noted)) {
     let _ = CURRENT.try_with(|slot| slot.note(f));
 }
 
-/// A name as a record carries it: at most `NAME_CAP` bytes.
-pub fn name(value: &str) -> String {
-    let mut end = value.len().min(NAME_CAP);
-    while !value.is_char_boundary(end) {
-        end -= 1;
-    }
-    value[..end].to_string()
+/// Whether the request this task serves is traced (its span exports): what only the span
+/// needs is worked out only then.
+pub fn traced() -> bool {
+    current().is_some_and(|slot| !slot.span().is_disabled())
 }
 
 fn outcome_of_status(status: u16) -> &'static str {

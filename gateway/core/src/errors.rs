@@ -446,7 +446,7 @@ impl GatewayError {
 const ISSUER_CAP: usize = 200;
 
 /// An unverified issuer as a refusal shows it (its message, its `WWW-Authenticate`, the log,
-/// the audit record): at most [`ISSUER_CAP`] bytes of printable ASCII, anything else (quotes,
+/// the audit record): at most `ISSUER_CAP` bytes of printable ASCII, anything else (quotes,
 /// backslashes, control characters, non-ASCII) as `?`, so that a token cannot write into a
 /// header or a log line what its issuer says.
 pub fn shown_issuer(iss: &str) -> String {

@@ -28,6 +28,7 @@ pub mod key;
 pub mod limits;
 pub mod live;
 pub mod metrics;
+mod noted;
 pub mod people;
 pub mod remembered_tokens;
 pub mod request_span;

@@ -15,7 +15,7 @@
 
 use tracing::field::Empty;
 
-use crate::audit::Noted;
+use crate::noted::{self, Noted};
 
 /// The endpoints that speak MCP (one JSON-RPC message per POST), as records name them.
 const MCP_ENDPOINTS: [&str; 2] = ["mcp", "mcp_single"];
@@ -39,7 +39,7 @@ pub fn start(
         otel.kind = "server",
         http.request.method = %method,
         http.route = route,
-        url.path = %crate::audit::name(path),
+        url.path = %noted::name(path),
         switchboard.request_id = %request_id,
         http.response.status_code = Empty,
         switchboard.outcome = Empty,
@@ -57,12 +57,6 @@ pub fn start(
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
     )
-}
-
-/// Whether the request this task serves is traced (its span exports): what only the span
-/// needs is worked out only then.
-pub fn traced() -> bool {
-    crate::audit::current().is_some_and(|slot| !slot.span().is_disabled())
 }
 
 /// What the span of a request to `endpoint` says once its answer (`status`, `outcome`) ended.

@@ -16,9 +16,6 @@
 use serde_json::{Map, Value};
 use tracing::field::Empty;
 
-use crate::client::RpcOutcome;
-use crate::client::RpcResult;
-use crate::error::UpstreamError;
 use switchboard_core::table::Server;
 
 /// The span of `method` (with `params` as they go upstream) on `server`, a child of the
@@ -59,32 +56,6 @@ pub(crate) fn start(server: &Server, method: &str, params: Option<&Value>) -> tr
     )
 }
 
-/// What the call came to: a failure marks the span (a stream's answer is told later, by
-/// [`answered`]).
-pub(crate) fn finish(
-    span: &tracing::Span,
-    method: &str,
-    outcome: &Result<RpcOutcome, UpstreamError>,
-) {
-    if span.is_disabled() {
-        return;
-    }
-    match outcome {
-        Ok(RpcOutcome::Error(error, _)) => rpc_error(span, error),
-        Ok(RpcOutcome::Result(result)) if method == "tools/call" => {
-            let failed = match result {
-                RpcResult::Raw(raw) => switchboard_protocol::jsonrpc::is_tool_error(raw.get()),
-                RpcResult::Parsed(value) => value.get("isError") == Some(&Value::Bool(true)),
-            };
-            if failed {
-                switchboard_telemetry::span::fail(span, "tool_error", None);
-            }
-        }
-        Ok(_) => {}
-        Err(e) => switchboard_telemetry::span::fail(span, e.outcome(), Some(e.to_string())),
-    }
-}
-
 /// A streamed call's answer (the JSON-RPC response message the stream carried).
 pub(crate) fn answered(span: &tracing::Span, method: &str, message: &Map<String, Value>) {
     if span.is_disabled() {
@@ -99,7 +70,7 @@ pub(crate) fn answered(span: &tracing::Span, method: &str, message: &Map<String,
     }
 }
 
-fn rpc_error(span: &tracing::Span, error: &Value) {
+pub(crate) fn rpc_error(span: &tracing::Span, error: &Value) {
     let code = error
         .get("code")
         .and_then(Value::as_i64)

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::call_span;
 use crate::catalog::Catalog;
-use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
+use crate::client::{RpcCall, RpcOutcome, RpcResult, SessionScope, Upstreams};
 use crate::error::UpstreamError;
 use crate::listing::{ListKind, Listing, ListingRequest};
 use crate::protected_resource::{ProtectedResources, auth_challenge};
@@ -282,7 +282,7 @@ impl UpstreamPlane {
             })
             .instrument(span.clone())
             .await;
-        call_span::finish(&span, request.method, &outcome);
+        finish_call_span(&span, request.method, &outcome);
         match outcome {
             Ok(RpcOutcome::Stream(mut stream)) => {
                 stream.hold(admission);
@@ -589,6 +589,32 @@ fn upstream_rpc_error(server: &Server, name: &str, error: Value) -> UpstreamErro
         code: code.unwrap_or(-32603),
         message: message.to_string(),
         error,
+    }
+}
+
+/// What the call came to: a failure marks its span ([`call_span::start`]) (a stream's answer is told later, by
+/// [`call_span::answered`]).
+fn finish_call_span(
+    span: &tracing::Span,
+    method: &str,
+    outcome: &Result<RpcOutcome, UpstreamError>,
+) {
+    if span.is_disabled() {
+        return;
+    }
+    match outcome {
+        Ok(RpcOutcome::Error(error, _)) => call_span::rpc_error(span, error),
+        Ok(RpcOutcome::Result(result)) if method == "tools/call" => {
+            let failed = match result {
+                RpcResult::Raw(raw) => switchboard_protocol::jsonrpc::is_tool_error(raw.get()),
+                RpcResult::Parsed(value) => value.get("isError") == Some(&Value::Bool(true)),
+            };
+            if failed {
+                switchboard_telemetry::span::fail(span, "tool_error", None);
+            }
+        }
+        Ok(_) => {}
+        Err(e) => switchboard_telemetry::span::fail(span, e.outcome(), Some(e.to_string())),
     }
 }
 

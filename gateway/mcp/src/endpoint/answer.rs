@@ -15,7 +15,6 @@ use crate::relay::{self};
 use crate::target::{Target, dispatch};
 use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in, plain_error_response};
-use switchboard_core::request_span;
 use switchboard_core::scope::{Resource, authenticate};
 use switchboard_protocol::{self as protocol, Era};
 use switchboard_upstream::client::RpcResult;
@@ -243,7 +242,7 @@ pub(super) async fn answer(
     };
     if let Ok(answer) = &outcome
         && message.method == "tools/call"
-        && request_span::traced()
+        && audit::traced()
         && answer.is_tool_error()
     {
         audit::note(|n| n.tool_error = true);
