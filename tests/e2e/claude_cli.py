@@ -15,13 +15,14 @@ reacts to errors is written down in tests/e2e/CLAUDE_CODE.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -79,16 +80,29 @@ def pinned_version() -> str:
     return lock["packages"][f"node_modules/{CLAUDE_PACKAGE}"]["version"]
 
 
+@contextlib.contextmanager
+def runtime_dir() -> Iterator[dict[str, str]]:
+    """The CLI's runtime directory, private and removed afterwards: it makes its sockets'
+    directory (`cc-socks-<uid>`) in `CLAUDE_CODE_TMPDIR`, else `XDG_RUNTIME_DIR`, else in /tmp
+    whatever TMPDIR says, where it outlives the run. Short (`/tmp/cc-XXXXXXXX`), as a socket's
+    path must be; both variables name it."""
+    path = tempfile.mkdtemp(prefix="cc-")
+    try:
+        yield {"CLAUDE_CODE_TMPDIR": path, "XDG_RUNTIME_DIR": path}
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def claude_version() -> str:
     """What the installed CLI says its version is (`claude --version`; no network)."""
     exe = claude_executable()
-    with tempfile.TemporaryDirectory(prefix="claude-home-") as home:
+    with tempfile.TemporaryDirectory(prefix="claude-home-") as home, runtime_dir() as runtime:
         done = subprocess.run(
             [str(exe), "--version"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home, **BASE_ENV},
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home, **runtime, **BASE_ENV},
             check=False,
         )
     assert done.returncode == 0, f"{exe} --version failed: {done.stdout!r} {done.stderr!r}"
@@ -141,29 +155,31 @@ def run_claude(
         run_env["ANTHROPIC_AUTH_TOKEN"] = auth_token
     run_env.update(env or {})
     argv = [str(exe), *BASE_ARGS, *extra_args, "--", prompt]
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=run_env,
-            start_new_session=True,
-        )
+    with runtime_dir() as runtime:
+        run_env.update(runtime)
         try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = proc.communicate()
-            raise AssertionError(
-                f"claude did not exit within {timeout}s\nstdout: {_text(out)[-4000:]}\nstderr: {_text(err)[-4000:]}"
-            ) from None
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=workdir,
+                env=run_env,
+                start_new_session=True,
+            )
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                out, err = proc.communicate()
+                raise AssertionError(
+                    f"claude did not exit within {timeout}s\nstdout: {_text(out)[-4000:]}\nstderr: {_text(err)[-4000:]}"
+                ) from None
+            finally:
+                _kill_group(proc)  # whatever it left running (a Bash tool's children)
         finally:
-            _kill_group(proc)  # whatever it left running (a Bash tool's children)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
     stdout, stderr = _text(out), _text(err)
     output = None
     try:

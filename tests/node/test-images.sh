@@ -33,6 +33,7 @@ if [[ ! -s "$pause" ]]; then
   strip "$work/pause"
   printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$work/Containerfile"
   oci_archive registry.k8s.io/pause:3.10.1 "$pause" "$work"
+  rm -rf "$work"; trap - EXIT  # (the next image's trap would replace this one)
 fi
 
 caller="$out/caller-$(cat "$here/caller/go.mod" "$here/caller"/*.go | sha256sum | cut -c1-12).tar"
@@ -42,6 +43,7 @@ if [[ ! -s "$caller" ]]; then
     go build -trimpath -ldflags "-s -w" -o "$work/caller" .) || die "go build of tests/node/caller failed"
   printf 'FROM scratch\nCOPY caller /usr/local/bin/caller\nUSER 65532:65532\nENTRYPOINT ["/usr/local/bin/caller"]\n' >"$work/Containerfile"
   oci_archive switchboard.test/caller:local "$caller" "$work"
+  rm -rf "$work"; trap - EXIT
 fi
 echo "$pause"
 echo "$caller"
