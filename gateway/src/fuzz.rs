@@ -26,7 +26,7 @@ use switchboard_protocol::sse::{SseDecoder, SseEvent};
 use switchboard_protocol::{decode_header_value, encode_header_value};
 use switchboard_source::config_file::load_table;
 use switchboard_source::operator_source::apply_frame;
-use switchboard_upstream::protected_resource::auth_challenge;
+use switchboard_upstream::auth_challenge;
 
 const DEFAULT_CASES: u32 = 3_000;
 

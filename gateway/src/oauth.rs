@@ -4,7 +4,7 @@
 //! the token endpoint (authorization code, refresh token). The records it issues are sealed
 //! and hold everything (`switchboard_core::broker` says how, and what revocation then means),
 //! so any replica answers any step. The provider is asked with the gateway's own confidential
-//! client (`switchboard_upstream::broker_login`).
+//! client (`UpstreamPlane::redeem_login_code`, `refresh_login`).
 //!
 //! Until a client and its redirect URI are known to match, errors are answered here, never
 //! redirected (no open redirect); after that, they go back to the client's redirect URI. Each
@@ -30,7 +30,7 @@ use switchboard_core::broker::{
 use switchboard_core::people::People;
 use switchboard_core::table::{RoutingTable, base_url};
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
-use switchboard_upstream::broker_login::{self, ProviderGrant};
+use switchboard_upstream::ProviderGrant;
 
 use crate::state::Gateway;
 
@@ -244,12 +244,7 @@ pub async fn authorize(
     };
     let client = if client_id.starts_with("https://") {
         // A Client ID Metadata Document: the client is described at its id's URL.
-        match gw
-            .upstream
-            .client_documents
-            .redirect_uris(&gw.upstream.upstreams, client_id)
-            .await
-        {
+        match gw.upstream.client_redirect_uris(client_id).await {
             Ok(uris) => ClientRecord {
                 redirect_uris: uris.to_vec(),
                 name: None,
@@ -257,7 +252,7 @@ pub async fn authorize(
             },
             Err(detail) => {
                 tracing::info!(%detail, "brokered login refused: the client metadata document is unusable");
-                return oauth_error(OAuthError::new(400, "invalid_client", detail));
+                return oauth_error(OAuthError::new(400, "invalid_client", detail.to_string()));
             }
         }
     } else {
@@ -597,16 +592,17 @@ pub async fn callback(
         return denied("no code from the identity provider");
     };
     let callback = format!("{base}/oauth/callback");
-    let redeemed = broker_login::redeem_code(
-        &gw.upstream.upstreams,
-        broker.spec,
-        broker.tls,
-        &endpoints.token,
-        code,
-        &callback,
-        &login.verifier,
-    )
-    .await;
+    let redeemed = gw
+        .upstream
+        .redeem_login_code(
+            broker.spec,
+            broker.tls,
+            &endpoints.token,
+            code,
+            &callback,
+            &login.verifier,
+        )
+        .await;
     let grant = match redeemed {
         Ok(grant) => grant,
         Err(detail) => {
@@ -804,8 +800,7 @@ async fn refresh(
             )
         })?;
     // The provider is asked again: a person logged out or disabled there is refused here.
-    let grant = broker_login::refresh(
-        &gw.upstream.upstreams,
+    let grant = gw.upstream.refresh_login(
         broker.spec,
         broker.tls,
         &endpoints.token,

@@ -13,7 +13,7 @@ use switchboard_core::metrics::Metrics;
 use switchboard_core::table::RoutingTable;
 use switchboard_llm::context::LlmContext;
 use switchboard_mcp::context::McpContext;
-use switchboard_upstream::plane::UpstreamPlane;
+use switchboard_upstream::UpstreamPlane;
 
 pub struct Gateway {
     live: Arc<LiveTable>,

@@ -2,7 +2,7 @@
 //! URLs of its client faces:
 //!
 //! - a server that uses the caller's own credential: the upstream's authorization servers
-//!   (the upstream's own document, from [`switchboard_upstream::protected_resource`]): the
+//!   (the upstream's own document, from [`switchboard_upstream::UpstreamPlane::upstream_resource_document`]): the
 //!   client needs a token the upstream accepts;
 //! - every other endpoint, when people sign in (`identityProviders`): the gateway's identity
 //!   providers, from which an MCP client starts the OAuth flow after the gateway's 401 (for a
@@ -32,12 +32,7 @@ pub async fn protected_resource_metadata(
     else {
         return gateway_document(&table, &headers, &format!("/mcp/{prefix}"));
     };
-    let Some(upstream) = gw
-        .upstream
-        .protected_resources
-        .upstream_document(&gw.upstream.upstreams, server)
-        .await
-    else {
+    let Some(upstream) = gw.upstream.upstream_resource_document(server).await else {
         return (
             StatusCode::BAD_GATEWAY,
             Json(json!({"error": "upstream_metadata_unavailable", "server": server.id()})),

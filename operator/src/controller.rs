@@ -4,6 +4,7 @@
 //! each resource's status up to date. Every operator replica renders (so a new lease holder
 //! is warm); only the holder writes Secrets and status.
 
+use crate::error::Error;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -465,11 +466,12 @@ impl Controller {
                 .reconcile(stores, &recorder, &mut state)
                 .instrument(pass.clone())
                 .await;
-            if result.is_err() {
-                pass.record("error.type", "reconcile_failed");
+            let failed = result.as_ref().err().map(Error::metric_label);
+            if let Some(label) = failed {
+                pass.record("error.type", label);
             }
             drop(pass);
-            self.metrics.reconciled(started.elapsed(), result.is_err());
+            self.metrics.reconciled(started.elapsed(), failed);
             if result.is_ok() {
                 self.warm
                     .send_if_modified(|warm| !std::mem::replace(warm, true));
@@ -498,7 +500,7 @@ impl Controller {
         stores: Stores<'_>,
         recorder: &Recorder,
         state: &mut LoopState,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), Error> {
         let is_leader = *self.leader.borrow();
         let world = gather(stores);
         if is_leader && ensure_key_secrets(&self.client, &world.keys, &world.secret_data).await > 0
@@ -600,7 +602,7 @@ impl Controller {
         session_key: Option<&str>,
         is_leader: bool,
         state: &mut LoopState,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), Error> {
         let content_hash = hash(&serde_json::to_vec(&snapshot).unwrap_or_default());
         if state.published_hash != Some(content_hash) {
             state.generation += 1;
@@ -634,7 +636,11 @@ impl Controller {
                 use tracing::Instrument as _;
                 self.store_snapshot(&frame, session_key)
                     .instrument(push)
-                    .await?;
+                    .await
+                    .map_err(|source| Error::StoreSnapshot {
+                        secret: self.config.snapshot_secret.clone(),
+                        source,
+                    })?;
             }
             state.published_hash = Some(content_hash);
         }

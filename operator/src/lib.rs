@@ -18,6 +18,7 @@ pub mod controller;
 pub mod delivery;
 pub mod delivery_ca;
 pub mod delivery_tls;
+pub mod error;
 pub mod gateway_settings;
 pub mod gateways;
 pub mod issuer;

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 pub struct Metrics {
     registry: Registry,
     reconciles: Counter,
-    reconcile_errors: Counter,
+    reconcile_errors: Family<Vec<(String, String)>, Counter>,
     reconcile_duration: Histogram,
     snapshot_generation: Gauge,
     connected_replicas: Gauge,
@@ -30,10 +30,10 @@ impl Default for Metrics {
             "Renders of the snapshot and status passes",
             reconciles.clone(),
         );
-        let reconcile_errors = Counter::default();
+        let reconcile_errors = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "reconcile_errors",
-            "Reconcile passes that failed",
+            "Reconcile passes that failed, by what failed (`error`: the error's metric label)",
             reconcile_errors.clone(),
         );
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
@@ -105,10 +105,13 @@ impl Metrics {
             .set(not_after_unix);
     }
 
-    pub fn reconciled(&self, took: Duration, failed: bool) {
+    /// A reconcile pass ended after `took`; `failed` is its error's metric label.
+    pub fn reconciled(&self, took: Duration, failed: Option<&'static str>) {
         self.reconciles.inc();
-        if failed {
-            self.reconcile_errors.inc();
+        if let Some(label) = failed {
+            self.reconcile_errors
+                .get_or_create(&vec![("error".to_string(), label.to_string())])
+                .inc();
         }
         self.reconcile_duration.observe(took.as_secs_f64());
     }

@@ -18,10 +18,10 @@ use sha2::{Digest, Sha256};
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::{Model, RoutingTable};
 use switchboard_snapshot::{ModelProvider, Snapshot};
+use switchboard_upstream::UpstreamPlane;
 use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::http_client::HttpError;
 use switchboard_upstream::identity_keys;
-use switchboard_upstream::plane::UpstreamPlane;
 use tokio::sync::{Notify, watch};
 
 use crate::status::{KeysProbe, ModelProbe, Probe};
@@ -169,12 +169,12 @@ fn model_failure(e: &HttpError) -> ModelProbe {
 async fn probe_model(plane: &UpstreamPlane, model: &Model) -> ModelProbe {
     let budget = model.spec.timeout.min(MODEL_PROBE_TIMEOUT);
     // The gateway's own client for the model: its TLS settings, no redirects followed.
-    let http = match plane.upstreams.http_for_model(model) {
+    let http = match plane.http_for_model(model) {
         Ok(http) => http,
-        Err(message) => {
+        Err(e) => {
             return ModelProbe::Failed {
                 reason: "ProviderUnavailable",
-                message,
+                message: e.to_string(),
             };
         }
     };
@@ -339,22 +339,21 @@ pub async fn run(
                 due
             })
             .map(|(id, spec, tls)| {
-                let upstreams = plane.upstreams.clone();
+                let plane = &plane;
                 async move {
-                    let probe =
-                        match identity_keys::fetch(&upstreams, spec, tls.map(|t| &**t)).await {
-                            Ok(fetched) => KeysProbe::Loaded {
-                                keys: fetched.keys.len(),
+                    let probe = match plane.fetch_identity_keys(spec, tls.map(|t| &**t)).await {
+                        Ok(fetched) => KeysProbe::Loaded {
+                            keys: fetched.keys.len(),
+                        },
+                        Err(e) => KeysProbe::Failed {
+                            reason: if e.in_discovery() {
+                                "DiscoveryFailed"
+                            } else {
+                                "KeysNotLoaded"
                             },
-                            Err(message) => KeysProbe::Failed {
-                                reason: if message.starts_with("discovery") {
-                                    "DiscoveryFailed"
-                                } else {
-                                    "KeysNotLoaded"
-                                },
-                                message,
-                            },
-                        };
+                            message: e.to_string(),
+                        },
+                    };
                     (id.to_string(), probe)
                 }
             });

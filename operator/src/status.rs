@@ -560,6 +560,7 @@ mod tests {
             accepted: true,
             reason: Reason::Accepted,
             message: String::new(),
+            secret_missing: false,
         }
     }
 
@@ -592,6 +593,7 @@ mod tests {
             accepted: false,
             reason: Reason::SecretNotFound,
             message: "spec.x: gone".into(),
+            secret_missing: false,
         };
         let r = key_ready(&refused, None, served(2, 2));
         assert_eq!(
@@ -672,6 +674,7 @@ mod tests {
             accepted: false,
             reason: Reason::SecretNotFound,
             message: String::new(),
+            secret_missing: false,
         };
         assert_eq!(ready(&rejected, None).status, "False");
     }
@@ -704,6 +707,7 @@ mod tests {
             accepted: false,
             reason: Reason::ServerNotFound,
             message: String::new(),
+            secret_missing: false,
         };
         let r = model_ready(&rejected, Some(&ModelProbe::Answered { status: 200 }));
         assert_eq!((r.status, r.reason.as_str()), ("False", "NotAccepted"));

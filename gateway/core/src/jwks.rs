@@ -20,15 +20,27 @@ impl std::fmt::Debug for SigningKeys {
     }
 }
 
+/// Why a JSON Web Key Set gives no signing keys.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeySetError {
+    #[error("not a JSON Web Key Set: {0}")]
+    NotAKeySet(String),
+    #[error("more than {MAX_KEYS} keys")]
+    TooMany,
+    /// (strict parsing) The key at this index is one the gateway cannot verify with.
+    #[error("keys[{0}]: a key this gateway cannot verify with")]
+    Unusable(usize),
+}
+
 impl SigningKeys {
     /// Every usable signing key of a set. `strict`: a key this gateway cannot use is an error
     /// (a set written into the config); otherwise it is skipped (a provider's published set
     /// may hold encryption keys and algorithms the gateway does not accept).
-    pub fn parse(set: &serde_json::Value, strict: bool) -> Result<SigningKeys, String> {
+    pub fn parse(set: &serde_json::Value, strict: bool) -> Result<SigningKeys, KeySetError> {
         let set: JwkSet = serde_json::from_value(set.clone())
-            .map_err(|e| format!("not a JSON Web Key Set: {e}"))?;
+            .map_err(|e| KeySetError::NotAKeySet(e.to_string()))?;
         if set.keys.len() > MAX_KEYS {
-            return Err(format!("more than {MAX_KEYS} keys"));
+            return Err(KeySetError::TooMany);
         }
         let mut keys = Vec::new();
         for (i, jwk) in set.keys.iter().enumerate() {
@@ -54,7 +66,7 @@ impl SigningKeys {
             match decoded {
                 Some((algorithm, key)) => keys.push((jwk.common.key_id.clone(), algorithm, key)),
                 None if strict => {
-                    return Err(format!("keys[{i}]: a key this gateway cannot verify with"));
+                    return Err(KeySetError::Unusable(i));
                 }
                 None => {}
             }

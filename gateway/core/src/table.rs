@@ -285,10 +285,10 @@ fn service_account_auth(
     let Some(settings) = &snapshot.gateway.service_account_tokens else {
         return Ok(None);
     };
-    let verifier = TokenVerifier::new(settings).map_err(|message| SnapshotError {
+    let verifier = TokenVerifier::new(settings).map_err(|e| SnapshotError {
         errors: vec![FieldError {
             path: "gateway.serviceAccountTokens.jwks".into(),
-            message,
+            message: e.to_string(),
         }],
     })?;
     let mut bindings = Bindings::default();
@@ -333,9 +333,9 @@ fn build_models(snapshot: &Snapshot) -> Result<Vec<Arc<Model>>, SnapshotError> {
                     tls,
                 }));
             }
-            Err(message) => errors.push(FieldError {
+            Err(e) => errors.push(FieldError {
                 path: format!("models[{i}].baseUrl"),
-                message,
+                message: format!("not a valid URL: {e}"),
             }),
         }
     }
@@ -377,14 +377,13 @@ impl UpstreamRoots {
 }
 
 /// The provider's endpoints under a base URL, as the providers' own SDKs compose them.
-pub fn model_urls(spec: &ModelSpec) -> Result<(url::Url, url::Url), String> {
+pub fn model_urls(spec: &ModelSpec) -> Result<(url::Url, url::Url), url::ParseError> {
     let base = spec.base_url.trim_end_matches('/');
     let (endpoint, models) = match spec.provider {
         ModelProvider::Anthropic => (format!("{base}/v1/messages"), format!("{base}/v1/models")),
         ModelProvider::Openai => (format!("{base}/chat/completions"), format!("{base}/models")),
     };
-    let parse = |u: &str| url::Url::parse(u).map_err(|e| format!("not a valid URL: {e}"));
-    Ok((parse(&endpoint)?, parse(&models)?))
+    Ok((url::Url::parse(&endpoint)?, url::Url::parse(&models)?))
 }
 
 /// `x-api-key: <key>` for Anthropic, `Authorization: Bearer <key>` for OpenAI.

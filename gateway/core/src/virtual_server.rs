@@ -194,35 +194,45 @@ fn narrow_schema(schema: &mut Map<String, Value>, o: &ToolOverride) {
     }
 }
 
+/// Why a virtual server's tool refuses a client's arguments (each names the argument): the
+/// client's mistake, answered as invalid params (MCP) or a tool error (the LLM loop).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArgumentRefused {
+    #[error("arguments must be an object")]
+    NotAnObject,
+    #[error("argument {0:?} is fixed by the gateway and cannot be set")]
+    Fixed(String),
+    #[error("argument {param:?} must be one of {allowed}")]
+    NotAllowed { param: String, allowed: Value },
+}
+
 /// The arguments that go upstream: the client's, with every fixed parameter set (a client may
 /// not choose a hidden parameter) and every narrowed one checked against its enum.
 pub fn upstream_arguments(
     arguments: Option<Value>,
     o: Option<&ToolOverride>,
-) -> Result<Option<Value>, String> {
+) -> Result<Option<Value>, ArgumentRefused> {
     let Some(o) = o.filter(|o| !o.parameters.is_empty()) else {
         return Ok(arguments);
     };
     let mut arguments = match arguments {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
-        Some(_) => return Err("arguments must be an object".into()),
+        Some(_) => return Err(ArgumentRefused::NotAnObject),
     };
     for (param, narrowed) in &o.parameters {
         if let Some(fixed) = &narrowed.fixed {
             if arguments.get(param).is_some_and(|given| given != fixed) {
-                return Err(format!(
-                    "argument {param:?} is fixed by the gateway and cannot be set"
-                ));
+                return Err(ArgumentRefused::Fixed(param.clone()));
             }
             arguments.insert(param.clone(), fixed.clone());
         } else if let (Some(allowed), Some(given)) = (&narrowed.allowed, arguments.get(param))
             && !allowed.contains(given)
         {
-            return Err(format!(
-                "argument {param:?} must be one of {}",
-                Value::Array(allowed.clone())
-            ));
+            return Err(ArgumentRefused::NotAllowed {
+                param: param.clone(),
+                allowed: Value::Array(allowed.clone()),
+            });
         }
     }
     Ok(Some(Value::Object(arguments)))

@@ -15,7 +15,7 @@ use jsonwebtoken::{Validation, decode, decode_header};
 use serde::Deserialize;
 use switchboard_snapshot::ServiceAccountTokens;
 
-use crate::jwks::SigningKeys;
+use crate::jwks::{KeySetError, SigningKeys};
 use crate::remembered_tokens::RememberedTokens;
 
 /// A verified token's ServiceAccount, and the pod the token was bound to, if any (a projected
@@ -113,7 +113,7 @@ const LEEWAY_SECONDS: u64 = 30;
 
 impl TokenVerifier {
     /// The verifier of a snapshot's settings; an error names the key set's problem.
-    pub fn new(settings: &ServiceAccountTokens) -> Result<TokenVerifier, String> {
+    pub fn new(settings: &ServiceAccountTokens) -> Result<TokenVerifier, KeySetError> {
         let keys = SigningKeys::parse(&settings.jwks, true)?;
         Ok(TokenVerifier {
             issuer: settings.issuer.clone(),

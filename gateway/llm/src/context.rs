@@ -7,7 +7,7 @@ use std::sync::Arc;
 use switchboard_core::live::LiveTable;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::RoutingTable;
-use switchboard_upstream::plane::UpstreamPlane;
+use switchboard_upstream::UpstreamPlane;
 
 pub struct LlmContext {
     live: Arc<LiveTable>,

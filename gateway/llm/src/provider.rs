@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::errors::LlmError;
 use crate::model_span::ModelCall;
 use switchboard_core::table::Model;
+use switchboard_upstream::error::ClientBuildError;
 use switchboard_upstream::http_client::{self, HttpClient, HttpError, HttpResponse};
 
 /// Largest provider answer read whole (a refusal, a non-streamed answer); a streamed one is
@@ -42,14 +43,14 @@ fn is_relayed_answer_header(name: &HeaderName) -> bool {
 
 pub struct Provider<'a> {
     /// The client with the model's TLS settings, or why none could be built.
-    http: Result<HttpClient, String>,
+    http: Result<HttpClient, ClientBuildError>,
     pub model: &'a Model,
     headers: HeaderMap,
 }
 
 impl<'a> Provider<'a> {
     pub fn new(
-        http: Result<HttpClient, String>,
+        http: Result<HttpClient, ClientBuildError>,
         model: &'a Model,
         client_headers: &HeaderMap,
     ) -> Self {
@@ -80,7 +81,7 @@ impl<'a> Provider<'a> {
                 .as_ref()
                 .map_err(|detail| LlmError::ProviderUnavailable {
                     model: self.model.id().to_string(),
-                    detail: detail.clone(),
+                    detail: detail.to_string(),
                 })?;
             let mut request = http
                 .post(url)

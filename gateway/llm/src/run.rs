@@ -41,7 +41,7 @@ pub struct Prepared {
 impl Prepared {
     pub fn provider(&self) -> Provider<'_> {
         Provider::new(
-            self.cx.upstream.upstreams.http_for_model(&self.model),
+            self.cx.upstream.http_for_model(&self.model),
             &self.model,
             &self.client_headers,
         )
@@ -154,6 +154,7 @@ pub async fn execute<'t>(
                     tool.presented.as_ref(),
                 )
                 .map(Option::unwrap_or_default)
+                .map_err(|refused| refused.to_string())
             });
             let outcome = match &input {
                 Err(message) => Outcome::error(&call.id, message.clone()),

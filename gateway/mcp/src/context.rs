@@ -11,7 +11,7 @@ use crate::exchange::Exchanges;
 use switchboard_core::live::LiveTable;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::RoutingTable;
-use switchboard_upstream::plane::UpstreamPlane;
+use switchboard_upstream::UpstreamPlane;
 
 pub struct McpContext {
     live: Arc<LiveTable>,

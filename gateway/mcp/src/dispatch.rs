@@ -16,11 +16,10 @@ use switchboard_core::route::{prefix_task_id, split_prefixed};
 use switchboard_core::scope::{Caller, decide_owner};
 use switchboard_core::table::Server;
 use switchboard_protocol::{Era, may_require_input, named_field};
-use switchboard_upstream::client::{RpcOutcome, RpcResult, SessionScope};
+use switchboard_upstream::UpstreamCall;
 use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::listing::ListKind;
-use switchboard_upstream::plane::Forward;
-use switchboard_upstream::request_credential::SHARED_PARTITION;
+use switchboard_upstream::{RpcOutcome, RpcResult, SessionScope};
 
 /// One client request, as far as the methods care: what it asks and how it may be answered.
 pub struct Request {
@@ -37,8 +36,12 @@ pub struct Request {
 }
 
 impl Request {
-    pub(crate) fn forward<'a>(&self, method: &'a str, params: Option<Value>) -> Forward<'a> {
-        Forward {
+    pub(crate) fn upstream_call<'a>(
+        &self,
+        method: &'a str,
+        params: Option<Value>,
+    ) -> UpstreamCall<'a> {
+        UpstreamCall {
             method,
             params,
             // Listings are read whole: the gateway filters them.
@@ -133,8 +136,8 @@ pub(crate) async fn aggregate_method(
         route_name(cx, caller, method, &name).await?
     };
     params[field] = Value::from(upstream_name);
-    let forward = request.forward(method, Some(params));
-    forward_answer(cx, caller, &server, forward, true).await
+    let upstream_call = request.upstream_call(method, Some(params));
+    answer_from_upstream(cx, caller, &server, upstream_call, true).await
 }
 
 /// On the aggregate endpoint a task id is `<prefix>__<upstream task id>`: the gateway prefixed
@@ -225,7 +228,7 @@ async fn unprefixed_owners(
     let personal = |s: &Server| s.spec.auth.uses_caller_credential();
     let to_list: Vec<&Arc<Server>> = scope
         .iter()
-        .filter(|s| personal(s) || !cx.upstream.catalog.has_tools_of(s, SHARED_PARTITION))
+        .filter(|s| personal(s) || !cx.upstream.knows_shared_tools_of(s))
         .collect();
     let listings = futures_util::future::join_all(
         to_list
@@ -241,7 +244,7 @@ async fn unprefixed_owners(
                     .is_ok_and(|l| l.items.iter().any(|t| t.id() == Some(name)))
         })
     };
-    let owners = cx.upstream.catalog.owners_of(name);
+    let owners = cx.upstream.tool_owners(name);
     let found: Vec<Arc<Server>> = scope
         .iter()
         .filter(|s| {
@@ -286,8 +289,8 @@ pub(crate) async fn single_method(
         };
         caller.check_tool(server, name, unknown)?;
     }
-    let forward = request.forward(method, request.params.clone());
-    let mut answer = forward_answer(cx, caller, server, forward, false).await?;
+    let upstream_call = request.upstream_call(method, request.params.clone());
+    let mut answer = answer_from_upstream(cx, caller, server, upstream_call, false).await?;
     if method == "tools/list"
         && let Answer::Json(result) = &mut answer
         && let Some(Value::Array(tools)) = result.get_mut("tools")
@@ -305,11 +308,11 @@ pub(crate) async fn single_method(
 /// result (on the aggregate endpoint with task ids prefixed). An input-required result for a
 /// legacy client becomes a stream too: the gateway asks the client on it (see
 /// [`crate::exchange`]).
-pub(crate) async fn forward_answer(
+pub(crate) async fn answer_from_upstream(
     cx: &McpContext,
     caller: &Caller,
     server: &Arc<Server>,
-    request: Forward<'_>,
+    request: UpstreamCall<'_>,
     aggregate: bool,
 ) -> Result<Answer, Failure> {
     // The request's server, in its record (an LLM request's own record names its model, not
@@ -323,11 +326,11 @@ pub(crate) async fn forward_answer(
     let bridge_input =
         request.stream && !request.modern_client && may_require_input(request.method);
     let started = Instant::now();
-    let answer = forward(cx, caller, server, &request).await?;
+    let answer = call_upstream(cx, caller, server, &request).await?;
     // What a relay needs to ask the upstream again (a legacy client's input rounds) or to
     // name the method; built only when the answer is relayed, so a plain answer copies nothing.
     let relay = |stream, answered| {
-        let Forward {
+        let UpstreamCall {
             method,
             params,
             session,
@@ -353,7 +356,7 @@ pub(crate) async fn forward_answer(
     // A result the gateway passes on unchanged stays the text it came in (the common case: a
     // tool's answer); only one that needs a change or a look inside becomes a tree.
     let answer = match answer {
-        Forwarded::Result(RpcResult::Raw(raw)) if RELAYED_AS_IS.contains(&request.method) => {
+        Answered::Result(RpcResult::Raw(raw)) if RELAYED_AS_IS.contains(&request.method) => {
             match unchanged_result(&raw, aggregate, bridge_input, request.modern_client) {
                 Some(Unchanged::AsItCame { has_result_type }) => {
                     return Ok(Answer::Relayed {
@@ -362,13 +365,13 @@ pub(crate) async fn forward_answer(
                     });
                 }
                 Some(Unchanged::ForLegacy(text)) => return Ok(Answer::ForLegacy(text)),
-                None => Forwarded::Result(RpcResult::Raw(raw)),
+                None => Answered::Result(RpcResult::Raw(raw)),
             }
         }
         other => other,
     };
     match answer {
-        Forwarded::Result(result) => {
+        Answered::Result(result) => {
             let mut result = result.into_value();
             if bridge_input
                 && result.get("resultType").and_then(Value::as_str) == Some("input_required")
@@ -380,7 +383,7 @@ pub(crate) async fn forward_answer(
             }
             Ok(Answer::Json(result))
         }
-        Forwarded::Stream(stream) => Ok(relay(Some(stream), None)),
+        Answered::Stream(stream) => Ok(relay(Some(stream), None)),
     }
 }
 
@@ -425,31 +428,23 @@ fn unchanged_result(
     })
 }
 
-enum Forwarded {
+enum Answered {
     Result(RpcResult),
-    Stream(Box<switchboard_upstream::client::UpstreamStream>),
+    Stream(Box<switchboard_upstream::UpstreamStream>),
 }
 
-/// Sends the method upstream and unwraps its answer. An upstream 403 on a tool call stays a
-/// tool error (only 401 means re-authenticate; docs/architecture.md, "Errors").
-async fn forward(
+/// Sends the method upstream and unwraps its answer (an upstream 403 on a tool call comes back
+/// as the tool's error result: the plane's rule, [`switchboard_upstream::UpstreamPlane::call`]).
+async fn call_upstream(
     cx: &McpContext,
     caller: &Caller,
     server: &Server,
-    request: &Forward<'_>,
-) -> Result<Forwarded, Failure> {
-    let method = request.method;
-    match cx.upstream.forward(caller, server, request).await {
-        Ok(RpcOutcome::Result(result)) => Ok(Forwarded::Result(result)),
-        Ok(RpcOutcome::Stream(stream)) => Ok(Forwarded::Stream(stream)),
+    request: &UpstreamCall<'_>,
+) -> Result<Answered, Failure> {
+    match cx.upstream.call(caller, server, request).await {
+        Ok(RpcOutcome::Result(result)) => Ok(Answered::Result(result)),
+        Ok(RpcOutcome::Stream(stream)) => Ok(Answered::Stream(stream)),
         Ok(RpcOutcome::Error(error, status)) => Err(Failure::Upstream(error, status)),
-        Err(UpstreamError::Forbidden { server: id }) if method == "tools/call" => {
-            tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
-            Ok(Forwarded::Result(RpcResult::Parsed(json!({
-                "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
-                "isError": true,
-            }))))
-        }
         Err(e) => Err(e.into()),
     }
 }

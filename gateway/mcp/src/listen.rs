@@ -28,8 +28,8 @@ use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
 use switchboard_protocol::Era;
 use switchboard_protocol::sse::SseEvent;
-use switchboard_upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
-use switchboard_upstream::plane::Forward;
+use switchboard_upstream::UpstreamCall;
+use switchboard_upstream::{RpcOutcome, SessionScope, UpstreamStream};
 
 pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
@@ -63,10 +63,10 @@ pub async fn fan_in(
         let mut upstream_params = params.clone().unwrap_or_else(|| json!({}));
         upstream_params["notifications"] = upstream_filter;
         async move {
-            if cx.upstream.upstreams.era_of(server) == Some(Era::Rev2025) {
+            if cx.upstream.era_of(server) == Some(Era::Rev2025) {
                 return None;
             }
-            let forward = Forward {
+            let upstream_call = UpstreamCall {
                 method: "subscriptions/listen",
                 params: Some(upstream_params),
                 stream: true,
@@ -74,7 +74,7 @@ pub async fn fan_in(
                 modern_client: true,
                 log_level: None,
             };
-            match cx.upstream.forward(caller, server, &forward).await {
+            match cx.upstream.call(caller, server, &upstream_call).await {
                 Ok(RpcOutcome::Stream(stream)) => Some((server.clone(), stream)),
                 Ok(_) | Err(_) => None,
             }

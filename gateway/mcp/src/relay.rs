@@ -48,9 +48,9 @@ use switchboard_core::session::{SessionSealer, TokenKind};
 use switchboard_core::table::{RoutingTable, Server};
 use switchboard_protocol::sse::SseEvent;
 use switchboard_protocol::{Era, stamp_modern_result, strip_modern_result};
-use switchboard_upstream::client::{RpcOutcome, SessionScope, UpstreamStream};
+use switchboard_upstream::UpstreamCall;
 use switchboard_upstream::error::UpstreamError;
-use switchboard_upstream::plane::Forward;
+use switchboard_upstream::{RpcOutcome, SessionScope, UpstreamStream};
 
 /// An upstream answer on its way to a client as a stream.
 pub struct Relay {
@@ -530,7 +530,7 @@ impl RelayState {
         if let Some(state) = awaiting.request_state {
             params.insert("requestState".into(), state);
         }
-        let forward = Forward {
+        let upstream_call = UpstreamCall {
             method: &request.method,
             params: Some(Value::Object(params)),
             stream: true,
@@ -542,7 +542,7 @@ impl RelayState {
         match bridge
             .cx
             .upstream
-            .forward(&bridge.caller, &server, &forward)
+            .call(&bridge.caller, &server, &upstream_call)
             .await
         {
             Ok(RpcOutcome::Stream(stream)) => {

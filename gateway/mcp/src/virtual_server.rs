@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::aggregate::{META_LISTING_ERRORS, META_LISTING_WARNINGS};
 use crate::context::McpContext;
-use crate::dispatch::{Answer, Failure, Request, forward_answer};
+use crate::dispatch::{Answer, Failure, Request, answer_from_upstream};
 use switchboard_core::errors::{GatewayError, OutOfScope};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
@@ -101,11 +101,11 @@ pub async fn method(
                     p.remove("arguments");
                 }
             }
-            Err(message) => return Err(GatewayError::InvalidParams(message).into()),
+            Err(refused) => return Err(GatewayError::InvalidParams(refused.to_string()).into()),
         }
     }
-    let forward = request.forward(method, Some(params));
-    forward_answer(cx, caller, server, forward, false).await
+    let upstream_call = request.upstream_call(method, Some(params));
+    answer_from_upstream(cx, caller, server, upstream_call, false).await
 }
 
 /// Every source's items of one kind, presented, in source order; a server whose listing failed

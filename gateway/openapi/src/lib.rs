@@ -28,5 +28,5 @@ pub use compile::{
     Body, Compiled, DocumentError, OperationTool, Param, ParamLocation, compile, compile_document,
     parse,
 };
-pub use request::RestRequest;
+pub use request::{ArgumentError, RestRequest};
 pub use response::MAX_ERROR_BODY;

@@ -24,17 +24,36 @@ pub struct RestRequest {
     pub body: Option<(&'static str, Vec<u8>)>,
 }
 
+/// Why a tool call's arguments make no request (nothing is sent): each names the argument.
+/// The model can correct its arguments, so the caller answers with a tool error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgumentError {
+    #[error("unknown argument {0:?}")]
+    Unknown(String),
+    #[error("missing required argument {0:?}")]
+    Missing(String),
+    #[error("argument {0:?} must be a string, number or boolean")]
+    NotScalar(String),
+    #[error("argument {0:?} must not be empty, \".\" or \"..\": it is one segment of the path")]
+    LeavesSegment(String),
+    #[error("argument {0:?} must not contain CR, LF or NUL")]
+    ControlCharacter(String),
+}
+
 impl OperationTool {
     /// Where each argument goes; a missing required one, or an argument the tool does not
     /// have, is an error naming it (the request is not sent).
-    pub fn request(&self, arguments: Option<&Map<String, Value>>) -> Result<RestRequest, String> {
+    pub fn request(
+        &self,
+        arguments: Option<&Map<String, Value>>,
+    ) -> Result<RestRequest, ArgumentError> {
         let empty = Map::new();
         let arguments = arguments.unwrap_or(&empty);
         for name in arguments.keys() {
             let known = self.params.iter().any(|p| &p.name == name)
                 || self.body.as_ref().is_some_and(|b| &b.argument == name);
             if !known {
-                return Err(format!("unknown argument {name:?}"));
+                return Err(ArgumentError::Unknown(name.clone()));
             }
         }
         let mut path = self.path.clone();
@@ -44,27 +63,20 @@ impl OperationTool {
         for param in &self.params {
             let Some(value) = arguments.get(&param.name).filter(|v| !v.is_null()) else {
                 if param.required {
-                    return Err(format!("missing required argument {:?}", param.name));
+                    return Err(ArgumentError::Missing(param.name.clone()));
                 }
                 continue;
             };
             match param.location {
                 ParamLocation::Path => {
-                    let text = scalar(value).ok_or_else(|| {
-                        format!(
-                            "argument {:?} must be a string, number or boolean",
-                            param.name
-                        )
-                    })?;
+                    let text = scalar(value)
+                        .ok_or_else(|| ArgumentError::NotScalar(param.name.clone()))?;
                     // `.` and `..` are kept as they are by the encoding, and every URL parser
                     // (the one the request goes through too) removes them with the segment
                     // before: `/stores/s1/orders/..` is `/stores/s1/`, another operation's path.
                     // An empty value makes `/orders/`, which a server may redirect elsewhere.
                     if matches!(text.as_str(), "" | "." | "..") {
-                        return Err(format!(
-                            "argument {:?} must not be empty, \".\" or \"..\": it is one segment of the path",
-                            param.name
-                        ));
+                        return Err(ArgumentError::LeavesSegment(param.name.clone()));
                     }
                     let encoded = utf8_percent_encode(&text, SEGMENT).to_string();
                     path = path.replace(&format!("{{{}}}", param.name), &encoded);
@@ -87,10 +99,7 @@ impl OperationTool {
                         other => text_of(other),
                     };
                     if text.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
-                        return Err(format!(
-                            "argument {:?} must not contain CR, LF or NUL",
-                            param.name
-                        ));
+                        return Err(ArgumentError::ControlCharacter(param.name.clone()));
                     }
                     headers.push((param.name.clone(), text));
                 }
@@ -111,10 +120,11 @@ impl OperationTool {
             Some(body) => match arguments.get(&body.argument) {
                 Some(value) => Some((
                     static_media_type(&body.media_type),
-                    serde_json::to_vec(value).map_err(|e| e.to_string())?,
+                    serde_json::to_vec(value)
+                        .map_err(|_| ArgumentError::NotScalar(body.argument.clone()))?,
                 )),
                 None if body.required => {
-                    return Err(format!("missing required argument {:?}", body.argument));
+                    return Err(ArgumentError::Missing(body.argument.clone()));
                 }
                 None => None,
             },
@@ -209,6 +219,7 @@ fn joined(items: &[Value]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::ArgumentError;
     use crate::compile;
     use serde_json::json;
     use switchboard_snapshot::OpenApiSpec;
@@ -250,7 +261,7 @@ mod tests {
             let e = t
                 .request(json!({"id": id, "body": {}}).as_object())
                 .unwrap_err();
-            assert!(e.contains("\"id\"") && e.contains("segment"), "{id:?}: {e}");
+            assert_eq!(e, ArgumentError::LeavesSegment("id".into()), "{id:?}");
         }
         for (id, path) in [
             ("...", "/items/..."),
@@ -291,16 +302,18 @@ mod tests {
         let c = compile(DOC, &OpenApiSpec::default()).unwrap();
         let t = c.tool("update").unwrap();
         let e = t.request(json!({"body": {}}).as_object()).unwrap_err();
-        assert!(e.contains("\"id\""), "{e}");
+        assert_eq!(e, ArgumentError::Missing("id".into()));
+        assert_eq!(e.to_string(), "missing required argument \"id\"");
         let e = t.request(json!({"id": "1"}).as_object()).unwrap_err();
-        assert!(e.contains("\"body\""), "{e}");
+        assert_eq!(e, ArgumentError::Missing("body".into()));
         let e = t
             .request(json!({"id": "1", "body": {}, "extra": 1}).as_object())
             .unwrap_err();
-        assert!(e.contains("\"extra\""), "{e}");
+        assert_eq!(e, ArgumentError::Unknown("extra".into()));
         let e = t
             .request(json!({"id": "1", "body": {}, "X-Req": "a\r\nb"}).as_object())
             .unwrap_err();
-        assert!(e.contains("CR"), "{e}");
+        assert_eq!(e, ArgumentError::ControlCharacter("X-Req".into()));
+        assert!(e.to_string().contains("CR"), "{e}");
     }
 }

@@ -20,7 +20,7 @@ use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use switchboard_upstream::tls::NamedVerifier;
+use switchboard_upstream::NamedVerifier;
 
 /// Where the CA bundle is and which name the operator's certificate must carry.
 #[derive(Debug, Clone)]

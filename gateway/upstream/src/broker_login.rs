@@ -8,6 +8,8 @@ use serde::Deserialize;
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
 
 use crate::client::Upstreams;
+use crate::error::{ClientDocumentError, TokenEndpointError};
+use crate::http_client::HttpError;
 use crate::http_client::read_limited;
 use crate::tokens::secret;
 
@@ -27,7 +29,7 @@ pub struct ProviderGrant {
 }
 
 /// Redeems the provider's authorization code (with the gateway's PKCE verifier).
-pub async fn redeem_code(
+pub(crate) async fn redeem_code(
     upstreams: &Upstreams,
     spec: &IdentityProviderSpec,
     tls: Option<&TlsMaterial>,
@@ -35,7 +37,7 @@ pub async fn redeem_code(
     code: &str,
     redirect_uri: &str,
     verifier: &str,
-) -> Result<ProviderGrant, String> {
+) -> Result<ProviderGrant, TokenEndpointError> {
     let form = vec![
         ("grant_type", "authorization_code".to_string()),
         ("code", code.to_string()),
@@ -46,13 +48,13 @@ pub async fn redeem_code(
 }
 
 /// Refreshes a person's login at the provider with the refresh token it gave.
-pub async fn refresh(
+pub(crate) async fn refresh(
     upstreams: &Upstreams,
     spec: &IdentityProviderSpec,
     tls: Option<&TlsMaterial>,
     token_url: &str,
     refresh_token: &str,
-) -> Result<ProviderGrant, String> {
+) -> Result<ProviderGrant, TokenEndpointError> {
     let form = vec![
         ("grant_type", "refresh_token".to_string()),
         ("refresh_token", refresh_token.to_string()),
@@ -66,15 +68,14 @@ async fn token_request(
     tls: Option<&TlsMaterial>,
     token_url: &str,
     mut form: Vec<(&'static str, String)>,
-) -> Result<ProviderGrant, String> {
+) -> Result<ProviderGrant, TokenEndpointError> {
     let Some(brokered) = &spec.brokered else {
-        return Err("the identity provider is not brokered".into());
+        return Err(TokenEndpointError::NotBrokered);
     };
-    let url =
-        url::Url::parse(token_url).map_err(|_| "the token endpoint is not a URL".to_string())?;
+    let url = url::Url::parse(token_url).map_err(|_| TokenEndpointError::NotAUrl)?;
     upstreams
         .allows_url(&url)
-        .map_err(|denied| format!("{denied}"))?;
+        .map_err(TokenEndpointError::AddressDenied)?;
     let http = upstreams.http_for_tls(tls)?;
     form.push(("client_id", brokered.client_id.clone()));
     form.push(("client_secret", secret(&brokered.client_secret).to_string()));
@@ -84,25 +85,30 @@ async fn token_request(
             .form(&form)
             .send()
             .await
-            .map_err(|e| format!("token endpoint: {e}"))?;
+            .map_err(|e| match e {
+                HttpError::Denied(denied) => TokenEndpointError::AddressDenied(denied),
+                other => TokenEndpointError::Transport(other.to_string()),
+            })?;
         let status = response.status();
         let body = read_limited(response.into_body(), MAX_ANSWER)
             .await
-            .map_err(|e| format!("token endpoint: {e}"))?;
-        Ok::<_, String>((status, body))
+            .map_err(|e| TokenEndpointError::Transport(e.to_string()))?;
+        Ok::<_, TokenEndpointError>((status, body))
     };
     let (status, body) = tokio::time::timeout(TIMEOUT, exchange)
         .await
-        .map_err(|_| format!("token endpoint: no answer within {}s", TIMEOUT.as_secs()))??;
+        .map_err(|_| TokenEndpointError::Timeout(TIMEOUT))??;
     if !status.is_success() {
         let code = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
             .unwrap_or_default();
-        return Err(format!("token endpoint: HTTP {} {code}", status.as_u16()));
+        return Err(TokenEndpointError::Refused {
+            status: status.as_u16(),
+            code,
+        });
     }
-    serde_json::from_slice(&body)
-        .map_err(|_| "token endpoint: no access_token in the answer".into())
+    serde_json::from_slice(&body).map_err(|_| TokenEndpointError::NoAccessToken)
 }
 
 /// The largest client metadata document read (the draft recommends 5 KB).
@@ -114,7 +120,7 @@ const CLIENT_DOCUMENT_TTL: std::time::Duration = std::time::Duration::from_secs(
 /// `client_id` is an https URL is described by the JSON document at that URL. Fetched by the
 /// gateway under the address policy with its TLS roots, bounded in size, and kept a few
 /// minutes in a bounded cache (entries expire; a document that could not be read is not kept).
-pub struct ClientDocuments {
+pub(crate) struct ClientDocuments {
     cache: moka::sync::Cache<String, std::sync::Arc<Vec<String>>>,
 }
 
@@ -135,7 +141,7 @@ impl ClientDocuments {
         &self,
         upstreams: &Upstreams,
         url: &str,
-    ) -> Result<std::sync::Arc<Vec<String>>, String> {
+    ) -> Result<std::sync::Arc<Vec<String>>, ClientDocumentError> {
         if let Some(held) = self.cache.get(url) {
             return Ok(held);
         }
@@ -148,7 +154,7 @@ impl ClientDocuments {
 async fn fetch_client_document(
     upstreams: &Upstreams,
     client_id: &str,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ClientDocumentError> {
     #[derive(Deserialize)]
     struct Document {
         client_id: String,
@@ -157,36 +163,66 @@ async fn fetch_client_document(
         #[serde(default)]
         token_endpoint_auth_method: Option<String>,
     }
-    let url = url::Url::parse(client_id).map_err(|_| "the client_id is not a URL".to_string())?;
+    let url = url::Url::parse(client_id).map_err(|_| ClientDocumentError::NotAUrl)?;
     if url.scheme() != "https" || url.path() == "/" || url.fragment().is_some() {
-        return Err("a client_id URL is https with a path and no fragment".into());
+        return Err(ClientDocumentError::NotHttpsWithPath);
     }
     let fetched =
         tokio::time::timeout(TIMEOUT, upstreams.get_json(&url, None, MAX_CLIENT_DOCUMENT))
             .await
-            .map_err(|_| {
-                format!(
-                    "client metadata document: no answer within {}s",
-                    TIMEOUT.as_secs()
-                )
-            })?
-            .map_err(|e| format!("client metadata document: {e}"))?;
-    let document: Document = serde_json::from_value(fetched)
-        .map_err(|_| "client metadata document: not a JSON client description".to_string())?;
+            .map_err(|_| ClientDocumentError::Timeout(TIMEOUT))?
+            .map_err(ClientDocumentError::Fetch)?;
+    let document: Document =
+        serde_json::from_value(fetched).map_err(|_| ClientDocumentError::NotADescription)?;
     if document.client_id != client_id {
-        return Err(
-            "client metadata document: its client_id is not the URL it was read from".into(),
-        );
+        return Err(ClientDocumentError::ClientIdMismatch);
     }
     if document
         .token_endpoint_auth_method
         .as_deref()
         .is_some_and(|m| m != "none")
     {
-        return Err(
-            "client metadata document: only public clients (token_endpoint_auth_method none)"
-                .into(),
-        );
+        return Err(ClientDocumentError::NotPublic);
     }
     Ok(document.redirect_uris)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `client_id` that cannot name a Client ID Metadata Document is refused before any
+    /// fetch, by kind (what the authorization endpoint answers `invalid_client` with).
+    #[tokio::test]
+    async fn a_client_id_that_is_no_https_url_with_a_path_is_refused_unfetched() {
+        let upstreams = Upstreams::new();
+        for (client_id, expected) in [
+            ("not a url", ClientDocumentError::NotAUrl),
+            (
+                "http://client.example/cimd",
+                ClientDocumentError::NotHttpsWithPath,
+            ),
+            (
+                "https://client.example/",
+                ClientDocumentError::NotHttpsWithPath,
+            ),
+            (
+                "https://client.example/cimd#frag",
+                ClientDocumentError::NotHttpsWithPath,
+            ),
+        ] {
+            let e = fetch_client_document(&upstreams, client_id)
+                .await
+                .expect_err(client_id);
+            assert_eq!(
+                std::mem::discriminant(&e),
+                std::mem::discriminant(&expected),
+                "{client_id}: {e}"
+            );
+        }
+        assert_eq!(
+            ClientDocumentError::NotHttpsWithPath.to_string(),
+            "a client_id URL is https with a path and no fragment"
+        );
+    }
 }

@@ -1,5 +1,5 @@
 //! The MCP client span of one request the gateway makes of an upstream for a client
-//! ([`crate::plane::UpstreamPlane::forward`]), as the OpenTelemetry MCP conventions describe
+//! ([`crate::plane::UpstreamPlane::call`]), as the OpenTelemetry MCP conventions describe
 //! it: kind CLIENT, named `{mcp.method.name} {target}` (`tools/call create_issue`: the
 //! upstream's own tool name), with `mcp.method.name`, `gen_ai.tool.name` or
 //! `gen_ai.prompt.name`, `gen_ai.operation.name` `execute_tool` for a tool call, the server

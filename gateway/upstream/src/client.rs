@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamEra, UpstreamNetworks};
 use tokio::time::Instant;
 
-use crate::error::UpstreamError;
-use crate::http_client::{self, ByteStream, HttpClient, HttpResponse};
+use crate::error::{ClientBuildError, FetchError, UpstreamError};
+use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
@@ -223,7 +223,7 @@ struct Clients {
     roots: UpstreamRoots,
     /// `ClientKey::SHARED`: servers with neither their own policy nor TLS settings, models
     /// without TLS settings, other replicas.
-    by_key: HashMap<ClientKey, Result<HttpClient, String>>,
+    by_key: HashMap<ClientKey, Result<HttpClient, ClientBuildError>>,
 }
 
 /// What sets one HTTP client apart from another.
@@ -308,19 +308,19 @@ impl Upstreams {
     pub fn http_for(&self, server: &Server) -> Result<HttpClient, UpstreamError> {
         let scoped = server.scope.as_ref().map(|s| &s.policy);
         self.client(server_key(server), scoped, server.tls.as_deref())
-            .map_err(|detail| UpstreamError::Unavailable {
+            .map_err(|e| UpstreamError::Unavailable {
                 server: server.id().to_string(),
-                detail,
+                detail: e.to_string(),
             })
     }
 
     /// The HTTP client for a model's provider, with the model's TLS settings.
-    pub fn http_for_model(&self, model: &Model) -> Result<HttpClient, String> {
+    pub fn http_for_model(&self, model: &Model) -> Result<HttpClient, ClientBuildError> {
         self.client(model_key(model), None, model.tls.as_deref())
     }
 
     /// The HTTP client for an identity provider's discovery and keys, with its TLS settings.
-    pub fn http_for_tls(&self, tls: Option<&TlsMaterial>) -> Result<HttpClient, String> {
+    pub fn http_for_tls(&self, tls: Option<&TlsMaterial>) -> Result<HttpClient, ClientBuildError> {
         self.client(tls_key(tls), None, tls)
     }
 
@@ -332,23 +332,26 @@ impl Upstreams {
         url: &url::Url,
         tls: Option<&TlsMaterial>,
         limit: usize,
-    ) -> Result<serde_json::Value, String> {
-        self.allows_url(url).map_err(|denied| format!("{denied}"))?;
+    ) -> Result<serde_json::Value, FetchError> {
+        self.allows_url(url).map_err(FetchError::AddressDenied)?;
         let response = self
             .http_for_tls(tls)?
             .get(url)
             .header(header::ACCEPT, HeaderValue::from_static("application/json"))
             .send()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e {
+                HttpError::Denied(denied) => FetchError::AddressDenied(denied),
+                other => FetchError::Transport(other.to_string()),
+            })?;
         let status = response.status();
         if !status.is_success() {
-            return Err(format!("HTTP {}", status.as_u16()));
+            return Err(FetchError::Status(status.as_u16()));
         }
         let body = http_client::read_limited(response.into_body(), limit)
             .await
-            .map_err(|e| e.to_string())?;
-        serde_json::from_slice(&body).map_err(|_| "not a JSON document".to_string())
+            .map_err(|e| FetchError::Transport(e.to_string()))?;
+        serde_json::from_slice(&body).map_err(|_| FetchError::NotJson)
     }
 
     /// Whether a URL may be used under `gateway.upstreamNetworks` (its host, and a literal
@@ -359,7 +362,7 @@ impl Upstreams {
 
     /// The pooled HTTP client for what has no TLS settings of its own (other replicas). An
     /// error names a gateway-wide CA bundle no client can be built with.
-    pub fn http(&self) -> Result<HttpClient, String> {
+    pub fn http(&self) -> Result<HttpClient, ClientBuildError> {
         self.client(ClientKey::SHARED, None, None)
     }
 
@@ -370,7 +373,7 @@ impl Upstreams {
         key: ClientKey,
         scoped: Option<&Arc<switchboard_snapshot::ScopedPolicy>>,
         tls: Option<&TlsMaterial>,
-    ) -> Result<HttpClient, String> {
+    ) -> Result<HttpClient, ClientBuildError> {
         if let Some(client) = self
             .clients
             .read()
@@ -1017,10 +1020,7 @@ impl ResumePoint {
 impl StreamOrigin {
     /// The GET that resumes the stream after `last_event_id`, with the request's own headers
     /// (session, version, credential, the server's headers).
-    async fn resume(
-        &self,
-        last_event_id: HeaderValue,
-    ) -> Result<HttpResponse, http_client::HttpError> {
+    async fn resume(&self, last_event_id: HeaderValue) -> Result<HttpResponse, HttpError> {
         let mut headers = self.headers.clone();
         headers.remove(header::CONTENT_TYPE);
         headers.insert(
@@ -1427,9 +1427,9 @@ fn http_client(
     scoped: Option<Arc<switchboard_snapshot::ScopedPolicy>>,
     roots: &UpstreamRoots,
     tls: Option<&TlsMaterial>,
-) -> Result<HttpClient, String> {
+) -> Result<HttpClient, ClientBuildError> {
     let config = crate::tls::client_config(roots, tls)
-        .map_err(|e| format!("TLS settings unusable: {}", crate::tls::describe(&e)))?;
+        .map_err(|e| ClientBuildError(crate::tls::describe(&e)))?;
     let server_name = tls.and_then(|t| t.server_name.clone());
     Ok(HttpClient::new(
         networks.clone(),

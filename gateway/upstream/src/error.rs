@@ -9,6 +9,7 @@ use serde_json::Value;
 use switchboard_core::errors::GatewayError;
 use switchboard_core::limits::Refused;
 
+pub use crate::http_client::ClientBuildError;
 use crate::http_client::HttpError;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -156,4 +157,98 @@ impl From<UpstreamError> for GatewayError {
             UpstreamError::Limited(refused) => refused.into(),
         }
     }
+}
+
+/// A document the gateway reads for itself (an identity provider's discovery or key set, a
+/// client's metadata document) could not be had. The message never names the URL.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FetchError {
+    #[error(transparent)]
+    Client(#[from] ClientBuildError),
+    /// `gateway.upstreamNetworks` refuses the document's address.
+    #[error("{0}")]
+    AddressDenied(switchboard_snapshot::Denied),
+    /// No answer: the connection, TLS or the transfer failed (the cause, in words).
+    #[error("{0}")]
+    Transport(String),
+    #[error("HTTP {0}")]
+    Status(u16),
+    #[error("not a JSON document")]
+    NotJson,
+}
+
+/// Why an identity provider's signing keys (and, from its discovery, its login endpoints)
+/// were not loaded. The operator's probe tells a discovery failure from a key-set failure by
+/// [`KeysError::in_discovery`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KeysError {
+    #[error("issuer: {0}")]
+    IssuerUrl(url::ParseError),
+    #[error("discovery: {0}")]
+    Discovery(FetchError),
+    /// The discovery document was read but does not say what is needed.
+    #[error("discovery: {0}")]
+    DiscoveryContent(&'static str),
+    #[error("jwks_uri: {0}")]
+    KeysUrl(url::ParseError),
+    #[error("key set: {0}")]
+    KeySet(FetchError),
+    /// The key set was read but holds no key this gateway can verify with (why, in words).
+    #[error("key set: {0}")]
+    KeySetContent(String),
+    #[error("no answer within {}s", .0.as_secs())]
+    Timeout(Duration),
+}
+
+impl KeysError {
+    /// Whether the provider's discovery (rather than its key set) is what failed.
+    pub fn in_discovery(&self) -> bool {
+        matches!(
+            self,
+            KeysError::IssuerUrl(_) | KeysError::Discovery(_) | KeysError::DiscoveryContent(_)
+        )
+    }
+}
+
+/// Why an exchange at a brokered identity provider's token endpoint (a code redeemed, a login
+/// refreshed) failed. Names the cause and the provider's error code, never a token or the URL.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TokenEndpointError {
+    #[error("the identity provider is not brokered")]
+    NotBrokered,
+    #[error("the token endpoint is not a URL")]
+    NotAUrl,
+    #[error("{0}")]
+    AddressDenied(switchboard_snapshot::Denied),
+    #[error(transparent)]
+    Client(#[from] ClientBuildError),
+    #[error("token endpoint: {0}")]
+    Transport(String),
+    #[error("token endpoint: no answer within {}s", .0.as_secs())]
+    Timeout(Duration),
+    /// The endpoint refused: its status and its `error` code (empty when it gave none).
+    #[error("token endpoint: HTTP {status} {code}")]
+    Refused { status: u16, code: String },
+    #[error("token endpoint: no access_token in the answer")]
+    NoAccessToken,
+}
+
+/// Why a client whose `client_id` is an https URL cannot be used (its Client ID Metadata
+/// Document, draft-ietf-oauth-client-id-metadata-document).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientDocumentError {
+    #[error("the client_id is not a URL")]
+    NotAUrl,
+    #[error("a client_id URL is https with a path and no fragment")]
+    NotHttpsWithPath,
+    #[error("client metadata document: {0}")]
+    Fetch(FetchError),
+    #[error("client metadata document: no answer within {}s", .0.as_secs())]
+    Timeout(Duration),
+    #[error("client metadata document: not a JSON client description")]
+    NotADescription,
+    #[error("client metadata document: its client_id is not the URL it was read from")]
+    ClientIdMismatch,
+    #[error("client metadata document: only public clients (token_endpoint_auth_method none)")]
+    NotPublic,
 }

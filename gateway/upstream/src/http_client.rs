@@ -40,6 +40,12 @@ pub struct HttpClient {
     inner: Client<HttpsConnector<HttpConnector<PolicyResolver>>, Full<Bytes>>,
 }
 
+/// No HTTP client can be built from a set of TLS settings (a CA bundle, a client certificate
+/// and key): what in them, named ([`crate::tls::describe`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("TLS settings unusable: {0}")]
+pub struct ClientBuildError(pub(crate) String);
+
 /// Why an exchange failed, in words that name the cause and never the URL (which may carry
 /// credentials in its query).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -114,10 +120,10 @@ impl HttpClient {
 
     /// A client under the default network policy and the public roots, with no TLS settings
     /// of any upstream (the operator's probes of a model before any snapshot, tests).
-    pub fn plain() -> Result<HttpClient, String> {
+    pub fn plain() -> Result<HttpClient, ClientBuildError> {
         let networks = NetworkPolicy::parse(&UpstreamNetworks::default()).unwrap_or_default();
         let tls = crate::tls::client_config(&UpstreamRoots::default(), None)
-            .map_err(|e| crate::tls::describe(&e))?;
+            .map_err(|e| ClientBuildError(crate::tls::describe(&e)))?;
         Ok(HttpClient::new(
             Arc::new(ArcSwap::from_pointee(networks)),
             None,

@@ -24,6 +24,7 @@ use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
 use tokio::time::Instant;
 
 use crate::client::Upstreams;
+use crate::error::KeysError;
 
 /// How often keys are fetched again when nothing asks sooner.
 pub const REFRESH: Duration = Duration::from_secs(300);
@@ -133,7 +134,7 @@ impl KeyFetcher {
     }
 
     /// What a fetch of provider `id` found goes to the store (a failure keeps what it holds).
-    fn finished(&self, id: &str, outcome: Result<Fetched, String>) {
+    fn finished(&self, id: &str, outcome: Result<Fetched, KeysError>) {
         let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         let Some(entry) = watched.get_mut(id) else {
             return; // gone from the table meanwhile
@@ -149,7 +150,8 @@ impl KeyFetcher {
                     self.store.set_login(id, login);
                 }
             }
-            Err(detail) => {
+            Err(e) => {
+                let detail = e.to_string();
                 entry.failing = true;
                 let held = self.store.get(id).is_some();
                 tracing::warn!(provider = %id, %detail, keeping_previous_keys = held,
@@ -231,11 +233,11 @@ pub struct Fetched {
 
 /// One provider's signing keys: discovery (unless `jwksUrl` is given and the provider is not
 /// brokered), then the key set.
-pub async fn fetch(
+pub(crate) async fn fetch(
     upstreams: &Upstreams,
     spec: &IdentityProviderSpec,
     tls: Option<&TlsMaterial>,
-) -> Result<Fetched, String> {
+) -> Result<Fetched, KeysError> {
     let get = |url: url::Url| async move { upstreams.get_json(&url, tls, MAX_DOCUMENT).await };
     let exchange = async {
         let mut login = None;
@@ -246,13 +248,13 @@ pub async fn fetch(
                     "{}/.well-known/openid-configuration",
                     spec.issuer.trim_end_matches('/')
                 );
-                let url = url::Url::parse(&discovery).map_err(|e| format!("issuer: {e}"))?;
-                let document = get(url).await.map_err(|e| format!("discovery: {e}"))?;
+                let url = url::Url::parse(&discovery).map_err(KeysError::IssuerUrl)?;
+                let document = get(url).await.map_err(KeysError::Discovery)?;
                 // OpenID Connect Discovery 1.0, section 4.3: the document names its issuer.
                 if document.get("issuer").and_then(Value::as_str) != Some(spec.issuer.as_str()) {
-                    return Err(
-                        "discovery: the document's issuer is not the configured issuer".into(),
-                    );
+                    return Err(KeysError::DiscoveryContent(
+                        "the document's issuer is not the configured issuer",
+                    ));
                 }
                 let endpoint = |name: &str| {
                     document
@@ -269,28 +271,32 @@ pub async fn fetch(
                         token,
                     });
                 } else if spec.brokered.is_some() {
-                    return Err(
-                        "discovery: no authorization_endpoint and token_endpoint (brokered mode needs both)"
-                            .into(),
-                    );
+                    return Err(KeysError::DiscoveryContent(
+                        "no authorization_endpoint and token_endpoint (brokered mode needs both)",
+                    ));
                 }
                 match configured {
                     Some(url) => url.clone(),
-                    None => endpoint("jwks_uri").ok_or("discovery: no jwks_uri")?,
+                    None => {
+                        endpoint("jwks_uri").ok_or(KeysError::DiscoveryContent("no jwks_uri"))?
+                    }
                 }
             }
         };
-        let url = url::Url::parse(&jwks_url).map_err(|e| format!("jwks_uri: {e}"))?;
-        let set = get(url).await.map_err(|e| format!("key set: {e}"))?;
-        let keys = SigningKeys::parse(&set, false).map_err(|e| format!("key set: {e}"))?;
+        let url = url::Url::parse(&jwks_url).map_err(KeysError::KeysUrl)?;
+        let set = get(url).await.map_err(KeysError::KeySet)?;
+        let keys =
+            SigningKeys::parse(&set, false).map_err(|e| KeysError::KeySetContent(e.to_string()))?;
         if keys.is_empty() {
-            return Err("key set: no signing key this gateway can verify with".into());
+            return Err(KeysError::KeySetContent(
+                "no signing key this gateway can verify with".into(),
+            ));
         }
         Ok(Fetched { keys, login })
     };
     tokio::time::timeout(FETCH_TIMEOUT, exchange)
         .await
-        .map_err(|_| format!("no answer within {}s", FETCH_TIMEOUT.as_secs()))?
+        .map_err(|_| KeysError::Timeout(FETCH_TIMEOUT))?
 }
 
 #[cfg(test)]
@@ -305,6 +311,8 @@ mod tests {
     use switchboard_core::metrics::Metrics;
     use switchboard_core::scope::{Resource, authenticate};
     use switchboard_snapshot::{SystemLookup, load};
+
+    use crate::error::FetchError;
 
     /// A provider's key set on its own thread and runtime: serves what `published` holds (the
     /// test publishes a key as a provider does) and counts the fetches.
@@ -393,6 +401,43 @@ keys:
         upstreams.set_table(&table);
         fetcher.set_table(&table, upstreams);
         (Arc::new(table), fetcher)
+    }
+
+    /// What failed is told by the error's kind, never read back from its words (the operator's
+    /// probe reports `DiscoveryFailed` or `KeysNotLoaded` by [`KeysError::in_discovery`]).
+    #[tokio::test]
+    async fn a_failed_fetch_says_whether_discovery_or_the_key_set_failed() {
+        let empty = provider(vec![]);
+        let (table, _) = served(&empty.url);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        let providers: Vec<_> = table.people.iter().flat_map(|p| p.providers()).collect();
+        let (_, spec, _) = providers.first().expect("the table's provider");
+        // `jwksUrl` without brokering: no discovery, so an empty key set is the key set's fault.
+        let e = fetch(&upstreams, spec, None)
+            .await
+            .err()
+            .expect("no usable key");
+        assert!(matches!(e, KeysError::KeySetContent(_)), "{e}");
+        assert!(!e.in_discovery());
+        assert_eq!(
+            e.to_string(),
+            "key set: no signing key this gateway can verify with"
+        );
+        // Without `jwksUrl` the discovery document is read first; nobody serves it.
+        let mut discovering = (*spec).clone();
+        discovering.jwks_url = None;
+        discovering.issuer = empty.url.trim_end_matches("/jwks").to_string();
+        let e = fetch(&upstreams, &discovering, None)
+            .await
+            .err()
+            .expect("no discovery");
+        assert!(
+            matches!(e, KeysError::Discovery(FetchError::Status(404))),
+            "{e:?}"
+        );
+        assert!(e.in_discovery());
+        assert_eq!(e.to_string(), "discovery: HTTP 404");
     }
 
     /// Issue 35: a key the provider has just published works on its first use (the token waits

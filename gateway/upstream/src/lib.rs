@@ -1,21 +1,38 @@
 //! The upstream plane: talking to upstream MCP servers (clients, eras, sessions, redirects,
 //! streams), their credentials (minted, exchanged, the caller's own), their listings and the
 //! tool-ownership map, and their protected-resource metadata; and REST APIs described by
-//! OpenAPI documents, answered as MCP servers (`openapi.rs`). [`plane::UpstreamPlane`] is the
-//! one type the client faces and the operator's probe use; [`error::UpstreamError`] is all it
-//! returns when something fails (the faces map it to their client-facing error once).
+//! OpenAPI documents, answered as MCP servers (`openapi.rs`).
+//!
+//! The public surface is the plane and what its callers hold: [`UpstreamPlane`] is the one
+//! type the client faces and the operator's probe use (its parts are private; a face asks it),
+//! [`UpstreamCall`] one call as a face hands it over, [`RpcOutcome`] / [`RpcResult`] /
+//! [`UpstreamStream`] what comes back, [`SessionScope`] which upstream session a call uses,
+//! the listing types ([`listing`]), and [`error`]: [`error::UpstreamError`] is all a call
+//! returns when something fails (the faces map it to their client-facing error once), the
+//! others are the errors of what the gateway fetches for itself. Two modules stay open for what
+//! a face does beside the plane: [`http_client`] (the LLM face's provider calls: a client the
+//! plane built, [`UpstreamPlane::http_for_model`]) and [`identity_keys`] (what a fetch of an
+//! identity provider found, and how often gateways refresh it).
 
-pub mod broker_login;
+mod broker_login;
 mod call_span;
 mod catalog;
-pub mod client;
+mod client;
 pub mod error;
 pub mod http_client;
 pub mod identity_keys;
 pub mod listing;
 mod openapi;
-pub mod plane;
-pub mod protected_resource;
-pub mod request_credential;
-pub mod tls;
+mod plane;
+mod protected_resource;
+mod request_credential;
+mod tls;
 mod tokens;
+
+pub use broker_login::ProviderGrant;
+pub use client::{RpcOutcome, RpcResult, SessionScope, UpstreamStream};
+pub use plane::{UpstreamCall, UpstreamPlane};
+/// The parser of a `WWW-Authenticate` challenge (exposed for the gateway's fuzz targets).
+pub use protected_resource::auth_challenge;
+/// The server-certificate verifier that checks a fixed name (the gateway's operator client).
+pub use tls::NamedVerifier;

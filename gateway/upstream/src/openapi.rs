@@ -49,9 +49,9 @@ impl Upstreams {
                 let request = match tool.request(arguments) {
                     Ok(request) => request,
                     // The model can correct its arguments: a tool error, not a protocol one.
-                    Err(message) => {
+                    Err(refused) => {
                         return result(json!({
-                            "content": [{"type": "text", "text": message}],
+                            "content": [{"type": "text", "text": refused.to_string()}],
                             "isError": true,
                         }));
                     }

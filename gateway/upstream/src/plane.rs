@@ -6,44 +6,52 @@
 //! renew-once rule is written once (`UpstreamPlane::renewing`) for calls and listings alike.
 
 use crate::identity_keys::KeyFetcher;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::Value;
-use switchboard_snapshot::UpstreamAuth;
+use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial, UpstreamAuth};
 use tokio::time::Instant;
 
+use crate::broker_login::ProviderGrant;
 use crate::call_span;
 use crate::catalog::Catalog;
 use crate::client::{RpcCall, RpcOutcome, RpcResult, SessionScope, Upstreams};
-use crate::error::UpstreamError;
+use crate::error::{
+    ClientBuildError, ClientDocumentError, KeysError, TokenEndpointError, UpstreamError,
+};
+use crate::http_client::HttpClient;
+use crate::identity_keys::Fetched;
 use crate::listing::{ListKind, Listing, ListingRequest};
 use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::request_credential::{self, RequestCredential, SHARED_PARTITION};
 use crate::tokens::Tokens;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::scope::Caller;
-use switchboard_core::table::{RoutingTable, Server, base_url};
+use switchboard_core::table::{Model, RoutingTable, Server, base_url};
 use switchboard_protocol::param_headers;
 use switchboard_protocol::{Era, HEADER_MISMATCH};
 
 /// What the gateway keeps about its upstreams. Every part is a cache a replica rebuilds on
 /// demand (invariant 2); [`UpstreamPlane::forget_all_but`] forgets servers that left or changed.
+///
+/// Its parts are its own: a face asks the plane (the methods below), never a part.
 pub struct UpstreamPlane {
-    pub upstreams: Arc<Upstreams>,
+    upstreams: Arc<Upstreams>,
     /// Identity providers' signing keys, fetched for the tables this plane serves.
-    pub identity_keys: Arc<KeyFetcher>,
-    pub catalog: Catalog,
-    pub tokens: Tokens,
-    pub protected_resources: ProtectedResources,
+    identity_keys: Arc<KeyFetcher>,
+    catalog: Catalog,
+    tokens: Tokens,
+    protected_resources: ProtectedResources,
     /// Client ID Metadata Documents of brokered sign-in's clients.
-    pub client_documents: crate::broker_login::ClientDocuments,
+    client_documents: crate::broker_login::ClientDocuments,
     metrics: Arc<Metrics>,
 }
 
 /// One method call as it goes upstream.
-pub struct Forward<'a> {
+pub struct UpstreamCall<'a> {
     pub method: &'a str,
     /// Parameters as the upstream gets them (names already without the gateway prefix).
     pub params: Option<Value>,
@@ -58,10 +66,10 @@ pub struct Forward<'a> {
     pub log_level: Option<&'static str>,
 }
 
-impl<'a> Forward<'a> {
+impl<'a> UpstreamCall<'a> {
     /// A plain request on the shared session, answered whole.
-    pub fn call(method: &'a str, params: Option<Value>) -> Forward<'a> {
-        Forward {
+    pub fn whole(method: &'a str, params: Option<Value>) -> UpstreamCall<'a> {
+        UpstreamCall {
             method,
             params,
             stream: false,
@@ -117,6 +125,100 @@ impl UpstreamPlane {
         self.metrics.cache_entries("tokens", self.tokens.size());
     }
 
+    /// The era an upstream was found to speak, once a request has told (a `byClient` upstream
+    /// counts as legacy).
+    pub fn era_of(&self, server: &Server) -> Option<Era> {
+        self.upstreams.era_of(server)
+    }
+
+    /// The HTTP client for a model's provider, with the model's TLS settings (the LLM face's
+    /// provider calls, the operator's model probe).
+    pub fn http_for_model(&self, model: &Model) -> Result<HttpClient, ClientBuildError> {
+        self.upstreams.http_for_model(model)
+    }
+
+    /// The pooled HTTP client for what has no TLS settings of its own: the gateway's other
+    /// replicas (hand-offs of legacy sessions and pending input).
+    pub fn http_to_replicas(&self) -> Result<HttpClient, ClientBuildError> {
+        self.upstreams.http()
+    }
+
+    /// The servers whose shared listing offers a tool called `name` (listings read so far).
+    pub fn tool_owners(&self, name: &str) -> BTreeSet<String> {
+        self.catalog.owners_of(name)
+    }
+
+    /// Whether the server's tools are known from a shared listing (one not read with a
+    /// caller's own credential) cached on this replica.
+    pub fn knows_shared_tools_of(&self, server: &Server) -> bool {
+        self.catalog.has_tools_of(server, SHARED_PARTITION)
+    }
+
+    /// A caller-credential server's own protected-resource metadata (cached for a while), for
+    /// the gateway to serve with itself as the resource.
+    pub async fn upstream_resource_document(&self, server: &Server) -> Option<Value> {
+        self.protected_resources
+            .upstream_document(&self.upstreams, server)
+            .await
+    }
+
+    /// The redirect URIs of a brokered sign-in client whose `client_id` is an https URL (its
+    /// Client ID Metadata Document, fetched under the address policy and cached a few minutes).
+    pub async fn client_redirect_uris(
+        &self,
+        client_id: &str,
+    ) -> Result<Arc<Vec<String>>, ClientDocumentError> {
+        self.client_documents
+            .redirect_uris(&self.upstreams, client_id)
+            .await
+    }
+
+    /// Redeems a brokered login's authorization code at the identity provider's token endpoint
+    /// (with the gateway's PKCE verifier), as the confidential client the provider names.
+    pub async fn redeem_login_code(
+        &self,
+        spec: &IdentityProviderSpec,
+        tls: Option<&TlsMaterial>,
+        token_url: &str,
+        code: &str,
+        redirect_uri: &str,
+        verifier: &str,
+    ) -> Result<ProviderGrant, TokenEndpointError> {
+        crate::broker_login::redeem_code(
+            &self.upstreams,
+            spec,
+            tls,
+            token_url,
+            code,
+            redirect_uri,
+            verifier,
+        )
+        .await
+    }
+
+    /// Refreshes a person's brokered login at the identity provider.
+    pub async fn refresh_login(
+        &self,
+        spec: &IdentityProviderSpec,
+        tls: Option<&TlsMaterial>,
+        token_url: &str,
+        refresh_token: &str,
+    ) -> Result<ProviderGrant, TokenEndpointError> {
+        crate::broker_login::refresh(&self.upstreams, spec, tls, token_url, refresh_token).await
+    }
+
+    /// An identity provider's signing keys (and login endpoints), fetched now as a gateway
+    /// fetches them: discovery, then the key set, with the provider's TLS settings and under
+    /// the address policy (the operator's probe; gateways keep theirs fetched by
+    /// [`Self::serve_people`]).
+    pub async fn fetch_identity_keys(
+        &self,
+        spec: &IdentityProviderSpec,
+        tls: Option<&TlsMaterial>,
+    ) -> Result<Fetched, KeysError> {
+        crate::identity_keys::fetch(&self.upstreams, spec, tls).await
+    }
+
     /// Runs `attempt` with the server's per-request credential; when the upstream refuses a
     /// token the gateway obtained itself (401), renews it and runs `attempt` once more. A 401
     /// on the caller's own credential is relayed as the caller's 401 (see [`Self::relay_auth`]).
@@ -146,7 +248,7 @@ impl UpstreamPlane {
     }
 
     /// A server's listing of one kind for the caller's credential partition, cached or
-    /// walked afresh (with the same renew-once rule as [`Self::forward`]).
+    /// walked afresh (with the same renew-once rule as [`Self::call`]).
     pub async fn listing(
         &self,
         caller: &Caller,
@@ -221,8 +323,8 @@ impl UpstreamPlane {
     }
 
     /// `tools/call` of `tool` (the upstream's own name) on `server`, answered whole: the
-    /// result, or an error. `shown_name` is the name the caller used, for errors. An upstream
-    /// 403 is a tool result with `isError` (the tool ran into a wall, not the gateway).
+    /// result, or an error. `shown_name` is the name the caller used, for errors. (An upstream
+    /// 403 is a tool result with `isError`, as on every call: [`Self::call`].)
     pub async fn call_tool(
         &self,
         caller: &Caller,
@@ -236,7 +338,11 @@ impl UpstreamPlane {
             params["arguments"] = arguments;
         }
         match self
-            .forward(caller, server, &Forward::call("tools/call", Some(params)))
+            .call(
+                caller,
+                server,
+                &UpstreamCall::whole("tools/call", Some(params)),
+            )
             .await
         {
             Ok(RpcOutcome::Result(result)) => Ok(result.into_value()),
@@ -245,13 +351,6 @@ impl UpstreamPlane {
                 server: server.id().to_string(),
                 detail: "answered a whole-answer request with a stream".into(),
             }),
-            Err(UpstreamError::Forbidden { server: id }) => {
-                tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
-                Ok(serde_json::json!({
-                    "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
-                    "isError": true,
-                }))
-            }
             Err(e) => Err(e),
         }
     }
@@ -260,11 +359,11 @@ impl UpstreamPlane {
     ///
     /// A gateway-held token the upstream refuses (401) is renewed once and the request
     /// repeats; a 401 on a caller's own credential is relayed to the caller.
-    pub async fn forward(
+    pub async fn call(
         &self,
         caller: &Caller,
         server: &Server,
-        request: &Forward<'_>,
+        request: &UpstreamCall<'_>,
     ) -> Result<RpcOutcome, UpstreamError> {
         // The server's limits refuse before any I/O; a streamed answer holds the slot.
         let admission = caller
@@ -277,7 +376,7 @@ impl UpstreamPlane {
         use tracing::Instrument as _;
         let outcome = self
             .renewing(caller, server, |credential| async move {
-                self.forward_with(caller, server, request, credential.as_ref(), deadline)
+                self.call_with_credential(caller, server, request, credential.as_ref(), deadline)
                     .await
             })
             .instrument(span.clone())
@@ -288,6 +387,17 @@ impl UpstreamPlane {
                 stream.hold(admission);
                 stream.trace(span);
                 Ok(RpcOutcome::Stream(stream))
+            }
+            // The one place of this rule: an upstream 403 on a tool call is the tool's answer,
+            // a result with `isError` (the tool ran into a wall, not the gateway; only a 401
+            // means re-authenticate, docs/architecture.md "Errors"), for MCP, REST and the LLM
+            // loop alike. (The call's span still says the upstream refused.)
+            Err(UpstreamError::Forbidden { server: id }) if request.method == "tools/call" => {
+                tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
+                Ok(RpcOutcome::Result(RpcResult::Parsed(serde_json::json!({
+                    "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
+                    "isError": true,
+                }))))
             }
             other => other,
         }
@@ -314,11 +424,11 @@ impl UpstreamPlane {
     /// `Mcp-Param-*` headers the tool's schema calls for; if the upstream still answers
     /// HeaderMismatch (its schema changed, or this replica never listed it), the tools are
     /// listed afresh and the call repeats once.
-    async fn forward_with(
+    async fn call_with_credential(
         &self,
         caller: &Caller,
         server: &Server,
-        request: &Forward<'_>,
+        request: &UpstreamCall<'_>,
         credential: Option<&RequestCredential>,
         deadline: Instant,
     ) -> Result<RpcOutcome, UpstreamError> {
@@ -397,7 +507,7 @@ impl UpstreamPlane {
         &self,
         caller: &Caller,
         server: &Server,
-        request: &Forward<'_>,
+        request: &UpstreamCall<'_>,
         credential: Option<&RequestCredential>,
         param_headers: Option<&HeaderMap>,
         deadline: Instant,
@@ -642,6 +752,8 @@ mod tests {
         authorizations: Mutex<Vec<Option<String>>>,
         /// Refuse every token, not only the first.
         refuse_all: bool,
+        /// Answer every MCP request 403.
+        forbid: bool,
     }
 
     async fn token(State(seen): State<Arc<Seen>>) -> Response {
@@ -665,6 +777,9 @@ mod tests {
             .lock()
             .unwrap()
             .push(authorization.clone());
+        if seen.forbid {
+            return StatusCode::FORBIDDEN.into_response();
+        }
         if authorization.as_deref() != Some("Bearer t2") || seen.refuse_all {
             return (
                 StatusCode::UNAUTHORIZED,
@@ -709,7 +824,11 @@ mod tests {
         let caller = Caller::probe(table.clone(), &server);
         let params = serde_json::json!({"name": "echo", "arguments": {}});
         plane
-            .forward(&caller, &server, &Forward::call("tools/call", Some(params)))
+            .call(
+                &caller,
+                &server,
+                &UpstreamCall::whole("tools/call", Some(params)),
+            )
             .await
     }
 
@@ -738,6 +857,63 @@ mod tests {
         assert_eq!(
             sent,
             [Some("Bearer t1".to_string()), Some("Bearer t2".to_string())]
+        );
+    }
+
+    /// The 403 rule, written once in [`UpstreamPlane::call`]: a tool call's 403 is the tool's
+    /// error result on every face's entry (MCP's `call`, REST's and the LLM loop's
+    /// `call_tool`); any other method's 403 stays the upstream's refusal.
+    #[tokio::test]
+    async fn an_upstream_403_is_a_tool_error_on_a_tool_call_and_a_refusal_otherwise() {
+        let seen = Arc::new(Seen {
+            forbid: true,
+            ..Seen::default()
+        });
+        let base = upstream(seen.clone()).await;
+        let table = table(&format!(
+            "servers:\n  - name: up\n    url: {base}/mcp\n    timeout: 5s\n"
+        ));
+        let plane = UpstreamPlane::new(Arc::new(Metrics::default()));
+        plane.prepare(&table);
+        let server = table.servers[0].clone();
+        let caller = Caller::probe(table.clone(), &server);
+        let tool_error = |result: &Value| {
+            assert_eq!(result["isError"], true, "{result}");
+            let text = result["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(
+                text.contains("HTTP 403") && text.contains("\"up\""),
+                "{text}"
+            );
+        };
+        let params = serde_json::json!({"name": "echo", "arguments": {}});
+        match plane
+            .call(
+                &caller,
+                &server,
+                &UpstreamCall::whole("tools/call", Some(params)),
+            )
+            .await
+        {
+            Ok(RpcOutcome::Result(result)) => tool_error(&result.into_value()),
+            other => panic!("a tool error result: {:?}", other.err()),
+        }
+        let result = plane
+            .call_tool(&caller, &server, "echo", None, "up__echo")
+            .await
+            .expect("a tool error result, not an error");
+        tool_error(&result);
+        let read = serde_json::json!({"uri": "e2e://counter"});
+        let outcome = plane
+            .call(
+                &caller,
+                &server,
+                &UpstreamCall::whole("resources/read", Some(read)),
+            )
+            .await;
+        assert!(
+            matches!(&outcome, Err(UpstreamError::Forbidden { server }) if server == "up"),
+            "{:?}",
+            outcome.err()
         );
     }
 
@@ -877,15 +1053,15 @@ mod tests {
     ) -> Result<RpcOutcome, UpstreamError> {
         let server = table.servers[0].clone();
         let caller = Caller::probe(table.clone(), &server);
-        let mut forward = Forward::call(
+        let mut upstream_call = UpstreamCall::whole(
             "tools/call",
             Some(serde_json::json!({"name": "remember", "arguments": {}})),
         );
-        forward.session = crate::client::SessionScope {
+        upstream_call.session = crate::client::SessionScope {
             client,
             capabilities: 0,
         };
-        plane.forward(&caller, &server, &forward).await
+        plane.call(&caller, &server, &upstream_call).await
     }
 
     /// A client session's upstream session on a `byClient` upstream holds the client's state:

@@ -17,7 +17,7 @@ use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in, plain_error_response};
 use switchboard_core::scope::{Resource, authenticate};
 use switchboard_protocol::{self as protocol, Era};
-use switchboard_upstream::client::RpcResult;
+use switchboard_upstream::RpcResult;
 
 use super::input::{deliver_reply, exchange_route, pass_input_reply, resume_exchange};
 use super::legacy::{check_legacy, session_setting};

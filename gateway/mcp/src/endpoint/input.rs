@@ -236,7 +236,7 @@ pub(super) async fn pass_to_holder(
         TokenKind::Handoff,
         &serde_json::to_vec(&handoff).unwrap_or_default(),
     );
-    let (Ok(http), Ok(url)) = (cx.upstream.upstreams.http(), handoff_url(&route.address)) else {
+    let (Ok(http), Ok(url)) = (cx.upstream.http_to_replicas(), handoff_url(&route.address)) else {
         return unreachable();
     };
     let send = http
@@ -278,7 +278,7 @@ pub(super) async fn pass_to_holder(
 /// replica hands to this one would fail.
 pub async fn check_advertised_address(cx: &McpContext) {
     let address = cx.exchanges.address().to_string();
-    let checked = match (cx.upstream.upstreams.http(), handoff_url(&address)) {
+    let checked = match (cx.upstream.http_to_replicas(), handoff_url(&address)) {
         (Ok(http), Ok(url)) => {
             let send = http.post(&url).body("application/octet-stream", "").send();
             match tokio::time::timeout(HANDOFF_TIMEOUT, send).await {
@@ -290,7 +290,7 @@ pub async fn check_advertised_address(cx: &McpContext) {
                 Err(_) => Err(format!("no answer within {}s", HANDOFF_TIMEOUT.as_secs())),
             }
         }
-        (Err(e), _) => Err(e),
+        (Err(e), _) => Err(e.to_string()),
         (_, Err(e)) => Err(e.to_string()),
     };
     match checked {

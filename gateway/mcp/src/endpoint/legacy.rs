@@ -18,8 +18,8 @@ use switchboard_core::session::{Session, UnsealError};
 use switchboard_core::table::Server;
 use switchboard_protocol::capabilities;
 use switchboard_protocol::{self as protocol, Era, META_SERVER_INFO};
-use switchboard_upstream::client::{RpcOutcome, SessionScope};
-use switchboard_upstream::plane::Forward;
+use switchboard_upstream::UpstreamCall;
+use switchboard_upstream::{RpcOutcome, SessionScope};
 
 use super::message::{EraChecked, Message};
 use super::modern::aggregate_capabilities;
@@ -38,12 +38,12 @@ pub(super) async fn session_setting(
     let Target::Single(server) = target else {
         return Ok(Answer::Json(json!({})));
     };
-    if cx.upstream.upstreams.era_of(server) == Some(Era::Rev2026) {
+    if cx.upstream.era_of(server) == Some(Era::Rev2026) {
         return Ok(Answer::Json(json!({})));
     }
     match dispatch(cx, caller, target, request).await {
         Err(Failure::Upstream(e, _))
-            if cx.upstream.upstreams.era_of(server) == Some(Era::Rev2026)
+            if cx.upstream.era_of(server) == Some(Era::Rev2026)
                 && e.get("code").and_then(Value::as_i64) == Some(codes::METHOD_NOT_FOUND) =>
         {
             Ok(Answer::Json(json!({})))
@@ -189,9 +189,9 @@ pub(super) async fn upstream_identity(
     if let Some(init) = cx.upstream.legacy_identity(caller, server, scope).await? {
         return Ok(init);
     }
-    let mut forward = Forward::call("server/discover", None);
-    forward.session = scope;
-    match cx.upstream.forward(caller, server, &forward).await? {
+    let mut upstream_call = UpstreamCall::whole("server/discover", None);
+    upstream_call.session = scope;
+    match cx.upstream.call(caller, server, &upstream_call).await? {
         RpcOutcome::Result(discover) => {
             let discover = discover.into_value();
             let mut identity = Map::new();

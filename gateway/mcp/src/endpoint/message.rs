@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use switchboard_core::errors::GatewayError;
-use switchboard_upstream::client::SessionScope;
+use switchboard_upstream::SessionScope;
 
 /// A JSON-RPC message from a client.
 pub enum Incoming {

@@ -13,7 +13,7 @@ use switchboard_protocol::{
     self as protocol, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
     META_SERVER_INFO, MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
 };
-use switchboard_upstream::client::SessionScope;
+use switchboard_upstream::SessionScope;
 
 use super::message::{EraChecked, Message};
 use super::replies::{header_str, protocol_error};
