@@ -41,7 +41,7 @@ pub struct HttpClient {
 }
 
 /// No HTTP client can be built from a set of TLS settings (a CA bundle, a client certificate
-/// and key): what in them, named ([`crate::tls::describe`]).
+/// and key): what in them, named (`tls::describe`).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("TLS settings unusable: {0}")]
 pub struct ClientBuildError(pub(crate) String);

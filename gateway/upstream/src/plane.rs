@@ -55,7 +55,7 @@ pub struct UpstreamCall<'a> {
     pub method: &'a str,
     /// Parameters as the upstream gets them (names already without the gateway prefix).
     pub params: Option<Value>,
-    /// The answer may be relayed as a stream (see [`RpcCall::stream`]).
+    /// The answer may be relayed as a stream (see `RpcCall::stream`).
     pub stream: bool,
     /// The legacy upstream session to use (a legacy client's own, or the shared one).
     pub session: SessionScope,

@@ -75,7 +75,7 @@ pub struct Verdict {
     /// Human-readable; names fields and other resources, never secret values.
     pub message: String,
     /// The Secret the resource refers to does not exist (rather than lacking the key): what
-    /// `--secret-selector` may explain ([`Rendered::note_secret_selector`]).
+    /// `--secret-selector` may explain ([`crate::render::Rendered::note_secret_selector`]).
     pub secret_missing: bool,
 }
 
