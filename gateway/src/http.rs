@@ -59,9 +59,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", post(llm::routes::chat_completions))
         .route("/v1/models", get(llm::routes::models))
         .with_state(gw.llm.clone());
-    Router::new()
-        .merge(mcp)
-        .merge(llm)
+    // The brokered sign-in (the authorization server of a brokered identity provider; 404
+    // without one) and the protected-resource metadata.
+    let sign_in = Router::new()
         .route(
             "/.well-known/oauth-protected-resource/mcp/{prefix}",
             get(crate::well_known::protected_resource_metadata),
@@ -78,7 +78,6 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/.well-known/oauth-protected-resource/v1",
             get(crate::well_known::gateway_metadata),
         )
-        // The authorization server of a brokered identity provider (404 without one).
         .route(
             "/.well-known/oauth-authorization-server",
             get(crate::oauth::metadata),
@@ -88,6 +87,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/oauth/consent", post(crate::oauth::consent))
         .route("/oauth/callback", get(crate::oauth::callback))
         .route("/oauth/token", post(crate::oauth::token))
+        .with_state(gw.sign_in.clone());
+    Router::new()
+        .merge(mcp)
+        .merge(llm)
+        .merge(sign_in)
         .layer(DefaultBodyLimit::max(BODY_CEILING))
         .layer(middleware::from_fn_with_state(gw.clone(), audited_edge))
         .with_state(gw)

@@ -21,5 +21,6 @@ pub mod http;
 pub mod oauth;
 pub mod refused_body;
 pub mod serve;
+pub mod sign_in;
 pub mod state;
 pub mod well_known;

@@ -32,7 +32,7 @@ use switchboard_core::table::{RoutingTable, base_url};
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
 use switchboard_upstream::ProviderGrant;
 
-use crate::state::Gateway;
+use crate::sign_in::SignInContext;
 
 /// What a brokered request needs of the table: the people, the brokered provider with its TLS,
 /// and the sealer. `None`: nobody signs in through the gateway here (404).
@@ -120,8 +120,8 @@ fn with_query(to: &str, pairs: &[(&str, &str)]) -> String {
 }
 
 /// `GET /.well-known/oauth-authorization-server` (RFC 8414).
-pub async fn metadata(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let table = gw.table();
+pub async fn metadata(State(cx): State<Arc<SignInContext>>, headers: HeaderMap) -> Response {
+    let table = cx.table();
     let broker = match Broker::of(&table) {
         Ok(broker) => broker,
         Err(answer) => return *answer,
@@ -156,10 +156,10 @@ pub struct Registration {
 /// `POST /oauth/register` (RFC 7591): public clients only; the `client_id` is the sealed
 /// registration itself.
 pub async fn register(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<SignInContext>>,
     body: Result<Json<Registration>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let table = gw.table();
+    let table = cx.table();
     let broker = match Broker::of(&table) {
         Ok(broker) => broker,
         Err(answer) => return *answer,
@@ -224,11 +224,11 @@ pub async fn register(
 /// (the consent page); [`consent`] sends them on to the provider's login with a sealed record
 /// of the request as `state`.
 pub async fn authorize(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let table = gw.table();
+    let table = cx.table();
     let broker = match Broker::of(&table) {
         Ok(broker) => broker,
         Err(answer) => return *answer,
@@ -244,7 +244,7 @@ pub async fn authorize(
     };
     let client = if client_id.starts_with("https://") {
         // A Client ID Metadata Document: the client is described at its id's URL.
-        match gw.upstream.client_redirect_uris(client_id).await {
+        match cx.upstream.client_redirect_uris(client_id).await {
             Ok(uris) => ClientRecord {
                 redirect_uris: uris.to_vec(),
                 name: None,
@@ -440,11 +440,11 @@ pub struct ConsentAnswer {
 /// denied, the client hears `access_denied`. An answer from another browser (no cookie, or
 /// another's) is refused: a page elsewhere cannot approve for the person.
 pub async fn consent(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
     form: Result<Form<ConsentAnswer>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    let table = gw.table();
+    let table = cx.table();
     let broker = match Broker::of(&table) {
         Ok(broker) => broker,
         Err(answer) => return *answer,
@@ -540,11 +540,11 @@ fn under(resource: &str, base: &str) -> bool {
 /// `GET /oauth/callback`: the provider's answer. The code is redeemed, the provider's token
 /// verified as a person's token is, and the client gets a code of the gateway's own.
 pub async fn callback(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let table = gw.table();
+    let table = cx.table();
     let broker = match Broker::of(&table) {
         Ok(broker) => broker,
         Err(answer) => return *answer,
@@ -592,7 +592,7 @@ pub async fn callback(
         return denied("no code from the identity provider");
     };
     let callback = format!("{base}/oauth/callback");
-    let redeemed = gw
+    let redeemed = cx
         .upstream
         .redeem_login_code(
             broker.spec,
@@ -684,10 +684,10 @@ pub struct TokenRequest {
 
 /// `POST /oauth/token`: `authorization_code` (with the PKCE verifier) and `refresh_token`.
 pub async fn token(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<SignInContext>>,
     form: Result<Form<TokenRequest>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    let table = gw.table();
+    let table = cx.table();
     let broker = match Broker::of(&table) {
         Ok(broker) => broker,
         Err(answer) => return *answer,
@@ -702,7 +702,7 @@ pub async fn token(
     let now = SystemTime::now();
     let answer = match request.grant_type.as_str() {
         "authorization_code" => redeem(&broker, &request, now),
-        "refresh_token" => refresh(&gw, &broker, &request, now).await,
+        "refresh_token" => refresh(&cx, &broker, &request, now).await,
         _ => Err(OAuthError::new(
             400,
             "unsupported_grant_type",
@@ -768,7 +768,7 @@ fn redeem(
 }
 
 async fn refresh(
-    gw: &Gateway,
+    cx: &SignInContext,
     broker: &Broker<'_>,
     request: &TokenRequest,
     now: SystemTime,
@@ -800,7 +800,7 @@ async fn refresh(
             )
         })?;
     // The provider is asked again: a person logged out or disabled there is refused here.
-    let grant = gw.upstream.refresh_login(
+    let grant = cx.upstream.refresh_login(
         broker.spec,
         broker.tls,
         &endpoints.token,

@@ -15,6 +15,8 @@ use switchboard_llm::context::LlmContext;
 use switchboard_mcp::context::McpContext;
 use switchboard_upstream::UpstreamPlane;
 
+use crate::sign_in::SignInContext;
+
 pub struct Gateway {
     live: Arc<LiveTable>,
     /// Stopping: answers still go out, each closing its connection (see `http::edge_answer`).
@@ -23,6 +25,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub mcp: Arc<McpContext>,
     pub llm: Arc<LlmContext>,
+    /// The brokered sign-in handlers' and the protected-resource metadata's.
+    pub sign_in: Arc<SignInContext>,
     /// The replica-wide bounds on requests (`--max-in-flight`, `--max-queue-delay`).
     pub shedding: Arc<Shedding>,
     /// Where each client request's audit record goes (`--audit-log`); set once at start.
@@ -79,6 +83,7 @@ impl Gateway {
                 upstream.clone(),
                 metrics.clone(),
             )),
+            sign_in: Arc::new(SignInContext::new(live.clone(), upstream.clone())),
             shedding: Arc::new(Shedding {
                 admission: Admission::new(local.admission),
                 metrics: metrics.clone(),

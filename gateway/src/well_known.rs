@@ -16,23 +16,23 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::state::Gateway;
+use crate::sign_in::SignInContext;
 
 /// `GET /.well-known/oauth-protected-resource/mcp/{prefix}`: public metadata, no key needed
 /// (clients fetch it before they hold any credential).
 pub async fn protected_resource_metadata(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<SignInContext>>,
     Path(prefix): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let table = gw.table();
+    let table = cx.table();
     let Some(server) = table
         .server_by_prefix(&prefix)
         .filter(|s| s.spec.auth.uses_caller_credential())
     else {
         return gateway_document(&table, &headers, &format!("/mcp/{prefix}"));
     };
-    let Some(upstream) = gw.upstream.upstream_resource_document(server).await else {
+    let Some(upstream) = cx.upstream.upstream_resource_document(server).await else {
         return (
             StatusCode::BAD_GATEWAY,
             Json(json!({"error": "upstream_metadata_unavailable", "server": server.id()})),
@@ -55,7 +55,7 @@ pub async fn protected_resource_metadata(
 /// `GET /.well-known/oauth-protected-resource/mcp` (and `/mcp-rest`): the aggregate endpoint's
 /// and REST's metadata, where people sign in.
 pub async fn gateway_metadata(
-    State(gw): State<Arc<Gateway>>,
+    State(cx): State<Arc<SignInContext>>,
     uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -63,7 +63,7 @@ pub async fn gateway_metadata(
         .path()
         .strip_prefix("/.well-known/oauth-protected-resource")
         .unwrap_or("/mcp");
-    gateway_document(&gw.table(), &headers, resource)
+    gateway_document(&cx.table(), &headers, resource)
 }
 
 /// The metadata of one of the gateway's own resources: its identity providers as the
