@@ -875,3 +875,138 @@ fn issue(
     }
     body
 }
+
+#[cfg(test)]
+mod tests {
+    //! The authorization server's handlers in process, with their own context over a table
+    //! built from a snapshot (no listener, no network: the refusals here happen before any
+    //! fetch or redirect).
+    use super::*;
+    use serde_json::Value;
+    use switchboard_core::live::LiveTable;
+    use switchboard_core::metrics::Metrics;
+    use switchboard_snapshot::{SystemLookup, load};
+    use switchboard_upstream::UpstreamPlane;
+
+    const BROKERED: &str = r#"
+gateway: {publicUrl: "https://gw.example", sessionKey: a-session-key-for-tests}
+identityProviders:
+- name: corp
+  issuer: https://login.example/realms/corp
+  audiences: [switchboard]
+  scopes: [mcp-tools]
+  brokered: {clientId: gw, clientSecret: s, scopes: [openid, email]}
+servers:
+- {name: a, url: 'http://a/mcp'}
+keys:
+- {name: alice, secret: s-alice, servers: [a], people: [{provider: corp, subjects: [alice]}]}
+"#;
+
+    fn context(config: &str) -> Arc<SignInContext> {
+        let table = RoutingTable::build(&load(config, &SystemLookup).expect("a valid config"))
+            .expect("a valid table");
+        let live = Arc::new(LiveTable::empty());
+        live.store(Arc::new(table));
+        let upstream = Arc::new(UpstreamPlane::new(Arc::new(Metrics::default())));
+        Arc::new(SignInContext::new(live, upstream))
+    }
+
+    async fn body(response: Response) -> (StatusCode, Value) {
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("a body");
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> Query<HashMap<String, String>> {
+        Query(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_metadata_names_the_gateways_endpoints_only_when_a_provider_is_brokered() {
+        let plain = BROKERED.replace(
+            "  brokered: {clientId: gw, clientSecret: s, scopes: [openid, email]}\n",
+            "",
+        );
+        let (status, _) = body(metadata(State(context(&plain)), HeaderMap::new()).await).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        let (status, doc) = body(metadata(State(context(BROKERED)), HeaderMap::new()).await).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(doc["issuer"], "https://gw.example");
+        assert_eq!(
+            doc["authorization_endpoint"],
+            "https://gw.example/oauth/authorize"
+        );
+        assert_eq!(doc["token_endpoint"], "https://gw.example/oauth/token");
+        // What clients ask for (the provider's `scopes`), not what the gateway asks the provider.
+        assert_eq!(doc["scopes_supported"], json!(["mcp-tools"]));
+        assert_eq!(doc["code_challenge_methods_supported"], json!(["S256"]));
+    }
+
+    /// Each refusal before the browser leaves: no client, a client id that is no registration
+    /// of this gateway, a metadata-document URL that cannot be one (refused unfetched), and an
+    /// unregistered redirect URI of a registered client.
+    #[tokio::test]
+    async fn authorize_refuses_unknown_clients_and_redirects_naming_why() {
+        let cx = context(BROKERED);
+        let authorize_with = |pairs: &[(&str, &str)]| {
+            let cx = cx.clone();
+            let q = query(pairs);
+            async move { body(authorize(State(cx), HeaderMap::new(), q).await).await }
+        };
+        let (status, e) = authorize_with(&[]).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_request"))
+        );
+        let (status, e) = authorize_with(&[("client_id", "forged")]).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_client"))
+        );
+        let (status, e) = authorize_with(&[("client_id", "https://client.example/")]).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_client"))
+        );
+        assert_eq!(
+            e["error_description"],
+            "a client_id URL is https with a path and no fragment"
+        );
+
+        let registered = register(
+            State(cx.clone()),
+            Ok(Json(Registration {
+                redirect_uris: vec!["http://127.0.0.1:9/cb".into()],
+                client_name: Some("test".into()),
+                grant_types: None,
+            })),
+        )
+        .await;
+        let (status, client) = body(registered).await;
+        assert_eq!(status, StatusCode::CREATED, "{client}");
+        let client_id = client["client_id"]
+            .as_str()
+            .expect("a client_id")
+            .to_string();
+        let (status, e) = authorize_with(&[
+            ("client_id", &client_id),
+            ("redirect_uri", "http://127.0.0.1:9/elsewhere"),
+        ])
+        .await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_request"))
+        );
+    }
+}
