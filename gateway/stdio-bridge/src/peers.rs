@@ -39,6 +39,13 @@ impl Peers {
         members.dedup();
         members
     }
+
+    /// The replicas now but `me`: the ones to ask about a session or to tell of ended ones.
+    pub async fn others(&self, me: &str) -> Vec<String> {
+        let mut others = self.members(me).await;
+        others.retain(|m| m != me);
+        others
+    }
 }
 
 /// What another replica answered when asked about a session.
@@ -195,6 +202,7 @@ mod tests {
             members,
             vec!["127.0.0.1:8".to_string(), "127.0.0.1:9".to_string()]
         );
+        assert_eq!(peers.others("127.0.0.1:8").await, vec!["127.0.0.1:9"]);
     }
 
     fn answered(holding: Holding, draining: bool) -> Asked {

@@ -639,13 +639,7 @@ impl Bridge {
         if here != Holding::Unknown {
             return place(affinity, &self.advertise, here, draining, &[], resume);
         }
-        let others: Vec<String> = self
-            .peers
-            .members(&self.advertise)
-            .await
-            .into_iter()
-            .filter(|m| *m != self.advertise)
-            .collect();
+        let others = self.peers.others(&self.advertise).await;
         let asked =
             futures_util::future::join_all(others.iter().map(|peer| self.ask(peer, affinity)))
                 .await;
@@ -711,13 +705,7 @@ impl Bridge {
             return;
         }
         let note = Bytes::from(self.sealer.seal_ended(&names));
-        let others: Vec<String> = self
-            .peers
-            .members(&self.advertise)
-            .await
-            .into_iter()
-            .filter(|m| *m != self.advertise)
-            .collect();
+        let others = self.peers.others(&self.advertise).await;
         let note = &note;
         let told = futures_util::future::join_all(others.iter().map(|peer| async move {
             let Ok(uri) = format!("http://{peer}{PEER_ENDED}").parse::<http::Uri>() else {

@@ -28,41 +28,11 @@ pub struct ProviderGrant {
     pub expires_in: Option<u64>,
 }
 
-/// Redeems the provider's authorization code (with the gateway's PKCE verifier).
-pub(crate) async fn redeem_code(
-    upstreams: &Upstreams,
-    spec: &IdentityProviderSpec,
-    tls: Option<&TlsMaterial>,
-    token_url: &str,
-    code: &str,
-    redirect_uri: &str,
-    verifier: &str,
-) -> Result<ProviderGrant, TokenEndpointError> {
-    let form = vec![
-        ("grant_type", "authorization_code".to_string()),
-        ("code", code.to_string()),
-        ("redirect_uri", redirect_uri.to_string()),
-        ("code_verifier", verifier.to_string()),
-    ];
-    token_request(upstreams, spec, tls, token_url, form).await
-}
-
-/// Refreshes a person's login at the provider with the refresh token it gave.
-pub(crate) async fn refresh(
-    upstreams: &Upstreams,
-    spec: &IdentityProviderSpec,
-    tls: Option<&TlsMaterial>,
-    token_url: &str,
-    refresh_token: &str,
-) -> Result<ProviderGrant, TokenEndpointError> {
-    let form = vec![
-        ("grant_type", "refresh_token".to_string()),
-        ("refresh_token", refresh_token.to_string()),
-    ];
-    token_request(upstreams, spec, tls, token_url, form).await
-}
-
-async fn token_request(
+/// One exchange at a brokered provider's token endpoint: `form` (the grant and its fields)
+/// plus the gateway's client credentials (client_secret_post), with the provider's TLS settings
+/// and under the address policy. The plane's `redeem_login_code` and `refresh_login` say which
+/// grant.
+pub(crate) async fn token_request(
     upstreams: &Upstreams,
     spec: &IdentityProviderSpec,
     tls: Option<&TlsMaterial>,

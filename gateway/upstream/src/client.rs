@@ -1578,6 +1578,14 @@ mod tests {
         Arc::new(RoutingTable::build(&snapshot).expect("a valid table"))
     }
 
+    /// `fake` served on a loopback port, its table, and the clients set up for that table.
+    async fn served(fake: Arc<Fake>) -> (Arc<RoutingTable>, Upstreams) {
+        let table = table(&upstream(fake).await);
+        let upstreams = Upstreams::new();
+        upstreams.set_table(&table);
+        (table, upstreams)
+    }
+
     const LEGACY_CLIENT: SessionScope = SessionScope {
         client: 7,
         capabilities: 0,
@@ -1670,10 +1678,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_the_server_closes_is_resumed_until_the_answer() {
         let fake = polling_server();
-        let base = upstream(fake.clone()).await;
-        let table = table(&base);
-        let upstreams = Upstreams::new();
-        upstreams.set_table(&table);
+        let (table, upstreams) = served(fake.clone()).await;
         let mut stream = stream_of(&upstreams, &table, LEGACY_CLIENT).await;
         let (events, ended) = drain(&mut stream).await;
         ended.expect("the stream is resumed, not failed");
@@ -1722,10 +1727,7 @@ mod tests {
     #[tokio::test]
     async fn a_whole_answer_is_read_across_the_closes() {
         let fake = polling_server();
-        let base = upstream(fake.clone()).await;
-        let table = table(&base);
-        let upstreams = Upstreams::new();
-        upstreams.set_table(&table);
+        let (table, upstreams) = served(fake.clone()).await;
         let outcome = call(
             &upstreams,
             &table,
@@ -1751,10 +1753,7 @@ mod tests {
         );
         let answer = format!("id: e2\ndata: {ANSWER}\n\n");
         let fake = Fake::with(&call_body, &[(StatusCode::OK, &answer)]);
-        let base = upstream(fake.clone()).await;
-        let table = table(&base);
-        let upstreams = Upstreams::new();
-        upstreams.set_table(&table);
+        let (table, upstreams) = served(fake.clone()).await;
         let budget = Duration::from_millis(300);
         let outcome = call(&upstreams, &table, LEGACY_CLIENT, false, budget).await;
         match outcome {
@@ -1780,10 +1779,7 @@ mod tests {
     async fn a_resume_the_server_refuses_fails_naming_the_status_and_cancels() {
         let call_body = "id: e0\nretry: 5\ndata: \n\n";
         let fake = Fake::with(call_body, &[]);
-        let base = upstream(fake.clone()).await;
-        let table = table(&base);
-        let upstreams = Upstreams::new();
-        upstreams.set_table(&table);
+        let (table, upstreams) = served(fake.clone()).await;
         let mut stream = stream_of(&upstreams, &table, LEGACY_CLIENT).await;
         let (_, ended) = drain(&mut stream).await;
         match ended {
@@ -1805,10 +1801,7 @@ mod tests {
     async fn a_stream_without_an_event_id_is_not_resumed() {
         let call_body = format!("data: {}\n\n", progress(1));
         let fake = Fake::with(&call_body, &[(StatusCode::OK, ANSWER)]);
-        let base = upstream(fake.clone()).await;
-        let table = table(&base);
-        let upstreams = Upstreams::new();
-        upstreams.set_table(&table);
+        let (table, upstreams) = served(fake.clone()).await;
         let mut stream = stream_of(&upstreams, &table, LEGACY_CLIENT).await;
         let (events, ended) = drain(&mut stream).await;
         assert!(ended.is_ok() && events.len() == 1, "{events:?} {ended:?}");
@@ -1824,10 +1817,7 @@ mod tests {
             progress(1)
         );
         let fake = Fake::with(&call_body, &[(StatusCode::OK, ANSWER)]);
-        let base = upstream(fake.clone()).await;
-        let table = table(&base);
-        let upstreams = Upstreams::new();
-        upstreams.set_table(&table);
+        let (table, upstreams) = served(fake.clone()).await;
         let mut stream = stream_of(&upstreams, &table, SessionScope::default()).await;
         let (events, ended) = drain(&mut stream).await;
         assert!(ended.is_ok() && events.len() == 2, "{events:?} {ended:?}");

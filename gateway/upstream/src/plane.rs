@@ -15,7 +15,7 @@ use serde_json::Value;
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial, UpstreamAuth};
 use tokio::time::Instant;
 
-use crate::broker_login::ProviderGrant;
+use crate::broker_login::{ProviderGrant, token_request};
 use crate::call_span;
 use crate::catalog::Catalog;
 use crate::client::{RpcCall, RpcOutcome, RpcResult, SessionScope, Upstreams};
@@ -184,19 +184,17 @@ impl UpstreamPlane {
         redirect_uri: &str,
         verifier: &str,
     ) -> Result<ProviderGrant, TokenEndpointError> {
-        crate::broker_login::redeem_code(
-            &self.upstreams,
-            spec,
-            tls,
-            token_url,
-            code,
-            redirect_uri,
-            verifier,
-        )
-        .await
+        let form = vec![
+            ("grant_type", "authorization_code".to_string()),
+            ("code", code.to_string()),
+            ("redirect_uri", redirect_uri.to_string()),
+            ("code_verifier", verifier.to_string()),
+        ];
+        token_request(&self.upstreams, spec, tls, token_url, form).await
     }
 
-    /// Refreshes a person's brokered login at the identity provider.
+    /// Refreshes a person's brokered login at the identity provider with the refresh token it
+    /// gave.
     pub async fn refresh_login(
         &self,
         spec: &IdentityProviderSpec,
@@ -204,7 +202,11 @@ impl UpstreamPlane {
         token_url: &str,
         refresh_token: &str,
     ) -> Result<ProviderGrant, TokenEndpointError> {
-        crate::broker_login::refresh(&self.upstreams, spec, tls, token_url, refresh_token).await
+        let form = vec![
+            ("grant_type", "refresh_token".to_string()),
+            ("refresh_token", refresh_token.to_string()),
+        ];
+        token_request(&self.upstreams, spec, tls, token_url, form).await
     }
 
     /// An identity provider's signing keys (and login endpoints), fetched now as a gateway

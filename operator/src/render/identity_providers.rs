@@ -57,7 +57,7 @@ pub(crate) fn render_identity_providers(
                     Ok(()) => {
                         let message = format!("people of {} sign in", spec.issuer);
                         if spec.brokered.is_some() {
-                            brokered.take(BROKERED, format!("{}/{}", key.0, key.1));
+                            brokered.take(BROKERED, id_of(&key));
                         }
                         specs.push(spec);
                         Verdict::accepted(message)

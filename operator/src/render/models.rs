@@ -36,7 +36,7 @@ pub(crate) fn render_models(
     let mut specs = Vec::new();
     for route in oldest_first(input.models) {
         let key = object_ref(route);
-        let id = format!("{}/{}", key.0, key.1);
+        let id = id_of(&key);
         let verdict = match model_spec(
             route,
             input.secrets,

@@ -45,7 +45,7 @@ impl Attachable<'_> {
         existing: &Existing,
     ) -> Result<String, Verdict> {
         let key = reference_key(reference, namespace);
-        let id = format!("{}/{}", key.0, key.1);
+        let id = id_of(&key);
         if let Some(server) = self.servers.iter().find(|s| s.id() == id) {
             admits(
                 "McpServer",

@@ -27,7 +27,7 @@ pub(crate) fn render_servers(
     let mut specs = Vec::new();
     for server in oldest_first(input.servers) {
         let key = object_ref(server);
-        let id = format!("{}/{}", key.0, key.1);
+        let id = id_of(&key);
         let spec = server_spec(server, input.secrets, input.config_maps).and_then(|mut spec| {
             spec.upstream_policy = namespace_policy(input, &key.0)?;
             Ok(spec)

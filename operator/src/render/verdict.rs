@@ -109,6 +109,11 @@ pub fn object_ref<K: kube::Resource>(object: &K) -> ObjectRef {
     (object.namespace().unwrap_or_default(), object.name_any())
 }
 
+/// A resource's `<namespace>/<name>`, as verdicts and the snapshot's ids name it.
+pub(crate) fn id_of(key: &ObjectRef) -> String {
+    format!("{}/{}", key.0, key.1)
+}
+
 pub(crate) fn not_accepted(field: &str, kind: &str, id: &str) -> Verdict {
     Verdict::rejected(
         Reason::ServerNotAccepted,

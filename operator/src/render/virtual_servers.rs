@@ -38,7 +38,7 @@ pub(crate) fn render_virtual_servers(
     let mut specs = Vec::new();
     for vs in oldest_first(input.virtual_servers) {
         let key = object_ref(vs);
-        let id = format!("{}/{}", key.0, key.1);
+        let id = id_of(&key);
         let verdict = match virtual_server_spec(vs, &only_servers, &existing) {
             Err(verdict) => verdict,
             // Keys and ModelRoutes name both kinds alike (a name, or `<namespace>/<name>`).

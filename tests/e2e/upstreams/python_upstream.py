@@ -152,6 +152,18 @@ def gate_of(name: str) -> asyncio.Event:
     return GATES.setdefault(name, asyncio.Event())
 
 
+async def released(gate: str, hold: float) -> bool:
+    """Waits for `gate` to be released (POST /_release), at most `hold` seconds; the gate is
+    forgotten either way."""
+    try:
+        await asyncio.wait_for(gate_of(gate).wait(), hold)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        GATES.pop(gate, None)
+
+
 @server.tool()
 def add(a: int, b: int) -> int:
     """Add two integers."""
@@ -178,13 +190,8 @@ async def progress(ctx: Context, steps: int = 3, delay: float = 0.3, gate: str =
     for i in range(steps):
         await ctx.report_progress(i + 1, steps, f"step {i + 1}")
         await asyncio.sleep(delay)
-    if gate:
-        try:
-            await asyncio.wait_for(gate_of(gate).wait(), hold)
-        except TimeoutError:
-            return "not released"
-        finally:
-            GATES.pop(gate, None)
+    if gate and not await released(gate, hold):
+        return "not released"
     return "done"
 
 
@@ -343,13 +350,8 @@ async def poll(ctx: Context, rounds: int = 2, gate: str = "", hold: float = 30.0
             if closable:
                 closes += 1
                 await resumed(ctx, hold)
-        if gate:
-            try:
-                await asyncio.wait_for(gate_of(gate).wait(), hold)
-            except TimeoutError:
-                return "not released"
-            finally:
-                GATES.pop(gate, None)
+        if gate and not await released(gate, hold):
+            return "not released"
     except asyncio.CancelledError:
         RUNS["cancelled"]["poll"] += 1
         raise
