@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::error::{ClientBuildError, FetchError, UpstreamError};
 use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
+use crate::plane::UpstreamCall;
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
@@ -48,29 +49,36 @@ const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 const ERA_MODERN: u8 = 1;
 const ERA_LEGACY: u8 = 2;
 
-/// One request to one upstream.
+/// One call on its way to the wire: the face's [`UpstreamCall`] (what to ask, never copied) and
+/// what the plane resolved for it (where, with which credential, until when).
+#[derive(Clone, Copy)]
 pub struct RpcCall<'a> {
+    pub request: &'a UpstreamCall<'a>,
     pub server: &'a Server,
     pub caller_headers: &'a HeaderMap,
     /// `Mcp-Param-*` headers the gateway derived for a caller that sent none.
     pub param_headers: Option<&'a HeaderMap>,
     /// The credential resolved for this request, for arms without a static one.
     pub credential: Option<&'a RequestCredential>,
-    pub method: &'a str,
-    /// Parameters as they go upstream (names already without the gateway prefix).
-    pub params: Option<&'a Value>,
     /// Ends the whole exchange, handshake and redirects included.
     pub deadline: Instant,
     /// The budget behind `deadline`, named in a timeout error.
     pub budget: Duration,
-    /// The answer may come back as a stream to relay event by event (the client accepts SSE
-    /// and nothing needs the whole answer first); otherwise an SSE answer is read whole.
-    pub stream: bool,
-    /// Which legacy upstream session the request goes on, for a legacy upstream.
-    pub session: SessionScope,
-    /// The log level a legacy client asked for, carried to a 2026-07-28 upstream in `_meta`
-    /// (which sends no log notifications for a request without one).
-    pub log_level: Option<&'a str>,
+}
+
+impl<'a> RpcCall<'a> {
+    pub fn method(&self) -> &'a str {
+        self.request.method
+    }
+
+    /// Parameters as they go upstream (names already without the gateway prefix).
+    pub fn params(&self) -> Option<&'a Value> {
+        self.request.params.as_ref()
+    }
+
+    pub fn session(&self) -> SessionScope {
+        self.request.session
+    }
 }
 
 /// Whose upstream session a request uses on a legacy upstream. A legacy client's requests go
@@ -458,7 +466,7 @@ impl Upstreams {
         let state = self.state(call.server);
         let legacy = async {
             if call.server.spec.upstream_era == UpstreamEra::ByClient {
-                if call.session.client == 0 {
+                if call.session().client == 0 {
                     return Ok(None);
                 }
                 let session = self.legacy_session(&call, &state, false).await?;
@@ -466,14 +474,15 @@ impl Upstreams {
             }
             if state.era.load(Ordering::Relaxed) == 0 {
                 // Unknown yet: one discover tells (and caches) the era.
-                let probe = RpcCall {
-                    method: "server/discover",
-                    params: None,
-                    stream: false,
-                    log_level: None,
-                    ..call
+                let discover = UpstreamCall {
+                    session: call.session(),
+                    ..UpstreamCall::whole("server/discover", None)
                 };
-                self.call_in_era(&probe).await?;
+                self.call_in_era(&RpcCall {
+                    request: &discover,
+                    ..call
+                })
+                .await?;
             }
             if state.era.load(Ordering::Relaxed) != ERA_LEGACY {
                 return Ok(None);
@@ -553,7 +562,7 @@ impl Upstreams {
         if call.server.spec.upstream_era == UpstreamEra::ByClient {
             // Both eras upstream: a legacy client's session keeps its own upstream session
             // (the state it builds there is its own), a 2026-07-28 request goes stateless.
-            return if call.session.client != 0 {
+            return if call.session().client != 0 {
                 self.legacy(call, &state).await
             } else {
                 self.modern(call).await.map_err(Attempt::into_error)
@@ -583,10 +592,10 @@ impl Upstreams {
             HeaderName::from_static("mcp-protocol-version"),
             HeaderValue::from_static(MODERN_VERSION),
         );
-        if let Ok(v) = HeaderValue::from_str(call.method) {
+        if let Ok(v) = HeaderValue::from_str(call.method()) {
             headers.insert(HeaderName::from_static("mcp-method"), v);
         }
-        if let Some(name) = routed_name(call.method, call.params)
+        if let Some(name) = routed_name(call.method(), call.params())
             && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(name))
         {
             headers.insert(HeaderName::from_static("mcp-name"), v);
@@ -602,10 +611,10 @@ impl Upstreams {
         }
         let meta = ModernMeta {
             client_info: &self.client_info,
-            capabilities: call.session.capabilities,
-            log_level: call.log_level,
+            capabilities: call.session().capabilities,
+            log_level: call.request.log_level,
         };
-        let body = modern_request_body(&id, call.method, call.params, meta);
+        let body = modern_request_body(&id, call.method(), call.params(), meta);
         let reply = self
             .post(call, headers, body)
             .await
@@ -649,7 +658,7 @@ impl Upstreams {
             let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
             let headers = session.headers();
             // The session says what the 2026-07-28 reserved `_meta` keys would: not both.
-            let body = legacy_request_body(&id, call.method, call.params);
+            let body = legacy_request_body(&id, call.method(), call.params());
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && reply.is_event_stream() {
                 let origin = StreamOrigin {
@@ -696,7 +705,7 @@ impl Upstreams {
         renew: bool,
     ) -> Result<Arc<LegacySession>, UpstreamError> {
         let partition = call.credential.map_or(SHARED_PARTITION, |c| c.partition);
-        let slot = state.session_slot(partition, call.session);
+        let slot = state.session_slot(partition, call.session());
         let mut slot = slot.lock().await;
         if let Some(existing) = slot.session.as_ref()
             && !renew
@@ -706,18 +715,18 @@ impl Upstreams {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
         let params = json!({
             "protocolVersion": LATEST_LEGACY_VERSION,
-            "capabilities": capabilities::to_json(call.session.capabilities),
+            "capabilities": capabilities::to_json(call.session().capabilities),
             "clientInfo": self.client_info,
         });
         let mut headers = HeaderMap::new();
         // A client session's own upstream session on a `byClient` upstream: the same one from
         // every replica (the affinity), and, once it existed, that one or none (resume).
         let client_state =
-            call.server.spec.upstream_era == UpstreamEra::ByClient && call.session.client != 0;
+            call.server.spec.upstream_era == UpstreamEra::ByClient && call.session().client != 0;
         if client_state {
             headers.insert(
                 HeaderName::from_static(protocol::AFFINITY_HEADER),
-                affinity(call.server.id(), call.session.client),
+                affinity(call.server.id(), call.session().client),
             );
             if renew || slot.opened {
                 headers.insert(
@@ -1104,7 +1113,7 @@ impl UpstreamStream {
     /// answer) read up to the answer, notifications passed over, the stream resumed wherever
     /// the upstream closes it. The caller's deadline bounds both.
     async fn outcome(self, call: &RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
-        if call.stream {
+        if call.request.stream {
             return Ok(RpcOutcome::Stream(Box::new(self)));
         }
         self.read_answer(call.server.id()).await
@@ -1599,20 +1608,20 @@ mod tests {
         budget: Duration,
     ) -> Result<RpcOutcome, UpstreamError> {
         let server = &table.servers[0];
-        let params = json!({"name": "slow", "arguments": {}});
+        let request = UpstreamCall {
+            stream,
+            session,
+            ..UpstreamCall::whole("tools/call", Some(json!({"name": "slow", "arguments": {}})))
+        };
         upstreams
             .call(RpcCall {
+                request: &request,
                 server,
                 caller_headers: &HeaderMap::new(),
                 param_headers: None,
                 credential: None,
-                method: "tools/call",
-                params: Some(&params),
                 deadline: Instant::now() + budget,
                 budget,
-                stream,
-                session,
-                log_level: None,
             })
             .await
     }

@@ -6,7 +6,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
-use crate::client::{RpcCall, RpcOutcome, SessionScope, Upstreams};
+use crate::client::{RpcCall, RpcOutcome, Upstreams};
+use crate::plane::UpstreamCall;
 use crate::error::UpstreamError;
 use crate::request_credential::RequestCredential;
 use switchboard_core::table::Server;
@@ -194,23 +195,22 @@ pub async fn walk(
     let mut cursor: Option<String> = None;
     for page in 0..page_cap {
         let page_deadline = deadline.min(Instant::now() + server.spec.timeout);
-        let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+        let request = UpstreamCall::whole(
+            kind.method(),
+            cursor.as_ref().map(|c| json!({ "cursor": c })),
+        );
         let call = RpcCall {
+            request: &request,
             server,
             caller_headers,
             param_headers: None,
             credential,
-            method: kind.method(),
-            params: params.as_ref(),
             deadline: page_deadline,
             budget: if page_deadline == deadline {
                 budget
             } else {
                 server.spec.timeout
             },
-            stream: false,
-            session: SessionScope::default(),
-            log_level: None,
         };
         let result = match upstreams.call(call).await {
             Ok(RpcOutcome::Result(r)) => r.into_value(),

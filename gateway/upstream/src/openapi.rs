@@ -28,11 +28,11 @@ impl Upstreams {
         tools: &OpenApiTools,
     ) -> Result<RpcOutcome, UpstreamError> {
         let result = |value: Value| Ok(RpcOutcome::Result(RpcResult::Parsed(value)));
-        match call.method {
+        match call.method() {
             "tools/list" => result(self.document(call, state, tools).await?.listing()),
             "tools/call" => {
                 let document = self.document(call, state, tools).await?;
-                let params = call.params;
+                let params = call.params();
                 let name = params
                     .and_then(|p| p.get("name"))
                     .and_then(Value::as_str)

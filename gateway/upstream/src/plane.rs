@@ -518,17 +518,13 @@ impl UpstreamPlane {
         let outcome = self
             .upstreams
             .call(RpcCall {
+                request,
                 server,
                 caller_headers: &caller.headers,
                 param_headers,
                 credential,
-                method: request.method,
-                params: request.params.as_ref(),
                 deadline,
                 budget: server.spec.timeout,
-                stream: request.stream,
-                session: request.session,
-                log_level: request.log_level,
             })
             .await;
         let label = match &outcome {
@@ -551,8 +547,12 @@ impl UpstreamPlane {
         session: SessionScope,
     ) -> Result<Option<Value>, UpstreamError> {
         let credential = self.credential(caller, server, None).await?;
-        let call = RpcCall {
+        let handshake = UpstreamCall {
             session,
+            ..UpstreamCall::whole("initialize", None)
+        };
+        let call = RpcCall {
+            request: &handshake,
             ..session_call(caller, server, credential.as_ref())
         };
         self.upstreams
@@ -646,19 +646,28 @@ fn session_call<'a>(
     credential: Option<&'a RequestCredential>,
 ) -> RpcCall<'a> {
     RpcCall {
+        request: &SESSION_EXCHANGE,
         server,
         caller_headers: &caller.headers,
         param_headers: None,
         credential,
-        method: "initialize",
-        params: None,
         deadline: Instant::now() + server.spec.timeout,
         budget: server.spec.timeout,
-        stream: false,
-        session: SessionScope::default(),
-        log_level: None,
     }
 }
+
+/// What a session exchange asks, when it asks anything: the handshake on the shared session.
+static SESSION_EXCHANGE: UpstreamCall<'static> = UpstreamCall {
+    method: "initialize",
+    params: None,
+    stream: false,
+    session: SessionScope {
+        client: 0,
+        capabilities: 0,
+    },
+    modern_client: false,
+    log_level: None,
+};
 
 /// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
 /// on a token the gateway obtained itself, and only once.
