@@ -26,6 +26,11 @@ mod openapi;
 mod plane;
 mod protected_resource;
 mod request_credential;
+/// The in-process upstream MCP server tests drive the plane against (this crate's tests, and
+/// other crates' through the `test-support` feature, a dev-dependency only).
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub mod test_upstream;
 mod tls;
 mod tokens;
 

@@ -1,0 +1,298 @@
+//! The pipeline against the in-process upstream (`crate::test_upstream`): the renew-once rule,
+//! the relayed 401, the 403 rule and a `byClient` upstream's sessions, counted from the
+//! upstream's side.
+
+use axum::http::StatusCode;
+
+use super::*;
+use crate::test_upstream::{Speaks, TestUpstream, Upstream};
+
+fn table(yaml: &str) -> Arc<RoutingTable> {
+    let snapshot = switchboard_snapshot::parse(yaml).expect("a valid snapshot");
+    Arc::new(RoutingTable::build(&snapshot).expect("a valid table"))
+}
+
+/// A plane serving `table`, and the gateway's own caller for its first server.
+fn plane_for(table: &Arc<RoutingTable>) -> (UpstreamPlane, Arc<Server>, Caller) {
+    let plane = UpstreamPlane::new(Arc::new(Metrics::default()));
+    plane.prepare(table);
+    let server = table.servers[0].clone();
+    let caller = Caller::probe(table.clone(), &server);
+    (plane, server, caller)
+}
+
+/// One `tools/call` on a fresh plane.
+async fn call(table: &Arc<RoutingTable>) -> Result<RpcOutcome, UpstreamError> {
+    let (plane, server, caller) = plane_for(table);
+    let params = serde_json::json!({"name": "echo", "arguments": {}});
+    plane
+        .call(
+            &caller,
+            &server,
+            &UpstreamCall::whole("tools/call", Some(params)),
+        )
+        .await
+}
+
+fn client_credentials(up: &TestUpstream) -> Arc<RoutingTable> {
+    table(&format!(
+        "servers:\n  - name: up\n    url: {}\n    timeout: 5s\n    auth:\n      type: oauth2ClientCredentials\n      tokenUrl: {}/oauth/token\n      clientId: gateway\n      clientSecret: secret-gateway\n",
+        up.mcp_url(),
+        up.base
+    ))
+}
+
+#[tokio::test]
+async fn a_refused_gateway_token_is_renewed_once_and_the_call_repeats() {
+    let up = TestUpstream::modern().await;
+    // The first token it is given is refused, the renewed one served.
+    up.accept_only(&["Bearer t2"]);
+    let outcome = call(&client_credentials(&up)).await;
+    assert!(
+        matches!(outcome, Ok(RpcOutcome::Result(_))),
+        "{:?}",
+        outcome.err()
+    );
+    assert_eq!(up.issued(), 2, "one token, then one renewal");
+    assert_eq!(
+        up.authorizations(),
+        [Some("Bearer t1".to_string()), Some("Bearer t2".to_string())]
+    );
+}
+
+/// The 403 rule, written once in [`UpstreamPlane::call`]: a tool call's 403 is the tool's
+/// error result on every face's entry (MCP's `call`, REST's and the LLM loop's
+/// `call_tool`); any other method's 403 stays the upstream's refusal.
+#[tokio::test]
+async fn an_upstream_403_is_a_tool_error_on_a_tool_call_and_a_refusal_otherwise() {
+    let up = Upstream {
+        forbid: true,
+        ..Upstream::default()
+    }
+    .serve()
+    .await;
+    let table = table(&format!(
+        "servers:\n  - name: up\n    url: {}\n    timeout: 5s\n",
+        up.mcp_url()
+    ));
+    let (plane, server, caller) = plane_for(&table);
+    let tool_error = |result: &Value| {
+        assert_eq!(result["isError"], true, "{result}");
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("HTTP 403") && text.contains("\"up\""),
+            "{text}"
+        );
+    };
+    let params = serde_json::json!({"name": "echo", "arguments": {}});
+    match plane
+        .call(
+            &caller,
+            &server,
+            &UpstreamCall::whole("tools/call", Some(params)),
+        )
+        .await
+    {
+        Ok(RpcOutcome::Result(result)) => tool_error(&result.into_value()),
+        other => panic!("a tool error result: {:?}", other.err()),
+    }
+    let result = plane
+        .call_tool(&caller, &server, "echo", None, "up__echo")
+        .await
+        .expect("a tool error result, not an error");
+    tool_error(&result);
+    let read = serde_json::json!({"uri": "e2e://counter"});
+    let outcome = plane
+        .call(
+            &caller,
+            &server,
+            &UpstreamCall::whole("resources/read", Some(read)),
+        )
+        .await;
+    assert!(
+        matches!(&outcome, Err(UpstreamError::Forbidden { server }) if server == "up"),
+        "{:?}",
+        outcome.err()
+    );
+}
+
+#[tokio::test]
+async fn a_token_refused_again_is_not_renewed_twice() {
+    let up = TestUpstream::modern().await;
+    up.accept_only(&[]);
+    let outcome = call(&client_credentials(&up)).await;
+    assert!(
+        matches!(outcome, Err(UpstreamError::Unauthorized { .. })),
+        "a gateway-held token refused twice is the gateway's failure: {:?}",
+        outcome.err()
+    );
+    assert_eq!(up.issued(), 2);
+    assert_eq!(up.authorizations().len(), 2, "no third try");
+}
+
+#[tokio::test]
+async fn a_refused_caller_credential_becomes_the_callers_challenge() {
+    let up = TestUpstream::modern().await;
+    up.accept_only(&[]);
+    let table = table(&format!(
+        "gateway:\n  publicUrl: https://gw.example\nservers:\n  - name: up\n    url: {}\n    timeout: 5s\n    auth: {{type: passthrough}}\n",
+        up.mcp_url()
+    ));
+    let outcome = call(&table).await;
+    let Err(UpstreamError::AuthRequired {
+        www_authenticate, ..
+    }) = outcome
+    else {
+        panic!("expected the caller's 401, got {:?}", outcome.err());
+    };
+    assert!(
+        www_authenticate.starts_with(
+            "Bearer resource_metadata=\"https://gw.example/.well-known/oauth-protected-resource/mcp/up\""
+        ),
+        "{www_authenticate}"
+    );
+    assert!(
+        www_authenticate.contains("scope=\"tools\""),
+        "{www_authenticate}"
+    );
+    assert!(
+        !www_authenticate.contains("idp.example"),
+        "the upstream's metadata stays behind the gateway's"
+    );
+    assert_eq!(
+        up.authorizations(),
+        [None],
+        "one try, no credential of the gateway's sent"
+    );
+    assert_eq!(up.issued(), 0);
+}
+
+/// A `byClient` upstream (as the stdio bridge behaves: a session per affinity, 404 on a
+/// session it no longer has, 410 on a resume of a session that is gone).
+async fn by_client_upstream() -> (TestUpstream, Arc<RoutingTable>) {
+    let up = Upstream {
+        speaks: Speaks::ByClient,
+        ..Upstream::default()
+    }
+    .serve()
+    .await;
+    let table = table(&format!(
+        "servers:\n  - name: st\n    url: {}\n    timeout: 5s\n    upstreamEra: byClient\n",
+        up.mcp_url()
+    ));
+    (up, table)
+}
+
+/// Every handshake the upstream saw: its affinity, and whether it asked to resume.
+fn handshakes(up: &TestUpstream) -> Vec<(Option<String>, bool)> {
+    up.requests_of("initialize")
+        .iter()
+        .map(|s| {
+            (
+                s.header(switchboard_protocol::AFFINITY_HEADER),
+                s.header(switchboard_protocol::RESUME_HEADER).is_some(),
+            )
+        })
+        .collect()
+}
+
+async fn client_call(
+    plane: &UpstreamPlane,
+    table: &Arc<RoutingTable>,
+    client: u64,
+) -> Result<RpcOutcome, UpstreamError> {
+    let server = table.servers[0].clone();
+    let caller = Caller::probe(table.clone(), &server);
+    let mut upstream_call = UpstreamCall::whole(
+        "tools/call",
+        Some(serde_json::json!({"name": "remember", "arguments": {}})),
+    );
+    upstream_call.session = crate::client::SessionScope {
+        client,
+        capabilities: 0,
+    };
+    plane.call(&caller, &server, &upstream_call).await
+}
+
+/// A client session's upstream session on a `byClient` upstream holds the client's state:
+/// once it is gone (404), the gateway asks to resume it and never takes a new one in its
+/// place; the upstream says it is gone (410) and the client's session ends with an error
+/// that says so, on every later call too.
+#[tokio::test]
+async fn a_client_session_whose_upstream_session_is_gone_ends_instead_of_starting_over() {
+    let (up, table) = by_client_upstream().await;
+    let (plane, _, _) = plane_for(&table);
+    let first = client_call(&plane, &table, 7).await;
+    assert!(
+        matches!(first, Ok(RpcOutcome::Result(_))),
+        "{:?}",
+        first.err()
+    );
+    let affinity = handshakes(&up)[0].0.clone();
+    assert!(affinity.is_some(), "the handshake names the client session");
+
+    // The process that held it is gone.
+    up.drop_sessions();
+    for _ in 0..2 {
+        let outcome = client_call(&plane, &table, 7).await;
+        let Err(e) = outcome else {
+            panic!("a call went on without the session's state: {outcome:?}");
+        };
+        assert!(
+            matches!(e, UpstreamError::SessionGone { ref server } if server == "st"),
+            "{e:?}"
+        );
+        let gateway: switchboard_core::errors::GatewayError = e.into();
+        assert_eq!(
+            gateway.mcp_http_status(),
+            StatusCode::NOT_FOUND,
+            "the client re-initializes"
+        );
+        assert!(
+            gateway
+                .to_string()
+                .contains("\"st\" no longer has this session's state"),
+            "{gateway}"
+        );
+    }
+    assert_eq!(
+        handshakes(&up),
+        [
+            (affinity.clone(), false),
+            (affinity.clone(), true),
+            (affinity.clone(), true)
+        ],
+        "after the first, every handshake for that client session asks to resume"
+    );
+    assert!(up.held().is_empty(), "no new session was opened for it");
+
+    // Another client session starts fresh.
+    let other = client_call(&plane, &table, 8).await;
+    assert!(
+        matches!(other, Ok(RpcOutcome::Result(_))),
+        "{:?}",
+        other.err()
+    );
+    assert_eq!(handshakes(&up).last().map(|h| h.1), Some(false));
+}
+
+/// A 404 on a session the upstream still has (a hand-off that failed on the way): the
+/// resumed handshake gets the same session back and the call repeats once.
+#[tokio::test]
+async fn a_session_refused_once_but_still_held_is_resumed() {
+    let (up, table) = by_client_upstream().await;
+    let (plane, _, _) = plane_for(&table);
+    assert!(client_call(&plane, &table, 7).await.is_ok());
+    up.refuse_session_once();
+    let again = client_call(&plane, &table, 7).await;
+    assert!(
+        matches!(again, Ok(RpcOutcome::Result(_))),
+        "{:?}",
+        again.err()
+    );
+    assert_eq!(
+        handshakes(&up).iter().map(|h| h.1).collect::<Vec<_>>(),
+        [false, true]
+    );
+    assert_eq!(up.held().len(), 1, "one session all along");
+}
