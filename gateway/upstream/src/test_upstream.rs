@@ -75,6 +75,8 @@ pub struct Upstream {
     pub resource_document: Option<Value>,
     /// An SSE answer announces that the tools changed before it answers.
     pub announce_tools_changed: bool,
+    /// A legacy upstream that opens sessions but holds none: every request on one is a 404.
+    pub forgets_sessions: bool,
 }
 
 impl Default for Upstream {
@@ -90,6 +92,7 @@ impl Default for Upstream {
             gets: Vec::new(),
             resource_document: None,
             announce_tools_changed: false,
+            forgets_sessions: false,
         }
     }
 }
@@ -482,7 +485,9 @@ fn handshake(up: &Shared, headers: &HeaderMap, id: Value) -> Response {
         format!("session-{n}")
     };
     up.sessions_opened.fetch_add(1, Ordering::SeqCst);
-    lock(&up.held).insert(session.clone());
+    if !up.config.forgets_sessions {
+        lock(&up.held).insert(session.clone());
+    }
     let mut response = axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {
         "protocolVersion": up.config.legacy_version, "capabilities": {"tools": {}},
         "serverInfo": {"name": "test-upstream", "version": "1"}}}))
