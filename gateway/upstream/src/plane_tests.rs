@@ -296,3 +296,79 @@ async fn a_session_refused_once_but_still_held_is_resumed() {
     );
     assert_eq!(up.held().len(), 1, "one session all along");
 }
+
+/// The renew-once rule is the same for listings as for calls (`UpstreamPlane::renewing`).
+#[tokio::test]
+async fn a_listing_on_a_refused_gateway_token_is_renewed_once_too() {
+    let up = TestUpstream::modern().await;
+    up.accept_only(&["Bearer t2"]);
+    let table = client_credentials(&up);
+    let (plane, server, caller) = plane_for(&table);
+    let listing = plane
+        .listing(&caller, &server, crate::listing::ListKind::Tools)
+        .await
+        .expect("the listing on the renewed token");
+    assert_eq!(listing.items.len(), 1, "the upstream's one tool");
+    assert_eq!(up.issued(), 2);
+    assert_eq!(
+        up.authorizations(),
+        [Some("Bearer t1".to_string()), Some("Bearer t2".to_string())]
+    );
+}
+
+/// A relayed 401 remembers where the upstream's challenge said its metadata lives: the
+/// gateway's own protected-resource document for the server is built from that one (here on
+/// another origin; the upstream itself serves none at the well-known paths).
+#[tokio::test]
+async fn a_relayed_401_leads_the_gateways_metadata_to_the_upstreams() {
+    let metadata = Upstream {
+        resource_document: Some(serde_json::json!({
+            "resource": "https://upstream.example/mcp",
+            "authorization_servers": ["https://idp.example"],
+        })),
+        ..Upstream::default()
+    }
+    .serve()
+    .await;
+    let up = Upstream {
+        challenge: format!(
+            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/custom\"",
+            metadata.base
+        ),
+        ..Upstream::default()
+    }
+    .serve()
+    .await;
+    up.accept_only(&[]);
+    let table = table(&format!(
+        "servers:\n  - name: up\n    url: {}\n    timeout: 5s\n    auth: {{type: passthrough}}\n",
+        up.mcp_url()
+    ));
+    let (plane, server, caller) = plane_for(&table);
+    let outcome = plane
+        .call(
+            &caller,
+            &server,
+            &UpstreamCall::whole("tools/call", Some(serde_json::json!({"name": "echo"}))),
+        )
+        .await;
+    assert!(
+        matches!(outcome, Err(UpstreamError::AuthRequired { .. })),
+        "{:?}",
+        outcome.err()
+    );
+    let document = plane
+        .upstream_resource_document(&server)
+        .await
+        .expect("the upstream's metadata");
+    assert_eq!(
+        document["authorization_servers"],
+        serde_json::json!(["https://idp.example"])
+    );
+    let fetched: Vec<String> = metadata.gets().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(fetched, ["/.well-known/oauth-protected-resource/custom"]);
+    assert!(
+        up.gets().is_empty(),
+        "the well-known guesses were not needed"
+    );
+}
