@@ -13,4 +13,6 @@ mod listen;
 mod relay;
 pub mod rest;
 pub mod target;
+#[cfg(test)]
+mod test_support;
 mod virtual_server;

@@ -175,3 +175,151 @@ fn finish(cx: &McpContext, method: &'static str, result: Result<Value, GatewayEr
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The REST face's handlers against the in-process upstream: what each request reaches
+    //! upstream, and each refusal's status and code (docs/architecture.md, "Errors").
+    use axum::http::StatusCode;
+    use serde_json::json;
+
+    use super::*;
+    use crate::test_support::{KEY, bearer, read_json, served};
+
+    async fn call(cx: &Arc<McpContext>, key: &str, body: Value) -> (StatusCode, Value) {
+        let body = Bytes::from(body.to_string());
+        read_json(call_tool(State(cx.clone()), bearer(key), body).await).await
+    }
+
+    async fn list(cx: &Arc<McpContext>, key: &str, server_id: Option<&str>) -> (StatusCode, Value) {
+        let query = ListQuery {
+            server_id: server_id.map(str::to_string),
+        };
+        read_json(list_tools(State(cx.clone()), Query(query), bearer(key)).await).await
+    }
+
+    /// A call by prefixed name, by `server_id` with the server's prefix or none: the upstream
+    /// gets the tool's own name and the arguments, the client its result as JSON.
+    #[tokio::test]
+    async fn a_call_reaches_the_tool_by_prefix_or_by_server_id() {
+        let (upstream, cx) = served().await;
+        for body in [
+            json!({"name": "up__anything", "arguments": {"x": 1}}),
+            json!({"name": "anything", "server_id": "up", "arguments": {"x": 1}}),
+            json!({"name": "up__anything", "server_id": "up", "arguments": {"x": 1}}),
+        ] {
+            let (status, result) = call(&cx, KEY, body.clone()).await;
+            assert_eq!(status, StatusCode::OK, "{body}: {result}");
+            assert_eq!(result["called"], "anything", "{body}");
+            let (_, sent) = upstream.last_call().expect("called upstream");
+            assert_eq!(sent["params"]["name"], "anything", "{body}");
+            assert_eq!(sent["params"]["arguments"], json!({"x": 1}), "{body}");
+        }
+    }
+
+    /// Each refusal before any request upstream, with its status and code: too large (before
+    /// the key), no key, a body that is no call (naming the field), an unknown server, a
+    /// server out of scope (403 on REST, where MCP hides it), and an unknown tool.
+    #[tokio::test]
+    async fn each_refusal_has_its_status_and_code() {
+        let (upstream, cx) = served().await;
+        let big = Bytes::from(vec![b' '; 4097]);
+        let (status, body) =
+            read_json(call_tool(State(cx.clone()), HeaderMap::new(), big).await).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (StatusCode::PAYLOAD_TOO_LARGE, &json!("payload_too_large"))
+        );
+        let cases = [
+            (
+                "no-such-key",
+                json!({"name": "up__echo"}),
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "",
+            ),
+            (
+                KEY,
+                json!({"tool": "up__echo"}),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "missing field `name`",
+            ),
+            (
+                KEY,
+                json!({"name": 7}),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "body:",
+            ),
+            (
+                KEY,
+                json!({"name": "echo", "server_id": "nowhere"}),
+                StatusCode::NOT_FOUND,
+                "server_not_found",
+                "nowhere",
+            ),
+            (
+                "s-far",
+                json!({"name": "echo", "server_id": "up"}),
+                StatusCode::FORBIDDEN,
+                "access_denied",
+                "up",
+            ),
+            (
+                "s-far",
+                json!({"name": "up__echo"}),
+                StatusCode::FORBIDDEN,
+                "access_denied",
+                "up",
+            ),
+            (
+                KEY,
+                json!({"name": "nowhere__echo"}),
+                StatusCode::NOT_FOUND,
+                "tool_not_found",
+                "nowhere__echo",
+            ),
+        ];
+        for (key, sent, status, code, says) in cases {
+            let (got, body) = call(&cx, key, sent.clone()).await;
+            assert_eq!(
+                (got, &body["error"]["code"]),
+                (status, &json!(code)),
+                "{sent}: {body}"
+            );
+            let message = body["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains(says), "{sent}: {message}");
+        }
+        assert!(upstream.last_call().is_none(), "nothing called upstream");
+    }
+
+    /// The listing: every server in scope, prefixed names; one server by id, whose failure is
+    /// the request's; an unknown or unreached id refused like a call.
+    #[tokio::test]
+    async fn the_listing_names_tools_by_prefix_and_refuses_like_a_call() {
+        let (_upstream, cx) = served().await;
+        for server_id in [None, Some("up")] {
+            let (status, body) = list(&cx, KEY, server_id).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            assert_eq!(
+                body["tools"][0]["name"], "up__echo",
+                "{server_id:?}: {body}"
+            );
+            assert_eq!(body["errors"], json!([]));
+        }
+        let (status, body) = list(&cx, KEY, Some("nowhere")).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (StatusCode::NOT_FOUND, &json!("server_not_found"))
+        );
+        let (status, _) = list(&cx, "s-far", Some("up")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let (status, _) = list(&cx, "no-such-key", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        // `side` answers no MCP: asked for alone, its failure is the request's.
+        let (status, body) = list(&cx, "s-far", Some("side")).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+        assert_eq!(body["error"]["code"], "upstream_unavailable", "{body}");
+    }
+}

@@ -9,9 +9,13 @@
 //! answers).
 
 mod answer;
+#[cfg(test)]
+mod answer_tests;
 mod input;
 mod legacy;
 mod message;
+#[cfg(test)]
+mod message_tests;
 mod modern;
 mod replies;
 

@@ -150,3 +150,168 @@ pub(super) fn check_modern(
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The 2026-07-28 header checks: each absence or mismatch refused with the code and
+    //! message that name it, and a request that repeats its body in its headers let through.
+    use axum::http::HeaderValue;
+
+    use super::super::message::{Incoming, parse_message};
+    use super::*;
+    use switchboard_protocol::capabilities;
+
+    /// A `tools/call` of `name` whose `_meta` says `version` (and carries capabilities when
+    /// `capabilities`), with headers that repeat the body.
+    fn request(name: &str, version: &str, with_capabilities: bool) -> (HeaderMap, Message) {
+        let mut meta = json!({ META_PROTOCOL_VERSION: version });
+        if with_capabilities {
+            meta[META_CLIENT_CAPABILITIES] = json!({"elicitation": {}});
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": name, "_meta": meta}});
+        let Ok(Incoming::Call(message)) = parse_message(body.to_string().as_bytes()) else {
+            panic!("a call");
+        };
+        let mut headers = HeaderMap::new();
+        for (header, value) in [
+            ("mcp-protocol-version", version.to_string()),
+            ("mcp-method", "tools/call".to_string()),
+            ("mcp-name", protocol::encode_header_value(name)),
+        ] {
+            headers.insert(
+                header,
+                HeaderValue::from_str(&value).expect("a header value"),
+            );
+        }
+        (headers, message)
+    }
+
+    /// The refusal's code, message and data.
+    fn refusal(checked: Result<EraChecked, GatewayError>) -> (i64, String, Option<Value>) {
+        match checked {
+            Err(GatewayError::Protocol {
+                code,
+                message,
+                status,
+                data,
+            }) => {
+                assert_eq!(status, axum::http::StatusCode::BAD_REQUEST, "{message}");
+                (code, message, data)
+            }
+            Err(other) => panic!("a protocol error, not {other}"),
+            Ok(_) => panic!("refused"),
+        }
+    }
+
+    #[test]
+    fn a_request_that_repeats_its_body_goes_on_statelessly() {
+        let (headers, message) = request("up__echo", MODERN_VERSION, true);
+        match check_modern(&headers, &message) {
+            Ok(EraChecked::Dispatch { session }) => {
+                assert_eq!(session.client, 0, "no legacy session");
+                let asked = json!({"elicitation": {}});
+                assert_eq!(session.capabilities, capabilities::to_bits(Some(&asked)));
+            }
+            _ => panic!("dispatched"),
+        }
+        // A name that is no safe header text arrives encoded, and is compared decoded.
+        let (headers, message) = request("ünïcode tool", MODERN_VERSION, true);
+        assert!(
+            headers["mcp-name"]
+                .to_str()
+                .unwrap()
+                .starts_with("=?base64?")
+        );
+        assert!(check_modern(&headers, &message).is_ok());
+        // A method that names nothing needs no Mcp-Name.
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+            META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {}}}});
+        let Ok(Incoming::Call(list)) = parse_message(body.to_string().as_bytes()) else {
+            panic!("a call");
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "mcp-protocol-version",
+            HeaderValue::from_static(MODERN_VERSION),
+        );
+        headers.insert("mcp-method", HeaderValue::from_static("tools/list"));
+        assert!(check_modern(&headers, &list).is_ok());
+    }
+
+    #[test]
+    fn meta_without_the_version_or_the_capabilities_is_invalid_params() {
+        let (headers, message) = request("up__echo", MODERN_VERSION, false);
+        let (code, text, _) = refusal(check_modern(&headers, &message));
+        assert_eq!(code, codes::INVALID_PARAMS);
+        assert!(text.contains(META_CLIENT_CAPABILITIES), "{text}");
+
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                          "params": {"_meta": { META_CLIENT_CAPABILITIES: {} }}});
+        let Ok(Incoming::Call(message)) = parse_message(body.to_string().as_bytes()) else {
+            panic!("a call");
+        };
+        let (code, text, _) = refusal(check_modern(&headers, &message));
+        assert_eq!(code, codes::INVALID_PARAMS);
+        assert!(text.contains(META_PROTOCOL_VERSION), "{text}");
+    }
+
+    /// Each header that must repeat the body, absent and different: `HEADER_MISMATCH`,
+    /// naming the header.
+    #[test]
+    fn each_header_that_does_not_repeat_the_body_is_named() {
+        for (header, other) in [
+            ("mcp-protocol-version", "2025-11-25"),
+            ("mcp-method", "tools/list"),
+            ("mcp-name", "up__other"),
+        ] {
+            let named = match header {
+                "mcp-protocol-version" => "MCP-Protocol-Version header",
+                "mcp-method" => "Mcp-Method header",
+                _ => "Mcp-Name header",
+            };
+            let (mut headers, message) = request("up__echo", MODERN_VERSION, true);
+            headers.insert(header, HeaderValue::from_static(other));
+            let (code, text, _) = refusal(check_modern(&headers, &message));
+            assert_eq!(code, HEADER_MISMATCH, "{header} different");
+            assert!(
+                text.starts_with("Header mismatch") && text.contains(named),
+                "{text}"
+            );
+
+            headers.remove(header);
+            let (code, text, _) = refusal(check_modern(&headers, &message));
+            assert_eq!(code, HEADER_MISMATCH, "{header} absent");
+            assert!(text.contains(named), "{text}");
+        }
+    }
+
+    /// A version the gateway does not serve, consistent in body and header: refused naming
+    /// what it serves and what was asked.
+    #[test]
+    fn an_unserved_version_is_refused_with_the_supported_ones() {
+        let (headers, message) = request("up__echo", "2027-01-01", true);
+        let (code, text, data) = refusal(check_modern(&headers, &message));
+        assert_eq!(code, UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(text, "Unsupported protocol version");
+        let data = data.expect("data");
+        assert_eq!(data["requested"], "2027-01-01");
+        assert_eq!(data["supported"], json!(protocol::supported_versions()));
+    }
+
+    #[test]
+    fn a_legacy_initialize_reads_as_a_discover_result() {
+        let init = json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                          "instructions": "be nice", "serverInfo": {"name": "s", "version": "1"}});
+        let discovered = discover_from_initialize(&init);
+        assert_eq!(
+            discovered,
+            json!({"resultType": "complete", "capabilities": {"tools": {}},
+                   "instructions": "be nice", "ttlMs": 0, "cacheScope": "private",
+                   "_meta": { META_SERVER_INFO: {"name": "s", "version": "1"} }})
+        );
+        let bare = discover_from_initialize(&json!({}));
+        assert_eq!(bare["capabilities"], json!({}));
+        assert!(bare.get("instructions").is_none() && bare.get("_meta").is_none());
+    }
+}
