@@ -1,27 +1,37 @@
 //! The answer to one MCP POST: the era told apart, its checks, then dispatch (or a reply routed
 //! to the relay that asked), and what the request's metric says.
+//!
+//! One function per stage, so each answer shape is read in one place: [`answer`] refuses what
+//! comes before a call is read; [`answer_reply`] routes a client's reply; [`answer_call`] tells
+//! the endpoint and era, runs the era's checks and answers a resumed exchange, a notification
+//! or a subscription; [`run_method`] runs the method (or the gateway answers it itself); and
+//! [`respond`] writes its outcome for the client's era (a result, a relayed stream, the
+//! upstream's error or the gateway's).
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
 
 use crate::context::McpContext;
 use crate::dispatch::{Answer, Failure, Request};
+use crate::exchange::ExchangeRoute;
 use crate::listen;
-use crate::relay::{self};
+use crate::relay;
 use crate::target::{Target, dispatch};
 use switchboard_core::audit;
 use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in, plain_error_response};
-use switchboard_core::scope::{Resource, authenticate};
+use switchboard_core::scope::{Caller, Resource, authenticate};
+use switchboard_core::table::Server;
 use switchboard_protocol::{self as protocol, Era};
-use switchboard_upstream::RpcResult;
+use switchboard_upstream::{RpcResult, SessionScope};
 
 use super::input::{deliver_reply, exchange_route, pass_input_reply, resume_exchange};
 use super::legacy::{check_legacy, session_setting};
-use super::message::{EraChecked, Incoming, parse_message};
+use super::message::{EraChecked, Incoming, Message, parse_message};
 use super::modern::{check_modern, discover};
 use super::replies::{header_str, metric_method, raw_result_response, rpc_response};
 
@@ -58,7 +68,9 @@ fn rpc_id_text(id: &Value) -> Option<String> {
 /// What a request's metric says: (method, outcome), `None` for nothing to count.
 pub(super) type Counted = Option<(&'static str, &'static str)>;
 
-/// The answer to one MCP POST, and what its metric says.
+/// The answer to one MCP POST, and what its metric says. What comes before a call is read is
+/// answered here (a body over the limit, a refused key, a body that is no message, a reply to a
+/// relayed request); a call goes on to [`answer_call`].
 pub(super) async fn answer(
     cx: &Arc<McpContext>,
     prefix: Option<String>,
@@ -67,99 +79,94 @@ pub(super) async fn answer(
 ) -> (Response, Counted) {
     let table = cx.table();
     let limit = table.settings.max_body_bytes;
-    let fail = |id: &Value, e: GatewayError, method: &'static str, era: Era| {
-        let outcome = e.outcome();
-        (
-            jsonrpc_error_response_in(id, &e, era),
-            Some((method, outcome)),
-        )
-    };
     if body.len() > limit {
-        return fail(
-            &Value::Null,
-            GatewayError::PayloadTooLarge { limit },
-            "-",
-            Era::Rev2025,
-        );
+        let too_large = GatewayError::PayloadTooLarge { limit };
+        return refused(&Value::Null, too_large, "-", Era::Rev2025);
     }
-    // The rare branches below (replies, exchanges, handshakes, subscriptions) are boxed: their
-    // state would otherwise make every request's future as large as the largest of them.
     let resource = match prefix.as_deref() {
         Some(prefix) => Resource::McpServer(prefix),
         None => Resource::Mcp,
     };
     let caller = match authenticate(table, headers, &cx.metrics, resource).await {
         Ok(c) => Arc::new(c),
-        Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
+        Err(e) => return refused(&Value::Null, e, "-", Era::Rev2025),
     };
-    let message = match parse_message(&body) {
-        Ok(Incoming::Call(m)) => m,
+    // The rare branches (replies, exchanges, handshakes, subscriptions) are boxed: their
+    // state would otherwise make every request's future as large as the largest of them.
+    match parse_message(&body) {
+        Ok(Incoming::Call(message)) => answer_call(cx, &caller, prefix, message, body).await,
         Ok(Incoming::Reply { id, body: reply }) => {
-            if let Some(route) = exchange_route(&caller, id.as_str()) {
-                let response = Box::pin(pass_input_reply(
-                    cx,
-                    &caller,
-                    route,
-                    reply,
-                    caller.headers.clone(),
-                    body,
-                ))
-                .await;
-                let outcome = if response.status().is_success() {
-                    "ok"
-                } else {
-                    "failed"
-                };
-                return (response, Some(("reply", outcome)));
-            }
-            return match Box::pin(deliver_reply(cx, &caller, prefix.as_deref(), id, reply)).await {
-                Ok(()) => (StatusCode::ACCEPTED.into_response(), Some(("reply", "ok"))),
-                Err(e) => fail(&Value::Null, e, "reply", Era::Rev2025),
-            };
+            Box::pin(answer_reply(cx, &caller, prefix, id, reply, body)).await
         }
-        Err(e) => return fail(&Value::Null, e, "-", Era::Rev2025),
-    };
+        Err(e) => refused(&Value::Null, e, "-", Era::Rev2025),
+    }
+}
+
+/// A refusal as a JSON-RPC error in `era`, counted under `method` with the error's outcome.
+fn refused(id: &Value, e: GatewayError, method: &'static str, era: Era) -> (Response, Counted) {
+    let outcome = e.outcome();
+    (
+        jsonrpc_error_response_in(id, &e, era),
+        Some((method, outcome)),
+    )
+}
+
+/// A client's reply to a request the gateway relayed to it: to the exchange that waits for it
+/// (wherever that is held), else to the upstream session that asked (its id names it, sealed).
+async fn answer_reply(
+    cx: &Arc<McpContext>,
+    caller: &Arc<Caller>,
+    prefix: Option<String>,
+    id: Value,
+    reply: Map<String, Value>,
+    body: Bytes,
+) -> (Response, Counted) {
+    if let Some(route) = exchange_route(caller, id.as_str()) {
+        let headers = caller.headers.clone();
+        let response = pass_input_reply(cx, caller, route, reply, headers, body).await;
+        let outcome = if response.status().is_success() {
+            "ok"
+        } else {
+            "failed"
+        };
+        return (response, Some(("reply", outcome)));
+    }
+    match deliver_reply(cx, caller, prefix.as_deref(), id, reply).await {
+        Ok(()) => (StatusCode::ACCEPTED.into_response(), Some(("reply", "ok"))),
+        Err(e) => refused(&Value::Null, e, "reply", Era::Rev2025),
+    }
+}
+
+/// A call (a request or a notification): its endpoint and era told, the era's checks, then the
+/// method. A retry that resumes a paused exchange, a notification and a subscription leave
+/// here; every other call is run by [`run_method`] and answered by [`respond`].
+async fn answer_call(
+    cx: &Arc<McpContext>,
+    caller: &Arc<Caller>,
+    prefix: Option<String>,
+    message: Message,
+    body: Bytes,
+) -> (Response, Counted) {
     let id = message.id.clone().unwrap_or(Value::Null);
     let method = metric_method(&message.method);
     audit::note(|n| {
         note_call(n, &message.method, message.params.as_ref());
         n.rpc_id = message.id.as_ref().and_then(rpc_id_text);
     });
-    let target = match &prefix {
-        None => Target::Aggregate,
-        // A path names a virtual server or a server's prefix (validation keeps them apart).
-        Some(p) => match caller.virtual_for_path(p) {
-            Some(vs) => {
-                audit::note(|n| n.virtual_server = Some(vs.id().to_string()));
-                Target::Virtual(vs)
-            }
-            None => match caller.server_for_path(p) {
-                Ok(server) => Target::Single(server),
-                // A server the caller cannot reach is invisible: the endpoint does not exist
-                // (its record says it was refused).
-                Err(e) => return (plain_error_response(&e), Some((method, e.outcome()))),
-            },
-        },
+    let target = match target_of(caller, prefix.as_deref()) {
+        Ok(target) => target,
+        // A server the caller cannot reach is invisible: the endpoint does not exist (its
+        // record says it was refused).
+        Err(e) => return (plain_error_response(&e), Some((method, e.outcome()))),
     };
-    let version_header = header_str(&caller.headers, "mcp-protocol-version");
-    let has_session = caller.headers.contains_key("mcp-session-id");
-    let era = protocol::classify(
-        &message.method,
-        message.params.as_ref(),
-        version_header,
-        has_session,
-    );
+    let era = era_of(caller, &message);
     if era == Era::Rev2026
-        && let Some(route) = message
-            .params
-            .as_ref()
-            .and_then(|p| p.get("requestState"))
-            .and_then(|s| exchange_route(&caller, s.as_str()))
+        && let Some(route) = resumed_route(caller, &message)
     {
         // The retry of a call whose legacy upstream asked for input: it resumes the paused
         // stream, wherever that is held.
         let headers = caller.headers.clone();
-        let response = Box::pin(resume_exchange(cx, &caller, route, message, headers, body)).await;
+        let response = Box::pin(resume_exchange(cx, caller, route, message, headers, body)).await;
         return (response, None);
     }
     if era == Era::Rev2026 {
@@ -167,46 +174,95 @@ pub(super) async fn answer(
     }
     let prepared = match era {
         Era::Rev2026 => check_modern(&caller.headers, &message),
-        Era::Rev2025 => Box::pin(check_legacy(cx, &caller, &target, &message)).await,
+        Era::Rev2025 => Box::pin(check_legacy(cx, caller, &target, &message)).await,
     };
     let session = match prepared {
         Ok(EraChecked::Answer(response)) => return (response, Some((method, "ok"))),
         Ok(EraChecked::Dispatch { session }) => session,
-        Err(e) => return fail(&id, e, method, era),
+        Err(e) => return refused(&id, e, method, era),
     };
     if message.id.is_none() {
         // Notifications (initialized, cancelled, ...) concern the gateway's own session with
         // the client; a request the client gives up is cancelled by closing its stream.
         return (StatusCode::ACCEPTED.into_response(), None);
     }
-    let accepts_stream = header_str(&caller.headers, "accept")
-        .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
-    let listened_servers = match &target {
+    if message.method == "subscriptions/listen"
+        && let Some((servers, params)) = listened(caller, &target, &message)
+    {
+        let listened = listen::fan_in(cx, caller, servers, id.clone(), params, session);
+        return match Box::pin(listened).await {
+            Ok(response) => (response, Some((method, "stream"))),
+            // (once: it used to count as a stream and as its error)
+            Err(e) => refused(&id, e, method, era),
+        };
+    }
+    let rpc_method = message.method.clone();
+    let request = request_of(cx, caller, message, era, session);
+    let outcome = run_method(cx, caller, &target, request).await;
+    respond(cx, caller, &id, (method, &rpc_method), era, outcome)
+}
+
+/// Which endpoint the path names: `/mcp` the aggregate; `/mcp/{path}` a virtual server or a
+/// server's prefix (validation keeps them apart), one the caller reaches.
+fn target_of(caller: &Caller, prefix: Option<&str>) -> Result<Target, GatewayError> {
+    let Some(p) = prefix else {
+        return Ok(Target::Aggregate);
+    };
+    if let Some(vs) = caller.virtual_for_path(p) {
+        audit::note(|n| n.virtual_server = Some(vs.id().to_string()));
+        return Ok(Target::Virtual(vs));
+    }
+    caller.server_for_path(p).map(Target::Single)
+}
+
+/// The call's era, told by how the client opens (its `_meta`, its headers, its session).
+fn era_of(caller: &Caller, message: &Message) -> Era {
+    let version_header = header_str(&caller.headers, "mcp-protocol-version");
+    let has_session = caller.headers.contains_key("mcp-session-id");
+    protocol::classify(
+        &message.method,
+        message.params.as_ref(),
+        version_header,
+        has_session,
+    )
+}
+
+/// The paused exchange a 2026-07-28 retry resumes: its `requestState`, when that is a route
+/// this caller's key may use.
+fn resumed_route(caller: &Caller, message: &Message) -> Option<ExchangeRoute> {
+    let state = message.params.as_ref()?.get("requestState")?;
+    exchange_route(caller, state.as_str())
+}
+
+/// The servers a `subscriptions/listen` fans out to and the parameters they get: those in
+/// scope on `/mcp`, a virtual server's; `None` on `/mcp/{prefix}`, where the upstream's own
+/// method answers.
+fn listened(
+    caller: &Caller,
+    target: &Target,
+    message: &Message,
+) -> Option<(Vec<Arc<Server>>, Option<Value>)> {
+    match target {
         Target::Aggregate => Some((caller.servers_in_scope(), message.params.clone())),
         Target::Virtual(vs) => Some((
-            crate::virtual_server::servers(&caller, vs),
+            crate::virtual_server::servers(caller, vs),
             crate::virtual_server::listen_params(message.params.clone()),
         )),
         Target::Single(_) => None,
-    };
-    if message.method == "subscriptions/listen"
-        && let Some((servers, params)) = listened_servers
-    {
-        let listened = Box::pin(listen::fan_in(
-            cx,
-            &caller,
-            servers,
-            id.clone(),
-            params,
-            session,
-        ))
-        .await;
-        return match listened {
-            Ok(response) => (response, Some((method, "stream"))),
-            // (once: it used to count as a stream and as its error)
-            Err(e) => fail(&id, e, method, era),
-        };
     }
+}
+
+/// The method call as the methods see it. A legacy session's log level (set here by its
+/// `logging/setLevel`) goes with it, for 2026-07-28 upstreams that hear it in `_meta`.
+fn request_of(
+    cx: &McpContext,
+    caller: &Caller,
+    message: Message,
+    era: Era,
+    session: SessionScope,
+) -> Request {
+    let accepts_stream = header_str(&caller.headers, "accept")
+        .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     let log_level = (era == Era::Rev2025 && session.client != 0).then(|| {
         if message.method == "logging/setLevel"
             && let Some(level) = message
@@ -219,107 +275,152 @@ pub(super) async fn answer(
         }
         cx.log_level(session.client)
     });
-    let request = Request {
-        method: message.method.clone(),
+    Request {
+        method: message.method,
         params: message.params,
         era,
         accepts_stream,
         session,
         log_level,
-    };
-    let outcome = match (era, message.method.as_str()) {
+    }
+}
+
+/// Runs the method: the few the gateway answers itself in each era (legacy `ping`, methods
+/// 2026-07-28 removed, `server/discover`, legacy session settings), else the endpoint's
+/// handler. A tool's error result is noted in the record (when it is traced).
+async fn run_method(
+    cx: &McpContext,
+    caller: &Caller,
+    target: &Target,
+    request: Request,
+) -> Result<Answer, Failure> {
+    let tool_call = request.method == "tools/call";
+    let outcome = match (request.era, request.method.as_str()) {
         (Era::Rev2025, "ping") => Ok(Answer::Json(json!({}))),
         (Era::Rev2026, removed) if protocol::REMOVED_IN_MODERN.contains(&removed) => Err(
             Failure::Gateway(GatewayError::MethodNotFound(removed.to_string())),
         ),
-        (Era::Rev2026, "server/discover") => {
-            Box::pin(discover(cx, &caller, &target, request)).await
-        }
+        (Era::Rev2026, "server/discover") => Box::pin(discover(cx, caller, target, request)).await,
         (Era::Rev2025, m) if protocol::REMOVED_IN_MODERN.contains(&m) => {
-            Box::pin(session_setting(cx, &caller, &target, request)).await
+            Box::pin(session_setting(cx, caller, target, request)).await
         }
-        _ => dispatch(cx, &caller, &target, request).await,
+        _ => dispatch(cx, caller, target, request).await,
     };
     if let Ok(answer) = &outcome
-        && message.method == "tools/call"
+        && tool_call
         && audit::traced()
         && answer.is_tool_error()
     {
         audit::note(|n| n.tool_error = true);
     }
+    outcome
+}
+
+/// The client's answer to a method's outcome, in its era: a result (completed for a
+/// 2026-07-28 client, stripped of 2026-07-28 members for a legacy one, or passed as it came),
+/// a relayed stream, the upstream's JSON-RPC error, or the gateway's. `method` is the metric's
+/// label and the call's own method name.
+fn respond(
+    cx: &Arc<McpContext>,
+    caller: &Arc<Caller>,
+    id: &Value,
+    (method, rpc_method): (&'static str, &str),
+    era: Era,
+    outcome: Result<Answer, Failure>,
+) -> (Response, Counted) {
+    let ok = Some((method, "ok"));
     match outcome {
         Ok(Answer::Json(mut result)) => {
             match era {
-                Era::Rev2026 => protocol::stamp_modern_result(&mut result, &message.method),
+                Era::Rev2026 => protocol::stamp_modern_result(&mut result, rpc_method),
                 Era::Rev2025 => protocol::strip_modern_result(&mut result),
             }
-            let response = rpc_response(&id, "result", result, StatusCode::OK);
-            (response, Some((method, "ok")))
+            (rpc_response(id, "result", result, StatusCode::OK), ok)
         }
-        Ok(Answer::Raw(result)) => (
-            raw_result_response(&id, result.get(), None),
-            Some((method, "ok")),
-        ),
-        Ok(Answer::ForLegacy(text)) => {
-            (raw_result_response(&id, &text, None), Some((method, "ok")))
-        }
+        Ok(Answer::Raw(result)) => (raw_result_response(id, result.get(), None), ok),
+        Ok(Answer::ForLegacy(text)) => (raw_result_response(id, &text, None), ok),
         Ok(Answer::Relayed {
             result,
             has_result_type,
-        }) => {
-            let response = match era {
-                Era::Rev2026 if protocol::has_cache_fields(&message.method) => {
-                    let mut result = RpcResult::Raw(result).into_value();
-                    protocol::stamp_modern_result(&mut result, &message.method);
-                    rpc_response(&id, "result", result, StatusCode::OK)
-                }
-                Era::Rev2026 if !has_result_type => {
-                    raw_result_response(&id, result.get(), Some(r#""resultType":"complete""#))
-                }
-                // (A legacy client's result came without 2026-07-28 members already, or as
-                // `ForLegacy`: dispatch read them.)
-                _ => raw_result_response(&id, result.get(), None),
-            };
-            (response, Some((method, "ok")))
-        }
+        }) => (relayed(id, rpc_method, era, result, has_result_type), ok),
         Ok(Answer::Stream(relay)) => {
-            let mut key_tag = [0u8; 8];
-            key_tag.copy_from_slice(&caller.tag()[..8]);
-            let response = relay::sse_response(
-                *relay,
-                relay::Client {
-                    id,
-                    era,
-                    key_tag,
-                    table: caller.table.clone(),
-                    bridge: Some(relay::Bridge {
-                        cx: cx.clone(),
-                        caller: caller.clone(),
-                    }),
-                },
-            );
+            let response = stream(cx, caller, id.clone(), era, *relay);
             (response, Some((method, "stream")))
         }
         Err(Failure::Upstream(error, status)) => {
-            // A 2026-07-28 client reads the HTTP status as part of the answer: the upstream's
-            // own when it set one, else the revision's rule for the code. Legacy: 200.
-            let status = match era {
-                Era::Rev2025 => StatusCode::OK,
-                Era::Rev2026 if status.is_client_error() => status,
-                Era::Rev2026 => protocol::modern_error_status(
-                    error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                ),
-            };
-            audit::note(|n| n.rpc_error_code = error.get("code").and_then(Value::as_i64));
-            (
-                rpc_response(&id, "error", error, status),
-                Some((method, "upstream_error")),
-            )
+            let response = upstream_error(id, era, error, status);
+            (response, Some((method, "upstream_error")))
         }
         Err(Failure::Gateway(e)) => {
             let outcome = e.outcome();
-            tracing::info!(method = %message.method, error = %e, outcome, "request failed");
-            fail(&id, e, method, era)
+            tracing::info!(method = %rpc_method, error = %e, outcome, "request failed");
+            refused(id, e, method, era)
         }
     }
+}
+
+/// An upstream's result passed on as it came: a 2026-07-28 client gets the `resultType` it
+/// needs in front where the upstream left it out (and a result with cache hints, were one
+/// passed on unread, completed as a tree).
+fn relayed(
+    id: &Value,
+    rpc_method: &str,
+    era: Era,
+    result: Box<RawValue>,
+    has_result_type: bool,
+) -> Response {
+    match era {
+        Era::Rev2026 if protocol::has_cache_fields(rpc_method) => {
+            let mut result = RpcResult::Raw(result).into_value();
+            protocol::stamp_modern_result(&mut result, rpc_method);
+            rpc_response(id, "result", result, StatusCode::OK)
+        }
+        Era::Rev2026 if !has_result_type => {
+            raw_result_response(id, result.get(), Some(r#""resultType":"complete""#))
+        }
+        // (A legacy client's result came without 2026-07-28 members already, or as
+        // `ForLegacy`: dispatch read them.)
+        _ => raw_result_response(id, result.get(), None),
+    }
+}
+
+/// An upstream's stream relayed event by event, with what the relay needs to answer the
+/// client's id and to bridge the eras (server-to-client requests on the same stream).
+fn stream(
+    cx: &Arc<McpContext>,
+    caller: &Arc<Caller>,
+    id: Value,
+    era: Era,
+    relay: relay::Relay,
+) -> Response {
+    let mut key_tag = [0u8; 8];
+    key_tag.copy_from_slice(&caller.tag()[..8]);
+    relay::sse_response(
+        relay,
+        relay::Client {
+            id,
+            era,
+            key_tag,
+            table: caller.table.clone(),
+            bridge: Some(relay::Bridge {
+                cx: cx.clone(),
+                caller: caller.clone(),
+            }),
+        },
+    )
+}
+
+/// The upstream's own JSON-RPC error, unchanged. A 2026-07-28 client reads the HTTP status as
+/// part of the answer: the upstream's own when it set one, else the revision's rule for the
+/// code. Legacy: 200.
+fn upstream_error(id: &Value, era: Era, error: Value, status: StatusCode) -> Response {
+    let status = match era {
+        Era::Rev2025 => StatusCode::OK,
+        Era::Rev2026 if status.is_client_error() => status,
+        Era::Rev2026 => {
+            protocol::modern_error_status(error.get("code").and_then(Value::as_i64).unwrap_or(0))
+        }
+    };
+    audit::note(|n| n.rpc_error_code = error.get("code").and_then(Value::as_i64));
+    rpc_response(id, "error", error, status)
 }
