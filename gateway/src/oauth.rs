@@ -1009,4 +1009,502 @@ keys:
             (StatusCode::BAD_REQUEST, Some("invalid_request"))
         );
     }
+
+    /// Where a redirect goes, and its query.
+    fn location(response: &Response) -> (String, HashMap<String, String>) {
+        assert_eq!(response.status(), StatusCode::FOUND);
+        let to = response
+            .headers()
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .expect("a Location");
+        let url = url::Url::parse(to).expect("an absolute Location");
+        let query = url.query_pairs().into_owned().collect();
+        let mut bare = url.clone();
+        bare.set_query(None);
+        (bare.to_string(), query)
+    }
+
+    fn sealer(cx: &SignInContext) -> (Arc<RoutingTable>, SystemTime) {
+        (cx.table(), SystemTime::now())
+    }
+
+    async fn registered(cx: &Arc<SignInContext>, redirect: &str) -> String {
+        let (status, client) = body(
+            register(
+                State(cx.clone()),
+                Ok(Json(Registration {
+                    redirect_uris: vec![redirect.into()],
+                    client_name: None,
+                    grant_types: None,
+                })),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{client}");
+        client["client_id"]
+            .as_str()
+            .expect("a client_id")
+            .to_string()
+    }
+
+    /// Without `gateway.publicUrl` the issuer would follow the Host header: brokered sign-in
+    /// is unavailable rather than answered under a name a request chose.
+    #[tokio::test]
+    async fn brokered_sign_in_without_the_public_url_is_unavailable() {
+        let cx = context(&BROKERED.replace("publicUrl: \"https://gw.example\", ", ""));
+        let response = metadata(State(cx.clone()), HeaderMap::new()).await;
+        assert_eq!(
+            response
+                .headers()
+                .get(header::CACHE_CONTROL)
+                .and_then(|v| v.to_str().ok()),
+            Some("no-store")
+        );
+        let (status, e) = body(response).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("temporarily_unavailable")
+            )
+        );
+        let (status, _) =
+            body(token(State(cx), Ok(Form(token_request("refresh_token")))).await).await;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "every endpoint alike"
+        );
+    }
+
+    #[tokio::test]
+    async fn registration_is_public_clients_with_allowed_redirects_only() {
+        let cx = context(BROKERED);
+        let refused = |redirect_uris: Vec<&str>, grant_types: Option<Vec<&str>>| {
+            let cx = cx.clone();
+            let asked = Registration {
+                redirect_uris: redirect_uris.into_iter().map(String::from).collect(),
+                client_name: None,
+                grant_types: grant_types.map(|g| g.into_iter().map(String::from).collect()),
+            };
+            async move { body(register(State(cx), Ok(Json(asked))).await).await }
+        };
+        for (uris, grants) in [
+            (vec![], None),
+            // Plain http only to loopback (RFC 8252).
+            (vec!["http://client.example/cb"], None),
+            (vec!["https://client.example/cb#frag"], None),
+            (
+                vec!["http://127.0.0.1:9/cb"],
+                Some(vec!["client_credentials"]),
+            ),
+        ] {
+            let (status, e) = refused(uris.clone(), grants).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{uris:?}: {e}");
+            assert!(
+                e["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("invalid_")),
+                "{e}"
+            );
+        }
+        let (status, client) =
+            refused(vec!["http://127.0.0.1:9/cb"], Some(vec!["refresh_token"])).await;
+        assert_eq!(status, StatusCode::CREATED, "{client}");
+        assert_eq!(client["token_endpoint_auth_method"], "none");
+        assert!(
+            client.get("client_secret").is_none(),
+            "a public client holds no secret"
+        );
+    }
+
+    /// Once the client and its redirect URI match, a bad request goes back to the client (with
+    /// its state and the issuer, RFC 9207), each naming why; state too long stays here.
+    #[tokio::test]
+    async fn authorize_sends_later_refusals_back_to_the_clients_redirect() {
+        let cx = context(BROKERED);
+        let client_id = registered(&cx, "http://127.0.0.1:9/cb").await;
+        let challenge = "a".repeat(43);
+        let good = [
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", "http://127.0.0.1:9/cb"),
+            ("state", "st-1"),
+            ("response_type", "code"),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+        ];
+        let with = |change: &[(&'static str, &str)]| {
+            let mut pairs: Vec<(&str, String)> =
+                good.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            for (k, v) in change {
+                pairs.retain(|(key, _)| key != k);
+                if !v.is_empty() {
+                    pairs.push((k, v.to_string()));
+                }
+            }
+            let q: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            query(&q)
+        };
+        let short = "a".repeat(42);
+        for (change, error) in [
+            (
+                vec![("response_type", "token")],
+                "unsupported_response_type",
+            ),
+            (vec![("code_challenge", "")], "invalid_request"),
+            (vec![("code_challenge", short.as_str())], "invalid_request"),
+            (vec![("code_challenge_method", "plain")], "invalid_request"),
+            (
+                vec![("resource", "https://elsewhere.example/mcp")],
+                "invalid_target",
+            ),
+            // A name that merely starts with the gateway's is not under it.
+            (
+                vec![("resource", "https://gw.example.evil/mcp")],
+                "invalid_target",
+            ),
+            // All well asked, but the provider's discovery has not been read (no I/O here).
+            (vec![], "temporarily_unavailable"),
+        ] {
+            let response = authorize(State(cx.clone()), HeaderMap::new(), with(&change)).await;
+            let (to, q) = location(&response);
+            assert_eq!(to, "http://127.0.0.1:9/cb", "{change:?}");
+            assert_eq!(
+                q.get("error").map(String::as_str),
+                Some(error),
+                "{change:?}: {q:?}"
+            );
+            assert_eq!(q.get("state").map(String::as_str), Some("st-1"));
+            assert_eq!(q.get("iss").map(String::as_str), Some("https://gw.example"));
+        }
+        let long = "s".repeat(1025);
+        let (status, e) = body(
+            authorize(
+                State(cx.clone()),
+                HeaderMap::new(),
+                with(&[("state", &long)]),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_request")),
+            "not echoed to the client"
+        );
+    }
+
+    fn token_request(grant_type: &str) -> TokenRequest {
+        TokenRequest {
+            grant_type: grant_type.into(),
+            code: None,
+            redirect_uri: None,
+            client_id: None,
+            code_verifier: None,
+            refresh_token: None,
+        }
+    }
+
+    async fn token_answer(cx: &Arc<SignInContext>, request: TokenRequest) -> (StatusCode, Value) {
+        body(token(State(cx.clone()), Ok(Form(request))).await).await
+    }
+
+    fn alice() -> Identity {
+        Identity {
+            provider: "corp".into(),
+            subject: "alice".into(),
+            groups: vec!["eng".into()],
+        }
+    }
+
+    #[tokio::test]
+    async fn the_token_endpoint_refuses_other_grants_and_unknown_codes_and_tokens() {
+        let cx = context(BROKERED);
+        let (status, e) = token_answer(&cx, token_request("password")).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("unsupported_grant_type"))
+        );
+        let forged = TokenRequest {
+            code: Some("forged".into()),
+            refresh_token: Some("forged".into()),
+            ..token_request("authorization_code")
+        };
+        let (status, e) = token_answer(&cx, forged).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+        );
+        let forged = TokenRequest {
+            refresh_token: Some("forged".into()),
+            ..token_request("refresh_token")
+        };
+        let (status, e) = token_answer(&cx, forged).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+        );
+    }
+
+    /// A code is the client's, for its redirect URI, against its PKCE challenge: each refused
+    /// in turn, naming which; then redeemed, the access token bound to the code's resource and
+    /// never outliving the provider's token it carries.
+    #[tokio::test]
+    async fn a_code_is_redeemed_only_by_its_client_with_its_redirect_and_verifier() {
+        let cx = context(BROKERED);
+        let (table, now) = sealer(&cx);
+        let sealer = table
+            .broker
+            .as_ref()
+            .expect("a brokered table has a sealer");
+        let verifier = new_verifier();
+        let provider_exp = unix(now) + 120;
+        let code = sealer.seal(
+            Record::Code,
+            &CodeRecord {
+                client: digest("client-a"),
+                redirect_uri: "http://127.0.0.1:9/cb".into(),
+                code_challenge: s256(&verifier),
+                resource: "https://gw.example/mcp".into(),
+                scope: Some("mcp-tools".into()),
+                identity: alice(),
+                provider_token: ProviderTokens {
+                    access: "provider-access".into(),
+                    access_exp: provider_exp,
+                    refresh: Some("provider-refresh".into()),
+                },
+                exp: unix(now) + 60,
+            },
+            now,
+        );
+        let asked = |client: &str, redirect: &str, verifier: &str| TokenRequest {
+            code: Some(code.clone()),
+            client_id: Some(client.into()),
+            redirect_uri: Some(redirect.into()),
+            code_verifier: Some(verifier.into()),
+            ..token_request("authorization_code")
+        };
+        let other = new_verifier();
+        for (request, why) in [
+            (
+                asked("client-b", "http://127.0.0.1:9/cb", &verifier),
+                "another client",
+            ),
+            (
+                asked("client-a", "http://127.0.0.1:9/other", &verifier),
+                "redirect_uri",
+            ),
+            (
+                asked("client-a", "http://127.0.0.1:9/cb", &other),
+                "code_verifier",
+            ),
+        ] {
+            let (status, e) = token_answer(&cx, request).await;
+            assert_eq!(
+                (status, e["error"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+            );
+            let description = e["error_description"].as_str().unwrap_or_default();
+            assert!(description.contains(why), "{why}: {description}");
+        }
+        let (status, grant) =
+            token_answer(&cx, asked("client-a", "http://127.0.0.1:9/cb", &verifier)).await;
+        assert_eq!(status, StatusCode::OK, "{grant}");
+        assert_eq!(grant["token_type"], "Bearer");
+        assert_eq!(grant["scope"], "mcp-tools");
+        let expires_in = grant["expires_in"].as_u64().expect("expires_in");
+        assert!(
+            expires_in <= 120,
+            "capped by the provider's token: {expires_in}"
+        );
+        let access: AccessRecord = sealer
+            .open(Record::Access, grant["access_token"].as_str().unwrap(), now)
+            .expect("an access token of this gateway's");
+        assert_eq!(access.audience, "https://gw.example/mcp");
+        assert_eq!(access.identity, alice());
+        assert_eq!(access.provider_access, "provider-access");
+        assert!(
+            grant["refresh_token"].is_string(),
+            "the provider gave one to hold"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refresh_token_is_refused_to_another_client_or_provider_before_the_provider_is_asked()
+    {
+        let cx = context(BROKERED);
+        let (table, now) = sealer(&cx);
+        let sealer = table.broker.as_ref().expect("a sealer");
+        // The brokered provider's id, as its people's identities carry it.
+        let people = table.people.as_ref().expect("people sign in");
+        let (provider, _, _) = people
+            .providers()
+            .find(|(_, spec, _)| spec.brokered.is_some())
+            .expect("a brokered provider");
+        let refresh = |provider: &str| {
+            sealer.seal(
+                Record::Refresh,
+                &RefreshRecord {
+                    client: digest("client-a"),
+                    resource: "https://gw.example/mcp".into(),
+                    scope: None,
+                    provider: provider.into(),
+                    provider_refresh: "provider-refresh".into(),
+                    exp: unix(now) + 600,
+                },
+                now,
+            )
+        };
+        let asked = |token: String, client: &str| TokenRequest {
+            refresh_token: Some(token),
+            client_id: Some(client.into()),
+            ..token_request("refresh_token")
+        };
+        let (status, e) = token_answer(&cx, asked(refresh(provider), "client-b")).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+        );
+        assert!(
+            e["error_description"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("another client")
+        );
+        let (status, e) = token_answer(&cx, asked(refresh("elsewhere"), "client-a")).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+        );
+        assert!(
+            e["error_description"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("another identity provider's")
+        );
+        // Its own: the provider must be asked, whose discovery was never read here.
+        let (status, e) = token_answer(&cx, asked(refresh(provider), "client-a")).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("temporarily_unavailable")
+            )
+        );
+    }
+
+    /// A login sealed as `authorize` seals it, started in the browser holding `nonce`.
+    fn login(sealer: &BrokerSealer, nonce: &str, now: SystemTime) -> String {
+        sealer.seal(
+            Record::Login,
+            &LoginRecord {
+                browser: digest(nonce),
+                client: digest("client-a"),
+                redirect_uri: "http://127.0.0.1:9/cb".into(),
+                state: Some("st-1".into()),
+                code_challenge: "a".repeat(43),
+                resource: "https://gw.example/mcp".into(),
+                scope: None,
+                verifier: new_verifier(),
+                exp: unix(now) + 600,
+            },
+            now,
+        )
+    }
+
+    fn browser(nonce: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("other=1; {BROWSER_COOKIE}={nonce}")).unwrap(),
+        );
+        headers
+    }
+
+    /// The consent answer counts only from the browser the page was shown in; a denial goes
+    /// back to the client as `access_denied`.
+    #[tokio::test]
+    async fn consent_is_answered_only_from_the_browser_that_started_the_login() {
+        let cx = context(BROKERED);
+        let (table, now) = sealer(&cx);
+        let sealer = table.broker.as_ref().expect("a sealer");
+        let consent_of = sealer.seal(
+            Record::Consent,
+            &ConsentRecord {
+                login: login(sealer, "nonce-1", now),
+                exp: unix(now) + 600,
+            },
+            now,
+        );
+        let answer = |headers: HeaderMap, consent: &str, answer: &str| {
+            let form = Form(ConsentAnswer {
+                consent: consent.into(),
+                answer: answer.into(),
+            });
+            consent_handler(cx.clone(), headers, form)
+        };
+        for (headers, sealed) in [
+            (browser("nonce-1"), "forged"),
+            (HeaderMap::new(), consent_of.as_str()),
+            (browser("nonce-2"), consent_of.as_str()),
+        ] {
+            let (status, e) = body(answer(headers, sealed, "approve").await).await;
+            assert_eq!(
+                (status, e["error"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("invalid_request"))
+            );
+        }
+        let denied = answer(browser("nonce-1"), &consent_of, "deny").await;
+        let (to, q) = location(&denied);
+        assert_eq!(to, "http://127.0.0.1:9/cb");
+        assert_eq!(q.get("error").map(String::as_str), Some("access_denied"));
+        assert_eq!(q.get("state").map(String::as_str), Some("st-1"));
+        // Approved, but the provider's endpoints are not known yet: said, not redirected.
+        let (status, _) = body(answer(browser("nonce-1"), &consent_of, "approve").await).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    async fn consent_handler(
+        cx: Arc<SignInContext>,
+        headers: HeaderMap,
+        form: Form<ConsentAnswer>,
+    ) -> Response {
+        consent(State(cx), headers, Ok(form)).await
+    }
+
+    /// The provider's answer comes back to the browser that started the login, or not at all;
+    /// the provider's refusal, or no code, is the client's `access_denied`.
+    #[tokio::test]
+    async fn the_callback_checks_the_login_and_the_browser_before_the_code() {
+        let cx = context(BROKERED);
+        let (table, now) = sealer(&cx);
+        let sealer = table.broker.as_ref().expect("a sealer");
+        let state = login(sealer, "nonce-1", now);
+        let back = |headers: HeaderMap, pairs: &[(&str, &str)]| {
+            callback(State(cx.clone()), headers, query(pairs))
+        };
+        let (status, _) =
+            body(back(browser("nonce-1"), &[("state", "forged"), ("code", "c")]).await).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let (status, e) =
+            body(back(HeaderMap::new(), &[("state", &state), ("code", "c")]).await).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+        for pairs in [
+            vec![("state", state.as_str()), ("error", "access_denied")],
+            // Without the provider's endpoints there is nowhere to redeem a code.
+            vec![("state", state.as_str()), ("code", "c")],
+        ] {
+            let (to, q) = location(&back(browser("nonce-1"), &pairs).await);
+            assert_eq!(to, "http://127.0.0.1:9/cb");
+            assert_eq!(
+                q.get("error").map(String::as_str),
+                Some("access_denied"),
+                "{pairs:?}"
+            );
+            assert_eq!(q.get("state").map(String::as_str), Some("st-1"));
+            assert!(!q.contains_key("code"));
+        }
+    }
 }

@@ -105,3 +105,183 @@ fn gateway_document(
     }
     Json(document).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The protected-resource metadata in process, with its own context over a table built
+    //! from a config; the one document read from an upstream comes from the in-process test
+    //! upstream (`switchboard_upstream::test_upstream`, on a loopback port).
+    use super::*;
+    use axum::http::Uri;
+    use serde_json::Value;
+    use switchboard_core::live::LiveTable;
+    use switchboard_core::metrics::Metrics;
+    use switchboard_core::table::RoutingTable;
+    use switchboard_snapshot::{SystemLookup, load};
+    use switchboard_upstream::UpstreamPlane;
+    use switchboard_upstream::test_upstream::{TestUpstream, Upstream};
+
+    const PEOPLE: &str = r#"
+gateway: {publicUrl: "https://gw.example", sessionKey: a-session-key-for-tests}
+identityProviders:
+- name: corp
+  issuer: https://login.example/realms/corp
+  audiences: [switchboard]
+  scopes: [mcp-tools]
+- name: partners
+  issuer: https://partners.example
+  audiences: [switchboard]
+  scopes: [mcp-tools, partner]
+servers:
+- {name: a, url: 'http://a/mcp'}
+keys:
+- {name: alice, secret: s-alice, servers: [a], people: [{provider: corp, subjects: [alice]}]}
+"#;
+
+    fn context(config: &str) -> Arc<SignInContext> {
+        let table = RoutingTable::build(&load(config, &SystemLookup).expect("a valid config"))
+            .expect("a valid table");
+        let live = Arc::new(LiveTable::empty());
+        let upstream = Arc::new(UpstreamPlane::new(Arc::new(Metrics::default())));
+        upstream.prepare(&table);
+        live.store(Arc::new(table));
+        Arc::new(SignInContext::new(live, upstream))
+    }
+
+    async fn body(response: Response) -> (StatusCode, Value) {
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("a body");
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn gateway_doc(cx: Arc<SignInContext>, path: &str) -> (StatusCode, Value) {
+        let uri: Uri = format!("/.well-known/oauth-protected-resource{path}")
+            .parse()
+            .expect("a path");
+        body(gateway_metadata(State(cx), uri, HeaderMap::new()).await).await
+    }
+
+    #[tokio::test]
+    async fn without_people_signing_in_there_is_no_gateway_metadata() {
+        let config = "servers:\n- {name: a, url: 'http://a/mcp'}\n";
+        let (status, _) = gateway_doc(context(config), "/mcp").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    /// Each endpoint's document names itself as the resource, and every identity provider
+    /// once, with their scopes merged without repeats.
+    #[tokio::test]
+    async fn the_gateway_metadata_names_the_resource_and_every_provider() {
+        let cx = context(PEOPLE);
+        let (status, doc) = gateway_doc(cx.clone(), "/mcp-rest").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(doc["resource"], "https://gw.example/mcp-rest");
+        assert_eq!(
+            doc["authorization_servers"],
+            json!([
+                "https://login.example/realms/corp",
+                "https://partners.example"
+            ])
+        );
+        assert_eq!(doc["scopes_supported"], json!(["mcp-tools", "partner"]));
+        assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
+        let (_, doc) = gateway_doc(cx, "/mcp").await;
+        assert_eq!(doc["resource"], "https://gw.example/mcp");
+    }
+
+    /// A brokered provider's people sign in at the gateway itself: the gateway comes first
+    /// (clients take the first), and that provider's own issuer is not offered.
+    #[tokio::test]
+    async fn a_brokered_provider_makes_the_gateway_the_first_authorization_server() {
+        let brokered = PEOPLE.replace(
+            "  scopes: [mcp-tools]\n- name: partners",
+            "  scopes: [mcp-tools]\n  brokered: {clientId: gw, clientSecret: s}\n- name: partners",
+        );
+        let (_, doc) = gateway_doc(context(&brokered), "/mcp").await;
+        assert_eq!(
+            doc["authorization_servers"],
+            json!(["https://gw.example", "https://partners.example"])
+        );
+    }
+
+    /// A server that does not use the caller's credential is one of the gateway's resources:
+    /// its document is the gateway's, for its own path.
+    #[tokio::test]
+    async fn a_server_with_the_gateways_credential_gets_the_gateway_document() {
+        let (status, doc) = body(
+            protected_resource_metadata(
+                State(context(PEOPLE)),
+                Path("a".to_string()),
+                HeaderMap::new(),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(doc["resource"], "https://gw.example/mcp/a");
+        assert_eq!(doc["resource_name"], "switchboard");
+    }
+
+    fn passthrough(up: &TestUpstream) -> String {
+        format!(
+            "gateway: {{publicUrl: \"https://gw.example\"}}\nservers:\n- name: up\n  url: {}\n  timeout: 5s\n  auth: {{type: passthrough}}\n",
+            up.mcp_url()
+        )
+    }
+
+    /// A caller-credential server: the gateway is the resource, the upstream's authorization
+    /// servers and scopes are where the client gets a token the upstream accepts.
+    #[tokio::test]
+    async fn a_caller_credential_server_relays_the_upstreams_authorization_servers() {
+        let up = Upstream {
+            resource_document: Some(json!({
+                "resource": "https://upstream.example/mcp",
+                "authorization_servers": ["https://idp.example"],
+                "scopes_supported": ["tools"],
+            })),
+            ..Upstream::default()
+        }
+        .serve()
+        .await;
+        let cx = context(&passthrough(&up));
+        let (status, doc) = body(
+            protected_resource_metadata(State(cx), Path("up".to_string()), HeaderMap::new()).await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{doc}");
+        assert_eq!(
+            doc["resource"], "https://gw.example/mcp/up",
+            "the gateway, not the upstream"
+        );
+        assert_eq!(doc["authorization_servers"], json!(["https://idp.example"]));
+        assert_eq!(doc["scopes_supported"], json!(["tools"]));
+        // Path-suffixed first (RFC 9728).
+        assert_eq!(
+            up.gets()[0].path,
+            "/.well-known/oauth-protected-resource/mcp"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_caller_credential_server_without_upstream_metadata_is_a_bad_gateway() {
+        let up = TestUpstream::modern().await;
+        let (status, e) = body(
+            protected_resource_metadata(
+                State(context(&passthrough(&up))),
+                Path("up".to_string()),
+                HeaderMap::new(),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert_eq!(e["error"], "upstream_metadata_unavailable");
+        assert_eq!(e["server"], "up");
+        assert_eq!(up.gets().len(), 2, "both well-known places tried");
+    }
+}
