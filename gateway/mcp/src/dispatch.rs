@@ -108,10 +108,10 @@ impl Answer {
 pub(crate) async fn aggregate_method(
     cx: &McpContext,
     caller: &Caller,
-    request: Request,
+    mut request: Request,
 ) -> Result<Answer, Failure> {
+    let params = request.params.take();
     let method = request.method.as_str();
-    let params = request.params.clone();
     if let Some(kind) = ListKind::from_method(method) {
         let cursor = params
             .as_ref()
@@ -274,7 +274,7 @@ pub(crate) async fn single_method(
     cx: &McpContext,
     caller: &Caller,
     server: &Arc<Server>,
-    request: Request,
+    mut request: Request,
 ) -> Result<Answer, Failure> {
     let method = request.method.as_str();
     if method == "tools/call" {
@@ -289,7 +289,8 @@ pub(crate) async fn single_method(
         };
         caller.check_tool(server, name, unknown)?;
     }
-    let upstream_call = request.upstream_call(method, request.params.clone());
+    let params = request.params.take();
+    let upstream_call = request.upstream_call(method, params);
     let mut answer = answer_from_upstream(cx, caller, server, upstream_call, false).await?;
     if method == "tools/list"
         && let Answer::Json(result) = &mut answer

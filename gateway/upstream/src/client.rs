@@ -27,9 +27,9 @@ use serde_json::{Value, json};
 use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamEra, UpstreamNetworks};
 use tokio::time::Instant;
 
+use crate::call::{SessionScope, UpstreamCall};
 use crate::error::{ClientBuildError, FetchError, UpstreamError};
 use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
-use crate::plane::UpstreamCall;
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
@@ -79,17 +79,6 @@ impl<'a> RpcCall<'a> {
     pub fn session(&self) -> SessionScope {
         self.request.session
     }
-}
-
-/// Whose upstream session a request uses on a legacy upstream. A legacy client's requests go
-/// on an upstream session of its own (opened with its capabilities, closed when it ends);
-/// everything else shares one session per credential partition.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct SessionScope {
-    /// The client session's tag, 0 for the shared session.
-    pub client: u64,
-    /// The client's capabilities ([`switchboard_protocol::capabilities`] bits).
-    pub capabilities: u8,
 }
 
 /// The upstream's JSON-RPC answer: a result, an error object passed on unchanged with the
@@ -448,15 +437,10 @@ impl Upstreams {
     /// headers arrived; the caller bounds the rest). A stream notes each list change the
     /// upstream announces on it as the event is read, before anyone relays it.
     pub async fn call(&self, call: RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
-        let mut outcome =
-            match tokio::time::timeout_at(call.deadline, self.call_in_era(&call)).await {
-                Ok(result) => result,
-                Err(_) => Err(timeout_error(&call)),
-            };
-        if let Ok(RpcOutcome::Stream(stream)) = &mut outcome {
-            stream.lists = Some(self.state(call.server));
+        match tokio::time::timeout_at(call.deadline, self.call_in_era(&call)).await {
+            Ok(result) => result,
+            Err(_) => Err(timeout_error(&call)),
         }
-        outcome
     }
 
     /// The upstream's own identity for a legacy client: the `initialize` result of the legacy
@@ -621,7 +605,7 @@ impl Upstreams {
             .map_err(Attempt::Failed)?;
         if reply.status.is_success() && reply.is_event_stream() {
             // 2026-07-28 has no resumption: a stream of its is read as it comes, or not at all.
-            let stream = reply.into_stream(id, None, None);
+            let stream = reply.into_stream(id, None, None, self.state(call.server));
             return stream.outcome(call).await.map_err(Attempt::Failed);
         }
         let reply = reply.read(call.server).await.map_err(Attempt::Failed)?;
@@ -671,7 +655,12 @@ impl Upstreams {
                         .as_ref()
                         .is_some_and(|t| t.client.is_some()),
                 };
-                let stream = reply.into_stream(id, Some(session.clone()), Some(origin));
+                let stream = reply.into_stream(
+                    id,
+                    Some(session.clone()),
+                    Some(origin),
+                    self.state(call.server),
+                );
                 return stream.outcome(call).await;
             }
             let reply = reply.read(call.server).await?;
@@ -680,6 +669,7 @@ impl Upstreams {
             }
             match reply.status {
                 StatusCode::NOT_FOUND if session.id.is_some() && attempt == 0 => continue,
+                StatusCode::NOT_FOUND if session.id.is_some() => break,
                 s if s.is_success() => return reply.outcome(call.server, &id),
                 StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                     return Err(reply.auth_error(call.server));
@@ -939,6 +929,7 @@ impl SentReply {
         upstream_id: Value,
         session: Option<Arc<LegacySession>>,
         origin: Option<StreamOrigin>,
+        lists: Arc<UpstreamState>,
     ) -> UpstreamStream {
         UpstreamStream {
             status: self.status,
@@ -952,7 +943,7 @@ impl SentReply {
             answered: false,
             admission: None,
             span: tracing::Span::none(),
-            lists: None,
+            lists,
         }
     }
 }
@@ -1089,9 +1080,9 @@ pub struct UpstreamStream {
     admission: Option<switchboard_core::limits::LimitPermit>,
     /// The call's client span ([`crate::call_span`]), open until the stream ends.
     span: tracing::Span,
-    /// Where a list change the upstream announces on this stream is noted (set by
-    /// [`Upstreams::call`]).
-    lists: Option<Arc<UpstreamState>>,
+    /// Where a list change the upstream announces on this stream is noted, whether the
+    /// stream is relayed or read whole for its answer.
+    lists: Arc<UpstreamState>,
 }
 
 impl std::fmt::Debug for UpstreamStream {
@@ -1174,10 +1165,8 @@ impl UpstreamStream {
                     self.resume.take_from(&mut event);
                     // Noted before the event is handed on: a client that lists again as soon
                     // as it reads the notification gets a fresh listing.
-                    if let (Some(state), Some(change)) =
-                        (&self.lists, ListChanged::announced_by(&event.data))
-                    {
-                        state.list_changed(change);
+                    if let Some(change) = ListChanged::announced_by(&event.data) {
+                        self.lists.list_changed(change);
                     }
                     return Ok(Some(event));
                 }

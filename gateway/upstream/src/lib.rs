@@ -15,6 +15,7 @@
 //! identity provider found, and how often gateways refresh it).
 
 mod broker_login;
+mod call;
 mod call_span;
 mod catalog;
 mod client;
@@ -35,8 +36,9 @@ mod tls;
 mod tokens;
 
 pub use broker_login::ProviderGrant;
-pub use client::{RpcOutcome, RpcResult, SessionScope, UpstreamStream};
-pub use plane::{UpstreamCall, UpstreamPlane};
+pub use call::{SessionScope, UpstreamCall};
+pub use client::{RpcOutcome, RpcResult, UpstreamStream};
+pub use plane::UpstreamPlane;
 /// The parser of a `WWW-Authenticate` challenge (exposed for the gateway's fuzz targets).
 pub use protected_resource::auth_challenge;
 /// The server-certificate verifier that checks a fixed name (the gateway's operator client).

@@ -6,8 +6,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
+use crate::call::UpstreamCall;
 use crate::client::{RpcCall, RpcOutcome, Upstreams};
-use crate::plane::UpstreamCall;
 use crate::error::UpstreamError;
 use crate::request_credential::RequestCredential;
 use switchboard_core::table::Server;

@@ -16,9 +16,10 @@ use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial, UpstreamAuth};
 use tokio::time::Instant;
 
 use crate::broker_login::{ProviderGrant, token_request};
+use crate::call::{SessionScope, UpstreamCall};
 use crate::call_span;
 use crate::catalog::Catalog;
-use crate::client::{RpcCall, RpcOutcome, RpcResult, SessionScope, Upstreams};
+use crate::client::{RpcCall, RpcOutcome, RpcResult, Upstreams};
 use crate::error::{
     ClientBuildError, ClientDocumentError, KeysError, TokenEndpointError, UpstreamError,
 };
@@ -48,36 +49,6 @@ pub struct UpstreamPlane {
     /// Client ID Metadata Documents of brokered sign-in's clients.
     client_documents: crate::broker_login::ClientDocuments,
     metrics: Arc<Metrics>,
-}
-
-/// One method call as it goes upstream.
-pub struct UpstreamCall<'a> {
-    pub method: &'a str,
-    /// Parameters as the upstream gets them (names already without the gateway prefix).
-    pub params: Option<Value>,
-    /// The answer may be relayed as a stream (see `RpcCall::stream`).
-    pub stream: bool,
-    /// The legacy upstream session to use (a legacy client's own, or the shared one).
-    pub session: SessionScope,
-    /// The client speaks 2026-07-28: its `Mcp-Param-*` headers are its own business (passed
-    /// through, never synthesized); a legacy client's are derived from the tool's schema.
-    pub modern_client: bool,
-    /// A legacy client's log level, for a 2026-07-28 upstream.
-    pub log_level: Option<&'static str>,
-}
-
-impl<'a> UpstreamCall<'a> {
-    /// A plain request on the shared session, answered whole.
-    pub fn whole(method: &'a str, params: Option<Value>) -> UpstreamCall<'a> {
-        UpstreamCall {
-            method,
-            params,
-            stream: false,
-            session: SessionScope::default(),
-            log_level: None,
-            modern_client: false,
-        }
-    }
 }
 
 impl UpstreamPlane {

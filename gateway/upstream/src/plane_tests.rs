@@ -207,7 +207,7 @@ async fn client_call(
         "tools/call",
         Some(serde_json::json!({"name": "remember", "arguments": {}})),
     );
-    upstream_call.session = crate::client::SessionScope {
+    upstream_call.session = crate::call::SessionScope {
         client,
         capabilities: 0,
     };
