@@ -529,6 +529,23 @@ impl UpstreamAuth {
         )
     }
 
+    /// Whether the credential is found per request (the caller's, or a token the gateway
+    /// obtains); a static one (or none) is in the server's headers already.
+    pub fn resolved_per_request(&self) -> bool {
+        match self {
+            UpstreamAuth::None
+            | UpstreamAuth::ApiKey { .. }
+            | UpstreamAuth::Bearer { .. }
+            | UpstreamAuth::Basic { .. }
+            | UpstreamAuth::Token { .. }
+            | UpstreamAuth::Authorization { .. } => false,
+            UpstreamAuth::Passthrough { .. }
+            | UpstreamAuth::OauthDelegate { .. }
+            | UpstreamAuth::Oauth2ClientCredentials { .. }
+            | UpstreamAuth::TokenExchange { .. } => true,
+        }
+    }
+
     /// The header a custom credential slot names, if the arm has one.
     pub fn upstream_token_header(&self) -> Option<&str> {
         match self {

@@ -606,7 +606,10 @@ impl Upstreams {
         if reply.status.is_success() && reply.is_event_stream() {
             // 2026-07-28 has no resumption: a stream of its is read as it comes, or not at all.
             let stream = reply.into_stream(id, None, None, self.state(call.server));
-            return stream.outcome(call).await.map_err(Attempt::Failed);
+            // (Boxed: an SSE answer is the rarer case, and its reader's state is large.)
+            return Box::pin(stream.outcome(call))
+                .await
+                .map_err(Attempt::Failed);
         }
         let reply = reply.read(call.server).await.map_err(Attempt::Failed)?;
         for change in reply.announced_list_changes() {
@@ -661,7 +664,7 @@ impl Upstreams {
                     Some(origin),
                     self.state(call.server),
                 );
-                return stream.outcome(call).await;
+                return Box::pin(stream.outcome(call)).await;
             }
             let reply = reply.read(call.server).await?;
             for change in reply.announced_list_changes() {

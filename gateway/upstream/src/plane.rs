@@ -347,13 +347,17 @@ impl UpstreamPlane {
         // The call's client span: its HTTP exchanges (token, handshake, retries) are children.
         let span = call_span::start(server, request.method, request.params.as_ref());
         use tracing::Instrument as _;
-        let outcome = self
-            .renewing(caller, server, |credential| async move {
+        // Boxed: the exchange's state (credential, era, session, HTTP) is most of a call's
+        // future, and every async layer above would otherwise hold it inline and move it
+        // again as it is built (a few KB copied per layer, per call).
+        let outcome = Box::pin(
+            self.renewing(caller, server, |credential| async move {
                 self.call_with_credential(caller, server, request, credential.as_ref(), deadline)
                     .await
             })
-            .instrument(span.clone())
-            .await;
+            .instrument(span.clone()),
+        )
+        .await;
         finish_call_span(&span, request.method, &outcome);
         match outcome {
             Ok(RpcOutcome::Stream(mut stream)) => {
@@ -383,13 +387,18 @@ impl UpstreamPlane {
         server: &Server,
         rejected: Option<&HeaderValue>,
     ) -> Result<Option<RequestCredential>, UpstreamError> {
-        request_credential::resolve(
+        if !server.spec.auth.resolved_per_request() {
+            // Nothing to resolve (the common case, on every call): no client fetched, and
+            // the resolver's state stays out of the call's future.
+            return Ok(None);
+        }
+        Box::pin(request_credential::resolve(
             &self.tokens,
             &self.upstreams.http_for(server)?,
             caller.credential_context(),
             server,
             rejected,
-        )
+        ))
         .await
     }
 
@@ -445,20 +454,19 @@ impl UpstreamPlane {
             return outcome;
         }
         let settings = &caller.table.settings;
-        let relisted = self
-            .catalog
-            .listing(
-                &self.upstreams,
-                &ListingRequest {
-                    server,
-                    caller_headers: &caller.headers,
-                    credential,
-                    kind: ListKind::Tools,
-                },
-                Duration::ZERO,
-                settings.listing_page_cap,
-            )
-            .await;
+        // (Rare: boxed, so its state stays out of every call's future.)
+        let relisted = Box::pin(self.catalog.listing(
+            &self.upstreams,
+            &ListingRequest {
+                server,
+                caller_headers: &caller.headers,
+                credential,
+                kind: ListKind::Tools,
+            },
+            Duration::ZERO,
+            settings.listing_page_cap,
+        ))
+        .await;
         match relisted {
             Ok(_) => {
                 let headers = derived();

@@ -125,7 +125,9 @@ async fn handle(
     } else {
         "mcp"
     };
-    let (response, counted) = answer(cx, prefix, headers, body).await;
+    // Boxed once here: the router's layers each box and move the handler's future, which
+    // then holds a pointer rather than the whole answer's state.
+    let (response, counted) = Box::pin(answer(cx, prefix, headers, body)).await;
     // The request metric, once per request whatever the exit (a notification counts nothing).
     if let Some((method, outcome)) = counted {
         cx.metrics.request(endpoint, method, outcome);
