@@ -40,10 +40,11 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::test_support::{KEY, Upstream, caller, served};
+    use crate::test_support::{KEY, caller, served};
     use switchboard_core::errors::GatewayError;
     use switchboard_protocol::Era;
     use switchboard_upstream::SessionScope;
+    use switchboard_upstream::test_upstream::TestUpstream;
 
     fn call(name: &str) -> Request {
         Request {
@@ -57,7 +58,7 @@ mod tests {
     }
 
     /// The name the upstream was last called with, and what the gateway answered.
-    fn called(upstream: &Upstream, answer: Result<Answer, Failure>) -> (String, Value) {
+    fn called(upstream: &TestUpstream, answer: Result<Answer, Failure>) -> (String, Value) {
         let result = match answer {
             Ok(Answer::Json(v)) => v,
             Ok(Answer::Relayed { result, .. } | Answer::Raw(result)) => {
@@ -67,7 +68,7 @@ mod tests {
             Ok(Answer::Stream(_)) => panic!("a result, not a stream"),
             Err(e) => panic!("answered, not {e:?}"),
         };
-        let (_, sent) = upstream.last_call().expect("a call went upstream");
+        let sent = upstream.last_call().expect("a call went upstream").body;
         (
             sent["params"]["name"]
                 .as_str()
@@ -78,7 +79,7 @@ mod tests {
     }
 
     /// The refusal a call got: nothing went upstream for it.
-    fn refused(upstream: &Upstream, answer: Result<Answer, Failure>) -> GatewayError {
+    fn refused(upstream: &TestUpstream, answer: Result<Answer, Failure>) -> GatewayError {
         assert!(upstream.last_call().is_none(), "nothing called upstream");
         match answer {
             Err(Failure::Gateway(e)) => e,
@@ -95,7 +96,7 @@ mod tests {
         let (name, result) = called(&upstream, answer);
         assert_eq!(name, "anything", "the prefix stays at the gateway");
         assert_eq!(result["called"], "anything");
-        assert_eq!(upstream.methods(), ["tools/call"], "no listing first");
+        assert_eq!(upstream.rpc_methods(), ["tools/call"], "no listing first");
     }
 
     /// An unknown prefix, and the prefix of a server the key does not reach: the same "unknown
@@ -122,7 +123,7 @@ mod tests {
         assert_eq!(hidden.to_string(), "unknown tool: up__echo");
         // (A prefix that names no server in scope may still be a tool's own name: the servers
         // in scope are listed to judge it, and `up`'s never reached a call.)
-        assert_eq!(upstream.methods(), ["tools/list"]);
+        assert_eq!(upstream.rpc_methods(), ["tools/list"]);
     }
 
     /// An unprefixed name on `/mcp` is judged by the ownership map in the caller's scope: a
@@ -134,7 +135,7 @@ mod tests {
         let answer = dispatch(&cx, &me, &Target::Aggregate, call("echo")).await;
         let (name, _) = called(&upstream, answer);
         assert_eq!(name, "echo");
-        assert_eq!(upstream.methods(), ["tools/list", "tools/call"]);
+        assert_eq!(upstream.rpc_methods(), ["tools/list", "tools/call"]);
         let ghost = dispatch(&cx, &me, &Target::Aggregate, call("ghost")).await;
         match ghost {
             Err(Failure::Gateway(GatewayError::ToolNotFound { name })) => assert_eq!(name, "ghost"),

@@ -1,16 +1,13 @@
 //! What the crate's unit tests share: a context over a table built from a config (as the
-//! gateway builds one, minus the snapshot source), callers authenticated by their key, and an
-//! in-process upstream MCP server (an axum app on a loopback port) that records what it was
-//! sent. Nothing here touches the disk or a socket other than that loopback listener.
+//! gateway builds one, minus the snapshot source), callers authenticated by their key, and the
+//! in-process upstream MCP server they call (switchboard-upstream's, an axum app on a loopback
+//! port that records what it was sent), told how to answer these tests. Nothing here touches
+//! the disk or a socket other than that loopback listener.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::context::McpContext;
@@ -19,6 +16,7 @@ use switchboard_core::metrics::Metrics;
 use switchboard_core::scope::{Caller, Resource, authenticate};
 use switchboard_core::table::RoutingTable;
 use switchboard_upstream::UpstreamPlane;
+use switchboard_upstream::test_upstream::{Reply, TestUpstream, Upstream};
 
 /// The key most tests call with (`Bearer s-k`), reaching the one server `up`.
 pub(crate) const KEY: &str = "s-k";
@@ -62,8 +60,8 @@ pub(crate) fn context(config: &str) -> Arc<McpContext> {
 }
 
 /// An upstream and a context whose server `up` is it: what most tests start from.
-pub(crate) async fn served() -> (Upstream, Arc<McpContext>) {
-    let upstream = Upstream::start().await;
+pub(crate) async fn served() -> (TestUpstream, Arc<McpContext>) {
+    let upstream = upstream().serve().await;
     let cx = context(&config(&upstream.base));
     (upstream, cx)
 }
@@ -108,117 +106,69 @@ pub(crate) fn events(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The in-process upstream: a 2026-07-28 MCP server whose answers depend on the method and,
-/// for `tools/call`, on the tool's name:
+/// The upstream the tests call: a 2026-07-28 MCP server on `/mcp` only (so the server `side`,
+/// on `/side`, answers no MCP), whose answers depend on the method and, for `tools/call`, on
+/// the tool's name:
 ///
 /// - `echo`: a result without `resultType` (as a legacy-shaped result comes);
 /// - `typed`: a result that names `resultType: complete`;
 /// - `broken`: the JSON-RPC error -32602 with HTTP 200; `refused`: the same code with HTTP 422;
 /// - `stream`: an event stream, a progress notification before the result;
-/// - anything else: a result echoing the name it was called with (`{"called": name}`).
+/// - anything else: the usual answer, naming the tool it was called as (`called`).
 ///
 /// `tools/list` lists `echo` with `ttlMs` and no `resultType`; `server/discover` names the
-/// server `upstream-itself`; `subscriptions/listen` acknowledges on a stream that then ends; a
-/// message without a method (a client's reply) is accepted with 202.
-pub(crate) struct Upstream {
-    pub base: String,
-    seen: Seen,
-}
-
-/// Every message the upstream received, with its headers, in order.
-type Seen = Arc<Mutex<Vec<(HeaderMap, Value)>>>;
-
-impl Upstream {
-    pub async fn start() -> Upstream {
-        let seen = Seen::default();
-        let app = Router::new()
-            .route("/mcp", post(mcp))
-            .with_state(seen.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a loopback port");
-        let base = format!("http://{}", listener.local_addr().expect("an address"));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Upstream { base, seen }
+/// server `upstream-itself` (the gateway's answers tell it from the gateway's own);
+/// `subscriptions/listen` acknowledges on a stream that then ends; a client's reply is
+/// accepted with 202.
+fn upstream() -> Upstream {
+    let bad = json!({"code": -32602, "message": "bad arguments"});
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": {"progressToken": "p", "progress": 1}});
+    let acknowledged = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                              "params": {"notifications": {"toolsListChanged": true}}});
+    let discovered = json!({
+        "resultType": "complete", "supportedVersions": ["2026-07-28"],
+        "capabilities": {"tools": {}}, "ttlMs": 0, "cacheScope": "private",
+        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "upstream-itself", "version": "1"}},
+    });
+    Upstream {
+        only_path: Some("/mcp"),
+        tools: vec![
+            (
+                "echo",
+                Reply::Result(json!({"content": [{"type": "text", "text": "hi"}]})),
+            ),
+            (
+                "typed",
+                Reply::Result(json!({"content": [], "resultType": "complete"})),
+            ),
+            ("broken", Reply::Error(StatusCode::OK, bad.clone())),
+            (
+                "refused",
+                Reply::Error(StatusCode::UNPROCESSABLE_ENTITY, bad),
+            ),
+            (
+                "stream",
+                Reply::Stream(
+                    vec![progress],
+                    Some(json!({"content": [{"type": "text", "text": "done"}],
+                                "resultType": "complete"})),
+                ),
+            ),
+        ],
+        replies: vec![
+            ("server/discover", Reply::Result(discovered)),
+            (
+                "tools/list",
+                Reply::Result(json!({
+                    "tools": [{"name": "echo", "inputSchema": {"type": "object"}}], "ttlMs": 5,
+                })),
+            ),
+            (
+                "subscriptions/listen",
+                Reply::Stream(vec![acknowledged], None),
+            ),
+        ],
+        ..Upstream::default()
     }
-
-    /// Every message the upstream received, with its headers, in order.
-    pub fn seen(&self) -> Vec<(HeaderMap, Value)> {
-        self.seen.lock().expect("not poisoned").clone()
-    }
-
-    /// The methods (or `reply` for a message without one) the upstream received, in order.
-    pub fn methods(&self) -> Vec<String> {
-        self.seen()
-            .iter()
-            .map(|(_, m)| m["method"].as_str().unwrap_or("reply").to_string())
-            .collect()
-    }
-
-    /// The last `tools/call` the upstream received.
-    pub fn last_call(&self) -> Option<(HeaderMap, Value)> {
-        self.seen()
-            .into_iter()
-            .rev()
-            .find(|(_, m)| m["method"] == "tools/call")
-    }
-}
-
-async fn mcp(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
-    let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    seen.lock()
-        .expect("not poisoned")
-        .push((headers, message.clone()));
-    let id = message["id"].clone();
-    let result = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
-    let Some(method) = message["method"].as_str() else {
-        return StatusCode::ACCEPTED.into_response();
-    };
-    let answer = match method {
-        "server/discover" => result(json!({
-            "resultType": "complete", "supportedVersions": ["2026-07-28"],
-            "capabilities": {"tools": {}}, "ttlMs": 0, "cacheScope": "private",
-            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "upstream-itself", "version": "1"}},
-        })),
-        "tools/list" => result(json!({
-            "tools": [{"name": "echo", "inputSchema": {"type": "object"}}], "ttlMs": 5,
-        })),
-        "subscriptions/listen" => {
-            let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                             "params": {"notifications": {"toolsListChanged": true}}});
-            return event_stream(&[ack]);
-        }
-        "tools/call" => match message["params"]["name"].as_str().unwrap_or_default() {
-            "echo" => result(json!({"content": [{"type": "text", "text": "hi"}]})),
-            "typed" => result(json!({"content": [], "resultType": "complete"})),
-            "broken" | "refused" => {
-                let error = json!({"jsonrpc": "2.0", "id": id,
-                                   "error": {"code": -32602, "message": "bad arguments"}});
-                let status = match message["params"]["name"] == "refused" {
-                    true => StatusCode::UNPROCESSABLE_ENTITY,
-                    false => StatusCode::OK,
-                };
-                return (status, axum::Json(error)).into_response();
-            }
-            "stream" => {
-                let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
-                                      "params": {"progressToken": "p", "progress": 1}});
-                let done = result(json!({"content": [{"type": "text", "text": "done"}],
-                                         "resultType": "complete"}));
-                return event_stream(&[progress, done]);
-            }
-            other => result(json!({"called": other, "resultType": "complete"})),
-        },
-        _ => result(json!({"resultType": "complete"})),
-    };
-    axum::Json(answer).into_response()
-}
-
-/// An event stream of `messages` that ends after the last.
-fn event_stream(messages: &[Value]) -> Response {
-    let body: String = messages
-        .iter()
-        .map(|m| format!("event: message\ndata: {m}\n\n"))
-        .collect();
-    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
 }

@@ -7,11 +7,14 @@
 //! Compiled for this crate's tests, and for other crates' tests through the `test-support`
 //! feature (a dev-dependency only: nothing shipped links it).
 //!
-//! What it serves, on every path:
+//! What it serves, on every path (or only the one [`Upstream::only_path`] names):
 //!
 //! - `POST`: a JSON-RPC request, unless the path is redirected ([`TestUpstream::redirect`]),
 //!   refused ([`Upstream::forbid`], [`TestUpstream::accept_only`]), or on a session it does not
-//!   hold (404). `POST /oauth/token` issues `t1`, `t2`, ... instead.
+//!   hold (404). A request is answered as its method (and, for `tools/call`, its tool's name)
+//!   is told to be ([`Upstream::replies`], [`Upstream::tools`]), else with the usual result; a
+//!   notification or a reply to a request of its own is accepted (202). `POST /oauth/token`
+//!   issues `t1`, `t2`, ... instead.
 //! - `GET`: the resumption of a closed stream (the next of [`Upstream::gets`], else 405), or the
 //!   upstream's protected-resource metadata under `/.well-known/oauth-protected-resource`.
 //! - `DELETE`: the end of a legacy session.
@@ -55,6 +58,20 @@ pub enum Answer {
     Sse,
 }
 
+/// How one request is answered, instead of the usual answer ([`Upstream::tools`],
+/// [`Upstream::replies`]).
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// This result, with HTTP 200 (as an event stream with [`Answer::Sse`]).
+    Result(Value),
+    /// This JSON-RPC error object (`code`, `message`), with this HTTP status: a legacy server
+    /// says an error with 200, a 2026-07-28 one with the 4xx it chooses.
+    Error(StatusCode, Value),
+    /// `text/event-stream`: these notifications, then the result if there is one, and the
+    /// stream ends (a subscription's acknowledgement is a stream with no result).
+    Stream(Vec<Value>, Option<Value>),
+}
+
 /// How the upstream behaves; [`Upstream::serve`] starts it.
 #[derive(Debug, Clone)]
 pub struct Upstream {
@@ -77,6 +94,15 @@ pub struct Upstream {
     pub announce_tools_changed: bool,
     /// A legacy upstream that opens sessions but holds none: every request on one is a 404.
     pub forgets_sessions: bool,
+    /// The answers of `tools/call` by the tool's name; a tool not named here gets the usual
+    /// answer (`ok`, naming the tool it was called as).
+    pub tools: Vec<(&'static str, Reply)>,
+    /// The answers of other methods by the method's name, instead of the usual ones (a
+    /// `tools/list` with cache hints, a 2026-07-28 `server/discover`, a subscription's stream).
+    pub replies: Vec<(&'static str, Reply)>,
+    /// Serves this path only: any other is a 404 it does not write down (as if no server were
+    /// there), so what it saw is what reached this path; `None`: every path.
+    pub only_path: Option<&'static str>,
 }
 
 impl Default for Upstream {
@@ -93,6 +119,9 @@ impl Default for Upstream {
             resource_document: None,
             announce_tools_changed: false,
             forgets_sessions: false,
+            tools: Vec::new(),
+            replies: Vec::new(),
+            only_path: None,
         }
     }
 }
@@ -274,6 +303,11 @@ impl TestUpstream {
         lock(&self.shared.held).clone()
     }
 
+    /// The last `tools/call` it received.
+    pub fn last_call(&self) -> Option<Seen> {
+        self.requests_of("tools/call").pop()
+    }
+
     /// The id of the last `tools/call` it received.
     pub fn call_id(&self) -> Option<Value> {
         lock(&self.shared.call_id).clone()
@@ -304,6 +338,10 @@ async fn handle(
     body: String,
 ) -> Response {
     let path = uri.path().to_string();
+    if up.config.only_path.is_some_and(|only| only != path) {
+        // Nothing is there: another server's path, which this one does not see.
+        return StatusCode::NOT_FOUND.into_response();
+    }
     let message: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     lock(&up.seen).push(Seen {
         method: method.clone(),
@@ -405,6 +443,10 @@ fn post(up: &Shared, headers: &HeaderMap, session: Option<String>, message: Valu
         // A notification.
         return StatusCode::ACCEPTED.into_response();
     };
+    if message.get("method").is_none() {
+        // A client's reply to a request of the upstream's (an id and no method).
+        return StatusCode::ACCEPTED.into_response();
+    }
     if rpc_method == "tools/call"
         && let Some(script) = &up.config.call_script
     {
@@ -414,45 +456,77 @@ fn post(up: &Shared, headers: &HeaderMap, session: Option<String>, message: Valu
     if rpc_method == "tools/call" {
         *lock(&up.call_id) = Some(id.clone());
     }
-    let (status, answer) = match result_of(&rpc_method) {
-        Some(result) => (
+    respond(up, &rpc_method, &message["params"], id)
+}
+
+/// The answer to a request (`id`) of `method`, in the way the upstream answers
+/// ([`Upstream::answer`]).
+fn respond(up: &Shared, method: &str, params: &Value, id: Value) -> Response {
+    let (status, answer) = match reply_to(up, method, params) {
+        Reply::Result(result) => (
             StatusCode::OK,
             json!({"jsonrpc": "2.0", "id": id, "result": result}),
         ),
-        // The 2026-07-28 revision answers an unknown method with an HTTP 4xx carrying its
-        // JSON-RPC error; a legacy server with 200.
-        None => (
-            if up.config.speaks == Speaks::Modern {
-                StatusCode::NOT_FOUND
-            } else {
-                StatusCode::OK
-            },
-            json!({"jsonrpc": "2.0", "id": id,
-                   "error": {"code": -32601, "message": format!("Method not found: {rpc_method}")}}),
-        ),
+        Reply::Error(status, error) => {
+            (status, json!({"jsonrpc": "2.0", "id": id, "error": error}))
+        }
+        Reply::Stream(notifications, result) => {
+            let answer = result.map(|r| json!({"jsonrpc": "2.0", "id": id, "result": r}));
+            let body: String = notifications.iter().chain(&answer).map(event).collect();
+            return sse(StatusCode::OK, body);
+        }
     };
     match up.config.answer {
         Answer::Json => (status, axum::Json(answer)).into_response(),
         Answer::Sse => {
-            let mut body = String::new();
             let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                                   "params": {"progressToken": "p", "progress": 1}});
-            body.push_str(&format!("event: message\ndata: {progress}\n\n"));
+            let mut body = event(&progress);
             if up.config.announce_tools_changed {
                 let changed =
                     json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-                body.push_str(&format!("event: message\ndata: {changed}\n\n"));
+                body.push_str(&event(&changed));
             }
-            body.push_str(&format!("event: message\ndata: {answer}\n\n"));
+            body.push_str(&event(&answer));
             sse(status, body)
         }
     }
 }
 
-/// The result of the methods the upstream knows; `None`: an unknown method.
-fn result_of(method: &str) -> Option<Value> {
+/// How a request of `method` is answered: as the test told it to ([`Upstream::tools`] by the
+/// tool's name, [`Upstream::replies`] by the method), else the usual result, else "method not
+/// found", which the 2026-07-28 revision says with an HTTP 4xx and a legacy server with 200.
+fn reply_to(up: &Shared, method: &str, params: &Value) -> Reply {
+    let named = |told: &[(&str, Reply)], name: &str| {
+        told.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, reply)| reply.clone())
+    };
+    let told = match method {
+        "tools/call" => named(
+            &up.config.tools,
+            params["name"].as_str().unwrap_or_default(),
+        ),
+        _ => named(&up.config.replies, method),
+    };
+    told.or_else(|| result_of(method, params).map(Reply::Result))
+        .unwrap_or_else(|| {
+            let status = match up.config.speaks {
+                Speaks::Modern => StatusCode::NOT_FOUND,
+                _ => StatusCode::OK,
+            };
+            let error = json!({"code": -32601, "message": format!("Method not found: {method}")});
+            Reply::Error(status, error)
+        })
+}
+
+/// The usual result of the methods the upstream knows; `None`: an unknown method. A tool's
+/// result names the tool it was called as (`called`), so a test sees which name arrived from
+/// the answer as well.
+fn result_of(method: &str, params: &Value) -> Option<Value> {
     Some(match method {
-        "tools/call" => json!({"content": [{"type": "text", "text": "ok"}]}),
+        "tools/call" => json!({"content": [{"type": "text", "text": "ok"}],
+                               "called": params["name"]}),
         "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
         "server/discover" => json!({
             "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
@@ -508,6 +582,11 @@ fn resume(up: &Shared) -> Response {
         }
         None => StatusCode::METHOD_NOT_ALLOWED.into_response(),
     }
+}
+
+/// One message as an event of a stream.
+fn event(message: &Value) -> String {
+    format!("event: message\ndata: {message}\n\n")
 }
 
 fn sse(status: StatusCode, body: String) -> Response {

@@ -1,5 +1,5 @@
 //! `answer` in process: each shape one MCP POST can end in, driven with a real context whose
-//! server `up` is an in-process upstream (`crate::test_support`), in both eras, with what the
+//! server `up` is an in-process upstream (`crate::test_support`, switchboard-upstream's), in both eras, with what the
 //! request's metric counts. What the upstream saw shows which answers never went upstream.
 
 use std::time::Duration;
@@ -14,11 +14,12 @@ use tokio::sync::mpsc;
 use super::answer::{Counted, answer};
 use crate::exchange::Pending;
 use crate::relay::ReplyRoute;
-use crate::test_support::{KEY, Upstream, bearer, caller, events, read, read_json, served};
+use crate::test_support::{KEY, bearer, caller, events, read, read_json, served};
 use switchboard_protocol::{
     LATEST_LEGACY_VERSION, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION,
     MODERN_VERSION, named_field,
 };
+use switchboard_upstream::test_upstream::TestUpstream;
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
@@ -97,9 +98,15 @@ fn counted(method: &'static str, outcome: &'static str) -> Counted {
     Some((method, outcome))
 }
 
-/// Nothing went upstream.
-fn untouched(upstream: &Upstream) {
-    assert_eq!(upstream.methods(), Vec::<String>::new());
+/// Nothing went upstream: no request at all, so a client's reply (which has no method)
+/// counts as much as a request.
+fn untouched(upstream: &TestUpstream) {
+    let seen: Vec<String> = upstream
+        .seen()
+        .iter()
+        .map(|s| format!("{} {} {}", s.method, s.path, s.body))
+        .collect();
+    assert_eq!(seen, Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -214,7 +221,7 @@ async fn a_reply_to_a_relayed_request_goes_to_the_upstream_that_asked() {
     let seen = upstream.seen();
     assert_eq!(seen.len(), 1);
     assert_eq!(
-        seen[0].1,
+        seen[0].body,
         json!({"jsonrpc": "2.0", "id": 41, "result": {"roots": []}})
     );
 
@@ -368,7 +375,7 @@ async fn legacy_calls_are_refused_without_a_live_session_of_their_key() {
     let (response, count) = answer(&cx, path("up"), headers, body).await;
     assert_eq!(count, counted("tools/call", "session_not_found"));
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
-    assert!(!upstream.methods().contains(&"tools/call".to_string()));
+    assert!(!upstream.rpc_methods().contains(&"tools/call".to_string()));
 }
 
 /// A 2026-07-28 request whose headers do not repeat its body is refused in its era's terms
@@ -410,7 +417,7 @@ async fn notifications_are_accepted_and_not_counted() {
     }
     assert!(
         !upstream
-            .methods()
+            .rpc_methods()
             .iter()
             .any(|m| m.starts_with("notifications/"))
     );
@@ -462,7 +469,7 @@ async fn methods_the_gateway_answers_itself() {
     let (headers, body) = legacy(&session, "tools/call", json!({"name": "echo"}));
     let (response, _) = answer(&cx, path("up"), headers, body).await;
     assert_eq!(response.status(), StatusCode::OK);
-    let (_, call) = upstream.last_call().expect("the call went upstream");
+    let call = upstream.last_call().expect("the call went upstream").body;
     assert_eq!(call["params"]["_meta"][META_LOG_LEVEL], "error");
 }
 
@@ -486,7 +493,11 @@ async fn a_single_servers_discover_is_the_upstreams_own() {
             .as_array()
             .is_some_and(|v| v.len() > 1)
     );
-    assert!(upstream.methods().contains(&"server/discover".to_string()));
+    assert!(
+        upstream
+            .rpc_methods()
+            .contains(&"server/discover".to_string())
+    );
 }
 
 /// A tool's result passes as it came: a 2026-07-28 client gets `resultType` where the
@@ -536,7 +547,7 @@ async fn a_tool_result_is_relayed_as_it_came_in_each_era() {
                 "in front: {text}"
             );
         }
-        let (_, call) = upstream.last_call().expect("went upstream");
+        let call = upstream.last_call().expect("went upstream").body;
         assert_eq!(call["params"]["name"], tool.trim_start_matches("up__"));
     }
 }
@@ -624,7 +635,7 @@ async fn a_gateway_failure_is_a_jsonrpc_error_in_the_requests_era() {
         assert_eq!(answer_body["id"], id);
         assert_eq!(answer_body["error"]["code"], -32602);
     }
-    assert!(!upstream.methods().contains(&"tools/call".to_string()));
+    assert!(!upstream.rpc_methods().contains(&"tools/call".to_string()));
 }
 
 /// An upstream's stream is relayed event by event: the progress notification before the
@@ -661,7 +672,7 @@ async fn a_subscription_is_answered_with_the_fanned_in_stream() {
     assert_eq!(count, counted("subscriptions/listen", "stream"));
     assert!(
         upstream
-            .methods()
+            .rpc_methods()
             .contains(&"subscriptions/listen".to_string())
     );
     // Read up to the acknowledgement only: a subscription is not bound to end.
