@@ -18,7 +18,7 @@ use std::task::Poll;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderName, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -146,7 +146,7 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
         http_method: request.method().clone(),
         path: audit::name(path),
         traceparent: headers.get(TRACEPARENT).cloned(),
-        tracestate: headers.get("tracestate").cloned(),
+        tracestate: headers.get(TRACESTATE).cloned(),
         span: span.clone(),
     });
     use tracing::Instrument as _;
@@ -176,8 +176,11 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
     }
 }
 
-const REQUEST_ID: &str = "x-request-id";
-const TRACEPARENT: &str = "traceparent";
+// Header names as constants: a `&str` name is parsed on every lookup (these are read on every
+// request).
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// The endpoint a path is, as records and usage metrics name it.
 fn endpoint_of(path: &str) -> &'static str {

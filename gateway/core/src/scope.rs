@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::errors::{GatewayError, OutOfScope};
 use crate::limits::LimitPermit;
@@ -42,7 +42,7 @@ pub struct Caller {
 
 /// The header that carries the gateway key when `Authorization` carries the caller's own
 /// credential (for `passthrough` and `tokenExchange` servers).
-pub const KEY_HEADER: &str = "x-switchboard-key";
+pub const KEY_HEADER: HeaderName = HeaderName::from_static("x-switchboard-key");
 
 /// The gateway key: `X-Switchboard-Key: <key>` if present, else `Authorization: Bearer <key>`.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderName, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use switchboard_snapshot::ModelProvider;
@@ -46,7 +46,7 @@ pub async fn chat_completions(
 /// The gateway key: `x-api-key` (Anthropic clients), `Authorization: Bearer` (OpenAI clients,
 /// and Anthropic ones given an auth token), or `X-Switchboard-Key`.
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    for name in [KEY_HEADER, "x-api-key"] {
+    for name in [KEY_HEADER, HeaderName::from_static("x-api-key")] {
         if let Some(v) = headers.get(name).and_then(|v| v.to_str().ok()) {
             let v = v.trim();
             if !v.is_empty() {

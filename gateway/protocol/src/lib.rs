@@ -43,6 +43,17 @@ use http::StatusCode;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+/// The MCP headers as header names: a `&str` name is parsed (checked and hashed as text) on
+/// every lookup, a `HeaderName` constant is not (these are read on every call).
+pub mod headers {
+    use http::HeaderName;
+
+    pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+    pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+    pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
+}
+
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// Legacy revisions served to clients, oldest first. A sealed session stores an index here.
 pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];

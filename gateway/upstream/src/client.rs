@@ -188,12 +188,9 @@ impl LegacySession {
 /// The headers of a request on a legacy session (which may have no id: a sessionless server).
 fn session_headers(id: Option<&HeaderValue>, version: &HeaderValue) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        HeaderName::from_static("mcp-protocol-version"),
-        version.clone(),
-    );
+    headers.insert(protocol::headers::PROTOCOL_VERSION, version.clone());
     if let Some(id) = id {
-        headers.insert(HeaderName::from_static("mcp-session-id"), id.clone());
+        headers.insert(protocol::headers::SESSION_ID, id.clone());
     }
     headers
 }
@@ -573,16 +570,16 @@ impl Upstreams {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut headers = HeaderMap::new();
         headers.insert(
-            HeaderName::from_static("mcp-protocol-version"),
+            protocol::headers::PROTOCOL_VERSION,
             HeaderValue::from_static(MODERN_VERSION),
         );
         if let Ok(v) = HeaderValue::from_str(call.method()) {
-            headers.insert(HeaderName::from_static("mcp-method"), v);
+            headers.insert(protocol::headers::METHOD, v);
         }
         if let Some(name) = routed_name(call.method(), call.params())
             && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(name))
         {
-            headers.insert(HeaderName::from_static("mcp-name"), v);
+            headers.insert(protocol::headers::NAME, v);
         }
         // Tool-parameter headers describe the arguments, which the gateway forwards unchanged.
         for (name, value) in call.caller_headers {
@@ -751,7 +748,7 @@ impl Upstreams {
                 server: call.server.id().to_string(),
             });
         }
-        let session_id = reply.headers.get("mcp-session-id").cloned();
+        let session_id = reply.headers.get(protocol::headers::SESSION_ID).cloned();
         let result = match reply.outcome(call.server, &id)? {
             RpcOutcome::Result(r) => r.into_value(),
             RpcOutcome::Stream(_) => {

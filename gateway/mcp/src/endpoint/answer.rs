@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -217,8 +217,8 @@ fn target_of(caller: &Caller, prefix: Option<&str>) -> Result<Target, GatewayErr
 
 /// The call's era, told by how the client opens (its `_meta`, its headers, its session).
 fn era_of(caller: &Caller, message: &Message) -> Era {
-    let version_header = header_str(&caller.headers, "mcp-protocol-version");
-    let has_session = caller.headers.contains_key("mcp-session-id");
+    let version_header = header_str(&caller.headers, protocol::headers::PROTOCOL_VERSION);
+    let has_session = caller.headers.contains_key(protocol::headers::SESSION_ID);
     protocol::classify(
         &message.method,
         message.params.as_ref(),
@@ -261,7 +261,7 @@ fn request_of(
     era: Era,
     session: SessionScope,
 ) -> Request {
-    let accepts_stream = header_str(&caller.headers, "accept")
+    let accepts_stream = header_str(&caller.headers, header::ACCEPT)
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     let log_level = (era == Era::Rev2025 && session.client != 0).then(|| {
         if message.method == "logging/setLevel"

@@ -65,12 +65,15 @@ pub(super) async fn check_legacy(
             initialize(cx, caller, target, message).await,
         ));
     }
-    let session_id = header_str(&caller.headers, "mcp-session-id").ok_or_else(|| {
-        GatewayError::InvalidRequest("missing Mcp-Session-Id; initialize a session first".into())
-    })?;
+    let session_id =
+        header_str(&caller.headers, protocol::headers::SESSION_ID).ok_or_else(|| {
+            GatewayError::InvalidRequest(
+                "missing Mcp-Session-Id; initialize a session first".into(),
+            )
+        })?;
     let session = open_session(cx, caller, session_id)?;
     note_session(session.tag, session.version_index);
-    if let Some(v) = header_str(&caller.headers, "mcp-protocol-version")
+    if let Some(v) = header_str(&caller.headers, protocol::headers::PROTOCOL_VERSION)
         && protocol::legacy_version_index(v).is_none()
     {
         return Err(GatewayError::Protocol {

@@ -95,7 +95,8 @@ pub async fn end_session(State(cx): State<Arc<McpContext>>, headers: HeaderMap) 
         Ok(c) => c,
         Err(e) => return jsonrpc_error_response(&Value::Null, &e),
     };
-    let Some(session_id) = header_str(&caller.headers, "mcp-session-id") else {
+    let Some(session_id) = header_str(&caller.headers, switchboard_protocol::headers::SESSION_ID)
+    else {
         return (
             StatusCode::BAD_REQUEST,
             "DELETE needs the Mcp-Session-Id of the session to end",

@@ -117,18 +117,19 @@ pub(super) fn check_modern(
     };
     let mismatch =
         |what: &str| protocol_error(HEADER_MISMATCH, format!("Header mismatch: {what}"), None);
-    if header_str(headers, "mcp-protocol-version") != Some(version) {
+    if header_str(headers, protocol::headers::PROTOCOL_VERSION) != Some(version) {
         return Err(mismatch(
             "MCP-Protocol-Version header must equal _meta protocolVersion",
         ));
     }
-    if header_str(headers, "mcp-method") != Some(message.method.as_str()) {
+    if header_str(headers, protocol::headers::METHOD) != Some(message.method.as_str()) {
         return Err(mismatch("Mcp-Method header must equal the body's method"));
     }
     let body_name = protocol::named_field(&message.method)
         .and_then(|f| message.params.as_ref()?.get(f)?.as_str());
     if let Some(body_name) = body_name {
-        let header_name = header_str(headers, "mcp-name").and_then(protocol::decode_header_value);
+        let header_name =
+            header_str(headers, protocol::headers::NAME).and_then(protocol::decode_header_value);
         if header_name.as_deref() != Some(body_name) {
             return Err(mismatch("Mcp-Name header must equal the body's name"));
         }

@@ -70,7 +70,10 @@ pub(super) fn raw_result_response(
         .into_response()
 }
 
-pub(super) fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(super) fn header_str<'a>(
+    headers: &'a HeaderMap,
+    name: impl axum::http::header::AsHeaderName,
+) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
