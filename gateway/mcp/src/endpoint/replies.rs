@@ -70,10 +70,10 @@ pub(super) fn raw_result_response(
         .into_response()
 }
 
-pub(super) fn header_str<'a>(
-    headers: &'a HeaderMap,
+pub(super) fn header_str(
+    headers: &HeaderMap,
     name: impl axum::http::header::AsHeaderName,
-) -> Option<&'a str> {
+) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
