@@ -24,9 +24,6 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub const GROUP: &str = "switchboard.dev";
-pub const VERSION: &str = "v1alpha1";
-
 /// A key of a Secret in the same namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

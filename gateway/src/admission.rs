@@ -42,18 +42,18 @@ use switchboard_core::metrics::Metrics;
 use switchboard_llm::errors::LlmError;
 use switchboard_llm::format::Format;
 
-/// The replica-wide bounds and the metrics that report them: the state of the [`admit`] layer
+/// The replica-wide bounds and the metrics that report them: the state of the `admit` layer
 /// and of the queueing-delay probe.
 pub struct Shedding {
-    pub admission: Admission,
+    pub(crate) admission: Admission,
     pub metrics: Arc<Metrics>,
 }
 
 /// How often the probe measures the queueing delay.
-pub const PROBE_PERIOD: Duration = Duration::from_millis(10);
+const PROBE_PERIOD: Duration = Duration::from_millis(10);
 
 /// The default of `--max-queue-delay`.
-pub const DEFAULT_MAX_QUEUE_DELAY: Duration = Duration::from_millis(10);
+const DEFAULT_MAX_QUEUE_DELAY: Duration = Duration::from_millis(10);
 
 /// The replica's bounds (flags of the gateway); zero turns a bound off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Default for AdmissionLimits {
 
 /// Why a request was shed (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shed {
+enum Shed {
     InFlight,
     QueueDelay,
 }
@@ -92,7 +92,7 @@ const NONE: usize = usize::MAX;
 
 /// The replica's admission state: requests in flight and the cap the queueing delay set.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     limits: AdmissionLimits,
     in_flight: AtomicUsize,
     delay_cap: AtomicUsize,
@@ -100,7 +100,7 @@ pub struct Admission {
 
 /// One admitted request's slot, given back when dropped (when the response head is ready).
 #[derive(Debug)]
-pub struct Permit<'a> {
+pub(crate) struct Permit<'a> {
     admission: &'a Admission,
 }
 
@@ -124,7 +124,7 @@ impl Admission {
     }
 
     /// Admits a request now, or says why not: two atomic operations on the way in, one out.
-    pub fn try_admit(&self) -> Result<Permit<'_>, Shed> {
+    fn try_admit(&self) -> Result<Permit<'_>, Shed> {
         let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
         let permit = Permit { admission: self };
         if self.limits.max_in_flight != 0 && before >= self.limits.max_in_flight {
@@ -142,7 +142,7 @@ impl Admission {
     }
 
     /// The cap the queueing delay has set, if any.
-    pub fn delay_cap(&self) -> Option<usize> {
+    fn delay_cap(&self) -> Option<usize> {
         Some(self.delay_cap.load(Ordering::Relaxed)).filter(|c| *c != NONE)
     }
 
@@ -153,23 +153,23 @@ impl Admission {
 
 /// How long one verdict of the probe covers: the least delay of a window is what a standing
 /// queue adds to everything, where one slow echo may be a burst or a stall.
-pub const WINDOW: Duration = Duration::from_millis(100);
+const WINDOW: Duration = Duration::from_millis(100);
 /// The lowest cap the queueing delay sets: enough to keep a replica's CPU busy, and a client
 /// with a few dozen calls in flight is never refused by this bound.
-pub const FLOOR: usize = 32;
+const FLOOR: usize = 32;
 /// How long the delay must stay at or under the bound for the cap to be lifted.
-pub const RELEASE: Duration = Duration::from_secs(1);
+const RELEASE: Duration = Duration::from_secs(1);
 
 /// The cap from the probe's windows (see the module's documentation).
 #[derive(Debug, Default)]
-pub struct DelayCap {
+struct DelayCap {
     cap: Option<usize>,
     calm_since: Option<Instant>,
 }
 
 impl DelayCap {
     /// One window's verdict: `delay` is the least queueing delay the probe saw in it.
-    pub fn window(
+    fn window(
         &mut self,
         now: Instant,
         delay: Duration,
@@ -200,12 +200,12 @@ impl DelayCap {
 /// with the gateway or the runtime.
 ///
 /// The probe measures what a request meets: a thread of its own writes a byte every
-/// [`PROBE_PERIOD`] into a socket pair whose other end an echo task on the runtime reads, and
+/// `PROBE_PERIOD` into a socket pair whose other end an echo task on the runtime reads, and
 /// times the echo. The byte wakes the task the way a request's bytes wake its connection's
 /// task (the I/O driver, then the run queue), so it waits behind the same ready work. (A timer
 /// is no probe: Tokio wakes timers after I/O and runs the task woken last first, so a timer
 /// never sees a queue.) While an echo is outstanding the thread looks again every
-/// [`PROBE_PERIOD`], so a runtime that is stuck is noticed before it answers.
+/// `PROBE_PERIOD`, so a runtime that is stuck is noticed before it answers.
 pub fn watch_queue_delay(shedding: &Arc<Shedding>) {
     let bound = shedding.admission.limits.max_queue_delay;
     if bound.is_zero() {
@@ -320,7 +320,7 @@ fn never_shed(path: &str) -> bool {
 /// Admits a request (the permit is held for as long as its handler takes to produce the
 /// response head), or sheds it before anything else happens to it: the refusal is the answer.
 /// Paths a replica always serves are admitted without a permit.
-pub fn admit(
+pub(crate) fn admit(
     shedding: &Shedding,
     request: Request,
 ) -> Result<(Option<Permit<'_>>, Request), Box<Response>> {

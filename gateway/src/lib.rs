@@ -11,16 +11,16 @@
 //! - `switchboard-mcp` and `switchboard-llm`: the client faces, each with its own context.
 //! - `switchboard-source`: config file and operator stream, feeding a snapshot sink.
 //! - this crate: [`http`] (the router, DNS-rebinding protection, body reads, draining),
-//!   [`admission`] (shedding), [`well_known`] (protected-resource metadata), [`state`] (the
+//!   [`admission`] (shedding), `well_known` (protected-resource metadata), [`state`] (the
 //!   composition root), [`serve`], and the binary.
 
 pub mod admission;
 #[cfg(test)]
 mod fuzz;
 pub mod http;
-pub mod oauth;
-pub mod refused_body;
+mod oauth;
+mod refused_body;
 pub mod serve;
-pub mod sign_in;
+mod sign_in;
 pub mod state;
-pub mod well_known;
+mod well_known;

@@ -144,7 +144,7 @@ pub async fn metadata(State(cx): State<Arc<SignInContext>>, headers: HeaderMap) 
 }
 
 #[derive(Deserialize)]
-pub struct Registration {
+pub(crate) struct Registration {
     #[serde(default)]
     redirect_uris: Vec<String>,
     #[serde(default)]
@@ -223,7 +223,7 @@ pub async fn register(
 /// `GET /oauth/authorize`: checks the client, its redirect URI and PKCE, then asks the person
 /// (the consent page); [`consent`] sends them on to the provider's login with a sealed record
 /// of the request as `state`.
-pub async fn authorize(
+pub(crate) async fn authorize(
     State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
@@ -431,7 +431,7 @@ fn escape(text: &str) -> String {
 }
 
 #[derive(Deserialize)]
-pub struct ConsentAnswer {
+pub(crate) struct ConsentAnswer {
     consent: String,
     answer: String,
 }
@@ -439,7 +439,7 @@ pub struct ConsentAnswer {
 /// `POST /oauth/consent`: the person's answer. Approved, the login goes on to the provider;
 /// denied, the client hears `access_denied`. An answer from another browser (no cookie, or
 /// another's) is refused: a page elsewhere cannot approve for the person.
-pub async fn consent(
+pub(crate) async fn consent(
     State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
     form: Result<Form<ConsentAnswer>, axum::extract::rejection::FormRejection>,
@@ -539,7 +539,7 @@ fn under(resource: &str, base: &str) -> bool {
 
 /// `GET /oauth/callback`: the provider's answer. The code is redeemed, the provider's token
 /// verified as a person's token is, and the client gets a code of the gateway's own.
-pub async fn callback(
+pub(crate) async fn callback(
     State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
@@ -668,7 +668,7 @@ async fn identity_of(
 }
 
 #[derive(Deserialize)]
-pub struct TokenRequest {
+pub(crate) struct TokenRequest {
     grant_type: String,
     #[serde(default)]
     code: Option<String>,

@@ -6,13 +6,13 @@
 /// reads (httpx, the SDKs) would otherwise meet a closed socket, whose reset can destroy the
 /// answer before it is read. Past either bound the connection closes (the answer is out by then).
 /// (The router's hard ceiling on any body: nothing larger is read anyway.)
-pub const REFUSED_DISCARD_BYTES: usize = 64 * 1024 * 1024;
-pub const REFUSED_DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const REFUSED_DISCARD_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const REFUSED_DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Answers now and reads the rest of the refused body meanwhile, on a task of its own: the
 /// connection stays readable for the client until the body ended (then it serves the next
 /// request) or a bound passed (then it closes).
-pub fn discard_in_background(
+pub(crate) fn discard_in_background(
     body: axum::body::Body,
     max_bytes: usize,
     max_time: std::time::Duration,

@@ -9,7 +9,7 @@ use switchboard_core::live::LiveTable;
 use switchboard_core::table::RoutingTable;
 use switchboard_upstream::UpstreamPlane;
 
-pub struct SignInContext {
+pub(crate) struct SignInContext {
     live: Arc<LiveTable>,
     pub upstream: Arc<UpstreamPlane>,
 }

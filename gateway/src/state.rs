@@ -26,7 +26,7 @@ pub struct Gateway {
     pub mcp: Arc<McpContext>,
     pub llm: Arc<LlmContext>,
     /// The brokered sign-in handlers' and the protected-resource metadata's.
-    pub sign_in: Arc<SignInContext>,
+    pub(crate) sign_in: Arc<SignInContext>,
     /// The replica-wide bounds on requests (`--max-in-flight`, `--max-queue-delay`).
     pub shedding: Arc<Shedding>,
     /// Where each client request's audit record goes (`--audit-log`); set once at start.
@@ -48,7 +48,7 @@ pub struct LocalSettings {
 }
 
 /// The default of `--body-read-timeout`.
-pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for LocalSettings {
     fn default() -> Self {
@@ -109,7 +109,7 @@ impl Gateway {
         }
     }
 
-    pub fn audit_log(&self) -> Option<&AuditLog> {
+    pub(crate) fn audit_log(&self) -> Option<&AuditLog> {
         self.audit.get().filter(|log| log.is_on())
     }
 
@@ -121,7 +121,7 @@ impl Gateway {
         self.live.is_ready()
     }
 
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }
 
@@ -130,7 +130,7 @@ impl Gateway {
     }
 
     /// How long a request's whole body may take to arrive.
-    pub fn body_read_timeout(&self) -> Duration {
+    pub(crate) fn body_read_timeout(&self) -> Duration {
         self.local.body_read_timeout
     }
 

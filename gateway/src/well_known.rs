@@ -20,7 +20,7 @@ use crate::sign_in::SignInContext;
 
 /// `GET /.well-known/oauth-protected-resource/mcp/{prefix}`: public metadata, no key needed
 /// (clients fetch it before they hold any credential).
-pub async fn protected_resource_metadata(
+pub(crate) async fn protected_resource_metadata(
     State(cx): State<Arc<SignInContext>>,
     Path(prefix): Path<String>,
     headers: HeaderMap,
@@ -54,7 +54,7 @@ pub async fn protected_resource_metadata(
 
 /// `GET /.well-known/oauth-protected-resource/mcp` (and `/mcp-rest`): the aggregate endpoint's
 /// and REST's metadata, where people sign in.
-pub async fn gateway_metadata(
+pub(crate) async fn gateway_metadata(
     State(cx): State<Arc<SignInContext>>,
     uri: axum::http::Uri,
     headers: HeaderMap,

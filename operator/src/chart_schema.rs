@@ -9,7 +9,7 @@
 //!   move with the crate's pin. Like the OpenAPI document they keep objects open: a field a
 //!   newer API server knows is not refused here; the API server has the last word on fields.
 //! - `gateway.settings` is [`GatewaySettings`]' own schema, without the fields the operator
-//!   owns ([`crate::gateway_settings::OPERATOR_OWNED`]), so Helm refuses what the operator
+//!   owns (`crate::gateway_settings::OPERATOR_OWNED`), so Helm refuses what the operator
 //!   would refuse when it starts.
 
 use k8s_openapi::api::{apps, autoscaling, core, networking};
@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use switchboard_snapshot::GatewaySettings;
 
 /// The definition `gateway.settings` is checked with.
-pub const GATEWAY_SETTINGS: &str = "GatewaySettings";
+const GATEWAY_SETTINGS: &str = "GatewaySettings";
 
 /// What a Kubernetes quantity is written as: a number, or a string in the grammar the API
 /// server parses (`500m`, `1.5Gi`, `1e3`); the pattern is the one Kubernetes' CRD generator
@@ -27,7 +27,7 @@ pub const GATEWAY_SETTINGS: &str = "GatewaySettings";
 const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
 /// The definitions, keyed by their OpenAPI names (`io.k8s.api.core.v1.Probe`), and
-/// [`GATEWAY_SETTINGS`]; only what the chart uses and what that refers to.
+/// `GATEWAY_SETTINGS`; only what the chart uses and what that refers to.
 pub fn definitions() -> Map<String, Value> {
     // draft-07 ignores a `$ref`'s siblings: the descriptions k8s-openapi puts beside its
     // references stay there for editors instead of being wrapped in `allOf`, which would only

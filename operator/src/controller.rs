@@ -52,7 +52,7 @@ pub struct Config {
     /// `--reserved-prefixes` and `--reserved-models`.
     pub reservations: crate::reservations::Reservations,
     /// The gateway's ServiceAccount (namespace, name): its pods are the replicas status
-    /// expects (see [`crate::gateways`]).
+    /// expects (see `crate::gateways`).
     pub gateway_service_account: (String, String),
     /// `spec.run`: what the servers' pods are made with.
     pub workload: crate::workload::Settings,
@@ -122,7 +122,7 @@ fn trim_config_map(config_map: &mut ConfigMap) {
 /// Secret types the operator never reads (no McpServer, McpKey or ModelRoute credential is a
 /// Helm release or a legacy ServiceAccount token), left out of the watch: in most clusters they
 /// are the bulk of all Secret bytes.
-pub const IGNORED_SECRET_TYPES: &str =
+const IGNORED_SECRET_TYPES: &str =
     "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token";
 
 /// What the operator keeps of a Deployment it made: its metadata (labels, owners, the applied
@@ -619,7 +619,6 @@ impl Controller {
             snapshot.generation = state.generation;
             let frame = serde_json::to_vec(&snapshot).unwrap_or_default();
             self.hub.publish(Published {
-                generation: state.generation,
                 frame: frame.clone().into(),
             });
             self.snapshots.send_replace(Arc::new(snapshot.clone()));
@@ -824,8 +823,8 @@ impl Controller {
     }
 }
 
-pub const SNAPSHOT_FIELD: &str = "snapshot.yaml";
-pub const SESSION_KEY_FIELD: &str = "session-key";
+const SNAPSHOT_FIELD: &str = "snapshot.yaml";
+const SESSION_KEY_FIELD: &str = "session-key";
 
 /// The watched resources.
 #[derive(Clone, Copy)]

@@ -22,14 +22,13 @@ use tokio::sync::{Notify, watch};
 
 /// One published snapshot, serialized once for every replica.
 #[derive(Debug, Clone, Default)]
-pub struct Published {
-    pub generation: u64,
+pub(crate) struct Published {
     pub frame: Bytes,
 }
 
 /// What the operator knows of one gateway replica.
 #[derive(Debug, Clone)]
-pub struct Replica {
+pub(crate) struct Replica {
     pub serving: u64,
     pub connected: bool,
     pub last_seen: Instant,
@@ -79,17 +78,13 @@ impl Hub {
         })
     }
 
-    pub fn publish(&self, published: Published) {
+    pub(crate) fn publish(&self, published: Published) {
         self.published.send_replace(Arc::new(published));
-    }
-
-    pub fn current(&self) -> Arc<Published> {
-        self.published.borrow().clone()
     }
 
     /// Replicas that count: connected now, or gone for less than the expiry (so a crashed
     /// replica shows as missing rather than silently shrinking the denominator).
-    pub fn replicas(&self) -> Vec<(String, Replica)> {
+    pub(crate) fn replicas(&self) -> Vec<(String, Replica)> {
         let mut replicas = self.replicas.lock().unwrap_or_else(|p| p.into_inner());
         let expiry = self.replica_expiry;
         replicas.retain(|_, r| r.connected || r.last_seen.elapsed() < expiry);

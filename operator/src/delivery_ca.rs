@@ -23,7 +23,7 @@ use time::OffsetDateTime;
 
 /// A CA certificate with its key (the key only where this CA still signs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CaCert {
+pub(crate) struct CaCert {
     pub cert_pem: String,
     pub key_pem: String,
     pub not_after: OffsetDateTime,
@@ -31,7 +31,7 @@ pub struct CaCert {
 
 /// What the CA Secret holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CaState {
+pub(crate) struct CaState {
     /// Signs serving certificates.
     pub current: Option<CaCert>,
     /// Trusted, not signing yet; and since when it is in the trust bundle.
@@ -50,7 +50,7 @@ pub struct CaPolicy {
 
 /// The one change the CA Secret needs now, if any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     Keep,
     /// No usable CA (first start, or expired while no operator ran): make one that signs at
     /// once. Gateways trusting nothing yet lose nothing.
@@ -64,7 +64,7 @@ pub enum Step {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CaError {
+pub(crate) enum CaError {
     #[error("{what}: {source}")]
     Certificate {
         what: &'static str,
@@ -78,7 +78,7 @@ fn failed(what: &'static str) -> impl FnOnce(rcgen::Error) -> CaError {
 }
 
 /// Decides the next step; applying it and deciding again converges (each step is taken once).
-pub fn next_step(state: &CaState, now: OffsetDateTime, policy: &CaPolicy) -> Step {
+pub(crate) fn next_step(state: &CaState, now: OffsetDateTime, policy: &CaPolicy) -> Step {
     let Some(current) = state.current.as_ref().filter(|ca| ca.not_after > now) else {
         return Step::Create;
     };
@@ -100,7 +100,7 @@ pub fn next_step(state: &CaState, now: OffsetDateTime, policy: &CaPolicy) -> Ste
 }
 
 /// Applies `step` (the new CA, when there is one, is generated here).
-pub fn apply(
+pub(crate) fn apply(
     state: &CaState,
     step: Step,
     now: OffsetDateTime,
@@ -131,7 +131,7 @@ pub fn apply(
 }
 
 /// The certificates gateways trust: every CA whose certificates an operator may serve.
-pub fn trust_bundle(state: &CaState) -> String {
+pub(crate) fn trust_bundle(state: &CaState) -> String {
     let next = state.next.as_ref().map(|(ca, _)| ca);
     [state.current.as_ref(), next, state.previous.as_ref()]
         .into_iter()
@@ -171,7 +171,7 @@ fn new_ca(now: OffsetDateTime, validity: Duration) -> Result<CaCert, CaError> {
 }
 
 /// Reads a stored CA back; its expiry comes from the certificate itself.
-pub fn parse_ca(cert_pem: &str, key_pem: &str) -> Result<CaCert, CaError> {
+pub(crate) fn parse_ca(cert_pem: &str, key_pem: &str) -> Result<CaCert, CaError> {
     let key = KeyPair::from_pem(key_pem).map_err(failed("reading the stored CA key"))?;
     Issuer::from_ca_cert_pem(cert_pem, key).map_err(failed("reading the stored CA certificate"))?;
     Ok(CaCert {
@@ -181,7 +181,7 @@ pub fn parse_ca(cert_pem: &str, key_pem: &str) -> Result<CaCert, CaError> {
 }
 
 /// Reads back a CA that no longer signs (no key).
-pub fn parse_ca_cert(cert_pem: &str) -> Result<CaCert, CaError> {
+pub(crate) fn parse_ca_cert(cert_pem: &str) -> Result<CaCert, CaError> {
     let unreadable = || CaError::Certificate {
         what: "reading the stored CA certificate",
         source: rcgen::Error::CouldNotParseCertificate,
@@ -198,14 +198,14 @@ pub fn parse_ca_cert(cert_pem: &str) -> Result<CaCert, CaError> {
 
 /// A serving certificate (DER chain: the leaf alone, gateways hold the CA) and its key (DER,
 /// PKCS#8).
-pub struct Leaf {
+pub(crate) struct Leaf {
     pub chain: Vec<Vec<u8>>,
     pub key: Vec<u8>,
     pub not_after: OffsetDateTime,
 }
 
 /// Issues a serving certificate for `names` (DNS names or IP addresses).
-pub fn issue_leaf(
+pub(crate) fn issue_leaf(
     ca: &CaCert,
     names: &[String],
     now: OffsetDateTime,

@@ -51,11 +51,11 @@ pub enum TlsMode {
 }
 
 /// The trust bundle's key in the ConfigMap (and a provided Secret's CA key, by convention).
-pub const TRUST_BUNDLE_KEY: &str = "ca.crt";
+const TRUST_BUNDLE_KEY: &str = "ca.crt";
 const NEXT_TRUSTED_SINCE: &str = "switchboard.dev/next-ca-trusted-since";
 
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+enum TlsError {
     #[error("Kubernetes API: {0}")]
     Api(#[from] kube::Error),
     #[error(transparent)]
@@ -81,7 +81,7 @@ impl ServingCert {
     }
 
     /// Loads a certificate chain and key given as DER.
-    pub fn load_der(&self, chain: Vec<Vec<u8>>, key: Vec<u8>) -> Result<(), TlsError> {
+    fn load_der(&self, chain: Vec<Vec<u8>>, key: Vec<u8>) -> Result<(), TlsError> {
         let key = PrivateKeyDer::try_from(key).map_err(|e| rustls::Error::General(e.into()))?;
         let chain = chain.into_iter().map(CertificateDer::from).collect();
         self.set(CertifiedKey::from_der(chain, key, &provider())?);

@@ -18,7 +18,7 @@ pub enum Error {
 
 impl Error {
     /// The metric label of this failure (low cardinality: the variant, never a name).
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             Error::StoreSnapshot { .. } => "store_snapshot",
         }

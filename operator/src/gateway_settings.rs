@@ -11,7 +11,7 @@ use switchboard_snapshot::{GatewaySettings, SecretLookup};
 
 /// Fields the file may not set, and what sets them instead (the chart's values schema leaves
 /// them out of `gateway.settings`, so Helm refuses them too).
-pub const OPERATOR_OWNED: [(&str, &str); 3] = [
+pub(crate) const OPERATOR_OWNED: [(&str, &str); 3] = [
     (
         "sessionKey",
         "the operator keeps one in its snapshot Secret",

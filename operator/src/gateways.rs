@@ -31,7 +31,7 @@ pub fn trim(pod: &mut Pod) {
 
 /// A gateway pod that answers callers: Ready and not being deleted (one being deleted says
 /// goodbye on its stream and is no longer expected).
-pub fn answering(pod: &Pod) -> bool {
+fn answering(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod
             .status

@@ -16,14 +16,14 @@ use crate::labels::MANAGED_BY;
 use crate::render::{KEY_FIELD, SecretData};
 
 /// A new gateway key: 32 random bytes, recognisable by its prefix in leak scanners.
-pub fn generate_key() -> String {
+pub(crate) fn generate_key() -> String {
     let bytes: [u8; 32] = rand::random();
     format!("sk-sb-{}", URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// Makes sure every McpKey's Secret holds a key. Returns how many Secrets were written (their
 /// watch events trigger the next render).
-pub async fn ensure_key_secrets(
+pub(crate) async fn ensure_key_secrets(
     client: &kube::Client,
     keys: &[McpKey],
     secrets: &SecretData,

@@ -2,4 +2,5 @@
 //! (keys, the snapshot Secret, the workloads of `spec.run`), so none of them uses another for it.
 
 /// Marks every object the operator created and owns (Secrets, Deployments, Services, ...).
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "switchboard-operator");
+pub(crate) const MANAGED_BY: (&str, &str) =
+    ("app.kubernetes.io/managed-by", "switchboard-operator");

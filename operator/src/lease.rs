@@ -50,7 +50,7 @@ pub struct Record {
 
 /// The API the election needs; writes are conditional on the version read (optimistic
 /// concurrency), so two contenders' writes are exclusive. `Ok(false)`: lost the race.
-pub trait LeaseStore {
+trait LeaseStore {
     /// The record and its version, if the lease exists.
     fn get(&self) -> impl Future<Output = Result<Option<(Record, String)>, kube::Error>> + Send;
     fn create(&self, record: Record) -> impl Future<Output = Result<bool, kube::Error>> + Send;
@@ -63,12 +63,12 @@ pub trait LeaseStore {
 
 /// What this replica last saw of the lease and when, by its own monotonic clock.
 #[derive(Debug, Default)]
-pub struct Observation {
+struct Observation {
     seen: Option<(Record, Instant)>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum Decision {
+enum Decision {
     /// This replica holds the lease: renew it.
     Renew,
     /// Free (released) or unchanged for its whole duration: take it.
@@ -78,7 +78,7 @@ pub enum Decision {
 }
 
 impl Observation {
-    pub fn decide(&mut self, record: &Record, me: &str, now: Instant) -> Decision {
+    pub(crate) fn decide(&mut self, record: &Record, me: &str, now: Instant) -> Decision {
         let changed_at = match &self.seen {
             Some((seen, at)) if seen == record => *at,
             _ => {
@@ -98,7 +98,7 @@ impl Observation {
 }
 
 /// What the election waits for besides its timer.
-pub struct Signals {
+struct Signals {
     /// Turns true when `stop`s the election (SIGTERM).
     pub stop: watch::Receiver<bool>,
     /// Turns true once this replica has rendered the world: a cold replica never contends.
@@ -151,7 +151,7 @@ async fn watch_lease(api: Api<Lease>, name: String, changed: Arc<Notify>) {
 }
 
 /// The election over any store, with the wall clock it writes into the record (tests skew it).
-pub async fn elect<S: LeaseStore>(
+async fn elect<S: LeaseStore>(
     store: &S,
     config: &LeaseConfig,
     wall_clock: impl Fn() -> Timestamp,

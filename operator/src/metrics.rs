@@ -99,14 +99,14 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    pub fn certificate_expiry(&self, certificate: &str, not_after_unix: i64) {
+    pub(crate) fn certificate_expiry(&self, certificate: &str, not_after_unix: i64) {
         self.certificate_expiry
             .get_or_create(&vec![("certificate".to_string(), certificate.to_string())])
             .set(not_after_unix);
     }
 
     /// A reconcile pass ended after `took`; `failed` is its error's metric label.
-    pub fn reconciled(&self, took: Duration, failed: Option<&'static str>) {
+    pub(crate) fn reconciled(&self, took: Duration, failed: Option<&'static str>) {
         self.reconciles.inc();
         if let Some(label) = failed {
             self.reconcile_errors
@@ -116,13 +116,13 @@ impl Metrics {
         self.reconcile_duration.observe(took.as_secs_f64());
     }
 
-    pub fn status_write_failed(&self, kind: &str) {
+    pub(crate) fn status_write_failed(&self, kind: &str) {
         self.status_write_failures
             .get_or_create(&vec![("kind".to_string(), kind.to_string())])
             .inc();
     }
 
-    pub fn snapshot_published(&self, generation: u64) {
+    pub(crate) fn snapshot_published(&self, generation: u64) {
         self.snapshot_generation.set(generation as i64);
     }
 

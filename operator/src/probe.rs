@@ -27,7 +27,7 @@ use tokio::sync::{Notify, watch};
 use crate::status::{KeysProbe, ModelProbe, Probe};
 
 /// The Anthropic API version the model listing is asked for.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// A model listing gets at most this long (or the model's timeout, if shorter).
 const MODEL_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -72,7 +72,7 @@ impl Probes {
         changed
     }
 
-    pub fn model(&self, model_id: &str) -> Option<ModelProbe> {
+    pub(crate) fn model(&self, model_id: &str) -> Option<ModelProbe> {
         self.models
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -91,7 +91,7 @@ impl Probes {
     }
 
     /// What the last fetch of an identity provider's keys found (`<namespace>/<name>`).
-    pub fn identity_keys(&self, provider_id: &str) -> Option<KeysProbe> {
+    pub(crate) fn identity_keys(&self, provider_id: &str) -> Option<KeysProbe> {
         self.identity_keys
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -125,7 +125,7 @@ impl Probes {
 
 /// What a provider's answer to the model listing means for Ready; `keyed`: whether the
 /// request carried an API key.
-pub fn model_answer(status: u16, keyed: bool) -> ModelProbe {
+fn model_answer(status: u16, keyed: bool) -> ModelProbe {
     match status {
         200..=299 => ModelProbe::Answered { status },
         401 | 403 if keyed => ModelProbe::Failed {

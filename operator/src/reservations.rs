@@ -22,7 +22,7 @@ pub struct Reservations {
 
 /// What a name is: the thing the reservation protects, named in messages.
 #[derive(Clone, Copy, Debug)]
-pub enum NameKind {
+pub(crate) enum NameKind {
     /// An McpServer's tool prefix or an McpVirtualServer's path (both are `/mcp/<name>`).
     Prefix,
     Model,
@@ -43,7 +43,7 @@ impl Reservations {
     }
 
     /// `Err(message)` when `name` is reserved and `namespace` is not among its namespaces.
-    pub fn check(&self, kind: NameKind, name: &str, namespace: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, kind: NameKind, name: &str, namespace: &str) -> Result<(), String> {
         let (table, what, flag) = match kind {
             NameKind::Prefix => (&self.prefixes, "tool prefix", "--reserved-prefixes"),
             NameKind::Model => (&self.models, "model name", "--reserved-models"),

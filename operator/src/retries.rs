@@ -12,10 +12,10 @@ const FIRST_DELAY: Duration = Duration::from_millis(500);
 const MAX_DELAY: Duration = Duration::from_secs(60);
 
 /// `(kind, namespace, name)`.
-pub type ObjectKey = (&'static str, String, String);
+pub(crate) type ObjectKey = (&'static str, String, String);
 
 #[derive(Default)]
-pub struct StatusRetries {
+pub(crate) struct StatusRetries {
     failing: HashMap<ObjectKey, (u32, Instant)>,
 }
 
@@ -36,7 +36,7 @@ impl StatusRetries {
         delay
     }
 
-    pub fn succeeded(&mut self, key: &ObjectKey) {
+    pub(crate) fn succeeded(&mut self, key: &ObjectKey) {
         self.failing.remove(key);
     }
 

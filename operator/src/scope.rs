@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 
 /// The label that assigns a resource to an install (see the module docs).
-pub const INSTANCE_LABEL: &str = "switchboard.dev/instance";
+const INSTANCE_LABEL: &str = "switchboard.dev/instance";
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scope {
@@ -56,13 +56,13 @@ impl Scope {
     }
 
     /// The watched namespaces, or `None` for the whole cluster.
-    pub fn namespaces(&self) -> Option<&BTreeSet<String>> {
+    pub(crate) fn namespaces(&self) -> Option<&BTreeSet<String>> {
         self.namespaces.as_ref()
     }
 
     /// The namespaces the operator's own Secrets may be in: the watched ones and its own (the
     /// snapshot Secret), or `None` for the whole cluster.
-    pub fn with_own(&self, own: &str) -> Option<BTreeSet<String>> {
+    pub(crate) fn with_own(&self, own: &str) -> Option<BTreeSet<String>> {
         self.namespaces.as_ref().map(|listed| {
             let mut all = listed.clone();
             all.insert(own.to_string());
@@ -76,7 +76,7 @@ impl Scope {
 
     /// The label selector of the resources this install takes (McpServer, McpVirtualServer,
     /// McpKey, ModelRoute, IdentityProvider).
-    pub fn resource_selector(&self) -> String {
+    pub(crate) fn resource_selector(&self) -> String {
         match &self.instance {
             Some(instance) => format!("{INSTANCE_LABEL}={instance}"),
             None => format!("!{INSTANCE_LABEL}"),

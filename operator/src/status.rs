@@ -13,7 +13,7 @@ use crate::render::Verdict;
 
 /// A condition before timestamps: what we decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Desired {
+pub(crate) struct Desired {
     pub type_: &'static str,
     pub status: &'static str,
     pub reason: String,
@@ -22,13 +22,13 @@ pub struct Desired {
 
 /// How many of the known gateway replicas serve a generation at least `needed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     pub serving: usize,
     pub known: usize,
     pub needed: u64,
 }
 
-pub fn programmed(verdict: &Verdict, rollout: Option<Rollout>) -> Desired {
+pub(crate) fn programmed(verdict: &Verdict, rollout: Option<Rollout>) -> Desired {
     let Some(r) = rollout.filter(|_| verdict.accepted) else {
         return Desired {
             type_: "Programmed",
@@ -136,7 +136,7 @@ pub fn ready(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
 }
 
 /// `Running` of a server the operator runs: its pods, and why they do not run.
-pub fn running(health: &crate::workload::Health) -> Desired {
+pub(crate) fn running(health: &crate::workload::Health) -> Desired {
     let counts = format!("{}/{} pods ready", health.ready, health.desired);
     let (status, reason, message) = match (&health.failure, health.created) {
         (Some(f), _) => (
@@ -165,7 +165,7 @@ pub fn running(health: &crate::workload::Health) -> Desired {
 
 /// `Ready` of a server the operator runs: while its pods fail, that is the reason (the probe
 /// could only say the Service does not answer); else what the probe found.
-pub fn ready_running(
+pub(crate) fn ready_running(
     verdict: &Verdict,
     probe: Option<&Probe>,
     health: &crate::workload::Health,
@@ -184,7 +184,7 @@ pub fn ready_running(
 /// What the readiness probe of a model found. It never calls the model: it asks the
 /// provider for its model listing (`GET <baseUrl>/v1/models` or `GET <baseUrl>/models`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelProbe {
+pub(crate) enum ModelProbe {
     /// The provider answered the listing with a 2xx.
     Answered { status: u16 },
     Failed {
@@ -196,7 +196,7 @@ pub enum ModelProbe {
 /// An McpKey's `Ready`: refused once it expired (`expired_at`: its `expiresAt`, when that has
 /// passed), not while the resource is not accepted, and true only when every known gateway
 /// replica serves a generation that has it.
-pub fn key_ready(verdict: &Verdict, expired_at: Option<&str>, served: Rollout) -> Desired {
+pub(crate) fn key_ready(verdict: &Verdict, expired_at: Option<&str>, served: Rollout) -> Desired {
     let (status, reason, message) = if let Some(at) = expired_at {
         (
             "False",
@@ -226,7 +226,7 @@ pub fn key_ready(verdict: &Verdict, expired_at: Option<&str>, served: Rollout) -
 
 /// What the operator found at an identity provider: its signing keys, or why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeysProbe {
+pub(crate) enum KeysProbe {
     Loaded {
         keys: usize,
     },
@@ -238,7 +238,7 @@ pub enum KeysProbe {
 
 /// An IdentityProvider's `KeysLoaded`: discovery and the key set read the way a gateway reads
 /// them (`Unknown` until the first look).
-pub fn keys_loaded(verdict: &Verdict, probe: Option<&KeysProbe>) -> Desired {
+pub(crate) fn keys_loaded(verdict: &Verdict, probe: Option<&KeysProbe>) -> Desired {
     let (status, reason, message) = match (verdict.accepted, probe) {
         (false, _) => ("False", "NotAccepted", "not in the snapshot".to_string()),
         (true, None) => (
@@ -263,7 +263,7 @@ pub fn keys_loaded(verdict: &Verdict, probe: Option<&KeysProbe>) -> Desired {
 
 /// An IdentityProvider's `Ready`: accepted, its keys loaded, and served by every known gateway
 /// replica (a grant naming it works on each of them).
-pub fn identity_provider_ready(
+pub(crate) fn identity_provider_ready(
     verdict: &Verdict,
     keys: &Desired,
     served: Option<Rollout>,
@@ -302,7 +302,7 @@ pub fn identity_provider_ready(
     }
 }
 
-pub fn model_ready(verdict: &Verdict, probe: Option<&ModelProbe>) -> Desired {
+pub(crate) fn model_ready(verdict: &Verdict, probe: Option<&ModelProbe>) -> Desired {
     let (status, reason, message) = match (verdict.accepted, probe) {
         (false, _) => ("False", "NotAccepted", "not in the snapshot".to_string()),
         (true, None) => (
@@ -485,7 +485,7 @@ pub fn presented(
 }
 
 /// `Ready` of a virtual server: every tool it names is listed by its server.
-pub fn virtual_ready(verdict: &Verdict, presented: Option<&Presented>) -> Desired {
+pub(crate) fn virtual_ready(verdict: &Verdict, presented: Option<&Presented>) -> Desired {
     let (status, reason, message) = match (verdict.accepted, presented) {
         (false, _) | (true, None) => ("False", "NotAccepted", "not in the snapshot".to_string()),
         (true, Some(p)) if !p.missing.is_empty() => (

@@ -15,11 +15,11 @@ use switchboard_crds::{
 use crate::render::KeyOutcome;
 use crate::status::{Desired, conditions, differs, transitions};
 
-pub const FIELD_MANAGER: &str = "switchboard-operator";
+pub(crate) const FIELD_MANAGER: &str = "switchboard-operator";
 
 /// The status of a kind whose conditions the operator writes (all but McpKey, whose status
 /// has fields of its own: [`write_key`]).
-pub trait Conditioned: serde::Serialize + Default + Clone {
+pub(crate) trait Conditioned: serde::Serialize + Default + Clone {
     fn conditions(&self) -> &[Condition];
     fn observed_generation(&self) -> Option<i64>;
 }
@@ -122,7 +122,7 @@ where
     Ok(true)
 }
 
-pub async fn write_key(
+pub(crate) async fn write_key(
     client: &kube::Client,
     recorder: &Recorder,
     key: &McpKey,

@@ -11,7 +11,7 @@
 //!
 //! A namespace can be narrowed further by annotations on the Namespace object (who may edit
 //! Namespaces is a cluster-level permission, so tenants cannot loosen or lift it):
-//! [`HOSTS_ANNOTATION`] lists the host names its McpServers may use, [`NETWORKS_ANNOTATION`] the
+//! `HOSTS_ANNOTATION` lists the host names its McpServers may use, `NETWORKS_ANNOTATION` the
 //! networks their addresses must be in. The policy is copied into each server's spec
 //! (`upstreamPolicy`), so the gateways enforce it at connect time and on redirects too. An
 //! annotation that does not parse refuses every McpServer in the namespace (reason
@@ -28,14 +28,14 @@ use switchboard_snapshot::{
 
 /// Namespace annotation: host names (`mcp.example.com`, `*.team-a.svc.cluster.local`, or an
 /// address), comma-separated, that the namespace's McpServers may name in their URLs.
-pub const HOSTS_ANNOTATION: &str = "switchboard.dev/upstream-hosts";
+const HOSTS_ANNOTATION: &str = "switchboard.dev/upstream-hosts";
 /// Namespace annotation: networks (CIDR or address), comma-separated, that every address of
 /// the namespace's McpServers must be in.
-pub const NETWORKS_ANNOTATION: &str = "switchboard.dev/upstream-networks";
+const NETWORKS_ANNOTATION: &str = "switchboard.dev/upstream-networks";
 
 /// A namespace's policy from its annotations: `Ok(None)` when it has neither; the error names
 /// the annotation and the entry.
-pub fn namespace_policy(
+pub(crate) fn namespace_policy(
     annotations: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<ServerAddressPolicy>, String> {
     let list = |name: &str| -> Option<Vec<String>> {

@@ -1,5 +1,5 @@
 //! `spec.run`: the objects the operator keeps for a server it runs, and what its pods say. Pure:
-//! [`crate::workload_apply`] writes the objects, [`crate::status`] turns [`Health`] into
+//! `crate::workload_apply` writes the objects, `crate::status` turns `Health` into
 //! conditions.
 //!
 //! Per McpServer `<name>` (each name cut to 63 characters with a hash when longer):
@@ -41,13 +41,13 @@ use switchboard_crds::run::{Run, RunTransport};
 use crate::labels::MANAGED_BY;
 
 /// The port the stdio bridge listens on in the pod.
-pub const BRIDGE_PORT: i32 = 8080;
-pub const DEFAULT_HTTP_PORT: i32 = 8080;
+const BRIDGE_PORT: i32 = 8080;
+const DEFAULT_HTTP_PORT: i32 = 8080;
 /// The label that names the McpServer a workload object belongs to.
-pub const SERVER_LABEL: &str = "switchboard.dev/mcpserver";
+pub(crate) const SERVER_LABEL: &str = "switchboard.dev/mcpserver";
 const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "mcp-server");
 /// The key field of the bridge's session key Secret.
-pub const BRIDGE_KEY_FIELD: &str = "key";
+pub(crate) const BRIDGE_KEY_FIELD: &str = "key";
 const BRIDGE_DIR: &str = "/switchboard";
 const BRIDGE_KEY_DIR: &str = "/switchboard-key";
 /// The non-root user the restricted default runs as (distroless `nonroot`).
@@ -62,7 +62,7 @@ pub struct Settings {
 
 /// The objects' names for McpServer `name`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Names {
+pub(crate) struct Names {
     pub workload: String,
     pub peers: String,
     pub bridge_key: String,
@@ -122,7 +122,7 @@ pub fn labels(name: &str) -> BTreeMap<String, String> {
 }
 
 /// The label selector of a server's pods (and the watch of all of them).
-pub fn pod_selector() -> String {
+pub(crate) fn pod_selector() -> String {
     format!(
         "{}={},{}={}",
         MANAGED_BY.0, MANAGED_BY.1, COMPONENT.0, COMPONENT.1
@@ -203,7 +203,7 @@ fn bridge_args(server: &McpServer, run: &Run) -> Vec<String> {
     args
 }
 
-pub fn deployment(server: &McpServer, run: &Run, settings: &Settings) -> Deployment {
+pub(crate) fn deployment(server: &McpServer, run: &Run, settings: &Settings) -> Deployment {
     let name = kube::ResourceExt::name_any(server);
     let names = Names::of(&name);
     let stdio = run.transport == RunTransport::Stdio;
@@ -395,7 +395,7 @@ pub fn peers(server: &McpServer, run: &Run) -> Option<Service> {
     })
 }
 
-pub fn autoscaler(server: &McpServer, run: &Run) -> Option<HorizontalPodAutoscaler> {
+pub(crate) fn autoscaler(server: &McpServer, run: &Run) -> Option<HorizontalPodAutoscaler> {
     let scaling = run.autoscaling.as_ref()?;
     let names = Names::of(&kube::ResourceExt::name_any(server));
     Some(HorizontalPodAutoscaler {
@@ -430,7 +430,7 @@ pub fn autoscaler(server: &McpServer, run: &Run) -> Option<HorizontalPodAutoscal
 
 /// What a server's pods say.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Health {
+pub(crate) struct Health {
     /// Pods the Deployment wants (its spec, or the autoscaler's choice).
     pub desired: i32,
     pub replicas: i32,
@@ -460,7 +460,7 @@ const FAILING: &[&str] = &[
     "RunContainerError",
 ];
 
-pub fn health(deployment: Option<&Deployment>, pods: &[Arc<Pod>]) -> Health {
+pub(crate) fn health(deployment: Option<&Deployment>, pods: &[Arc<Pod>]) -> Health {
     let desired = deployment
         .and_then(|d| d.spec.as_ref())
         .and_then(|s| s.replicas)

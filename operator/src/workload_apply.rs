@@ -28,7 +28,7 @@ use crate::status_write::FIELD_MANAGER;
 use crate::workload::{self, BRIDGE_KEY_FIELD, Names, SERVER_LABEL, Settings};
 
 /// Anything someone changed on a server's objects is put back within this.
-pub const RESYNC: Duration = Duration::from_secs(60);
+const RESYNC: Duration = Duration::from_secs(60);
 const APPLIED: &str = "switchboard.dev/applied";
 
 /// When each server's objects were last applied (the lease holder's memory; a new holder

@@ -9,7 +9,7 @@
 //! or credentials (no field can hold them).
 //!
 //! Records go to a thread that writes them ([`AuditLog`]); a request never waits on it. When
-//! the writer falls behind by [`QUEUE`] records, further records are dropped and counted
+//! the writer falls behind by `QUEUE` records, further records are dropped and counted
 //! (`switchboard_gateway_audit_records_dropped_total`).
 
 use std::io::Write;
@@ -24,10 +24,10 @@ use crate::metrics::{Metrics, UsageFigures};
 pub use crate::noted::{CallerRecord, Noted, Tokens, WorkloadRecord, name};
 
 /// The schema every record names (docs/audit.md): a field renamed or removed is a new version.
-pub const SCHEMA: &str = "switchboard.audit/v1";
+const SCHEMA: &str = "switchboard.audit/v1";
 
 /// Records the writer may be behind by before new ones are dropped.
-pub const QUEUE: usize = 16_384;
+const QUEUE: usize = 16_384;
 
 /// One request's record as written.
 #[derive(Serialize)]

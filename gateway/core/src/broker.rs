@@ -76,7 +76,7 @@ impl Record {
 }
 
 /// How the gateway's access tokens begin (how a caller's credential is told to be one).
-pub const ACCESS_PREFIX: &str = "sbt.";
+pub(crate) const ACCESS_PREFIX: &str = "sbt.";
 
 /// The longest sealed record read (an access token carries the provider's token).
 const MAX_RECORD: usize = 16 * 1024;

@@ -36,7 +36,7 @@ const NEVER_FORWARDED: &[&str] = &[
 ];
 
 /// Whether a caller header is a delegated credential for some server.
-pub fn is_delegated_credential(name: &str) -> bool {
+fn is_delegated_credential(name: &str) -> bool {
     name.starts_with("x-mcp-") && name.ends_with("-authorization")
 }
 
@@ -51,13 +51,13 @@ pub struct UpstreamHeaders {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{field}: {message}")]
-pub struct CredentialError {
+pub(crate) struct CredentialError {
     pub field: &'static str,
     pub message: String,
 }
 
 impl UpstreamHeaders {
-    pub fn for_server(spec: &ServerSpec) -> Result<UpstreamHeaders, CredentialError> {
+    pub(crate) fn for_server(spec: &ServerSpec) -> Result<UpstreamHeaders, CredentialError> {
         let credential = static_credential(&spec.auth)?;
         let credential_slot = match &credential {
             Some((name, _)) => Some(name.clone()),

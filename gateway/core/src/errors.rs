@@ -26,7 +26,7 @@ pub enum GatewayError {
     #[error("{0}")]
     Unauthenticated(&'static str),
     /// A JWT whose `iss` is neither an identity provider of this gateway nor the issuer of its
-    /// cluster's ServiceAccount tokens (the issuer as [`shown_issuer`] makes it safe to show).
+    /// cluster's ServiceAccount tokens (the issuer as `shown_issuer` makes it safe to show).
     #[error("token issuer {issuer} is not an identity provider of this gateway")]
     UnknownIssuer {
         issuer: String,
@@ -150,7 +150,7 @@ impl GatewayError {
 
     /// The refusal of a JWT whose issuer `iss` (unverified, as the token names it) this gateway
     /// does not know.
-    pub fn unknown_issuer(iss: &str) -> GatewayError {
+    pub(crate) fn unknown_issuer(iss: &str) -> GatewayError {
         let issuer = shown_issuer(iss);
         let www_authenticate = format!(
             "Bearer realm=\"switchboard\", error=\"invalid_token\", error_description=\"token issuer {issuer} is not an identity provider of this gateway\""
@@ -161,7 +161,7 @@ impl GatewayError {
         }
     }
 
-    pub fn http_status(&self) -> StatusCode {
+    pub(crate) fn http_status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
             Unauthenticated(_)
@@ -321,7 +321,7 @@ impl GatewayError {
     }
 
     /// The REST body: `{"error": {"code", "message", ...}}`.
-    pub fn rest_body(&self) -> Value {
+    pub(crate) fn rest_body(&self) -> Value {
         if let GatewayError::Invisible { answer, .. } = self {
             return answer.rest_body();
         }
@@ -449,7 +449,7 @@ const ISSUER_CAP: usize = 200;
 /// the audit record): at most `ISSUER_CAP` bytes of printable ASCII, anything else (quotes,
 /// backslashes, control characters, non-ASCII) as `?`, so that a token cannot write into a
 /// header or a log line what its issuer says.
-pub fn shown_issuer(iss: &str) -> String {
+fn shown_issuer(iss: &str) -> String {
     iss.chars()
         .take(ISSUER_CAP)
         .map(|c| match c {

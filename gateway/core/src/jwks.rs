@@ -5,7 +5,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Header};
 
 /// Most keys one set may hold: a provider publishes a handful (current, next, previous).
-pub const MAX_KEYS: usize = 64;
+pub(crate) const MAX_KEYS: usize = 64;
 
 /// Signing keys by key id (keys without one are tried in turn).
 #[derive(Clone)]

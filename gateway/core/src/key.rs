@@ -50,7 +50,7 @@ impl Key {
         })
     }
 
-    pub fn is_expired(&self, now: SystemTime) -> bool {
+    pub(crate) fn is_expired(&self, now: SystemTime) -> bool {
         self.expires_at.is_some_and(|at| now >= at)
     }
 
@@ -123,7 +123,7 @@ impl Key {
     }
 
     /// Whether this key may use the tool `tool` of `server` (key filters see prefixed names).
-    pub fn admits_tool(&self, server: &ServerSpec, tool: &str) -> bool {
+    pub(crate) fn admits_tool(&self, server: &ServerSpec, tool: &str) -> bool {
         if self.tools.allow.is_empty() && self.tools.deny.is_empty() {
             return true;
         }

@@ -15,16 +15,16 @@
 //! - [`audit`]: the audit record of a request, noted into by the layers it passes;
 //!   [`request_span`]: what the request's trace span says when its answer ends.
 //! - `workload_identity`: ServiceAccount tokens verified offline.
-//! - [`credentials`], [`address_policy`]: composing a server's upstream headers; which upstream
+//! - [`credentials`], `address_policy`: composing a server's upstream headers; which upstream
 //!   addresses a server may reach.
 
-pub mod address_policy;
+mod address_policy;
 pub mod audit;
 pub mod broker;
 pub mod credentials;
 pub mod errors;
 pub mod jwks;
-pub mod key;
+mod key;
 pub mod limits;
 pub mod live;
 pub mod metrics;
@@ -34,7 +34,7 @@ pub mod remembered_tokens;
 pub mod request_span;
 pub mod route;
 pub mod scope;
-pub mod server;
+mod server;
 pub mod session;
 pub mod table;
 pub mod virtual_server;

@@ -40,7 +40,7 @@ impl LimitKind {
 }
 
 /// The limiter of one key or one server.
-pub struct Limiter {
+struct Limiter {
     spec: RequestLimits,
     in_flight: Option<Arc<Semaphore>>,
     rate: Option<DefaultDirectRateLimiter>,
@@ -111,7 +111,7 @@ pub struct Limiters {
 
 impl Limiters {
     /// Fresh limiters for every key and server of `snapshot` that has limits.
-    pub fn for_snapshot(snapshot: &Snapshot) -> Limiters {
+    pub(crate) fn for_snapshot(snapshot: &Snapshot) -> Limiters {
         let fresh = |limits: &Option<RequestLimits>| limits.as_ref().map(Limiter::new);
         Limiters {
             keys: snapshot
@@ -143,7 +143,7 @@ impl Limiters {
     }
 
     /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits.
-    pub fn admit_key(
+    pub(crate) fn admit_key(
         &self,
         key_id: &str,
         metrics: &Metrics,
@@ -194,17 +194,17 @@ pub struct Refused {
     /// `key` or `server`.
     pub scope: &'static str,
     pub id: String,
-    pub kind: LimitKind,
+    pub(crate) kind: LimitKind,
     pub retry_after: Duration,
 }
 
 /// The identity a key's limiter is kept under across snapshots.
-pub fn key_id(spec: &KeySpec) -> String {
+pub(crate) fn key_id(spec: &KeySpec) -> String {
     format!("{}/{}", spec.namespace, spec.name)
 }
 
 /// Whole seconds for `Retry-After`, at least 1 (a client reading 0 would retry at once).
-pub fn retry_after_seconds(wait: Duration) -> u64 {
+pub(crate) fn retry_after_seconds(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 

@@ -100,7 +100,7 @@ struct FoldedLabels {
 
 /// Distinct values a usage label (tenant, server, model) takes before further ones are folded
 /// into `other`: the values come from the snapshot, so this only bounds a pathological one.
-pub const USAGE_LABEL_VALUES: usize = 256;
+const USAGE_LABEL_VALUES: usize = 256;
 
 /// The values a usage label has taken: bounded by [`USAGE_LABEL_VALUES`].
 #[derive(Default)]
@@ -141,7 +141,7 @@ struct Usage {
 }
 
 /// What one finished client request was, for [`Metrics::usage`].
-pub struct UsageFigures<'a> {
+pub(crate) struct UsageFigures<'a> {
     pub endpoint: &'static str,
     /// The caller's namespace (`-`: no caller, a refusal before authentication).
     pub tenant: &'a str,
@@ -575,7 +575,7 @@ impl Metrics {
     }
 
     /// A finished client request, by tenant, server and model (labels bounded).
-    pub fn usage(&self, figures: &UsageFigures<'_>) {
+    pub(crate) fn usage(&self, figures: &UsageFigures<'_>) {
         let u = &self.usage;
         let label = |values: &LabelValues, name: &'static str, value: &str| {
             let (v, folded) = values.admit(value);
@@ -620,7 +620,7 @@ impl Metrics {
         self.operator_stream_connected.set(i64::from(connected));
     }
 
-    pub fn audit_record_dropped(&self) {
+    pub(crate) fn audit_record_dropped(&self) {
         self.audit_dropped.inc();
     }
 

@@ -68,7 +68,7 @@ impl std::fmt::Display for Person {
 
 /// A person and the keys that grant them their scope (none: the person is refused with 403).
 #[derive(Debug, Clone)]
-pub struct Signed {
+pub(crate) struct Signed {
     pub person: Arc<Person>,
     pub grants: Vec<Arc<Key>>,
 }
@@ -127,7 +127,7 @@ impl Refusal {
 
     /// A refusal a fetch of the provider's keys may turn around: the keys never came yet, or
     /// the token names a key they do not have (the provider may have just published it).
-    pub fn awaits_keys(self) -> bool {
+    fn awaits_keys(self) -> bool {
         matches!(self, Refusal::KeysNotLoaded | Refusal::UnknownSigningKey)
     }
 
@@ -378,7 +378,7 @@ impl People {
 
     /// The issuer a token names (unverified), when it is one of these providers': only then is
     /// it a person's token rather than a ServiceAccount's or a key.
-    pub fn issuer_of(&self, token: &str) -> Option<String> {
+    pub(crate) fn issuer_of(&self, token: &str) -> Option<String> {
         unverified_issuer(token).filter(|iss| self.providers.iter().any(|p| p.spec.issuer == *iss))
     }
 
@@ -393,7 +393,7 @@ impl People {
 
     /// The person a token verified lately proves, with the keys that grant them scope: the
     /// path of every call but a token's first (no signature check, no parsing).
-    pub fn remembered(&self, token: &str) -> Option<Signed> {
+    pub(crate) fn remembered(&self, token: &str) -> Option<Signed> {
         let person = self.verified.get(token)?;
         let grants = self.grants(&person);
         Some(Signed { person, grants })
@@ -405,7 +405,7 @@ impl People {
     /// A token its provider's keys cannot verify yet (an unknown key id, or no keys fetched so
     /// far) waits for a fetch of them, at most [`KEY_WAIT`], and is verified again with what
     /// that fetch found: a key the provider has just published works on its first use.
-    pub async fn verify(
+    pub(crate) async fn verify(
         &self,
         keys: &IdentityKeys,
         token: &str,
@@ -444,7 +444,7 @@ impl People {
 
     /// Who a token of `provider` (by id) names, and until when it holds: the brokered login
     /// reads the token the provider gave the gateway, verified by that provider alone as any
-    /// person's token is (a key it has just published waits for a fetch, as in [`Self::verify`]).
+    /// person's token is (a key it has just published waits for a fetch, as in `Self::verify`).
     pub async fn identify(
         &self,
         keys: &IdentityKeys,
@@ -470,7 +470,7 @@ impl People {
     /// The person an access token the gateway issued proves (brokered mode), and the keys that
     /// grant them scope: opened (never parsed as a JWT), its resource under `base`, and
     /// remembered like a verified token.
-    pub fn verify_brokered(
+    pub(crate) fn verify_brokered(
         &self,
         sealer: &BrokerSealer,
         token: &str,

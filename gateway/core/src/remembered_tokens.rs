@@ -14,7 +14,7 @@ use std::time::Duration;
 const CAPACITY: u64 = 10_000;
 const REMEMBERED_FOR: Duration = Duration::from_secs(60);
 
-pub struct RememberedTokens<T> {
+pub(crate) struct RememberedTokens<T> {
     cache: moka::sync::Cache<u64, Arc<Entry<T>>, foldhash::fast::RandomState>,
     hasher: foldhash::fast::RandomState,
 }

@@ -118,7 +118,7 @@ const STREAM_FAILURES: [&str; 2] = ["provider_stream_broken", "provider_stream_e
 
 /// `{mcp.method.name} {target}`: the target is the tool or prompt the request names (low
 /// cardinality); a resource's URI is not (the conventions leave it out of names by default).
-pub fn mcp_span_name(method: &str, noted: &Noted) -> String {
+fn mcp_span_name(method: &str, noted: &Noted) -> String {
     let target = match method {
         "tools/call" => noted.tool.as_deref(),
         "prompts/get" => noted.prompt.as_deref(),

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 /// Separator between a server's prefix and the upstream's own name.
-pub const SEPARATOR: &str = "__";
+const SEPARATOR: &str = "__";
 
 pub fn prefixed_name(prefix: &str, name: &str) -> String {
     let mut out = String::with_capacity(prefix.len() + SEPARATOR.len() + name.len());

@@ -24,7 +24,7 @@ pub struct Caller {
     pub person: Option<Arc<Person>>,
     /// The workload whose ServiceAccount token stood for the key (the key was not presented
     /// itself).
-    pub service_account: Option<Arc<ServiceAccount>>,
+    pub(crate) service_account: Option<Arc<ServiceAccount>>,
     also: Vec<Arc<Key>>,
     pub table: Arc<RoutingTable>,
     pub headers: HeaderMap,

@@ -41,7 +41,7 @@ pub struct RoutingTable {
     /// Every name a client may send, to its model.
     model_by_name: HashMap<String, usize>,
     /// ServiceAccount tokens in place of keys, when the snapshot accepts them.
-    pub service_accounts: Option<ServiceAccountAuth>,
+    pub(crate) service_accounts: Option<ServiceAccountAuth>,
     /// People signed in with an identity provider, when the snapshot names one.
     pub people: Option<People>,
     /// The identity providers' signing keys. A table built alone has a store of its own; the
@@ -65,7 +65,7 @@ pub struct RoutingTable {
 /// How ServiceAccount tokens authenticate: the issuer's verifier, and which key each
 /// ServiceAccount's token stands for.
 #[derive(Debug)]
-pub struct ServiceAccountAuth {
+pub(crate) struct ServiceAccountAuth {
     pub verifier: TokenVerifier,
     pub bindings: Bindings<Arc<Key>>,
 }
@@ -246,7 +246,7 @@ impl RoutingTable {
     }
 
     /// The virtual server served at `/mcp/<path>`.
-    pub fn virtual_by_path(&self, path: &str) -> Option<&Arc<VirtualServer>> {
+    pub(crate) fn virtual_by_path(&self, path: &str) -> Option<&Arc<VirtualServer>> {
         self.virtual_by_path
             .get(path)
             .map(|&i| &self.virtual_servers[i])
@@ -377,7 +377,7 @@ impl UpstreamRoots {
 }
 
 /// The provider's endpoints under a base URL, as the providers' own SDKs compose them.
-pub fn model_urls(spec: &ModelSpec) -> Result<(url::Url, url::Url), url::ParseError> {
+fn model_urls(spec: &ModelSpec) -> Result<(url::Url, url::Url), url::ParseError> {
     let base = spec.base_url.trim_end_matches('/');
     let (endpoint, models) = match spec.provider {
         ModelProvider::Anthropic => (format!("{base}/v1/messages"), format!("{base}/v1/models")),
@@ -387,7 +387,7 @@ pub fn model_urls(spec: &ModelSpec) -> Result<(url::Url, url::Url), url::ParseEr
 }
 
 /// `x-api-key: <key>` for Anthropic, `Authorization: Bearer <key>` for OpenAI.
-pub fn provider_credential(
+fn provider_credential(
     provider: ModelProvider,
     key: &str,
 ) -> Option<(http::HeaderName, http::HeaderValue)> {

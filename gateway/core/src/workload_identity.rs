@@ -22,7 +22,7 @@ use crate::remembered_tokens::RememberedTokens;
 /// token in a pod is: `kubernetes.io.pod.name`). Only the account binds a key; the pod tells
 /// the audit record which workload called.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceAccount {
+pub(crate) struct ServiceAccount {
     pub namespace: String,
     pub name: String,
     pub pod: Option<String>,
@@ -67,7 +67,7 @@ impl Refusal {
 }
 
 /// Verifies tokens against one issuer's keys.
-pub struct TokenVerifier {
+pub(crate) struct TokenVerifier {
     issuer: String,
     audiences: Vec<String>,
     keys: SigningKeys,
@@ -129,7 +129,7 @@ impl TokenVerifier {
     }
 
     /// The ServiceAccount a token proves, or why it proves none.
-    pub fn verify(&self, token: &str) -> Result<Arc<ServiceAccount>, Refusal> {
+    pub(crate) fn verify(&self, token: &str) -> Result<Arc<ServiceAccount>, Refusal> {
         if let Some(account) = self.verified.get(token) {
             return Ok(account);
         }
@@ -199,7 +199,7 @@ fn service_account(claims: &Claims) -> Result<ServiceAccount, Refusal> {
 
 /// Whether a presented credential has the shape of a JWT (three base64url parts), so that a
 /// plain key is never parsed as one.
-pub fn looks_like_jwt(presented: &str) -> bool {
+pub(crate) fn looks_like_jwt(presented: &str) -> bool {
     presented.len() > 20
         && presented.split('.').count() == 3
         && presented
@@ -209,7 +209,7 @@ pub fn looks_like_jwt(presented: &str) -> bool {
 
 /// Which key a ServiceAccount's token stands for: an exact binding, else its namespace's `*`.
 #[derive(Debug)]
-pub struct Bindings<K> {
+pub(crate) struct Bindings<K> {
     by_account: HashMap<String, K>,
 }
 
@@ -231,10 +231,6 @@ impl<K: Clone> Bindings<K> {
             .get(&account.to_string())
             .or_else(|| self.by_account.get(&format!("{}/*", account.namespace)))
             .cloned()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_account.is_empty()
     }
 }
 

@@ -18,7 +18,7 @@ const ID_PREFIX: &str = "toolu";
 /// The prefix of a carrier block's data (`switchboard_sbx_<sealed>`).
 const CARRIER_PREFIX: &str = "switchboard";
 
-pub fn tool_definition(tool: &GatewayTool) -> Value {
+pub(crate) fn tool_definition(tool: &GatewayTool) -> Value {
     let mut definition = json!({"name": tool.name, "input_schema": tool.schema});
     if let Some(d) = &tool.description {
         definition["description"] = Value::String(d.clone());
@@ -26,7 +26,7 @@ pub fn tool_definition(tool: &GatewayTool) -> Value {
     definition
 }
 
-pub fn blocks(response: &Value) -> impl Iterator<Item = &Value> {
+pub(crate) fn blocks(response: &Value) -> impl Iterator<Item = &Value> {
     response
         .get("content")
         .and_then(Value::as_array)
@@ -38,7 +38,7 @@ pub fn calls(response: &Value) -> Vec<Call> {
     blocks(response).filter_map(call_of_block).collect()
 }
 
-pub fn call_of_block(block: &Value) -> Option<Call> {
+fn call_of_block(block: &Value) -> Option<Call> {
     if block.get("type").and_then(Value::as_str) != Some("tool_use") {
         return None;
     }
@@ -69,7 +69,7 @@ pub fn usage(usage: Option<&Value>) -> Usage {
     }
 }
 
-pub fn usage_json(usage: Usage) -> Value {
+pub(crate) fn usage_json(usage: Usage) -> Value {
     json!({
         "input_tokens": usage.input,
         "output_tokens": usage.output,
@@ -78,15 +78,15 @@ pub fn usage_json(usage: Usage) -> Value {
     })
 }
 
-pub fn assistant_message(response: &Value) -> Value {
+pub(crate) fn assistant_message(response: &Value) -> Value {
     json!({"role": "assistant", "content": response.get("content").cloned().unwrap_or(json!([]))})
 }
 
-pub fn result_message(executed: &[Executed<'_>]) -> Value {
+pub(crate) fn result_message(executed: &[Executed<'_>]) -> Value {
     json!({"role": "user", "content": result_blocks(executed)})
 }
 
-pub fn result_blocks(executed: &[Executed<'_>]) -> Vec<Value> {
+pub(crate) fn result_blocks(executed: &[Executed<'_>]) -> Vec<Value> {
     executed
         .iter()
         .map(|e| {
@@ -136,7 +136,7 @@ fn result_content(items: &[Value]) -> Value {
 
 /// The blocks a client sees for a gateway call: nothing for a hidden tool; for a visible one,
 /// the `mcp_tool_use` / `mcp_tool_result` pair the provider's own MCP connector shows.
-pub fn display_blocks(executed: &Executed<'_>) -> Vec<Value> {
+pub(crate) fn display_blocks(executed: &Executed<'_>) -> Vec<Value> {
     if executed.tool.visibility == ToolVisibility::Hidden {
         return Vec::new();
     }
@@ -160,12 +160,12 @@ pub fn display_blocks(executed: &Executed<'_>) -> Vec<Value> {
 }
 
 /// The id a client sees for the tool call that carries a record.
-pub fn carried_id(token: &str) -> String {
+pub(crate) fn carried_id(token: &str) -> String {
     format!("{ID_PREFIX}{CARRY_MARK}{token}")
 }
 
 /// The block that carries a record in a turn with no client tool call.
-pub fn carrier_block(token: &str) -> Value {
+pub(crate) fn carrier_block(token: &str) -> Value {
     json!({"type": "redacted_thinking", "data": format!("{CARRIER_PREFIX}{CARRY_MARK}{token}")})
 }
 
@@ -177,7 +177,7 @@ pub struct Merged {
 
 impl Merged {
     /// Adds an iteration that ended in gateway calls only.
-    pub fn add_turn(&mut self, response: &Value, executed: &[Executed<'_>]) {
+    pub(crate) fn add_turn(&mut self, response: &Value, executed: &[Executed<'_>]) {
         for block in blocks(response) {
             match executed_for(block, executed) {
                 Some(e) => self.blocks.extend(display_blocks(e)),
@@ -246,7 +246,7 @@ fn executed_for<'e, 'a>(block: &Value, executed: &'e [Executed<'a>]) -> Option<&
 /// carries a record gets the earlier iterations before it, its gateway calls back, and their
 /// results at the head of the next user message; display blocks of visible gateway tools are
 /// dropped (the record holds the real exchange).
-pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
+pub(crate) fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
     if !messages
         .iter()
         .any(|m| is_assistant(m) && has_gateway_blocks(m))

@@ -25,9 +25,9 @@ use serde_json::Value;
 use switchboard_core::session::{SessionSealer, TokenKind};
 
 /// Largest sealed record, before encoding (the id grows by a third in base64url).
-pub const MAX_CARRY_BYTES: usize = 48 * 1024;
+const MAX_CARRY_BYTES: usize = 48 * 1024;
 /// Marks a carried id: `<provider prefix>_sbx_<sealed>`.
-pub const CARRY_MARK: &str = "_sbx_";
+pub(crate) const CARRY_MARK: &str = "_sbx_";
 /// Shortest a cut result gets: below this it is left alone.
 const MIN_CUT: usize = 256;
 
@@ -182,13 +182,13 @@ fn collect_result_texts<'a>(value: &'a mut Value, in_result: bool, out: &mut Vec
 }
 
 /// The sealed part of an id or token that carries a record.
-pub fn carried_token(id: &str) -> Option<&str> {
+pub(crate) fn carried_token(id: &str) -> Option<&str> {
     id.split_once(CARRY_MARK).map(|(_, token)| token)
 }
 
 /// Replaces every carried id left in `messages` (`id`, `tool_use_id`, `tool_call_id` fields)
 /// by its stand-in: the last guard that no carried id reaches a provider.
-pub fn sweep_carried_ids(messages: &mut [Value], prefix: &str) {
+pub(crate) fn sweep_carried_ids(messages: &mut [Value], prefix: &str) {
     for message in messages {
         sweep(message, prefix);
     }
@@ -217,7 +217,7 @@ fn sweep(value: &mut Value, prefix: &str) {
 
 /// A stable stand-in for a carried id that can no longer be opened (another session key, a
 /// changed key): the same id everywhere it appears, short enough for any provider.
-pub fn stand_in_id(id: &str, prefix: &str) -> String {
+pub(crate) fn stand_in_id(id: &str, prefix: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(id.as_bytes());
     format!("{prefix}{}", hex::encode(&digest[..12]))

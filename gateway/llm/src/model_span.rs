@@ -26,7 +26,7 @@ use switchboard_core::table::Model;
 
 /// One model call's span; ended by [`ModelCall::answered`], [`ModelCall::streamed`] or
 /// [`ModelCall::failed`] (or when dropped).
-pub struct ModelCall {
+pub(crate) struct ModelCall {
     span: tracing::Span,
     format: Format,
 }
@@ -34,7 +34,7 @@ pub struct ModelCall {
 impl ModelCall {
     /// A chat call of `model` with `body` (the provider's request) in `format`, a child of the
     /// current span; disabled when the request is not traced.
-    pub fn chat(model: &Model, format: Format, body: &Map<String, Value>) -> ModelCall {
+    pub(crate) fn chat(model: &Model, format: Format, body: &Map<String, Value>) -> ModelCall {
         if !switchboard_telemetry::tracing_on() || tracing::Span::current().is_disabled() {
             return ModelCall::none(format);
         }
@@ -106,7 +106,12 @@ impl ModelCall {
     }
 
     /// A streamed answer ended whole: what its events said.
-    pub fn streamed(&mut self, model: Option<&str>, finish_reason: Option<&str>, usage: Usage) {
+    pub(crate) fn streamed(
+        &mut self,
+        model: Option<&str>,
+        finish_reason: Option<&str>,
+        usage: Usage,
+    ) {
         let reasons = finish_reason.map(audit::name).into_iter().collect();
         self.end(model, None, reasons, usage);
     }
@@ -158,7 +163,7 @@ impl ModelCall {
 
     /// A streamed answer ended early: `outcome` (`provider_stream_broken`,
     /// `provider_stream_error`) as its class, `detail` (the gateway's words) when it has one.
-    pub fn stream_failed(&mut self, outcome: &'static str, detail: Option<String>) {
+    pub(crate) fn stream_failed(&mut self, outcome: &'static str, detail: Option<String>) {
         self.fail(outcome.to_string(), detail);
     }
 

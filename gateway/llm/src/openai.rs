@@ -12,9 +12,9 @@ use crate::turn::{Call, Executed, Usage};
 /// The prefix of carried tool-call ids.
 const ID_PREFIX: &str = "call";
 /// Between the texts of two iterations in the client's merged message.
-pub const TEXT_SEPARATOR: &str = "\n\n";
+pub(crate) const TEXT_SEPARATOR: &str = "\n\n";
 
-pub fn tool_definition(tool: &GatewayTool) -> Value {
+pub(crate) fn tool_definition(tool: &GatewayTool) -> Value {
     let mut function = json!({"name": tool.name, "parameters": tool.schema});
     if let Some(d) = &tool.description {
         function["description"] = Value::String(d.clone());
@@ -26,7 +26,7 @@ fn message(response: &Value) -> Option<&Value> {
     response.pointer("/choices/0/message")
 }
 
-pub fn tool_calls(response: &Value) -> impl Iterator<Item = &Value> {
+pub(crate) fn tool_calls(response: &Value) -> impl Iterator<Item = &Value> {
     message(response)
         .and_then(|m| m.get("tool_calls"))
         .and_then(Value::as_array)
@@ -38,7 +38,7 @@ pub fn calls(response: &Value) -> Vec<Call> {
     tool_calls(response).filter_map(call_of).collect()
 }
 
-pub fn call_of(entry: &Value) -> Option<Call> {
+fn call_of(entry: &Value) -> Option<Call> {
     let arguments = entry
         .pointer("/function/arguments")
         .and_then(Value::as_str)
@@ -76,7 +76,7 @@ pub fn usage(usage: Option<&Value>) -> Usage {
     }
 }
 
-pub fn usage_json(usage: Usage) -> Value {
+pub(crate) fn usage_json(usage: Usage) -> Value {
     json!({
         "prompt_tokens": usage.input,
         "completion_tokens": usage.output,
@@ -85,7 +85,7 @@ pub fn usage_json(usage: Usage) -> Value {
 }
 
 /// The response's message as it goes back into the conversation: role, content and calls.
-pub fn assistant_message(response: &Value) -> Value {
+pub(crate) fn assistant_message(response: &Value) -> Value {
     let mut out = Map::new();
     out.insert("role".into(), json!("assistant"));
     if let Some(m) = message(response).and_then(Value::as_object) {
@@ -99,7 +99,7 @@ pub fn assistant_message(response: &Value) -> Value {
     Value::Object(out)
 }
 
-pub fn tool_message(executed: &Executed<'_>) -> Value {
+pub(crate) fn tool_message(executed: &Executed<'_>) -> Value {
     let mut text = executed.outcome.text();
     if executed.outcome.is_error && !text.starts_with("Error") {
         text = format!("Error: {text}");
@@ -107,7 +107,7 @@ pub fn tool_message(executed: &Executed<'_>) -> Value {
     json!({"role": "tool", "tool_call_id": executed.call.id, "content": text})
 }
 
-pub fn carried_id(token: &str) -> String {
+pub(crate) fn carried_id(token: &str) -> String {
     format!("{ID_PREFIX}{CARRY_MARK}{token}")
 }
 
@@ -125,12 +125,12 @@ pub struct Merged {
 }
 
 impl Merged {
-    pub fn add_turn(&mut self, response: &Value) {
+    pub(crate) fn add_turn(&mut self, response: &Value) {
         self.push_text(text_of(response));
     }
 
     /// Appends one iteration's text; returns how much of `text` the client saw before it.
-    pub fn push_text(&mut self, text: &str) -> usize {
+    pub(crate) fn push_text(&mut self, text: &str) -> usize {
         if !text.is_empty() && !self.text.is_empty() {
             self.text.push_str(TEXT_SEPARATOR);
         }
@@ -211,7 +211,7 @@ fn message_has_no_calls(choice: &Map<String, Value>) -> bool {
 }
 
 /// Puts the provider's view of a conversation back together (see [`crate::carry`]).
-pub fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
+pub(crate) fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Carry>) {
     let carries = |m: &Value| {
         m.get("tool_calls")
             .and_then(Value::as_array)

@@ -123,7 +123,7 @@ impl<'a> Provider<'a> {
 
     /// Reads an answer whole, to relay it as it is (a refusal, or a pass-through answer); a
     /// body that cannot be read fails `call`.
-    pub async fn read_whole(
+    pub(crate) async fn read_whole(
         &self,
         response: HttpResponse,
         deadline: Instant,
@@ -169,7 +169,7 @@ pub struct Answer {
 
 impl Answer {
     /// Puts the answer's relayable headers (ids, rate limits) on another response.
-    pub fn copy_headers_to(&self, to: &mut HeaderMap) {
+    pub(crate) fn copy_headers_to(&self, to: &mut HeaderMap) {
         copy_answer_headers(&self.headers, to);
     }
 
@@ -186,7 +186,7 @@ impl Answer {
 }
 
 /// A provider answer, relayed with its status, relayable headers and body bytes.
-pub fn relay_bytes(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Response {
+fn relay_bytes(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Response {
     let mut response = (status, body).into_response();
     copy_answer_headers(headers, response.headers_mut());
     response
@@ -194,7 +194,7 @@ pub fn relay_bytes(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Resp
 
 /// A provider answer relayed as it arrives (a pass-through stream), bounded by `deadline`;
 /// `call` lasts as long as the stream (whose usage the gateway does not read).
-pub fn relay_streaming(
+pub(crate) fn relay_streaming(
     response: HttpResponse,
     deadline: Instant,
     model: String,

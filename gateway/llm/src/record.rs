@@ -10,7 +10,7 @@ use switchboard_core::metrics::LlmRequestFigures;
 use switchboard_core::table::Model;
 
 /// A bounded label for a provider's error status.
-pub fn provider_outcome(status: axum::http::StatusCode) -> &'static str {
+pub(crate) fn provider_outcome(status: axum::http::StatusCode) -> &'static str {
     match status.as_u16() {
         400 => "provider_400",
         401 | 403 => "provider_auth",

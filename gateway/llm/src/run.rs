@@ -24,7 +24,7 @@ use switchboard_core::table::Model;
 
 /// A request ready for the provider: authenticated, its model found, carried work restored,
 /// gateway tools resolved and injected, the model id rewritten.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub cx: Arc<LlmContext>,
     pub caller: Caller,
     pub model: Arc<Model>,
@@ -48,7 +48,7 @@ impl Prepared {
     }
 
     /// The span of a chat call with the body as it now is ([`ModelCall`]).
-    pub fn model_call(&self) -> ModelCall {
+    pub(crate) fn model_call(&self) -> ModelCall {
         ModelCall::chat(&self.model, self.format, &self.body)
     }
 
@@ -57,7 +57,7 @@ impl Prepared {
         carry.seal(&self.caller.table.sealer)
     }
 
-    pub fn new_carry(&self) -> Carry {
+    pub(crate) fn new_carry(&self) -> Carry {
         Carry {
             key_tag: key_tag(self.caller.tag()),
             model: self.model.id().to_string(),
@@ -125,7 +125,7 @@ pub fn key_tag(digest: &[u8; 32]) -> u64 {
 
 /// What a request did, for metrics and its log line.
 #[derive(Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     pub model_calls: u64,
     pub usage: Usage,
     pub tool_calls: u64,
@@ -138,7 +138,7 @@ const MAX_CONCURRENT_CALLS: usize = 8;
 /// Runs the gateway's calls of one turn concurrently, each bounded by its server's timeout
 /// (through the same scope, routing and credential path as an MCP call). A failure becomes a
 /// result marked as an error, which the model reads; it never fails the request.
-pub async fn execute<'t>(
+pub(crate) async fn execute<'t>(
     prepared: &'t Prepared,
     calls: Vec<&Call>,
     tally: &mut Tally,

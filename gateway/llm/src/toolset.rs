@@ -19,7 +19,7 @@ use switchboard_upstream::listing::ListKind;
 
 /// One tool of an MCP server, as the model sees it.
 #[derive(Debug, Clone)]
-pub struct GatewayTool {
+pub(crate) struct GatewayTool {
     /// The name the model calls it by: `<prefix>__<tool>`.
     pub name: String,
     pub server: Arc<Server>,
@@ -36,25 +36,25 @@ pub struct GatewayTool {
 
 impl GatewayTool {
     /// Whether the gateway runs the model's calls of this tool itself.
-    pub fn run_by_gateway(&self) -> bool {
+    fn run_by_gateway(&self) -> bool {
         self.approval == RequireApproval::Never
     }
 }
 
 #[derive(Debug, Default)]
-pub struct ToolSet {
+pub(crate) struct ToolSet {
     pub tools: Vec<GatewayTool>,
 }
 
 impl ToolSet {
     /// The gateway-run tool the model called by `name`, if it is one.
-    pub fn gateway_run(&self, name: &str) -> Option<&GatewayTool> {
+    pub(crate) fn gateway_run(&self, name: &str) -> Option<&GatewayTool> {
         self.tools
             .iter()
             .find(|t| t.name == name && t.run_by_gateway())
     }
 
-    pub fn has_gateway_run(&self) -> bool {
+    pub(crate) fn has_gateway_run(&self) -> bool {
         self.tools.iter().any(GatewayTool::run_by_gateway)
     }
 }
@@ -72,7 +72,7 @@ struct Attachment<'a> {
 
 /// An MCP reference a request makes (`tools[i]` of type `mcp`, or Anthropic `mcp_servers[i]`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct McpReference {
+pub(crate) struct McpReference {
     /// Where in the request it was, for errors (`tools[2]`, `mcp_servers[0]`).
     pub field: String,
     pub url: String,
@@ -83,7 +83,7 @@ pub struct McpReference {
 /// Takes the MCP references out of a request body: every `tools[]` entry of type `mcp`, and the
 /// `mcp_servers[]` entries whose URL is a server of this gateway (others stay for the provider,
 /// which may serve them itself). The provider never sees a reference to one of ours.
-pub fn take_references(
+pub(crate) fn take_references(
     body: &mut Map<String, Value>,
     is_ours: impl Fn(&str) -> bool,
 ) -> Result<Vec<McpReference>, LlmError> {
@@ -178,7 +178,7 @@ fn string_list(value: &Value) -> Option<Vec<String>> {
 
 /// The server prefix a gateway URL names: `.../mcp/<prefix>` (any host: clients reach the
 /// gateway by many names).
-pub fn prefix_of_gateway_url(url: &str) -> Option<&str> {
+pub(crate) fn prefix_of_gateway_url(url: &str) -> Option<&str> {
     let path = url.split_once("://").map_or(url, |(_, rest)| rest);
     let path = path.split_once('/').map(|(_, p)| p)?;
     let path = path.split(['?', '#']).next()?.trim_end_matches('/');

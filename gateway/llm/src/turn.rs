@@ -16,7 +16,7 @@ pub struct Call {
 
 /// What running a gateway tool gave, as MCP content.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub call_id: String,
     /// MCP content items (`{"type":"text",...}`, images, resources).
     pub content: Vec<Value>,
@@ -79,7 +79,7 @@ impl std::ops::AddAssign for Usage {
 }
 
 /// A gateway call that ran, with the tool it ran as.
-pub struct Executed<'a> {
+pub(crate) struct Executed<'a> {
     pub call: Call,
     pub tool: &'a GatewayTool,
     pub outcome: Outcome,

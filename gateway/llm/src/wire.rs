@@ -14,7 +14,7 @@ use crate::{anthropic, openai};
 
 impl Format {
     /// Names of the tools the client defines itself.
-    pub fn client_tool_names(self, body: &Map<String, Value>) -> HashSet<String> {
+    pub(crate) fn client_tool_names(self, body: &Map<String, Value>) -> HashSet<String> {
         let path = match self {
             Format::Anthropic => "/name",
             Format::OpenAi => "/function/name",
@@ -32,7 +32,7 @@ impl Format {
     }
 
     /// Adds the tool set's definitions to the request's `tools`.
-    pub fn inject(self, body: &mut Map<String, Value>, set: &ToolSet) {
+    pub(crate) fn inject(self, body: &mut Map<String, Value>, set: &ToolSet) {
         if set.tools.is_empty() {
             return;
         }
@@ -49,7 +49,11 @@ impl Format {
     }
 
     /// Restores carried gateway work in the request's messages (see `crate::carry`).
-    pub fn expand(self, body: &mut Map<String, Value>, open: &dyn Fn(&str) -> Option<Carry>) {
+    pub(crate) fn expand(
+        self,
+        body: &mut Map<String, Value>,
+        open: &dyn Fn(&str) -> Option<Carry>,
+    ) {
         let Some(Value::Array(messages)) = body.get_mut("messages") else {
             return;
         };
@@ -61,7 +65,7 @@ impl Format {
 
     /// Whether the model stopped to have its tool calls run (`stop_reason: tool_use`,
     /// `finish_reason: tool_calls`). A call cut off by `max_tokens` is not one to run.
-    pub fn stopped_for_tools(self, response: &Value) -> bool {
+    pub(crate) fn stopped_for_tools(self, response: &Value) -> bool {
         match self {
             Format::Anthropic => {
                 response.get("stop_reason").and_then(Value::as_str) == Some("tool_use")
@@ -76,7 +80,7 @@ impl Format {
     }
 
     /// The calls to run: the response's calls if the model stopped for them, else none.
-    pub fn runnable_calls(self, response: &Value) -> Vec<Call> {
+    pub(crate) fn runnable_calls(self, response: &Value) -> Vec<Call> {
         if self.stopped_for_tools(response) {
             self.calls(response)
         } else {
@@ -86,7 +90,7 @@ impl Format {
 
     /// Removes the calls of gateway tools from a response that will not have them run: the
     /// client never sees them either way.
-    pub fn drop_gateway_calls(self, response: &mut Value, set: &ToolSet) {
+    pub(crate) fn drop_gateway_calls(self, response: &mut Value, set: &ToolSet) {
         let (pointer, name) = match self {
             Format::Anthropic => ("/content", "/name"),
             Format::OpenAi => ("/choices/0/message/tool_calls", "/function/name"),
@@ -120,7 +124,7 @@ impl Format {
     }
 
     /// The response as the assistant message that goes back into the conversation.
-    pub fn assistant_message(self, response: &Value) -> Value {
+    pub(crate) fn assistant_message(self, response: &Value) -> Value {
         match self {
             Format::Anthropic => anthropic::assistant_message(response),
             Format::OpenAi => openai::assistant_message(response),
@@ -128,7 +132,7 @@ impl Format {
     }
 
     /// The results as the message(s) that answer the calls.
-    pub fn result_messages(self, executed: &[Executed<'_>]) -> Vec<Value> {
+    fn result_messages(self, executed: &[Executed<'_>]) -> Vec<Value> {
         match self {
             Format::Anthropic => vec![anthropic::result_message(executed)],
             Format::OpenAi => executed.iter().map(openai::tool_message).collect(),
@@ -137,14 +141,18 @@ impl Format {
 
     /// An iteration that ended in gateway calls only, as it goes into the conversation: the
     /// model's message, then the results.
-    pub fn iteration_messages(self, response: &Value, executed: &[Executed<'_>]) -> Vec<Value> {
+    pub(crate) fn iteration_messages(
+        self,
+        response: &Value,
+        executed: &[Executed<'_>],
+    ) -> Vec<Value> {
         let mut messages = vec![self.assistant_message(response)];
         messages.extend(self.result_messages(executed));
         messages
     }
 
     /// The gateway's calls of the last iteration and their results, for a `Carry`.
-    pub fn carried_calls(
+    pub(crate) fn carried_calls(
         self,
         response: &Value,
         executed: &[Executed<'_>],

@@ -16,7 +16,7 @@ use url::Url;
 /// Most documents a main document may pull in through its references (transitively).
 pub const MAX_DOCUMENTS: usize = 16;
 /// Most distinct remote targets copied into one main document.
-pub const MAX_TARGETS: usize = 2_000;
+const MAX_TARGETS: usize = 2_000;
 /// Where the copies go in the main document (a key no OpenAPI document uses).
 const BUNDLED: &str = "x-switchboard-bundled";
 

@@ -29,4 +29,3 @@ pub use compile::{
     parse,
 };
 pub use request::{ArgumentError, RestRequest};
-pub use response::MAX_ERROR_BODY;

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::compile::{OperationTool, is_json};
 
 /// Most bytes of an error response's body a tool error carries.
-pub const MAX_ERROR_BODY: usize = 2048;
+const MAX_ERROR_BODY: usize = 2048;
 /// Most bytes of a non-JSON text response a result carries.
 const MAX_TEXT: usize = 256 * 1024;
 

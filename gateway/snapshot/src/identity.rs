@@ -134,7 +134,7 @@ pub struct PeopleBinding {
 }
 
 /// The algorithms a provider's keys may sign with.
-pub const ALGORITHMS: &[&str] = &[
+pub(crate) const ALGORITHMS: &[&str] = &[
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
 

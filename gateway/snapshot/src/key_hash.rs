@@ -2,7 +2,7 @@
 
 use sha2::{Digest, Sha256};
 
-pub const HASH_PREFIX: &str = "sha256:";
+const HASH_PREFIX: &str = "sha256:";
 
 /// `sha256:<hex>` of a key: what the snapshot holds instead of the key.
 pub fn hash_key(secret: &str) -> String {

@@ -16,12 +16,12 @@ mod secret;
 pub mod tls;
 
 pub use identity::{
-    ALGORITHMS, Brokered, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_access_ttl,
+    Brokered, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_access_ttl,
     default_algorithms, default_brokered_scopes, default_clock_skew, default_refresh_ttl,
 };
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;
-pub use names::{DEFAULT_NAMESPACE, is_tool_name};
+pub use names::is_tool_name;
 pub use networks::{Denied, NetworkPolicy, ScopedPolicy, ServerAddressPolicy, UpstreamNetworks};
 pub use openapi::{OpenApiSpec, OperationOverride, OperationSelector};
 pub use secret::{SecretLookup, SecretSource, SystemLookup};

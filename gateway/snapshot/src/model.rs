@@ -241,7 +241,7 @@ pub enum UpstreamEra {
 }
 
 impl UpstreamEra {
-    pub fn is_auto(&self) -> bool {
+    fn is_auto(&self) -> bool {
         *self == UpstreamEra::Auto
     }
 }
@@ -277,7 +277,7 @@ impl RequestLimits {
 }
 
 /// Parses `50/s`, `600/m` or `10/h`.
-pub fn parse_rate(text: &str) -> Result<Rate, String> {
+pub(crate) fn parse_rate(text: &str) -> Result<Rate, String> {
     let wrong = || format!("{text:?} is not <count>/s, <count>/m or <count>/h (e.g. 50/s)");
     let (count, unit) = text.trim().split_once('/').ok_or_else(wrong)?;
     let count: u32 = count.trim().parse().map_err(|_| wrong())?;
@@ -503,21 +503,6 @@ fn default_api_key_header() -> String {
 }
 
 impl UpstreamAuth {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            UpstreamAuth::None => "none",
-            UpstreamAuth::ApiKey { .. } => "apiKey",
-            UpstreamAuth::Bearer { .. } => "bearer",
-            UpstreamAuth::Basic { .. } => "basic",
-            UpstreamAuth::Token { .. } => "token",
-            UpstreamAuth::Authorization { .. } => "authorization",
-            UpstreamAuth::Passthrough { .. } => "passthrough",
-            UpstreamAuth::OauthDelegate { .. } => "oauthDelegate",
-            UpstreamAuth::Oauth2ClientCredentials { .. } => "oauth2ClientCredentials",
-            UpstreamAuth::TokenExchange { .. } => "tokenExchange",
-        }
-    }
-
     /// Whether what the upstream serves depends on the caller's own credential: then a 401
     /// is the caller's to answer (relayed), and listings are cached per caller credential.
     pub fn uses_caller_credential(&self) -> bool {

@@ -1,7 +1,7 @@
 //! Syntax rules for names that end up on the wire or in routing.
 
 /// The namespace a server or key belongs to when the file does not say (standalone mode).
-pub const DEFAULT_NAMESPACE: &str = "default";
+const DEFAULT_NAMESPACE: &str = "default";
 
 /// Serde's default for a `namespace` field (here, beside the name, so that the model and the
 /// identity types both use it without using each other).
@@ -10,7 +10,7 @@ pub(crate) fn default_namespace() -> String {
 }
 
 /// An HTTP header name must be an RFC 7230 `token`: visible ASCII without separators.
-pub fn is_header_name(name: &str) -> bool {
+pub(crate) fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name.bytes().all(|b| {
             b.is_ascii_alphanumeric()
@@ -35,7 +35,7 @@ pub fn is_header_name(name: &str) -> bool {
 }
 
 /// A header value may not carry CR, LF or NUL (they would split or end the header).
-pub fn is_header_value(value: &str) -> bool {
+pub(crate) fn is_header_value(value: &str) -> bool {
     !value.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0))
 }
 
@@ -55,7 +55,7 @@ pub fn is_dns_label(name: &str) -> bool {
 
 /// A DNS-1123 subdomain (what Kubernetes object names such as ServiceAccounts are): dot-separated
 /// labels, at most 253 characters.
-pub fn is_dns_subdomain(name: &str) -> bool {
+pub(crate) fn is_dns_subdomain(name: &str) -> bool {
     name.len() <= 253 && name.split('.').all(is_dns_label)
 }
 

@@ -20,7 +20,7 @@ pub const DURATION: &str = concat!(
 );
 
 /// An http or https URL (`validate` also wants a host; the URL parser decides that).
-pub const HTTP_URL: &str = r"^\s*[Hh][Tt][Tt][Pp][Ss]?:";
+pub(crate) const HTTP_URL: &str = r"^\s*[Hh][Tt][Tt][Pp][Ss]?:";
 
 /// A duration field (`with = "humantime_serde"`): a string in humantime's grammar.
 pub fn duration(_: &mut SchemaGenerator) -> Schema {

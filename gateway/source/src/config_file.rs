@@ -18,7 +18,7 @@ use switchboard_core::live::SnapshotSink;
 use switchboard_core::table::RoutingTable;
 
 /// How often the file is checked for changes.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Resolves, validates and indexes a file's content: a table ready to swap in.
 pub fn load_table(content: &[u8]) -> Result<RoutingTable, SnapshotError> {

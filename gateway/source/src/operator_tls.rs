@@ -94,7 +94,7 @@ pub fn certificate_name(url: &url::Url) -> Option<String> {
 
 /// The snapshot stream's HTTP client: a new connection per attempt (behind a Service each one
 /// may reach another operator pod, and only the lease holder serves).
-pub fn stream_client(tls: Option<rustls::ClientConfig>) -> Result<reqwest::Client, String> {
+pub(crate) fn stream_client(tls: Option<rustls::ClientConfig>) -> Result<reqwest::Client, String> {
     let builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true)
@@ -108,7 +108,7 @@ pub fn stream_client(tls: Option<rustls::ClientConfig>) -> Result<reqwest::Clien
 
 /// Every certificate in a PEM bundle; a bundle with none is an error (it would trust nothing
 /// and every connection would fail with a less helpful message).
-pub fn roots_from_pem(pem: &[u8], file: &Path) -> Result<RootCertStore, String> {
+fn roots_from_pem(pem: &[u8], file: &Path) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(pem) {
         let cert = cert.map_err(|e| format!("operator CA bundle {}: {e}", file.display()))?;

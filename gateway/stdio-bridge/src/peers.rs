@@ -41,7 +41,7 @@ impl Peers {
     }
 
     /// The replicas now but `me`: the ones to ask about a session or to tell of ended ones.
-    pub async fn others(&self, me: &str) -> Vec<String> {
+    pub(crate) async fn others(&self, me: &str) -> Vec<String> {
         let mut others = self.members(me).await;
         others.retain(|m| m != me);
         others
@@ -50,7 +50,7 @@ impl Peers {
 
 /// What another replica answered when asked about a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Asked {
+pub(crate) enum Asked {
     Answered {
         holding: Holding,
         draining: bool,
@@ -63,7 +63,7 @@ pub enum Asked {
 
 /// Where a handshake for a session goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Place {
+pub(crate) enum Place {
     /// Held here, or new and this replica's to open.
     Here,
     /// Held by this replica.
@@ -78,7 +78,7 @@ pub enum Place {
 
 /// Where the handshake for `affinity` goes, from what this replica (`me`) knows of it and what
 /// the others answered. `resume`: the gateway had this session, so a new one is no answer.
-pub fn place(
+pub(crate) fn place(
     affinity: &str,
     me: &str,
     here: Holding,

@@ -4,7 +4,7 @@
 //! Bounded: at most `max_processes` alive at once, pooled and sessions together; a request that
 //! finds none idle and no room waits up to `queue_timeout` for one to come back. A pooled
 //! process that exits is replaced (its requests in flight got an error from
-//! [`Process`]); pooled processes beyond `pool_size` idle longer than
+//! `Process`); pooled processes beyond `pool_size` idle longer than
 //! `process_idle`, and sessions idle longer than `session_idle`, are stopped.
 //!
 //! A session that ended (its process exited, it idled out, the client or the drain ended it) is
@@ -34,7 +34,7 @@ pub struct Settings {
 
 /// Why no process could be had.
 #[derive(Debug)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Every process is busy and there is no room for another.
     Busy(Duration),
     /// Starting or initializing one failed.
@@ -70,7 +70,7 @@ const STARTUP_ATTEMPTS: u32 = 3;
 
 /// What a replica knows of a session by its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holding {
+pub(crate) enum Holding {
     /// Its process runs here (or is being initialized).
     Held,
     /// It ended: its process is gone, and with it the session's state.
@@ -148,11 +148,11 @@ impl Processes {
     }
 
     /// Whether a process has answered `initialize` (readiness).
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
 
-    pub fn counts(&self) -> (usize, usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize, usize) {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).len();
         let sessions = self
             .sessions
@@ -227,7 +227,7 @@ impl Processes {
 
     /// An idle pooled process for one 2026-07-28 request, started when none is idle and there
     /// is room; else waits for one.
-    pub async fn lease(self: &Arc<Self>) -> Result<Lease, Refused> {
+    pub(crate) async fn lease(self: &Arc<Self>) -> Result<Lease, Refused> {
         let deadline = tokio::time::Instant::now() + self.settings.queue_timeout;
         loop {
             let freed = self.freed.notified();
@@ -278,7 +278,7 @@ impl Processes {
 
     /// A process of its own for a new legacy session (not initialized: the client's
     /// `initialize` goes to it).
-    pub fn open_session(self: &Arc<Self>, session: &str) -> Result<Arc<Process>, Refused> {
+    pub(crate) fn open_session(self: &Arc<Self>, session: &str) -> Result<Arc<Process>, Refused> {
         if !self.reserve() {
             return Err(Refused::Busy(Duration::ZERO));
         }
@@ -291,7 +291,7 @@ impl Processes {
     }
 
     /// A session's process, while it runs.
-    pub fn session(&self, session: &str) -> Option<Arc<Process>> {
+    pub(crate) fn session(&self, session: &str) -> Option<Arc<Process>> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         match sessions.get(session) {
             Some(p) if p.exit().is_none() => Some(p.clone()),
@@ -306,7 +306,7 @@ impl Processes {
     }
 
     /// Ends a session: its process stops.
-    pub fn close_session(&self, session: &str) -> bool {
+    pub(crate) fn close_session(&self, session: &str) -> bool {
         let removed = self
             .sessions
             .lock()
@@ -321,7 +321,7 @@ impl Processes {
 
     /// Forgets a session whose initialize failed: it never had a state to lose, so a later
     /// handshake for its name may open it again.
-    pub fn discard_session(&self, session: &str) {
+    pub(crate) fn discard_session(&self, session: &str) {
         let removed = self
             .sessions
             .lock()
@@ -337,7 +337,7 @@ impl Processes {
     }
 
     /// What this replica knows of the session `name`.
-    pub fn holding(&self, name: &str) -> Holding {
+    pub(crate) fn holding(&self, name: &str) -> Holding {
         if self.session(name).is_some() {
             return Holding::Held;
         }
@@ -353,7 +353,7 @@ impl Processes {
     }
 
     /// Remembers sessions as ended (here, or on a replica that drained and said so).
-    pub fn mark_ended(&self, names: impl IntoIterator<Item = String>) {
+    pub(crate) fn mark_ended(&self, names: impl IntoIterator<Item = String>) {
         let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
         for name in names {
             ended.insert(name);
@@ -361,7 +361,7 @@ impl Processes {
     }
 
     /// The names of the sessions held here.
-    pub fn session_names(&self) -> Vec<String> {
+    pub(crate) fn session_names(&self) -> Vec<String> {
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -500,7 +500,7 @@ impl Processes {
 }
 
 /// A pooled process held for one request; back in the pool when dropped (if it still runs).
-pub struct Lease {
+pub(crate) struct Lease {
     pool: Arc<Processes>,
     process: Option<Arc<Process>>,
 }

@@ -6,14 +6,14 @@
 //! sends besides answers goes to a request in flight: a notification with a `progressToken` to
 //! the request that named it, anything else to the newest request. A server-to-client request
 //! is relayed likewise on a session's process (the client's reply comes back through
-//! [`Process::send`]); a pooled process gets an error for it (a 2026-07-28 request has no session
+//! `Process::send`); a pooled process gets an error for it (a 2026-07-28 request has no session
 //! to answer on).
 //!
 //! When the process exits, every request in flight gets a JSON-RPC error at once (never a hang)
-//! and [`Process::exited`] says so; stderr goes to the bridge's stderr line by line, each line
+//! and `Process::exited` says so; stderr goes to the bridge's stderr line by line, each line
 //! prefixed with the process's label. The exit is told only once what the process wrote before
 //! it was read to the end (bounded): an answer it wrote just before exiting reaches its
-//! request, and its last stderr line is in the [`Exit`] every report of the exit carries.
+//! request, and its last stderr line is in the `Exit` every report of the exit carries.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -44,7 +44,7 @@ pub struct Launch {
     pub args: Vec<String>,
 }
 
-pub struct Process {
+pub(crate) struct Process {
     pub id: u64,
     /// `<replica>/<id>`: in the bridge's log and, as `SWITCHBOARD_BRIDGE_PROCESS`, in the
     /// process's environment (so a test can ask a server which process answered).
@@ -79,12 +79,12 @@ struct Pending {
 
 /// The process exited (or could not be written to); the text says how.
 #[derive(Debug)]
-pub struct Gone(pub String);
+pub(crate) struct Gone(pub String);
 
 /// How a process ended: its exit status, and the last line it wrote to stderr (read to its end
 /// before the exit is told, so the line is there whichever task ran first).
 #[derive(Clone, Debug)]
-pub struct Exit {
+pub(crate) struct Exit {
     /// `exited with code 3`, `was killed (signal: 9 (SIGKILL))`.
     pub status: String,
     /// The last non-empty line of its stderr (at most 300 bytes), or empty.
@@ -261,7 +261,7 @@ impl Process {
     }
 
     /// How the process ended, once it has.
-    pub fn exit(&self) -> Option<Exit> {
+    pub(crate) fn exit(&self) -> Option<Exit> {
         self.exited.borrow().clone()
     }
 
@@ -272,7 +272,7 @@ impl Process {
     }
 
     /// The last line of its stderr, if any.
-    pub fn last_stderr(&self) -> String {
+    fn last_stderr(&self) -> String {
         self.last_stderr
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -280,7 +280,7 @@ impl Process {
     }
 
     /// Asks the process to stop: stdin closed, killed if it lingers.
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         let _ = self.stop.send(true);
     }
 
@@ -292,7 +292,7 @@ impl Process {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    pub fn idle_for(&self) -> Duration {
+    pub(crate) fn idle_for(&self) -> Duration {
         self.last_used
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -447,7 +447,7 @@ impl Process {
     }
 
     /// Keeps the `initialize` result a session's client got (its own handshake).
-    pub fn remember_init(&self, result: Value) {
+    pub(crate) fn remember_init(&self, result: Value) {
         self.lock().init = Some(result);
     }
 
@@ -552,7 +552,7 @@ impl Process {
 
 /// A request in flight on a process. Dropped before its answer arrived, it is cancelled on the
 /// process (`notifications/cancelled`).
-pub struct Call {
+pub(crate) struct Call {
     process: Arc<Process>,
     id: u64,
     rx: mpsc::UnboundedReceiver<Value>,
@@ -586,10 +586,6 @@ impl Call {
                 .map_or_else(|| "stopped".into(), |exit| exit.status),
         ))
     }
-
-    pub fn process(&self) -> &Arc<Process> {
-        &self.process
-    }
 }
 
 impl Drop for Call {
@@ -602,7 +598,7 @@ impl Drop for Call {
     }
 }
 
-pub fn is_answer(message: &Value) -> bool {
+pub(crate) fn is_answer(message: &Value) -> bool {
     message.get("method").is_none()
         && (message.get("result").is_some() || message.get("error").is_some())
 }

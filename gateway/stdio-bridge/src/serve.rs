@@ -10,7 +10,7 @@
 //!   handed to that replica over HTTP (`x-switchboard-bridge-hop` marks it; a handed request is
 //!   never handed on). An unknown id, a session whose process exited, or a holder that is gone
 //!   answer 404: the client opens a new session, as the transport says.
-//! - A gateway's `initialize` with an affinity goes where [`crate::peers::place`] says: the
+//! - A gateway's `initialize` with an affinity goes where `crate::peers::place` says: the
 //!   replica that holds that session (asked on `/_bridge/sessions/{name}`), or, for a new one,
 //!   the replica the affinity ranks first; a session that ended answers 410. A draining replica
 //!   tells the others which sessions end with it (`/_bridge/ended`, sealed).

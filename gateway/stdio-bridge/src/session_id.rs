@@ -59,12 +59,12 @@ impl Sealer {
     }
 
     /// The names of sessions that end, as one replica tells the others.
-    pub fn seal_ended(&self, names: &[String]) -> Vec<u8> {
+    pub(crate) fn seal_ended(&self, names: &[String]) -> Vec<u8> {
         self.seal_bytes(ENDED_AAD, names.join("\n").as_bytes())
     }
 
     /// The names [`Sealer::seal_ended`] sealed under this key.
-    pub fn open_ended(&self, sealed: &[u8]) -> Option<Vec<String>> {
+    pub(crate) fn open_ended(&self, sealed: &[u8]) -> Option<Vec<String>> {
         let text = String::from_utf8(self.open_bytes(ENDED_AAD, sealed)?).ok()?;
         Some(text.lines().map(str::to_string).collect())
     }

@@ -14,7 +14,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The attribute that says which class of failure an operation ended with (the conventions'
 /// `error.type`).
-pub const ERROR_TYPE: &str = "error.type";
+const ERROR_TYPE: &str = "error.type";
 
 /// Renames `span`.
 pub fn rename(span: &tracing::Span, name: impl Into<Cow<'static, str>>) {

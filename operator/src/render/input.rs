@@ -11,10 +11,10 @@ use switchboard_snapshot::{GatewaySettings, ServerAddressPolicy};
 use super::verdict::*;
 
 /// Secret data by `(namespace, name)`, values decoded.
-pub type SecretData = HashMap<ObjectRef, BTreeMap<String, Vec<u8>>>;
+pub(crate) type SecretData = HashMap<ObjectRef, BTreeMap<String, Vec<u8>>>;
 
 /// Everything render needs besides the resources.
-pub struct RenderInput<'a> {
+pub(crate) struct RenderInput<'a> {
     pub servers: &'a [McpServer],
     pub virtual_servers: &'a [McpVirtualServer],
     pub keys: &'a [McpKey],
@@ -34,4 +34,4 @@ pub struct RenderInput<'a> {
 }
 
 /// Namespace name → its upstream policy ([`crate::upstream_policy::namespace_policy`]).
-pub type NamespacePolicies = BTreeMap<String, Result<ServerAddressPolicy, String>>;
+pub(crate) type NamespacePolicies = BTreeMap<String, Result<ServerAddressPolicy, String>>;

@@ -13,7 +13,7 @@ use super::references::*;
 use super::verdict::*;
 
 /// The key under which a McpKey's Secret holds the key.
-pub const KEY_FIELD: &str = "key";
+pub(crate) const KEY_FIELD: &str = "key";
 
 /// McpKeys → the snapshot's keys (sorted by namespace and name) and an outcome each. A key
 /// two McpKeys share, or a ServiceAccount two bind, is the older one's

@@ -30,13 +30,15 @@ use std::collections::BTreeMap;
 use switchboard_snapshot::{SCHEMA_VERSION, Snapshot};
 
 use identity_providers::render_identity_providers;
-pub use input::{NamespacePolicies, RenderInput, SecretData};
-pub use keys::KEY_FIELD;
+pub(crate) use input::{NamespacePolicies, RenderInput, SecretData};
+pub(crate) use keys::KEY_FIELD;
 use keys::render_keys;
-pub use models::model_names;
+pub(crate) use models::model_names;
 use models::render_models;
 use servers::render_servers;
-pub use verdict::{KeyOutcome, ObjectRef, Reason, Verdict, object_ref};
+#[cfg(test)]
+pub(crate) use verdict::Reason;
+pub(crate) use verdict::{KeyOutcome, ObjectRef, Verdict, object_ref};
 use virtual_servers::render_virtual_servers;
 
 #[derive(Debug)]

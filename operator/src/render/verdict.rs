@@ -3,12 +3,12 @@
 use kube::ResourceExt;
 
 /// `(namespace, name)` of a resource.
-pub type ObjectRef = (String, String);
+pub(crate) type ObjectRef = (String, String);
 
 /// Why a resource is in the snapshot or not: the `reason` of its `Accepted` condition (and of
 /// `Ready` for a key that is not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     Accepted,
     InvalidSpec,
     InvalidSecret,
@@ -69,7 +69,7 @@ impl PartialEq<&str> for Reason {
 
 /// Whether a resource made it into the snapshot, and if not why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub accepted: bool,
     pub reason: Reason,
     /// Human-readable; names fields and other resources, never secret values.
@@ -100,12 +100,12 @@ impl Verdict {
 
 /// Facts about a key that its status shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyOutcome {
+pub(crate) struct KeyOutcome {
     pub verdict: Verdict,
     pub fingerprint: Option<String>,
 }
 
-pub fn object_ref<K: kube::Resource>(object: &K) -> ObjectRef {
+pub(crate) fn object_ref<K: kube::Resource>(object: &K) -> ObjectRef {
     (object.namespace().unwrap_or_default(), object.name_any())
 }
 
