@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,7 +41,9 @@ def main() -> int:
     ap.add_argument("--env-b", default="", help="the same for gateway B")
     args = ap.parse_args()
     labels = args.labels.split(",")
-    rundir = Path("/tmp") / f"switchboard-ab-{__import__('os').getpid()}"
+    # Process logs and the config stay with bench.py's runs (in the cache), not in /tmp.
+    cache = Path(os.environ.get("SWITCHBOARD_CACHE", Path.home() / ".cache/switchboard"))
+    rundir = cache / "bench/runs" / time.strftime("ab-%Y%m%d-%H%M%S")
     rundir.mkdir(parents=True, exist_ok=True)
     procs = B.Procs(rundir)
     bench = B.Bench(argparse.Namespace(quick=False), args.oha, rundir)

@@ -307,7 +307,9 @@ fn routing(sizes: &[usize], keys: usize, budget: Duration) -> Value {
         let aggregate = |prefix: &str| {
             let name = format!("{prefix}__add");
             time_per_op(budget, || {
-                let caller = scope::authenticate(gw.table(), headers.clone(), &gw.metrics).unwrap_or_else(|_| die("auth"));
+                let caller = rt
+                    .block_on(scope::authenticate(gw.table(), headers.clone(), &gw.metrics, scope::Resource::Mcp))
+                    .unwrap_or_else(|_| die("auth"));
                 let routed = rt.block_on(route_name(&gw.mcp, &caller, "tools/call", black_box(&name)));
                 let Ok((server, _)) = routed else { die("route_name failed") };
                 black_box(server);
@@ -316,7 +318,9 @@ fn routing(sizes: &[usize], keys: usize, budget: Duration) -> Value {
         let agg_first = aggregate(&first);
         let agg_last = aggregate(&last);
         let single = time_per_op(budget, || {
-            let caller = scope::authenticate(gw.table(), headers.clone(), &gw.metrics).unwrap_or_else(|_| die("auth"));
+            let caller = rt
+                .block_on(scope::authenticate(gw.table(), headers.clone(), &gw.metrics, scope::Resource::McpServer(&last)))
+                .unwrap_or_else(|_| die("auth"));
             black_box(caller.server_for_path(black_box(&last)).is_ok());
         });
         rows.push(json!({
