@@ -223,7 +223,8 @@ pub fn raw_response(content_type: &str, body: &[u8]) -> Option<RawResponse> {
     {
         return None;
     }
-    serde_json::from_slice(body).ok()
+    // UTF-8 checked once for the whole body rather than string by string by the parser.
+    serde_json::from_str(std::str::from_utf8(body).ok()?).ok()
 }
 
 /// Whether a `tools/call` result (its JSON text) says `isError: true`: the tool failed. Read

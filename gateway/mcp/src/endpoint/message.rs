@@ -45,9 +45,12 @@ pub(super) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<V
 }
 
 pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
+    // UTF-8 checked once for the whole body: read from bytes, the parser checks every string
+    // on its own (a per-string cost on every call).
+    let body = std::str::from_utf8(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
     // Only an object: serde would also read a struct from an array, by position.
-    if body.trim_ascii_start().first() == Some(&b'{')
-        && let Ok(call) = serde_json::from_slice::<CallMembers>(body)
+    if body.trim_ascii_start().starts_with('{')
+        && let Ok(call) = serde_json::from_str::<CallMembers>(body)
         && call.jsonrpc == "2.0"
         && call.params.as_ref().is_none_or(Value::is_object)
     {
@@ -58,7 +61,7 @@ pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
         }));
     }
     let value: Value =
-        serde_json::from_slice(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
+        serde_json::from_str(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let Value::Object(mut obj) = value else {
         return Err(GatewayError::InvalidRequest(
             "the body must be one JSON-RPC message (batches are not supported)".into(),

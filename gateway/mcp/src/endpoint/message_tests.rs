@@ -104,3 +104,24 @@ fn each_refusal_names_what_is_wrong() {
         assert!(e.to_string().contains(says), "{body}: {e}");
     }
 }
+
+/// The body's UTF-8 is checked once, before the parser reads it as text: a body that is not
+/// UTF-8 is a parse error saying so, and text beyond ASCII in names and arguments reads as it came.
+#[test]
+fn a_body_is_utf8_or_a_parse_error() {
+    let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"#.to_vec();
+    body.extend_from_slice(&[0xff, b'"', b'}', b'}']);
+    match parse_message(&body) {
+        Err(GatewayError::Parse(message)) => assert!(message.contains("utf-8"), "{message}"),
+        _ => panic!("a body that is not UTF-8 is a parse error"),
+    }
+    let text = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ü","arguments":{"q":"日本"}}}"#;
+    match parse_message(text.as_bytes()) {
+        Ok(Incoming::Call(m)) => {
+            let params = m.params.expect("params");
+            assert_eq!(params["name"], "ü");
+            assert_eq!(params["arguments"]["q"], "日本");
+        }
+        _ => panic!("a UTF-8 body beyond ASCII reads"),
+    }
+}
