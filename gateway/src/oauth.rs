@@ -882,11 +882,8 @@ mod tests {
     //! built from a snapshot (no listener, no network: the refusals here happen before any
     //! fetch or redirect).
     use super::*;
+    use crate::sign_in::tests::{body, context};
     use serde_json::Value;
-    use switchboard_core::live::LiveTable;
-    use switchboard_core::metrics::Metrics;
-    use switchboard_snapshot::{SystemLookup, load};
-    use switchboard_upstream::UpstreamPlane;
 
     const BROKERED: &str = r#"
 gateway: {publicUrl: "https://gw.example", sessionKey: a-session-key-for-tests}
@@ -901,26 +898,6 @@ servers:
 keys:
 - {name: alice, secret: s-alice, servers: [a], people: [{provider: corp, subjects: [alice]}]}
 "#;
-
-    fn context(config: &str) -> Arc<SignInContext> {
-        let table = RoutingTable::build(&load(config, &SystemLookup).expect("a valid config"))
-            .expect("a valid table");
-        let live = Arc::new(LiveTable::empty());
-        live.store(Arc::new(table));
-        let upstream = Arc::new(UpstreamPlane::new(Arc::new(Metrics::default())));
-        Arc::new(SignInContext::new(live, upstream))
-    }
-
-    async fn body(response: Response) -> (StatusCode, Value) {
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .expect("a body");
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
-    }
 
     fn query(pairs: &[(&str, &str)]) -> Query<HashMap<String, String>> {
         Query(

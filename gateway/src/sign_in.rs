@@ -24,3 +24,37 @@ impl SignInContext {
         self.live.load()
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! What the sign-in handlers' in-process tests share: a context over a table built from a
+    //! config (its upstream plane prepared, as `Gateway::apply` does), and a response's status
+    //! and JSON body.
+    use super::*;
+    use axum::http::StatusCode;
+    use axum::response::Response;
+    use serde_json::Value;
+    use switchboard_core::metrics::Metrics;
+    use switchboard_snapshot::{SystemLookup, load};
+
+    pub(crate) fn context(config: &str) -> Arc<SignInContext> {
+        let table = RoutingTable::build(&load(config, &SystemLookup).expect("a valid config"))
+            .expect("a valid table");
+        let live = Arc::new(LiveTable::empty());
+        let upstream = Arc::new(UpstreamPlane::new(Arc::new(Metrics::default())));
+        upstream.prepare(&table);
+        live.store(Arc::new(table));
+        Arc::new(SignInContext::new(live, upstream))
+    }
+
+    pub(crate) async fn body(response: Response) -> (StatusCode, Value) {
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("a body");
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+}

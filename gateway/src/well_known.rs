@@ -112,13 +112,9 @@ mod tests {
     //! from a config; the one document read from an upstream comes from the in-process test
     //! upstream (`switchboard_upstream::test_upstream`, on a loopback port).
     use super::*;
+    use crate::sign_in::tests::{body, context};
     use axum::http::Uri;
     use serde_json::Value;
-    use switchboard_core::live::LiveTable;
-    use switchboard_core::metrics::Metrics;
-    use switchboard_core::table::RoutingTable;
-    use switchboard_snapshot::{SystemLookup, load};
-    use switchboard_upstream::UpstreamPlane;
     use switchboard_upstream::test_upstream::{TestUpstream, Upstream};
 
     const PEOPLE: &str = r#"
@@ -137,27 +133,6 @@ servers:
 keys:
 - {name: alice, secret: s-alice, servers: [a], people: [{provider: corp, subjects: [alice]}]}
 "#;
-
-    fn context(config: &str) -> Arc<SignInContext> {
-        let table = RoutingTable::build(&load(config, &SystemLookup).expect("a valid config"))
-            .expect("a valid table");
-        let live = Arc::new(LiveTable::empty());
-        let upstream = Arc::new(UpstreamPlane::new(Arc::new(Metrics::default())));
-        upstream.prepare(&table);
-        live.store(Arc::new(table));
-        Arc::new(SignInContext::new(live, upstream))
-    }
-
-    async fn body(response: Response) -> (StatusCode, Value) {
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .expect("a body");
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
-    }
 
     async fn gateway_doc(cx: Arc<SignInContext>, path: &str) -> (StatusCode, Value) {
         let uri: Uri = format!("/.well-known/oauth-protected-resource{path}")

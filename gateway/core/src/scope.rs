@@ -494,6 +494,14 @@ impl Caller {
         self.person.as_ref().map_or(&self.key.digest, |p| &p.tag)
     }
 
+    /// The first 8 bytes of [`Self::tag`]: what a sealed route, a relay or an LLM record carries
+    /// to name its caller (enough to tell callers apart, short enough to ride along).
+    pub fn short_tag(&self) -> [u8; 8] {
+        let mut short = [0u8; 8];
+        short.copy_from_slice(&self.tag()[..8]);
+        short
+    }
+
     /// Whether this caller may use `model`.
     pub fn reaches_model(&self, model: &switchboard_snapshot::ModelSpec) -> bool {
         self.grants().any(|k| k.reaches_model(model))

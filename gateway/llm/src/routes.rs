@@ -130,7 +130,7 @@ async fn prepare(
     let mut body = parse_body(cx, body)?;
     let caller = caller(cx, headers.clone()).await?;
     let model = model_for(&caller, &body, format)?;
-    let tag = key_tag(caller.tag());
+    let tag = key_tag(&caller);
     let sealer = &caller.table.sealer;
     format.expand(&mut body, &|token| {
         crate::carry::Carry::open(sealer, token, tag, model.id())

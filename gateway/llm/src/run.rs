@@ -59,7 +59,7 @@ impl Prepared {
 
     pub(crate) fn new_carry(&self) -> Carry {
         Carry {
-            key_tag: key_tag(self.caller.tag()),
+            key_tag: key_tag(&self.caller),
             model: self.model.id().to_string(),
             ..Carry::default()
         }
@@ -116,11 +116,9 @@ impl Prepared {
     }
 }
 
-/// The first 8 bytes of a key digest, which a record is bound to.
-pub fn key_tag(digest: &[u8; 32]) -> u64 {
-    let mut tag = [0u8; 8];
-    tag.copy_from_slice(&digest[..8]);
-    u64::from_be_bytes(tag)
+/// The caller's short tag as the number a record is bound to.
+pub fn key_tag(caller: &Caller) -> u64 {
+    u64::from_be_bytes(caller.short_tag())
 }
 
 /// What a request did, for metrics and its log line.

@@ -393,8 +393,7 @@ fn stream(
     era: Era,
     relay: relay::Relay,
 ) -> Response {
-    let mut key_tag = [0u8; 8];
-    key_tag.copy_from_slice(&caller.tag()[..8]);
+    let key_tag = caller.short_tag();
     relay::sse_response(
         relay,
         relay::Client {

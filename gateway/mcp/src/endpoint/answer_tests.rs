@@ -166,8 +166,7 @@ async fn a_body_that_is_no_message_is_refused_naming_why() {
 async fn a_reply_to_a_held_exchange_goes_to_the_stream_waiting_for_it() {
     let (upstream, cx) = served().await;
     let me = caller(&cx, KEY).await;
-    let mut key_tag = [0u8; 8];
-    key_tag.copy_from_slice(&me.tag()[..8]);
+    let key_tag = me.short_tag();
     let (tx, mut rx) = mpsc::channel(1);
     let mut route = cx
         .exchanges
@@ -208,8 +207,7 @@ async fn a_reply_to_a_relayed_request_goes_to_the_upstream_that_asked() {
         version: LATEST_LEGACY_VERSION.into(),
         id: RawValue::from_string("41".into()).expect("raw"),
     };
-    let mut mine = [0u8; 8];
-    mine.copy_from_slice(&me.tag()[..8]);
+    let mine = me.short_tag();
     let reply = |id: Value| {
         let message = json!({"jsonrpc": "2.0", "id": id, "result": {"roots": []}});
         Bytes::from(message.to_string())
@@ -271,8 +269,7 @@ async fn a_path_naming_no_server_of_the_caller_is_no_endpoint() {
 async fn a_retry_naming_an_exchange_that_is_over_is_refused() {
     let (upstream, cx) = served().await;
     let me = caller(&cx, KEY).await;
-    let mut key_tag = [0u8; 8];
-    key_tag.copy_from_slice(&me.tag()[..8]);
+    let key_tag = me.short_tag();
     let (tx, _rx) = mpsc::channel(1);
     let route = cx
         .exchanges

@@ -26,7 +26,7 @@ use super::message::{Incoming, Message, parse_message};
 /// An exchange route the caller's key may use, from a token the client echoed.
 pub(super) fn exchange_route(caller: &Caller, token: Option<&str>) -> Option<ExchangeRoute> {
     let route = ExchangeRoute::open(&caller.table.sealer, token?)?;
-    (route.key_tag == caller.tag()[..8]).then_some(route)
+    (route.key_tag == caller.short_tag()).then_some(route)
 }
 
 /// A legacy client's reply to an input request the gateway asked for a 2026-07-28 upstream:
@@ -143,8 +143,7 @@ pub(super) async fn resume_exchange(
         }
     }
     relay.deadline = Some(tokio::time::Instant::now() + relay.server.spec.timeout);
-    let mut key_tag = [0u8; 8];
-    key_tag.copy_from_slice(&caller.tag()[..8]);
+    let key_tag = caller.short_tag();
     relay::sse_response(
         relay,
         relay::Client {
@@ -395,7 +394,7 @@ pub(super) async fn deliver_reply(
         .as_str()
         .and_then(|token| ReplyRoute::open(&caller.table.sealer, token))
         .ok_or_else(unknown)?;
-    if route.key_tag != caller.tag()[..8] {
+    if route.key_tag != caller.short_tag() {
         return Err(unknown());
     }
     // On a single endpoint the path names the server, or a virtual server one of whose
