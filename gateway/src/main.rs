@@ -152,8 +152,7 @@ fn start(args: Args) -> anyhow::Result<()> {
         let telemetry = switchboard_telemetry::init(
             "switchboard-gateway",
             matches!(args.log_format, LogFormat::Json),
-        )
-        .map_err(anyhow::Error::msg)?;
+        )?;
         let served = run(args).await;
         // What is still batched goes out before the process ends.
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
@@ -305,9 +304,7 @@ fn operator_trust(args: &Args) -> anyhow::Result<Option<OperatorTrust>> {
         (None, Some(url)) => certificate_name(url).unwrap_or_default(),
         (None, None) => String::new(),
     };
-    OperatorTrust::new(bundle, &name)
-        .map(Some)
-        .map_err(anyhow::Error::msg)
+    Ok(Some(OperatorTrust::new(bundle, &name)?))
 }
 
 fn default_replica_name() -> String {

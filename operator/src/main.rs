@@ -215,8 +215,7 @@ fn start(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(async move {
-            let telemetry = switchboard_telemetry::init("switchboard-operator", json)
-                .map_err(anyhow::Error::msg)?;
+            let telemetry = switchboard_telemetry::init("switchboard-operator", json)?;
             let ran = run(args).await;
             let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
             ran

@@ -55,11 +55,14 @@ impl OperatorSource {
             turn += 1;
             let attempt = match &self.trust {
                 None => Ok(plain.clone()),
-                Some(trust) => trust.client(trusted.take()).map(|client| {
-                    let http = client.http.clone();
-                    trusted = Some(client);
-                    http
-                }),
+                Some(trust) => trust
+                    .client(trusted.take())
+                    .map(|client| {
+                        let http = client.http.clone();
+                        trusted = Some(client);
+                        http
+                    })
+                    .map_err(|e| e.to_string()),
             };
             let watched = match attempt {
                 Ok(http) => match self.open(&http, endpoint).await {

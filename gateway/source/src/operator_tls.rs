@@ -22,6 +22,29 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use switchboard_upstream::NamedVerifier;
 
+/// Why the operator's stream cannot be trusted as configured; the message names the flag or
+/// the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    #[error("--operator-server-name {name:?}: {detail}")]
+    ServerName { name: String, detail: String },
+    #[error("cannot read the operator CA bundle {}: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("operator CA bundle {}: {detail}", file.display())]
+    Bundle { file: PathBuf, detail: String },
+    #[error("operator CA bundle {} holds no certificate", file.display())]
+    Empty { file: PathBuf },
+    /// The verifier or TLS settings built from a bundle that did load.
+    #[error("operator CA bundle: {0}")]
+    Tls(String),
+    /// The stream's HTTP client could not be built.
+    #[error("the operator stream's HTTP client: {0}")]
+    Client(String),
+}
+
 /// Where the CA bundle is and which name the operator's certificate must carry.
 #[derive(Debug, Clone)]
 pub struct OperatorTrust {
@@ -36,9 +59,12 @@ pub struct TrustedClient {
 }
 
 impl OperatorTrust {
-    pub fn new(bundle_file: PathBuf, server_name: &str) -> Result<OperatorTrust, String> {
-        let server_name = ServerName::try_from(server_name.to_string())
-            .map_err(|e| format!("--operator-server-name {server_name:?}: {e}"))?;
+    pub fn new(bundle_file: PathBuf, server_name: &str) -> Result<OperatorTrust, TrustError> {
+        let server_name =
+            ServerName::try_from(server_name.to_string()).map_err(|e| TrustError::ServerName {
+                name: server_name.to_string(),
+                detail: e.to_string(),
+            })?;
         Ok(OperatorTrust {
             bundle_file,
             server_name,
@@ -46,12 +72,10 @@ impl OperatorTrust {
     }
 
     /// The client to use now: `current` again when the bundle file has not changed.
-    pub fn client(&self, current: Option<TrustedClient>) -> Result<TrustedClient, String> {
-        let bundle = std::fs::read(&self.bundle_file).map_err(|e| {
-            format!(
-                "cannot read the operator CA bundle {}: {e}",
-                self.bundle_file.display()
-            )
+    pub fn client(&self, current: Option<TrustedClient>) -> Result<TrustedClient, TrustError> {
+        let bundle = std::fs::read(&self.bundle_file).map_err(|source| TrustError::Read {
+            file: self.bundle_file.clone(),
+            source,
         })?;
         if let Some(current) = current.filter(|c| c.bundle == bundle) {
             return Ok(current);
@@ -67,15 +91,15 @@ impl OperatorTrust {
         Ok(TrustedClient { http, bundle })
     }
 
-    fn tls_config(&self, roots: RootCertStore) -> Result<rustls::ClientConfig, String> {
+    fn tls_config(&self, roots: RootCertStore) -> Result<rustls::ClientConfig, TrustError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
-            .map_err(|e| format!("operator CA bundle: {e}"))?;
+            .map_err(|e| TrustError::Tls(e.to_string()))?;
         let verifier = Arc::new(NamedVerifier::new(inner, self.server_name.clone()));
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(|e| TrustError::Tls(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
@@ -94,7 +118,9 @@ pub fn certificate_name(url: &url::Url) -> Option<String> {
 
 /// The snapshot stream's HTTP client: a new connection per attempt (behind a Service each one
 /// may reach another operator pod, and only the lease holder serves).
-pub(crate) fn stream_client(tls: Option<rustls::ClientConfig>) -> Result<reqwest::Client, String> {
+pub(crate) fn stream_client(
+    tls: Option<rustls::ClientConfig>,
+) -> Result<reqwest::Client, TrustError> {
     let builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true)
@@ -103,24 +129,27 @@ pub(crate) fn stream_client(tls: Option<rustls::ClientConfig>) -> Result<reqwest
         Some(config) => builder.use_preconfigured_tls(config),
         None => builder,
     };
-    builder.build().map_err(|e| e.to_string())
+    builder
+        .build()
+        .map_err(|e| TrustError::Client(e.to_string()))
 }
 
 /// Every certificate in a PEM bundle; a bundle with none is an error (it would trust nothing
 /// and every connection would fail with a less helpful message).
-fn roots_from_pem(pem: &[u8], file: &Path) -> Result<RootCertStore, String> {
+fn roots_from_pem(pem: &[u8], file: &Path) -> Result<RootCertStore, TrustError> {
+    let bundle = |detail: String| TrustError::Bundle {
+        file: file.to_path_buf(),
+        detail,
+    };
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| format!("operator CA bundle {}: {e}", file.display()))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("operator CA bundle {}: {e}", file.display()))?;
+        let cert = cert.map_err(|e| bundle(e.to_string()))?;
+        roots.add(cert).map_err(|e| bundle(e.to_string()))?;
     }
     if roots.is_empty() {
-        return Err(format!(
-            "operator CA bundle {} holds no certificate",
-            file.display()
-        ));
+        return Err(TrustError::Empty {
+            file: file.to_path_buf(),
+        });
     }
     Ok(roots)
 }

@@ -110,8 +110,7 @@ fn start() -> anyhow::Result<()> {
             let telemetry = switchboard_telemetry::init(
                 "switchboard-stdio-bridge",
                 matches!(args.log_format, LogFormat::Json),
-            )
-            .map_err(anyhow::Error::msg)?;
+            )?;
             let served = run(args).await;
             let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
             served

@@ -104,17 +104,29 @@ impl Telemetry {
     }
 }
 
+/// Why the log or traces could not be set up: the binaries print it and stop.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// An `OTEL_*` variable, or a file one names, is not usable; the message names it.
+    #[error("{0}")]
+    Settings(String),
+    /// The log's subscriber could not be installed (one is installed already).
+    #[error("the log could not be set up: {0}")]
+    Log(String),
+    /// The exporter the variables describe could not be built.
+    #[error("the OTLP exporter: {0}")]
+    Exporter(String),
+}
+
 /// Sets up the log and, when configured, traces for `service`. Must run inside the Tokio
 /// runtime (the exporter's batches are sent from it).
-pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
+pub fn init(service: &'static str, json: bool) -> Result<Telemetry, TelemetryError> {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
-        .add_directive(
-            format!("{SPAN_TARGET}=off")
-                .parse()
-                .map_err(|e| format!("{e}"))?,
-        );
+        .add_directive(format!("{SPAN_TARGET}=off").parse().map_err(|e| {
+            TelemetryError::Settings(format!("the log filter for {SPAN_TARGET}: {e}"))
+        })?);
     let log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
@@ -136,7 +148,7 @@ pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
         .with(log)
         .with(traces)
         .try_init()
-        .map_err(|e| format!("the log could not be set up: {e}"))?;
+        .map_err(|e| TelemetryError::Log(e.to_string()))?;
     if provider.is_some() {
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
@@ -148,7 +160,7 @@ pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
 
 /// How long one export may take (`OTEL_EXPORTER_OTLP_TIMEOUT`, milliseconds; the specification's
 /// default 10 s). The gRPC builder reads it itself; the HTTP client is ours, so it is read here.
-fn export_timeout() -> Result<std::time::Duration, String> {
+fn export_timeout() -> Result<std::time::Duration, TelemetryError> {
     let Some((name, value)) = [
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_EXPORTER_OTLP_TIMEOUT",
@@ -161,7 +173,7 @@ fn export_timeout() -> Result<std::time::Duration, String> {
         .trim()
         .parse::<u64>()
         .map(std::time::Duration::from_millis)
-        .map_err(|_| format!("{name} {value:?}: expected milliseconds"))
+        .map_err(|_| TelemetryError::Settings(format!("{name} {value:?}: expected milliseconds")))
 }
 
 fn env(name: &str) -> Option<String> {
@@ -169,7 +181,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// The tracer provider the `OTEL_*` variables describe, or none without an endpoint.
-fn provider(service: &'static str) -> Result<Option<SdkTracerProvider>, String> {
+fn provider(service: &'static str) -> Result<Option<SdkTracerProvider>, TelemetryError> {
     if env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
         .is_none()
@@ -211,12 +223,12 @@ fn provider(service: &'static str) -> Result<Option<SdkTracerProvider>, String> 
                 .build()
         }
         other => {
-            return Err(format!(
+            return Err(TelemetryError::Settings(format!(
                 "OTEL_EXPORTER_OTLP_PROTOCOL {other:?}: expected grpc or http/protobuf"
-            ));
+            )));
         }
     }
-    .map_err(|e| format!("the OTLP exporter: {e}"))?;
+    .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
     let ratio = match env("OTEL_TRACES_SAMPLER_ARG") {
         None => 1.0,
         Some(arg) => arg
@@ -225,7 +237,9 @@ fn provider(service: &'static str) -> Result<Option<SdkTracerProvider>, String> 
             .ok()
             .filter(|r| (0.0..=1.0).contains(r))
             .ok_or_else(|| {
-                format!("OTEL_TRACES_SAMPLER_ARG {arg:?}: expected a ratio from 0 to 1")
+                TelemetryError::Settings(format!(
+                    "OTEL_TRACES_SAMPLER_ARG {arg:?}: expected a ratio from 0 to 1"
+                ))
             })?,
     };
     RATIO.store(ratio.to_bits(), Ordering::Relaxed);

@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use crate::TelemetryError;
+
 use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
 use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject as _;
@@ -36,6 +38,11 @@ struct ClientIdentity {
 
 /// The value of `OTEL_EXPORTER_OTLP_TRACES_<suffix>`, else `OTEL_EXPORTER_OTLP_<suffix>`, with
 /// the name it came from.
+/// A refusal of the `OTEL_*` TLS settings (the message names the variable and the file).
+fn settings(message: String) -> TelemetryError {
+    TelemetryError::Settings(message)
+}
+
 fn variable(vars: &dyn Fn(&str) -> Option<String>, suffix: &str) -> Option<(String, String)> {
     [
         format!("OTEL_EXPORTER_OTLP_TRACES_{suffix}"),
@@ -45,20 +52,26 @@ fn variable(vars: &dyn Fn(&str) -> Option<String>, suffix: &str) -> Option<(Stri
     .find_map(|name| vars(&name).map(|value| (name, value)))
 }
 
-fn read(name: &str, path: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path.trim()).map_err(|e| format!("{name}: cannot read {path:?}: {e}"))
+fn read(name: &str, path: &str) -> Result<Vec<u8>, TelemetryError> {
+    std::fs::read(path.trim()).map_err(|e| settings(format!("{name}: cannot read {path:?}: {e}")))
 }
 
 fn certificates(
     name: &str,
     path: &str,
     pem: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, String> {
+) -> Result<Vec<CertificateDer<'static>>, TelemetryError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{name}: {path:?} is not a PEM certificate bundle: {e}"))?;
+        .map_err(|e| {
+            settings(format!(
+                "{name}: {path:?} is not a PEM certificate bundle: {e}"
+            ))
+        })?;
     if certs.is_empty() {
-        return Err(format!("{name}: {path:?} holds no PEM certificate"));
+        return Err(settings(format!(
+            "{name}: {path:?} holds no PEM certificate"
+        )));
     }
     Ok(certs)
 }
@@ -66,14 +79,14 @@ fn certificates(
 impl Material {
     /// The TLS of an export to `endpoint`: `None` for `http://` (then no TLS variable may be
     /// set), else the public roots plus what the variables name.
-    pub(crate) fn from_env(endpoint: &str) -> Result<Option<Material>, String> {
+    pub(crate) fn from_env(endpoint: &str) -> Result<Option<Material>, TelemetryError> {
         Material::from_vars(endpoint, &crate::env)
     }
 
     fn from_vars(
         endpoint: &str,
         vars: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Option<Material>, String> {
+    ) -> Result<Option<Material>, TelemetryError> {
         let roots = match variable(vars, "CERTIFICATE") {
             None => None,
             Some((name, path)) => {
@@ -88,17 +101,19 @@ impl Material {
         ) {
             (None, None) => None,
             (Some((name, _)), None) | (None, Some((name, _))) => {
-                return Err(format!(
+                return Err(settings(format!(
                     "{name} is set without its pair: a client certificate needs \
                      OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY"
-                ));
+                )));
             }
             (Some((cert_name, cert_path)), Some((key_name, key_path))) => {
                 let chain_pem = read(&cert_name, &cert_path)?;
                 let chain = certificates(&cert_name, &cert_path, &chain_pem)?;
                 let key_pem = read(&key_name, &key_path)?;
                 let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-                    format!("{key_name}: {key_path:?} holds no PEM private key: {e}")
+                    settings(format!(
+                        "{key_name}: {key_path:?} holds no PEM private key: {e}"
+                    ))
                 })?;
                 Some(ClientIdentity {
                     chain_pem,
@@ -110,11 +125,11 @@ impl Material {
         };
         let https = endpoint.trim().to_ascii_lowercase().starts_with("https://");
         if !https && (roots.is_some() || client.is_some()) {
-            return Err(format!(
+            return Err(settings(format!(
                 "the OTLP endpoint {endpoint:?} is not https:// but TLS variables are set \
                  (OTEL_EXPORTER_OTLP_CERTIFICATE / _CLIENT_CERTIFICATE / _CLIENT_KEY): use an \
                  https:// endpoint or unset them"
-            ));
+            )));
         }
         if !https {
             return Ok(None);
@@ -137,7 +152,9 @@ impl Material {
 
 /// rustls for the HTTP exporter: the public roots plus `material`'s bundle and client identity
 /// (the public roots alone without material: an `https://` endpoint with a public certificate).
-pub(crate) fn http_config(material: Option<&Material>) -> Result<rustls::ClientConfig, String> {
+pub(crate) fn http_config(
+    material: Option<&Material>,
+) -> Result<rustls::ClientConfig, TelemetryError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut store = RootCertStore::empty();
     store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -147,17 +164,19 @@ pub(crate) fn http_config(material: Option<&Material>) -> Result<rustls::ClientC
         .unwrap_or_default()
     {
         store.add(cert.clone()).map_err(|e| {
-            format!("OTEL_EXPORTER_OTLP_CERTIFICATE: a certificate was refused: {e}")
+            settings(format!(
+                "OTEL_EXPORTER_OTLP_CERTIFICATE: a certificate was refused: {e}"
+            ))
         })?;
     }
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("the OTLP exporter's TLS: {e}"))?
+        .map_err(|e| settings(format!("the OTLP exporter's TLS: {e}")))?
         .with_root_certificates(store);
     match material.and_then(|m| m.client.as_ref()) {
         Some(client) => builder
             .with_client_auth_cert(client.chain.clone(), client.key.clone_key())
-            .map_err(|e| format!("OTEL_EXPORTER_OTLP_CLIENT_KEY: {e}")),
+            .map_err(|e| settings(format!("OTEL_EXPORTER_OTLP_CLIENT_KEY: {e}"))),
         None => Ok(builder.with_no_client_auth()),
     }
 }
@@ -271,7 +290,8 @@ mod tests {
             &vars(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &cert)]),
         )
         .err()
-        .expect("refused");
+        .expect("refused")
+        .to_string();
         assert!(err.contains("not https://"), "{err}");
     }
 
@@ -285,7 +305,8 @@ mod tests {
             )]),
         )
         .err()
-        .expect("refused");
+        .expect("refused")
+        .to_string();
         assert!(
             err.contains("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE")
                 && err.contains("/nonexistent/ca.pem"),
@@ -299,7 +320,8 @@ mod tests {
             &vars(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &key)]),
         )
         .err()
-        .expect("refused");
+        .expect("refused")
+        .to_string();
         assert!(
             err.contains("OTEL_EXPORTER_OTLP_CERTIFICATE") && err.contains("no PEM certificate"),
             "{err}"
@@ -310,7 +332,8 @@ mod tests {
             &vars(&[("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert)]),
         )
         .err()
-        .expect("refused");
+        .expect("refused")
+        .to_string();
         assert!(err.contains("without its pair"), "{err}");
     }
 }
