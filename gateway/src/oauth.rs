@@ -885,6 +885,18 @@ mod tests {
     use crate::sign_in::tests::{body, context};
     use serde_json::Value;
 
+    /// A refusal of the token endpoint: 400 with OAuth's `error` code and a description that
+    /// says why.
+    fn refused(status: StatusCode, answer: &Value, error: &str, why: &str) {
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(error)),
+            "{answer}"
+        );
+        let description = answer["error_description"].as_str().unwrap_or_default();
+        assert!(description.contains(why), "{description}");
+    }
+
     const BROKERED: &str = r#"
 gateway: {publicUrl: "https://gw.example", sessionKey: a-session-key-for-tests}
 identityProviders:
@@ -1279,12 +1291,7 @@ keys:
             ),
         ] {
             let (status, e) = token_answer(&cx, request).await;
-            assert_eq!(
-                (status, e["error"].as_str()),
-                (StatusCode::BAD_REQUEST, Some("invalid_grant"))
-            );
-            let description = e["error_description"].as_str().unwrap_or_default();
-            assert!(description.contains(why), "{why}: {description}");
+            refused(status, &e, "invalid_grant", why);
         }
         let (status, grant) =
             token_answer(&cx, asked("client-a", "http://127.0.0.1:9/cb", &verifier)).await;
@@ -1340,27 +1347,9 @@ keys:
             ..token_request("refresh_token")
         };
         let (status, e) = token_answer(&cx, asked(refresh(provider), "client-b")).await;
-        assert_eq!(
-            (status, e["error"].as_str()),
-            (StatusCode::BAD_REQUEST, Some("invalid_grant"))
-        );
-        assert!(
-            e["error_description"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("another client")
-        );
+        refused(status, &e, "invalid_grant", "another client");
         let (status, e) = token_answer(&cx, asked(refresh("elsewhere"), "client-a")).await;
-        assert_eq!(
-            (status, e["error"].as_str()),
-            (StatusCode::BAD_REQUEST, Some("invalid_grant"))
-        );
-        assert!(
-            e["error_description"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("another identity provider's")
-        );
+        refused(status, &e, "invalid_grant", "another identity provider's");
         // Its own: the provider must be asked, whose discovery was never read here.
         let (status, e) = token_answer(&cx, asked(refresh(provider), "client-a")).await;
         assert_eq!(

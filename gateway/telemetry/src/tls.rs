@@ -38,11 +38,6 @@ struct ClientIdentity {
 
 /// The value of `OTEL_EXPORTER_OTLP_TRACES_<suffix>`, else `OTEL_EXPORTER_OTLP_<suffix>`, with
 /// the name it came from.
-/// A refusal of the `OTEL_*` TLS settings (the message names the variable and the file).
-fn settings(message: String) -> TelemetryError {
-    TelemetryError::Settings(message)
-}
-
 fn variable(vars: &dyn Fn(&str) -> Option<String>, suffix: &str) -> Option<(String, String)> {
     [
         format!("OTEL_EXPORTER_OTLP_TRACES_{suffix}"),
@@ -53,7 +48,8 @@ fn variable(vars: &dyn Fn(&str) -> Option<String>, suffix: &str) -> Option<(Stri
 }
 
 fn read(name: &str, path: &str) -> Result<Vec<u8>, TelemetryError> {
-    std::fs::read(path.trim()).map_err(|e| settings(format!("{name}: cannot read {path:?}: {e}")))
+    std::fs::read(path.trim())
+        .map_err(|e| TelemetryError::Settings(format!("{name}: cannot read {path:?}: {e}")))
 }
 
 fn certificates(
@@ -64,12 +60,12 @@ fn certificates(
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
-            settings(format!(
+            TelemetryError::Settings(format!(
                 "{name}: {path:?} is not a PEM certificate bundle: {e}"
             ))
         })?;
     if certs.is_empty() {
-        return Err(settings(format!(
+        return Err(TelemetryError::Settings(format!(
             "{name}: {path:?} holds no PEM certificate"
         )));
     }
@@ -101,7 +97,7 @@ impl Material {
         ) {
             (None, None) => None,
             (Some((name, _)), None) | (None, Some((name, _))) => {
-                return Err(settings(format!(
+                return Err(TelemetryError::Settings(format!(
                     "{name} is set without its pair: a client certificate needs \
                      OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY"
                 )));
@@ -111,7 +107,7 @@ impl Material {
                 let chain = certificates(&cert_name, &cert_path, &chain_pem)?;
                 let key_pem = read(&key_name, &key_path)?;
                 let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-                    settings(format!(
+                    TelemetryError::Settings(format!(
                         "{key_name}: {key_path:?} holds no PEM private key: {e}"
                     ))
                 })?;
@@ -125,7 +121,7 @@ impl Material {
         };
         let https = endpoint.trim().to_ascii_lowercase().starts_with("https://");
         if !https && (roots.is_some() || client.is_some()) {
-            return Err(settings(format!(
+            return Err(TelemetryError::Settings(format!(
                 "the OTLP endpoint {endpoint:?} is not https:// but TLS variables are set \
                  (OTEL_EXPORTER_OTLP_CERTIFICATE / _CLIENT_CERTIFICATE / _CLIENT_KEY): use an \
                  https:// endpoint or unset them"
@@ -164,19 +160,19 @@ pub(crate) fn http_config(
         .unwrap_or_default()
     {
         store.add(cert.clone()).map_err(|e| {
-            settings(format!(
+            TelemetryError::Settings(format!(
                 "OTEL_EXPORTER_OTLP_CERTIFICATE: a certificate was refused: {e}"
             ))
         })?;
     }
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| settings(format!("the OTLP exporter's TLS: {e}")))?
+        .map_err(|e| TelemetryError::Settings(format!("the OTLP exporter's TLS: {e}")))?
         .with_root_certificates(store);
     match material.and_then(|m| m.client.as_ref()) {
         Some(client) => builder
             .with_client_auth_cert(client.chain.clone(), client.key.clone_key())
-            .map_err(|e| settings(format!("OTEL_EXPORTER_OTLP_CLIENT_KEY: {e}"))),
+            .map_err(|e| TelemetryError::Settings(format!("OTEL_EXPORTER_OTLP_CLIENT_KEY: {e}"))),
         None => Ok(builder.with_no_client_auth()),
     }
 }

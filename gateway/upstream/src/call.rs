@@ -21,6 +21,21 @@ pub struct UpstreamCall<'a> {
     pub log_level: Option<&'static str>,
 }
 
+impl UpstreamCall<'static> {
+    /// The legacy handshake (`initialize`) on `session`'s upstream session: what a session
+    /// exchange asks, when it asks anything.
+    pub const fn handshake(session: SessionScope) -> UpstreamCall<'static> {
+        UpstreamCall {
+            method: "initialize",
+            params: None,
+            stream: false,
+            session,
+            modern_client: false,
+            log_level: None,
+        }
+    }
+}
+
 impl<'a> UpstreamCall<'a> {
     /// A plain request on the shared session, answered whole.
     pub fn whole(method: &'a str, params: Option<Value>) -> UpstreamCall<'a> {

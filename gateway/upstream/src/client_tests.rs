@@ -49,15 +49,24 @@ async fn call(
     stream: bool,
     budget: Duration,
 ) -> Result<RpcOutcome, UpstreamError> {
-    let server = &table.servers[0];
     let request = UpstreamCall {
         stream,
         session,
         ..UpstreamCall::whole("tools/call", Some(json!({"name": "slow", "arguments": {}})))
     };
+    send(upstreams, &table.servers[0], &request, budget).await
+}
+
+/// `request` straight to the client, as the plane sends it (no caller headers, no credential).
+async fn send(
+    upstreams: &Upstreams,
+    server: &Server,
+    request: &UpstreamCall<'_>,
+    budget: Duration,
+) -> Result<RpcOutcome, UpstreamError> {
     upstreams
         .call(RpcCall {
-            request: &request,
+            request,
             server,
             caller_headers: &HeaderMap::new(),
             param_headers: None,
@@ -827,17 +836,7 @@ async fn a_list_change_announced_on_a_relayed_stream_is_noted_as_it_is_read() {
         stream: true,
         ..UpstreamCall::whole("tools/call", Some(echo()))
     };
-    let outcome = upstreams
-        .call(RpcCall {
-            request: &request,
-            server: &gw.server,
-            caller_headers: &HeaderMap::new(),
-            param_headers: None,
-            credential: None,
-            deadline: Instant::now() + Duration::from_secs(5),
-            budget: Duration::from_secs(5),
-        })
-        .await;
+    let outcome = send(&upstreams, &gw.server, &request, Duration::from_secs(5)).await;
     let Ok(RpcOutcome::Stream(mut stream)) = outcome else {
         panic!("expected a stream, got {outcome:?}");
     };
@@ -870,17 +869,7 @@ async fn a_list_change_announced_in_an_answer_read_whole_is_noted() {
     upstreams.set_table(&gw.caller.table);
     assert_eq!(upstreams.list_generation(&gw.server, ListChanged::Tools), 0);
     let request = UpstreamCall::whole("tools/call", Some(echo()));
-    let outcome = upstreams
-        .call(RpcCall {
-            request: &request,
-            server: &gw.server,
-            caller_headers: &HeaderMap::new(),
-            param_headers: None,
-            credential: None,
-            deadline: Instant::now() + Duration::from_secs(5),
-            budget: Duration::from_secs(5),
-        })
-        .await;
+    let outcome = send(&upstreams, &gw.server, &request, Duration::from_secs(5)).await;
     result_of(outcome);
     // The catalog's rule: a listing walked before this count is out of date.
     assert_eq!(upstreams.list_generation(&gw.server, ListChanged::Tools), 1);

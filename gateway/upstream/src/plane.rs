@@ -526,10 +526,7 @@ impl UpstreamPlane {
         session: SessionScope,
     ) -> Result<Option<Value>, UpstreamError> {
         let credential = self.credential(caller, server, None).await?;
-        let handshake = UpstreamCall {
-            session,
-            ..UpstreamCall::whole("initialize", None)
-        };
+        let handshake = UpstreamCall::handshake(session);
         let call = RpcCall {
             request: &handshake,
             ..session_call(caller, server, credential.as_ref())
@@ -636,17 +633,10 @@ fn session_call<'a>(
 }
 
 /// What a session exchange asks, when it asks anything: the handshake on the shared session.
-static SESSION_EXCHANGE: UpstreamCall<'static> = UpstreamCall {
-    method: "initialize",
-    params: None,
-    stream: false,
-    session: SessionScope {
-        client: 0,
-        capabilities: 0,
-    },
-    modern_client: false,
-    log_level: None,
-};
+static SESSION_EXCHANGE: UpstreamCall<'static> = UpstreamCall::handshake(SessionScope {
+    client: 0,
+    capabilities: 0,
+});
 
 /// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
 /// on a token the gateway obtained itself, and only once.

@@ -65,7 +65,7 @@ fn rpc_id_text(id: &Value) -> Option<String> {
     }
 }
 
-/// What a request's metric says: (method, outcome), `None` for nothing to count.
+/// What a request's metric says: (its method's label, outcome), `None` for nothing to count.
 pub(super) type Counted = Option<(&'static str, &'static str)>;
 
 /// The answer to one MCP POST, and what its metric says. What comes before a call is read is
@@ -102,12 +102,12 @@ pub(super) async fn answer(
     }
 }
 
-/// A refusal as a JSON-RPC error in `era`, counted under `method` with the error's outcome.
-fn refused(id: &Value, e: GatewayError, method: &'static str, era: Era) -> (Response, Counted) {
+/// A refusal as a JSON-RPC error in `era`, counted under `label` with the error's outcome.
+fn refused(id: &Value, e: GatewayError, label: &'static str, era: Era) -> (Response, Counted) {
     let outcome = e.outcome();
     (
         jsonrpc_error_response_in(id, &e, era),
-        Some((method, outcome)),
+        Some((label, outcome)),
     )
 }
 
@@ -148,7 +148,7 @@ async fn answer_call(
     body: Bytes,
 ) -> (Response, Counted) {
     let id = message.id.clone().unwrap_or(Value::Null);
-    let method = metric_method(&message.method);
+    let label = metric_method(&message.method);
     audit::note(|n| {
         note_call(n, &message.method, message.params.as_ref());
         n.rpc_id = message.id.as_ref().and_then(rpc_id_text);
@@ -157,7 +157,7 @@ async fn answer_call(
         Ok(target) => target,
         // A server the caller cannot reach is invisible: the endpoint does not exist (its
         // record says it was refused).
-        Err(e) => return (plain_error_response(&e), Some((method, e.outcome()))),
+        Err(e) => return (plain_error_response(&e), Some((label, e.outcome()))),
     };
     let era = era_of(caller, &message);
     if era == Era::Rev2026
@@ -177,9 +177,9 @@ async fn answer_call(
         Era::Rev2025 => Box::pin(check_legacy(cx, caller, &target, &message)).await,
     };
     let session = match prepared {
-        Ok(EraChecked::Answer(response)) => return (response, Some((method, "ok"))),
+        Ok(EraChecked::Answer(response)) => return (response, Some((label, "ok"))),
         Ok(EraChecked::Dispatch { session }) => session,
-        Err(e) => return refused(&id, e, method, era),
+        Err(e) => return refused(&id, e, label, era),
     };
     if message.id.is_none() {
         // Notifications (initialized, cancelled, ...) concern the gateway's own session with
@@ -191,15 +191,15 @@ async fn answer_call(
     {
         let listened = listen::fan_in(cx, caller, servers, id.clone(), params, session);
         return match Box::pin(listened).await {
-            Ok(response) => (response, Some((method, "stream"))),
+            Ok(response) => (response, Some((label, "stream"))),
             // (once: it used to count as a stream and as its error)
-            Err(e) => refused(&id, e, method, era),
+            Err(e) => refused(&id, e, label, era),
         };
     }
     let rpc_method = message.method.clone();
     let request = request_of(cx, caller, message, era, session);
     let outcome = run_method(cx, caller, &target, request).await;
-    respond(cx, caller, &id, (method, &rpc_method), era, outcome)
+    respond(cx, caller, &id, label, &rpc_method, era, outcome)
 }
 
 /// Which endpoint the path names: `/mcp` the aggregate; `/mcp/{path}` a virtual server or a
@@ -318,17 +318,18 @@ async fn run_method(
 
 /// The client's answer to a method's outcome, in its era: a result (completed for a
 /// 2026-07-28 client, stripped of 2026-07-28 members for a legacy one, or passed as it came),
-/// a relayed stream, the upstream's JSON-RPC error, or the gateway's. `method` is the metric's
-/// label and the call's own method name.
+/// a relayed stream, the upstream's JSON-RPC error, or the gateway's. `label` is the method as
+/// the metric names it, `rpc_method` the call's own method name.
 fn respond(
     cx: &Arc<McpContext>,
     caller: &Arc<Caller>,
     id: &Value,
-    (method, rpc_method): (&'static str, &str),
+    label: &'static str,
+    rpc_method: &str,
     era: Era,
     outcome: Result<Answer, Failure>,
 ) -> (Response, Counted) {
-    let ok = Some((method, "ok"));
+    let ok = Some((label, "ok"));
     match outcome {
         Ok(Answer::Json(mut result)) => {
             match era {
@@ -345,16 +346,16 @@ fn respond(
         }) => (relayed(id, rpc_method, era, result, has_result_type), ok),
         Ok(Answer::Stream(relay)) => {
             let response = stream(cx, caller, id.clone(), era, *relay);
-            (response, Some((method, "stream")))
+            (response, Some((label, "stream")))
         }
         Err(Failure::Upstream(error, status)) => {
             let response = upstream_error(id, era, error, status);
-            (response, Some((method, "upstream_error")))
+            (response, Some((label, "upstream_error")))
         }
         Err(Failure::Gateway(e)) => {
             let outcome = e.outcome();
             tracing::info!(method = %rpc_method, error = %e, outcome, "request failed");
-            refused(id, e, method, era)
+            refused(id, e, label, era)
         }
     }
 }
