@@ -229,6 +229,8 @@ if wants doc; then
     cargo doc --workspace --no-deps --document-private-items
 fi
 if wants unit; then
+  # The store's tests run a real Redis (Debian's redis-server 7) beside the embedded store.
+  "$root/tests/install-packages.sh" redis-server=redis-server redis-cli=redis-tools
   step unit
   cargo test --workspace -- --skip fuzz::
 fi

@@ -107,6 +107,16 @@ pub fn resolve_secrets(
     {
         resolve(bundle, "gateway.upstreamTls.caBundle".into());
     }
+    let store = &mut snapshot.gateway.store;
+    if let Some(key) = store.key.as_mut() {
+        resolve(key, "gateway.store.key".into());
+    }
+    for (i, key) in store.previous_keys.iter_mut().enumerate() {
+        resolve(key, format!("gateway.store.previousKeys[{i}]"));
+    }
+    if let Some(password) = store.redis.as_mut().and_then(|r| r.password.as_mut()) {
+        resolve(password, "gateway.store.redis.password".into());
+    }
     for (i, server) in snapshot.servers.iter_mut().enumerate() {
         if let Some(tls) = server.tls.as_mut() {
             for (field, secret) in tls_secrets_mut(tls) {
@@ -267,6 +277,8 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             None => v.err("gateway.sessionKey", "secret was not resolved"),
         }
     }
+
+    validate_store(&g.store, g.session_key.is_some(), &mut v);
 
     if let Some(bundle) = g.upstream_tls.as_ref().and_then(|t| t.ca_bundle.as_ref()) {
         let mut hash = sha2::Sha256::new();
@@ -972,6 +984,60 @@ impl Validator {
             ),
             Err(e) => self.err(path, format!("not a valid URL: {e}")),
         }
+    }
+}
+
+/// `gateway.store`: one backend, a URL the client can use, and a sealing key wherever sealed
+/// values outlive the process (a file, Redis).
+fn validate_store(store: &crate::StoreSettings, has_session_key: bool, v: &mut Validator) {
+    if store.memory.is_some() && store.redis.is_some() {
+        v.err("gateway.store", "name one backend: memory or redis");
+    }
+    if let Some(redis) = &store.redis {
+        match url::Url::parse(&redis.url) {
+            Ok(u) if !matches!(u.scheme(), "redis" | "rediss" | "unix") => v.err(
+                "gateway.store.redis.url",
+                "must be a redis://, rediss:// or unix:// URL",
+            ),
+            Ok(u) if u.password().is_some() => v.err(
+                "gateway.store.redis.url",
+                "must not carry a password (give it as gateway.store.redis.password)",
+            ),
+            Ok(u) if u.scheme() != "unix" && u.host_str().is_none_or(str::is_empty) => {
+                v.err("gateway.store.redis.url", "must name a host")
+            }
+            Ok(_) => {}
+            Err(e) => v.err("gateway.store.redis.url", format!("is not a URL: {e}")),
+        }
+        if redis.timeout.is_zero() {
+            v.err("gateway.store.redis.timeout", "must be greater than 0");
+        }
+    }
+    let keys = store
+        .key
+        .iter()
+        .map(|k| ("gateway.store.key".to_string(), k))
+        .chain(
+            store
+                .previous_keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (format!("gateway.store.previousKeys[{i}]"), k)),
+        );
+    for (path, key) in keys {
+        match resolved_value(key) {
+            Some(k) if k.len() < 16 => v.err(path, "must be at least 16 characters"),
+            Some(_) => {}
+            None => v.err(path, "secret was not resolved"),
+        }
+    }
+    let outlives_process =
+        store.redis.is_some() || store.memory.as_ref().is_some_and(|m| m.file.is_some());
+    if outlives_process && store.key.is_none() && !has_session_key {
+        v.err(
+            "gateway.store.key",
+            "is needed (or gateway.sessionKey) when the store outlives the process: a file or redis",
+        );
     }
 }
 

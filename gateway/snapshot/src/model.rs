@@ -111,6 +111,69 @@ pub struct GatewaySettings {
     /// What every upstream connection trusts besides the public roots (`tls.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_tls: Option<crate::tls::GatewayTls>,
+    /// Where the little state that must be shared lives (people's upstream accounts, limits
+    /// counted across replicas, single-use codes): in this process by default, in Redis for
+    /// several replicas.
+    #[serde(default, skip_serializing_if = "StoreSettings::is_default")]
+    pub store: StoreSettings,
+}
+
+/// `gateway.store`: one backend (`memory`, the default, or `redis`) and the key its values are
+/// sealed with. Everything else the gateway keeps stays in what clients hold.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoreSettings {
+    /// The embedded store: this process only (one replica). With `file`, written there (sealed)
+    /// so a restart keeps what it held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStoreSettings>,
+    /// A Redis 7 (or Valkey) every replica shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<RedisStoreSettings>,
+    /// What values are sealed with (ChaCha20-Poly1305; any string of 16 characters or more,
+    /// stretched with SHA-256). Without it, derived from `gateway.sessionKey`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<SecretSource>,
+    /// Keys values sealed before a rotation are still opened with (never sealed with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_keys: Vec<SecretSource>,
+}
+
+impl StoreSettings {
+    fn is_default(&self) -> bool {
+        self == &StoreSettings::default()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryStoreSettings {
+    /// A file the store is written to (sealed values only, at most twice a second) and read
+    /// from at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedisStoreSettings {
+    /// `redis://host:port/db`, `rediss://` for TLS (the public roots and the system's), or
+    /// `unix:///path/to/socket`. No password here: `password` keeps it out of logs.
+    #[schemars(regex(pattern = r"^(redis|rediss|unix)://"))]
+    pub url: String,
+    /// The ACL user (`AUTH username password`); without it, the default user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<SecretSource>,
+    /// How long one operation may take before the store counts as down for it.
+    #[serde(default = "default_store_timeout", with = "humantime_serde")]
+    #[schemars(schema_with = "crate::schema::duration")]
+    pub timeout: Duration,
+}
+
+fn default_store_timeout() -> Duration {
+    Duration::from_millis(500)
 }
 
 /// How ServiceAccount tokens are verified: the cluster's issuer, the audiences a token must be
@@ -148,6 +211,7 @@ impl Default for GatewaySettings {
             service_account_tokens: None,
             upstream_networks: Default::default(),
             upstream_tls: None,
+            store: StoreSettings::default(),
         }
     }
 }
