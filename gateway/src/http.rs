@@ -430,7 +430,10 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     if gw.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
     } else if gw.is_ready() {
-        (StatusCode::OK, "ready").into_response()
+        match gw.store_detail() {
+            Some(detail) => (StatusCode::OK, format!("ready; {detail}")).into_response(),
+            None => (StatusCode::OK, "ready").into_response(),
+        }
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "no snapshot loaded yet").into_response()
     }

@@ -6,6 +6,14 @@
 //! so any replica answers any step. The provider is asked with the gateway's own confidential
 //! client (`UpstreamPlane::redeem_login_code`, `refresh_login`).
 //!
+//! **Single use** (issue 37, item 4) is the one thing records cannot say, so it is kept in the
+//! shared store: a code is redeemed once (a second redemption is refused and revokes what the
+//! first was given), and a refresh token is spent once (refresh tokens rotate; a spent one
+//! presented again revokes its whole grant, RFC 9700 section 4.14.2). Across replicas when the
+//! store is shared; within the replica on the embedded store. While a shared store does not
+//! answer, a code is refused (503: the person signs in again shortly) but a refresh goes ahead
+//! unchecked, so people already signed in are not signed out by an outage.
+//!
 //! Until a client and its redirect URI are known to match, errors are answered here, never
 //! redirected (no open redirect); after that, they go back to the client's redirect URI. Each
 //! login asks the person first (a consent page naming the client and where the sign-in goes,
@@ -30,6 +38,7 @@ use switchboard_core::broker::{
 use switchboard_core::people::People;
 use switchboard_core::table::{RoutingTable, base_url};
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
+use switchboard_store::{Store, StoreKey};
 use switchboard_upstream::ProviderGrant;
 
 use crate::sign_in::SignInContext;
@@ -701,7 +710,7 @@ pub async fn token(
     };
     let now = SystemTime::now();
     let answer = match request.grant_type.as_str() {
-        "authorization_code" => redeem(&broker, &request, now),
+        "authorization_code" => redeem(&broker, &request, now).await,
         "refresh_token" => refresh(&cx, &broker, &request, now).await,
         _ => Err(OAuthError::new(
             400,
@@ -726,15 +735,18 @@ fn invalid_grant(why: &str) -> OAuthError {
     OAuthError::new(400, "invalid_grant", why)
 }
 
-fn redeem(
+/// How long a redeemed code is remembered: past its own 60 s life, whatever the clocks say.
+const CODE_REMEMBERED: Duration = Duration::from_secs(300);
+
+async fn redeem(
     broker: &Broker<'_>,
     request: &TokenRequest,
     now: SystemTime,
 ) -> Result<serde_json::Value, OAuthError> {
-    let code: CodeRecord = request
-        .code
-        .as_deref()
-        .and_then(|c| broker.sealer.open(Record::Code, c, now))
+    let code_text = request.code.as_deref().unwrap_or_default();
+    let code: CodeRecord = broker
+        .sealer
+        .open(Record::Code, code_text, now)
         .ok_or_else(|| invalid_grant("the code is unknown or expired"))?;
     if request.client_id.as_deref().map(digest).as_ref() != Some(&code.client) {
         return Err(invalid_grant("the code was issued to another client"));
@@ -750,11 +762,37 @@ fn redeem(
             "code_verifier does not answer the code_challenge",
         ));
     }
-    let refresh_exp = broker
+    let refresh_ttl = broker
         .spec
         .brokered
         .as_ref()
-        .map_or(0, |b| unix(now) + b.refresh_token_ttl.as_secs());
+        .map_or(Duration::ZERO, |b| b.refresh_token_ttl);
+    // The grant is named after its code: a second redemption revokes what the first was given.
+    let grant = digest(code_text);
+    let store = &broker.table.store;
+    match store
+        .first_use(
+            &StoreKey::new("used-code", &[grant.as_bytes()]),
+            CODE_REMEMBERED,
+        )
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            revoke_grant(store, &grant, refresh_ttl).await;
+            return Err(invalid_grant(
+                "the code was already redeemed; what it was given is revoked",
+            ));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "a brokered code was refused: its single use cannot be checked");
+            return Err(OAuthError::new(
+                503,
+                "temporarily_unavailable",
+                "the gateway's state store does not answer; sign in again shortly",
+            ));
+        }
+    }
     Ok(issue(
         broker,
         &code.client,
@@ -762,9 +800,73 @@ fn redeem(
         code.scope.as_deref(),
         code.identity,
         code.provider_token,
-        refresh_exp,
+        Grant {
+            id: grant,
+            exp: unix(now) + refresh_ttl.as_secs(),
+        },
         now,
     ))
+}
+
+/// The family of refresh tokens one login began (named after its code) and when they end.
+struct Grant {
+    id: String,
+    exp: u64,
+}
+
+fn revoked_grant_key(grant: &str) -> StoreKey {
+    StoreKey::new("revoked-grant", &[grant.as_bytes()])
+}
+
+async fn revoke_grant(store: &Store, grant: &str, ttl: Duration) {
+    let ttl = ttl.max(Duration::from_secs(1));
+    if let Err(e) = store.put(&revoked_grant_key(grant), b"revoked", ttl).await {
+        tracing::warn!(error = %e, "a grant to revoke could not be written to the state store");
+    }
+}
+
+/// Spends refresh token `token` of `record` once: refused when its grant was revoked, and a
+/// second spending revokes the grant. Unchecked while the store does not answer.
+async fn spend_refresh(
+    store: &Store,
+    record: &RefreshRecord,
+    token: &str,
+    now: SystemTime,
+) -> Result<(), OAuthError> {
+    let ttl = Duration::from_secs(record.exp.saturating_sub(unix(now)).max(1));
+    let unchecked = |e: switchboard_store::StoreError| {
+        tracing::warn!(error = %e, "a refresh went ahead unchecked: the state store does not answer");
+    };
+    if !record.grant.is_empty() {
+        match store.get(&revoked_grant_key(&record.grant)).await {
+            Ok(Some(_)) => {
+                return Err(invalid_grant(
+                    "the grant was revoked (a code or refresh token was used twice)",
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                unchecked(e);
+                return Ok(());
+            }
+        }
+    }
+    let spent = StoreKey::new("used-refresh", &[digest(token).as_bytes()]);
+    match store.first_use(&spent, ttl).await {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            if !record.grant.is_empty() {
+                revoke_grant(store, &record.grant, ttl).await;
+            }
+            Err(invalid_grant(
+                "the refresh token was already used; its grant is revoked",
+            ))
+        }
+        Err(e) => {
+            unchecked(e);
+            Ok(())
+        }
+    }
 }
 
 async fn refresh(
@@ -773,10 +875,10 @@ async fn refresh(
     request: &TokenRequest,
     now: SystemTime,
 ) -> Result<serde_json::Value, OAuthError> {
-    let record: RefreshRecord = request
-        .refresh_token
-        .as_deref()
-        .and_then(|t| broker.sealer.open(Record::Refresh, t, now))
+    let token = request.refresh_token.as_deref().unwrap_or_default();
+    let record: RefreshRecord = broker
+        .sealer
+        .open(Record::Refresh, token, now)
         .ok_or_else(|| invalid_grant("the refresh token is unknown or expired"))?;
     if request.client_id.as_deref().map(digest).as_ref() != Some(&record.client) {
         return Err(invalid_grant(
@@ -788,6 +890,7 @@ async fn refresh(
             "the refresh token is another identity provider's",
         ));
     }
+    spend_refresh(&broker.table.store, &record, token, now).await?;
     let endpoints = broker
         .table
         .identity_keys
@@ -821,7 +924,10 @@ async fn refresh(
         record.scope.as_deref(),
         identity,
         tokens,
-        record.exp,
+        Grant {
+            id: record.grant.clone(),
+            exp: record.exp,
+        },
         now,
     ))
 }
@@ -835,7 +941,7 @@ fn issue(
     scope: Option<&str>,
     identity: Identity,
     provider: ProviderTokens,
-    refresh_exp: u64,
+    grant: Grant,
     now: SystemTime,
 ) -> serde_json::Value {
     let ttl = broker
@@ -861,7 +967,7 @@ fn issue(
         body["scope"] = json!(scope);
     }
     if let Some(provider_refresh) = provider.refresh
-        && refresh_exp > unix(now)
+        && grant.exp > unix(now)
     {
         let refresh = RefreshRecord {
             client: client.to_string(),
@@ -869,7 +975,8 @@ fn issue(
             scope: scope.map(str::to_owned),
             provider: identity.provider,
             provider_refresh,
-            exp: refresh_exp,
+            grant: grant.id,
+            exp: grant.exp,
         };
         body["refresh_token"] = json!(broker.sealer.seal(Record::Refresh, &refresh, now));
     }
@@ -1313,6 +1420,24 @@ keys:
             grant["refresh_token"].is_string(),
             "the provider gave one to hold"
         );
+
+        // Once: a second redemption is refused, and revokes the refresh token the first got.
+        let (status, e) =
+            token_answer(&cx, asked("client-a", "http://127.0.0.1:9/cb", &verifier)).await;
+        refused(status, &e, "invalid_grant", "already redeemed");
+        let first_refresh: RefreshRecord = sealer
+            .open(
+                Record::Refresh,
+                grant["refresh_token"].as_str().unwrap(),
+                now,
+            )
+            .expect("a refresh token of this gateway's");
+        assert_eq!(first_refresh.grant, digest(&code), "named after its code");
+        let revoked = table
+            .store
+            .get(&revoked_grant_key(&first_refresh.grant))
+            .await;
+        assert!(matches!(revoked, Ok(Some(_))), "{revoked:?}");
     }
 
     #[tokio::test]
@@ -1336,6 +1461,7 @@ keys:
                     scope: None,
                     provider: provider.into(),
                     provider_refresh: "provider-refresh".into(),
+                    grant: "grant-1".into(),
                     exp: unix(now) + 600,
                 },
                 now,
@@ -1350,8 +1476,9 @@ keys:
         refused(status, &e, "invalid_grant", "another client");
         let (status, e) = token_answer(&cx, asked(refresh("elsewhere"), "client-a")).await;
         refused(status, &e, "invalid_grant", "another identity provider's");
-        // Its own: the provider must be asked, whose discovery was never read here.
-        let (status, e) = token_answer(&cx, asked(refresh(provider), "client-a")).await;
+        // Its own: spent, then the provider must be asked, whose discovery was never read here.
+        let spent = refresh(provider);
+        let (status, e) = token_answer(&cx, asked(spent.clone(), "client-a")).await;
         assert_eq!(
             (status, e["error"].as_str()),
             (
@@ -1359,6 +1486,12 @@ keys:
                 Some("temporarily_unavailable")
             )
         );
+        // Presented again: refused, and its grant with it (a token of the same login that was
+        // never used is refused too); the refusals of another client spent nothing.
+        let (status, e) = token_answer(&cx, asked(spent, "client-a")).await;
+        refused(status, &e, "invalid_grant", "already used");
+        let (status, e) = token_answer(&cx, asked(refresh(provider), "client-a")).await;
+        refused(status, &e, "invalid_grant", "revoked");
     }
 
     /// A login sealed as `authorize` seals it, started in the browser holding `nonce`.

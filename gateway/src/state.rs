@@ -13,6 +13,7 @@ use switchboard_core::metrics::Metrics;
 use switchboard_core::table::RoutingTable;
 use switchboard_llm::context::LlmContext;
 use switchboard_mcp::context::McpContext;
+use switchboard_store::Store;
 use switchboard_upstream::UpstreamPlane;
 
 use crate::sign_in::SignInContext;
@@ -34,6 +35,9 @@ pub struct Gateway {
     /// Settings of this deployment rather than of the snapshot (its Service names, its public
     /// URL), merged into every table applied.
     local: LocalSettings,
+    /// The shared store this gateway made for the tables it applied (`gateway.store`), kept
+    /// while their settings stay the same.
+    store: std::sync::Mutex<Option<Arc<Store>>>,
 }
 
 /// Per-deployment settings given on the command line.
@@ -94,6 +98,7 @@ impl Gateway {
             upstream,
             metrics,
             local,
+            store: std::sync::Mutex::new(None),
         }
     }
 
@@ -147,11 +152,54 @@ impl Gateway {
         self.metrics
             .snapshot_applied(table.generation, table.servers.len(), table.key_count());
         table.limiters.carry_over(&self.live.load().limiters);
+        table.store = self.store_for(&table);
         self.upstream.prepare(&table);
         self.upstream.serve_people(&mut table);
         let table = Arc::new(table);
         self.live.store(table.clone());
         self.upstream.forget_all_but(&table);
+    }
+}
+
+impl Gateway {
+    /// The store `table`'s settings name: the one made before when they are the same (nothing
+    /// it holds is lost on a reload), else a new one. A store that cannot be made (its file does
+    /// not read) leaves the one before serving, and says why.
+    fn store_for(&self, table: &RoutingTable) -> Arc<Store> {
+        let mut made = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        let settings = &table.settings.store;
+        let session_key = table
+            .settings
+            .session_key
+            .as_ref()
+            .and_then(switchboard_snapshot::resolved_value);
+        if let Some(store) = made.as_ref()
+            && store.serves(settings, session_key)
+        {
+            return store.clone();
+        }
+        match Store::from_settings(settings, session_key) {
+            Ok(store) => {
+                self.metrics.store_in_use(store.backend_name());
+                tracing::info!(backend = store.backend_name(), "state store in use");
+                let store = Arc::new(store.observed_by(self.metrics.clone()));
+                *made = Some(store.clone());
+                store
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "gateway.store: cannot make the state store; the one before keeps serving");
+                made.clone().unwrap_or_else(|| Arc::new(Store::in_memory()))
+            }
+        }
+    }
+
+    /// What `/readyz` adds when the store is shared and does not answer (the gateway still
+    /// serves every call that needs no person's account, so it stays ready).
+    pub(crate) fn store_detail(&self) -> Option<&'static str> {
+        let store = self.table().store.clone();
+        (!store.is_up()).then_some(
+            "the state store does not answer: calls that need a person's upstream account are refused, limits are counted by each replica",
+        )
     }
 }
 

@@ -11,9 +11,10 @@
 //! expiry and never more than two days. Every record carries its own expiry and kind (the
 //! associated data), so one kind never passes for another.
 //!
-//! **What revocation means without a store.** An authorization code lives 60 s and is bound to
-//! the client's PKCE verifier (only the client that started the login can redeem it; it can be
-//! redeemed more than once within those 60 s, by that client alone). An access token lives
+//! **What revocation means.** An authorization code lives 60 s and is bound to the client's PKCE
+//! verifier (only the client that started the login can redeem it), and is redeemed once: the
+//! one thing a record cannot say is kept in the shared store (the token endpoint's
+//! `spend_refresh` and `redeem`: codes and refresh tokens single use, a reuse revoking the grant). An access token lives
 //! `accessTokenTtl` (5 min by default) and no longer than the provider's token inside it. A
 //! refresh asks the provider again with its refresh token: a person disabled or logged out at
 //! the provider, or moved out of a group, is refused or narrowed at the next refresh, so within
@@ -312,6 +313,10 @@ pub struct RefreshRecord {
     /// The provider's refresh token: a refresh asks the provider again.
     #[serde(rename = "t")]
     pub provider_refresh: String,
+    /// The login this token descends from (a digest of its code): what a reuse revokes.
+    /// Empty in tokens issued before grants were named.
+    #[serde(rename = "g", default, skip_serializing_if = "String::is_empty")]
+    pub grant: String,
     #[serde(rename = "e")]
     pub exp: u64,
 }

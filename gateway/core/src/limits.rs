@@ -1,5 +1,11 @@
-//! Request limits per key and per server (`limits` in the snapshot), enforced by each replica on
-//! its own: N replicas admit up to N times the figures (docs/architecture.md, "Limits").
+//! Request limits per key and per server (`limits` in the snapshot).
+//!
+//! A key's **rate** is counted in the shared store when the store is shared (Redis): every
+//! replica counts against one budget, in one round trip (GCRA on the store's clock). While the
+//! store does not answer, each replica falls back to its own count of the same figures, so R
+//! replicas then admit at most R times the rate until the store is back (docs/architecture.md,
+//! "Limits"). Concurrency and servers' limits are each replica's own: an in-flight count across
+//! replicas would cost a second round trip at every call's end.
 //!
 //! A request over a limit is refused before any upstream I/O, with a `Retry-After`. The
 //! limiters' state outlives a snapshot: a new table takes over the limiter of every key and
@@ -15,6 +21,7 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use switchboard_snapshot::{KeySpec, RequestLimits, Snapshot};
+use switchboard_store::{Rate, RateDecision, Store, StoreKey};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
@@ -43,7 +50,11 @@ impl LimitKind {
 struct Limiter {
     spec: RequestLimits,
     in_flight: Option<Arc<Semaphore>>,
+    /// This replica's count: the rate itself where the store is not shared, the fallback while
+    /// a shared store does not answer.
     rate: Option<DefaultDirectRateLimiter>,
+    /// The same rate as the shared store counts it.
+    shared_rate: Option<Rate>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -58,11 +69,18 @@ impl Limiter {
             .concurrent_requests
             .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
         // Validation refused a rate that does not parse before a table is built.
-        let rate = spec.parsed_rate().and_then(Result::ok).map(|rate| {
+        let shared_rate = spec.parsed_rate().and_then(Result::ok).map(|rate| {
             let count = NonZeroU32::new(rate.count).unwrap_or(NonZeroU32::MIN);
             let burst = spec.burst.and_then(NonZeroU32::new).unwrap_or(count);
-            let quota = Quota::with_period(rate.period / count.get())
-                .unwrap_or_else(|| Quota::per_second(count))
+            Rate {
+                interval: rate.period / count.get(),
+                burst: burst.get(),
+            }
+        });
+        let rate = shared_rate.map(|rate| {
+            let burst = NonZeroU32::new(rate.burst).unwrap_or(NonZeroU32::MIN);
+            let quota = Quota::with_period(rate.interval)
+                .unwrap_or_else(|| Quota::per_second(burst))
                 .allow_burst(burst);
             RateLimiter::direct(quota)
         });
@@ -70,12 +88,12 @@ impl Limiter {
             spec: spec.clone(),
             in_flight,
             rate,
+            shared_rate,
         }
     }
 
-    /// Admits one request or says which limit refused it and how long to wait. The concurrency
-    /// slot is taken first, so a request refused for it spends none of the rate.
-    fn admit(&self) -> Result<LimitPermit, (LimitKind, Duration)> {
+    /// The concurrency slot, taken first, so a request refused for it spends none of the rate.
+    fn slot(&self) -> Result<LimitPermit, (LimitKind, Duration)> {
         let permit = match &self.in_flight {
             Some(slots) => Some(
                 slots
@@ -85,13 +103,51 @@ impl Limiter {
             ),
             None => None,
         };
+        Ok(LimitPermit { _permit: permit })
+    }
+
+    /// This replica's count of the rate.
+    fn local_rate(&self) -> Result<(), (LimitKind, Duration)> {
         if let Some(rate) = &self.rate
             && let Err(not_until) = rate.check()
         {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             return Err((LimitKind::Rate, wait));
         }
-        Ok(LimitPermit { _permit: permit })
+        Ok(())
+    }
+
+    /// Admits one request, counted by this replica alone, or says which limit refused it and
+    /// how long to wait.
+    fn admit(&self) -> Result<LimitPermit, (LimitKind, Duration)> {
+        let permit = self.slot()?;
+        self.local_rate()?;
+        Ok(permit)
+    }
+
+    /// Admits one request with its rate counted in `store` by every replica (under `id`); this
+    /// replica's own count while the store does not answer.
+    async fn admit_shared(
+        &self,
+        store: &Store,
+        id: &str,
+    ) -> Result<LimitPermit, (LimitKind, Duration)> {
+        let permit = self.slot()?;
+        let Some(rate) = self.shared_rate else {
+            return Ok(permit);
+        };
+        match store
+            .rate(&StoreKey::new("rate", &[id.as_bytes()]), rate)
+            .await
+        {
+            Ok(RateDecision::Admitted) => Ok(permit),
+            Ok(RateDecision::Refused { retry_after }) => Err((LimitKind::Rate, retry_after)),
+            Err(e) => {
+                tracing::debug!(error = %e, "the shared rate is counted locally while the store is down");
+                self.local_rate()?;
+                Ok(permit)
+            }
+        }
     }
 }
 
@@ -142,13 +198,25 @@ impl Limiters {
         take(&mut self.servers, &previous.servers);
     }
 
-    /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits.
-    pub(crate) fn admit_key(
+    /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits. Its rate is
+    /// counted in `store` when the store is shared.
+    pub(crate) async fn admit_key(
         &self,
         key_id: &str,
+        store: &Store,
         metrics: &Metrics,
     ) -> Result<Option<LimitPermit>, Refused> {
-        admit(&self.keys, "key", key_id, metrics)
+        if !store.is_shared() {
+            return admit(&self.keys, "key", key_id, metrics);
+        }
+        let Some(limiter) = self.keys.get(key_id) else {
+            return Ok(None);
+        };
+        limiter
+            .admit_shared(store, key_id)
+            .await
+            .map(Some)
+            .map_err(|refused| refusal("key", key_id, refused, metrics))
     }
 
     /// Admits a request to server `server_id`'s upstream; `Ok(None)` when it has no limits.
@@ -173,17 +241,24 @@ fn admit(
     let Some(limiter) = limiters.get(id) else {
         return Ok(None);
     };
-    match limiter.admit() {
-        Ok(admission) => Ok(Some(admission)),
-        Err((kind, wait)) => {
-            metrics.limited(scope, id, kind.label());
-            Err(Refused {
-                scope,
-                id: id.to_string(),
-                kind,
-                retry_after: wait,
-            })
-        }
+    limiter
+        .admit()
+        .map(Some)
+        .map_err(|refused| refusal(scope, id, refused, metrics))
+}
+
+fn refusal(
+    scope: &'static str,
+    id: &str,
+    (kind, wait): (LimitKind, Duration),
+    metrics: &Metrics,
+) -> Refused {
+    metrics.limited(scope, id, kind.label());
+    Refused {
+        scope,
+        id: id.to_string(),
+        kind,
+        retry_after: wait,
     }
 }
 
@@ -256,8 +331,8 @@ mod tests {
         assert_eq!(limiter.admit().expect_err("rate spent").0, LimitKind::Rate);
     }
 
-    #[test]
-    fn a_reload_keeps_the_state_of_unchanged_limits() {
+    #[tokio::test]
+    async fn a_reload_keeps_the_state_of_unchanged_limits() {
         let text = |rate: &str| {
             format!(
                 "keys:\n- name: a\n  secret: s1\n  limits: {{rate: 1/h}}\n- name: b\n  secret: s2\n  limits: {{rate: {rate}}}\n"
@@ -266,26 +341,34 @@ mod tests {
         let first = switchboard_snapshot::parse(&text("1/h")).expect("parses");
         let limiters = Limiters::for_snapshot(&first);
         let metrics = Metrics::default();
+        let store = Store::in_memory();
         limiters
-            .admit_key("default/a", &metrics)
+            .admit_key("default/a", &store, &metrics)
+            .await
             .expect("a's one request");
         limiters
-            .admit_key("default/b", &metrics)
+            .admit_key("default/b", &store, &metrics)
+            .await
             .expect("b's one request");
 
         let second = switchboard_snapshot::parse(&text("2/h")).expect("parses");
         let mut reloaded = Limiters::for_snapshot(&second);
         reloaded.carry_over(&limiters);
         assert!(
-            reloaded.admit_key("default/a", &metrics).is_err(),
+            reloaded
+                .admit_key("default/a", &store, &metrics)
+                .await
+                .is_err(),
             "a's limits did not change: its spent rate stays spent"
         );
         reloaded
-            .admit_key("default/b", &metrics)
+            .admit_key("default/b", &store, &metrics)
+            .await
             .expect("b's limits changed: a fresh limiter");
         assert!(
             reloaded
-                .admit_key("default/none", &metrics)
+                .admit_key("default/none", &store, &metrics)
+                .await
                 .unwrap()
                 .is_none()
         );

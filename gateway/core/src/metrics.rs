@@ -50,6 +50,20 @@ struct LimitedLabels {
     limit: &'static str,
 }
 
+/// An operation of the shared store: `backend` `memory` or `redis`, `operation` as the store
+/// names it (`get`, `put`, `take`, `rate`...), `outcome` `ok`, `unavailable`, `sealed` or `file`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    backend: &'static str,
+    operation: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: &'static str,
+}
+
 /// A person's token checked (`people`): `issuer` is one of the snapshot's identity providers'
 /// (only a token naming one is checked as a person's), `outcome` `ok`, `no_grant` or a refusal.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -236,6 +250,8 @@ pub struct Metrics {
     usage: Usage,
     operator_stream_connected: Gauge,
     audit_dropped: Counter,
+    store_operations: Family<StoreLabels, Counter>,
+    store_up: Family<BackendLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -418,7 +434,21 @@ impl Default for Metrics {
             "Audit records dropped because the audit log's writer fell behind",
             audit_dropped.clone(),
         );
+        let store_operations = Family::<StoreLabels, Counter>::default();
+        registry.register(
+            "store_operations",
+            "Operations of the shared store (gateway.store), by backend, operation and outcome",
+            store_operations.clone(),
+        );
+        let store_up = Family::<BackendLabels, Gauge>::default();
+        registry.register(
+            "store_up",
+            "1 while the shared store's last operation succeeded, else 0",
+            store_up.clone(),
+        );
         Metrics {
+            store_operations,
+            store_up,
             usage,
             operator_stream_connected,
             audit_dropped,
@@ -624,6 +654,14 @@ impl Metrics {
         self.audit_dropped.inc();
     }
 
+    /// A store `backend` in use, up until an operation says otherwise (so the gauge exists
+    /// before the first operation).
+    pub fn store_in_use(&self, backend: &'static str) {
+        self.store_up
+            .get_or_create(&BackendLabels { backend })
+            .set(1);
+    }
+
     pub fn snapshot_rejected(&self) {
         self.snapshot_rejections.inc();
     }
@@ -638,5 +676,33 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+impl switchboard_store::StoreObserver for Metrics {
+    fn operation(
+        &self,
+        backend: &'static str,
+        operation: &'static str,
+        error: Option<&switchboard_store::StoreError>,
+    ) {
+        use switchboard_store::StoreError;
+        let outcome = match error {
+            None => "ok",
+            Some(StoreError::Unavailable { .. }) => "unavailable",
+            Some(StoreError::Sealed) => "sealed",
+            Some(StoreError::File { .. } | StoreError::Settings(_)) => "file",
+        };
+        self.store_operations
+            .get_or_create(&StoreLabels {
+                backend,
+                operation,
+                outcome,
+            })
+            .inc();
+        let up = !matches!(error, Some(StoreError::Unavailable { .. }));
+        self.store_up
+            .get_or_create(&BackendLabels { backend })
+            .set(i64::from(up));
     }
 }

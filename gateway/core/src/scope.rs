@@ -99,6 +99,7 @@ pub async fn authenticate(
     caller_for_key(table, headers, &presented, Some(metrics), Some(resource))
         .await?
         .admitted(metrics)
+        .await
 }
 
 const MISSING_KEY: &str =
@@ -170,6 +171,7 @@ pub async fn authenticate_key(
     caller_for_key(table, headers, presented, Some(metrics), Some(resource))
         .await?
         .admitted(metrics)
+        .await
 }
 
 /// The refusal of a request to `resource` that presented no credential (`reason` says where
@@ -466,10 +468,11 @@ impl Caller {
     }
 
     /// The caller, admitted under its key's limits.
-    fn admitted(mut self, metrics: &Metrics) -> Result<Caller, GatewayError> {
-        self._admission = self.table.limiters.admit_key(&self.key.id, metrics)?;
+    async fn admitted(mut self, metrics: &Metrics) -> Result<Caller, GatewayError> {
+        let (limiters, store) = (&self.table.limiters, &self.table.store);
+        self._admission = limiters.admit_key(&self.key.id, store, metrics).await?;
         for key in &self.also {
-            let permit = self.table.limiters.admit_key(&key.id, metrics)?;
+            let permit = limiters.admit_key(&key.id, store, metrics).await?;
             self._also_admitted.extend(permit);
         }
         Ok(self)

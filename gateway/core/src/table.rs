@@ -53,6 +53,10 @@ pub struct RoutingTable {
     /// The limiters of keys and servers that have limits (taken over from the table before
     /// where the limits did not change, see `Gateway::apply` in the gateway crate).
     pub limiters: Limiters,
+    /// The shared store (`gateway.store`). A table built alone has an empty embedded one; the
+    /// gateway gives every table the store its settings name, kept across tables with the same
+    /// settings (`Gateway::apply`), so a reload loses nothing it holds.
+    pub store: Arc<switchboard_store::Store>,
     /// Which addresses upstreams may have (`gateway.upstreamNetworks`), checked at connect time.
     pub networks: NetworkPolicy,
     /// `gateway.upstreamTls`, parsed: authorities every upstream connection trusts.
@@ -240,6 +244,7 @@ impl RoutingTable {
             people,
             identity_keys: Arc::default(),
             limiters: Limiters::for_snapshot(snapshot),
+            store: Arc::new(switchboard_store::Store::in_memory()),
             virtual_servers,
             virtual_by_path,
         })

@@ -10,9 +10,10 @@
 use schemars::{Schema, SchemaGenerator, json_schema};
 
 /// humantime's grammar: one or more numbers (a fraction allowed, blanks anywhere between
-/// digits), each followed by one of its unit names, e.g. `90s`, `1h 30m`, `1.5h`, `2days`.
+/// digits), each followed by one of its unit names, e.g. `90s`, `1h 30m`, `1.5h`, `2days`; or
+/// exactly `0`, which humantime reads as zero (found by the property below).
 pub const DURATION: &str = concat!(
-    r"^\s*([0-9][0-9\s]*(\.[0-9\s]*[0-9][0-9\s]*)?",
+    r"^0$|^\s*([0-9][0-9\s]*(\.[0-9\s]*[0-9][0-9\s]*)?",
     "(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|",
     "minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|",
     "months|month|M|years|year|yrs|yr|y)",

@@ -95,6 +95,7 @@ pub struct Store {
     sealing: seal::Sealing,
     /// What it was made from: a table whose settings are the same keeps this store.
     settings: StoreSettings,
+    session_key: Option<[u8; 32]>,
     up: AtomicBool,
     observer: Option<Arc<dyn StoreObserver>>,
 }
@@ -106,6 +107,10 @@ impl std::fmt::Debug for Store {
             .field("up", &self.is_up())
             .finish()
     }
+}
+
+fn key_digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
 }
 
 macro_rules! on_backend {
@@ -159,6 +164,7 @@ impl Store {
             backend,
             sealing,
             settings: settings.clone(),
+            session_key: session_key.map(key_digest),
             up: AtomicBool::new(true),
             observer: None,
         })
@@ -170,14 +176,16 @@ impl Store {
             backend: Backends::Memory(memory::Memory::empty()),
             sealing: seal::Sealing::ephemeral(),
             settings: StoreSettings::default(),
+            session_key: None,
             up: AtomicBool::new(true),
             observer: None,
         }
     }
 
-    /// Whether this store was made from `settings` (and can serve a table that has them).
-    pub fn serves(&self, settings: &StoreSettings) -> bool {
-        &self.settings == settings
+    /// Whether this store was made from `settings` and `session_key` (and can serve a table
+    /// that has them).
+    pub fn serves(&self, settings: &StoreSettings, session_key: Option<&str>) -> bool {
+        &self.settings == settings && self.session_key == session_key.map(key_digest)
     }
 
     /// Whether other replicas see what this one writes (Redis): only then are limits counted
