@@ -430,7 +430,7 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     if gw.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
     } else if gw.is_ready() {
-        match gw.store_detail() {
+        match gw.store_detail().await {
             Some(detail) => (StatusCode::OK, format!("ready; {detail}")).into_response(),
             None => (StatusCode::OK, "ready").into_response(),
         }

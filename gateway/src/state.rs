@@ -193,13 +193,17 @@ impl Gateway {
         }
     }
 
-    /// What `/readyz` adds when the store is shared and does not answer (the gateway still
-    /// serves every call that needs no person's account, so it stays ready).
-    pub(crate) fn store_detail(&self) -> Option<&'static str> {
+    /// What `/readyz` adds when the store is shared and does not answer (asked now, within its
+    /// timeout). The gateway still serves every call that needs no person's account, so it
+    /// stays ready.
+    pub(crate) async fn store_detail(&self) -> Option<&'static str> {
         let store = self.table().store.clone();
-        (!store.is_up()).then_some(
-            "the state store does not answer: calls that need a person's upstream account are refused, limits are counted by each replica",
-        )
+        if !store.is_shared() {
+            return None;
+        }
+        store.ping().await.err().map(|_| {
+            "the state store does not answer: calls that need a person's upstream account are refused, limits are counted by each replica"
+        })
     }
 }
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import keycloak as keycloak_server
+from redis_store import RedisServer
 import pytest
 from harness import (
     GatewayFactory,
@@ -117,6 +118,16 @@ def any_upstream(request: pytest.FixtureRequest) -> Upstream:
     """Each kind of upstream in turn."""
     name = {"python": "python_upstream", "python-stateless": "python_upstream_stateless", "rust": "rust_upstream"}
     return request.getfixturevalue(name[request.param])
+
+
+@pytest.fixture
+def redis() -> Iterator[RedisServer]:
+    """A Redis of this test's own (redis_store.py), stopped and removed at teardown."""
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="session")

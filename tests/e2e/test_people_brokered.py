@@ -4,9 +4,12 @@ registration is refused (the realm as imported, with Keycloak's default registra
 - the Python SDK's OAuth client, given the gateway's URL, registers at the gateway, the person
   logs in at Keycloak, the client gets a token of the gateway's own and calls tools with the
   scope of the person's groups (alice: alpha only; bob: beta only);
-- two replicas behind one public URL share nothing but the session key: the login starts on
-  replica A (its authorization endpoint) and completes on replica B (the callback), and a refresh
-  on B gives a token A accepts;
+- two replicas behind one public URL share the session key and a Redis (the shared store, for
+  single use alone): the login starts on replica A (its authorization endpoint) and completes on
+  replica B (the callback), and a refresh on B gives a token A accepts;
+- single use across the replicas (issue 37, acceptance 4): a code redeemed on B is refused on A;
+  a refresh token spent on B and presented again on A is refused and ends its grant (the token
+  the refresh on B gave is refused after);
 - every login asks the person first (a consent page naming the client and where the sign-in
   goes): approved it goes on, denied the client hears access_denied, and an answer posted
   without the cookie of the browser that was asked is refused; the provider's answer arriving
@@ -35,9 +38,9 @@ REDIRECT_URI = "http://127.0.0.1:33419/callback"  # never listened on: the test 
 
 
 @pytest.fixture
-def replicas(procs, gateways, keycloak):
+def replicas(procs, gateways, keycloak, redis):
     """Replicas A and B of one gateway behind a round-robin balancer whose URL is the public
-    URL; alpha is team-a's, beta team-b's."""
+    URL, sharing a Redis; alpha is team-a's, beta team-b's."""
     alpha = start_rust_upstream(procs, "alpha")
     beta = start_rust_upstream(procs, "beta")
     lb = RoundRobinBalancer([]).start()
@@ -48,6 +51,7 @@ def replicas(procs, gateways, keycloak):
             key("team-b", new_secret("team-b"), ["beta"], people=[{"provider": "corp", "groups": ["team-b"]}]),
         ],
         publicUrl=lb.url,
+        store=redis.store_settings(),
     )
     config["identityProviders"] = [
         {
@@ -165,6 +169,19 @@ def test_a_refresh_on_replica_b_gives_a_token_replica_a_takes(replicas, keycloak
         timeout=30,
     )
     assert stolen.status_code == 400 and stolen.json()["error"] == "invalid_grant", stolen.text
+    # Spent on B, presented again on A by its own client: refused, and the grant ends with it.
+    again = httpx.post(
+        f"{a.url}/oauth/token",
+        data={"grant_type": "refresh_token", "refresh_token": storage.tokens.refresh_token, "client_id": client_id},
+        timeout=30,
+    )
+    assert again.status_code == 400 and "already used" in again.json()["error_description"], again.text
+    after = httpx.post(
+        f"{a.url}/oauth/token",
+        data={"grant_type": "refresh_token", "refresh_token": fresh["refresh_token"], "client_id": client_id},
+        timeout=30,
+    )
+    assert after.status_code == 400 and "revoked" in after.json()["error_description"], after.text
 
 
 def test_refusals_at_the_gateways_authorization_server(replicas, keycloak, gateways):
@@ -250,6 +267,13 @@ def test_refusals_at_the_gateways_authorization_server(replicas, keycloak, gatew
         timeout=15,
     )
     assert redeemed.status_code == 200 and redeemed.json()["access_token"].startswith("sbt."), redeemed.text
+    # Once, across replicas: the same code on A is refused.
+    twice = httpx.post(
+        f"{a.url}/oauth/token",
+        data={"grant_type": "authorization_code", "code": provider_flow, "redirect_uri": REDIRECT_URI, "client_id": client_id, "code_verifier": verifier},
+        timeout=15,
+    )
+    assert twice.status_code == 400 and "already redeemed" in twice.json()["error_description"], twice.text
     made_up = httpx.post(
         f"{a.url}/oauth/token",
         data={"grant_type": "authorization_code", "code": "sbk.made-up", "redirect_uri": REDIRECT_URI, "client_id": client_id, "code_verifier": verifier},

@@ -72,7 +72,7 @@ impl StoreKey {
 
 /// Told of every operation (the gateway's metrics count them by operation and outcome).
 pub trait StoreObserver: Send + Sync {
-    /// `operation` is `get`, `put`, `put_new`, `delete`, `take`, `unlock` or `rate`.
+    /// `operation` is `get`, `put`, `put_new`, `delete`, `take`, `unlock`, `rate` or `ping`.
     fn operation(&self, backend: &'static str, operation: &'static str, error: Option<&StoreError>);
 }
 
@@ -282,6 +282,13 @@ impl Store {
     pub async fn unlock(&self, lock: Lock) -> Result<(), StoreError> {
         let result = on_backend!(self, b => b.delete_if(lock.key.as_str(), &lock.token));
         self.noted("unlock", result).map(drop)
+    }
+
+    /// Asks the store whether it answers (a read of a key nothing writes): what `/readyz` says
+    /// of a shared store, and how a replica notices it is back before any call needs it.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let result = on_backend!(self, b => b.get("sb:ping")).map(drop);
+        self.noted("ping", result)
     }
 
     /// One request against `rate` under `key`, counted by every replica that shares the store.
