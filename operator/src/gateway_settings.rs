@@ -46,7 +46,19 @@ pub fn parse(text: &str, path: &str, lookup: &dyn SecretLookup) -> Result<Gatewa
     {
         return Err(format!("{path}: gateway.{field} cannot be set here: {why}"));
     }
-    let snapshot = switchboard_snapshot::load(text, lookup).map_err(|e| format!("{path}: {e}"))?;
+    // Checked as part of the snapshot the operator sends, which always carries the session key
+    // of its Secret (rules such as a shared store's sealing key lean on it): a stand-in here,
+    // never kept.
+    let mut checked = raw.clone();
+    if let Some(gateway) = checked.get_mut("gateway").and_then(|g| g.as_object_mut()) {
+        gateway.insert(
+            "sessionKey".into(),
+            "a stand-in for the operator's session key".into(),
+        );
+    }
+    let mut snapshot = switchboard_snapshot::load(&checked.to_string(), lookup)
+        .map_err(|e| format!("{path}: {e}"))?;
+    snapshot.gateway.session_key = None;
     Ok(snapshot.gateway)
 }
 
@@ -85,5 +97,40 @@ mod tests {
         assert!(e.contains("--upstream-deny-networks"), "{e}");
         let e = refused("servers: []\ngateway: {}\n");
         assert!(e.contains("servers: only the gateway section"), "{e}");
+    }
+
+    /// What the chart renders from gateway.store: a shared Redis whose sealing key comes from
+    /// the operator's session key (not in this file), the password from a mounted file.
+    #[test]
+    fn a_shared_store_is_read_without_a_session_key_of_its_own() {
+        struct Mounted;
+        impl SecretLookup for Mounted {
+            fn env(&self, _: &str) -> Option<String> {
+                None
+            }
+            fn file(&self, path: &str) -> std::io::Result<String> {
+                assert_eq!(path, "/etc/switchboard/redis/password");
+                Ok("the redis password".into())
+            }
+        }
+        let text = "gateway:\n  store:\n    redis:\n      url: redis://sb-demo-redis.sb.svc:6379/0\n      password: {file: /etc/switchboard/redis/password}\n";
+        let s = parse(text, "settings.yaml", &Mounted).expect("valid");
+        let redis = s.store.redis.as_ref().expect("redis");
+        assert_eq!(redis.url, "redis://sb-demo-redis.sb.svc:6379/0");
+        assert_eq!(
+            redis
+                .password
+                .as_ref()
+                .and_then(switchboard_snapshot::resolved_value),
+            Some("the redis password")
+        );
+        assert!(s.session_key.is_none(), "the stand-in is never kept");
+        let e = parse(
+            "gateway:\n  store:\n    redis: {url: 'redis://:pw@h:6379'}\n",
+            "settings.yaml",
+            &Mounted,
+        )
+        .expect_err("a password in the URL");
+        assert!(e.contains("gateway.store.redis.url"), "{e}");
     }
 }

@@ -232,6 +232,24 @@ check "gateway.settings: a ConfigMap in the file's shape, the operator's flag an
   echo \"\$out\" | grep -A1 -- '- --gateway-settings' | grep -q '/etc/switchboard/gateway-settings/gateway-settings.yaml' &&
   echo \"\$out\" | grep -q 'name: sb-switchboard-operator-gateway-settings' &&
   ! helm template sb $chart -n sb | grep -q -- '--gateway-settings'"
+# gateway.store: an existing Redis (URL, ACL user, the password mounted into the operator, which
+# hands it on in the snapshot) or the demo one (its own Deployment and Service, marked not for
+# production); the settings beside it kept; nothing of it by default.
+check "gateway.store: a Redis by URL and Secret, or the demo Redis; none by default" bash -c "
+  out=\$(helm template sb $chart -n sb --set gateway.store.redisUrl=rediss://redis.data.svc:6380/2 \
+      --set gateway.store.username=switchboard --set gateway.store.passwordSecret.name=redis-pw \
+      --set gateway.settings.maxBodyBytes=1024) &&
+  echo \"\$out\" | grep -A12 'gateway-settings.yaml: |' | grep -q '^          url: rediss://redis.data.svc:6380/2$' &&
+  echo \"\$out\" | grep -A12 'gateway-settings.yaml: |' | grep -q '^          username: switchboard$' &&
+  echo \"\$out\" | grep -A12 'gateway-settings.yaml: |' | grep -q '^            file: /etc/switchboard/redis/password$' &&
+  echo \"\$out\" | grep -A12 'gateway-settings.yaml: |' | grep -q '^      maxBodyBytes: 1024$' &&
+  echo \"\$out\" | grep -A2 -- '- name: redis-password' | grep -q 'secretName: redis-pw' &&
+  ! echo \"\$out\" | grep -q 'demo-redis' &&
+  demo=\$(helm template sb $chart -n sb --set gateway.store.demoRedis.enabled=true) &&
+  echo \"\$demo\" | grep -q '^# NOT FOR PRODUCTION' &&
+  echo \"\$demo\" | grep -A6 'gateway-settings.yaml: |' | grep -q 'url: redis://sb-switchboard-demo-redis.sb.svc:6379/0' &&
+  [[ \$(echo \"\$demo\" | grep -c '^kind: Service$') -ge 3 ]] &&
+  ! helm template sb $chart -n sb | grep -q 'redis'"
 # values.schema.json: generated from values.yaml, refuses unknown keys and wrong types by name.
 check "values.schema.json is what charts/values-schema.py makes of values.yaml" python3 charts/values-schema.py --check
 check "docs/api-reference.md is what crds/api-reference.py makes of crds/*.yaml" python3 crds/api-reference.py --check

@@ -361,3 +361,29 @@ what has no namespace.
   - nonResourceURLs: ["/.well-known/openid-configuration", "/openid/v1/jwks"]
     verbs: ["get"]
 {{- end }}
+
+{{/*
+The gateway settings the operator reads (--gateway-settings): gateway.settings, with `store` from
+gateway.store (an existing Redis, or the demo one) when that is set. Empty when there are none.
+*/}}
+{{- define "switchboard.gatewaySettings" -}}
+{{- $settings := deepCopy (.Values.gateway.settings | default dict) -}}
+{{- $store := .Values.gateway.store -}}
+{{- $url := $store.redisUrl -}}
+{{- if and (not $url) $store.demoRedis.enabled -}}
+{{- $url = printf "redis://%s.%s.svc:6379/0" (include "switchboard.demoRedis.fullname" .) .Release.Namespace -}}
+{{- end -}}
+{{- if $url -}}
+{{- $redis := dict "url" $url -}}
+{{- with $store.username }}{{ $_ := set $redis "username" . }}{{ end -}}
+{{- if $store.passwordSecret.name -}}
+{{- $_ := set $redis "password" (dict "file" (printf "/etc/switchboard/redis/%s" $store.passwordSecret.key)) -}}
+{{- end -}}
+{{- $_ := set $settings "store" (dict "redis" $redis) -}}
+{{- end -}}
+{{- if $settings }}{{ toYaml $settings }}{{ end -}}
+{{- end }}
+
+{{- define "switchboard.demoRedis.fullname" -}}
+{{- printf "%s-demo-redis" (include "switchboard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
