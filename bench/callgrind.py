@@ -4,7 +4,7 @@ of requests, counts that do not move when other engineers' builds share the mach
 
     python3 bench/callgrind.py --oha OHA --upstream UPSTREAM_BIN GATEWAY_BIN [GATEWAY_BIN ...] \
         [--requests 2000] [--path gw-2026|gw-2026-single|gw-legacy|gw-rest] [--top 25] [--out DIR] \
-        [--floor FLOOR_BIN] [--person-labels LABEL,...]
+        [--floor FLOOR_BIN] [--person-labels LABEL,...] [--label-gateway LABEL:JSON] [--label-key LABEL:JSON]
 
 For each gateway binary: starts the upstream and the gateway (under callgrind, collection off
 at start-up), warms up with 200 requests, zeroes the counters, sends exactly --requests
@@ -14,7 +14,10 @@ binaries give a before/after; --floor adds bench/floor's pass-through proxy firs
 gateway's count is also a ratio to it. --person-labels: for those labels the caller is a person
 signed in with an identity provider (an RS256 access token, verified by the gateway against a JWKS
 this script serves on loopback) instead of a key; give the same binary twice to compare (needs
-PyJWT, as in the tests' venv). Output files stay in --out (default /tmp/switchboard-callgrind).
+PyJWT, as in the tests' venv). --label-gateway and --label-key merge JSON into one label's
+`gateway:` settings or its key (e.g. a shared store, a rate limit); `{redis}` in them is the URL
+of a Redis this script starts (Debian's redis-server, on a Unix socket under --out) for the run.
+Output files stay in --out (default /tmp/switchboard-callgrind).
 """
 
 from __future__ import annotations
@@ -90,6 +93,12 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
     try:
         up = procs.start(f"upstream-{label}", [args.upstream, "--listen", "127.0.0.1:0", "--record", "0"])
         cfg = B.gateway_config([B.server("ex", f"{up.url}/mcp")])
+        import json
+        for flag, target in ((args.label_gateway, cfg["gateway"]), (args.label_key, cfg["keys"][0])):
+            for entry in flag:
+                name, _, text = entry.partition(":")
+                if name == label:
+                    target.update(json.loads(text.replace("{redis}", args.redis_url or "")))
         person = label in args.person_labels
         if person:
             signer = Signer()
@@ -190,6 +199,10 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--person-labels", default="", help="labels whose caller is a signed-in person")
     ap.add_argument("--out", default="/tmp/switchboard-callgrind")
+    ap.add_argument("--label-gateway", action="append", default=[], metavar="LABEL:JSON",
+                    help="merged into one label's gateway settings; {redis} is this run's Redis URL")
+    ap.add_argument("--label-key", action="append", default=[], metavar="LABEL:JSON",
+                    help="merged into one label's key (e.g. its limits)")
     ap.add_argument("--label-env", action="append", default=[], metavar="LABEL:K=V[,K=V]",
                     help="environment of one label's gateway (e.g. audit or tracing settings); repeatable")
     args = ap.parse_args()
@@ -200,6 +213,18 @@ def main() -> int:
     runs = list(zip(labels, args.gateways))
     if args.floor:
         runs.insert(0, ("floor", args.floor))
+    args.redis_url = None
+    redis = None
+    if any("{redis}" in e for e in args.label_gateway):
+        sock = outdir / "redis.sock"
+        sock.unlink(missing_ok=True)
+        redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
+                                  "--appendonly", "no", "--dir", str(outdir)], stdout=subprocess.DEVNULL)
+        for _ in range(200):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        args.redis_url = f"unix://{sock}"
     results = []
     for label, binary in runs:
         res = run_one(args, binary, label, outdir)
@@ -218,6 +243,9 @@ def main() -> int:
         base = results[0]["instructions_per_call"]
         for r_ in results[1:]:
             print(f"{r_['label']} vs {results[0]['label']}: {r_['instructions_per_call'] / base:.3f}×")
+    if redis is not None:
+        redis.kill()
+        redis.wait(10)
     return 0
 
 
