@@ -53,7 +53,7 @@ rm -f "$stamp"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r "$here/requirements.txt" -c "$here/constraints.txt" >&2 \
   || die "pip install failed (see above); the packages come from PyPI"
-"$venv/bin/python" -c 'import mcp, pytest, httpx, uvicorn, yaml, anthropic, openai' >&2 \
+"$venv/bin/python" -c 'import mcp, pytest, httpx, uvicorn, yaml, anthropic, openai, selenium' >&2 \
   || die "the venv at $venv cannot import the test packages"
 echo "$want" >"$stamp"
 echo "$venv"

@@ -173,7 +173,8 @@ pub struct StaticHeader {
 #[x_kube(validation = Rule::new("!(self.type in ['apiKey', 'bearer', 'basic', 'token', 'authorization']) || has(self.secretRef)").message("spec.auth.secretRef is required for auth types apiKey, bearer, basic, token and authorization"))]
 #[x_kube(validation = Rule::new("self.type != 'oauth2ClientCredentials' || has(self.oauth2)").message("spec.auth.oauth2 is required for auth type oauth2ClientCredentials"))]
 #[x_kube(validation = Rule::new("self.type != 'tokenExchange' || has(self.tokenExchange)").message("spec.auth.tokenExchange is required for auth type tokenExchange"))]
-#[x_kube(validation = Rule::new("!has(self.upstreamTokenHeader) || !(self.type in ['none', 'apiKey', 'basic', 'authorization'])").message("spec.auth.upstreamTokenHeader applies to bearer, token, passthrough, oauthDelegate, oauth2ClientCredentials and tokenExchange"))]
+#[x_kube(validation = Rule::new("self.type != 'userOAuth' || has(self.userOAuth)").message("spec.auth.userOAuth is required for auth type userOAuth"))]
+#[x_kube(validation = Rule::new("!has(self.upstreamTokenHeader) || !(self.type in ['none', 'apiKey', 'basic', 'authorization'])").message("spec.auth.upstreamTokenHeader applies to bearer, token, passthrough, oauthDelegate, oauth2ClientCredentials, tokenExchange and userOAuth"))]
 pub struct ServerAuth {
     #[serde(rename = "type")]
     pub auth_type: AuthType,
@@ -197,6 +198,8 @@ pub struct ServerAuth {
     pub oauth2: Option<OAuth2ClientCredentials>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_exchange: Option<TokenExchange>,
+    #[serde(default, rename = "userOAuth", skip_serializing_if = "Option::is_none")]
+    pub user_oauth: Option<UserOAuth>,
 }
 
 /// The auth arms. `passthrough` sends the caller's own Authorization upstream (risky: the MCP
@@ -216,6 +219,9 @@ pub enum AuthType {
     #[serde(rename = "oauth2ClientCredentials")]
     OAuth2ClientCredentials,
     TokenExchange,
+    /// Each person connects an account of their own at the upstream's authorization server.
+    #[serde(rename = "userOAuth")]
+    UserOAuth,
 }
 
 /// OAuth 2.0 client credentials: the gateway gets its own token.
@@ -278,6 +284,38 @@ pub struct TokenExchange {
     #[schemars(range(min = 1))]
     #[schemars(extend("default" = 10000))]
     pub cache_size: Option<i64>,
+}
+
+/// People's own accounts at a third-party authorization server (GitHub, Atlassian, Slack...):
+/// each connects once in a browser through the gateway, which holds, refreshes and revokes
+/// their tokens in its shared store.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.clientId) != has(self.clientIdRef)").message("spec.auth.userOAuth needs exactly one of clientId and clientIdRef"))]
+pub struct UserOAuth {
+    /// The authorization server's issuer (its RFC 8414 metadata is read). Without it, the
+    /// first one the upstream's protected-resource metadata names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://\S+$"))]
+    pub authorization_server: Option<String>,
+    /// The gateway's client id at that server (or `clientIdRef`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id_ref: Option<SecretKeyRef>,
+    /// Its client secret; without it, a public client (PKCE alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_ref: Option<SecretKeyRef>,
+    /// Scopes asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// The RFC 8707 `resource` asked for (default: spec.url).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// `clientSecretPost` (default) or `clientSecretBasic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "clientSecretPost"))]
+    pub client_auth: Option<ClientAuth>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

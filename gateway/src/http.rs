@@ -87,6 +87,13 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/oauth/consent", post(crate::oauth::consent))
         .route("/oauth/callback", get(crate::oauth::callback))
         .route("/oauth/token", post(crate::oauth::token))
+        .route("/connect", get(crate::connect::start))
+        .route("/connect/signed-in", get(crate::connect::signed_in))
+        .route("/connect/key", post(crate::connect::key_proof))
+        .route("/connect/approve", post(crate::connect::approve))
+        .route("/connect/callback", get(crate::connect::callback))
+        .route("/connections", get(crate::connect::connections))
+        .route("/connections/disconnect", post(crate::connect::disconnect))
         .with_state(gw.sign_in.clone());
     Router::new()
         .merge(mcp)

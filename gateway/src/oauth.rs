@@ -102,13 +102,13 @@ fn oauth_error(e: OAuthError) -> Response {
     response
 }
 
-fn no_store(response: &mut Response) {
+pub(crate) fn no_store(response: &mut Response) {
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 
-fn redirect(to: &str) -> Response {
+pub(crate) fn redirect(to: &str) -> Response {
     let mut response = StatusCode::FOUND.into_response();
     if let Ok(value) = HeaderValue::from_str(to) {
         response.headers_mut().insert(header::LOCATION, value);
@@ -118,7 +118,7 @@ fn redirect(to: &str) -> Response {
 }
 
 /// `to` with `pairs` added to its query.
-fn with_query(to: &str, pairs: &[(&str, &str)]) -> String {
+pub(crate) fn with_query(to: &str, pairs: &[(&str, &str)]) -> String {
     match url::Url::parse(to) {
         Ok(mut url) => {
             url.query_pairs_mut().extend_pairs(pairs);
@@ -431,7 +431,7 @@ fn consent_page(base: &str, who: &str, to: &str, consent: &str, nonce: &str) -> 
 /// `Strict` is not sent on a navigation coming from the provider's site) must carry it.
 const BROWSER_COOKIE: &str = "switchboard_login";
 
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -528,7 +528,7 @@ fn started_in(headers: &HeaderMap, login: &LoginRecord) -> bool {
 }
 
 /// A cookie's value from the request's `Cookie` headers.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(header::COOKIE)
         .iter()

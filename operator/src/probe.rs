@@ -226,7 +226,9 @@ fn failure(e: &UpstreamError) -> Probe {
         | UpstreamError::ToolNotFound { .. }
         | UpstreamError::ServerNotFound { .. }
         | UpstreamError::SessionGone { .. }
-        | UpstreamError::Limited(_) => "UpstreamUnavailable",
+        | UpstreamError::Limited(_)
+        | UpstreamError::StoreUnavailable { .. } => "UpstreamUnavailable",
+        UpstreamError::AccountNotConnected { .. } => "UpstreamAuthFailed",
     };
     Probe::Failed {
         reason,
@@ -269,7 +271,9 @@ pub async fn run(
             let (plane, table) = (&plane, &table);
             async move {
                 let id = server.id().to_string();
-                if server.spec.auth.uses_caller_credential() {
+                // Each caller's own credential, or each person's own account: there is no
+                // listing of the gateway's own to probe with.
+                if server.spec.auth.uses_caller_credential() || server.spec.auth.is_user_account() {
                     return (id, Probe::DependsOnCaller);
                 }
                 let probe = match plane.probe(table.clone(), &id).await {

@@ -17,12 +17,17 @@ const CONFIRM_STATE: &str = "confirm-v1:3q2-7w==";
 
 /// Number of tools in the listing (before any `cursor=endless` extension).
 pub fn tool_count(v: &Variant) -> usize {
-    v.tools.unwrap_or(BASE_TOOLS.len())
+    v.tools.unwrap_or(BASE_TOOLS.len() + usize::from(v.account))
 }
 
 /// The tool definition at position `i` of the (virtual) listing.
 pub fn tool_at(v: &Variant, i: usize) -> Value {
     match (v.tools, BASE_TOOLS.get(i)) {
+        (None, None) if v.account && i == BASE_TOOLS.len() => json!({
+            "name": "whoami",
+            "description": "Which Example Accounts account this call acts as.",
+            "inputSchema": { "type": "object", "properties": {} },
+        }),
         (None, Some(&"add")) if v.verbose_schemas => verbose_add(&v.name),
         (None, Some(name)) => base_tool(name, &v.name),
         _ => json!({
@@ -126,6 +131,14 @@ pub async fn call_tool(ctx: &CallCtx<'_>) -> Result<Value, RpcError> {
         .filter(|a| a.is_object())
         .unwrap_or(&empty);
     let v = ctx.variant;
+    if v.account && name == "whoami" {
+        let account =
+            protocol::header_str(ctx.headers, crate::accounts::ACCOUNT_HEADER).unwrap_or_default();
+        return Ok(json!({
+            "content": [text(format!("account: {account}"))],
+            "structuredContent": { "account": account },
+        }));
+    }
     if v.tools.is_none() && BASE_TOOLS.contains(&name) {
         return call_base(ctx, name, args).await;
     }

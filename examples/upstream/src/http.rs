@@ -15,6 +15,7 @@ use futures_util::StreamExt as _;
 use futures_util::stream;
 use serde_json::{Value, json};
 
+use crate::accounts;
 use crate::dispatch::{self, Request};
 use crate::listen::{self, Listeners};
 use crate::oauth::{self, Issuer};
@@ -29,6 +30,9 @@ use crate::variants::{self, Era, Hang, Variant};
 
 pub struct App {
     pub stats: Stats,
+    pub accounts: crate::accounts::AccountServer,
+    /// What `/accounts/mcp` serves: the example's tools and `whoami`.
+    pub accounts_variant: Arc<Variant>,
     pub sessions: Sessions,
     pub oauth: Issuer,
     pub listeners: Listeners,
@@ -77,6 +81,19 @@ pub fn router(app: Arc<App>) -> Router {
             "/.well-known/oauth-authorization-server/oauth",
             get(oauth::metadata),
         )
+        .route(
+            "/.well-known/oauth-authorization-server/accounts",
+            get(accounts::metadata),
+        )
+        .route(
+            "/accounts/authorize",
+            get(accounts::authorize_page).post(accounts::authorize),
+        )
+        .route("/accounts/token", post(accounts::token))
+        .route("/accounts/revoke", post(accounts::revoke))
+        .route("/accounts/_stats", get(accounts::stats))
+        .route("/accounts/_forget", post(accounts::forget))
+        .route("/accounts/mcp", any(accounts::mcp))
         .route("/rest/add", get(rest::add_endpoint))
         .route("/rest/echo", post(rest::echo_endpoint))
         .route("/rest/openapi.json", get(rest::document))
@@ -113,7 +130,7 @@ async fn mcp_variant(
     }
 }
 
-async fn serve(
+pub(crate) async fn serve(
     app: Arc<App>,
     v: Arc<Variant>,
     uri: Uri,
@@ -293,6 +310,9 @@ async fn resource_metadata(State(app): State<Arc<App>>, uri: Uri, headers: Heade
         .path()
         .strip_prefix("/.well-known/oauth-protected-resource")
         .unwrap_or_default();
+    if suffix == "/accounts/mcp" {
+        return axum::Json(crate::accounts::resource_document(&origin)).into_response();
+    }
     let resource = if suffix.is_empty() {
         format!("{origin}/mcp")
     } else {

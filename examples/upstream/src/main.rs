@@ -158,6 +158,7 @@
 //! behind misses the oldest. `capabilities` still say `listChanged: false`/`subscribe: false`:
 //! nothing in the catalog ever changes by itself.
 
+mod accounts;
 mod catalog;
 mod dispatch;
 mod http;
@@ -192,6 +193,9 @@ struct Cli {
     /// `expires_in` (seconds) of tokens minted by `POST /oauth/token`.
     #[arg(long, value_name = "SECS", default_value_t = oauth::DEFAULT_TTL_SECS)]
     token_ttl: u64,
+    /// `expires_in` (seconds) of Example Accounts' access tokens (`/accounts`).
+    #[arg(long, value_name = "SECS", default_value_t = accounts::DEFAULT_ACCESS_TTL_SECS)]
+    account_token_ttl: u64,
 }
 
 #[tokio::main]
@@ -213,6 +217,12 @@ async fn run(cli: Cli) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
     let app = Arc::new(http::App {
         stats: stats::Stats::new(cli.record),
+        accounts: accounts::AccountServer::new(cli.account_token_ttl),
+        accounts_variant: Arc::new(variants::Variant {
+            name: "accounts".into(),
+            account: true,
+            ..variants::Variant::default()
+        }),
         sessions: sessions::Sessions::default(),
         oauth: oauth::Issuer::new(cli.token_ttl),
         listeners: listen::Listeners::default(),

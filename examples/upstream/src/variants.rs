@@ -77,6 +77,9 @@ pub struct Variant {
     /// `schemas=verbose`: `add` publishes its input schema the way generated schemas often
     /// look (`$schema`, `definitions` with `$ref`s, a `oneOf`), for schema sanitizing tests.
     pub verbose_schemas: bool,
+    /// The Example Accounts endpoint (`accounts.rs`): a `whoami` tool besides the base tools,
+    /// answering with the account the caller's token belongs to.
+    pub account: bool,
 }
 
 impl Default for Variant {
@@ -100,6 +103,7 @@ impl Default for Variant {
             ttl_ms: 0,
             public: false,
             verbose_schemas: false,
+            account: false,
         }
     }
 }

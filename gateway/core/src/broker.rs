@@ -50,6 +50,16 @@ pub enum Record {
     Refresh,
     /// A consent page's question, answered by the browser it was shown in.
     Consent,
+    /// A connect URL's ticket (`accounts.rs`: a caller, a server).
+    ConnectTicket,
+    /// A browser's sign-in at the identity provider for a connect page.
+    ConnectSignIn,
+    /// A browser that proved which caller it is (its cookie).
+    BrowserCaller,
+    /// A connect page's answer.
+    ConnectConsent,
+    /// An authorization at a `userOAuth` upstream's server (its `state`).
+    ConnectState,
 }
 
 impl Record {
@@ -61,6 +71,11 @@ impl Record {
             Record::Access => ACCESS_PREFIX,
             Record::Refresh => "sbr.",
             Record::Consent => "sbn.",
+            Record::ConnectTicket => "sbx.",
+            Record::ConnectSignIn => "sbw.",
+            Record::BrowserCaller => "sbv.",
+            Record::ConnectConsent => "sbq.",
+            Record::ConnectState => "sbu.",
         }
     }
 
@@ -72,6 +87,11 @@ impl Record {
             Record::Access => b"switchboard broker access v1",
             Record::Refresh => b"switchboard broker refresh v1",
             Record::Consent => b"switchboard broker consent v1",
+            Record::ConnectTicket => b"switchboard connect ticket v1",
+            Record::ConnectSignIn => b"switchboard connect sign-in v1",
+            Record::BrowserCaller => b"switchboard connect browser v1",
+            Record::ConnectConsent => b"switchboard connect consent v1",
+            Record::ConnectState => b"switchboard connect state v1",
         }
     }
 }

@@ -201,7 +201,8 @@ fn static_credential(
         | UpstreamAuth::Passthrough { .. }
         | UpstreamAuth::OauthDelegate { .. }
         | UpstreamAuth::Oauth2ClientCredentials { .. }
-        | UpstreamAuth::TokenExchange { .. } => return Ok(None),
+        | UpstreamAuth::TokenExchange { .. }
+        | UpstreamAuth::UserOauth { .. } => return Ok(None),
         UpstreamAuth::ApiKey {
             secret: s,
             header: h,

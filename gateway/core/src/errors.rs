@@ -85,6 +85,18 @@ pub enum GatewayError {
     },
     #[error("upstream {server:?} refused the request (HTTP 403)")]
     UpstreamForbidden { server: String },
+    /// A call that needs the caller's own account at `server`'s upstream, with none connected
+    /// (or its grant ended): the caller opens `url` in a browser and retries (URL elicitation).
+    /// The message leaves the URL out (it carries a sealed ticket; logs print messages): the
+    /// answers put it where clients read it.
+    #[error("connect your account for {server:?} first: open the connect URL, then retry")]
+    AccountNotConnected { server: String, url: String },
+    /// The shared store did not answer a call that needs it: the caller's upstream account is
+    /// kept there (never another account instead).
+    #[error(
+        "the gateway's state store is unavailable: {server:?} needs the caller's own account, kept there; retry shortly"
+    )]
+    StoreUnavailable { server: String },
     #[error("parse error: {0}")]
     Parse(String),
     #[error("invalid request: {0}")]
@@ -171,6 +183,7 @@ impl GatewayError {
             Invisible { answer, .. } => answer.http_status(),
             AccessDenied { .. }
             | PersonNotGranted { .. }
+            | AccountNotConnected { .. }
             | SessionForbidden
             | ForbiddenOrigin
             | ServiceAccountNotBound { .. } => StatusCode::FORBIDDEN,
@@ -189,7 +202,7 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST
             }
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Overloaded(_) | StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Protocol { status, .. } => *status,
         }
@@ -213,6 +226,8 @@ impl GatewayError {
             UpstreamUnauthorized { .. } => "upstream_auth_failed",
             UpstreamAuthRequired { .. } => "upstream_auth_required",
             UpstreamForbidden { .. } => "upstream_forbidden",
+            AccountNotConnected { .. } => "account_not_connected",
+            StoreUnavailable { .. } => "store_unavailable",
             Parse(_)
             | InvalidRequest(_)
             | InvalidParams(_)
@@ -261,6 +276,18 @@ impl GatewayError {
             | UpstreamAuthRequired { server, .. } => {
                 (codes::UPSTREAM_AUTH, Some(json!({ "server": server })))
             }
+            AccountNotConnected { server, url } => {
+                let message = self.connect_message(server, url);
+                return json!({
+                    "code": codes::URL_ELICITATION_REQUIRED,
+                    "message": message,
+                    "data": { "elicitations": [url_elicitation(server, url, &message, true)] },
+                });
+            }
+            StoreUnavailable { server } => (
+                codes::UPSTREAM_UNAVAILABLE,
+                Some(json!({ "server": server, "store": "unavailable" })),
+            ),
             Parse(_) => (codes::PARSE_ERROR, None),
             InvalidRequest(_) | PayloadTooLarge { .. } => (codes::INVALID_REQUEST, None),
             InvalidParams(_) => (codes::INVALID_PARAMS, None),
@@ -342,8 +369,14 @@ impl GatewayError {
             | GatewayError::UpstreamAuthRequired { server, .. }
             | GatewayError::AccessDenied { server }
             | GatewayError::ServerNotFound { server }
-            | GatewayError::UpstreamSessionGone { server } => {
+            | GatewayError::UpstreamSessionGone { server }
+            | GatewayError::StoreUnavailable { server } => {
                 body["error"]["server"] = json!(server);
+            }
+            GatewayError::AccountNotConnected { server, url } => {
+                body["error"]["server"] = json!(server);
+                body["error"]["connectUrl"] = json!(url);
+                body["error"]["message"] = json!(self.connect_message(server, url));
             }
             GatewayError::Limited {
                 scope,
@@ -411,6 +444,32 @@ impl GatewayError {
     /// A short label for metrics and the audit record (never a payload, never a secret): the
     /// REST code, except where the record must say what the client is not told (a refusal for
     /// scope that the client sees as absence) or more than the code (an unknown issuer).
+    /// What a person reads when asked to connect an account: the server, and the URL.
+    fn connect_message(&self, server: &str, url: &str) -> String {
+        format!("Connect your account for {server} to use its tools: open {url}, then retry.")
+    }
+
+    /// A 2026-07-28 client's answer to a tool call that needs an account: the revision's own
+    /// way to ask for a URL (an input-required result whose request is a URL elicitation). The
+    /// `requestState` names the server only; the retry that echoes it is a fresh call
+    /// (`is_connect_retry`). `None` for every other error.
+    pub fn input_required_result(&self) -> Option<Value> {
+        let GatewayError::AccountNotConnected { server, url } = self else {
+            return None;
+        };
+        let message = self.connect_message(server, url);
+        Some(json!({
+            "resultType": "input_required",
+            "inputRequests": {
+                "connect": {
+                    "method": "elicitation/create",
+                    "params": url_elicitation(server, url, &message, false),
+                }
+            },
+            "requestState": format!("{CONNECT_STATE_PREFIX}{server}"),
+        }))
+    }
+
     pub fn outcome(&self) -> &'static str {
         match self {
             GatewayError::Invisible { .. } => "access_denied",
@@ -440,6 +499,30 @@ impl GatewayError {
             _ => {}
         }
     }
+}
+
+/// How the `requestState` of an account's input-required answer begins.
+const CONNECT_STATE_PREFIX: &str = "switchboard.connect:";
+
+/// Whether a 2026-07-28 retry echoes the `requestState` of an account's input-required answer:
+/// the gateway asked, not the upstream, so the retry goes upstream as a fresh call (without
+/// the state and the answers the upstream never asked for).
+pub fn is_connect_retry(request_state: Option<&Value>) -> bool {
+    request_state
+        .and_then(Value::as_str)
+        .is_some_and(|s| s.starts_with(CONNECT_STATE_PREFIX))
+}
+
+/// A URL-mode elicitation (SEP-1036): 2025-11-25 wants an `elicitationId` (derived from the
+/// URL: the same ask, the same id), 2026-07-28 has none.
+fn url_elicitation(server: &str, url: &str, message: &str, with_id: bool) -> Value {
+    let mut params = json!({ "mode": "url", "message": message, "url": url });
+    if with_id {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(url.as_bytes());
+        params["elicitationId"] = json!(format!("connect-{server}-{}", hex::encode(&digest[..8])));
+    }
+    params
 }
 
 /// Longest issuer a refusal shows.
@@ -496,6 +579,13 @@ pub fn jsonrpc_error_response(id: &Value, error: &GatewayError) -> Response {
 /// The same, for a client of `era`: a 2026-07-28 client gets the revision's status for the
 /// code where the legacy rule says 200 (404 for -32601, 400 for -32602 and the like).
 pub fn jsonrpc_error_response_in(id: &Value, error: &GatewayError, era: Era) -> Response {
+    if era == Era::Rev2026
+        && let Some(result) = error.input_required_result()
+    {
+        crate::audit::note(|n| error.note_in(n));
+        let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
+        return (StatusCode::OK, axum::Json(body)).into_response();
+    }
     let rpc = error.jsonrpc_error();
     crate::audit::note(|n| {
         error.note_in(n);

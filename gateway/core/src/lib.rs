@@ -17,7 +17,10 @@
 //! - `workload_identity`: ServiceAccount tokens verified offline.
 //! - [`credentials`], `address_policy`: composing a server's upstream headers; which upstream
 //!   addresses a server may reach.
+//! - [`accounts`]: people's own upstream accounts (`userOAuth`): the connect flow's sealed
+//!   records and what the shared store holds.
 
+pub mod accounts;
 mod address_policy;
 pub mod audit;
 pub mod broker;

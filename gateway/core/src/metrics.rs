@@ -64,6 +64,14 @@ struct BackendLabels {
     backend: &'static str,
 }
 
+/// People's own accounts at a `userOAuth` server: `event` is `connected`, `refreshed`,
+/// `disconnected`, `not_connected` (a call asked to connect) or `store_unavailable`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AccountLabels {
+    server: ServerName,
+    event: &'static str,
+}
+
 /// A person's token checked (`people`): `issuer` is one of the snapshot's identity providers'
 /// (only a token naming one is checked as a person's), `outcome` `ok`, `no_grant` or a refusal.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -252,6 +260,7 @@ pub struct Metrics {
     audit_dropped: Counter,
     store_operations: Family<StoreLabels, Counter>,
     store_up: Family<BackendLabels, Gauge>,
+    accounts: Family<AccountLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -446,7 +455,14 @@ impl Default for Metrics {
             "1 while the shared store's last operation succeeded, else 0",
             store_up.clone(),
         );
+        let accounts = Family::<AccountLabels, Counter>::default();
+        registry.register(
+            "user_accounts",
+            "People's own upstream accounts (userOAuth), by server and event",
+            accounts.clone(),
+        );
         Metrics {
+            accounts,
             store_operations,
             store_up,
             usage,
@@ -660,6 +676,16 @@ impl Metrics {
         self.store_up
             .get_or_create(&BackendLabels { backend })
             .set(1);
+    }
+
+    /// An event of a person's own account at `server` (its metric name).
+    pub fn account_event(&self, server: &ServerName, event: &'static str) {
+        self.accounts
+            .get_or_create(&AccountLabels {
+                server: server.clone(),
+                event,
+            })
+            .inc();
     }
 
     pub fn snapshot_rejected(&self) {

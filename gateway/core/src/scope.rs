@@ -541,6 +541,7 @@ impl Caller {
     /// What the forwarding pipeline needs of this caller to resolve an upstream credential.
     pub fn credential_context(&self) -> CredentialContext<'_> {
         CredentialContext {
+            tag: self.tag(),
             headers: &self.headers,
             own_authorization: self.own_authorization.as_ref(),
             person: self
@@ -720,6 +721,9 @@ pub fn decide_owner(
 /// of the client than this.
 #[derive(Clone, Copy)]
 pub struct CredentialContext<'a> {
+    /// Whose account a `userOAuth` server uses: the person's tag, else the key's
+    /// ([`Caller::tag`]).
+    pub tag: &'a [u8; 32],
     pub headers: &'a HeaderMap,
     pub own_authorization: Option<&'a HeaderValue>,
     /// A signed-in person's tag and their credential for token exchanges: what is exchanged

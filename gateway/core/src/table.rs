@@ -50,6 +50,8 @@ pub struct RoutingTable {
     pub identity_keys: Arc<IdentityKeys>,
     /// Seals what the gateway issues as the authorization server of a brokered provider.
     pub broker: Option<crate::broker::BrokerSealer>,
+    /// Seals the connect flow of people's own accounts, when a server is `userOAuth`.
+    pub account_sealer: Option<crate::broker::BrokerSealer>,
     /// The limiters of keys and servers that have limits (taken over from the table before
     /// where the limits did not change, see `Gateway::apply` in the gateway crate).
     pub limiters: Limiters,
@@ -224,6 +226,7 @@ impl RoutingTable {
             .as_ref()
             .and_then(resolved_value)
             .map(str::to_owned);
+        let account_sealer = crate::accounts::sealer_for(&servers, session_secret.as_deref());
         Ok(RoutingTable {
             networks,
             upstream_roots,
@@ -238,6 +241,7 @@ impl RoutingTable {
                 .as_ref()
                 .and_then(People::brokered)
                 .map(|_| crate::broker::BrokerSealer::new(session_secret.as_deref())),
+            account_sealer,
             models,
             model_by_name,
             service_accounts,

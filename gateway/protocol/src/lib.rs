@@ -35,6 +35,9 @@ pub mod codes {
     pub const UPSTREAM_AUTH: i64 = -32003;
     /// A key's or a server's request limit refused the request (HTTP 429, `Retry-After`).
     pub const LIMITED: i64 = -32004;
+    /// MCP 2025-11-25 `URLElicitationRequiredError`: the request needs the user to open a URL
+    /// first (here: to connect their account at a third-party server).
+    pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 }
 
 use base64::Engine;

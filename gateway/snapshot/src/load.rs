@@ -218,6 +218,11 @@ fn auth_secrets_mut(auth: &mut UpstreamAuth) -> Vec<(&'static str, &mut SecretSo
             client_id,
             client_secret,
             ..
+        }
+        | UpstreamAuth::UserOauth {
+            client_id,
+            client_secret,
+            ..
         } => {
             let mut all = vec![("clientId", client_id)];
             if let Some(secret) = client_secret {
@@ -791,6 +796,36 @@ impl Validator {
                 }
                 if *cache_size == 0 {
                     self.err(format!("{auth}.cacheSize"), "must be greater than 0");
+                }
+            }
+            UpstreamAuth::UserOauth {
+                authorization_server,
+                client_id,
+                client_secret,
+                resource,
+                scopes,
+                ..
+            } => {
+                if let Some(issuer) = authorization_server {
+                    self.upstream_url(format!("{auth}.authorizationServer"), issuer);
+                }
+                self.secret_value(format!("{auth}.clientId"), client_id, false);
+                if let Some(secret) = client_secret {
+                    self.secret_value(format!("{auth}.clientSecret"), secret, false);
+                }
+                if let Some(resource) = resource
+                    && url::Url::parse(resource).is_err()
+                {
+                    self.err(format!("{auth}.resource"), "must be an absolute URL");
+                }
+                if let Some(i) = scopes
+                    .iter()
+                    .position(|s| s.is_empty() || s.contains(char::is_whitespace))
+                {
+                    self.err(
+                        format!("{auth}.scopes[{i}]"),
+                        "must be one scope token (no blanks)",
+                    );
                 }
             }
         }

@@ -378,6 +378,10 @@ impl ServerSpec {
             | UpstreamAuth::TokenExchange { token_url, .. } => {
                 urls.push(("auth.tokenUrl", token_url.as_str()))
             }
+            UpstreamAuth::UserOauth {
+                authorization_server: Some(issuer),
+                ..
+            } => urls.push(("auth.authorizationServer", issuer.as_str())),
             _ => {}
         }
         // An absolute document URL is a connection of its own (a path is relative to `url`).
@@ -545,6 +549,32 @@ pub enum UpstreamAuth {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         upstream_token_header: Option<String>,
     },
+    /// Each caller connects an account of their own at the upstream's authorization server
+    /// (a third party such as GitHub or Atlassian), once, in a browser; the gateway holds their
+    /// tokens in the shared store, refreshes them, and sends the caller's access token with each
+    /// request (issue 37). A caller with no account connected is asked to connect one (URL
+    /// elicitation), never sent upstream without it.
+    #[serde(rename = "userOAuth", rename_all = "camelCase")]
+    UserOauth {
+        /// The authorization server's issuer (RFC 8414 metadata read from it). Without it, the
+        /// first of the upstream's protected-resource metadata (RFC 9728).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        authorization_server: Option<String>,
+        /// The gateway's OAuth client at that server (one for every person).
+        client_id: SecretSource,
+        /// Without it, a public client (PKCE alone).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_secret: Option<SecretSource>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+        /// RFC 8707 `resource` asked for; default: the server's `url`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resource: Option<String>,
+        #[serde(default)]
+        client_auth: ClientAuthMethod,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_token_header: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -591,8 +621,14 @@ impl UpstreamAuth {
             UpstreamAuth::Passthrough { .. }
             | UpstreamAuth::OauthDelegate { .. }
             | UpstreamAuth::Oauth2ClientCredentials { .. }
-            | UpstreamAuth::TokenExchange { .. } => true,
+            | UpstreamAuth::TokenExchange { .. }
+            | UpstreamAuth::UserOauth { .. } => true,
         }
+    }
+
+    /// Whether each caller brings an account of their own (`userOAuth`).
+    pub fn is_user_account(&self) -> bool {
+        matches!(self, UpstreamAuth::UserOauth { .. })
     }
 
     /// The header a custom credential slot names, if the arm has one.
@@ -618,6 +654,10 @@ impl UpstreamAuth {
                 ..
             }
             | UpstreamAuth::TokenExchange {
+                upstream_token_header,
+                ..
+            }
+            | UpstreamAuth::UserOauth {
                 upstream_token_header,
                 ..
             } => upstream_token_header.as_deref(),

@@ -63,6 +63,13 @@ pub enum UpstreamError {
     /// The server's own limits refused the request before any I/O.
     #[error("{} {:?} is over its limit", .0.scope, .0.id)]
     Limited(Refused),
+    /// The call needs the caller's own account at this upstream and none is connected: `url`
+    /// is where they connect one (left out of the message, which logs print).
+    #[error("the caller has no account connected for {server:?}")]
+    AccountNotConnected { server: String, url: String },
+    /// The shared store did not answer a call that needs the caller's account.
+    #[error("the state store did not answer for {server:?}")]
+    StoreUnavailable { server: String },
 }
 
 impl UpstreamError {
@@ -106,6 +113,8 @@ impl UpstreamError {
             UpstreamError::ServerNotFound { .. } => "server_not_found",
             UpstreamError::SessionGone { .. } => "session_not_found",
             UpstreamError::Limited(_) => "rate_limited",
+            UpstreamError::AccountNotConnected { .. } => "account_not_connected",
+            UpstreamError::StoreUnavailable { .. } => "store_unavailable",
         }
     }
 }
@@ -155,6 +164,10 @@ impl From<UpstreamError> for GatewayError {
             UpstreamError::ServerNotFound { server } => GatewayError::ServerNotFound { server },
             UpstreamError::SessionGone { server } => GatewayError::UpstreamSessionGone { server },
             UpstreamError::Limited(refused) => refused.into(),
+            UpstreamError::AccountNotConnected { server, url } => {
+                GatewayError::AccountNotConnected { server, url }
+            }
+            UpstreamError::StoreUnavailable { server } => GatewayError::StoreUnavailable { server },
         }
     }
 }

@@ -14,6 +14,7 @@
 //! plane built, [`UpstreamPlane::http_for_model`]) and [`identity_keys`] (what a fetch of an
 //! identity provider found, and how often gateways refresh it).
 
+mod accounts;
 mod broker_login;
 mod call;
 mod call_span;

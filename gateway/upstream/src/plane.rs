@@ -8,7 +8,7 @@
 use crate::identity_keys::KeyFetcher;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::Value;
@@ -48,6 +48,8 @@ pub struct UpstreamPlane {
     protected_resources: ProtectedResources,
     /// Client ID Metadata Documents of brokered sign-in's clients.
     client_documents: crate::broker_login::ClientDocuments,
+    /// People's own accounts (`userOAuth`): their tokens, read from the shared store.
+    accounts: crate::accounts::Accounts,
     metrics: Arc<Metrics>,
 }
 
@@ -60,6 +62,7 @@ impl UpstreamPlane {
             tokens: Tokens::default(),
             protected_resources: ProtectedResources::default(),
             client_documents: Default::default(),
+            accounts: Default::default(),
             metrics,
         }
     }
@@ -392,6 +395,11 @@ impl UpstreamPlane {
             // the resolver's state stays out of the call's future.
             return Ok(None);
         }
+        if server.spec.auth.is_user_account() {
+            return Box::pin(self.account_credential(caller, server, rejected))
+                .await
+                .map(Some);
+        }
         Box::pin(request_credential::resolve(
             &self.tokens,
             &self.upstreams.http_for(server)?,
@@ -558,6 +566,163 @@ impl UpstreamPlane {
             .await
     }
 
+    /// A `userOAuth` server's credential: the caller's own access token, from the shared store
+    /// (refreshed there when due, or when the upstream just `rejected` it). No account: the
+    /// caller is asked to connect one; the store down: a refusal that names it, never another
+    /// account.
+    async fn account_credential(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        rejected: Option<&HeaderValue>,
+    ) -> Result<RequestCredential, UpstreamError> {
+        use crate::accounts::AccountError;
+        let tag = caller.tag();
+        let rejected = rejected
+            .and_then(|v| v.to_str().ok())
+            .map(|v| switchboard_core::credentials::strip_scheme(v, "Bearer"));
+        let refreshes = self.accounts.refreshes();
+        let token = self
+            .accounts
+            .access_token(
+                &self.upstreams,
+                &self.protected_resources,
+                &caller.table.store,
+                tag,
+                server,
+                rejected,
+            )
+            .await;
+        if self.accounts.refreshes() > refreshes {
+            self.metrics.account_event(&server.metric_name, "refreshed");
+        }
+        match token {
+            Ok(token) => {
+                let value =
+                    switchboard_core::credentials::credential_value(&format!("Bearer {token}"))
+                        .ok_or_else(|| UpstreamError::Unavailable {
+                            server: server.id().to_string(),
+                            detail: "the account's token is not a header value".into(),
+                        })?;
+                Ok(RequestCredential {
+                    value,
+                    partition: request_credential::partition_of(tag),
+                })
+            }
+            Err(AccountError::NotConnected) => {
+                self.metrics
+                    .account_event(&server.metric_name, "not_connected");
+                let url =
+                    switchboard_core::accounts::connect_url(caller, server, SystemTime::now())
+                        .unwrap_or_default();
+                Err(UpstreamError::AccountNotConnected {
+                    server: server.id().to_string(),
+                    url,
+                })
+            }
+            Err(AccountError::Store(e)) => {
+                tracing::warn!(server = server.id(), error = %e, "a call that needs a person's account was refused: the state store does not answer");
+                self.metrics
+                    .account_event(&server.metric_name, "store_unavailable");
+                Err(UpstreamError::StoreUnavailable {
+                    server: server.id().to_string(),
+                })
+            }
+            Err(AccountError::Server(detail)) => Err(UpstreamError::Unavailable {
+                server: server.id().to_string(),
+                detail: format!("its authorization server: {detail}"),
+            }),
+        }
+    }
+
+    /// Where a browser connecting an account for `server` is sent: the upstream's
+    /// authorization endpoint, with `state` and the PKCE `challenge`.
+    pub async fn account_authorization_url(
+        &self,
+        server: &Server,
+        redirect_uri: &str,
+        state: &str,
+        challenge: &str,
+    ) -> Result<String, UpstreamError> {
+        self.accounts
+            .authorization_url(
+                &self.upstreams,
+                &self.protected_resources,
+                server,
+                redirect_uri,
+                state,
+                challenge,
+            )
+            .await
+            .map_err(|e| account_failure(server, e))
+    }
+
+    /// Redeems the code the upstream's server sent back and keeps `tag`'s account in `store`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn connect_account(
+        &self,
+        store: &switchboard_store::Store,
+        tag: &[u8; 32],
+        server: &Server,
+        code: &str,
+        redirect_uri: &str,
+        verifier: &str,
+    ) -> Result<(), UpstreamError> {
+        self.accounts
+            .connect(
+                &self.upstreams,
+                &self.protected_resources,
+                store,
+                tag,
+                server,
+                code,
+                redirect_uri,
+                verifier,
+            )
+            .await
+            .map_err(|e| account_failure(server, e))?;
+        self.metrics.account_event(&server.metric_name, "connected");
+        Ok(())
+    }
+
+    /// When `tag`'s account for `server` was connected (Unix seconds), if it is.
+    pub async fn account_connected_at(
+        &self,
+        store: &switchboard_store::Store,
+        tag: &[u8; 32],
+        server: &Server,
+    ) -> Result<Option<u64>, UpstreamError> {
+        self.accounts
+            .connected(store, tag, server)
+            .await
+            .map(|record| record.map(|r| r.connected_at))
+            .map_err(|e| account_failure(server, e))
+    }
+
+    /// Deletes `tag`'s account for `server`, revoking it at the upstream where it can;
+    /// `Ok(true)` when the upstream took the revocation.
+    pub async fn disconnect_account(
+        &self,
+        store: &switchboard_store::Store,
+        tag: &[u8; 32],
+        server: &Server,
+    ) -> Result<bool, UpstreamError> {
+        let revoked = self
+            .accounts
+            .disconnect(
+                &self.upstreams,
+                &self.protected_resources,
+                store,
+                tag,
+                server,
+            )
+            .await
+            .map_err(|e| account_failure(server, e))?;
+        self.metrics
+            .account_event(&server.metric_name, "disconnected");
+        Ok(revoked)
+    }
+
     /// Closes the upstream sessions this replica opened for a legacy client session.
     pub async fn close_client_sessions(&self, caller: &Caller, client: u64) {
         for server in caller.table.servers.iter() {
@@ -638,6 +803,23 @@ static SESSION_EXCHANGE: UpstreamCall<'static> = UpstreamCall::handshake(Session
     capabilities: 0,
 });
 
+/// An account operation's failure as the plane says it.
+fn account_failure(server: &Server, e: crate::accounts::AccountError) -> UpstreamError {
+    use crate::accounts::AccountError;
+    let id = server.id().to_string();
+    match e {
+        AccountError::NotConnected => UpstreamError::AccountNotConnected {
+            server: id,
+            url: String::new(),
+        },
+        AccountError::Store(_) => UpstreamError::StoreUnavailable { server: id },
+        AccountError::Server(detail) => UpstreamError::Unavailable {
+            server: id,
+            detail: format!("its authorization server: {detail}"),
+        },
+    }
+}
+
 /// Whether an attempt that failed with `error` is repeated with a renewed token: only a 401
 /// on a token the gateway obtained itself, and only once.
 fn renews(
@@ -656,7 +838,9 @@ fn renews(
 fn mints_tokens(server: &Server) -> bool {
     matches!(
         server.spec.auth,
-        UpstreamAuth::Oauth2ClientCredentials { .. } | UpstreamAuth::TokenExchange { .. }
+        UpstreamAuth::Oauth2ClientCredentials { .. }
+            | UpstreamAuth::TokenExchange { .. }
+            | UpstreamAuth::UserOauth { .. }
     )
 }
 

@@ -44,6 +44,8 @@ pub fn delegate_header(server: &Server, configured: Option<&str>) -> String {
 pub fn partition(caller: CredentialContext<'_>, server: &Server) -> u64 {
     match (&server.spec.auth, caller.person) {
         (UpstreamAuth::TokenExchange { .. }, Some((tag, _))) => partition_of(tag),
+        // What a caller's own account sees is theirs.
+        (UpstreamAuth::UserOauth { .. }, _) => partition_of(caller.tag),
         _ => caller_credential(caller, server)
             .map_or(SHARED_PARTITION, |own| partition_of(own.as_bytes())),
     }
@@ -178,6 +180,8 @@ pub async fn resolve(
                 .await?;
             bearer(&token)
         }
+        // A caller's own account is the plane's to read (`accounts.rs`: the shared store).
+        UpstreamAuth::UserOauth { .. } => return Ok(None),
         _ => return Ok(None),
     };
     Ok(value.map(|value| RequestCredential {
@@ -201,6 +205,9 @@ mod tests {
         RoutingTable::build(&load(&yaml, &SystemLookup).unwrap()).unwrap()
     }
 
+    /// The tag of a caller who is a key, not a person.
+    const KEY_TAG: [u8; 32] = [9; 32];
+
     /// A person presents `token` as their one credential; anyone else beside a gateway key.
     fn context<'a>(
         headers: &'a HeaderMap,
@@ -208,6 +215,7 @@ mod tests {
         person: Option<&'a [u8; 32]>,
     ) -> CredentialContext<'a> {
         CredentialContext {
+            tag: person.unwrap_or(&KEY_TAG),
             headers,
             own_authorization: person.is_none().then_some(token),
             person: person.map(|tag| (tag, token)),
@@ -244,6 +252,7 @@ mod tests {
         // A person's token is never a passthrough server's credential.
         assert_eq!(of(&first, Some(&alice), pass), SHARED_PARTITION);
         let none = CredentialContext {
+            tag: &KEY_TAG,
             headers: &headers,
             own_authorization: None,
             person: None,

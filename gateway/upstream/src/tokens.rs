@@ -16,7 +16,7 @@ use switchboard_snapshot::{ClientAuthMethod, resolved_value};
 use tokio::time::Instant;
 
 use crate::error::UpstreamError;
-use crate::http_client::{HttpClient, HttpError, read_limited};
+use crate::http_client::{HttpClient, HttpError, Outgoing, read_limited};
 use http::HeaderValue;
 use switchboard_core::table::Server;
 
@@ -220,31 +220,13 @@ impl Tokens {
         let mut form = grant.form;
         let token_url = url::Url::parse(grant.token_url)
             .map_err(|_| failed("the token URL is not a URL".into()))?;
-        let mut request = http.post(&token_url);
-        match grant.client_auth {
-            ClientAuthMethod::ClientSecretBasic => {
-                // RFC 6749 section 2.3.1: each part is form-encoded before the pair is encoded.
-                let encode = |s: &str| {
-                    url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()
-                };
-                let pair = format!(
-                    "{}:{}",
-                    encode(grant.client_id),
-                    encode(grant.client_secret.unwrap_or_default())
-                );
-                if let Ok(value) =
-                    HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair)))
-                {
-                    request = request.header(http::header::AUTHORIZATION, value);
-                }
-            }
-            ClientAuthMethod::ClientSecretPost => {
-                form.push(("client_id", grant.client_id.to_string()));
-                if let Some(secret) = grant.client_secret {
-                    form.push(("client_secret", secret.to_string()));
-                }
-            }
-        }
+        let request = authenticate_client(
+            http.post(&token_url),
+            &mut form,
+            grant.client_id,
+            grant.client_secret,
+            grant.client_auth,
+        );
         // One deadline for the exchange, the answer's body included.
         let deadline = server.spec.timeout;
         let exchange = async {
@@ -284,6 +266,38 @@ impl Tokens {
             expires_at: now + lifetime.saturating_sub(EXPIRY_SKEW.min(lifetime / 4)),
         })
     }
+}
+
+/// The gateway's client authentication at a token endpoint (RFC 6749 section 2.3.1): HTTP
+/// Basic (each part form-encoded before the pair is encoded), or the credentials in the form.
+pub(crate) fn authenticate_client<'a>(
+    mut request: Outgoing<'a>,
+    form: &mut Vec<(&'static str, String)>,
+    client_id: &str,
+    client_secret: Option<&str>,
+    method: ClientAuthMethod,
+) -> Outgoing<'a> {
+    match method {
+        ClientAuthMethod::ClientSecretBasic => {
+            let encode =
+                |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+            let pair = format!(
+                "{}:{}",
+                encode(client_id),
+                encode(client_secret.unwrap_or_default())
+            );
+            if let Ok(value) = HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair))) {
+                request = request.header(http::header::AUTHORIZATION, value);
+            }
+        }
+        ClientAuthMethod::ClientSecretPost => {
+            form.push(("client_id", client_id.to_string()));
+            if let Some(secret) = client_secret {
+                form.push(("client_secret", secret.to_string()));
+            }
+        }
+    }
+    request
 }
 
 /// A resolved secret of the snapshot (resolution happened at load).

@@ -376,5 +376,26 @@ pub(crate) fn upstream_auth(
                 upstream_token_header: token_header,
             }
         }
+        AuthType::UserOAuth => {
+            let u = auth
+                .user_oauth
+                .as_ref()
+                .ok_or_else(|| required("userOAuth"))?;
+            let client_secret = u
+                .client_secret_ref
+                .as_ref()
+                .map(|r| secret_value(secrets, namespace, r, "spec.auth.userOAuth.clientSecretRef"))
+                .transpose()?
+                .map(|value| SecretSource::Value { value });
+            UpstreamAuth::UserOauth {
+                authorization_server: u.authorization_server.clone(),
+                client_id: id_or_ref(&u.client_id, &u.client_id_ref, "spec.auth.userOAuth")?,
+                client_secret,
+                scopes: u.scopes.clone(),
+                resource: u.resource.clone(),
+                client_auth: client_auth(u.client_auth),
+                upstream_token_header: token_header,
+            }
+        }
     })
 }

@@ -23,7 +23,9 @@ use crate::listen;
 use crate::relay;
 use crate::target::{Target, dispatch};
 use switchboard_core::audit;
-use switchboard_core::errors::{GatewayError, jsonrpc_error_response_in, plain_error_response};
+use switchboard_core::errors::{
+    GatewayError, is_connect_retry, jsonrpc_error_response_in, plain_error_response,
+};
 use switchboard_core::scope::{Caller, Resource, authenticate};
 use switchboard_core::table::Server;
 use switchboard_protocol::{self as protocol, Era};
@@ -144,7 +146,7 @@ async fn answer_call(
     cx: &Arc<McpContext>,
     caller: &Arc<Caller>,
     prefix: Option<String>,
-    message: Message,
+    mut message: Message,
     body: Bytes,
 ) -> (Response, Counted) {
     let id = message.id.clone().unwrap_or(Value::Null);
@@ -171,6 +173,7 @@ async fn answer_call(
     }
     if era == Era::Rev2026 {
         audit::note(|n| n.protocol_version = Some(protocol::MODERN_VERSION));
+        forget_connect_answers(&mut message);
     }
     let prepared = match era {
         Era::Rev2026 => check_modern(&caller.headers, &message),
@@ -225,6 +228,18 @@ fn era_of(caller: &Caller, message: &Message) -> Era {
         version_header,
         has_session,
     )
+}
+
+/// A 2026-07-28 retry after the gateway asked the caller to connect an account (its own
+/// input-required answer, `GatewayError::input_required_result`): the upstream never asked, so
+/// the retry goes to it as a fresh call, without the state and the answers.
+fn forget_connect_answers(message: &mut Message) {
+    if let Some(Value::Object(params)) = message.params.as_mut()
+        && is_connect_retry(params.get("requestState"))
+    {
+        params.remove("requestState");
+        params.remove("inputResponses");
+    }
 }
 
 /// The paused exchange a 2026-07-28 retry resumes: its `requestState`, when that is a route
