@@ -163,8 +163,10 @@ trap finish EXIT
 # What the e2e tests start besides the workspace's binaries: Go builds that take minutes cold.
 e2e_tools() {
   set -e
-  # The shared store's tests run Debian's redis-server 7.
-  "$root/tests/install-packages.sh" redis-server=redis-server redis-cli=redis-tools >/dev/null
+  # The shared store's tests run Debian's redis-server 7; people connect accounts in Debian's
+  # headless chromium (driven through chromium-driver).
+  "$root/tests/install-packages.sh" redis-server=redis-server redis-cli=redis-tools \
+    chromium=chromium chromedriver=chromium-driver >/dev/null
   "$root/tests/setup-jaeger.sh" >/dev/null
   "$root/tests/setup-prometheus.sh" >/dev/null
 }

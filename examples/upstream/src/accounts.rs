@@ -78,6 +78,8 @@ struct Grants {
 pub struct AccountServer {
     grants: Mutex<Grants>,
     access_ttl: Duration,
+    /// How long a refresh takes to answer (tests: wide enough for two replicas to race).
+    refresh_delay: Duration,
 }
 
 fn random() -> String {
@@ -108,10 +110,11 @@ fn form_of(body: &[u8]) -> HashMap<String, String> {
 }
 
 impl AccountServer {
-    pub fn new(access_ttl_secs: u64) -> AccountServer {
+    pub fn new(access_ttl_secs: u64, refresh_delay_ms: u64) -> AccountServer {
         AccountServer {
             grants: Mutex::default(),
             access_ttl: Duration::from_secs(access_ttl_secs.max(1)),
+            refresh_delay: Duration::from_millis(refresh_delay_ms),
         }
     }
 
@@ -338,6 +341,9 @@ pub async fn token(
     };
     let get = |k: &str| form.get(k).map(String::as_str).unwrap_or_default();
     let server = &app.accounts;
+    if get("grant_type") == "refresh_token" && !server.refresh_delay.is_zero() {
+        tokio::time::sleep(server.refresh_delay).await;
+    }
     let mut grants = server.grants();
     let answer = match get("grant_type") {
         "authorization_code" => {

@@ -196,6 +196,9 @@ struct Cli {
     /// `expires_in` (seconds) of Example Accounts' access tokens (`/accounts`).
     #[arg(long, value_name = "SECS", default_value_t = accounts::DEFAULT_ACCESS_TTL_SECS)]
     account_token_ttl: u64,
+    /// How long Example Accounts takes to answer a refresh (milliseconds).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    account_refresh_delay_ms: u64,
 }
 
 #[tokio::main]
@@ -217,7 +220,7 @@ async fn run(cli: Cli) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
     let app = Arc::new(http::App {
         stats: stats::Stats::new(cli.record),
-        accounts: accounts::AccountServer::new(cli.account_token_ttl),
+        accounts: accounts::AccountServer::new(cli.account_token_ttl, cli.account_refresh_delay_ms),
         accounts_variant: Arc::new(variants::Variant {
             name: "accounts".into(),
             account: true,

@@ -291,7 +291,11 @@ impl UpstreamPlane {
             .await;
         if let Err(e) = &result {
             self.metrics.listing_failed(&server.metric_name);
-            if !matches!(e, UpstreamError::AuthRequired { .. }) {
+            // A caller's own authentication (or own account) is theirs to provide, not a fault.
+            if !matches!(
+                e,
+                UpstreamError::AuthRequired { .. } | UpstreamError::AccountNotConnected { .. }
+            ) {
                 tracing::warn!(server = server.id(), kind = kind.method(), error = %e, "upstream listing failed");
             }
         }

@@ -1,0 +1,299 @@
+"""Issue 37, acceptance 2: people bring their own accounts (`userOAuth`).
+
+Two gateway replicas behind a per-request balancer share a Redis; people sign in through the
+gateway (brokered mode, the real Keycloak) with the official Python SDK; "Example Accounts" (the
+example upstream's third-party authorization server: authorization code + PKCE, 8 s access
+tokens, rotating refresh tokens) fronts an MCP server whose `whoami` answers with the account
+its token belongs to. A real browser (headless Chromium) does what a person does:
+
+- alice (2025-11-25) calls `whoami`: a URL elicitation (-32042) with the connect URL; her browser
+  opens it, signs in at Keycloak as alice (the link is hers), says yes, signs in at Example
+  Accounts as `alice-ex`, comes back to the gateway (any replica); the retried call answers as
+  `alice-ex`;
+- bob (2026-07-28) gets his own elicitation (the revision's input-required URL elicitation,
+  through the SDK's elicitation callback, which drives his own browser) and his own account;
+  his link opened in alice's browser connects nothing; on REST, a caller without an account
+  gets 403 with the connect URL;
+- a token connected through one replica is refreshed through either: exactly one refresh under
+  20 concurrent calls spread over both replicas;
+- `invalid_grant` (the grant ended at Example Accounts) deletes the account: one new elicitation;
+- disconnecting on the connections page revokes at Example Accounts; the next call elicits again;
+- no token reaches a log, and Redis holds only sealed values.
+A key's holder connects the key's own account (the page asks for the key); with Redis stopped,
+a call that needs an account not held in memory is refused naming the store, while a server
+with its own credential keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import time
+
+import httpx
+import pytest
+from browser import Browser
+from harness import (
+    RoundRobinBalancer,
+    gateway_config,
+    key,
+    new_secret,
+    run_async,
+    sdk_client,
+    sdk_oauth,
+    sdk_text,
+    server,
+    start_rust_upstream,
+    start_rust_upstream_with,
+    wait_until,
+    write_config,
+)
+from keycloak import GATEWAY_AUDIENCE
+
+REDIRECT_URI = "http://127.0.0.1:33421/callback"  # never listened on: the test reads the redirect
+USER_OAUTH = {"type": "userOAuth", "clientId": "switchboard", "clientSecret": "secret-switchboard", "scopes": ["whoami"]}
+
+
+@pytest.fixture
+def world(procs, gateways, keycloak, redis, tmp_path):
+    """Replicas A and B behind one balancer (the public URL), a Redis store, Example Accounts
+    (8 s access tokens) as the `github` server everyone reaches, alpha with its own credential."""
+    # A refresh takes 400 ms to answer: two replicas refreshing at once would overlap (and the
+    # second would present a spent refresh token, which ends the grant).
+    accounts = start_rust_upstream_with(procs, "accounts", "--account-token-ttl", "8", "--account-refresh-delay-ms", "400")
+    alpha = start_rust_upstream(procs, "alpha")
+    lb = RoundRobinBalancer([]).start()
+    bot = new_secret("bot")
+    config = gateway_config(
+        [
+            # No authorizationServer: found through the upstream's protected-resource metadata.
+            server("github", f"{accounts.base}/accounts/mcp", auth=USER_OAUTH),
+            server("alpha", alpha.mcp_url),
+        ],
+        [
+            key("team-a", new_secret("team-a"), ["github", "alpha"], people=[{"provider": "corp", "groups": ["team-a"]}]),
+            key("team-b", new_secret("team-b"), ["github"], people=[{"provider": "corp", "groups": ["team-b"]}]),
+            key("bot", bot, ["github", "alpha"]),
+        ],
+        publicUrl=lb.url,
+        store=redis.store_settings(),
+    )
+    config["identityProviders"] = [
+        {
+            "name": "corp",
+            "issuer": keycloak.issuer,
+            "audiences": [GATEWAY_AUDIENCE],
+            "brokered": {"clientId": "switchboard-gateway", "clientSecret": keycloak.client_secrets["switchboard-gateway"]},
+        }
+    ]
+    path = gateways.config_path("accounts")
+    write_config(path, config)
+    a = gateways.start(config_path=path, name="replica-a")
+    b = gateways.start(config_path=path, name="replica-b")
+    for gw in (a, b):
+        wait_until(lambda gw=gw: "identity provider keys loaded provider=default/corp" in gw.logs(), 30,
+                   what=f"{gw.proc.name} to load the identity provider's discovery document")  # fmt: skip
+    lb.set_backends([a.url, b.url])
+    browsers: list[Browser] = []
+
+    def browser(name: str) -> Browser:
+        opened = Browser(tmp_path / f"browser-{name}")
+        browsers.append(opened)
+        return opened
+
+    yield {"lb": lb, "a": a, "b": b, "accounts": accounts, "alpha": alpha, "bot": bot, "browser": browser, "redis": redis}
+    for opened in browsers:
+        opened.close()
+    lb.stop()
+
+
+def sign_in(keycloak, lb, person: str):
+    """The SDK's OAuth client signed in as `person` through the gateway (any replica)."""
+    return sdk_oauth(f"{lb.url}/mcp", f"switchboard-e2e-{person}", REDIRECT_URI, lambda u: keycloak.log_in_through(u, person, lambda x: x))
+
+
+def stats(accounts) -> dict:
+    return httpx.get(f"{accounts.base}/accounts/_stats", timeout=10).json()
+
+
+def connect_in_browser(browser: Browser, url: str, keycloak, person: str | None, account: str) -> None:
+    """What a person does with a connect URL: (sign in at Keycloak when this browser has not
+    shown who it is yet,) say yes, sign in at Example Accounts, and see it connected."""
+    browser.open(url)
+    browser.wait_for(lambda: "Connect an account" in browser.text() or "kc-form-login" in browser.driver.page_source,
+                     "the connect page or Keycloak's sign-in")  # fmt: skip
+    if "kc-form-login" in browser.driver.page_source:
+        assert person is not None, "a key's link sent the browser to Keycloak"
+        browser.fill(username=person, password=keycloak.passwords[person])
+        browser.driver.find_element("id", "kc-login").click()
+        browser.wait_for(lambda: "Connect an account" in browser.text(), "the consent page after Keycloak")
+    assert "github" in browser.text() and "Connect" in browser.text(), browser.text()
+    browser.click("Connect")
+    browser.wait_for(lambda: "Example Accounts" in browser.text(), "Example Accounts' sign-in page")
+    browser.fill(username=account, password="demo")
+    browser.click("Sign in and allow")
+    browser.wait_for(lambda: "is connected" in browser.text(), "the gateway's connected page")
+
+
+def elicited_url(error: Exception) -> str:
+    """The connect URL of a 2025-11-25 URL elicitation error (-32042), however deep the SDK's
+    task groups wrap it."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    code = getattr(error, "code", None)
+    assert code == -32042, f"not a URL elicitation: {error!r}"
+    elicitations = error.data["elicitations"]
+    assert len(elicitations) == 1 and elicitations[0]["mode"] == "url" and elicitations[0]["elicitationId"], elicitations
+    return elicitations[0]["url"]
+
+
+def call_whoami(lb, provider, era: str = "legacy", **options):
+    async def go():
+        async with sdk_client(f"{lb.url}/mcp", None, era, auth=provider, **options) as client:
+            return await client.call_tool("github__whoami", {})
+
+    return run_async(go, timeout=120)
+
+
+def expect_elicitation(lb, provider) -> str:
+    try:
+        result = call_whoami(lb, provider)
+    except Exception as e:  # the SDK raises the JSON-RPC error
+        return elicited_url(e)
+    raise AssertionError(f"no elicitation: {sdk_text(result)!r}")
+
+
+def rest_whoami(url: str, token: str) -> httpx.Response:
+    return httpx.post(f"{url}/mcp-rest/tools/call", headers={"Authorization": f"Bearer {token}"},
+                      json={"name": "github__whoami", "arguments": {}}, timeout=30)  # fmt: skip
+
+
+def test_people_connect_their_own_accounts_across_replicas(world, keycloak):
+    lb, a, b, accounts = world["lb"], world["a"], world["b"], world["accounts"]
+
+    # alice, 2025-11-25: elicited, connects in her browser, the retry acts as her account.
+    alice, alice_storage, _ = sign_in(keycloak, lb, "alice")
+    url = expect_elicitation(lb, alice)
+    assert url.startswith(f"{lb.url}/connect?ticket=sbx."), url
+    alice_browser = world["browser"]("alice")
+    connect_in_browser(alice_browser, url, keycloak, "alice", "alice-ex")
+    assert sdk_text(call_whoami(lb, alice)) == "account: alice-ex"
+    assert stats(accounts)["codes_redeemed"] == 1
+
+    # bob, REST first: 403 with the connect URL; then 2026-07-28 through the SDK's elicitation
+    # callback, which drives bob's own browser; his link in alice's browser connects nothing.
+    bob, bob_storage, _ = sign_in(keycloak, lb, "bob")
+
+    async def list_tools():
+        async with sdk_client(f"{lb.url}/mcp", None, "2026-07-28", auth=bob) as client:
+            return await client.list_tools()
+
+    run_async(list_tools, timeout=120)  # bob signs in (the SDK's OAuth flow)
+    refused = rest_whoami(lb.url, bob_storage.tokens.access_token)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "account_not_connected", refused.text
+    bobs_link = refused.json()["error"]["connectUrl"]
+    alice_browser.open(bobs_link)
+    alice_browser.wait_for(lambda: "kc-form-login" in alice_browser.driver.page_source or "someone else" in alice_browser.text(),
+                           "Keycloak's sign-in for bob's link")  # fmt: skip
+    if "kc-form-login" in alice_browser.driver.page_source:
+        # Keycloak still knows alice in this browser or asks again: alice signs in as herself.
+        alice_browser.fill(username="alice", password=keycloak.passwords["alice"])
+        alice_browser.driver.find_element("id", "kc-login").click()
+    alice_browser.wait_for(lambda: "someone else" in alice_browser.text(), "the refusal of another's link")
+    assert "Nothing was connected" in alice_browser.text()
+    bob_browser = world["browser"]("bob")
+    elicited: list[dict] = []
+
+    async def elicitation(context, params):
+        from mcp_types import ElicitResult
+
+        elicited.append(params.model_dump(by_alias=True, exclude_none=True))
+        await asyncio.to_thread(connect_in_browser, bob_browser, params.url, keycloak, "bob", "bob-ex")
+        return ElicitResult(action="accept")
+
+    result = call_whoami(lb, bob, "2026-07-28", elicitation_callback=elicitation)
+    assert sdk_text(result) == "account: bob-ex"
+    assert len(elicited) == 1 and elicited[0]["mode"] == "url" and "elicitationId" not in elicited[0], elicited
+    assert sdk_text(call_whoami(lb, alice)) == "account: alice-ex", "alice still acts as her own account"
+
+    # Refreshed on read, once across both replicas: 20 calls at once, 10 on each, after alice's
+    # 8 s token is past its refresh margin (a quarter of its life).
+    token = alice_storage.tokens.access_token
+    before = stats(accounts)["refreshes"]
+    time.sleep(7)
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda i: rest_whoami((a, b)[i % 2].url, token), range(20)))
+    assert all(r.status_code == 200 for r in answers), [r.text for r in answers if r.status_code != 200][:2]
+    assert {r.json()["structuredContent"]["account"] for r in answers} == {"alice-ex"}
+    assert stats(accounts)["refreshes"] == before + 1, stats(accounts)
+
+    # invalid_grant: the grant ended at Example Accounts; the next refresh deletes the account,
+    # and alice is asked once to connect again (then the call asks nothing more of her).
+    assert httpx.post(f"{accounts.base}/accounts/_forget", timeout=10).status_code == 204
+    time.sleep(7)
+    url = expect_elicitation(lb, alice)
+    connect_in_browser(alice_browser, url, keycloak, "alice", "alice-ex")
+    assert sdk_text(call_whoami(lb, alice)) == "account: alice-ex"
+
+    # Disconnect on the connections page: revoked at Example Accounts; asked again after.
+    revocations = stats(accounts)["revocations"]
+    alice_browser.open(f"{lb.url}/connections")
+    alice_browser.wait_for(lambda: "github" in alice_browser.text(), "the connections page")
+    assert "alice-ex" not in alice_browser.driver.page_source and token not in alice_browser.driver.page_source
+    alice_browser.click("Disconnect")
+    alice_browser.wait_for(lambda: "disconnected" in alice_browser.text(), "the disconnected page")
+    assert "revoked" in alice_browser.text(), alice_browser.text()
+    assert stats(accounts)["revocations"] == revocations + 1
+    # The revoked token is refused upstream, so no replica uses what it held: asked again.
+    for gw in (a, b):
+        again = rest_whoami(gw.url, alice_storage.tokens.access_token)
+        assert again.status_code == 403 and again.json()["error"]["code"] == "account_not_connected", again.text
+
+    # Nothing of a token in the logs; Redis holds sealed values under hashed names.
+    for gw in (a, b):
+        logs = gw.logs() + gw.proc.log_text()
+        assert "sbx." not in gw.logs() and token not in logs and "alice-ex" not in logs
+    redis = world["redis"]
+    names = redis.cli("KEYS", "sb:*").split()
+    assert names and all(":" in n and "alice" not in n for n in names), names
+    for name in names:
+        assert b"alice-ex" not in redis.cli("GET", name).encode()
+
+
+def test_a_key_holder_connects_the_keys_own_account_and_the_store_down_is_named(world, keycloak):
+    lb, a, b, accounts, bot = world["lb"], world["a"], world["b"], world["accounts"], world["bot"]
+    refused = rest_whoami(lb.url, bot)
+    assert refused.status_code == 403, refused.text
+    url = refused.json()["error"]["connectUrl"]
+    browser = world["browser"]("bot-owner")
+    browser.open(url)
+    browser.wait_for(lambda: "Type the key" in browser.text(), "the key page")
+    browser.fill(key="not-the-key")
+    browser.click("Continue")
+    browser.wait_for(lambda: "Not this key" in browser.text(), "the wrong key refused")
+    browser.open(url)
+    browser.fill(key=bot)
+    browser.click("Continue")
+    browser.wait_for(lambda: "Connect an account" in browser.text(), "the consent page")
+    browser.click("Connect")
+    browser.wait_for(lambda: "Example Accounts" in browser.text(), "Example Accounts' sign-in page")
+    browser.fill(username="ci-bot", password="demo")
+    browser.click("Sign in and allow")
+    browser.wait_for(lambda: "is connected" in browser.text(), "connected")
+    answer = rest_whoami(a.url, bot)
+    assert answer.status_code == 200 and answer.json()["structuredContent"]["account"] == "ci-bot", answer.text
+
+    # Redis down: replica B never read the account, so it must ask the store: refused, naming
+    # it; alpha (its own credential) answers on both.
+    world["redis"].stop()
+    down = rest_whoami(b.url, bot)
+    assert down.status_code == 503 and down.json()["error"]["code"] == "store_unavailable", down.text
+    assert "state store" in down.json()["error"]["message"]
+    for gw in (a, b):
+        alpha = httpx.post(f"{gw.url}/mcp-rest/tools/call", headers={"Authorization": f"Bearer {bot}"},
+                           json={"name": "alpha__add", "arguments": {"a": 1, "b": 2}}, timeout=30)  # fmt: skip
+        assert alpha.status_code == 200, alpha.text
+    metrics = httpx.get(f"{b.internal_url}/metrics", timeout=10).text
+    assert 'switchboard_gateway_user_accounts_total{server="github",event="store_unavailable"}' in metrics
+    assert json.dumps(stats(accounts))  # Example Accounts still up: only the store was down
