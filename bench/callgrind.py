@@ -5,6 +5,7 @@ of requests, counts that do not move when other engineers' builds share the mach
     python3 bench/callgrind.py --oha OHA --upstream UPSTREAM_BIN GATEWAY_BIN [GATEWAY_BIN ...] \
         [--requests 2000] [--path gw-2026|gw-2026-single|gw-legacy|gw-rest] [--top 25] [--out DIR] \
         [--floor FLOOR_BIN] [--person-labels LABEL,...] [--label-gateway LABEL:JSON] [--label-key LABEL:JSON]
+        [--label-server LABEL:JSON] [--label-connect LABEL,...]
 
 For each gateway binary: starts the upstream and the gateway (under callgrind, collection off
 at start-up), warms up with 200 requests, zeroes the counters, sends exactly --requests
@@ -17,6 +18,9 @@ this script serves on loopback) instead of a key; give the same binary twice to 
 PyJWT, as in the tests' venv). --label-gateway and --label-key merge JSON into one label's
 `gateway:` settings or its key (e.g. a shared store, a rate limit); `{redis}` in them is the URL
 of a Redis this script starts (Debian's redis-server, on a Unix socket under --out) for the run.
+--label-server merges JSON into the label's server (`{upstream}` is the example upstream's URL:
+e.g. Example Accounts at `{upstream}/accounts/mcp` with `userOAuth`); --label-connect connects the
+bench key's own account there first (the connect pages driven as a browser would, the key typed).
 Output files stay in --out (default /tmp/switchboard-callgrind).
 """
 
@@ -94,11 +98,14 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
         up = procs.start(f"upstream-{label}", [args.upstream, "--listen", "127.0.0.1:0", "--record", "0"])
         cfg = B.gateway_config([B.server("ex", f"{up.url}/mcp")])
         import json
-        for flag, target in ((args.label_gateway, cfg["gateway"]), (args.label_key, cfg["keys"][0])):
+        targets = ((args.label_gateway, cfg["gateway"]), (args.label_key, cfg["keys"][0]),
+                   (args.label_server, cfg["servers"][0]))
+        for flag, target in targets:
             for entry in flag:
                 name, _, text = entry.partition(":")
                 if name == label:
-                    target.update(json.loads(text.replace("{redis}", args.redis_url or "")))
+                    text = text.replace("{redis}", args.redis_url or "").replace("{upstream}", up.url)
+                    target.update(json.loads(text))
         person = label in args.person_labels
         if person:
             signer = Signer()
@@ -123,6 +130,8 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
             path = next(p for p in B.gateway_paths(gw, "ex", "rust", single=True) if p.via == args.path)
             if person:
                 path.headers["Authorization"] = f"Bearer {signer.token()}"
+        if label in args.label_connect:
+            connect_account(gw.url, path)
         # (A person's first call may find the provider's keys not fetched yet: a bounded wait.)
         for _ in range(50):
             ok, detail = path.check()
@@ -159,6 +168,31 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
                 "top_self": top_lines(ann_self, args.top)}
     finally:
         procs.stop_all()
+
+
+def connect_account(base: str, path) -> None:
+    """Connects the bench key's own Example Accounts account: the call's connect URL, the key
+    typed, the consent, Example Accounts' sign-in, the callback (httpx as the browser)."""
+    import html
+
+    import httpx
+
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ex__add", "arguments": {"a": 1, "b": 2}}}
+    first = httpx.post(f"{base}/mcp-rest/tools/call", headers={"Authorization": f"Bearer {B.GW_KEY}"},
+                       json=call["params"], timeout=120)  # fmt: skip
+    url = first.json()["error"]["connectUrl"]
+    with httpx.Client(follow_redirects=False, timeout=120) as browser:
+        page = browser.get(url)
+        ticket = html.unescape(re.search(r'name="ticket" value="([^"]+)"', page.text).group(1))
+        page = browser.get(browser.post(f"{base}/connect/key", data={"ticket": ticket, "key": B.GW_KEY}).headers["location"])
+        consent = html.unescape(re.search(r'name="consent" value="([^"]+)"', page.text).group(1))
+        to_accounts = browser.post(f"{base}/connect/approve", data={"consent": consent, "answer": "approve"}).headers["location"]
+        form = browser.get(to_accounts)
+        hidden = {html.unescape(k): html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.text)}
+        back = browser.post(to_accounts.split("?")[0], data={**hidden, "username": "bench", "password": "demo"})
+        done = browser.get(back.headers["location"])
+        if "is connected" not in done.text:
+            raise RuntimeError(f"the bench account did not connect: {done.text[:300]}")
 
 
 LINE = re.compile(r"^\s*([\d,]+) \(\s*([\d.]+)%\)\s+(.*?)(?:\s+\[[^\]]*\])?$")
@@ -203,10 +237,14 @@ def main() -> int:
                     help="merged into one label's gateway settings; {redis} is this run's Redis URL")
     ap.add_argument("--label-key", action="append", default=[], metavar="LABEL:JSON",
                     help="merged into one label's key (e.g. its limits)")
+    ap.add_argument("--label-server", action="append", default=[], metavar="LABEL:JSON",
+                    help="merged into one label's server; {upstream} is the example upstream's URL")
+    ap.add_argument("--label-connect", default="", help="labels whose key connects its own account first")
     ap.add_argument("--label-env", action="append", default=[], metavar="LABEL:K=V[,K=V]",
                     help="environment of one label's gateway (e.g. audit or tracing settings); repeatable")
     args = ap.parse_args()
     args.person_labels = set(filter(None, args.person_labels.split(",")))
+    args.label_connect = set(filter(None, args.label_connect.split(",")))
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     labels = args.labels.split(",") if args.labels else [f"g{i}" for i in range(len(args.gateways))]

@@ -12,6 +12,8 @@ export SWITCHBOARD_DEMO_KEY="${SWITCHBOARD_DEMO_KEY:-sk-demo}"
 export SWITCHBOARD_SESSION_KEY="${SWITCHBOARD_SESSION_KEY:-demo-session-key-change-me}"
 export DEMO_UPSTREAM_TOKEN="${DEMO_UPSTREAM_TOKEN:-demo-upstream-token}"
 export DEMO_PROVIDER_KEY="${DEMO_PROVIDER_KEY:-demo-provider-key}"
+# The gateway's client at Example Accounts (the example upstream's convention: secret-<client_id>).
+export DEMO_ACCOUNTS_CLIENT_SECRET="${DEMO_ACCOUNTS_CLIENT_SECRET:-secret-switchboard-demo}"
 # SWITCHBOARD_DEMO_BIN_DIR=DIR runs the binaries already built in DIR instead of building
 # (tests/e2e/test_demo.py runs the test command's own build: the three packages built alone
 # resolve other features than the workspace build and would compile for minutes a second time).

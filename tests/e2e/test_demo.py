@@ -56,6 +56,7 @@ def test_demo_script_serves_mcp_and_a_model_with_a_hidden_tool(tmp_path):
         said = " ".join(b.text for b in message.content if b.type == "text")
         assert "2 + 3 = 5" in said, message
         assert "demo__add" not in message.model_dump_json()
+        connect_the_demo_account(base, auth)
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         try:
@@ -64,3 +65,28 @@ def test_demo_script_serves_mcp_and_a_model_with_a_hidden_tool(tmp_path):
             os.killpg(demo.pid, signal.SIGKILL)
         log.close()
     wait_until(lambda: all(socket.socket().connect_ex(("127.0.0.1", p)) != 0 for p in (8931, 8932)), 10, what="the demo's processes to stop")
+
+
+def connect_the_demo_account(base: str, auth: dict) -> None:
+    """The README's account example: the first call gives the connect URL; the key's holder
+    connects an Example Accounts account in a browser (here httpx, keeping its cookies); the
+    call then answers as that account, on the embedded store."""
+    import html
+
+    whoami = {"name": "accounts__whoami", "arguments": {}}
+    first = httpx.post(f"{base}/mcp-rest/tools/call", headers=auth, json=whoami, timeout=10)
+    assert first.status_code == 403 and first.json()["error"]["code"] == "account_not_connected", first.text
+    url = first.json()["error"]["connectUrl"]
+    with httpx.Client(follow_redirects=False, timeout=10) as browser:
+        page = browser.get(url)
+        ticket = html.unescape(re.search(r'name="ticket" value="([^"]+)"', page.text).group(1))
+        page = browser.get(browser.post(f"{base}/connect/key", data={"ticket": ticket, "key": "sk-demo"}).headers["location"])
+        consent = html.unescape(re.search(r'name="consent" value="([^"]+)"', page.text).group(1))
+        to_accounts = browser.post(f"{base}/connect/approve", data={"consent": consent, "answer": "approve"}).headers["location"]
+        form = browser.get(to_accounts)
+        hidden = {html.unescape(k): html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.text)}
+        back = browser.post(to_accounts.split("?")[0], data={**hidden, "username": "demo-user", "password": "demo"})
+        done = browser.get(back.headers["location"])
+        assert "is connected" in done.text, done.text
+    second = httpx.post(f"{base}/mcp-rest/tools/call", headers=auth, json=whoami, timeout=10)
+    assert second.status_code == 200 and "account: demo-user" in second.text, second.text

@@ -120,7 +120,7 @@ pub struct GatewaySettings {
 
 /// `gateway.store`: one backend (`memory`, the default, or `redis`) and the key its values are
 /// sealed with. Everything else the gateway keeps stays in what clients hold.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StoreSettings {
     /// The embedded store: this process only (one replica). With `file`, written there (sealed)
@@ -137,6 +137,28 @@ pub struct StoreSettings {
     /// Keys values sealed before a rotation are still opened with (never sealed with).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_keys: Vec<SecretSource>,
+    /// How long a replica keeps a person's upstream access token it read from the store before
+    /// reading it again (a disconnect on another replica reaches this one within it); 0 reads
+    /// the store on every call.
+    #[serde(default = "default_account_cache", with = "humantime_serde")]
+    #[schemars(schema_with = "crate::schema::duration")]
+    pub account_cache: Duration,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            memory: None,
+            redis: None,
+            key: None,
+            previous_keys: Vec::new(),
+            account_cache: default_account_cache(),
+        }
+    }
+}
+
+fn default_account_cache() -> Duration {
+    Duration::from_secs(30)
 }
 
 impl StoreSettings {

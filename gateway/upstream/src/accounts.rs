@@ -9,8 +9,9 @@
 //! write. `invalid_grant` deletes the account: the caller's next call asks them to connect again.
 //! Within a replica, concurrent calls of one caller wait for one read (a lock per account).
 //!
-//! An access token read is kept in this replica for at most [`HELD_FOR`] (and never past its
-//! refresh margin), so a disconnect on another replica reaches this one within that.
+//! An access token read is kept in this replica for at most `gateway.store.accountCache` (and
+//! never past its refresh margin), so a disconnect on another replica reaches this one within
+//! that; 0 reads the store on every call.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +33,10 @@ use crate::tokens::{authenticate_client, secret};
 
 /// An access token is refreshed this long before it expires.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
-/// How long a replica keeps an access token it read before reading the store again.
-pub(crate) const HELD_FOR: Duration = Duration::from_secs(30);
+/// How long the places of accounts no call asked for lately are kept.
+const PLACE_IDLE: Duration = Duration::from_secs(120);
+/// How long a token the server gave no expiry is good for (until a 401 says otherwise).
+const NEVER_EXPIRES: Duration = Duration::from_secs(86_400);
 /// How long an account stays in the store without being refreshed or connected again.
 const ACCOUNT_TTL: Duration = Duration::from_secs(90 * 86_400);
 /// The lock a refresh holds; a refresh that takes longer lets another replica try.
@@ -94,7 +97,7 @@ impl Default for Accounts {
         Accounts {
             places: Cache::builder()
                 .max_capacity(100_000)
-                .time_to_idle(HELD_FOR * 4)
+                .time_to_idle(PLACE_IDLE)
                 .build(),
             metadata: Cache::builder().max_capacity(1_000).build(),
             refreshes: AtomicU64::new(0),
@@ -188,6 +191,7 @@ impl Accounts {
         tag: &[u8; 32],
         server: &Server,
         rejected: Option<&str>,
+        hold: Duration,
     ) -> Result<String, AccountError> {
         let place = self
             .places
@@ -204,7 +208,8 @@ impl Accounts {
             .read_or_refresh(upstreams, resources, store, tag, server, rejected)
             .await?;
         let token = fresh.token.clone();
-        *held = Some(fresh);
+        let until = fresh.until.min(Instant::now() + hold);
+        *held = Some(Held { until, ..fresh });
         Ok(token)
     }
 
@@ -547,12 +552,12 @@ fn usable(record: &AccountRecord, rejected: Option<&str>) -> Option<Held> {
     }
     let now = unix(SystemTime::now());
     let held_for = if record.access_exp == 0 {
-        HELD_FOR
+        NEVER_EXPIRES
     } else {
         let lifetime = record.access_exp.saturating_sub(record.obtained_at);
         let margin = REFRESH_MARGIN.as_secs().min(lifetime / 4);
         let left = record.access_exp.checked_sub(now + margin)?;
-        HELD_FOR.min(Duration::from_secs(left))
+        Duration::from_secs(left)
     };
     if held_for.is_zero() {
         return None;

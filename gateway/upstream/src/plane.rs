@@ -595,6 +595,7 @@ impl UpstreamPlane {
                 tag,
                 server,
                 rejected,
+                caller.table.settings.store.account_cache,
             )
             .await;
         if self.accounts.refreshes() > refreshes {
