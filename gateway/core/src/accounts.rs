@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::{BrokerSealer, Expiring, Record, unix};
+use crate::broker::{Expiring, Record, unix};
 use crate::scope::Caller;
 use crate::table::{Server, base_url};
 
@@ -184,15 +184,4 @@ pub fn connect_url(caller: &Caller, server: &Server, now: SystemTime) -> Option<
     let sealed = sealer.seal(Record::ConnectTicket, &ticket, now);
     let base = base_url(&caller.table.settings, &caller.headers);
     Some(format!("{base}/connect?ticket={sealed}"))
-}
-
-/// The sealer of a table whose servers include a `userOAuth` one (from the session key).
-pub(crate) fn sealer_for(
-    servers: &[std::sync::Arc<Server>],
-    secret: Option<&str>,
-) -> Option<BrokerSealer> {
-    servers
-        .iter()
-        .any(|s| s.spec.auth.is_user_account())
-        .then(|| BrokerSealer::new(secret))
 }

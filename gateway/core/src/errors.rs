@@ -718,4 +718,61 @@ mod tests {
         );
         assert!(relayed.www_authenticate().is_some());
     }
+
+    /// A call that needs the caller's own account: each face's answer carries the connect URL
+    /// where its clients read it (never in the message logs print), and a 2026-07-28 retry of
+    /// the gateway's own input-required answer is told apart from an upstream's.
+    #[test]
+    fn an_account_to_connect_is_a_url_elicitation_in_every_era() {
+        let url = "https://gw.example/connect?ticket=sbx.abc";
+        let e = GatewayError::AccountNotConnected {
+            server: "github".into(),
+            url: url.into(),
+        };
+        assert!(!e.to_string().contains("sbx."), "{e}");
+        let rpc = e.jsonrpc_error();
+        assert_eq!(rpc["code"], -32042);
+        let elicitation = &rpc["data"]["elicitations"][0];
+        assert_eq!(elicitation["mode"], "url");
+        assert_eq!(elicitation["url"], url);
+        assert!(
+            elicitation["elicitationId"]
+                .as_str()
+                .is_some_and(|id| !id.is_empty())
+        );
+        assert!(rpc["message"].as_str().unwrap_or_default().contains(url));
+        assert_eq!(e.http_status(), StatusCode::FORBIDDEN);
+        assert_eq!(e.mcp_http_status(), StatusCode::OK);
+        let rest = e.rest_body();
+        assert_eq!(rest["error"]["code"], "account_not_connected");
+        assert_eq!(rest["error"]["connectUrl"], url);
+
+        let modern = e
+            .input_required_result()
+            .expect("2026-07-28 asks by input request");
+        assert_eq!(modern["resultType"], "input_required");
+        let asked = &modern["inputRequests"]["connect"];
+        assert_eq!(asked["method"], "elicitation/create");
+        assert_eq!(asked["params"]["mode"], "url");
+        assert_eq!(asked["params"]["url"], url);
+        assert!(
+            asked["params"].get("elicitationId").is_none(),
+            "none at 2026-07-28"
+        );
+        assert!(is_connect_retry(modern.get("requestState")));
+        assert!(!is_connect_retry(Some(&json!("an upstream's own state"))));
+        assert!(!is_connect_retry(None));
+        assert!(
+            GatewayError::SessionNotFound
+                .input_required_result()
+                .is_none()
+        );
+
+        let down = GatewayError::StoreUnavailable {
+            server: "github".into(),
+        };
+        assert_eq!(down.http_status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(down.rest_code(), "store_unavailable");
+        assert!(down.to_string().contains("state store"));
+    }
 }

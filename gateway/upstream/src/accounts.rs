@@ -641,3 +641,51 @@ async fn post_form(
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(lifetime: u64, left: u64) -> AccountRecord {
+        let now = unix(SystemTime::now());
+        AccountRecord {
+            access_token: "token".into(),
+            access_exp: now + left,
+            obtained_at: (now + left).saturating_sub(lifetime),
+            refresh_token: Some("refresh".into()),
+            scope: None,
+            connected_at: now,
+        }
+    }
+
+    /// A token is refreshed within a quarter of its life of expiry, at most a minute: a short
+    /// token is not refreshed on every read, a long one a minute ahead; the token the upstream
+    /// just refused never counts as usable.
+    #[test]
+    fn a_token_is_usable_until_its_refresh_margin_and_never_once_refused() {
+        assert!(usable(&record(8, 7), None).is_some(), "8 s token, 7 s left");
+        assert!(
+            usable(&record(8, 1), None).is_none(),
+            "inside its 2 s margin"
+        );
+        assert!(usable(&record(3600, 120), None).is_some());
+        assert!(
+            usable(&record(3600, 50), None).is_none(),
+            "a minute at most"
+        );
+        assert!(
+            usable(&record(3600, 3000), Some("token")).is_none(),
+            "refused upstream"
+        );
+        let held = usable(&record(8, 7), None).expect("usable");
+        assert!(held.until <= Instant::now() + Duration::from_secs(6));
+        let no_expiry = AccountRecord {
+            access_exp: 0,
+            ..record(0, 0)
+        };
+        assert!(
+            usable(&no_expiry, None).is_some(),
+            "no expiry said: good until a 401"
+        );
+    }
+}
