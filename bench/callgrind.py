@@ -21,6 +21,8 @@ of a Redis this script starts (Debian's redis-server, on a Unix socket under --o
 --label-server merges JSON into the label's server (`{upstream}` is the example upstream's URL:
 e.g. Example Accounts at `{upstream}/accounts/mcp` with `userOAuth`); --label-connect connects the
 bench key's own account there first (the connect pages driven as a browser would, the key typed).
+--latency runs the same labels without valgrind and reports time instead: oha's latency
+percentiles and requests per second at concurrency 1 (what a store round trip adds to a call).
 Output files stay in --out (default /tmp/switchboard-callgrind).
 """
 
@@ -118,6 +120,8 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
             os.remove(old)
         grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg_out}", "--dump-instr=no",
                  "--separate-threads=no"]
+        if args.latency:
+            grind = []
         if label == "floor":
             # bench/floor in front of the same upstream: the instructions any proxy on this stack spends
             gw = procs.start("floor", grind + [binary, "--listen", "127.0.0.1:0", "--upstream", up.url],
@@ -143,6 +147,16 @@ def run_one(args, binary: str, label: str, outdir: Path) -> dict:
         bench = B.Bench(argparse.Namespace(quick=True), args.oha, outdir)
         warm = bench.oha_argv(path, n=200, conc=1)
         subprocess.run(warm, capture_output=True, timeout=600)
+        if args.latency:
+            import json
+
+            r = subprocess.run(bench.oha_argv(path, n=args.requests, conc=1), capture_output=True, timeout=1800)
+            out = json.loads(r.stdout)
+            pct = out.get("latencyPercentiles", {})
+            return {"label": label, "binary": binary, "requests": args.requests,
+                    "status_codes": out.get("statusCodeDistribution", {}),
+                    "rps": round(out["summary"]["requestsPerSec"]),
+                    "p50_us": round(pct.get("p50", 0) * 1e6), "p99_us": round(pct.get("p99", 0) * 1e6)}
         subprocess.run(["callgrind_control", "--zero", str(gw.pid)], capture_output=True, timeout=60)
         t0 = time.monotonic()
         r = subprocess.run(bench.oha_argv(path, n=args.requests, conc=1), capture_output=True, timeout=1800)
@@ -240,6 +254,7 @@ def main() -> int:
     ap.add_argument("--label-server", action="append", default=[], metavar="LABEL:JSON",
                     help="merged into one label's server; {upstream} is the example upstream's URL")
     ap.add_argument("--label-connect", default="", help="labels whose key connects its own account first")
+    ap.add_argument("--latency", action="store_true", help="no valgrind: oha's latency and rate at concurrency 1")
     ap.add_argument("--label-env", action="append", default=[], metavar="LABEL:K=V[,K=V]",
                     help="environment of one label's gateway (e.g. audit or tracing settings); repeatable")
     args = ap.parse_args()
@@ -267,6 +282,10 @@ def main() -> int:
     for label, binary in runs:
         res = run_one(args, binary, label, outdir)
         results.append(res)
+        if args.latency:
+            print(f"== {label}: {res['rps']} req/s, p50 {res['p50_us']} µs, p99 {res['p99_us']} µs at concurrency 1 "
+                  f"({res['requests']} calls, codes {res['status_codes']})")
+            continue
         print(f"== {label}: {res['instructions_per_call']:,} instructions per {args.path} tools/call "
               f"({res['requests']} calls, codes {res['status_codes']}, {res['wall_s']} s under callgrind)")
         print("   gateway functions, inclusive:")
@@ -277,7 +296,7 @@ def main() -> int:
             print("     " + line)
     import json
     (outdir / "summary.json").write_text(json.dumps(results, indent=1))
-    if len(results) > 1:
+    if len(results) > 1 and not args.latency:
         base = results[0]["instructions_per_call"]
         for r_ in results[1:]:
             print(f"{r_['label']} vs {results[0]['label']}: {r_['instructions_per_call'] / base:.3f}×")

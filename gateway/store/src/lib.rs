@@ -6,8 +6,8 @@
 //! single use (a code redeemed once across replicas). They, and only they, live here.
 //!
 //! One [`Store`] over one of two backends that implement the same trait (and pass the same
-//! tests): [`memory`](memory::Memory) for one replica (optionally written to a file), and
-//! [`Redis`](redis_store::Redis) for several. Values are sealed at rest (`seal.rs`); keys are
+//! tests): `memory` (`memory.rs`) for one replica (optionally written to a file), and
+//! `redis` (`redis_store.rs`) for several. Values are sealed at rest (`seal.rs`); keys are
 //! hashes, so neither a person's name nor a token id appears in the store.
 //!
 //! **When the store is down** every operation fails with [`StoreError::Unavailable`] within the

@@ -87,14 +87,18 @@ struct Place {
 }
 
 pub(crate) struct Accounts {
+    upstreams: Arc<Upstreams>,
+    resources: Arc<ProtectedResources>,
     places: Cache<AccountId, Arc<Place>>,
     metadata: Cache<(String, u64), (Instant, Arc<ServerMetadata>)>,
     refreshes: AtomicU64,
 }
 
-impl Default for Accounts {
-    fn default() -> Self {
+impl Accounts {
+    pub(crate) fn new(upstreams: Arc<Upstreams>, resources: Arc<ProtectedResources>) -> Self {
         Accounts {
+            upstreams,
+            resources,
             places: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_idle(PLACE_IDLE)
@@ -185,8 +189,6 @@ impl Accounts {
     /// just refused).
     pub(crate) async fn access_token(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         store: &Store,
         tag: &[u8; 32],
         server: &Server,
@@ -204,9 +206,7 @@ impl Accounts {
             return Ok(h.token.clone());
         }
         *held = None;
-        let fresh = self
-            .read_or_refresh(upstreams, resources, store, tag, server, rejected)
-            .await?;
+        let fresh = self.read_or_refresh(store, tag, server, rejected).await?;
         let token = fresh.token.clone();
         let until = fresh.until.min(Instant::now() + hold);
         *held = Some(Held { until, ..fresh });
@@ -215,8 +215,6 @@ impl Accounts {
 
     async fn read_or_refresh(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         store: &Store,
         tag: &[u8; 32],
         server: &Server,
@@ -238,9 +236,7 @@ impl Accounts {
                 .lock(&refresh_lock_key(tag, server), REFRESH_LOCK)
                 .await?
             {
-                let outcome = self
-                    .refresh_locked(upstreams, resources, store, &key, server, rejected)
-                    .await;
+                let outcome = self.refresh_locked(store, &key, server, rejected).await;
                 if let Err(e) = store.unlock(lock).await {
                     tracing::debug!(error = %e, "an account's refresh lock is left to expire");
                 }
@@ -259,8 +255,6 @@ impl Accounts {
     /// Under the account's refresh lock: read again, and refresh only if still needed.
     async fn refresh_locked(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         store: &Store,
         key: &StoreKey,
         server: &Server,
@@ -279,7 +273,7 @@ impl Accounts {
             ("refresh_token", refresh_token.clone()),
         ];
         self.refreshes.fetch_add(1, Ordering::Relaxed);
-        match self.exchange(upstreams, resources, server, form).await? {
+        match self.exchange(server, form).await? {
             Exchange::Answered(answer) => {
                 let now = unix(SystemTime::now());
                 let renewed = AccountRecord {
@@ -320,8 +314,6 @@ impl Accounts {
     /// metadata names; kept a while.
     pub(crate) async fn metadata(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         server: &Server,
     ) -> Result<Arc<ServerMetadata>, AccountError> {
         let id = (server.id().to_string(), server.revision);
@@ -334,8 +326,9 @@ impl Accounts {
             .ok_or_else(|| AccountError::Server("not a userOAuth server".into()))?;
         let issuer = match client.issuer {
             Some(issuer) => issuer.trim_end_matches('/').to_string(),
-            None => resources
-                .upstream_document(upstreams, server)
+            None => self
+                .resources
+                .upstream_document(&self.upstreams, server)
                 .await
                 .and_then(|d| d["authorization_servers"][0].as_str().map(str::to_owned))
                 .ok_or_else(|| {
@@ -346,7 +339,7 @@ impl Accounts {
                 .trim_end_matches('/')
                 .to_string(),
         };
-        let document = discover(upstreams, &issuer).await?;
+        let document = discover(&self.upstreams, &issuer).await?;
         let endpoint = |name: &str| {
             document
                 .get(name)
@@ -370,14 +363,12 @@ impl Accounts {
     /// the resource asked for, the scopes).
     pub(crate) async fn authorization_url(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         server: &Server,
         redirect_uri: &str,
         state: &str,
         challenge: &str,
     ) -> Result<String, AccountError> {
-        let metadata = self.metadata(upstreams, resources, server).await?;
+        let metadata = self.metadata(server).await?;
         let client = client_of(server)
             .ok_or_else(|| AccountError::Server("not a userOAuth server".into()))?;
         let mut url = url::Url::parse(&metadata.authorization_endpoint)
@@ -400,11 +391,8 @@ impl Accounts {
     }
 
     /// Redeems the code the upstream's server sent back, and keeps the account in the store.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn connect(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         store: &Store,
         tag: &[u8; 32],
         server: &Server,
@@ -418,7 +406,7 @@ impl Accounts {
             ("redirect_uri", redirect_uri.to_string()),
             ("code_verifier", verifier.to_string()),
         ];
-        let answer = match self.exchange(upstreams, resources, server, form).await? {
+        let answer = match self.exchange(server, form).await? {
             Exchange::Answered(answer) => answer,
             Exchange::Refused(refusal) => {
                 return Err(AccountError::Server(format!(
@@ -456,8 +444,6 @@ impl Accounts {
     /// server took the revocation.
     pub(crate) async fn disconnect(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         store: &Store,
         tag: &[u8; 32],
         server: &Server,
@@ -468,7 +454,7 @@ impl Accounts {
         };
         store.delete(&key).await?;
         self.forget(tag, server);
-        let metadata = match self.metadata(upstreams, resources, server).await {
+        let metadata = match self.metadata(server).await {
             Ok(metadata) => metadata,
             Err(e) => {
                 tracing::warn!(server = server.id(), error = ?e, "an account was disconnected without revocation");
@@ -483,7 +469,7 @@ impl Accounts {
             None => (record.access_token, "access_token"),
         };
         let form = vec![("token", token), ("token_type_hint", hint.to_string())];
-        match post_form(upstreams, server, &endpoint, form).await {
+        match post_form(&self.upstreams, server, &endpoint, form).await {
             Ok((status, _)) if (200..300).contains(&status) => Ok(true),
             Ok((status, _)) => {
                 tracing::warn!(
@@ -504,19 +490,18 @@ impl Accounts {
     /// resource asked for.
     async fn exchange(
         &self,
-        upstreams: &Upstreams,
-        resources: &ProtectedResources,
         server: &Server,
         mut form: Vec<(&'static str, String)>,
     ) -> Result<Exchange, AccountError> {
-        let metadata = self.metadata(upstreams, resources, server).await?;
+        let metadata = self.metadata(server).await?;
         let client = client_of(server)
             .ok_or_else(|| AccountError::Server("not a userOAuth server".into()))?;
         form.push((
             "resource",
             client.resource.unwrap_or(server.url.as_str()).to_string(),
         ));
-        let (status, body) = post_form(upstreams, server, &metadata.token_endpoint, form).await?;
+        let (status, body) =
+            post_form(&self.upstreams, server, &metadata.token_endpoint, form).await?;
         if !(200..300).contains(&status) {
             let code = serde_json::from_slice::<Value>(&body)
                 .ok()

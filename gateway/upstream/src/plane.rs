@@ -45,7 +45,7 @@ pub struct UpstreamPlane {
     identity_keys: Arc<KeyFetcher>,
     catalog: Catalog,
     tokens: Tokens,
-    protected_resources: ProtectedResources,
+    protected_resources: Arc<ProtectedResources>,
     /// Client ID Metadata Documents of brokered sign-in's clients.
     client_documents: crate::broker_login::ClientDocuments,
     /// People's own accounts (`userOAuth`): their tokens, read from the shared store.
@@ -55,14 +55,19 @@ pub struct UpstreamPlane {
 
 impl UpstreamPlane {
     pub fn new(metrics: Arc<Metrics>) -> UpstreamPlane {
+        let upstreams = Arc::new(Upstreams::new());
+        let protected_resources = Arc::new(ProtectedResources::default());
         UpstreamPlane {
-            upstreams: Arc::new(Upstreams::new()),
+            accounts: crate::accounts::Accounts::new(
+                upstreams.clone(),
+                protected_resources.clone(),
+            ),
+            upstreams,
             identity_keys: Arc::default(),
             catalog: Catalog::default(),
             tokens: Tokens::default(),
-            protected_resources: ProtectedResources::default(),
+            protected_resources,
             client_documents: Default::default(),
-            accounts: Default::default(),
             metrics,
         }
     }
@@ -589,8 +594,6 @@ impl UpstreamPlane {
         let token = self
             .accounts
             .access_token(
-                &self.upstreams,
-                &self.protected_resources,
                 &caller.table.store,
                 tag,
                 server,
@@ -650,20 +653,12 @@ impl UpstreamPlane {
         challenge: &str,
     ) -> Result<String, UpstreamError> {
         self.accounts
-            .authorization_url(
-                &self.upstreams,
-                &self.protected_resources,
-                server,
-                redirect_uri,
-                state,
-                challenge,
-            )
+            .authorization_url(server, redirect_uri, state, challenge)
             .await
             .map_err(|e| account_failure(server, e))
     }
 
     /// Redeems the code the upstream's server sent back and keeps `tag`'s account in `store`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn connect_account(
         &self,
         store: &switchboard_store::Store,
@@ -674,16 +669,7 @@ impl UpstreamPlane {
         verifier: &str,
     ) -> Result<(), UpstreamError> {
         self.accounts
-            .connect(
-                &self.upstreams,
-                &self.protected_resources,
-                store,
-                tag,
-                server,
-                code,
-                redirect_uri,
-                verifier,
-            )
+            .connect(store, tag, server, code, redirect_uri, verifier)
             .await
             .map_err(|e| account_failure(server, e))?;
         self.metrics.account_event(&server.metric_name, "connected");
@@ -714,13 +700,7 @@ impl UpstreamPlane {
     ) -> Result<bool, UpstreamError> {
         let revoked = self
             .accounts
-            .disconnect(
-                &self.upstreams,
-                &self.protected_resources,
-                store,
-                tag,
-                server,
-            )
+            .disconnect(store, tag, server)
             .await
             .map_err(|e| account_failure(server, e))?;
         self.metrics
