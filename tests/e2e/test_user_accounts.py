@@ -250,6 +250,9 @@ def test_people_connect_their_own_accounts_across_replicas(world, keycloak):
         again = rest_whoami(gw.url, alice_storage.tokens.access_token)
         assert again.status_code == 403 and again.json()["error"]["code"] == "account_not_connected", again.text
 
+    # Example Accounts' MCP endpoint saw its own tokens only: never the gateway's, never Keycloak's.
+    seen = json.dumps(accounts.recent_requests())
+    assert "/accounts/mcp" in seen and "sbt." not in seen and "eyJ" not in seen, "a person's gateway or IdP token reached the upstream"
     # Nothing of a token in the logs; Redis holds sealed values under hashed names.
     for gw in (a, b):
         logs = gw.logs() + gw.proc.log_text()
