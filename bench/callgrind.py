@@ -197,8 +197,8 @@ def connect_account(base: str, path) -> None:
     url = first.json()["error"]["connectUrl"]
     with httpx.Client(follow_redirects=False, timeout=120) as browser:
         page = browser.get(url)
-        ticket = html.unescape(re.search(r'name="ticket" value="([^"]+)"', page.text).group(1))
-        page = browser.get(browser.post(f"{base}/connect/key", data={"ticket": ticket, "key": B.GW_KEY}).headers["location"])
+        proof = html.unescape(re.search(r'name="proof" value="([^"]+)"', page.text).group(1))
+        page = browser.get(browser.post(f"{base}/connect/key", data={"proof": proof, "key": B.GW_KEY}).headers["location"])
         consent = html.unescape(re.search(r'name="consent" value="([^"]+)"', page.text).group(1))
         to_accounts = browser.post(f"{base}/connect/approve", data={"consent": consent, "answer": "approve"}).headers["location"]
         form = browser.get(to_accounts)

@@ -193,20 +193,29 @@ fn prove(
     now: SystemTime,
 ) -> Response {
     match &ticket.who {
-        Who::Key { key } => page(
-            StatusCode::OK,
-            "Connect an account",
-            &format!(
-                "<p>This link is for the holder of gateway key <strong>{key}</strong>. Type the \
-                 key to go on.</p><form method=\"post\" action=\"{base}/connect/key\">\
-                 <input type=\"hidden\" name=\"ticket\" value=\"{ticket}\">\
-                 <input type=\"password\" name=\"key\" autocomplete=\"off\"> \
-                 <button type=\"submit\">Continue</button></form>",
-                key = escape(key),
-                base = escape(base),
-                ticket = escape(ticket_text),
-            ),
-        ),
+        Who::Key { key } => {
+            // Bound to this browser like every later step: a page elsewhere cannot post a key
+            // of its own here and walk this browser into connecting an account to it.
+            let proof = ConnectConsent {
+                ticket: ticket_text.to_string(),
+                browser: digest(nonce),
+                exp: unix(now) + STEP_TTL.as_secs(),
+            };
+            page(
+                StatusCode::OK,
+                "Connect an account",
+                &format!(
+                    "<p>This link is for the holder of gateway key <strong>{key}</strong>. Type \
+                     the key to go on.</p><form method=\"post\" action=\"{base}/connect/key\">\
+                     <input type=\"hidden\" name=\"proof\" value=\"{proof}\">\
+                     <input type=\"password\" name=\"key\" autocomplete=\"off\"> \
+                     <button type=\"submit\">Continue</button></form>",
+                    key = escape(key),
+                    base = escape(base),
+                    proof = escape(&sealer.seal(Record::ConnectConsent, &proof, now)),
+                ),
+            )
+        }
         Who::Person { provider, .. } => {
             let Some(brokered) = table.people.as_ref().and_then(|people| {
                 people
@@ -417,7 +426,7 @@ pub(crate) async fn signed_in(
 
 #[derive(Deserialize)]
 pub(crate) struct KeyProof {
-    ticket: String,
+    proof: String,
     key: String,
 }
 
@@ -432,7 +441,18 @@ pub(crate) async fn key_proof(
     let (Ok(Form(proof)), Some(sealer)) = (form, table.account_sealer.as_ref()) else {
         return expired_link();
     };
-    let Some(ticket) = sealer.open::<ConnectTicket>(Record::ConnectTicket, &proof.ticket, now)
+    let Some(bound) = sealer.open::<ConnectConsent>(Record::ConnectConsent, &proof.proof, now)
+    else {
+        return expired_link();
+    };
+    if !from_this_browser(&headers, &bound.browser) {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "Not this browser",
+            "This answer did not come from the browser the page was shown in.",
+        );
+    }
+    let Some(ticket) = sealer.open::<ConnectTicket>(Record::ConnectTicket, &bound.ticket, now)
     else {
         return expired_link();
     };
@@ -454,7 +474,7 @@ pub(crate) async fn key_proof(
     };
     let mut response = redirect(&with_query(
         &format!("{base}/connect"),
-        &[("ticket", &proof.ticket)],
+        &[("ticket", &bound.ticket)],
     ));
     set_cookie(
         &mut response,

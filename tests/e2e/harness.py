@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import http.cookiejar
 import itertools
 import json
 import os
@@ -1129,7 +1130,10 @@ class RoundRobinBalancer(AsgiServer):
             while True:
                 msg = await receive()
                 if msg["type"] == "lifespan.startup":
+                    # No cookie jar: a balancer passes cookies through, it never keeps one
+                    # client's cookies to send with another's requests.
                     self._client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=120))
+                    self._client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
                     await send({"type": "lifespan.startup.complete"})
                 elif msg["type"] == "lifespan.shutdown":
                     await self._client.aclose()

@@ -79,8 +79,8 @@ def connect_the_demo_account(base: str, auth: dict) -> None:
     url = first.json()["error"]["connectUrl"]
     with httpx.Client(follow_redirects=False, timeout=10) as browser:
         page = browser.get(url)
-        ticket = html.unescape(re.search(r'name="ticket" value="([^"]+)"', page.text).group(1))
-        page = browser.get(browser.post(f"{base}/connect/key", data={"ticket": ticket, "key": "sk-demo"}).headers["location"])
+        proof = html.unescape(re.search(r'name="proof" value="([^"]+)"', page.text).group(1))
+        page = browser.get(browser.post(f"{base}/connect/key", data={"proof": proof, "key": "sk-demo"}).headers["location"])
         consent = html.unescape(re.search(r'name="consent" value="([^"]+)"', page.text).group(1))
         to_accounts = browser.post(f"{base}/connect/approve", data={"consent": consent, "answer": "approve"}).headers["location"]
         form = browser.get(to_accounts)

@@ -272,6 +272,14 @@ def test_a_key_holder_connects_the_keys_own_account_and_the_store_down_is_named(
     browser = world["browser"]("bot-owner")
     browser.open(url)
     browser.wait_for(lambda: "Type the key" in browser.text(), "the key page")
+    # The key form is bound to the browser it was shown in: posted from elsewhere (no cookie),
+    # even with the right key, it is refused (no login CSRF into someone else's key).
+    import html
+    import re
+
+    proof = html.unescape(re.search(r'name="proof" value="([^"]+)"', browser.driver.page_source).group(1))
+    elsewhere = httpx.post(f"{lb.url}/connect/key", data={"proof": proof, "key": bot}, timeout=10)
+    assert elsewhere.status_code == 400 and "Not this browser" in elsewhere.text, elsewhere.text
     browser.fill(key="not-the-key")
     browser.click("Continue")
     browser.wait_for(lambda: "Not this key" in browser.text(), "the wrong key refused")

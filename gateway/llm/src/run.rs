@@ -21,6 +21,7 @@ use crate::turn::{Call, Executed, Outcome, Usage};
 use crate::{anthropic, openai};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Model;
+use switchboard_upstream::error::UpstreamError;
 
 /// A request ready for the provider: authenticated, its model found, carried work restored,
 /// gateway tools resolved and injected, the model id rewritten.
@@ -169,6 +170,15 @@ pub(crate) async fn execute<'t>(
                     .await
                 {
                     Ok(result) => outcome_of(&call.id, &result),
+                    // The person must connect their own account first: the model is told where,
+                    // so that it can tell them (the link works for them alone).
+                    Err(UpstreamError::AccountNotConnected { server, url }) => Outcome::error(
+                        &call.id,
+                        format!(
+                            "the tool {} needs the user's own account at {server}: ask them to open {url} to connect it, then try again",
+                            tool.name
+                        ),
+                    ),
                     Err(e) => {
                         Outcome::error(&call.id, format!("the tool {} failed: {e}", tool.name))
                     }

@@ -114,8 +114,13 @@ pub fn resolve_secrets(
     for (i, key) in store.previous_keys.iter_mut().enumerate() {
         resolve(key, format!("gateway.store.previousKeys[{i}]"));
     }
-    if let Some(password) = store.redis.as_mut().and_then(|r| r.password.as_mut()) {
-        resolve(password, "gateway.store.redis.password".into());
+    if let Some(redis) = store.redis.as_mut() {
+        if let Some(password) = redis.password.as_mut() {
+            resolve(password, "gateway.store.redis.password".into());
+        }
+        if let Some(bundle) = redis.ca_bundle.as_mut() {
+            resolve(bundle, "gateway.store.redis.caBundle".into());
+        }
     }
     for (i, server) in snapshot.servers.iter_mut().enumerate() {
         if let Some(tls) = server.tls.as_mut() {
@@ -1046,6 +1051,20 @@ fn validate_store(store: &crate::StoreSettings, has_session_key: bool, v: &mut V
         }
         if redis.timeout.is_zero() {
             v.err("gateway.store.redis.timeout", "must be greater than 0");
+        }
+        if let Some(bundle) = &redis.ca_bundle {
+            if !redis.url.starts_with("rediss://") {
+                v.err(
+                    "gateway.store.redis.caBundle",
+                    "applies to a rediss:// URL only",
+                );
+            }
+            let mut hash = sha2::Sha256::new();
+            if let Err(e) =
+                crate::tls::certificates(bundle, "gateway.store.redis.caBundle", &mut hash)
+            {
+                v.errors.push(e);
+            }
         }
     }
     let keys = store

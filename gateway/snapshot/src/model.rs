@@ -188,6 +188,10 @@ pub struct RedisStoreSettings {
     pub username: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<SecretSource>,
+    /// `rediss://` only: PEM of the CA that signed Redis's certificate, trusted instead of the
+    /// public web roots compiled in (the images have no system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<SecretSource>,
     /// How long one operation may take before the store counts as down for it.
     #[serde(default = "default_store_timeout", with = "humantime_serde")]
     #[schemars(schema_with = "crate::schema::duration")]

@@ -149,6 +149,7 @@ impl Store {
                 &redis.url,
                 redis.username.as_deref(),
                 redis.password.as_ref().and_then(resolved_value),
+                redis.ca_bundle.as_ref().and_then(resolved_value),
                 redis.timeout,
             )?)),
             None => {

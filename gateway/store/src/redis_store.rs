@@ -39,6 +39,9 @@ return 0
 
 pub(crate) struct Redis {
     info: ConnectionInfo,
+    /// PEM of the CA a `rediss://` server's certificate is checked against (else the public
+    /// web roots compiled in).
+    ca_bundle: Option<Vec<u8>>,
     timeout: Duration,
     /// Made on first use, inside the runtime; reconnects by itself from then on.
     connection: OnceCell<ConnectionManager>,
@@ -53,6 +56,7 @@ impl Redis {
         url: &str,
         username: Option<&str>,
         password: Option<&str>,
+        ca_bundle: Option<&str>,
         timeout: Duration,
     ) -> Result<Redis, StoreError> {
         let info = url
@@ -67,6 +71,7 @@ impl Redis {
         }
         Ok(Redis {
             info: info.set_redis_settings(settings),
+            ca_bundle: ca_bundle.map(|pem| pem.as_bytes().to_vec()),
             timeout,
             connection: OnceCell::new(),
             rate: Script::new(RATE_SCRIPT),
@@ -78,7 +83,24 @@ impl Redis {
         let connection = self
             .connection
             .get_or_try_init(|| async {
-                let client = redis::Client::open(self.info.clone()).map_err(unavailable)?;
+                // redis-rs builds its TLS configuration on the process's default rustls
+                // provider; the gateway's TLS is ring everywhere else (each client names it),
+                // and another crate's features may compile aws-lc-rs in too, so the process
+                // default is said once here (a default already set stays).
+                if matches!(self.info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                    let _ = rustls::crypto::ring::default_provider().install_default();
+                }
+                let client = match &self.ca_bundle {
+                    Some(pem) => redis::Client::build_with_tls(
+                        self.info.clone(),
+                        redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(pem.clone()),
+                        },
+                    ),
+                    None => redis::Client::open(self.info.clone()),
+                }
+                .map_err(unavailable)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout))

@@ -161,6 +161,61 @@ async fn redis_with_a_password_refuses_a_client_without_it() {
     );
 }
 
+/// `rediss://` to a Redis whose certificate a private CA signed: the CA given as `caBundle`
+/// is trusted (and the suite passes); another CA's bundle, or none (the public roots), is not.
+#[tokio::test]
+async fn redis_over_tls_trusts_the_configured_ca_alone() {
+    let pki = Pki::new("127.0.0.1");
+    let server = RedisServer::start_tls(&pki);
+    let trusted = server.tls_store(Some(&pki.ca_pem));
+    suite(&trusted).await;
+    let key = StoreKey::new("test", &[b"tls"]);
+    for (what, bundle) in [
+        ("another CA", Some(Pki::new("127.0.0.1").ca_pem)),
+        ("the public roots", None),
+    ] {
+        let refused = server.tls_store(bundle.as_deref()).get(&key).await;
+        assert!(
+            matches!(refused, Err(StoreError::Unavailable { .. })),
+            "{what}: {refused:?}"
+        );
+    }
+}
+
+/// A private CA and Redis's certificate under it, as PEM files in a directory of their own.
+struct Pki {
+    dir: TempDir,
+    ca_pem: String,
+}
+
+impl Pki {
+    fn new(host: &str) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let dir = TempDir::new("pki");
+        let ca_key = KeyPair::generate().expect("key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("store test CA {}", hex::encode(rand::random::<[u8; 4]>())),
+        );
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf_key = KeyPair::generate().expect("key");
+        let leaf = CertificateParams::new(vec![host.to_string()])
+            .expect("params")
+            .signed_by(&leaf_key, &issuer)
+            .expect("leaf");
+        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).expect("write");
+        std::fs::write(dir.path().join("redis.pem"), leaf.pem()).expect("write");
+        std::fs::write(dir.path().join("redis.key"), leaf_key.serialize_pem()).expect("write");
+        Pki {
+            ca_pem: ca_cert.pem(),
+            dir,
+        }
+    }
+}
+
 #[tokio::test]
 async fn redis_down_fails_fast_and_the_store_recovers_by_itself() {
     let mut server = RedisServer::start(None);
@@ -309,6 +364,8 @@ struct RedisServer {
     dir: TempDir,
     password: Option<String>,
     child: Option<Child>,
+    /// The TLS port, for a server started with [`RedisServer::start_tls`].
+    tls_port: Option<u16>,
 }
 
 impl RedisServer {
@@ -317,9 +374,77 @@ impl RedisServer {
             dir: TempDir::new("redis"),
             password: password.map(str::to_owned),
             child: None,
+            tls_port: None,
         };
         server.restart();
         server
+    }
+
+    /// Redis serving TLS on a loopback port (TLS has no Unix socket) with `pki`'s certificate.
+    /// The port is picked free and released first: another process may take it meanwhile, so
+    /// a start that does not come up is tried again on another port.
+    fn start_tls(pki: &Pki) -> RedisServer {
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port");
+            let mut server = RedisServer {
+                dir: TempDir::new("redis-tls"),
+                password: None,
+                child: None,
+                tls_port: Some(port),
+            };
+            let file = |name: &str| pki.dir.path().join(name);
+            let child = Command::new("redis-server")
+                .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--tls-cert-file")
+                .arg(file("redis.pem"))
+                .arg("--tls-key-file")
+                .arg(file("redis.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(file("ca.pem"))
+                .args(["--tls-auth-clients", "no", "--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(server.dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!("cannot start redis-server ({e}): install it with `tests/install-packages.sh redis-server=redis-server`")
+                });
+            server.child = Some(child);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return server;
+                }
+                if server
+                    .child
+                    .as_mut()
+                    .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server did not serve TLS (is it built with TLS? Debian's is)");
+    }
+
+    fn tls_store(&self, ca_bundle: Option<&str>) -> Store {
+        let port = self.tls_port.expect("a TLS server");
+        let settings = StoreSettings {
+            redis: Some(RedisStoreSettings {
+                url: format!("rediss://127.0.0.1:{port}/0"),
+                username: None,
+                password: None,
+                ca_bundle: ca_bundle.map(|pem| SecretSource::Value { value: pem.into() }),
+                timeout: Duration::from_millis(1000),
+            }),
+            ..StoreSettings::default()
+        };
+        Store::from_settings(&settings, Some(SESSION_KEY)).expect("store")
     }
 
     fn socket(&self) -> PathBuf {
@@ -389,6 +514,7 @@ impl RedisServer {
                 url: self.url(),
                 username: None,
                 password: password.map(|p| SecretSource::Value { value: p.into() }),
+                ca_bundle: None,
                 timeout: Duration::from_millis(500),
             }),
             key: key.map(|k| SecretSource::Value { value: k.into() }),
