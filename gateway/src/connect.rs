@@ -31,7 +31,7 @@ use switchboard_core::broker::{BrokerSealer, Record, digest, new_verifier, s256,
 use switchboard_core::table::{RoutingTable, Server, base_url};
 use switchboard_snapshot::key_hash;
 
-use crate::oauth::{cookie, escape, no_store, redirect, with_query};
+use crate::oauth::{ConsentAnswer, cookie, escape, no_store, redirect, with_query};
 use crate::sign_in::SignInContext;
 
 /// The browser's nonce: every step after the first must come from the browser that began it.
@@ -126,6 +126,32 @@ fn account_server<'t>(
             ))
         })?;
     Ok((sealer, server))
+}
+
+/// The sealed step of `kind` a redirect back carries (its `state`), if it came back to the
+/// browser it is bound to (`browser_of`); else the page saying why (`not_here` names the step).
+fn returned_step<T: serde::de::DeserializeOwned + switchboard_core::broker::Expiring>(
+    sealer: &BrokerSealer,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    kind: Record,
+    browser_of: impl Fn(&T) -> &str,
+    not_here: &str,
+) -> Result<T, Box<Response>> {
+    let step = q
+        .get("state")
+        .and_then(|s| sealer.open::<T>(kind, s, SystemTime::now()))
+        .ok_or_else(|| Box::new(expired_link()))?;
+    if !from_this_browser(headers, browser_of(&step)) {
+        return Err(Box::new(problem(
+            StatusCode::BAD_REQUEST,
+            "Not this browser",
+            &format!(
+                "{not_here} did not come back to the browser that started it. Nothing was connected."
+            ),
+        )));
+    }
+    Ok(step)
 }
 
 fn tag_of(hex_tag: &str) -> Option<[u8; 32]> {
@@ -313,19 +339,17 @@ pub(crate) async fn signed_in(
     let Some(sealer) = table.account_sealer.as_ref() else {
         return expired_link();
     };
-    let Some(state) = q
-        .get("state")
-        .and_then(|s| sealer.open::<SignInState>(Record::ConnectSignIn, s, now))
-    else {
-        return expired_link();
+    let state: SignInState = match returned_step(
+        sealer,
+        &headers,
+        &q,
+        Record::ConnectSignIn,
+        |s: &SignInState| &s.browser,
+        "The sign-in",
+    ) {
+        Ok(state) => state,
+        Err(page) => return *page,
     };
-    if !from_this_browser(&headers, &state.browser) {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "Not this browser",
-            "The sign-in did not come back to the browser that started it. Open the link again.",
-        );
-    }
     let Some(ticket) = sealer.open::<ConnectTicket>(Record::ConnectTicket, &state.ticket, now)
     else {
         return expired_link();
@@ -486,12 +510,6 @@ pub(crate) async fn key_proof(
     response
 }
 
-#[derive(Deserialize)]
-pub(crate) struct ConsentAnswer {
-    consent: String,
-    answer: String,
-}
-
 /// `POST /connect/approve`: the answer. Approved, the browser goes to the upstream's
 /// authorization endpoint.
 pub(crate) async fn approve(
@@ -574,23 +592,20 @@ pub(crate) async fn callback(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let table = cx.table();
-    let now = SystemTime::now();
     let Some(sealer) = table.account_sealer.as_ref() else {
         return expired_link();
     };
-    let Some(state) = q
-        .get("state")
-        .and_then(|s| sealer.open::<ConnectState>(Record::ConnectState, s, now))
-    else {
-        return expired_link();
+    let state: ConnectState = match returned_step(
+        sealer,
+        &headers,
+        &q,
+        Record::ConnectState,
+        |s: &ConnectState| &s.browser,
+        "The authorization",
+    ) {
+        Ok(state) => state,
+        Err(page) => return *page,
     };
-    if !from_this_browser(&headers, &state.browser) {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "Not this browser",
-            "The authorization did not come back to the browser that started it. Nothing was connected.",
-        );
-    }
     let server = match account_server(&table, &state.server) {
         Ok((_, server)) => server,
         Err(page) => return *page,

@@ -441,8 +441,8 @@ pub(crate) fn escape(text: &str) -> String {
 
 #[derive(Deserialize)]
 pub(crate) struct ConsentAnswer {
-    consent: String,
-    answer: String,
+    pub(crate) consent: String,
+    pub(crate) answer: String,
 }
 
 /// `POST /oauth/consent`: the person's answer. Approved, the login goes on to the provider;
