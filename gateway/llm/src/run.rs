@@ -170,18 +170,7 @@ pub(crate) async fn execute<'t>(
                     .await
                 {
                     Ok(result) => outcome_of(&call.id, &result),
-                    // The person must connect their own account first: the model is told where,
-                    // so that it can tell them (the link works for them alone).
-                    Err(UpstreamError::AccountNotConnected { server, url }) => Outcome::error(
-                        &call.id,
-                        format!(
-                            "the tool {} needs the user's own account at {server}: ask them to open {url} to connect it, then try again",
-                            tool.name
-                        ),
-                    ),
-                    Err(e) => {
-                        Outcome::error(&call.id, format!("the tool {} failed: {e}", tool.name))
-                    }
+                    Err(e) => Outcome::error(&call.id, tool_failure(&tool.name, &e)),
                 },
             };
             Executed {
@@ -303,4 +292,40 @@ pub async fn whole(mut prepared: Prepared, tally: &mut Tally) -> Result<Response
         model: prepared.model.id().to_string(),
         detail: "the tool loop ended without an answer".into(),
     })
+}
+
+/// What the model reads when a gateway tool could not run. A caller's own account not connected
+/// yet says where the user connects it, so that the model can tell them (the link works for
+/// them alone).
+fn tool_failure(tool: &str, e: &UpstreamError) -> String {
+    match e {
+        UpstreamError::AccountNotConnected { server, url } => format!(
+            "the tool {tool} needs the user's own account at {server}: ask them to open {url} to connect it, then try again"
+        ),
+        other => format!("the tool {tool} failed: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tool_failure_tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_that_needs_the_users_account_tells_the_model_where_to_connect_it() {
+        let needs = UpstreamError::AccountNotConnected {
+            server: "github".into(),
+            url: "https://gw.example/connect?ticket=sbx.t".into(),
+        };
+        let said = tool_failure("github__whoami", &needs);
+        assert!(
+            said.contains("https://gw.example/connect?ticket=sbx.t") && said.contains("github"),
+            "{said}"
+        );
+        let down = UpstreamError::StoreUnavailable {
+            server: "github".into(),
+        };
+        assert!(
+            tool_failure("github__whoami", &down).starts_with("the tool github__whoami failed")
+        );
+    }
 }
