@@ -825,8 +825,26 @@ async fn revoke_grant(store: &Store, grant: &str, ttl: Duration) {
     }
 }
 
-/// Spends refresh token `token` of `record` once: refused when its grant was revoked, and a
-/// second spending revokes the grant. Unchecked while the store does not answer.
+/// Refuses a refresh token whose grant was revoked (a code or a refresh token used twice).
+/// Unchecked while the store does not answer.
+async fn refuse_revoked(store: &Store, record: &RefreshRecord) -> Result<(), OAuthError> {
+    if record.grant.is_empty() {
+        return Ok(());
+    }
+    match store.get(&revoked_grant_key(&record.grant)).await {
+        Ok(Some(_)) => Err(invalid_grant(
+            "the grant was revoked (a code or refresh token was used twice)",
+        )),
+        Ok(None) => Ok(()),
+        Err(e) => {
+            tracing::warn!(error = %e, "a refresh went ahead unchecked: the state store does not answer");
+            Ok(())
+        }
+    }
+}
+
+/// Spends refresh token `token` of `record` once: a second spending revokes the grant.
+/// Unchecked while the store does not answer.
 async fn spend_refresh(
     store: &Store,
     record: &RefreshRecord,
@@ -834,23 +852,6 @@ async fn spend_refresh(
     now: SystemTime,
 ) -> Result<(), OAuthError> {
     let ttl = Duration::from_secs(record.exp.saturating_sub(unix(now)).max(1));
-    let unchecked = |e: switchboard_store::StoreError| {
-        tracing::warn!(error = %e, "a refresh went ahead unchecked: the state store does not answer");
-    };
-    if !record.grant.is_empty() {
-        match store.get(&revoked_grant_key(&record.grant)).await {
-            Ok(Some(_)) => {
-                return Err(invalid_grant(
-                    "the grant was revoked (a code or refresh token was used twice)",
-                ));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                unchecked(e);
-                return Ok(());
-            }
-        }
-    }
     let spent = StoreKey::new("used-refresh", &[digest(token).as_bytes()]);
     match store.first_use(&spent, ttl).await {
         Ok(true) => Ok(()),
@@ -863,7 +864,7 @@ async fn spend_refresh(
             ))
         }
         Err(e) => {
-            unchecked(e);
+            tracing::warn!(error = %e, "a refresh went ahead unchecked: the state store does not answer");
             Ok(())
         }
     }
@@ -890,7 +891,7 @@ async fn refresh(
             "the refresh token is another identity provider's",
         ));
     }
-    spend_refresh(&broker.table.store, &record, token, now).await?;
+    refuse_revoked(&broker.table.store, &record).await?;
     let endpoints = broker
         .table
         .identity_keys
@@ -902,6 +903,9 @@ async fn refresh(
                 "the identity provider's discovery could not be read",
             )
         })?;
+    // Spent only once the gateway can go on (a refresh refused for a passing reason can be
+    // presented again), and before the provider is asked (two presentations at once: one wins).
+    spend_refresh(&broker.table.store, &record, token, now).await?;
     // The provider is asked again: a person logged out or disabled there is refused here.
     let grant = cx.upstream.refresh_login(
         broker.spec,
@@ -1476,20 +1480,36 @@ keys:
         refused(status, &e, "invalid_grant", "another client");
         let (status, e) = token_answer(&cx, asked(refresh("elsewhere"), "client-a")).await;
         refused(status, &e, "invalid_grant", "another identity provider's");
-        // Its own: spent, then the provider must be asked, whose discovery was never read here.
-        let spent = refresh(provider);
-        let (status, e) = token_answer(&cx, asked(spent.clone(), "client-a")).await;
-        assert_eq!(
-            (status, e["error"].as_str()),
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some("temporarily_unavailable")
-            )
+        // Its own: the provider must be asked, whose discovery was never read here: a passing
+        // refusal, which spends nothing (the same token works again once the provider can be).
+        let token = refresh(provider);
+        for _ in 0..2 {
+            let (status, e) = token_answer(&cx, asked(token.clone(), "client-a")).await;
+            assert_eq!(
+                (status, e["error"].as_str()),
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some("temporarily_unavailable")
+                )
+            );
+        }
+        // Spent once (as a refresh the provider answered spends it): presented again, refused,
+        // and its grant with it (a token of the same login never used is refused too).
+        let record: RefreshRecord = sealer
+            .open(Record::Refresh, &token, now)
+            .expect("a refresh token of this gateway's");
+        spend_refresh(&table.store, &record, &token, now)
+            .await
+            .expect("spent once");
+        let again = spend_refresh(&table.store, &record, &token, now).await;
+        assert!(
+            again
+                .as_ref()
+                .is_err_and(|e| e.description.contains("already used")),
+            "{again:?}"
         );
-        // Presented again: refused, and its grant with it (a token of the same login that was
-        // never used is refused too); the refusals of another client spent nothing.
-        let (status, e) = token_answer(&cx, asked(spent, "client-a")).await;
-        refused(status, &e, "invalid_grant", "already used");
+        let (status, e) = token_answer(&cx, asked(token, "client-a")).await;
+        refused(status, &e, "invalid_grant", "revoked");
         let (status, e) = token_answer(&cx, asked(refresh(provider), "client-a")).await;
         refused(status, &e, "invalid_grant", "revoked");
     }
