@@ -278,31 +278,34 @@ def main() -> int:
                 break
             time.sleep(0.02)
         args.redis_url = f"unix://{sock}"
-    results = []
-    for label, binary in runs:
-        res = run_one(args, binary, label, outdir)
-        results.append(res)
-        if args.latency:
-            print(f"== {label}: {res['rps']} req/s, p50 {res['p50_us']} µs, p99 {res['p99_us']} µs at concurrency 1 "
-                  f"({res['requests']} calls, codes {res['status_codes']})")
-            continue
-        print(f"== {label}: {res['instructions_per_call']:,} instructions per {args.path} tools/call "
-              f"({res['requests']} calls, codes {res['status_codes']}, {res['wall_s']} s under callgrind)")
-        print("   gateway functions, inclusive:")
-        for line in res["top_inclusive_gateway"]:
-            print("     " + line)
-        print("   top self:")
-        for line in res["top_self"]:
-            print("     " + line)
-    import json
-    (outdir / "summary.json").write_text(json.dumps(results, indent=1))
-    if len(results) > 1 and not args.latency:
-        base = results[0]["instructions_per_call"]
-        for r_ in results[1:]:
-            print(f"{r_['label']} vs {results[0]['label']}: {r_['instructions_per_call'] / base:.3f}×")
-    if redis is not None:
-        redis.kill()
-        redis.wait(10)
+    try:
+        results = []
+        for label, binary in runs:
+            res = run_one(args, binary, label, outdir)
+            results.append(res)
+            if args.latency:
+                print(f"== {label}: {res['rps']} req/s, p50 {res['p50_us']} µs, p99 {res['p99_us']} µs at concurrency 1 "
+                      f"({res['requests']} calls, codes {res['status_codes']})")
+                continue
+            print(f"== {label}: {res['instructions_per_call']:,} instructions per {args.path} tools/call "
+                  f"({res['requests']} calls, codes {res['status_codes']}, {res['wall_s']} s under callgrind)")
+            print("   gateway functions, inclusive:")
+            for line in res["top_inclusive_gateway"]:
+                print("     " + line)
+            print("   top self:")
+            for line in res["top_self"]:
+                print("     " + line)
+        import json
+        (outdir / "summary.json").write_text(json.dumps(results, indent=1))
+        if len(results) > 1 and not args.latency:
+            base = results[0]["instructions_per_call"]
+            for r_ in results[1:]:
+                print(f"{r_['label']} vs {results[0]['label']}: {r_['instructions_per_call'] / base:.3f}×")
+    finally:
+        # Also when a run fails: no Redis left behind.
+        if redis is not None:
+            redis.kill()
+            redis.wait(10)
     return 0
 
 
