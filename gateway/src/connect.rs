@@ -154,6 +154,34 @@ fn returned_step<T: serde::de::DeserializeOwned + switchboard_core::broker::Expi
     Ok(step)
 }
 
+/// The browser proved it is `ticket`'s caller (signed in as that person, or typed that key): it
+/// keeps a sealed cookie saying so, and goes back to the connect page, which now asks.
+fn proven(
+    sealer: &BrokerSealer,
+    base: &str,
+    ticket_text: &str,
+    ticket: &ConnectTicket,
+    now: SystemTime,
+) -> Response {
+    let known = BrowserCaller {
+        tag: ticket.tag.clone(),
+        who: ticket.who.clone(),
+        exp: unix(now) + BROWSER_TTL.as_secs(),
+    };
+    let mut response = redirect(&with_query(
+        &format!("{base}/connect"),
+        &[("ticket", ticket_text)],
+    ));
+    set_cookie(
+        &mut response,
+        base,
+        BROWSER_CALLER,
+        &sealer.seal(Record::BrowserCaller, &known, now),
+        BROWSER_TTL.as_secs(),
+    );
+    response
+}
+
 fn tag_of(hex_tag: &str) -> Option<[u8; 32]> {
     hex::decode(hex_tag).ok()?.try_into().ok()
 }
@@ -429,23 +457,7 @@ pub(crate) async fn signed_in(
             ),
         );
     }
-    let known = BrowserCaller {
-        tag: ticket.tag.clone(),
-        who: ticket.who.clone(),
-        exp: unix(now) + BROWSER_TTL.as_secs(),
-    };
-    let mut response = redirect(&with_query(
-        &format!("{base}/connect"),
-        &[("ticket", &state.ticket)],
-    ));
-    set_cookie(
-        &mut response,
-        &base,
-        BROWSER_CALLER,
-        &sealer.seal(Record::BrowserCaller, &known, now),
-        BROWSER_TTL.as_secs(),
-    );
-    response
+    proven(sealer, &base, &state.ticket, &ticket, now)
 }
 
 #[derive(Deserialize)]
@@ -491,23 +503,7 @@ pub(crate) async fn key_proof(
         );
     }
     let base = base_url(&table.settings, &headers);
-    let known = BrowserCaller {
-        tag: ticket.tag.clone(),
-        who: ticket.who.clone(),
-        exp: unix(now) + BROWSER_TTL.as_secs(),
-    };
-    let mut response = redirect(&with_query(
-        &format!("{base}/connect"),
-        &[("ticket", &bound.ticket)],
-    ));
-    set_cookie(
-        &mut response,
-        &base,
-        BROWSER_CALLER,
-        &sealer.seal(Record::BrowserCaller, &known, now),
-        BROWSER_TTL.as_secs(),
-    );
-    response
+    proven(sealer, &base, &bound.ticket, &ticket, now)
 }
 
 /// `POST /connect/approve`: the answer. Approved, the browser goes to the upstream's
