@@ -10,7 +10,10 @@
 //! - `GET /connect/callback` — the upstream's redirect back: the code is redeemed and the
 //!   account kept in the shared store (any replica answers each step).
 //! - `GET /connections`, `POST /connections/disconnect` — what a caller has connected (no token
-//!   shown), and ending one (revoked at the upstream where it can be).
+//!   shown), and ending one (revoked at the upstream where it can be). A browser that has not
+//!   shown who it is is sent to sign in at the brokered identity provider first.
+//! - `POST /connections/sign-out` — a person ends every gateway token of their logins
+//!   (`switchboard_core::sign_out`).
 //!
 //! Every step after the first is bound to the browser by a cookie nonce; the caller the browser
 //! proved is a sealed cookie of its own ([`BROWSER_CALLER`]) for a while.
@@ -27,7 +30,7 @@ use switchboard_core::accounts::{
     BROWSER_TTL, BrowserCaller, ConnectConsent, ConnectState, ConnectTicket, STEP_TTL, SignInState,
     Who,
 };
-use switchboard_core::broker::{BrokerSealer, Record, digest, new_verifier, s256, unix};
+use switchboard_core::broker::{BrokerSealer, Record, digest, new_verifier, s256, unix, unix_ms};
 use switchboard_core::table::{RoutingTable, Server, base_url};
 use switchboard_snapshot::key_hash;
 
@@ -163,15 +166,33 @@ fn proven(
     ticket: &ConnectTicket,
     now: SystemTime,
 ) -> Response {
+    let back = with_query(&format!("{base}/connect"), &[("ticket", ticket_text)]);
+    known_as(
+        sealer,
+        base,
+        ticket.tag.clone(),
+        ticket.who.clone(),
+        &back,
+        now,
+    )
+}
+
+/// The browser is known as caller `who` (its tag, hex) from now on (the sealed cookie), and
+/// goes on to `to` (a page of this gateway's, under `base`).
+fn known_as(
+    sealer: &BrokerSealer,
+    base: &str,
+    tag: String,
+    who: Who,
+    to: &str,
+    now: SystemTime,
+) -> Response {
     let known = BrowserCaller {
-        tag: ticket.tag.clone(),
-        who: ticket.who.clone(),
+        tag,
+        who,
         exp: unix(now) + BROWSER_TTL.as_secs(),
     };
-    let mut response = redirect(&with_query(
-        &format!("{base}/connect"),
-        &[("ticket", ticket_text)],
-    ));
+    let mut response = redirect(to);
     set_cookie(
         &mut response,
         base,
@@ -271,49 +292,64 @@ fn prove(
             )
         }
         Who::Person { provider, .. } => {
-            let Some(brokered) = table.people.as_ref().and_then(|people| {
-                people
-                    .providers()
-                    .find(|(id, _, _)| id == provider)
-                    .and_then(|(_, spec, _)| spec.brokered.as_ref())
-            }) else {
-                return problem(
-                    StatusCode::NOT_FOUND,
-                    "Cannot connect here",
-                    "Connecting an account asks you to sign in in this browser, which needs the \
-                     identity provider's client at the gateway (identityProviders[].brokered).",
-                );
-            };
-            let Some(endpoints) = table.identity_keys.login(provider) else {
-                return problem(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Try again shortly",
-                    "The identity provider's discovery document could not be read yet.",
-                );
-            };
-            let verifier = new_verifier();
-            let state = SignInState {
-                ticket: ticket_text.to_string(),
-                verifier: verifier.clone(),
-                browser: digest(nonce),
-                exp: unix(now) + STEP_TTL.as_secs(),
-            };
-            let sealed = sealer.seal(Record::ConnectSignIn, &state, now);
-            let to = with_query(
-                &endpoints.authorization,
-                &[
-                    ("response_type", "code"),
-                    ("client_id", &brokered.client_id),
-                    ("redirect_uri", &format!("{base}/connect/signed-in")),
-                    ("scope", &brokered.scopes.join(" ")),
-                    ("state", &sealed),
-                    ("code_challenge", &s256(&verifier)),
-                    ("code_challenge_method", "S256"),
-                ],
-            );
-            redirect(&to)
+            to_identity_provider(table, base, sealer, provider, ticket_text, nonce, now)
         }
     }
+}
+
+/// Sends the browser to sign in at identity provider `provider` (brokered: the gateway's
+/// client there), coming back to `/connect/signed-in` with `ticket_text` (empty: back to
+/// `/connections`, for whoever signs in).
+fn to_identity_provider(
+    table: &RoutingTable,
+    base: &str,
+    sealer: &BrokerSealer,
+    provider: &str,
+    ticket_text: &str,
+    nonce: &str,
+    now: SystemTime,
+) -> Response {
+    let Some(brokered) = table.people.as_ref().and_then(|people| {
+        people
+            .providers()
+            .find(|(id, _, _)| *id == provider)
+            .and_then(|(_, spec, _)| spec.brokered.as_ref())
+    }) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            "Cannot connect here",
+            "Connecting an account asks you to sign in in this browser, which needs the \
+             identity provider's client at the gateway (identityProviders[].brokered).",
+        );
+    };
+    let Some(endpoints) = table.identity_keys.login(provider) else {
+        return problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Try again shortly",
+            "The identity provider's discovery document could not be read yet.",
+        );
+    };
+    let verifier = new_verifier();
+    let state = SignInState {
+        ticket: ticket_text.to_string(),
+        verifier: verifier.clone(),
+        browser: digest(nonce),
+        exp: unix(now) + STEP_TTL.as_secs(),
+    };
+    let sealed = sealer.seal(Record::ConnectSignIn, &state, now);
+    let to = with_query(
+        &endpoints.authorization,
+        &[
+            ("response_type", "code"),
+            ("client_id", &brokered.client_id),
+            ("redirect_uri", &format!("{base}/connect/signed-in")),
+            ("scope", &brokered.scopes.join(" ")),
+            ("state", &sealed),
+            ("code_challenge", &s256(&verifier)),
+            ("code_challenge_method", "S256"),
+        ],
+    );
+    redirect(&to)
 }
 
 /// The question: connect this account, for this caller, at this server.
@@ -378,19 +414,37 @@ pub(crate) async fn signed_in(
         Ok(state) => state,
         Err(page) => return *page,
     };
-    let Some(ticket) = sealer.open::<ConnectTicket>(Record::ConnectTicket, &state.ticket, now)
-    else {
-        return expired_link();
-    };
-    let Who::Person { provider, .. } = &ticket.who else {
-        return expired_link();
-    };
     let Some(people) = table.people.as_ref() else {
         return expired_link();
     };
+    // A ticket's caller must be who signs in; without a ticket (the connections page), whoever
+    // signs in at the brokered provider is who the browser shows.
+    let ticket = if state.ticket.is_empty() {
+        None
+    } else {
+        match sealer.open::<ConnectTicket>(Record::ConnectTicket, &state.ticket, now) {
+            Some(ticket) => Some(ticket),
+            None => return expired_link(),
+        }
+    };
+    let provider = match &ticket {
+        Some(ConnectTicket {
+            who: Who::Person { provider, .. },
+            ..
+        }) => provider.clone(),
+        Some(_) => return expired_link(),
+        None => match people
+            .providers()
+            .find(|(_, spec, _)| spec.brokered.is_some())
+        {
+            Some((id, _, _)) => id.to_string(),
+            None => return expired_link(),
+        },
+    };
+    let provider = provider.as_str();
     let Some((spec, tls)) = people
         .providers()
-        .find(|(id, _, _)| id == provider)
+        .find(|(id, _, _)| *id == provider)
         .map(|(_, spec, tls)| (spec, tls))
     else {
         return expired_link();
@@ -442,6 +496,14 @@ pub(crate) async fn signed_in(
                 "The identity provider's token was not one this gateway takes; nothing was connected.",
             );
         }
+    };
+    let Some(ticket) = ticket else {
+        let who = Who::Person {
+            provider: provider.to_string(),
+            subject: person.subject.clone(),
+        };
+        let to = format!("{base}/connections");
+        return known_as(sealer, &base, hex::encode(person.tag), who, &to, now);
     };
     if hex::encode(person.tag) != ticket.tag {
         tracing::info!(
@@ -683,12 +745,34 @@ pub(crate) async fn connections(
         );
     };
     let Some(known) = browser_caller(&headers, sealer, now) else {
-        return problem(
-            StatusCode::OK,
-            "Your connections",
-            "This browser has not shown who you are yet: open a connect link (a tool of a server \
-             that needs your account gives one), then come back here.",
-        );
+        // A person signs in at the brokered provider to see who they are; a key's holder
+        // shows the key through a connect link (a bare page does not ask for a key).
+        let brokered = table.people.as_ref().and_then(|people| {
+            people
+                .providers()
+                .find(|(_, spec, _)| spec.brokered.is_some())
+                .map(|(id, _, _)| id.to_string())
+        });
+        let Some(provider) = brokered else {
+            return problem(
+                StatusCode::OK,
+                "Your connections",
+                "This browser has not shown who you are yet: open a connect link (a tool of a \
+                 server that needs your account gives one), then come back here.",
+            );
+        };
+        let (nonce, new_nonce) = browser_nonce(&headers);
+        let mut response = to_identity_provider(&table, &base, sealer, &provider, "", &nonce, now);
+        if new_nonce {
+            set_cookie(
+                &mut response,
+                &base,
+                BROWSER_NONCE,
+                &nonce,
+                STEP_TTL.as_secs(),
+            );
+        }
+        return response;
     };
     let Some(tag) = tag_of(&known.tag) else {
         return expired_link();
@@ -736,7 +820,7 @@ pub(crate) async fn connections(
             check = escape(&sealer.seal(Record::ConnectConsent, &check, now)),
         ));
     }
-    let body = if rows.is_empty() {
+    let mut body = if rows.is_empty() {
         format!(
             "<p>{} has no account connected.</p>",
             escape(&known.who.to_string())
@@ -747,6 +831,22 @@ pub(crate) async fn connections(
             escape(&known.who.to_string())
         )
     };
+    if matches!(known.who, Who::Person { .. }) {
+        let check = ConnectConsent {
+            ticket: SIGN_OUT.to_string(),
+            browser: digest(&nonce),
+            exp: unix(now) + STEP_TTL.as_secs(),
+        };
+        body.push_str(&format!(
+            "<p>Signing out ends every token this gateway gave your MCP clients (they ask you \
+             to sign in again); your connected accounts stay connected.</p>\
+             <form method=\"post\" action=\"{base}/connections/sign-out\">\
+             <input type=\"hidden\" name=\"check\" value=\"{check}\">\
+             <button type=\"submit\">Sign out everywhere</button></form>",
+            base = escape(&base),
+            check = escape(&sealer.seal(Record::ConnectConsent, &check, now)),
+        ));
+    }
     let mut response = page(StatusCode::OK, "Your connections", &body);
     if new_nonce {
         set_cookie(
@@ -757,6 +857,79 @@ pub(crate) async fn connections(
             STEP_TTL.as_secs(),
         );
     }
+    response
+}
+
+/// The check of the sign-out form (a `ConnectConsent` whose ticket is this).
+const SIGN_OUT: &str = "sign-out";
+
+/// `POST /connections/sign-out`: the person this browser shows ends every gateway token of
+/// their logins before now, on every replica (`switchboard_core::sign_out`), and this browser
+/// forgets who it showed.
+pub(crate) async fn sign_out(
+    State(cx): State<Arc<SignInContext>>,
+    headers: HeaderMap,
+    form: Result<Form<DisconnectAnswer>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let table = cx.table();
+    let now = SystemTime::now();
+    let (Ok(Form(answer)), Some(sealer), Some(people)) =
+        (form, table.account_sealer.as_ref(), table.people.as_ref())
+    else {
+        return expired_link();
+    };
+    let check = sealer.open::<ConnectConsent>(Record::ConnectConsent, &answer.check, now);
+    let (Some(check), Some(known)) = (check, browser_caller(&headers, sealer, now)) else {
+        return expired_link();
+    };
+    let Who::Person { provider, subject } = &known.who else {
+        return expired_link();
+    };
+    if check.ticket != SIGN_OUT || !from_this_browser(&headers, &check.browser) {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "Not this browser",
+            "This answer did not come from the browser the page was shown in.",
+        );
+    }
+    // No token of an earlier login outlives its refresh token's lifetime.
+    let Some(lasts) = people
+        .providers()
+        .find(|(id, _, _)| id == provider)
+        .and_then(|(_, spec, _)| spec.brokered.as_ref())
+        .map(|b| b.refresh_token_ttl + b.access_token_ttl)
+    else {
+        return expired_link();
+    };
+    let ended = people
+        .sign_outs()
+        .sign_out(&table.store, provider, subject, unix_ms(now), lasts)
+        .await;
+    if let Err(e) = ended {
+        tracing::warn!(error = %e, "a sign-out could not be recorded: the state store does not answer");
+        return problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Not signed out",
+            "The gateway's state store does not answer; nothing was ended. Try again shortly.",
+        );
+    }
+    tracing::info!(
+        provider = provider.as_str(),
+        "a person signed out everywhere"
+    );
+    let base = base_url(&table.settings, &headers);
+    let mut response = page(
+        StatusCode::OK,
+        "Signed out",
+        &format!(
+            "<p>Every token this gateway gave your MCP clients has ended (within {} seconds on \
+             every replica); they will ask you to sign in again. Your connected accounts stay \
+             connected: <a href=\"{base}/connections\">your connections</a>.</p>",
+            switchboard_core::sign_out::SEEN_WITHIN.as_secs(),
+            base = escape(&base),
+        ),
+    );
+    set_cookie(&mut response, &base, BROWSER_CALLER, "", 0);
     response
 }
 

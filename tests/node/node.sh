@@ -264,6 +264,9 @@ cmd_start() {
     ip link add cni0 type bridge
     ip addr add $NODE_IP/16 dev cni0
     ip link set cni0 up
+    # Service addresses routed as a real node's default route does: kube-proxy's DNAT (its
+    # OUTPUT rules) then sends what the node itself dials (a browser here) to a pod.
+    ip route add 10.96.0.0/16 dev cni0
     sysctl -qw net.ipv4.ip_forward=1
     sysctl -qw net.bridge.bridge-nf-call-iptables=1
     for d in ${PRIVATE_DIRS[*]}; do mount -t tmpfs -o mode=755 tmpfs \$d; done" ||

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds the two images the one-node cluster needs besides Switchboard's own (tests/images/build.sh)
-# and prints their archive paths, one per line (pause first):
+# Builds the images the one-node cluster needs besides Switchboard's own (tests/images/build.sh)
+# and prints their archive paths, one per line, in this order:
 #
 #   registry.k8s.io/pause:3.10.1       every pod's sandbox: Kubernetes' build/pause/linux/pause.c,
 #                                      linked statically (gcc), FROM scratch
 #   switchboard.test/caller:local      the test pods' client (tests/node/caller, Go standard
 #                                      library only, static), FROM scratch
+#   switchboard.test/redis:7.0         the chart's demo Redis (gateway.store.demoRedis.image):
+#                                      Debian 12's redis-server and redis-tools (7.0) on a
+#                                      minbase root filesystem made by mmdebstrap
 #
 # No base image is pulled. Archives are cached in ${SWITCHBOARD_CACHE}/node-images, keyed by the
 # content of their sources, so a warm run only checks them.
@@ -45,5 +48,21 @@ if [[ ! -s "$caller" ]]; then
   oci_archive switchboard.test/caller:local "$caller" "$work"
   rm -rf "$work"; trap - EXIT
 fi
+redis_suite=bookworm
+redis_packages=redis-server,redis-tools
+redis="$out/redis-$({ echo "$redis_suite $redis_packages"; sed -n '/^redis_suite=/,/^fi$/p' "$0"; } | sha256sum | cut -c1-12).tar"
+if [[ ! -s "$redis" ]]; then
+  "$root/tests/install-packages.sh" mmdebstrap=mmdebstrap >&2 || die "could not install mmdebstrap"
+  work=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-redis-image.XXXXXX"); trap 'rm -rf "$work"' EXIT
+  echo "node/test-images.sh: building a Debian $redis_suite root filesystem with Redis (mmdebstrap)" >&2
+  # /data: the chart mounts an emptyDir there and runs Redis in it (the official image's layout).
+  mmdebstrap --variant=minbase --include="$redis_packages" --mode=root --quiet \
+    --customize-hook='mkdir -p "$1/data"; rm -rf "$1/var/cache/apt/archives"/*.deb "$1/var/lib/apt/lists"/*' \
+    "$redis_suite" "$work/rootfs.tar" http://deb.debian.org/debian >&2 || die "mmdebstrap failed (Debian's archive must be reachable)"
+  printf 'FROM scratch\nADD rootfs.tar /\nUSER 999:999\nWORKDIR /data\nENTRYPOINT ["/usr/bin/redis-server"]\n' >"$work/Containerfile"
+  oci_archive switchboard.test/redis:7.0 "$redis" "$work"
+  rm -rf "$work"; trap - EXIT
+fi
 echo "$pause"
 echo "$caller"
+echo "$redis"

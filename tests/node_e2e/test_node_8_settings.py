@@ -75,8 +75,8 @@ def served_generation(pod_ip: str) -> int:
 
 
 def pod_urls() -> list[str]:
-    """Each Ready gateway pod's own address (pod addresses are routable from the node's network
-    namespace, the Service's virtual address is not): every setting is checked on every pod."""
+    """Each Ready gateway pod's own address: every setting is checked on every pod (the
+    Service would pick one)."""
     return [f"http://{p['status']['podIP']}:8080" for p in gateway_pods()]
 
 

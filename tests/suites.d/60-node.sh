@@ -3,7 +3,8 @@
 # runc, kube-proxy, CoreDNS, bridge CNI, control plane) in private namespaces; Switchboard's images
 # built (tests/images/build.sh) and imported into the node's containerd under the chart's names;
 # `helm install`; client pods calling the gateway by its Service name with a key and with their
-# ServiceAccount token; a call loop through the deletion of the gateway pod holding its connection (and of one not holding it), a rolling `helm upgrade` and
+# ServiceAccount token; a person connecting an account (chart with its demo Redis, Keycloak and a
+# browser in the node's network) that outlives the gateway pods; a call loop through the deletion of the gateway pod holding its connection (and of one not holding it), a rolling `helm upgrade` and
 # the operator leader's deletion; resource figures; then the node is stopped and checked to
 # have left nothing behind.
 #
@@ -38,6 +39,11 @@ echo "60-node: binaries and images ready in $(( $(date +%s) - t0 ))s" >&2
 
 venv="${SWITCHBOARD_VENV:-$(tests/setup-python.sh)}"
 [[ -x "$venv/bin/python" ]] || fail "no Python venv at $venv (tests/setup-python.sh)"
+# A person connecting an account from a browser in the node's network (test_node_9_accounts.py):
+# Keycloak and Debian's chromium, fetched here, outside the node, which reaches nothing outside.
+tests/setup-keycloak.sh >/dev/null || fail "tests/setup-keycloak.sh failed"
+tests/install-packages.sh chromium=chromium chromedriver=chromium-driver >/dev/null ||
+  fail "installing chromium and chromium-driver failed"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-node.XXXXXX")
 stop_node() {
@@ -54,7 +60,7 @@ tests/node/node.sh start "$dir" ||
   fail "the node did not start (the failing part's log is above; SWITCHBOARD_NODE_KEEP=1 keeps the node's logs in $dir/logs)"
 started=$(( $(date +%s) - t0 ))
 t0=$(date +%s)
-tests/node/node.sh import "$dir" "${test_images[1]}" "${stdio_images[@]}" "$archives"/switchboard-{gateway,operator,example-upstream}.tar \
+tests/node/node.sh import "$dir" "${test_images[1]}" "${test_images[2]}" "${stdio_images[@]}" "$archives"/switchboard-{gateway,operator,example-upstream}.tar \
   >/dev/null || fail "importing the images failed"
 echo "60-node: node started in ${started}s; images imported in $(( $(date +%s) - t0 ))s" >&2
 

@@ -35,6 +35,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// The store's record of a person's sign-out (`StoreKey::new(SIGNED_OUT, [provider, subject])`,
+/// the time in unix milliseconds as text): every gateway token of a login before it is refused.
+pub const SIGNED_OUT: &str = "signed-out";
+
 /// What a sealed record is; also its associated data and the prefix of its text form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Record {
@@ -286,6 +290,9 @@ pub struct CodeRecord {
     pub identity: Identity,
     #[serde(rename = "t")]
     pub provider_token: ProviderTokens,
+    /// When the person signed in at the provider, unix milliseconds.
+    #[serde(rename = "si", default)]
+    pub signed_in: u64,
     #[serde(rename = "e")]
     pub exp: u64,
 }
@@ -314,6 +321,10 @@ pub struct AccessRecord {
     pub client: String,
     #[serde(rename = "t")]
     pub provider_access: String,
+    /// When the person signed in (the login it descends from), unix milliseconds: a sign-out
+    /// after it ends the token (`SIGNED_OUT`). 0 in tokens issued before logins were dated.
+    #[serde(rename = "si", default)]
+    pub signed_in: u64,
     #[serde(rename = "e")]
     pub exp: u64,
 }
@@ -337,6 +348,9 @@ pub struct RefreshRecord {
     /// Empty in tokens issued before grants were named.
     #[serde(rename = "g", default, skip_serializing_if = "String::is_empty")]
     pub grant: String,
+    /// When the person signed in, unix milliseconds, carried from login to every refresh.
+    #[serde(rename = "si", default)]
+    pub signed_in: u64,
     #[serde(rename = "e")]
     pub exp: u64,
 }
@@ -486,6 +500,12 @@ pub fn new_verifier() -> String {
 }
 
 /// Seconds since the epoch.
+/// Unix milliseconds (sign-in and sign-out times: a sign-out and a new login may share a second).
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 pub fn unix(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -17,6 +17,8 @@
 //! - `workload_identity`: ServiceAccount tokens verified offline.
 //! - [`credentials`], `address_policy`: composing a server's upstream headers; which upstream
 //!   addresses a server may reach.
+//! - [`sign_out`]: a person ending every gateway token of their logins (the shared store keeps
+//!   when).
 //! - [`accounts`]: people's own upstream accounts (`userOAuth`): the connect flow's sealed
 //!   records and what the shared store holds.
 
@@ -39,6 +41,7 @@ pub mod route;
 pub mod scope;
 mod server;
 pub mod session;
+pub mod sign_out;
 pub mod table;
 pub mod virtual_server;
 mod workload_identity;

@@ -31,6 +31,7 @@ use crate::broker::{AccessRecord, BrokerSealer, Record};
 use crate::jwks::SigningKeys;
 use crate::key::Key;
 use crate::remembered_tokens::{RememberedTokens, unix_now};
+use crate::sign_out::SignOuts;
 
 /// A verified person.
 #[derive(Clone, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub struct Person {
     /// Signed in through the gateway (brokered mode): the provider's access token the gateway
     /// holds for them, the subject of a token exchange on their behalf.
     pub provider_token: Option<String>,
+    /// Signed in through the gateway: when that login happened (unix milliseconds), which a
+    /// sign-out after it ends (`sign_out.rs`).
+    pub signed_in: Option<u64>,
 }
 
 impl std::fmt::Debug for Person {
@@ -290,6 +294,8 @@ pub struct People {
     providers: Vec<Provider>,
     /// Tokens verified lately, with their person (`remembered_tokens.rs` says why and how).
     verified: RememberedTokens<Arc<Person>>,
+    /// People's sign-outs read lately from the shared store.
+    sign_outs: SignOuts,
 }
 
 impl std::fmt::Debug for People {
@@ -373,6 +379,7 @@ impl People {
         Ok(Some(People {
             providers,
             verified: RememberedTokens::default(),
+            sign_outs: SignOuts::default(),
         }))
     }
 
@@ -434,6 +441,11 @@ impl People {
         Ok(Signed { person, grants })
     }
 
+    /// The sign-outs of this snapshot's people (`sign_out.rs`).
+    pub fn sign_outs(&self) -> &SignOuts {
+        &self.sign_outs
+    }
+
     /// The brokered provider (at most one): the gateway is the authorization server for it.
     pub fn brokered(&self) -> Option<&IdentityProviderSpec> {
         self.providers
@@ -491,11 +503,14 @@ impl People {
             .iter()
             .find(|p| p.id == record.identity.provider && p.spec.brokered.is_some())
             .ok_or(Refusal::UnknownIssuer)?;
-        let person = Arc::new(provider.person_named(
-            record.identity.subject,
-            record.identity.groups,
-            Some(record.provider_access),
-        ));
+        let person = Arc::new(Person {
+            signed_in: Some(record.signed_in),
+            ..provider.person_named(
+                record.identity.subject,
+                record.identity.groups,
+                Some(record.provider_access),
+            )
+        });
         self.verified.insert(token, person.clone(), record.exp);
         let grants = self.grants(&person);
         Ok(Signed { person, grants })
@@ -630,6 +645,7 @@ impl Provider {
             groups,
             tag,
             provider_token,
+            signed_in: None,
         }
     }
 }

@@ -270,7 +270,7 @@ async fn grants_of(
     let person = if table.people.is_some() && looks_like_jwt(presented) {
         signed_in(table, presented, metrics).await?
     } else if table.broker.is_some() && presented.starts_with(crate::broker::ACCESS_PREFIX) {
-        Some(signed_in_here(table, headers, presented, metrics)?)
+        Some(signed_in_here(table, headers, presented, metrics).await?)
     } else {
         None
     };
@@ -352,8 +352,9 @@ fn granted(mut signed: Signed, metrics: Option<&Metrics>) -> Result<Signed, Gate
     Ok(signed)
 }
 
-/// A person signed in through the gateway (brokered mode): its own access token, opened.
-fn signed_in_here(
+/// A person signed in through the gateway (brokered mode): its own access token, opened, and
+/// refused when the person signed out after that login (`sign_out.rs`).
+async fn signed_in_here(
     table: &RoutingTable,
     headers: &HeaderMap,
     presented: &str,
@@ -377,6 +378,22 @@ fn signed_in_here(
                 })?
         }
     };
+    if let Some(since) = signed.person.signed_in {
+        let person = &signed.person;
+        let sign_outs = people.sign_outs();
+        if sign_outs
+            .ended(&table.store, &person.provider, &person.subject, since)
+            .await
+        {
+            if let Some(metrics) = metrics {
+                metrics.sign_in("switchboard", "signed_out");
+            }
+            tracing::info!("brokered sign-in refused: the person signed out since");
+            return Err(GatewayError::Unauthenticated(
+                "the person signed out since this token was issued",
+            ));
+        }
+    }
     granted(signed, metrics)
 }
 

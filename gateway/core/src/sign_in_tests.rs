@@ -403,6 +403,7 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
         audience: audience.into(),
         client: "digest".into(),
         provider_access: "provider-token".into(),
+        signed_in: 1_000,
         exp: unix_now() + 300,
     };
     let metrics = crate::metrics::Metrics::default();
@@ -443,4 +444,30 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
         now,
     );
     assert!(refused(&foreign).contains("not issued by this gateway"));
+
+    // dave signs out (at 2 000 ms): this replica refuses his token of the login at 1 000 ms at
+    // once, though it remembered the token; a token of a later login works.
+    let people = t.people.as_ref().unwrap();
+    run(people.sign_outs().sign_out(
+        &t.store,
+        "default/corp",
+        "dave",
+        2_000,
+        std::time::Duration::from_secs(60),
+    ))
+    .unwrap();
+    assert!(
+        refused(&token).contains("signed out"),
+        "{}",
+        refused(&token)
+    );
+    let later = sealer.seal(
+        Record::Access,
+        &AccessRecord {
+            signed_in: 2_001,
+            ..record("http://localhost/mcp")
+        },
+        now,
+    );
+    assert!(call(&later).is_ok(), "a login after the sign-out");
 }
