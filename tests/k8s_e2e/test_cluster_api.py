@@ -241,6 +241,46 @@ def test_propagation_apply_to_served_on_both_gateways(world: World, key: str):
     control_call(world, key)
 
 
+def test_a_limit_change_reaches_both_gateways(world: World, key: str):
+    """Issue 37: a key's limits changed with `kubectl apply` are enforced by every gateway
+    replica: the time from the apply to both refusing (429) is printed, and to both admitting
+    again once the limits are removed; each must happen within the propagation bound (10 s)."""
+    from propagation import _kubectl_writer, apply_and_time
+
+    base = {"secretName": "limited-key", "accessGroups": ["ci"]}
+    world.cluster.apply([mcp_key("limited", "default", **base)])
+    limited = world.generated_key("limited-key")
+    world.wait_key_served(limited)
+    gateways = {n: g for n, g in world.gateways.items() if g.proc.alive()}
+    assert len(gateways) >= 2, list(gateways)
+    clients = {n: httpx.Client(timeout=2) for n in gateways}
+
+    def answers(name: str, want: int):
+        def check() -> bool:
+            try:
+                return clients[name].post(
+                    f"{gateways[name].url}/mcp-rest/tools/call", headers={"Authorization": f"Bearer {limited}"},
+                    json={"name": "demo__add", "arguments": {"a": 1, "b": 2}},
+                ).status_code == want  # fmt: skip
+            except httpx.HTTPError:
+                return False
+
+        return check
+
+    try:
+        # One call an hour: each gateway admits the first call after the change, refuses the next.
+        on = apply_and_time(_kubectl_writer(world, mcp_key("limited", "default", **base, limits={"rate": "1/h", "burst": 1})),
+                            {n: answers(n, 429) for n in gateways})  # fmt: skip
+        off = apply_and_time(_kubectl_writer(world, mcp_key("limited", "default", **base)), {n: answers(n, 200) for n in gateways})
+    finally:
+        for c in clients.values():
+            c.close()
+    shown = {k: "NOT SERVED" if r["served_s"] is None else f"{r['served_s'] * 1000:.0f} ms (the write {r['write_s'] * 1000:.0f} ms)"
+             for k, r in (("limited", on), ("unlimited", off))}  # fmt: skip
+    print(f"\na key's limit change, kubectl apply -> enforced on {len(gateways)} gateways: {shown}")
+    assert on["served_s"] is not None and off["served_s"] is not None, (on, off)
+
+
 def test_a_spec_change_moves_observed_generation_and_programmed(world: World, key: str):
     world.cluster.apply(mcp_server("gen", "default", url=world.upstream.mcp_url, timeout="2s", accessGroups=["ci"]))
     world.kubectl_wait_ready("gen", timeout=30)

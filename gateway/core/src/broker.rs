@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 
 /// The store's record of a person's sign-out (`StoreKey::new(SIGNED_OUT, [provider, subject])`,
 /// the time in unix milliseconds as text): every gateway token of a login before it is refused.
-pub const SIGNED_OUT: &str = "signed-out";
+pub(crate) const SIGNED_OUT: &str = "signed-out";
 
 /// What a sealed record is; also its associated data and the prefix of its text form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,11 +1,12 @@
 //! Request limits per key and per server (`limits` in the snapshot).
 //!
-//! A key's **rate** is counted in the shared store when the store is shared (Redis): every
-//! replica counts against one budget, in one round trip (GCRA on the store's clock). While the
-//! store does not answer, each replica falls back to its own count of the same figures, so R
-//! replicas then admit at most R times the rate until the store is back (docs/architecture.md,
-//! "Limits"). Concurrency and servers' limits are each replica's own: an in-flight count across
-//! replicas would cost a second round trip at every call's end.
+//! A key's **rate and concurrency** are counted in the shared store when the store is shared
+//! (Redis): every replica counts against one budget, both in one round trip (GCRA on the
+//! store's clock; a slot is a lease in the store, renewed while its request goes on and given
+//! back when it ends, off the request's path). While the store does not answer, each replica
+//! falls back to its own count of the same figures, so R replicas then admit at most R times
+//! them until the store is back (docs/architecture.md, "Limits"). Servers' limits are each
+//! replica's own: they protect an upstream from this replica.
 //!
 //! A request over a limit is refused before any upstream I/O, with a `Retry-After`. The
 //! limiters' state outlives a snapshot: a new table takes over the limiter of every key and
@@ -21,7 +22,7 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use switchboard_snapshot::{KeySpec, RequestLimits, Snapshot};
-use switchboard_store::{Rate, RateDecision, Store, StoreKey};
+use switchboard_store::{Admission, LEASE, Rate, Slot, Store, StoreKey};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
@@ -103,7 +104,10 @@ impl Limiter {
             ),
             None => None,
         };
-        Ok(LimitPermit { _permit: permit })
+        Ok(LimitPermit {
+            _permit: permit,
+            _slot: None,
+        })
     }
 
     /// This replica's count of the rate.
@@ -125,37 +129,91 @@ impl Limiter {
         Ok(permit)
     }
 
-    /// Admits one request with its rate counted in `store` by every replica (under `id`); this
-    /// replica's own count while the store does not answer.
+    /// Admits one request with its rate and concurrency counted in `store` by every replica
+    /// (under `id`); this replica's own count while the store does not answer.
     async fn admit_shared(
         &self,
-        store: &Store,
+        store: &Arc<Store>,
         id: &str,
     ) -> Result<LimitPermit, (LimitKind, Duration)> {
-        let permit = self.slot()?;
-        let Some(rate) = self.shared_rate else {
-            return Ok(permit);
-        };
-        match store
-            .rate(&StoreKey::new("rate", &[id.as_bytes()]), rate)
-            .await
-        {
-            Ok(RateDecision::Admitted) => Ok(permit),
-            Ok(RateDecision::Refused { retry_after }) => Err((LimitKind::Rate, retry_after)),
+        let slots = self.spec.concurrent_requests.map(|n| n.max(1));
+        if slots.is_none() && self.shared_rate.is_none() {
+            return Ok(LimitPermit::default());
+        }
+        let rate_key = StoreKey::new("rate", &[id.as_bytes()]);
+        let slots_key = StoreKey::new("in-flight", &[id.as_bytes()]);
+        let asked = store
+            .admit(
+                self.shared_rate.map(|rate| (&rate_key, rate)),
+                slots.map(|limit| (&slots_key, limit)),
+            )
+            .await;
+        match asked {
+            Ok(Admission::Admitted(slot)) => Ok(LimitPermit {
+                _permit: None,
+                _slot: slot.map(|slot| HeldSlot::new(store.clone(), slot)),
+            }),
+            Ok(Admission::Busy) => Err((LimitKind::Concurrency, CONCURRENCY_RETRY_AFTER)),
+            Ok(Admission::Limited { retry_after }) => Err((LimitKind::Rate, retry_after)),
             Err(e) => {
-                tracing::debug!(error = %e, "the shared rate is counted locally while the store is down");
-                self.local_rate()?;
-                Ok(permit)
+                tracing::debug!(error = %e, "a key's limits are counted locally while the store is down");
+                self.admit()
             }
         }
     }
 }
 
-/// A request admitted under a limit: holds its concurrency slot until dropped (with the caller
-/// or the relayed stream that holds it).
-#[derive(Debug)]
+/// A request admitted under a limit: holds its concurrency slot (this replica's, or one in the
+/// shared store) until dropped (with the caller or the relayed stream that holds it).
+#[derive(Debug, Default)]
 pub struct LimitPermit {
     _permit: Option<OwnedSemaphorePermit>,
+    _slot: Option<HeldSlot>,
+}
+
+/// A slot held in the shared store: renewed every third of its lease while the request goes
+/// on (a long stream stays counted), given back when it ends. Both off the request's path.
+#[derive(Debug)]
+struct HeldSlot {
+    held: Option<(Arc<Store>, Slot)>,
+    renewing: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl HeldSlot {
+    fn new(store: Arc<Store>, slot: Slot) -> HeldSlot {
+        let renewing = tokio::runtime::Handle::try_current().ok().map(|runtime| {
+            let (store, slot) = (store.clone(), slot.clone());
+            runtime.spawn(async move {
+                loop {
+                    tokio::time::sleep(LEASE / 3).await;
+                    // Lapsed (the store lost it, or was down a whole lease): no longer counted.
+                    if let Ok(false) = store.renew(&slot).await {
+                        return;
+                    }
+                }
+            })
+        });
+        HeldSlot {
+            held: Some((store, slot)),
+            renewing,
+        }
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        if let Some(renewing) = self.renewing.take() {
+            renewing.abort();
+        }
+        if let (Some((store, slot)), Ok(runtime)) =
+            (self.held.take(), tokio::runtime::Handle::try_current())
+        {
+            // Not given back (the store down): it lapses after its lease.
+            runtime.spawn(async move {
+                let _ = store.release(slot).await;
+            });
+        }
+    }
 }
 
 /// The limiters of one routing table, by key id (`<namespace>/<name>`) and by server id.
@@ -198,12 +256,12 @@ impl Limiters {
         take(&mut self.servers, &previous.servers);
     }
 
-    /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits. Its rate is
-    /// counted in `store` when the store is shared.
+    /// Admits a request of key `key_id`; `Ok(None)` when the key has no limits. Its rate and
+    /// concurrency are counted in `store` when the store is shared.
     pub(crate) async fn admit_key(
         &self,
         key_id: &str,
-        store: &Store,
+        store: &Arc<Store>,
         metrics: &Metrics,
     ) -> Result<Option<LimitPermit>, Refused> {
         if !store.is_shared() {
@@ -341,7 +399,7 @@ mod tests {
         let first = switchboard_snapshot::parse(&text("1/h")).expect("parses");
         let limiters = Limiters::for_snapshot(&first);
         let metrics = Metrics::default();
-        let store = Store::in_memory();
+        let store = Arc::new(Store::in_memory());
         limiters
             .admit_key("default/a", &store, &metrics)
             .await

@@ -65,7 +65,7 @@ impl SignOuts {
     }
 
     /// When the person last signed out (unix milliseconds), if they did.
-    pub async fn signed_out_at(
+    pub(crate) async fn signed_out_at(
         &self,
         store: &Store,
         provider: &str,

@@ -37,12 +37,48 @@ pub(crate) trait Backend: Send + Sync {
         value: &[u8],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// One request against a rate (GCRA over the store's clock).
-    fn rate(
+    /// One request against a key's limits at once (one round trip): a slot among `slots`
+    /// while fewer than its limit are held, then the rate (a request refused by the rate takes
+    /// no slot, one refused for a slot spends no rate).
+    fn admit(
+        &self,
+        rate: Option<(&str, Rate)>,
+        slots: Option<Slots<'_>>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Extends a held slot to `lease` from now: `false` when it had already lapsed (and is
+    /// gone).
+    fn renew(
         &self,
         key: &str,
-        rate: Rate,
-    ) -> impl Future<Output = Result<RateDecision, StoreError>> + Send;
+        id: &[u8],
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Gives a slot back.
+    fn release(&self, key: &str, id: &[u8]) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Concurrency slots: at most `limit` held under `key` at once, each `id` held for `lease`
+/// unless renewed (a replica that dies holding slots gives them back when their leases lapse).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slots<'a> {
+    pub key: &'a str,
+    pub limit: u32,
+    pub lease: Duration,
+    pub id: &'a [u8],
+}
+
+/// What a key's limits said of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Admitted,
+    /// Every slot is held.
+    Busy,
+    /// Over the rate; the next request would be admitted after this.
+    Limited {
+        retry_after: Duration,
+    },
 }
 
 /// A rate: one request per `interval`, up to `burst` at once.

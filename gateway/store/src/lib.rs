@@ -29,7 +29,8 @@ use sha2::{Digest, Sha256};
 use switchboard_snapshot::{StoreSettings, resolved_value};
 
 use backend::Backend;
-pub use backend::{Rate, RateDecision};
+pub use backend::Rate;
+use backend::{Decision, Slots};
 
 /// What went wrong with the store: the one error of this boundary.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +73,8 @@ impl StoreKey {
 
 /// Told of every operation (the gateway's metrics count them by operation and outcome).
 pub trait StoreObserver: Send + Sync {
-    /// `operation` is `get`, `put`, `put_new`, `delete`, `take`, `unlock`, `rate` or `ping`.
+    /// `operation` is `get`, `put`, `put_new`, `delete`, `take`, `unlock`, `admit`, `renew`,
+    /// `release` or `ping`.
     fn operation(&self, backend: &'static str, operation: &'static str, error: Option<&StoreError>);
 }
 
@@ -292,11 +294,68 @@ impl Store {
         self.noted("ping", result)
     }
 
-    /// One request against `rate` under `key`, counted by every replica that shares the store.
-    pub async fn rate(&self, key: &StoreKey, rate: Rate) -> Result<RateDecision, StoreError> {
-        let result = on_backend!(self, b => b.rate(key.as_str(), rate));
-        self.noted("rate", result)
+    /// One request against a key's limits (`rate` under its key; at most `slots.1` in flight
+    /// under `slots.0`), counted by every replica that shares the store, in one round trip. An
+    /// admitted request holding a slot gets it back as [`Slot`]: renew it every third of
+    /// [`LEASE`] while the request goes on, release it when it ends.
+    pub async fn admit(
+        &self,
+        rate: Option<(&StoreKey, Rate)>,
+        slots: Option<(&StoreKey, u32)>,
+    ) -> Result<Admission, StoreError> {
+        let id: [u8; 16] = rand::random();
+        let asked = slots.map(|(key, limit)| Slots {
+            key: key.as_str(),
+            limit,
+            lease: LEASE,
+            id: &id,
+        });
+        let rate = rate.map(|(key, rate)| (key.as_str(), rate));
+        let result = on_backend!(self, b => b.admit(rate, asked));
+        Ok(match self.noted("admit", result)? {
+            Decision::Admitted => Admission::Admitted(slots.map(|(key, _)| Slot {
+                key: key.clone(),
+                id,
+            })),
+            Decision::Busy => Admission::Busy,
+            Decision::Limited { retry_after } => Admission::Limited { retry_after },
+        })
     }
+
+    /// Extends `slot` to a [`LEASE`] from now; `false` when it had lapsed already (it no longer
+    /// counts: the request holding it goes on uncounted).
+    pub async fn renew(&self, slot: &Slot) -> Result<bool, StoreError> {
+        let result = on_backend!(self, b => b.renew(slot.key.as_str(), &slot.id, LEASE));
+        self.noted("renew", result)
+    }
+
+    /// Gives `slot` back.
+    pub async fn release(&self, slot: Slot) -> Result<(), StoreError> {
+        let result = on_backend!(self, b => b.release(slot.key.as_str(), &slot.id));
+        self.noted("release", result)
+    }
+}
+
+/// How long a concurrency slot counts unless its holder renews it: a replica that dies holding
+/// slots gives them back within this.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// What a key's limits said of one request.
+#[derive(Debug)]
+pub enum Admission {
+    /// Admitted, holding this slot when a concurrency limit was asked.
+    Admitted(Option<Slot>),
+    /// Every slot is held (by requests on any replica).
+    Busy,
+    /// Over the rate; the next request would be admitted after this.
+    Limited { retry_after: Duration },
+}
+
+/// A concurrency slot a request holds in the store (see [`Store::admit`]).
+#[derive(Debug, Clone)]
+pub struct Slot {
+    key: StoreKey,
+    id: [u8; 16],
 }
 
 #[cfg(test)]

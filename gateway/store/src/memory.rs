@@ -14,7 +14,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
 use crate::StoreError;
-use crate::backend::{Backend, Rate, RateDecision, gcra};
+use crate::backend::{Backend, Decision, Rate, RateDecision, Slots, gcra};
 
 /// How often a dirty store is written to its file.
 const WRITE_EVERY: Duration = Duration::from_millis(500);
@@ -35,6 +35,9 @@ struct Shared {
 struct Entries {
     map: HashMap<String, Entry>,
     swept_at: usize,
+    /// Concurrency slots: lease id -> when it lapses (unix ms), by key. Never written to the
+    /// file (a restart forgives what was in flight).
+    slots: HashMap<String, HashMap<Vec<u8>, u64>>,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -196,22 +199,69 @@ impl Backend for Memory {
         Ok(holds)
     }
 
-    async fn rate(&self, key: &str, rate: Rate) -> Result<RateDecision, StoreError> {
+    async fn admit(
+        &self,
+        rate: Option<(&str, Rate)>,
+        slots: Option<Slots<'_>>,
+    ) -> Result<Decision, StoreError> {
         let mut entries = self.entries();
-        let now = now_ms() as f64;
-        let tat = Memory::live(&mut entries, key)
-            .and_then(|e| e.value.as_slice().try_into().ok())
-            .map(f64::from_le_bytes);
-        let (decision, next) = gcra(tat, now, rate);
-        if let Some(next) = next {
+        let now = now_ms();
+        if let Some(slots) = slots {
+            let held = entries.slots.entry(slots.key.to_string()).or_default();
+            held.retain(|_, lapses| *lapses > now);
+            if held.len() >= slots.limit as usize {
+                return Ok(Decision::Busy);
+            }
+        }
+        if let Some((key, rate)) = rate {
+            let tat = Memory::live(&mut entries, key)
+                .and_then(|e| e.value.as_slice().try_into().ok())
+                .map(f64::from_le_bytes);
+            let (decision, next) = gcra(tat, now as f64, rate);
+            if let RateDecision::Refused { retry_after } = decision {
+                return Ok(Decision::Limited { retry_after });
+            }
+            let next = next.unwrap_or(now as f64);
             let entry = Entry {
                 value: next.to_le_bytes().to_vec(),
-                expires: (next.ceil() as u64).max(now_ms() + 1),
+                expires: (next.ceil() as u64).max(now + 1),
             };
             // Counters are not worth a write to the file: a restart forgives a rate.
             entries.map.insert(key.to_string(), entry);
         }
-        Ok(decision)
+        if let Some(slots) = slots {
+            let lapses = now.saturating_add(slots.lease.as_millis() as u64);
+            entries
+                .slots
+                .entry(slots.key.to_string())
+                .or_default()
+                .insert(slots.id.to_vec(), lapses);
+        }
+        Ok(Decision::Admitted)
+    }
+
+    async fn renew(&self, key: &str, id: &[u8], lease: Duration) -> Result<bool, StoreError> {
+        let mut entries = self.entries();
+        let now = now_ms();
+        let Some(lapses) = entries.slots.get_mut(key).and_then(|held| held.get_mut(id)) else {
+            return Ok(false);
+        };
+        if *lapses <= now {
+            return Ok(false);
+        }
+        *lapses = now.saturating_add(lease.as_millis() as u64);
+        Ok(true)
+    }
+
+    async fn release(&self, key: &str, id: &[u8]) -> Result<(), StoreError> {
+        let mut entries = self.entries();
+        if let Some(held) = entries.slots.get_mut(key) {
+            held.remove(id);
+            if held.is_empty() {
+                entries.slots.remove(key);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,7 +1,8 @@
 //! The shared backend: Redis 7 or Valkey, which every replica reaches. One connection per
 //! replica, multiplexed (redis's `ConnectionManager`, which reconnects by itself); every
-//! operation is one command or one script, bounded by `gateway.store.redis.timeout`. Rates are
-//! counted on Redis's clock (`TIME` inside the script), so replicas' clocks need not agree.
+//! operation is one command or one script, bounded by `gateway.store.redis.timeout`. Rates and
+//! leases are counted on Redis's clock (`TIME` inside the scripts), so replicas' clocks need not
+//! agree.
 
 use std::time::Duration;
 
@@ -10,23 +11,54 @@ use redis::{ConnectionInfo, IntoConnectionInfo, RedisError, Script};
 use tokio::sync::OnceCell;
 
 use crate::StoreError;
-use crate::backend::{Backend, Rate, RateDecision};
+use crate::backend::{Backend, Decision, Rate, Slots};
 
-/// GCRA in one round trip: the arithmetic of `backend::gcra` on the server's clock. Returns
-/// `{1, 0}` admitted, `{0, wait_ms}` refused.
-const RATE_SCRIPT: &str = r"
+/// A key's limits in one round trip, on the server's clock. KEYS[1]: the slots (a sorted set
+/// of lease ids scored by when each lapses), KEYS[2]: the rate's theoretical arrival time;
+/// ARGV: uses slots (0/1), uses the rate (0/1), the slots' limit, the lease (ms), the lease id,
+/// the rate's interval (ms) and burst. The GCRA is `backend::gcra`'s arithmetic. Returns
+/// `{1, 0}` admitted, `{2, 0}` every slot held, `{0, wait_ms}` over the rate.
+const ADMIT_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local interval = tonumber(ARGV[1])
-local tolerance = interval * (tonumber(ARGV[2]) - 1)
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-if tat - now > tolerance then
-  return {0, math.ceil(tat - now - tolerance)}
+local slots, rate = ARGV[1] == '1', ARGV[2] == '1'
+if slots then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+    return {2, 0}
+  end
 end
-local next = tat + interval
-redis.call('SET', KEYS[1], tostring(next), 'PX', math.ceil(next - now))
+if rate then
+  local interval = tonumber(ARGV[6])
+  local tolerance = interval * (tonumber(ARGV[7]) - 1)
+  local tat = tonumber(redis.call('GET', KEYS[2])) or now
+  if tat < now then tat = now end
+  if tat - now > tolerance then
+    return {0, math.ceil(tat - now - tolerance)}
+  end
+  local next = tat + interval
+  redis.call('SET', KEYS[2], tostring(next), 'PX', math.ceil(next - now))
+end
+if slots then
+  local lease = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[5])
+  -- No live lease lapses later than this one: the set goes when its last lease does.
+  redis.call('PEXPIRE', KEYS[1], math.ceil(lease))
+end
 return {1, 0}
+";
+
+/// Extends a slot still held (KEYS[1] the slots, ARGV[1] the lease id, ARGV[2] the lease ms).
+const RENEW_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local lapses = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not lapses or tonumber(lapses) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
+return 1
 ";
 
 /// Deletes a key only while it still holds the caller's value.
@@ -45,7 +77,8 @@ pub(crate) struct Redis {
     timeout: Duration,
     /// Made on first use, inside the runtime; reconnects by itself from then on.
     connection: OnceCell<ConnectionManager>,
-    rate: Script,
+    admit: Script,
+    renew: Script,
     delete_if: Script,
 }
 
@@ -74,7 +107,8 @@ impl Redis {
             ca_bundle: ca_bundle.map(|pem| pem.as_bytes().to_vec()),
             timeout,
             connection: OnceCell::new(),
-            rate: Script::new(RATE_SCRIPT),
+            admit: Script::new(ADMIT_SCRIPT),
+            renew: Script::new(RENEW_SCRIPT),
             delete_if: Script::new(DELETE_IF_SCRIPT),
         })
     }
@@ -192,24 +226,62 @@ impl Backend for Redis {
         Ok(deleted == 1)
     }
 
-    async fn rate(&self, key: &str, rate: Rate) -> Result<RateDecision, StoreError> {
-        let interval_ms = rate.interval.as_secs_f64() * 1000.0;
-        let (admitted, wait): (i64, i64) = self
+    async fn admit(
+        &self,
+        rate: Option<(&str, Rate)>,
+        slots: Option<Slots<'_>>,
+    ) -> Result<Decision, StoreError> {
+        let (interval_ms, burst) = rate.map_or((0.0, 1), |(_, r)| {
+            (r.interval.as_secs_f64() * 1000.0, r.burst.max(1))
+        });
+        let (decision, wait): (i64, i64) = self
             .run(async |c| {
-                self.rate
-                    .key(key)
+                self.admit
+                    .key(slots.map_or("", |s| s.key))
+                    .key(rate.map_or("", |(key, _)| key))
+                    .arg(u8::from(slots.is_some()))
+                    .arg(u8::from(rate.is_some()))
+                    .arg(slots.map_or(0, |s| s.limit))
+                    .arg(slots.map_or(1, |s| px(s.lease)))
+                    .arg(slots.map_or(&b""[..], |s| s.id))
                     .arg(interval_ms)
-                    .arg(rate.burst.max(1))
+                    .arg(burst)
                     .invoke_async(c)
                     .await
             })
             .await?;
-        Ok(if admitted == 1 {
-            RateDecision::Admitted
-        } else {
-            RateDecision::Refused {
+        Ok(match decision {
+            1 => Decision::Admitted,
+            2 => Decision::Busy,
+            _ => Decision::Limited {
                 retry_after: Duration::from_millis(wait.max(1) as u64),
-            }
+            },
         })
+    }
+
+    async fn renew(&self, key: &str, id: &[u8], lease: Duration) -> Result<bool, StoreError> {
+        let renewed: i64 = self
+            .run(async |c| {
+                self.renew
+                    .key(key)
+                    .arg(id)
+                    .arg(px(lease))
+                    .invoke_async(c)
+                    .await
+            })
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    async fn release(&self, key: &str, id: &[u8]) -> Result<(), StoreError> {
+        self.run(async |c| {
+            redis::cmd("ZREM")
+                .arg(key)
+                .arg(id)
+                .query_async::<i64>(c)
+                .await
+        })
+        .await
+        .map(drop)
     }
 }

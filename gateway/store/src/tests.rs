@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use switchboard_snapshot::{MemoryStoreSettings, RedisStoreSettings, SecretSource, StoreSettings};
 
 use super::*;
+use crate::backend::{Backend, Decision, Slots};
 
 const SESSION_KEY: &str = "a session key of the tests";
 
@@ -83,19 +84,89 @@ async fn suite(store: &Store) {
         burst: 10,
     };
     let decisions =
-        futures_util::future::join_all((0..25).map(|_| store.rate(&rate_key, rate))).await;
+        futures_util::future::join_all((0..25).map(|_| store.admit(Some((&rate_key, rate)), None)))
+            .await;
     let admitted = decisions
         .iter()
-        .filter(|d| matches!(d, Ok(RateDecision::Admitted)))
+        .filter(|d| matches!(d, Ok(Admission::Admitted(None))))
         .count();
     assert_eq!(admitted, 10, "exactly the burst: {decisions:?}");
-    let Ok(RateDecision::Refused { retry_after }) = store.rate(&rate_key, rate).await else {
+    let Ok(Admission::Limited { retry_after }) = store.admit(Some((&rate_key, rate)), None).await
+    else {
         panic!("over the rate");
     };
     assert!(
         retry_after > Duration::ZERO && retry_after <= Duration::from_secs(6),
         "{retry_after:?}"
     );
+
+    // Concurrency: exactly the limit of many concurrent requests hold a slot; a slot given
+    // back is taken again; a request the rate refuses takes no slot, one refused for a slot
+    // spends no rate.
+    let slots_key = StoreKey::new("test-slots", &[b"key"]);
+    let decisions =
+        futures_util::future::join_all((0..12).map(|_| store.admit(None, Some((&slots_key, 5)))))
+            .await;
+    let mut held: Vec<Slot> = Vec::new();
+    for decision in decisions {
+        match decision.expect("admit") {
+            Admission::Admitted(Some(slot)) => held.push(slot),
+            Admission::Busy => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(held.len(), 5, "exactly the limit");
+    assert!(
+        store.renew(&held[0]).await.expect("renew"),
+        "a held slot renews"
+    );
+    store
+        .release(held.pop().expect("a slot"))
+        .await
+        .expect("release");
+    let Ok(Admission::Admitted(Some(again))) = store.admit(None, Some((&slots_key, 5))).await
+    else {
+        panic!("a released slot is free again");
+    };
+    held.push(again);
+    assert!(matches!(
+        store.admit(None, Some((&slots_key, 5))).await,
+        Ok(Admission::Busy)
+    ));
+    let both_rate = StoreKey::new("test-both-rate", &[b"key"]);
+    let both_slots = StoreKey::new("test-both-slots", &[b"key"]);
+    let one_per_minute = Rate {
+        interval: Duration::from_secs(60),
+        burst: 1,
+    };
+    let first = store
+        .admit(Some((&both_rate, one_per_minute)), Some((&both_slots, 1)))
+        .await;
+    let Ok(Admission::Admitted(Some(first))) = first else {
+        panic!("{first:?}");
+    };
+    // Every slot held: refused for it, the rate untouched.
+    assert!(matches!(
+        store
+            .admit(Some((&both_rate, one_per_minute)), Some((&both_slots, 1)))
+            .await,
+        Ok(Admission::Busy)
+    ));
+    store.release(first).await.expect("release");
+    // The slot free, the rate spent by the first alone: refused by the rate, no slot taken.
+    assert!(matches!(
+        store
+            .admit(Some((&both_rate, one_per_minute)), Some((&both_slots, 1)))
+            .await,
+        Ok(Admission::Limited { .. })
+    ));
+    assert!(matches!(
+        store.admit(None, Some((&both_slots, 1))).await,
+        Ok(Admission::Admitted(Some(_)))
+    ));
+    for slot in held {
+        store.release(slot).await.expect("release");
+    }
 
     // What another kind of key holds does not open as this one.
     let other = StoreKey::new("other", &[b"person", b"server"]);
@@ -104,10 +175,62 @@ async fn suite(store: &Store) {
     assert!(!key.as_str().contains("person"));
 }
 
+/// A slot its holder never renews nor releases (a replica that died) lapses after its lease;
+/// one that lapsed does not renew.
+async fn slots_lapse(backend: &impl Backend) {
+    let lease = Duration::from_millis(300);
+    let slots = |id: &'static [u8]| Slots {
+        key: "sb:test-lapse:k",
+        limit: 1,
+        lease,
+        id,
+    };
+    assert_eq!(
+        backend
+            .admit(None, Some(slots(b"dead")))
+            .await
+            .expect("admit"),
+        Decision::Admitted
+    );
+    assert_eq!(
+        backend
+            .admit(None, Some(slots(b"next")))
+            .await
+            .expect("admit"),
+        Decision::Busy
+    );
+    assert!(
+        backend
+            .renew("sb:test-lapse:k", b"dead", lease)
+            .await
+            .expect("renew")
+    );
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    assert!(
+        !backend
+            .renew("sb:test-lapse:k", b"dead", lease)
+            .await
+            .expect("renew"),
+        "lapsed"
+    );
+    assert_eq!(
+        backend
+            .admit(None, Some(slots(b"next")))
+            .await
+            .expect("admit"),
+        Decision::Admitted
+    );
+    backend
+        .release("sb:test-lapse:k", b"next")
+        .await
+        .expect("release");
+}
+
 #[tokio::test]
 async fn the_embedded_store_passes_the_suite() {
     suite(&Store::in_memory()).await;
     assert!(!Store::in_memory().is_shared());
+    slots_lapse(&memory::Memory::empty()).await;
 }
 
 #[tokio::test]
@@ -116,6 +239,10 @@ async fn redis_passes_the_same_suite_and_holds_only_sealed_values() {
     let store = server.store(None);
     assert!(store.is_shared());
     suite(&store).await;
+    let Backends::Redis(redis) = &store.backend else {
+        panic!("a Redis store");
+    };
+    slots_lapse(redis.as_ref()).await;
 
     let key = StoreKey::new("account", &[b"alice", b"github"]);
     let token = b"gho_the-upstream-refresh-token-of-alice";
