@@ -6,10 +6,11 @@ example upstream's third-party authorization server: authorization code + PKCE, 
 tokens, rotating refresh tokens) fronts an MCP server whose `whoami` answers with the account
 its token belongs to. A real browser (headless Chromium) does what a person does:
 
-- alice (2025-11-25) calls `whoami`: a URL elicitation (-32042) with the connect URL; her browser
+- alice (2025-11-25) lists the tools: github, which she has not connected, lists one tool,
+  `connect_account`; she calls it: a URL elicitation (-32042) with the connect URL; her browser
   opens it, signs in at Keycloak as alice (the link is hers), says yes, signs in at Example
-  Accounts as `alice-ex`, comes back to the gateway (any replica); the retried call answers as
-  `alice-ex`;
+  Accounts as `alice-ex`, comes back to the gateway (any replica); her call answers as
+  `alice-ex`, and the listing shows github's own tools;
 - bob (2026-07-28) gets his own elicitation (the revision's input-required URL elicitation,
   through the SDK's elicitation callback, which drives his own browser) and his own account;
   his link opened in alice's browser connects nothing; on REST, a caller without an account
@@ -120,17 +121,25 @@ def stats(accounts) -> dict:
     return httpx.get(f"{accounts.base}/accounts/_stats", timeout=10).json()
 
 
-def call_whoami(lb, provider, era: str = "legacy", **options):
+def call_whoami(lb, provider, era: str = "legacy", tool: str = "github__whoami", **options):
     async def go():
         async with sdk_client(f"{lb.url}/mcp", None, era, auth=provider, **options) as client:
-            return await client.call_tool("github__whoami", {})
+            return await client.call_tool(tool, {})
 
     return run_async(go, timeout=120)
 
 
-def expect_elicitation(lb, provider) -> str:
+def tool_names_as(lb, provider) -> set[str]:
+    async def go():
+        async with sdk_client(f"{lb.url}/mcp", None, "legacy", auth=provider) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    return run_async(go, timeout=120)
+
+
+def expect_elicitation(lb, provider, tool: str = "github__whoami") -> str:
     try:
-        result = call_whoami(lb, provider)
+        result = call_whoami(lb, provider, tool=tool)
     except Exception as e:  # the SDK raises the JSON-RPC error
         return elicited_url(e)
     raise AssertionError(f"no elicitation: {sdk_text(result)!r}")
@@ -149,14 +158,21 @@ def rest_whoami(url: str, token: str) -> httpx.Response:
 def test_people_connect_their_own_accounts_across_replicas(world, keycloak):
     lb, a, b, accounts = world["lb"], world["a"], world["b"], world["accounts"]
 
-    # alice, 2025-11-25: elicited, connects in her browser, the retry acts as her account.
+    # alice, 2025-11-25: the listing shows github's one tool for people not connected yet;
+    # calling it (or any github tool) elicits; she connects in her browser, the retry acts as
+    # her account, and the listing shows github's own tools.
     alice, alice_storage, _ = sign_in(keycloak, lb, "alice")
-    url = expect_elicitation(lb, alice)
+    before = tool_names_as(lb, alice)
+    assert "github__connect_account" in before and "github__whoami" not in before and "alpha__add" in before, before
+    url = expect_elicitation(lb, alice, "github__connect_account")
     assert url.startswith(f"{lb.url}/connect?ticket=sbx."), url
     alice_browser = world["browser"]("alice")
     connect_in_browser(alice_browser, url, keycloak, "alice", "alice-ex")
     assert sdk_text(call_whoami(lb, alice)) == "account: alice-ex"
     assert stats(accounts)["codes_redeemed"] == 1
+    after = tool_names_as(lb, alice)
+    assert "github__whoami" in after and "github__connect_account" not in after, after
+    assert "is connected" in sdk_text(call_whoami(lb, alice, tool="github__connect_account"))
 
     # bob, REST first: 403 with the connect URL; then 2026-07-28 through the SDK's elicitation
     # callback, which drives bob's own browser; his link in alice's browser connects nothing.

@@ -35,6 +35,36 @@ use switchboard_core::table::{Model, RoutingTable, Server, base_url};
 use switchboard_protocol::param_headers;
 use switchboard_protocol::{Era, HEADER_MISMATCH};
 
+/// The one tool a `userOAuth` server lists to a caller who has not connected an account there
+/// (its other tools need the account to be listed at all). A model that sees only listings
+/// learns the server is there and how to reach it: calling the tool gives the person the link
+/// to connect (the URL elicitation any of the server's tools would give); once connected, the
+/// server's own tools are listed instead.
+pub const CONNECT_TOOL: &str = "connect_account";
+
+fn connect_listing(server: &Server) -> Listing {
+    let prefix = server.prefix();
+    let tool = serde_json::json!({
+        "name": CONNECT_TOOL,
+        "title": format!("Connect your {prefix} account"),
+        "description": format!(
+            "Connects your own account at {prefix} ({}) to this gateway; the tools of {prefix} \
+             are listed once it is connected. Calling it asks the person to open a link in \
+             their browser.",
+            server.url.as_str()
+        ),
+        "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": true, "openWorldHint": true},
+    });
+    Listing {
+        items: vec![crate::listing::Item::new(ListKind::Tools, &tool)],
+        warnings: Vec::new(),
+        ttl_ms: None,
+        // The caller's own state: never served to another.
+        private: true,
+    }
+}
+
 /// What the gateway keeps about its upstreams. Every part is a cache a replica rebuilds on
 /// demand (invariant 2); [`UpstreamPlane::forget_all_but`] forgets servers that left or changed.
 ///
@@ -230,14 +260,48 @@ impl UpstreamPlane {
 
     /// A server's listing of one kind for the caller's credential partition, cached or
     /// walked afresh (with the same renew-once rule as [`Self::call`]).
+    ///
+    /// A `userOAuth` server's tools, for a caller who has not connected an account there, are
+    /// one tool: [`CONNECT_TOOL`] (see there).
     pub async fn listing(
         &self,
         caller: &Caller,
         server: &Server,
         kind: ListKind,
     ) -> Result<Arc<Listing>, UpstreamError> {
-        self.listing_fresher_than(caller, server, kind, caller.table.settings.listing_ttl)
-            .await
+        let ttl = caller.table.settings.listing_ttl;
+        match self.listing_fresher_than(caller, server, kind, ttl).await {
+            Err(UpstreamError::AccountNotConnected { .. }) if kind == ListKind::Tools => {
+                Ok(Arc::new(connect_listing(server)))
+            }
+            listed => listed,
+        }
+    }
+
+    /// A call of [`CONNECT_TOOL`] on a `userOAuth` server: without an account, the error every
+    /// tool of the server gives (the face makes it a URL elicitation); with one, a result
+    /// saying so, unless the upstream lists a tool of that name itself (`None`: call it).
+    async fn connect_tool(
+        &self,
+        caller: &Caller,
+        server: &Server,
+    ) -> Result<Option<RpcOutcome>, UpstreamError> {
+        let ttl = caller.table.settings.listing_ttl;
+        let listing = self
+            .listing_fresher_than(caller, server, ListKind::Tools, ttl)
+            .await?;
+        if listing.items.iter().any(|t| t.id() == Some(CONNECT_TOOL)) {
+            return Ok(None);
+        }
+        let text = format!(
+            "Your account at {} is connected: list the tools again to see its tools.",
+            server.prefix()
+        );
+        Ok(Some(RpcOutcome::Result(RpcResult::Parsed(
+            serde_json::json!({
+                "content": [{"type": "text", "text": text}],
+            }),
+        ))))
     }
 
     /// Lists a server's tools now with the gateway's own credential, as no caller: the
@@ -350,6 +414,18 @@ impl UpstreamPlane {
         server: &Server,
         request: &UpstreamCall<'_>,
     ) -> Result<RpcOutcome, UpstreamError> {
+        if request.method == "tools/call"
+            && server.spec.auth.is_user_account()
+            && request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                == Some(CONNECT_TOOL)
+            && let Some(answer) = Box::pin(self.connect_tool(caller, server)).await?
+        {
+            return Ok(answer);
+        }
         // The server's limits refuse before any I/O; a streamed answer holds the slot.
         let admission = caller
             .table
