@@ -741,7 +741,7 @@ pub(crate) async fn connections(
         return problem(
             StatusCode::NOT_FOUND,
             "Your connections",
-            "No server of this gateway takes people's own accounts.",
+            "No server of this gateway takes people's own accounts, and nobody signs in through it.",
         );
     };
     let Some(known) = browser_caller(&headers, sealer, now) else {

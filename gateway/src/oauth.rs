@@ -996,7 +996,7 @@ async fn refresh(
     if let Some(people) = &broker.table.people
         && people
             .sign_outs()
-            .ended(
+            .login_ended(
                 &broker.table.store,
                 broker.provider_id,
                 &identity.subject,

@@ -631,13 +631,7 @@ impl Provider {
         groups: Vec<String>,
         provider_token: Option<String>,
     ) -> Person {
-        let tag: [u8; 32] = Sha256::new()
-            .chain_update(b"person\0")
-            .chain_update(self.id.as_bytes())
-            .chain_update(b"\0")
-            .chain_update(subject.as_bytes())
-            .finalize()
-            .into();
+        let tag = person_tag(&self.id, &subject);
         Person {
             provider: self.id.clone(),
             issuer: self.spec.issuer.clone(),
@@ -648,6 +642,17 @@ impl Provider {
             signed_in: None,
         }
     }
+}
+
+/// What a person of provider `provider` (its id) is known by ([`Person::tag`]).
+pub(crate) fn person_tag(provider: &str, subject: &str) -> [u8; 32] {
+    Sha256::new()
+        .chain_update(b"person\0")
+        .chain_update(provider.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(subject.as_bytes())
+        .finalize()
+        .into()
 }
 
 /// A claim by dotted path (`realm_access.roles`).

@@ -378,21 +378,19 @@ async fn signed_in_here(
                 })?
         }
     };
-    if let Some(since) = signed.person.signed_in {
-        let person = &signed.person;
-        let sign_outs = people.sign_outs();
-        if sign_outs
-            .ended(&table.store, &person.provider, &person.subject, since)
+    if let Some(since) = signed.person.signed_in
+        && people
+            .sign_outs()
+            .ended(&table.store, &signed.person, since)
             .await
-        {
-            if let Some(metrics) = metrics {
-                metrics.sign_in("switchboard", "signed_out");
-            }
-            tracing::info!("brokered sign-in refused: the person signed out since");
-            return Err(GatewayError::Unauthenticated(
-                "the person signed out since this token was issued",
-            ));
+    {
+        if let Some(metrics) = metrics {
+            metrics.sign_in("switchboard", "signed_out");
         }
+        tracing::info!("brokered sign-in refused: the person signed out since");
+        return Err(GatewayError::Unauthenticated(
+            "the person signed out since this token was issued",
+        ));
     }
     granted(signed, metrics)
 }

@@ -50,7 +50,8 @@ pub struct RoutingTable {
     pub identity_keys: Arc<IdentityKeys>,
     /// Seals what the gateway issues as the authorization server of a brokered provider.
     pub broker: Option<crate::broker::BrokerSealer>,
-    /// Seals the connect flow of people's own accounts, when a server is `userOAuth`.
+    /// Seals the connect flow of people's own accounts and the connections page's steps, when a
+    /// server is `userOAuth` or people sign in through the gateway (brokered).
     pub account_sealer: Option<crate::broker::BrokerSealer>,
     /// The limiters of keys and servers that have limits (taken over from the table before
     /// where the limits did not change, see `Gateway::apply` in the gateway crate).
@@ -226,10 +227,10 @@ impl RoutingTable {
             .as_ref()
             .and_then(resolved_value)
             .map(str::to_owned);
-        // The connect flow of people's own accounts (`accounts.rs`), where a server takes them.
-        let account_sealer = servers
-            .iter()
-            .any(|s| s.spec.auth.is_user_account())
+        // The connect flow of people's own accounts (`accounts.rs`), where a server takes them,
+        // and the connections page, where people signed in through the gateway also sign out.
+        let brokered = people.as_ref().and_then(People::brokered).is_some();
+        let account_sealer = (brokered || servers.iter().any(|s| s.spec.auth.is_user_account()))
             .then(|| crate::broker::BrokerSealer::new(session_secret.as_deref()));
         Ok(RoutingTable {
             networks,
