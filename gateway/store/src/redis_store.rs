@@ -13,7 +13,25 @@ use tokio::sync::OnceCell;
 use crate::StoreError;
 use crate::backend::{Backend, Decision, Rate, Slots};
 
-/// A key's limits in one round trip, on the server's clock. KEYS[1]: the slots (a sorted set
+/// A key's rate alone (the common case: one key, two arguments, a smaller call than
+/// `ADMIT_SCRIPT`'s), GCRA on the server's clock: `backend::gcra`'s arithmetic. Returns `{1, 0}`
+/// admitted, `{0, wait_ms}` refused.
+const RATE_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local interval = tonumber(ARGV[1])
+local tolerance = interval * (tonumber(ARGV[2]) - 1)
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+if tat - now > tolerance then
+  return {0, math.ceil(tat - now - tolerance)}
+end
+local next = tat + interval
+redis.call('SET', KEYS[1], tostring(next), 'PX', math.ceil(next - now))
+return {1, 0}
+";
+
+/// A key's limits with concurrency slots, in one round trip, on the server's clock. KEYS[1]: the slots (a sorted set
 /// of lease ids scored by when each lapses), KEYS[2]: the rate's theoretical arrival time;
 /// ARGV: uses slots (0/1), uses the rate (0/1), the slots' limit, the lease (ms), the lease id,
 /// the rate's interval (ms) and burst. The GCRA is `backend::gcra`'s arithmetic. Returns
@@ -77,6 +95,7 @@ pub(crate) struct Redis {
     timeout: Duration,
     /// Made on first use, inside the runtime; reconnects by itself from then on.
     connection: OnceCell<ConnectionManager>,
+    rate: Script,
     admit: Script,
     renew: Script,
     delete_if: Script,
@@ -107,6 +126,7 @@ impl Redis {
             ca_bundle: ca_bundle.map(|pem| pem.as_bytes().to_vec()),
             timeout,
             connection: OnceCell::new(),
+            rate: Script::new(RATE_SCRIPT),
             admit: Script::new(ADMIT_SCRIPT),
             renew: Script::new(RENEW_SCRIPT),
             delete_if: Script::new(DELETE_IF_SCRIPT),
@@ -160,6 +180,33 @@ impl Redis {
                 reason: format!("no answer within {:?}", self.timeout),
             }),
         }
+    }
+}
+
+impl Redis {
+    /// `ADMIT_SCRIPT`: slots (and the rate, when asked) at once.
+    async fn admit_with_slots(
+        &self,
+        rate: Option<(&str, Rate)>,
+        slots: Option<Slots<'_>>,
+        interval_ms: f64,
+        burst: u32,
+    ) -> Result<(i64, i64), StoreError> {
+        self.run(async |c| {
+            self.admit
+                .key(slots.map_or("", |s| s.key))
+                .key(rate.map_or("", |(key, _)| key))
+                .arg(u8::from(slots.is_some()))
+                .arg(u8::from(rate.is_some()))
+                .arg(slots.map_or(0, |s| s.limit))
+                .arg(slots.map_or(1, |s| px(s.lease)))
+                .arg(slots.map_or(&b""[..], |s| s.id))
+                .arg(interval_ms)
+                .arg(burst)
+                .invoke_async(c)
+                .await
+        })
+        .await
     }
 }
 
@@ -234,22 +281,23 @@ impl Backend for Redis {
         let (interval_ms, burst) = rate.map_or((0.0, 1), |(_, r)| {
             (r.interval.as_secs_f64() * 1000.0, r.burst.max(1))
         });
-        let (decision, wait): (i64, i64) = self
-            .run(async |c| {
-                self.admit
-                    .key(slots.map_or("", |s| s.key))
-                    .key(rate.map_or("", |(key, _)| key))
-                    .arg(u8::from(slots.is_some()))
-                    .arg(u8::from(rate.is_some()))
-                    .arg(slots.map_or(0, |s| s.limit))
-                    .arg(slots.map_or(1, |s| px(s.lease)))
-                    .arg(slots.map_or(&b""[..], |s| s.id))
-                    .arg(interval_ms)
-                    .arg(burst)
-                    .invoke_async(c)
-                    .await
-            })
-            .await?;
+        let (decision, wait): (i64, i64) = match (rate, slots) {
+            (Some((key, _)), None) => {
+                self.run(async |c| {
+                    self.rate
+                        .key(key)
+                        .arg(interval_ms)
+                        .arg(burst)
+                        .invoke_async(c)
+                        .await
+                })
+                .await?
+            }
+            _ => {
+                self.admit_with_slots(rate, slots, interval_ms, burst)
+                    .await?
+            }
+        };
         Ok(match decision {
             1 => Decision::Admitted,
             2 => Decision::Busy,
