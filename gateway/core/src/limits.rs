@@ -140,12 +140,15 @@ impl Limiter {
         if slots.is_none() && self.shared_rate.is_none() {
             return Ok(LimitPermit::default());
         }
-        let rate_key = StoreKey::new("rate", &[id.as_bytes()]);
-        let slots_key = StoreKey::new("in-flight", &[id.as_bytes()]);
+        // (Names hashed only for the limits the key has.)
+        let rate_key = self
+            .shared_rate
+            .map(|rate| (StoreKey::new("rate", &[id.as_bytes()]), rate));
+        let slots_key = slots.map(|limit| (StoreKey::new("in-flight", &[id.as_bytes()]), limit));
         let asked = store
             .admit(
-                self.shared_rate.map(|rate| (&rate_key, rate)),
-                slots.map(|limit| (&slots_key, limit)),
+                rate_key.as_ref().map(|(key, rate)| (key, *rate)),
+                slots_key.as_ref().map(|(key, limit)| (key, *limit)),
             )
             .await;
         match asked {

@@ -303,7 +303,12 @@ impl Store {
         rate: Option<(&StoreKey, Rate)>,
         slots: Option<(&StoreKey, u32)>,
     ) -> Result<Admission, StoreError> {
-        let id: [u8; 16] = rand::random();
+        // A lease id only where a slot is asked (the rate alone draws nothing).
+        let id: [u8; 16] = if slots.is_some() {
+            rand::random()
+        } else {
+            [0; 16]
+        };
         let asked = slots.map(|(key, limit)| Slots {
             key: key.as_str(),
             limit,
