@@ -901,8 +901,8 @@ pub(crate) async fn sign_out(
     else {
         return expired_link();
     };
-    let ended = people
-        .sign_outs()
+    let ended = table
+        .sign_outs
         .sign_out(&table.store, provider, subject, unix_ms(now), lasts)
         .await;
     if let Err(e) = ended {

@@ -775,14 +775,8 @@ pub async fn revoke(
             ));
         }
         if !record.grant.is_empty() {
-            let ttl = Duration::from_secs(record.exp.saturating_sub(unix(now)).max(1));
-            if let Err(e) = broker
-                .table
-                .store
-                .put(&revoked_grant_key(&record.grant), b"revoked", ttl)
-                .await
-            {
-                tracing::warn!(error = %e, "a revocation could not be recorded: the state store does not answer");
+            let ttl = Duration::from_secs(record.exp.saturating_sub(unix(now)));
+            if !revoke_grant(&broker.table.store, &record.grant, ttl).await {
                 return oauth_error(OAuthError::new(
                     503,
                     "temporarily_unavailable",
@@ -890,10 +884,15 @@ fn revoked_grant_key(grant: &str) -> StoreKey {
     StoreKey::new("revoked-grant", &[grant.as_bytes()])
 }
 
-async fn revoke_grant(store: &Store, grant: &str, ttl: Duration) {
+/// Revokes `grant` on every replica for `ttl`; `false` when the store did not take it (logged).
+async fn revoke_grant(store: &Store, grant: &str, ttl: Duration) -> bool {
     let ttl = ttl.max(Duration::from_secs(1));
-    if let Err(e) = store.put(&revoked_grant_key(grant), b"revoked", ttl).await {
-        tracing::warn!(error = %e, "a grant to revoke could not be written to the state store");
+    match store.put(&revoked_grant_key(grant), b"revoked", ttl).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "a grant to revoke could not be written to the state store");
+            false
+        }
     }
 }
 
@@ -993,16 +992,16 @@ async fn refresh(
     let (identity, tokens) = identity_of(broker, grant, Some(record.provider_refresh.clone()), now)
         .await
         .map_err(invalid_grant)?;
-    if let Some(people) = &broker.table.people
-        && people
-            .sign_outs()
-            .login_ended(
-                &broker.table.store,
-                broker.provider_id,
-                &identity.subject,
-                record.signed_in,
-            )
-            .await
+    if broker
+        .table
+        .sign_outs
+        .login_ended(
+            &broker.table.store,
+            broker.provider_id,
+            &identity.subject,
+            record.signed_in,
+        )
+        .await
     {
         return Err(invalid_grant("the person signed out since this login"));
     }

@@ -31,7 +31,6 @@ use crate::broker::{AccessRecord, BrokerSealer, Record};
 use crate::jwks::SigningKeys;
 use crate::key::Key;
 use crate::remembered_tokens::{RememberedTokens, unix_now};
-use crate::sign_out::SignOuts;
 
 /// A verified person.
 #[derive(Clone, PartialEq, Eq)]
@@ -294,8 +293,6 @@ pub struct People {
     providers: Vec<Provider>,
     /// Tokens verified lately, with their person (`remembered_tokens.rs` says why and how).
     verified: RememberedTokens<Arc<Person>>,
-    /// People's sign-outs read lately from the shared store.
-    sign_outs: SignOuts,
 }
 
 impl std::fmt::Debug for People {
@@ -379,7 +376,6 @@ impl People {
         Ok(Some(People {
             providers,
             verified: RememberedTokens::default(),
-            sign_outs: SignOuts::default(),
         }))
     }
 
@@ -439,11 +435,6 @@ impl People {
         self.verified.insert(token, person.clone(), exp);
         let grants = self.grants(&person);
         Ok(Signed { person, grants })
-    }
-
-    /// The sign-outs of this snapshot's people (`sign_out.rs`).
-    pub fn sign_outs(&self) -> &SignOuts {
-        &self.sign_outs
     }
 
     /// The brokered provider (at most one): the gateway is the authorization server for it.

@@ -379,8 +379,8 @@ async fn signed_in_here(
         }
     };
     if let Some(since) = signed.person.signed_in
-        && people
-            .sign_outs()
+        && table
+            .sign_outs
             .ended(&table.store, &signed.person, since)
             .await
     {

@@ -447,8 +447,7 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
 
     // dave signs out (at 2 000 ms): this replica refuses his token of the login at 1 000 ms at
     // once, though it remembered the token; a token of a later login works.
-    let people = t.people.as_ref().unwrap();
-    run(people.sign_outs().sign_out(
+    run(t.sign_outs.sign_out(
         &t.store,
         "default/corp",
         "dave",

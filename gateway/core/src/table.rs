@@ -53,6 +53,8 @@ pub struct RoutingTable {
     /// Seals the connect flow of people's own accounts and the connections page's steps, when a
     /// server is `userOAuth` or people sign in through the gateway (brokered).
     pub account_sealer: Option<crate::broker::BrokerSealer>,
+    /// People's sign-outs read lately from the shared store (`sign_out.rs`).
+    pub sign_outs: crate::sign_out::SignOuts,
     /// The limiters of keys and servers that have limits (taken over from the table before
     /// where the limits did not change, see `Gateway::apply` in the gateway crate).
     pub limiters: Limiters,
@@ -247,6 +249,7 @@ impl RoutingTable {
                 .and_then(People::brokered)
                 .map(|_| crate::broker::BrokerSealer::new(session_secret.as_deref())),
             account_sealer,
+            sign_outs: crate::sign_out::SignOuts::default(),
             models,
             model_by_name,
             service_accounts,
