@@ -31,8 +31,9 @@ redis.call('SET', KEYS[1], tostring(next), 'PX', math.ceil(next - now))
 return {1, 0}
 ";
 
-/// A key's limits with concurrency slots, in one round trip, on the server's clock. KEYS[1]: the slots (a sorted set
-/// of lease ids scored by when each lapses), KEYS[2]: the rate's theoretical arrival time;
+/// A key's limits with concurrency slots, in one round trip, on the server's clock. `KEYS[1]`:
+/// the slots (a sorted set of lease ids scored by when each lapses), `KEYS[2]`: the rate's
+/// theoretical arrival time;
 /// ARGV: uses slots (0/1), uses the rate (0/1), the slots' limit, the lease (ms), the lease id,
 /// the rate's interval (ms) and burst. The GCRA is `backend::gcra`'s arithmetic. Returns
 /// `{1, 0}` admitted, `{2, 0}` every slot held, `{0, wait_ms}` over the rate.
@@ -66,7 +67,8 @@ end
 return {1, 0}
 ";
 
-/// Extends a slot still held (KEYS[1] the slots, ARGV[1] the lease id, ARGV[2] the lease ms).
+/// Extends a slot still held (`KEYS[1]` the slots, `ARGV[1]` the lease id, `ARGV[2]` the lease
+/// in ms).
 const RENEW_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
