@@ -3,10 +3,11 @@
 # runc, kube-proxy, CoreDNS, bridge CNI, control plane) in private namespaces; Switchboard's images
 # built (tests/images/build.sh) and imported into the node's containerd under the chart's names;
 # `helm install`; client pods calling the gateway by its Service name with a key and with their
-# ServiceAccount token; a person connecting an account (chart with its demo Redis, Keycloak and a
-# browser in the node's network) that outlives the gateway pods; a call loop through the deletion of the gateway pod holding its connection (and of one not holding it), a rolling `helm upgrade` and
-# the operator leader's deletion; resource figures; then the node is stopped and checked to
-# have left nothing behind.
+# ServiceAccount token; a call loop through the deletion of the gateway pod holding its
+# connection (and of one not holding it), a rolling `helm upgrade` and the operator leader's
+# deletion; a person connecting their own account (the chart's demo Redis, Keycloak and a
+# browser in the node's network) that outlives the gateway pods; resource figures; then the
+# node is stopped and checked to have left nothing behind.
 #
 #   tests/run-all.sh 60-node             (or: bash tests/suites.d/60-node.sh)
 #   PYTEST_ARGS="-k disruption -x" tests/run-all.sh 60-node
