@@ -433,11 +433,8 @@ pub(crate) async fn signed_in(
             ..
         }) => provider.clone(),
         Some(_) => return expired_link(),
-        None => match people
-            .providers()
-            .find(|(_, spec, _)| spec.brokered.is_some())
-        {
-            Some((id, _, _)) => id.to_string(),
+        None => match people.brokered_id() {
+            Some(id) => id.to_string(),
             None => return expired_link(),
         },
     };
@@ -747,12 +744,10 @@ pub(crate) async fn connections(
     let Some(known) = browser_caller(&headers, sealer, now) else {
         // A person signs in at the brokered provider to see who they are; a key's holder
         // shows the key through a connect link (a bare page does not ask for a key).
-        let brokered = table.people.as_ref().and_then(|people| {
-            people
-                .providers()
-                .find(|(_, spec, _)| spec.brokered.is_some())
-                .map(|(id, _, _)| id.to_string())
-        });
+        let brokered = table
+            .people
+            .as_ref()
+            .and_then(|people| people.brokered_id());
         let Some(provider) = brokered else {
             return problem(
                 StatusCode::OK,
@@ -762,7 +757,7 @@ pub(crate) async fn connections(
             );
         };
         let (nonce, new_nonce) = browser_nonce(&headers);
-        let mut response = to_identity_provider(&table, &base, sealer, &provider, "", &nonce, now);
+        let mut response = to_identity_provider(&table, &base, sealer, provider, "", &nonce, now);
         if new_nonce {
             set_cookie(
                 &mut response,
@@ -869,7 +864,7 @@ const SIGN_OUT: &str = "sign-out";
 pub(crate) async fn sign_out(
     State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
-    form: Result<Form<DisconnectAnswer>, axum::extract::rejection::FormRejection>,
+    form: Result<Form<CheckedForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let table = cx.table();
     let now = SystemTime::now();
@@ -933,8 +928,10 @@ pub(crate) async fn sign_out(
     response
 }
 
+/// A form whose one field is its sealed check (a `ConnectConsent` bound to the browser the
+/// page was shown in): Disconnect and Sign out.
 #[derive(Deserialize)]
-pub(crate) struct DisconnectAnswer {
+pub(crate) struct CheckedForm {
     check: String,
 }
 
@@ -942,7 +939,7 @@ pub(crate) struct DisconnectAnswer {
 pub(crate) async fn disconnect(
     State(cx): State<Arc<SignInContext>>,
     headers: HeaderMap,
-    form: Result<Form<DisconnectAnswer>, axum::extract::rejection::FormRejection>,
+    form: Result<Form<CheckedForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let table = cx.table();
     let now = SystemTime::now();

@@ -445,6 +445,14 @@ impl People {
             .find(|spec| spec.brokered.is_some())
     }
 
+    /// The brokered provider's id (`<namespace>/<name>`), as identities carry it.
+    pub fn brokered_id(&self) -> Option<&str> {
+        self.providers
+            .iter()
+            .find(|p| p.spec.brokered.is_some())
+            .map(|p| p.id.as_str())
+    }
+
     /// Who a token of `provider` (by id) names, and until when it holds: the brokered login
     /// reads the token the provider gave the gateway, verified by that provider alone as any
     /// person's token is (a key it has just published waits for a fetch, as in `Self::verify`).

@@ -13,33 +13,50 @@ use tokio::sync::OnceCell;
 use crate::StoreError;
 use crate::backend::{Backend, Decision, Rate, Slots};
 
-/// A key's rate alone (the common case: one key, two arguments, a smaller call than
-/// `ADMIT_SCRIPT`'s), GCRA on the server's clock: `backend::gcra`'s arithmetic. Returns `{1, 0}`
-/// admitted, `{0, wait_ms}` refused.
-const RATE_SCRIPT: &str = r"
+/// What every script here begins with: the server's clock (`now`, ms), and the GCRA of
+/// `backend::gcra` (`gcra(key, interval_ms, burst)`: `nil` when admitted, the new arrival time
+/// kept; else the wait in ms).
+macro_rules! lua_prelude {
+    () => {
+        r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local interval = tonumber(ARGV[1])
-local tolerance = interval * (tonumber(ARGV[2]) - 1)
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-if tat - now > tolerance then
-  return {0, math.ceil(tat - now - tolerance)}
+local function gcra(key, interval, burst)
+  local tolerance = interval * (burst - 1)
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then tat = now end
+  if tat - now > tolerance then
+    return math.ceil(tat - now - tolerance)
+  end
+  local next = tat + interval
+  redis.call('SET', key, tostring(next), 'PX', math.ceil(next - now))
+  return nil
 end
-local next = tat + interval
-redis.call('SET', KEYS[1], tostring(next), 'PX', math.ceil(next - now))
-return {1, 0}
-";
+"
+    };
+}
 
-/// A key's limits with concurrency slots, in one round trip, on the server's clock. `KEYS[1]`:
-/// the slots (a sorted set of lease ids scored by when each lapses), `KEYS[2]`: the rate's
-/// theoretical arrival time;
-/// ARGV: uses slots (0/1), uses the rate (0/1), the slots' limit, the lease (ms), the lease id,
-/// the rate's interval (ms) and burst. The GCRA is `backend::gcra`'s arithmetic. Returns
-/// `{1, 0}` admitted, `{2, 0}` every slot held, `{0, wait_ms}` over the rate.
-const ADMIT_SCRIPT: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+/// A key's rate alone (the common case: one key, two arguments, a smaller call than
+/// `ADMIT_SCRIPT`'s). Returns `{1, 0}` admitted, `{0, wait_ms}` refused.
+const RATE_SCRIPT: &str = concat!(
+    lua_prelude!(),
+    r"
+local wait = gcra(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
+if wait then
+  return {0, wait}
+end
+return {1, 0}
+"
+);
+
+/// A key's limits with concurrency slots, in one round trip. `KEYS[1]`: the slots (a sorted
+/// set of lease ids scored by when each lapses), `KEYS[2]`: the rate's theoretical arrival
+/// time; ARGV: uses slots (0/1), uses the rate (0/1), the slots' limit, the lease (ms), the
+/// lease id, the rate's interval (ms) and burst. Returns `{1, 0}` admitted, `{2, 0}` every slot
+/// held, `{0, wait_ms}` over the rate.
+const ADMIT_SCRIPT: &str = concat!(
+    lua_prelude!(),
+    r"
 local slots, rate = ARGV[1] == '1', ARGV[2] == '1'
 if slots then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -48,15 +65,10 @@ if slots then
   end
 end
 if rate then
-  local interval = tonumber(ARGV[6])
-  local tolerance = interval * (tonumber(ARGV[7]) - 1)
-  local tat = tonumber(redis.call('GET', KEYS[2])) or now
-  if tat < now then tat = now end
-  if tat - now > tolerance then
-    return {0, math.ceil(tat - now - tolerance)}
+  local wait = gcra(KEYS[2], tonumber(ARGV[6]), tonumber(ARGV[7]))
+  if wait then
+    return {0, wait}
   end
-  local next = tat + interval
-  redis.call('SET', KEYS[2], tostring(next), 'PX', math.ceil(next - now))
 end
 if slots then
   local lease = tonumber(ARGV[4])
@@ -65,13 +77,14 @@ if slots then
   redis.call('PEXPIRE', KEYS[1], math.ceil(lease))
 end
 return {1, 0}
-";
+"
+);
 
 /// Extends a slot still held (`KEYS[1]` the slots, `ARGV[1]` the lease id, `ARGV[2]` the lease
 /// in ms).
-const RENEW_SCRIPT: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+const RENEW_SCRIPT: &str = concat!(
+    lua_prelude!(),
+    r"
 local lapses = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not lapses or tonumber(lapses) <= now then
   return 0
@@ -79,7 +92,8 @@ end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
 return 1
-";
+"
+);
 
 /// Deletes a key only while it still holds the caller's value.
 const DELETE_IF_SCRIPT: &str = r"
