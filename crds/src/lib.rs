@@ -17,7 +17,7 @@ pub mod virtual_server;
 pub use identity_provider::{IdentityProvider, IdentityProviderSpec, IdentityProviderStatus};
 pub use key::{McpKey, McpKeySpec, McpKeyStatus, PeopleBinding};
 pub use model_route::{ModelRoute, ModelRouteSpec, ModelRouteStatus};
-pub use server::{McpServer, McpServerSpec, McpServerStatus};
+pub use server::{McpServer, McpServerSpec, McpServerStatus, Pinning, ServerTools};
 pub use virtual_server::{McpVirtualServer, McpVirtualServerSpec, McpVirtualServerStatus};
 
 use kube::KubeSchema;

@@ -1,10 +1,12 @@
 //! `McpServer`: one upstream MCP server behind the gateway.
 
+use std::collections::BTreeMap;
+
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Condition, RequestLimits, SecretKeyRef, ToolFilter, UpstreamTls};
+use crate::{Condition, RequestLimits, SecretKeyRef, UpstreamTls};
 
 /// An upstream MCP server the gateway routes to. Its id is `<namespace>/<name>`; its tools
 /// appear on the aggregate endpoint as `<toolPrefix>__<tool>`.
@@ -83,10 +85,11 @@ pub struct McpServerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.burst) || has(self.rate)").message("spec.limits.burst needs spec.limits.rate"))]
     pub limits: Option<RequestLimits>,
-    /// Tools of this server that are listed and callable (globs with `*`).
+    /// Tools of this server that are listed and callable (globs with `*`), and how their
+    /// definitions are trusted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]
-    pub tools: Option<ToolFilter>,
+    pub tools: Option<ServerTools>,
     /// Headers added to upstream requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<HeaderSettings>,
@@ -100,6 +103,45 @@ pub struct McpServerSpec {
     /// serves its selected operations as MCP tools and makes the REST calls itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openapi: Option<crate::openapi::OpenApi>,
+}
+
+/// A server's tools: which are served, and how their definitions are trusted.
+///
+/// Each tool's definition (name, title, description, input and output schema, annotations) has
+/// a digest; `approved` holds the digests the platform team reviewed. The operator reports in
+/// the `ToolsChanged` condition which tools differ from their approval and in which parts, and
+/// `switchboard-operator tools review` prints the changes and the `approved` block to apply.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerTools {
+    /// Names admitted (exact or globs with `*`); empty admits every name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 128)))]
+    pub allow: Vec<String>,
+    /// Names refused even when allowed (exact or globs with `*`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 128)))]
+    pub deny: Vec<String>,
+    /// What a definition that is not the approved one gets: `hold` (neither listed nor
+    /// callable until approved), `warn` (the default: served and flagged) or `off` (not looked
+    /// at). Under `warn` and `hold` every listing is also checked for poisoning (hidden
+    /// characters, instructions to the model, to other tools, or about local files and
+    /// secrets) and shadowing (another server's tool's name or description).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<Pinning>,
+    /// Tool name → the digest of its approved definition (`v1:<32 hex>:<20 hex>`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 2000, "additionalProperties" = {"type": "string", "maxLength": 64}))]
+    #[x_kube(validation = Rule::new("self.all(k, self[k].matches('^v1:[0-9a-f]{32}:[0-9a-f]{20}$'))").message("spec.tools.approved values must be digests as the review prints them: v1:<32 hex>:<20 hex>"))]
+    pub approved: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Pinning {
+    Off,
+    Warn,
+    Hold,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

@@ -224,6 +224,7 @@ fn failure(e: &UpstreamError) -> Probe {
         UpstreamError::Unavailable { .. }
         | UpstreamError::Rpc { .. }
         | UpstreamError::ToolNotFound { .. }
+        | UpstreamError::ToolHeld { .. }
         | UpstreamError::ServerNotFound { .. }
         | UpstreamError::SessionGone { .. }
         | UpstreamError::Limited(_)

@@ -53,6 +53,16 @@ pub enum GatewayError {
     ServerNotFound { server: String },
     #[error("unknown tool: {name}")]
     ToolNotFound { name: String },
+    /// The tool's definition is not the one the platform team approved, and its server holds
+    /// such tools (`tools.pinning: hold`): a refusal, named as one.
+    #[error(
+        "tool {name} is held: its definition is not approved ({why}); the platform team approves it in server {server:?}'s tools.approved"
+    )]
+    ToolHeld {
+        server: String,
+        name: String,
+        why: String,
+    },
     #[error("tool name {name:?} is served by several servers; use one of the prefixed names")]
     AmbiguousTool {
         name: String,
@@ -182,6 +192,7 @@ impl GatewayError {
             | UpstreamAuthRequired { .. } => StatusCode::UNAUTHORIZED,
             Invisible { answer, .. } => answer.http_status(),
             AccessDenied { .. }
+            | ToolHeld { .. }
             | PersonNotGranted { .. }
             | AccountNotConnected { .. }
             | SessionForbidden
@@ -218,6 +229,7 @@ impl GatewayError {
             AccessDenied { .. } => "access_denied",
             ServerNotFound { .. } => "server_not_found",
             ToolNotFound { .. } => "tool_not_found",
+            ToolHeld { .. } => "tool_held",
             AmbiguousTool { .. } => "ambiguous_tool",
             NotFound { .. } => "not_found",
             UpstreamTimeout { .. } => "upstream_timeout",
@@ -259,6 +271,10 @@ impl GatewayError {
             // this arm only guards against a path that forgets to.
             AccessDenied { .. } | ServerNotFound { .. } => (codes::INVALID_PARAMS, None),
             ToolNotFound { .. } | NotFound { .. } => (codes::INVALID_PARAMS, None),
+            ToolHeld { server, why, .. } => (
+                codes::INVALID_PARAMS,
+                Some(json!({ "server": server, "held": why })),
+            ),
             AmbiguousTool { candidates, .. } => (
                 codes::INVALID_PARAMS,
                 Some(json!({ "candidates": candidates })),

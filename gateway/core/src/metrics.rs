@@ -72,6 +72,15 @@ struct AccountLabels {
     event: &'static str,
 }
 
+/// A server's tools as its last listing's review left them (`tools.pinning` `warn` or
+/// `hold`): `state` is `held` (not served: not approved under `hold`), `changed` or `new`
+/// (against the approvals), or a finding's kind (`hidden-characters`, `shadowing`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolReviewLabels {
+    server: ServerName,
+    state: &'static str,
+}
+
 /// A person's token checked (`people`): `issuer` is one of the snapshot's identity providers'
 /// (only a token naming one is checked as a person's), `outcome` `ok`, `no_grant` or a refusal.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -261,6 +270,7 @@ pub struct Metrics {
     store_operations: Family<StoreLabels, Counter>,
     store_up: Family<BackendLabels, Gauge>,
     accounts: Family<AccountLabels, Counter>,
+    tools_reviewed: Family<ToolReviewLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -461,7 +471,14 @@ impl Default for Metrics {
             "People's own upstream accounts (userOAuth), by server and event",
             accounts.clone(),
         );
+        let tools_reviewed = Family::<ToolReviewLabels, Gauge>::default();
+        registry.register(
+            "tools_flagged",
+            "Tools of a server, as its last listing's review found them: held, changed, new, or with a finding of a kind",
+            tools_reviewed.clone(),
+        );
         Metrics {
+            tools_reviewed,
             accounts,
             store_operations,
             store_up,
@@ -676,6 +693,18 @@ impl Metrics {
         self.store_up
             .get_or_create(&BackendLabels { backend })
             .set(1);
+    }
+
+    /// How many of `server`'s tools its last listing's review found in `state` (see
+    /// [`ToolReviewLabels`]); every state of the server is set on each review, zeros included,
+    /// so a state that cleared reads 0.
+    pub fn tools_reviewed(&self, server: &ServerName, state: &'static str, tools: usize) {
+        self.tools_reviewed
+            .get_or_create(&ToolReviewLabels {
+                server: server.clone(),
+                state,
+            })
+            .set(i64::try_from(tools).unwrap_or(i64::MAX));
     }
 
     /// An event of a person's own account at `server` (its metric name).

@@ -44,6 +44,10 @@ pub struct Tokens {
     pub output: u64,
 }
 
+/// The most flagged tools one audit record names (a listing of a thousand changed tools
+/// says so in the metric, not in every record).
+pub const TOOLS_FLAGGED_NOTED: usize = 20;
+
 /// What the layers of a request noted about it.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Noted {
@@ -73,6 +77,11 @@ pub struct Noted {
     pub outcome: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rpc_error_code: Option<i64>,
+    /// Tools this request listed, held back or refused whose definitions the review flagged:
+    /// `<tool as the caller names it>: <what>` (changed parts, findings), at most
+    /// [`TOOLS_FLAGGED_NOTED`]. Names and the definitions' own words, never a payload.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools_flagged: Vec<String>,
     /// The HTTP status of the last upstream answer the request got (its MCP server's or model
     /// provider's; a token endpoint's only when nothing came after it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -106,4 +115,13 @@ pub fn name(value: &str) -> String {
         end -= 1;
     }
     value[..end].to_string()
+}
+
+impl Noted {
+    /// Notes a flagged tool (up to [`TOOLS_FLAGGED_NOTED`]; the same entry once).
+    pub fn flag_tool(&mut self, entry: String) {
+        if self.tools_flagged.len() < TOOLS_FLAGGED_NOTED && !self.tools_flagged.contains(&entry) {
+            self.tools_flagged.push(entry);
+        }
+    }
 }

@@ -301,6 +301,7 @@ pub(crate) async fn single_method(
                 .and_then(Value::as_str)
                 .is_some_and(|n| caller.sees_tool(server, n))
         });
+        cx.upstream.review_relayed(server, tools);
     }
     Ok(answer)
 }

@@ -743,7 +743,12 @@ impl Validator {
         for (j, name) in server.headers.forward.iter().enumerate() {
             self.header_name(format!("{path}.headers.forward[{j}]"), name);
         }
-        self.filter(&format!("{path}.tools"), &server.tools);
+        self.filter(&format!("{path}.tools"), &server.tools.filter());
+        for (tool, approval) in &server.tools.approved {
+            if let Err(e) = approval.parse::<switchboard_trust::Approval>() {
+                self.err(format!("{path}.tools.approved.{tool}"), e.to_string());
+            }
+        }
         if let Some(openapi) = &server.openapi {
             self.openapi(&format!("{path}.openapi"), &server.url, openapi);
         }

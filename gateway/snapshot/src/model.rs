@@ -292,7 +292,7 @@ pub struct ServerSpec {
     #[serde(default)]
     pub allow_all_keys: bool,
     #[serde(default)]
-    pub tools: ToolFilter,
+    pub tools: ServerTools,
     #[serde(default)]
     pub headers: HeaderSettings,
     #[serde(default)]
@@ -441,9 +441,75 @@ pub struct ToolFilter {
 
 impl ToolFilter {
     pub fn admits(&self, name: &str) -> bool {
-        let allowed = self.allow.is_empty() || self.allow.iter().any(|p| glob_match(p, name));
-        allowed && !self.deny.iter().any(|p| glob_match(p, name))
+        admits(&self.allow, &self.deny, name)
     }
+}
+
+/// A server's tools: which it serves (a [`ToolFilter`]'s `allow`/`deny`), and how their
+/// definitions are trusted (docs/architecture.md, invariant 15).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerTools {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// What a definition that is not the approved one gets.
+    #[serde(default, skip_serializing_if = "Pinning::is_default")]
+    pub pinning: Pinning,
+    /// Tool name → its approved definition's digest (`v1:...`, as the review prints it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub approved: BTreeMap<String, String>,
+}
+
+impl ServerTools {
+    pub fn admits(&self, name: &str) -> bool {
+        admits(&self.allow, &self.deny, name)
+    }
+
+    /// The names this server serves, as a key's filter would be written.
+    pub fn filter(&self) -> ToolFilter {
+        ToolFilter {
+            allow: self.allow.clone(),
+            deny: self.deny.clone(),
+        }
+    }
+}
+
+/// What a server's tool definitions that are not the approved ones get (and whether they are
+/// looked at at all).
+#[derive(
+    Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Pinning {
+    /// Served as listed and not looked at (no digests, no checks: nothing on the listing's path).
+    Off,
+    /// Served, and flagged: changed or new definitions against the approvals, and what the
+    /// poisoning and shadowing checks find, in logs, metrics and audit records.
+    #[default]
+    Warn,
+    /// Only approved definitions are served: a changed or new tool is neither listed nor
+    /// callable until its digest is approved. Flagged as under `warn`.
+    Hold,
+}
+
+impl Pinning {
+    pub fn is_default(&self) -> bool {
+        *self == Pinning::Warn
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pinning::Off => "off",
+            Pinning::Warn => "warn",
+            Pinning::Hold => "hold",
+        }
+    }
+}
+
+fn admits(allow: &[String], deny: &[String], name: &str) -> bool {
+    let allowed = allow.is_empty() || allow.iter().any(|p| glob_match(p, name));
+    allowed && !deny.iter().any(|p| glob_match(p, name))
 }
 
 /// `*` matches any run of characters; everything else matches itself.

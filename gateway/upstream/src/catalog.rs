@@ -20,6 +20,8 @@ use crate::client::Upstreams;
 use crate::error::UpstreamError;
 use crate::listing::{Item, ListKind, Listing, ListingRequest, walk};
 use crate::request_credential::SHARED_PARTITION;
+use crate::trust::{self, Shadows};
+use switchboard_core::metrics::Metrics;
 use switchboard_core::table::Server;
 
 /// (server revision, kind, credential partition). A revision hashes the whole server spec,
@@ -49,6 +51,8 @@ pub struct Catalog {
     /// Listings that failed lately, when (tokio's clock) and how. The cache's own expiry only
     /// bounds memory; whether a failure still answers is judged by its time.
     failures: Cache<EntryKey, (Instant, UpstreamError)>,
+    /// Each server's tools as shadowing compares them (see [`crate::trust`]).
+    shadows: Shadows,
 }
 
 /// How long a failed listing is answered from memory.
@@ -82,6 +86,7 @@ impl Default for Catalog {
                 .max_capacity(SHARED_LISTINGS)
                 .time_to_live(FAILURE_TTL * 2)
                 .build(),
+            shadows: Shadows::default(),
         }
     }
 }
@@ -152,6 +157,7 @@ impl Catalog {
         request: &ListingRequest<'_>,
         ttl: Duration,
         page_cap: u32,
+        metrics: &Metrics,
     ) -> Result<Arc<Listing>, UpstreamError> {
         let (server, kind) = (request.server, request.kind);
         let partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
@@ -170,7 +176,7 @@ impl Catalog {
         if let Some(failure) = self.recent_failure(&key, ttl) {
             return Err(failure);
         }
-        let listing = match walk(upstreams, request, page_cap).await {
+        let mut listing = match walk(upstreams, request, page_cap).await {
             Ok(listing) => listing,
             Err(e) => {
                 self.remember_failure(key, &e);
@@ -178,6 +184,10 @@ impl Catalog {
             }
         };
         self.failures.invalidate(&key);
+        if trust::reviews(server, kind) {
+            let shared = partition == SHARED_PARTITION;
+            trust::review(server, &mut listing, shared, &self.shadows, metrics);
+        }
         let listing = Arc::new(listing);
         self.store(server, kind, partition, walked_at, listing.clone());
         Ok(listing)
@@ -272,6 +282,7 @@ impl Catalog {
         let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
         for id in &gone {
             withdraw(&mut owners, id);
+            self.shadows.forget(id);
         }
     }
 }

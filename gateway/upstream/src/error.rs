@@ -51,6 +51,13 @@ pub enum UpstreamError {
     /// The upstream does not know the tool (it answered "unknown tool").
     #[error("unknown tool: {name}")]
     ToolNotFound { name: String },
+    /// The tool's definition is not approved and its server holds such tools.
+    #[error("tool {name} of {server:?} is held: {why}")]
+    ToolHeld {
+        server: String,
+        name: String,
+        why: String,
+    },
     /// No server with this id in the table (the probe asks by id).
     #[error("unknown server {server:?}")]
     ServerNotFound { server: String },
@@ -110,6 +117,7 @@ impl UpstreamError {
             UpstreamError::Forbidden { .. } => "upstream_forbidden",
             UpstreamError::Rpc { .. } => "bad_request",
             UpstreamError::ToolNotFound { .. } => "tool_not_found",
+            UpstreamError::ToolHeld { .. } => "tool_held",
             UpstreamError::ServerNotFound { .. } => "server_not_found",
             UpstreamError::SessionGone { .. } => "session_not_found",
             UpstreamError::Limited(_) => "rate_limited",
@@ -161,6 +169,9 @@ impl From<UpstreamError> for GatewayError {
                 data: Some(error),
             },
             UpstreamError::ToolNotFound { name } => GatewayError::ToolNotFound { name },
+            UpstreamError::ToolHeld { server, name, why } => {
+                GatewayError::ToolHeld { server, name, why }
+            }
             UpstreamError::ServerNotFound { server } => GatewayError::ServerNotFound { server },
             UpstreamError::SessionGone { server } => GatewayError::UpstreamSessionGone { server },
             UpstreamError::Limited(refused) => refused.into(),

@@ -35,9 +35,11 @@ mod request_credential;
 pub mod test_upstream;
 mod tls;
 mod tokens;
+mod trust;
 
 pub use broker_login::ProviderGrant;
 pub use call::{SessionScope, UpstreamCall};
+pub use trust::ListingReview;
 pub use client::{RpcOutcome, RpcResult, UpstreamStream};
 pub use plane::{CONNECT_TOOL, UpstreamPlane};
 /// The parser of a `WWW-Authenticate` challenge (exposed for the gateway's fuzz targets).

@@ -159,6 +159,9 @@ pub struct Listing {
     pub ttl_ms: Option<u64>,
     /// Whether any page was `cacheScope: "private"` (or gave no scope: assume private).
     pub private: bool,
+    /// What the review of a tools listing found (`None`: not reviewed, `tools.pinning: off`,
+    /// or not tools).
+    pub review: Option<crate::trust::ListingReview>,
 }
 
 impl Listing {

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::Value;
-use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial, UpstreamAuth};
+use switchboard_snapshot::{IdentityProviderSpec, Pinning, TlsMaterial, UpstreamAuth};
 use tokio::time::Instant;
 
 use crate::broker_login::{ProviderGrant, token_request};
@@ -29,6 +29,7 @@ use crate::listing::{ListKind, Listing, ListingRequest};
 use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::request_credential::{self, RequestCredential, SHARED_PARTITION};
 use crate::tokens::Tokens;
+use crate::trust;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::scope::Caller;
 use switchboard_core::table::{Model, RoutingTable, Server, base_url};
@@ -62,6 +63,8 @@ fn connect_listing(server: &Server) -> Listing {
         ttl_ms: None,
         // The caller's own state: never served to another.
         private: true,
+        // The gateway's own tool: nothing of the upstream's to review.
+        review: None,
     }
 }
 
@@ -274,7 +277,51 @@ impl UpstreamPlane {
             Err(UpstreamError::AccountNotConnected { .. }) if kind == ListKind::Tools => {
                 Ok(Arc::new(connect_listing(server)))
             }
+            Ok(listing) => {
+                if let Some(review) = &listing.review {
+                    note_review(server, review);
+                }
+                Ok(listing)
+            }
             listed => listed,
+        }
+    }
+
+    /// Takes the tools a server holds out of a listing relayed as the upstream gave it (the
+    /// single-server endpoint's), and notes what the review flags on the request's record.
+    pub fn review_relayed(&self, server: &Server, tools: &mut Vec<Value>) {
+        trust::review_relayed(server, tools);
+    }
+
+    /// Refuses a call of a tool its server holds (`tools.pinning: hold`): a name with no
+    /// approval at once, with no I/O; an approved name when the server's latest listing for
+    /// this caller (walked now if this replica has none fresh) shows a definition that is not
+    /// the approved one.
+    async fn check_held(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        tool: &str,
+    ) -> Result<(), UpstreamError> {
+        let held = |why: String| {
+            let shown = switchboard_core::route::prefixed_name(server.prefix(), tool);
+            switchboard_core::audit::note(|n| n.flag_tool(format!("{shown}: held: {why}")));
+            Err(UpstreamError::ToolHeld {
+                server: server.id().to_string(),
+                name: tool.to_string(),
+                why,
+            })
+        };
+        if !server.spec.tools.approved.contains_key(tool) {
+            return held("not approved".into());
+        }
+        let ttl = caller.table.settings.listing_ttl;
+        let listing = self
+            .listing_fresher_than(caller, server, ListKind::Tools, ttl)
+            .await?;
+        match listing.review.as_ref().and_then(|r| r.held(tool)) {
+            Some(why) => held(why.to_string()),
+            None => Ok(()),
         }
     }
 
@@ -354,7 +401,7 @@ impl UpstreamPlane {
                     kind,
                 };
                 self.catalog
-                    .listing(&self.upstreams, &request, ttl, page_cap)
+                    .listing(&self.upstreams, &request, ttl, page_cap, &self.metrics)
                     .await
             })
             .await;
@@ -425,6 +472,16 @@ impl UpstreamPlane {
             && let Some(answer) = Box::pin(self.connect_tool(caller, server)).await?
         {
             return Ok(answer);
+        }
+        if request.method == "tools/call"
+            && server.spec.tools.pinning == Pinning::Hold
+            && let Some(tool) = request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+        {
+            Box::pin(self.check_held(caller, server, tool)).await?;
         }
         // The server's limits refuse before any I/O; a streamed answer holds the slot.
         let admission = caller
@@ -558,6 +615,7 @@ impl UpstreamPlane {
             },
             Duration::ZERO,
             settings.listing_page_cap,
+            &self.metrics,
         ))
         .await;
         match relisted {
@@ -956,3 +1014,21 @@ fn finish_call_span(
 #[cfg(test)]
 #[path = "plane_tests.rs"]
 mod tests;
+
+/// Notes on the request's audit record what a listing's review flagged and held (named as the
+/// aggregate names them).
+fn note_review(server: &Server, review: &trust::ListingReview) {
+    if review.held.is_empty() && review.flagged.is_empty() {
+        return;
+    }
+    switchboard_core::audit::note(|n| {
+        for (name, why) in &review.held {
+            let shown = switchboard_core::route::prefixed_name(server.prefix(), name);
+            n.flag_tool(format!("{shown}: held: {why}"));
+        }
+        for (name, what) in &review.flagged {
+            let shown = switchboard_core::route::prefixed_name(server.prefix(), name);
+            n.flag_tool(format!("{shown}: {what}"));
+        }
+    });
+}

@@ -8,8 +8,8 @@ use switchboard_crds::{McpServer, SecretKeyRef};
 
 use crate::reservations::NameKind;
 use switchboard_snapshot::{
-    ClientAuthMethod, GatewaySettings, HeaderSettings, OpenApiSpec, SecretSource,
-    ServerAddressPolicy, ServerSpec, Snapshot, StaticHeader, ToolFilter, UpstreamAuth,
+    ClientAuthMethod, GatewaySettings, HeaderSettings, OpenApiSpec, Pinning, SecretSource,
+    ServerAddressPolicy, ServerSpec, ServerTools, Snapshot, StaticHeader, UpstreamAuth,
 };
 
 use super::contested::*;
@@ -152,9 +152,6 @@ pub(crate) fn server_spec(
             value: SecretSource::Value { value },
         });
     }
-    let filter = |f: &Option<switchboard_crds::ToolFilter>| {
-        f.as_ref().map_or_else(ToolFilter::default, tool_filter)
-    };
     Ok(ServerSpec {
         tls: spec
             .tls
@@ -173,7 +170,7 @@ pub(crate) fn server_spec(
         access_groups: spec.access_groups.clone(),
         allowed_namespaces: spec.allowed_namespaces.clone(),
         allow_all_keys: spec.allow_all_keys,
-        tools: filter(&spec.tools),
+        tools: server_tools(spec.tools.as_ref()),
         headers: HeaderSettings {
             static_headers,
             forward: spec
@@ -398,4 +395,22 @@ pub(crate) fn upstream_auth(
             }
         }
     })
+}
+
+/// The server's tools as the snapshot carries them (left out: every tool, pinning `warn`, no
+/// approvals).
+fn server_tools(tools: Option<&switchboard_crds::ServerTools>) -> ServerTools {
+    let Some(tools) = tools else {
+        return ServerTools::default();
+    };
+    ServerTools {
+        allow: tools.allow.clone(),
+        deny: tools.deny.clone(),
+        pinning: match tools.pinning {
+            None | Some(switchboard_crds::server::Pinning::Warn) => Pinning::Warn,
+            Some(switchboard_crds::server::Pinning::Off) => Pinning::Off,
+            Some(switchboard_crds::server::Pinning::Hold) => Pinning::Hold,
+        },
+        approved: tools.approved.clone(),
+    }
 }

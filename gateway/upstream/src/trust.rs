@@ -1,0 +1,215 @@
+//! Tool definitions reviewed where listings are made (docs/architecture.md, invariant 15):
+//! every tools listing of a server whose `tools.pinning` is `warn` or `hold` is reviewed once,
+//! when it is walked (not on each request that reads it), against the server's approvals and
+//! the poisoning checks of `switchboard-trust`; under `hold` what is not approved leaves the
+//! listing there, so no face (aggregate, single server, virtual servers, REST, the LLM loop)
+//! and no routing map ever sees it. A call of a held tool is refused by
+//! [`crate::UpstreamPlane::call`].
+//!
+//! Shadowing compares a server's tools with the other servers' last shared listings on this
+//! replica, when the listing is stored: a tool imitating one of a server listed later is
+//! flagged when its own listing is walked again (within `gateway.listingTtl`).
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use serde_json::Value;
+use switchboard_core::metrics::Metrics;
+use switchboard_core::table::Server;
+use switchboard_snapshot::Pinning;
+use switchboard_trust::{FindingKind, Listed, Review, ShadowKey, Standing, shadowing};
+
+use crate::listing::{ListKind, Listing};
+
+/// What the review of one tools listing found (kept with the listing).
+#[derive(Debug, Clone, Default)]
+pub struct ListingReview {
+    /// Tools held back under `hold` (not in the listing's items): name, why.
+    pub held: Vec<(String, String)>,
+    /// Served tools with something to tell: name, what.
+    pub flagged: Vec<(String, String)>,
+}
+
+impl ListingReview {
+    /// Why `tool` is held, if it is.
+    pub fn held(&self, tool: &str) -> Option<&str> {
+        self.held
+            .iter()
+            .find(|(name, _)| name == tool)
+            .map(|(_, why)| why.as_str())
+    }
+}
+
+/// The shadowing keys of each server's last shared listing on this replica.
+#[derive(Default)]
+pub(crate) struct Shadows {
+    keys: RwLock<HashMap<String, Vec<ShadowKey>>>,
+}
+
+impl Shadows {
+    pub(crate) fn forget(&self, server_id: &str) {
+        self.keys
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(server_id);
+    }
+}
+
+/// Reviews a freshly walked listing of `server` in place (tools only; nothing under `off`).
+/// `shared`: the listing speaks for every caller (the gateway's own credential), so it takes
+/// part in shadowing; a caller's own listing does not.
+pub(crate) fn review(
+    server: &Server,
+    listing: &mut Listing,
+    shared: bool,
+    shadows: &Shadows,
+    metrics: &Metrics,
+) {
+    let tools = &server.spec.tools;
+    if tools.pinning == Pinning::Off {
+        return;
+    }
+    let mut report = ListingReview::default();
+    let mut counts: HashMap<&'static str, usize> = HashMap::new();
+    let mut keys = Vec::with_capacity(listing.items.len());
+    let mut reviews = Vec::with_capacity(listing.items.len());
+    let mut kept = Vec::with_capacity(listing.items.len());
+    for item in listing.items.drain(..) {
+        let Some(name) = item.id().map(str::to_owned) else {
+            kept.push(item);
+            continue;
+        };
+        let definition: Value =
+            serde_json::from_str(&item.json_with_id(&name)).unwrap_or(Value::Null);
+        let review = Review::of(&definition, &tools.approved);
+        if tools.pinning == Pinning::Hold && !review.approved() {
+            *counts.entry("held").or_default() += 1;
+            count(&review, &mut counts);
+            report.held.push((name, held_why(&review)));
+            continue;
+        }
+        count(&review, &mut counts);
+        if shared {
+            keys.push(ShadowKey::of(
+                &name,
+                definition.get("description").and_then(Value::as_str),
+            ));
+        }
+        reviews.push((name, review));
+        kept.push(item);
+    }
+    listing.items = kept;
+    if shared {
+        for (name, finding) in shadows.compare(server.id(), keys) {
+            if let Some((_, review)) = reviews.iter_mut().find(|(n, _)| *n == name) {
+                review.findings.push(finding);
+            }
+            *counts.entry(FindingKind::Shadowing.as_str()).or_default() += 1;
+        }
+    }
+    for (name, review) in reviews {
+        if review.flagged() {
+            report.flagged.push((name, review.summary()));
+        }
+    }
+    for state in ["held", "changed", "new"]
+        .into_iter()
+        .chain(FindingKind::ALL.iter().map(|k| k.as_str()))
+    {
+        metrics.tools_reviewed(
+            &server.metric_name,
+            state,
+            counts.get(state).copied().unwrap_or(0),
+        );
+    }
+    for (name, why) in &report.held {
+        tracing::warn!(server = server.id(), tool = %name, why = %why, "tool held: its definition is not approved (tools.pinning: hold)");
+    }
+    for (name, what) in &report.flagged {
+        tracing::warn!(server = server.id(), tool = %name, what = %what, "tool definition flagged");
+    }
+    listing.review = Some(report);
+}
+
+/// A review's line for a held tool: what differs from the approval, and what it carries.
+fn held_why(review: &Review) -> String {
+    match review.standing {
+        Standing::Unpinned => {
+            let mut why = "no tool of the server is approved yet".to_string();
+            if !review.findings.is_empty() {
+                why.push_str("; ");
+                why.push_str(&review.summary());
+            }
+            why
+        }
+        _ => review.summary(),
+    }
+}
+
+fn count(review: &Review, counts: &mut HashMap<&'static str, usize>) {
+    match review.standing {
+        Standing::Changed(_) => *counts.entry("changed").or_default() += 1,
+        Standing::New => *counts.entry("new").or_default() += 1,
+        Standing::Approved | Standing::Unpinned => {}
+    }
+    let mut kinds: Vec<FindingKind> = review.findings.iter().map(|f| f.kind).collect();
+    kinds.dedup();
+    for kind in kinds {
+        *counts.entry(kind.as_str()).or_default() += 1;
+    }
+}
+
+impl Shadows {
+    /// Replaces `server_id`'s keys and returns its tools' shadowing findings against every
+    /// other server's (by tool name).
+    fn compare(
+        &self,
+        server_id: &str,
+        keys: Vec<ShadowKey>,
+    ) -> Vec<(String, switchboard_trust::Finding)> {
+        let mut all = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        all.insert(server_id.to_string(), keys);
+        let servers: Vec<&String> = all.keys().collect();
+        let Some(me) = servers.iter().position(|s| *s == server_id) else {
+            return Vec::new();
+        };
+        let listed: Vec<Listed<'_>> = servers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| all[*s].iter().map(move |key| Listed { server: i, key }))
+            .collect();
+        shadowing(&listed, |i| servers[i].to_string())
+            .into_iter()
+            .filter(|(i, _)| listed[*i].server == me)
+            .map(|(i, finding)| (listed[i].key.name.clone(), finding))
+            .collect()
+    }
+}
+
+/// Whether `kind` of `server` is reviewed at all.
+pub(crate) fn reviews(server: &Server, kind: ListKind) -> bool {
+    kind == ListKind::Tools && server.spec.tools.pinning != Pinning::Off
+}
+
+/// A listing relayed as the upstream gave it (the single-server endpoint): held tools taken
+/// out under `hold`, flagged ones logged, and both noted on the request's audit record.
+pub(crate) fn review_relayed(server: &Server, tools: &mut Vec<Value>) {
+    let trust = &server.spec.tools;
+    if trust.pinning == Pinning::Off {
+        return;
+    }
+    tools.retain(|tool| {
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+        let review = Review::of(tool, &trust.approved);
+        let held = trust.pinning == Pinning::Hold && !review.approved();
+        if held || review.flagged() {
+            let what = if held {
+                format!("held: {}", held_why(&review))
+            } else {
+                review.summary()
+            };
+            switchboard_core::audit::note(|n| n.flag_tool(format!("{name}: {what}")));
+        }
+        !held
+    });
+}
