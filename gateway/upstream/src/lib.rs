@@ -39,10 +39,10 @@ mod trust;
 
 pub use broker_login::ProviderGrant;
 pub use call::{SessionScope, UpstreamCall};
-pub use trust::ListingReview;
 pub use client::{RpcOutcome, RpcResult, UpstreamStream};
 pub use plane::{CONNECT_TOOL, UpstreamPlane};
 /// The parser of a `WWW-Authenticate` challenge (exposed for the gateway's fuzz targets).
 pub use protected_resource::auth_challenge;
 /// The server-certificate verifier that checks a fixed name (the gateway's operator client).
 pub use tls::NamedVerifier;
+pub use trust::ListingReview;
