@@ -390,10 +390,38 @@ pub struct McpServerStatus {
     /// `spec.run`: how many of its pods are ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
-    /// `Accepted`, `Programmed`, `Ready`, and with `spec.run` `Running`.
+    /// The listed tools whose definitions are not approved as they are, or that the poisoning
+    /// and shadowing checks flag (at most 500): what `switchboard-operator tools review`
+    /// prints and approves from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_review: Vec<ReviewedTool>,
+    /// `Accepted`, `Programmed`, `Ready`, `ToolsChanged`, and with `spec.run` `Running`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     // A map keyed by type: server-side apply merges each writer's conditions, so one the
     // operator does not own survives its writes.
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// One tool of a server's last listing as the operator reviewed it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewedTool {
+    /// The tool's name (the upstream's own).
+    pub name: String,
+    /// The digest of its definition as listed: the value `spec.tools.approved` takes to
+    /// approve it.
+    pub digest: String,
+    /// `changed` (approved with another definition), `new` (no approval of this name),
+    /// `unpinned` (the server has no approvals) or `approved` (approved, but flagged).
+    pub state: String,
+    /// The parts that differ from the approved definition (`description`, `inputSchema`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+    /// What the poisoning and shadowing checks found (`<kind> in <where> (<what>)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+    /// Held back from every caller (`spec.tools.pinning: hold`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }

@@ -1056,6 +1056,7 @@ fn plan_statuses<'a>(
         if let Some(h) = &health {
             desired.push(status::running(h));
         }
+        desired.push(status::tools_changed(verdict, probe));
         let prefix = server
             .spec
             .tool_prefix
@@ -1066,7 +1067,14 @@ fn plan_statuses<'a>(
             fields.insert("replicas", serde_json::json!(h.replicas));
             fields.insert("readyReplicas", serde_json::json!(h.ready));
         }
-        if let Some(status::Probe::Listed { tools, at, .. }) = probe {
+        if let Some(status::Probe::Listed {
+            tools, at, review, ..
+        }) = probe
+        {
+            fields.insert(
+                "toolReview",
+                serde_json::json!(review.as_deref().unwrap_or_default()),
+            );
             fields.insert("toolCount", serde_json::json!(tools.len()));
             fields.insert(
                 "lastListed",

@@ -16,7 +16,7 @@ use http::{HeaderName, HeaderValue};
 use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use switchboard_core::metrics::Metrics;
-use switchboard_core::table::{Model, RoutingTable};
+use switchboard_core::table::{Model, RoutingTable, Server};
 use switchboard_snapshot::{ModelProvider, Snapshot};
 use switchboard_upstream::UpstreamPlane;
 use switchboard_upstream::error::UpstreamError;
@@ -25,6 +25,10 @@ use switchboard_upstream::identity_keys;
 use tokio::sync::{Notify, watch};
 
 use crate::status::{KeysProbe, ModelProbe, Probe};
+use switchboard_crds::server::ReviewedTool;
+use switchboard_snapshot::Pinning;
+use switchboard_trust::{Review, Standing};
+use switchboard_upstream::listing::Listing;
 
 /// The Anthropic API version the model listing is asked for.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -55,14 +59,16 @@ impl Probes {
                 Some(Probe::Listed {
                     tools: a,
                     left_out: x,
+                    review: r,
                     ..
                 }),
                 Probe::Listed {
                     tools: b,
                     left_out: y,
+                    review: q,
                     ..
                 },
-            ) => a != b || x != y,
+            ) => a != b || x != y || r != q,
             (Some(old), new) => old != new,
             (None, _) => true,
         };
@@ -214,6 +220,64 @@ fn model_due(
     }
 }
 
+/// Most tools a server's status names in `toolReview`.
+const REVIEWED_TOOLS: usize = 500;
+
+/// The listed tools (those `spec.tools` admits) that are not approved as they are, or that the
+/// review flags, with their digests; `None` under `tools.pinning: off`. Served tools are
+/// reviewed here (the listing's review keeps only what it flags); held ones come from the
+/// listing's review, which took them out; shadowing is the plane's (it compares servers).
+fn reviewed_tools(server: &Server, listing: &Listing) -> Option<Vec<ReviewedTool>> {
+    let tools = &server.spec.tools;
+    if tools.pinning == Pinning::Off {
+        return None;
+    }
+    let of_listing = listing.review.as_ref();
+    let entry = |name: &str, review: &Review, held: bool| {
+        let (state, changed) = match &review.standing {
+            Standing::Approved => ("approved", Vec::new()),
+            Standing::New => ("new", Vec::new()),
+            Standing::Unpinned => ("unpinned", Vec::new()),
+            Standing::Changed(parts) => ("changed", parts.iter().map(|p| p.to_string()).collect()),
+        };
+        ReviewedTool {
+            name: name.to_string(),
+            digest: review.approval.to_string(),
+            state: state.into(),
+            changed,
+            findings: review.findings.iter().map(ToString::to_string).collect(),
+            held,
+        }
+    };
+    let mut out: Vec<ReviewedTool> = Vec::new();
+    for item in &listing.items {
+        let Some(name) = item.id().filter(|n| tools.admits(n)) else {
+            continue;
+        };
+        // The plane's review, when it flagged this tool (shadowing included); else one here.
+        let review = match of_listing.and_then(|r| r.flagged.iter().find(|f| f.name == name)) {
+            Some(flagged) => flagged.review.clone(),
+            None => {
+                let definition: serde_json::Value =
+                    serde_json::from_str(&item.json_with_id(name)).unwrap_or_default();
+                Review::of(&definition, &tools.approved)
+            }
+        };
+        if review.approved() && review.findings.is_empty() {
+            continue;
+        }
+        out.push(entry(name, &review, false));
+    }
+    for held in of_listing.map(|r| r.held.as_slice()).unwrap_or_default() {
+        if tools.admits(&held.name) {
+            out.push(entry(&held.name, &held.review, true));
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.truncate(REVIEWED_TOOLS);
+    Some(out)
+}
+
 fn failure(e: &UpstreamError) -> Probe {
     let reason = match e {
         UpstreamError::Timeout { .. } => "UpstreamTimeout",
@@ -288,6 +352,7 @@ pub async fn run(
                             .collect(),
                         left_out: plane.openapi_problems(server).await.unwrap_or_default(),
                         at: Timestamp::now(),
+                        review: reviewed_tools(server, &listing),
                     },
                     Err(e) => failure(&e),
                 };

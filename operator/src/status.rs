@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
 use switchboard_crds::Condition;
+use switchboard_crds::server::ReviewedTool;
 
 use crate::render::Verdict;
 
@@ -72,6 +73,9 @@ pub enum Probe {
         tools: BTreeSet<String>,
         left_out: Vec<String>,
         at: Timestamp,
+        /// The listed tools not approved as they are, or flagged (`None`: `tools.pinning:
+        /// off`, nothing reviewed).
+        review: Option<Vec<ReviewedTool>>,
     },
     Failed {
         reason: &'static str,
@@ -133,6 +137,104 @@ pub fn ready(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
         reason: reason.into(),
         message,
     }
+}
+
+/// `ToolsChanged` of a server: whether its listed tools' definitions are the approved ones,
+/// naming the tools that are not and in which parts, and what the poisoning and shadowing
+/// checks found. True is the state that needs the platform team (a review and an approval).
+pub(crate) fn tools_changed(verdict: &Verdict, probe: Option<&Probe>) -> Desired {
+    let desired = |status, reason: &str, message: String| Desired {
+        type_: "ToolsChanged",
+        status,
+        reason: reason.into(),
+        message,
+    };
+    let review = match probe {
+        _ if !verdict.accepted => {
+            return desired("Unknown", "NotAccepted", "not in the snapshot".into());
+        }
+        Some(Probe::Listed { review: None, .. }) => {
+            return desired(
+                "False",
+                "PinningOff",
+                "spec.tools.pinning is off: definitions are not reviewed".into(),
+            );
+        }
+        Some(Probe::Listed {
+            review: Some(review),
+            ..
+        }) => review,
+        _ => {
+            return desired(
+                "Unknown",
+                "NotListed",
+                "the gateway's own listing of the upstream is needed to review its tools".into(),
+            );
+        }
+    };
+    let changed: Vec<String> = review
+        .iter()
+        .filter(|t| t.state == "changed" || t.state == "new")
+        .map(|t| {
+            let what = if t.state == "new" {
+                "new".to_string()
+            } else if t.changed.is_empty() {
+                "definition changed".to_string()
+            } else {
+                format!("{} changed", t.changed.join(", "))
+            };
+            let held = if t.held { ", held" } else { "" };
+            format!("{} ({what}{held})", t.name)
+        })
+        .collect();
+    let findings: Vec<String> = review
+        .iter()
+        .flat_map(|t| t.findings.iter().map(move |f| format!("{}: {f}", t.name)))
+        .collect();
+    let unpinned: Vec<&str> = review
+        .iter()
+        .filter(|t| t.state == "unpinned")
+        .map(|t| t.name.as_str())
+        .collect();
+    let mut message = Vec::new();
+    if !changed.is_empty() {
+        message.push(format!(
+            "{} tools differ from spec.tools.approved: {}",
+            changed.len(),
+            bounded_list(&changed, 10)
+        ));
+    }
+    if !findings.is_empty() {
+        message.push(format!(
+            "{} findings: {}",
+            findings.len(),
+            bounded_list(&findings, 10)
+        ));
+    }
+    let review_hint = "review with `switchboard-operator tools review <namespace>/<name>`";
+    if !changed.is_empty() {
+        message.push(review_hint.into());
+        return desired("True", "ToolsChanged", message.join("; "));
+    }
+    if !findings.is_empty() {
+        message.push(review_hint.into());
+        return desired("True", "ToolsFlagged", message.join("; "));
+    }
+    if !unpinned.is_empty() {
+        return desired(
+            "False",
+            "NotPinned",
+            format!(
+                "no tool is approved yet ({} listed); pin them with `switchboard-operator tools review <namespace>/<name>`",
+                unpinned.len()
+            ),
+        );
+    }
+    desired(
+        "False",
+        "Approved",
+        "every listed tool's definition is the approved one".into(),
+    )
 }
 
 /// `Running` of a server the operator runs: its pods, and why they do not run.
@@ -387,12 +489,22 @@ pub(crate) fn transitions(wanted: &[Condition], current: &[Condition]) -> Vec<Ev
         .filter(|c| {
             let before = current.iter().find(|p| p.type_ == c.type_);
             match before {
+                // A definition that changes again while the condition stays True is news too.
+                Some(p) if c.type_ == "ToolsChanged" && c.status == "True" => {
+                    p.status != c.status || p.reason != c.reason || p.message != c.message
+                }
                 Some(p) => p.status != c.status || p.reason != c.reason,
                 None => c.status != "Unknown",
             }
         })
         .map(|c| Event {
-            type_: if c.status == "False" {
+            // ToolsChanged is the one condition whose True (not False) needs people.
+            type_: if c.status
+                == if c.type_ == "ToolsChanged" {
+                    "True"
+                } else {
+                    "False"
+                } {
                 EventType::Warning
             } else {
                 EventType::Normal
@@ -641,6 +753,78 @@ mod tests {
     }
 
     #[test]
+    fn tools_changed_names_the_tools_and_parts_and_the_findings() {
+        let v = accepted_verdict();
+        let listed = |review: Option<Vec<ReviewedTool>>| Probe::Listed {
+            tools: ["weather"].map(String::from).into(),
+            left_out: Vec::new(),
+            at: Timestamp::now(),
+            review,
+        };
+        let tool = |name: &str, state: &str, changed: &[&str], held: bool| ReviewedTool {
+            name: name.into(),
+            digest: "v1:x".into(),
+            state: state.into(),
+            changed: changed.iter().map(|s| s.to_string()).collect(),
+            findings: Vec::new(),
+            held,
+        };
+        let c = tools_changed(
+            &v,
+            Some(&listed(Some(vec![
+                tool("weather", "changed", &["description", "inputSchema"], true),
+                tool("forecast", "new", &[], false),
+            ]))),
+        );
+        assert_eq!((c.status, c.reason.as_str()), ("True", "ToolsChanged"));
+        assert!(
+            c.message.starts_with(
+                "2 tools differ from spec.tools.approved: weather (description, inputSchema changed, held), forecast (new)"
+            ),
+            "{}",
+            c.message
+        );
+        let mut flagged = tool("weather", "approved", &[], false);
+        flagged.findings = vec!["shadowing in name (the same name as b's weather)".into()];
+        let c = tools_changed(&v, Some(&listed(Some(vec![flagged]))));
+        assert_eq!((c.status, c.reason.as_str()), ("True", "ToolsFlagged"));
+        assert!(
+            c.message.contains("weather: shadowing in name"),
+            "{}",
+            c.message
+        );
+        let c = tools_changed(&v, Some(&listed(Some(vec![]))));
+        assert_eq!((c.status, c.reason.as_str()), ("False", "Approved"));
+        let c = tools_changed(
+            &v,
+            Some(&listed(Some(vec![tool("weather", "unpinned", &[], false)]))),
+        );
+        assert_eq!((c.status, c.reason.as_str()), ("False", "NotPinned"));
+        let c = tools_changed(&v, Some(&listed(None)));
+        assert_eq!((c.status, c.reason.as_str()), ("False", "PinningOff"));
+        // A True ToolsChanged is a warning, and a new change while it stays True is news.
+        let at = |c: &Desired| Condition {
+            type_: c.type_.into(),
+            status: c.status.into(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            last_transition_time: Time(Timestamp::now()),
+            observed_generation: None,
+        };
+        let before = at(&tools_changed(
+            &v,
+            Some(&listed(Some(vec![tool("a", "new", &[], false)]))),
+        ));
+        let after = at(&tools_changed(
+            &v,
+            Some(&listed(Some(vec![tool("b", "new", &[], false)]))),
+        ));
+        let events = transitions(&[after], &[before]);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].type_, EventType::Warning);
+    }
+
+    #[test]
     fn ready_says_why() {
         let v = accepted_verdict();
         assert_eq!(
@@ -649,7 +833,8 @@ mod tests {
                 Some(&Probe::Listed {
                     tools: ["a", "b", "c"].map(String::from).into(),
                     left_out: Vec::new(),
-                    at: Timestamp::now()
+                    at: Timestamp::now(),
+                    review: None,
                 })
             )
             .status,
@@ -808,6 +993,7 @@ mod tests {
             tools: names.iter().map(|n| n.to_string()).collect(),
             left_out: Vec::new(),
             at: Timestamp::now(),
+            review: None,
         };
         let v = accepted_verdict();
         let all = |id: &str| match id {
@@ -877,6 +1063,7 @@ mod tests {
                         .into(),
                 ],
                 at: Timestamp::now(),
+                review: None,
             }),
         );
         assert_eq!(

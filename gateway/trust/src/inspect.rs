@@ -103,7 +103,8 @@ pub fn inspect(tool: &Value) -> Vec<Finding> {
     // Hidden characters anywhere, not only in the texts above (an enum value, a `const`).
     hidden_anywhere(tool, String::new(), &mut findings);
     for (at, text) in &texts {
-        for (kind, phrase) in phrases(text) {
+        let is_name = at == "name" || at.ends_with(" (name)");
+        for (kind, phrase) in phrases(text, is_name) {
             findings.push(Finding {
                 kind,
                 at: at.clone(),
@@ -274,23 +275,45 @@ fn is_emoji(c: char) -> bool {
 static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
     use FindingKind::*;
     let table: &[(FindingKind, &str)] = &[
-        // To the model, about its own instructions.
+        // To the model, about its own instructions and rules (English, German, French,
+        // Spanish, Portuguese: the most common injections are translated, not invented).
         (
             ModelInstruction,
-            r"\b(ignore|disregard|forget|override)\s+(all\s+|any\s+)?(of\s+)?(the\s+|your\s+|my\s+)?(previous|prior|above|earlier|preceding|original|other|system)\s+(instructions?|prompts?|directions|rules|guidelines|messages)",
+            r"\b(ignore|disregard|forget|override|bypass)\s+(all\s+|any\s+)?(of\s+)?(the\s+|your\s+|my\s+)?(previous|prior|above|earlier|preceding|original|other|system|safety|security)?\s*(instructions?|prompts?|directions|rules|guidelines|policies|guardrails|restrictions)\b",
         ),
         (
             ModelInstruction,
-            r"<\s*/?\s*(important|system|instructions?|admin|secret|hidden|critical|assistant|system[-_ ]?prompt)\s*>",
+            r"\bignorier\w*\s+(alle\s+)?(vorherigen|bisherigen|obigen)\s+(anweisungen|instruktionen)|\bignore[rz]?\s+(toutes\s+)?les\s+instructions|\bignora\s+(todas\s+)?las\s+instrucciones|\bignore\s+(todas\s+)?as\s+instru[cç][oõ]es",
         ),
-        (ModelInstruction, r"\[\s*(system|inst|instructions?)\s*\]"),
+        // Posing as the system or a turn of the conversation.
         (
             ModelInstruction,
-            r"\b(do\s+not|don'?t|never)\s+(tell|inform|mention|notify|reveal|alert|show|disclose|explain)\b[^.\n]{0,40}\b(the\s+)?user",
+            r"<\s*/?\s*(important|system|instructions?|admin|secret|hidden|critical|assistant|system[-_ ]?prompt|tool_description|tool_result|context)\s*>",
         ),
         (
             ModelInstruction,
-            r"\bwithout\s+(telling|informing|notifying|alerting|asking|letting)\s+(the\s+)?user",
+            r"\[\s*/?\s*(system|inst|instructions?|assistant)\s*[\]:]",
+        ),
+        (
+            ModelInstruction,
+            r"(^|\n)\s*(human|assistant|system)\s*:\s*\S",
+        ),
+        (
+            ModelInstruction,
+            r"\b(note|message|instructions?|notice|reminder)\s+(to|for)\s+(the\s+)?(assistant|ai|agents?|model|llm|claude|chatgpt|copilot)\b",
+        ),
+        (
+            ModelInstruction,
+            r"\b(you\s+are\s+now|from\s+now\s+on,?\s+(you|approve|always|never)|new\s+instructions?\s*:|system\s+prompt\s*:)",
+        ),
+        // Keeping things from the user, or misreporting to them.
+        (
+            ModelInstruction,
+            r"\b(do\s+not|don'?t|never|no\s+need\s+to)\s+(tell|inform|mention|notify|reveal|alert|show|disclose|explain|ask)\b",
+        ),
+        (
+            ModelInstruction,
+            r"\bwithout\s+(telling|informing|notifying|alerting|asking|letting|confirm\w*|the\s+user'?s?\s+(knowledge|consent|approval))\b",
         ),
         (
             ModelInstruction,
@@ -298,11 +321,19 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
         ),
         (
             ModelInstruction,
-            r"\b(hide|conceal|keep)\b[^.\n]{0,30}\bfrom\s+the\s+user",
+            r"\b(hide|conceal|keep)\b[^.\n]{0,30}\bfrom\s+the\s+user|\bleave\s+(it|this|that|them)\s+out\s+of\s+(any|the|your)\b",
         ),
         (
             ModelInstruction,
-            r"\b(you\s+are\s+now|from\s+now\s+on,?\s+you|new\s+instructions?\s*:|system\s+prompt\s*:)",
+            r"\b(describe|present|report|summari[sz]e)\s+(the\s+call|this\s+call|the\s+output|it|them)\s+(only\s+)?as\b",
+        ),
+        (
+            ModelInstruction,
+            r"\b(has|have)\s+(already\s+)?pre-?approved\b|\bthe\s+user\s+(already\s+)?(knows|approved|consented|agreed)\b",
+        ),
+        (
+            ModelInstruction,
+            r"\berw[aä]hne\w*\b[^.\n]{0,40}\bniemals\b|\bniemals\b[^.\n]{0,40}\b(erw[aä]hnen|sagen|mitteilen)\b|\bne\s+(dis|mentionne)\w*\s+(jamais|pas)\b|\bno\s+(le\s+)?(digas|menciones|informes)\b|\bn[aã]o\s+(conte|mencione|informe)\b",
         ),
         (
             ModelInstruction,
@@ -316,18 +347,43 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
             ModelInstruction,
             r"\b(silently|secretly|covertly|quietly)\s+(call|send|read|include|forward|copy|upload|pass|add|run)\b",
         ),
-        // About other tools.
+        // Handing the conversation over: in an argument, or in a URL the client fetches.
+        (
+            ModelInstruction,
+            r"\b(complete|entire|whole|full)\s+(conversation|chat(\s+history)?|context\s+window|system\s+prompt)\b|\bconversation\s+so\s+far\b",
+        ),
+        (
+            ModelInstruction,
+            r"!\[[^\]]*\]\(\s*https?://[^)\s]*\?[^)\s]*\)",
+        ),
+        (
+            ModelInstruction,
+            r"\b(call|use|invoke)\s+this\s+tool\s+(before|after)\s+(every|each|any)\b|\b(at\s+the\s+end\s+of|before|after)\s+(every|each)\s+(reply|response|answer|message)\b",
+        ),
+        // About other tools: what they do, when they are used, whether to use them.
+        (
+            OtherToolInstruction,
+            r"\b(when|whenever|every\s+time|each\s+time|if|after|before|once)\b[^.\n]{0,60}\b[a-z][a-z0-9]*_[a-z0-9_]+\b[^.\n]{0,60}\b(is|are|gets?|was)\s+(used|called|invoked|run|executed|sent|returned)\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(when|whenever|every\s+time|each\s+time|if|after|once)\s+(an?\s+|any\s+)?(e-?mail|message|payment|commit|file|command|request)\s+is\s+(sent|made|created|written|pushed|run)\s+with\b",
+        ),
         (
             OtherToolInstruction,
             r"\bwhen\s+(this\s+tool\s+is\s+(available|present|loaded|installed)|(using|calling|invoking)\s+(the\s+|any\s+|another\s+|other\s+)?`?[a-z0-9_.-]+`?\s+tool)",
         ),
         (
             OtherToolInstruction,
-            r"\b(all|every|any)\s+(other\s+)?(e-?mails?|messages?|payments?|transfers?|transactions?|requests?|files?)\s+(must|should|need\s+to|are\s+to|will)\s+(be\s+)?(sent|forwarded|redirected|routed|copied|bcc'?d|cc'?d|go)\s+to\b",
+            r"\b(any|every|all)\s+other\s+(\w+\s+)?(tools?|servers?)\b|\bor\s+(any|a\s+similar)\s+(other\s+)?(\w+\s+)?tool\b|\bany\s+tool\s+that\b",
         ),
         (
             OtherToolInstruction,
-            r"\b(always|must|should)\s+(also\s+)?(bcc|cc|forward|redirect|copy)\b[^.\n]{0,40}@",
+            r"\b(all|every|any)\s+(other\s+)?(e-?mails?|messages?|payments?|transfers?|transactions?|requests?|files?|commands?|queries|calls?)\s+(must|should|need\s+to|are\s+to|will)\s+(be\s+)?(sent|forwarded|redirected|routed|copied|bcc'?d|cc'?d|go|include|contain|start|begin|use|prefixed)\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(always|must|should)\s+(also\s+)?(bcc|cc|forward|redirect|copy)\b[^.\n]{0,40}@|\bas\s+an?\s+bcc\b",
         ),
         (
             OtherToolInstruction,
@@ -335,45 +391,19 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
         ),
         (
             OtherToolInstruction,
-            r"\b(instead\s+of|rather\s+than|never)\s+(using|calling|invoking)\s+(the\s+|any\s+)?(other\s+)?`?[a-z0-9_.-]+`?\s+(tool|function|server)",
+            r"\b(instead\s+of|rather\s+than)\s+(using|calling|invoking)\s+(the\s+|any\s+)?(other\s+)?`?[a-z0-9_.-]+`?\s+(tool|function|server)|\bnever\s+(call|use|invoke)\s+(them|those|these|its\s+tools|the\s+tools\s+of)\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(route|send|redirect|pass)\s+(every|all)\s+\w+\s+(operations?|requests?|calls?)\s+through\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(tools?|server)\b[^.\n]{0,40}\b(are|is)\s+(deprecated|compromised|insecure|unsafe|broken|malicious)\b[^.\n]{0,40}\b(never|do\s+not|don'?t|instead|avoid)\b",
         ),
         (
             OtherToolInstruction,
             r"\b(before|after)\s+(using|calling|invoking)\s+(any|every|all|other)\s+(other\s+)?tools?\b",
-        ),
-        (
-            OtherToolInstruction,
-            r"\b(other|all|every)\s+(tools?|servers?)\b[^.\n]{0,40}\b(must|should|shall)\b",
-        ),
-        // Local files and secrets to hand over.
-        (
-            SensitiveFile,
-            r"~/\.(ssh|aws|kube|gnupg|config|docker|netrc|npmrc|pypirc|git-credentials|bash_history|zsh_history|cursor|claude)",
-        ),
-        (SensitiveFile, r"\bid_(rsa|dsa|ecdsa|ed25519)\b"),
-        (
-            SensitiveFile,
-            r"(^|[\s`'\x22(/=:])\.(env|netrc|npmrc|pypirc|pgpass|git-credentials|bash_history)\b",
-        ),
-        (
-            SensitiveFile,
-            r"\.(aws/credentials|kube/config|docker/config\.json|ssh/|gnupg/|cursor/mcp\.json|claude\.json)",
-        ),
-        (
-            SensitiveFile,
-            r"\bmcp\.json\b|\b/etc/(passwd|shadow|sudoers)\b|\bclaude_desktop_config\.json\b",
-        ),
-        (
-            SensitiveFile,
-            r"\b(read|cat|include|pass|send|upload|attach|append|copy|extract|collect|dump|exfiltrate|leak|post|forward|embed|put)\b[^.\n]{0,60}\b(environment\s+variables|env\s+vars|all\s+(secrets|credentials|api\s+keys|tokens|passwords)|private\s+keys?|ssh\s+keys?|credentials?\s+files?|browser\s+cookies|session\s+cookies|keychain|wallet\s+(seed|keys?))\b",
-        ),
-        (
-            SensitiveFile,
-            r"\b(contents?|text)\s+of\s+(the\s+|your\s+|their\s+)?(private\s+keys?|ssh\s+keys?|credentials|secrets|config(uration)?\s+files?|dotfiles)\b",
-        ),
-        (
-            SensitiveFile,
-            r"\bprocess\.env\b[^.\n]{0,40}\b(send|include|pass|upload|attach|append|post)\b",
         ),
     ];
     table
@@ -388,6 +418,43 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
         .collect()
 });
 
+/// Local files, stores and secrets: flagged where a sentence also asks to read or hand them
+/// over (a tool that names `~/.ssh/known_hosts` or a default `~/.kube/config` path asks for
+/// nothing).
+static SENSITIVE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    regex::RegexBuilder::new(concat!(
+        r"~/\.(ssh|aws|kube|gnupg|config|docker|netrc|npmrc|pypirc|git-credentials|bash_history|zsh_history|cursor|claude|mozilla|gcloud|azure|password-store)",
+        r"|\bid_(rsa|dsa|ecdsa|ed25519)\b|(^|[\s`'\x22(/=:])\.(env|netrc|npmrc|pypirc|pgpass|git-credentials|bash_history|zsh_history)\b",
+        r"|\.(aws/credentials|kube/config|docker/config\.json|ssh/|gnupg/|cursor/mcp\.json|claude\.json)|\bmcp\.json\b|\bclaude_desktop_config\.json\b",
+        r"|/etc/(passwd|shadow|sudoers|networkmanager)|\bcookies?(\.sqlite|\s+store|\s+jar|\s+database)|\bbrowser\s+(cookies|history|sessions?|passwords)\b|\bkeychain\b|\bfind-generic-password\b|\bsaved\s+passwords\b",
+        r"|\benvironment\s+variables\b|\benv\s+vars\b|\bprivate\s+keys?\b|\bssh\s+keys?\b|\bgpg\s+keys?\b|\bcredentials?\s+files?\b|\bservice[-\s]account\s+(json|key)\b|\bwallet\s+(seed|keys?)|\bseed\s+phrase\b|\bshell\s+history\b|\bpassword\s+(vault|manager)\s+export\b",
+        r"|\ball\s+(secrets|credentials|api\s+keys|tokens|passwords)\b"
+    ))
+    .case_insensitive(true)
+    .build()
+    .ok()
+});
+
+/// What a sentence asks to be done with a sensitive item for it to be flagged.
+static HAND_OVER: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    regex::RegexBuilder::new(
+        r"\b(read|reading|cat|open|include|including|pass|send|upload|attach|append|copy|extract|collect|dump|return|base64|encode|put|paste|post|forward|exfiltrate|leak|share|submit|grab|export|print|run|provide|add)\b|\b(contents?|json|text|data)\s+of\b",
+    )
+    .case_insensitive(true)
+    .build()
+    .ok()
+});
+
+/// A parameter whose very name asks for a file's or a secret's content.
+static SENSITIVE_NAME: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    regex::RegexBuilder::new(
+        r"id_(rsa|dsa|ecdsa|ed25519)|(content|contents|text|data|dump)_(of|from)_\w*(ssh|key|secret|credential|password|env|config|cookie|token)|\bmcp_json\b|(ssh|gpg|private)_key_(content|contents|text|data)",
+    )
+    .case_insensitive(true)
+    .build()
+    .ok()
+});
+
 /// A quick first pass: whether any pattern matches at all (most texts match none).
 static ANY: LazyLock<Option<RegexSet>> = LazyLock::new(|| {
     regex::RegexSetBuilder::new(PATTERNS.iter().map(|(_, re)| re.as_str()))
@@ -397,8 +464,28 @@ static ANY: LazyLock<Option<RegexSet>> = LazyLock::new(|| {
 });
 
 /// The phrases in `text`, one per kind (the first match of that kind).
-fn phrases(text: &str) -> Vec<(FindingKind, String)> {
+fn phrases(text: &str, is_name: bool) -> Vec<(FindingKind, String)> {
     let mut out: Vec<(FindingKind, String)> = Vec::new();
+    if is_name {
+        if let Some(m) = SENSITIVE_NAME.as_ref().and_then(|re| re.find(text)) {
+            out.push((FindingKind::SensitiveFile, m.as_str().to_string()));
+        }
+        return out;
+    }
+    if let Some(sentence) = sentences(text).find(|s| {
+        SENSITIVE.as_ref().is_some_and(|re| re.is_match(s))
+            && HAND_OVER.as_ref().is_some_and(|re| re.is_match(s))
+    }) && let Some(m) = SENSITIVE.as_ref().and_then(|re| re.find(sentence))
+    {
+        out.push((FindingKind::SensitiveFile, m.as_str().trim().to_string()));
+    }
+    // Text pushed out of sight by a long run of blanks.
+    if text.contains(&" ".repeat(PADDING)) || text.contains(&"\n".repeat(PADDING / 4)) {
+        out.push((
+            FindingKind::HiddenCharacters,
+            format!("a run of {PADDING}+ blanks before more text"),
+        ));
+    }
     let matched: Vec<usize> = match ANY.as_ref() {
         Some(set) => set.matches(text).into_iter().collect(),
         None => (0..PATTERNS.len()).collect(),
@@ -413,6 +500,29 @@ fn phrases(text: &str) -> Vec<(FindingKind, String)> {
         }
     }
     out
+}
+
+/// Blanks in a row that hide what follows them from a reader of a client's tool list.
+const PADDING: usize = 40;
+
+/// A text's sentences: split after `.`, `!`, `?` followed by a blank, and at line breaks
+/// (a path's dots, `~/.ssh/id_rsa`, do not split).
+fn sentences(text: &str) -> impl Iterator<Item = &str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        let end = i + c.len_utf8();
+        let boundary = c == '\n'
+            || (matches!(c, '.' | '!' | '?') && text[end..].starts_with(char::is_whitespace));
+        if boundary {
+            out.push(&text[start..end]);
+            start = end;
+        }
+    }
+    if start < text.len() {
+        out.push(&text[start..]);
+    }
+    out.into_iter()
 }
 
 /// A phrase cut to [`DETAIL_CHARS`] characters, hidden characters named, lines joined.

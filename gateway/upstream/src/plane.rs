@@ -1022,13 +1022,13 @@ fn note_review(server: &Server, review: &trust::ListingReview) {
         return;
     }
     switchboard_core::audit::note(|n| {
-        for (name, why) in &review.held {
-            let shown = switchboard_core::route::prefixed_name(server.prefix(), name);
-            n.flag_tool(format!("{shown}: held: {why}"));
+        for held in &review.held {
+            let shown = switchboard_core::route::prefixed_name(server.prefix(), &held.name);
+            n.flag_tool(format!("{shown}: held: {}", held.why));
         }
-        for (name, what) in &review.flagged {
-            let shown = switchboard_core::route::prefixed_name(server.prefix(), name);
-            n.flag_tool(format!("{shown}: {what}"));
+        for flagged in &review.flagged {
+            let shown = switchboard_core::route::prefixed_name(server.prefix(), &flagged.name);
+            n.flag_tool(format!("{shown}: {}", flagged.what));
         }
     });
 }

@@ -549,7 +549,11 @@ async fn under_warn_changes_are_served_and_flagged_and_off_reviews_nothing() {
     assert_eq!(listing.items.len(), 2);
     let review = listing.review.clone().expect("reviewed under warn");
     assert!(review.held.is_empty());
-    let flagged: std::collections::BTreeMap<_, _> = review.flagged.into_iter().collect();
+    let flagged: std::collections::BTreeMap<_, _> = review
+        .flagged
+        .into_iter()
+        .map(|f| (f.name, f.what))
+        .collect();
     assert!(
         flagged["weather"]
             .starts_with("description changed; hidden-characters in description (U+200B)"),
@@ -617,7 +621,7 @@ async fn a_tool_imitating_another_servers_is_flagged() {
     assert_eq!(flagged.len(), 1, "{flagged:?}");
     assert!(
         flagged[0]
-            .1
+            .what
             .contains("shadowing in name (a name confusable with a's send_email)"),
         "{flagged:?}"
     );

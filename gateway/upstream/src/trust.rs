@@ -24,10 +24,26 @@ use crate::listing::{ListKind, Listing};
 /// What the review of one tools listing found (kept with the listing).
 #[derive(Debug, Clone, Default)]
 pub struct ListingReview {
-    /// Tools held back under `hold` (not in the listing's items): name, why.
-    pub held: Vec<(String, String)>,
-    /// Served tools with something to tell: name, what.
-    pub flagged: Vec<(String, String)>,
+    /// Tools held back under `hold` (not in the listing's items).
+    pub held: Vec<HeldTool>,
+    /// Served tools with something to tell.
+    pub flagged: Vec<FlaggedTool>,
+}
+
+/// A tool held back: its name, why, and its review (its digest is what an approval names).
+#[derive(Debug, Clone)]
+pub struct HeldTool {
+    pub name: String,
+    pub why: String,
+    pub review: Review,
+}
+
+/// A served tool the review flags: its name, what (one line), and its review.
+#[derive(Debug, Clone)]
+pub struct FlaggedTool {
+    pub name: String,
+    pub what: String,
+    pub review: Review,
 }
 
 impl ListingReview {
@@ -35,8 +51,18 @@ impl ListingReview {
     pub fn held(&self, tool: &str) -> Option<&str> {
         self.held
             .iter()
-            .find(|(name, _)| name == tool)
-            .map(|(_, why)| why.as_str())
+            .find(|h| h.name == tool)
+            .map(|h| h.why.as_str())
+    }
+
+    /// What the review says of `tool`, if anything: why it is held, or what is flagged.
+    pub fn of(&self, tool: &str) -> Option<&str> {
+        self.held(tool).or_else(|| {
+            self.flagged
+                .iter()
+                .find(|f| f.name == tool)
+                .map(|f| f.what.as_str())
+        })
     }
 }
 
@@ -85,7 +111,11 @@ pub(crate) fn review(
         if tools.pinning == Pinning::Hold && !review.approved() {
             *counts.entry("held").or_default() += 1;
             count(&review, &mut counts);
-            report.held.push((name, held_why(&review)));
+            report.held.push(HeldTool {
+                why: held_why(&review),
+                review,
+                name,
+            });
             continue;
         }
         count(&review, &mut counts);
@@ -109,7 +139,11 @@ pub(crate) fn review(
     }
     for (name, review) in reviews {
         if review.flagged() {
-            report.flagged.push((name, review.summary()));
+            report.flagged.push(FlaggedTool {
+                what: review.summary(),
+                name,
+                review,
+            });
         }
     }
     for state in ["held", "changed", "new"]
@@ -122,11 +156,11 @@ pub(crate) fn review(
             counts.get(state).copied().unwrap_or(0),
         );
     }
-    for (name, why) in &report.held {
-        tracing::warn!(server = server.id(), tool = %name, why = %why, "tool held: its definition is not approved (tools.pinning: hold)");
+    for held in &report.held {
+        tracing::warn!(server = server.id(), tool = %held.name, why = %held.why, "tool held: its definition is not approved (tools.pinning: hold)");
     }
-    for (name, what) in &report.flagged {
-        tracing::warn!(server = server.id(), tool = %name, what = %what, "tool definition flagged");
+    for flagged in &report.flagged {
+        tracing::warn!(server = server.id(), tool = %flagged.name, what = %flagged.what, "tool definition flagged");
     }
     listing.review = Some(report);
 }
