@@ -33,6 +33,7 @@ mod retries;
 pub mod scope;
 mod status;
 mod status_write;
+pub mod tools_review;
 pub mod upstream_policy;
 pub mod workload;
 mod workload_apply;

@@ -202,6 +202,33 @@ struct Args {
     /// `operator.upstreamNetworks.apiServerEndpointSlices`).
     #[arg(long, env = "SWITCHBOARD_API_SERVER_ENDPOINT_SLICES")]
     api_server_endpoint_slices: bool,
+    /// Without a command the operator runs; a command is a tool for the platform team, run
+    /// with their kubeconfig.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Tool definitions a server lists (spec.tools.pinning).
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum ToolsCommand {
+    /// Prints which of a server's tools differ from spec.tools.approved (and in which parts),
+    /// what the poisoning and shadowing checks found, and the approvals to apply.
+    Review {
+        /// The McpServer, `<namespace>/<name>`.
+        server: String,
+        /// Patch spec.tools.approved with the proposed approvals.
+        #[arg(long)]
+        apply: bool,
+        /// Propose approvals for flagged tools too (after reading their findings).
+        #[arg(long)]
+        include_flagged: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -210,6 +237,32 @@ fn main() -> std::process::ExitCode {
 }
 
 fn start(args: Args) -> anyhow::Result<()> {
+    if let Some(Command::Tools(ToolsCommand::Review {
+        server,
+        apply,
+        include_flagged,
+    })) = args.command
+    {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async move {
+                let client = kube::Client::try_default().await?;
+                let plan = switchboard_operator::tools_review::run(
+                    client,
+                    &server,
+                    apply,
+                    include_flagged,
+                )
+                .await?;
+                let mut out = std::io::stdout().lock();
+                out.write_all(plan.text.as_bytes())?;
+                if apply && plan.proposed > 0 {
+                    writeln!(out, "# applied: {} approvals", plan.proposed)?;
+                }
+                Ok(())
+            });
+    }
     let json = args.log_format == "json";
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

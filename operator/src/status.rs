@@ -779,7 +779,7 @@ mod tests {
         assert_eq!((c.status, c.reason.as_str()), ("True", "ToolsChanged"));
         assert!(
             c.message.starts_with(
-                "2 tools differ from spec.tools.approved: weather (description, inputSchema changed, held), forecast (new)"
+                "2 tools differ from spec.tools.approved: weather (description, inputSchema changed, held); forecast (new)"
             ),
             "{}",
             c.message
