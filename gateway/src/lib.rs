@@ -27,4 +27,5 @@ mod refused_body;
 pub mod serve;
 mod sign_in;
 pub mod state;
+pub mod tools_review;
 mod well_known;

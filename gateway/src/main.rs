@@ -135,6 +135,30 @@ struct Args {
     /// CPUs can help when the gateway shares its CPUs with other busy processes.
     #[arg(long, env = "SWITCHBOARD_WORKER_THREADS")]
     worker_threads: Option<usize>,
+    /// Without a command the gateway serves; a command is a tool for the platform team.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Tool definitions a server lists (its `tools.pinning`).
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum ToolsCommand {
+    /// Lists a server of the --config file now, with the gateway's own credential, and prints
+    /// which of its tools differ from `tools.approved` (and in which parts), what the
+    /// poisoning and shadowing checks found, and the `approved` block to paste into the file.
+    Review {
+        /// The server's name (its id in the file).
+        server: String,
+        /// Propose approvals for flagged tools too (after reading their findings).
+        #[arg(long)]
+        include_flagged: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -143,6 +167,26 @@ fn main() -> std::process::ExitCode {
 }
 
 fn start(args: Args) -> anyhow::Result<()> {
+    if let Some(Command::Tools(ToolsCommand::Review {
+        server,
+        include_flagged,
+    })) = &args.command
+    {
+        let config = args
+            .config
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("tools review reads the servers of --config FILE"))?;
+        let text = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(switchboard_gateway::tools_review::review(
+                config,
+                server,
+                *include_flagged,
+            ))?;
+        std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
+        return Ok(());
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads.filter(|n| *n > 0) {
         runtime.worker_threads(threads);

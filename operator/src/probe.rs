@@ -26,8 +26,6 @@ use tokio::sync::{Notify, watch};
 
 use crate::status::{KeysProbe, ModelProbe, Probe};
 use switchboard_crds::server::ReviewedTool;
-use switchboard_snapshot::Pinning;
-use switchboard_trust::{Review, Standing};
 use switchboard_upstream::listing::Listing;
 
 /// The Anthropic API version the model listing is asked for.
@@ -223,59 +221,17 @@ fn model_due(
 /// Most tools a server's status names in `toolReview`.
 const REVIEWED_TOOLS: usize = 500;
 
-/// The listed tools (those `spec.tools` admits) that are not approved as they are, or that the
-/// review flags, with their digests; `None` under `tools.pinning: off`. Served tools are
-/// reviewed here (the listing's review keeps only what it flags); held ones come from the
-/// listing's review, which took them out; shadowing is the plane's (it compares servers).
+/// The listed tools not approved as they are, or flagged, as status names them (`None` under
+/// `tools.pinning: off`).
 fn reviewed_tools(server: &Server, listing: &Listing) -> Option<Vec<ReviewedTool>> {
-    let tools = &server.spec.tools;
-    if tools.pinning == Pinning::Off {
-        return None;
-    }
-    let of_listing = listing.review.as_ref();
-    let entry = |name: &str, review: &Review, held: bool| {
-        let (state, changed) = match &review.standing {
-            Standing::Approved => ("approved", Vec::new()),
-            Standing::New => ("new", Vec::new()),
-            Standing::Unpinned => ("unpinned", Vec::new()),
-            Standing::Changed(parts) => ("changed", parts.iter().map(|p| p.to_string()).collect()),
-        };
-        ReviewedTool {
-            name: name.to_string(),
-            digest: review.approval.to_string(),
-            state: state.into(),
-            changed,
-            findings: review.findings.iter().map(ToString::to_string).collect(),
-            held,
-        }
-    };
-    let mut out: Vec<ReviewedTool> = Vec::new();
-    for item in &listing.items {
-        let Some(name) = item.id().filter(|n| tools.admits(n)) else {
-            continue;
-        };
-        // The plane's review, when it flagged this tool (shadowing included); else one here.
-        let review = match of_listing.and_then(|r| r.flagged.iter().find(|f| f.name == name)) {
-            Some(flagged) => flagged.review.clone(),
-            None => {
-                let definition: serde_json::Value =
-                    serde_json::from_str(&item.json_with_id(name)).unwrap_or_default();
-                Review::of(&definition, &tools.approved)
-            }
-        };
-        if review.approved() && review.findings.is_empty() {
-            continue;
-        }
-        out.push(entry(name, &review, false));
-    }
-    for held in of_listing.map(|r| r.held.as_slice()).unwrap_or_default() {
-        if tools.admits(&held.name) {
-            out.push(entry(&held.name, &held.review, true));
-        }
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out.truncate(REVIEWED_TOOLS);
-    Some(out)
+    let mut entries = switchboard_upstream::review_entries(server, listing)?;
+    entries.truncate(REVIEWED_TOOLS);
+    Some(
+        entries
+            .into_iter()
+            .map(crate::tools_review::reviewed_tool)
+            .collect(),
+    )
 }
 
 fn failure(e: &UpstreamError) -> Probe {

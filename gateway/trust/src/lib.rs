@@ -10,6 +10,7 @@
 
 mod approval;
 mod inspect;
+mod plan;
 mod shadow;
 
 use std::collections::BTreeMap;
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 pub use approval::{Approval, BadApproval, Part};
 pub use inspect::{DETAIL_CHARS, Finding, FindingKind, hidden_characters, inspect};
+pub use plan::{Plan, ReviewEntry, Target, plan};
 pub use shadow::{COPIED_DESCRIPTION_CHARS, Listed, ShadowKey, shadowing};
 
 /// How a definition stands against a server's approvals.

@@ -45,4 +45,4 @@ pub use plane::{CONNECT_TOOL, UpstreamPlane};
 pub use protected_resource::auth_challenge;
 /// The server-certificate verifier that checks a fixed name (the gateway's operator client).
 pub use tls::NamedVerifier;
-pub use trust::{FlaggedTool, HeldTool, ListingReview};
+pub use trust::{FlaggedTool, HeldTool, ListingReview, review_entries};

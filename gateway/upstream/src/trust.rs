@@ -17,7 +17,7 @@ use serde_json::Value;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::Server;
 use switchboard_snapshot::Pinning;
-use switchboard_trust::{FindingKind, Listed, Review, ShadowKey, Standing, shadowing};
+use switchboard_trust::{FindingKind, Listed, Review, ReviewEntry, ShadowKey, Standing, shadowing};
 
 use crate::listing::{ListKind, Listing};
 
@@ -246,4 +246,39 @@ pub(crate) fn review_relayed(server: &Server, tools: &mut Vec<Value>) {
         }
         !held
     });
+}
+
+/// The listed tools (those the server's filter admits) that are not approved as they are, or
+/// that the review flags, sorted by name; `None` under `tools.pinning: off`. Served tools are
+/// reviewed here (a listing's review keeps only what it flags); held ones come from the
+/// listing's review, which took them out; shadowing is the catalog's (it compares servers).
+pub fn review_entries(server: &Server, listing: &Listing) -> Option<Vec<ReviewEntry>> {
+    let tools = &server.spec.tools;
+    if tools.pinning == Pinning::Off {
+        return None;
+    }
+    let of_listing = listing.review.as_ref();
+    let mut out: Vec<ReviewEntry> = Vec::new();
+    for item in &listing.items {
+        let Some(name) = item.id().filter(|n| tools.admits(n)) else {
+            continue;
+        };
+        let flagged = of_listing.and_then(|r| r.flagged.iter().find(|f| f.name == name));
+        let review = match flagged {
+            Some(flagged) => flagged.review.clone(),
+            None => {
+                let definition: Value =
+                    serde_json::from_str(&item.json_with_id(name)).unwrap_or_default();
+                Review::of(&definition, &tools.approved)
+            }
+        };
+        out.extend(ReviewEntry::of(name, &review, false));
+    }
+    for held in of_listing.map(|r| r.held.as_slice()).unwrap_or_default() {
+        if tools.admits(&held.name) {
+            out.extend(ReviewEntry::of(&held.name, &held.review, true));
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Some(out)
 }
