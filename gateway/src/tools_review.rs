@@ -48,6 +48,14 @@ pub async fn review(
         .ok_or_else(|| ReviewError::NoServer(server.to_string()))?;
     let plane = UpstreamPlane::new(Arc::new(Metrics::default()));
     plane.prepare(&table);
+    // The other servers first: shadowing compares this server's tools with theirs. (One that
+    // cannot be listed now is left out of the comparison, as on a replica that has not yet
+    // listed it.)
+    for other in table.servers.iter().filter(|s| s.id() != server) {
+        if !other.spec.auth.uses_caller_credential() && !other.spec.auth.is_user_account() {
+            let _ = plane.probe(table.clone(), other.id()).await;
+        }
+    }
     let listing =
         plane
             .probe(table.clone(), server)

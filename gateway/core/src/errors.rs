@@ -56,7 +56,7 @@ pub enum GatewayError {
     /// The tool's definition is not the one the platform team approved, and its server holds
     /// such tools (`tools.pinning: hold`): a refusal, named as one.
     #[error(
-        "tool {name} is held: its definition is not approved ({why}); the platform team approves it in server {server:?}'s tools.approved"
+        "tool {name} is held ({why}): server {server:?} serves only the definitions its tools.approved names"
     )]
     ToolHeld {
         server: String,

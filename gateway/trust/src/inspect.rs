@@ -92,8 +92,14 @@ pub fn inspect(tool: &Value) -> Vec<Finding> {
             texts.push((field.to_string(), text));
         }
     }
-    if let Some(text) = tool.pointer("/annotations/title").and_then(Value::as_str) {
-        texts.push(("annotations.title".into(), text));
+    // Every string of the annotations: clients show some of them, and an annotation nobody
+    // defined is there for a reader.
+    if let Some(Value::Object(annotations)) = tool.get("annotations") {
+        for (key, value) in annotations {
+            if let Some(text) = value.as_str() {
+                texts.push((format!("annotations.{key}"), text));
+            }
+        }
     }
     for field in ["inputSchema", "outputSchema"] {
         if let Some(schema) = tool.get(field) {
@@ -104,7 +110,10 @@ pub fn inspect(tool: &Value) -> Vec<Finding> {
     hidden_anywhere(tool, String::new(), &mut findings);
     for (at, text) in &texts {
         let is_name = at == "name" || at.ends_with(" (name)");
-        for (kind, phrase) in phrases(text, is_name) {
+        let is_value = at.ends_with(".default")
+            || at.ends_with(".const")
+            || ((at.contains(".examples[") || at.contains(".enum[")) && at.ends_with(']'));
+        for (kind, phrase) in phrases(text, is_name, is_value) {
             findings.push(Finding {
                 kind,
                 at: at.clone(),
@@ -122,7 +131,7 @@ fn schema_texts<'a>(schema: &'a Value, at: String, out: &mut Vec<(String, &'a st
             for (key, value) in map {
                 let path = format!("{at}.{key}");
                 match (key.as_str(), value) {
-                    ("description" | "title" | "default", Value::String(text)) => {
+                    ("description" | "title" | "default" | "const", Value::String(text)) => {
                         out.push((path, text));
                     }
                     ("examples" | "enum", Value::Array(items)) => {
@@ -275,8 +284,6 @@ fn is_emoji(c: char) -> bool {
 static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
     use FindingKind::*;
     let table: &[(FindingKind, &str)] = &[
-        // To the model, about its own instructions and rules (English, German, French,
-        // Spanish, Portuguese: the most common injections are translated, not invented).
         (
             ModelInstruction,
             r"\b(ignore|disregard|forget|override|bypass)\s+(all\s+|any\s+)?(of\s+)?(the\s+|your\s+|my\s+)?(previous|prior|above|earlier|preceding|original|other|system|safety|security)?\s*(instructions?|prompts?|directions|rules|guidelines|policies|guardrails|restrictions)\b",
@@ -285,7 +292,6 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
             ModelInstruction,
             r"\bignorier\w*\s+(alle\s+)?(vorherigen|bisherigen|obigen)\s+(anweisungen|instruktionen)|\bignore[rz]?\s+(toutes\s+)?les\s+instructions|\bignora\s+(todas\s+)?las\s+instrucciones|\bignore\s+(todas\s+)?as\s+instru[cç][oõ]es",
         ),
-        // Posing as the system or a turn of the conversation.
         (
             ModelInstruction,
             r"<\s*/?\s*(important|system|instructions?|admin|secret|hidden|critical|assistant|system[-_ ]?prompt|tool_description|tool_result|context)\s*>",
@@ -306,7 +312,6 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
             ModelInstruction,
             r"\b(you\s+are\s+now|from\s+now\s+on,?\s+(you|approve|always|never)|new\s+instructions?\s*:|system\s+prompt\s*:)",
         ),
-        // Keeping things from the user, or misreporting to them.
         (
             ModelInstruction,
             r"\b(do\s+not|don'?t|never|no\s+need\s+to)\s+(tell|inform|mention|notify|reveal|alert|show|disclose|explain|ask)\b",
@@ -329,7 +334,31 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
         ),
         (
             ModelInstruction,
-            r"\b(has|have)\s+(already\s+)?pre-?approved\b|\bthe\s+user\s+(already\s+)?(knows|approved|consented|agreed)\b",
+            r"\b(has|have)\s+(already\s+)?pre-?approved\b|\b(has|have)\s+already\s+(authori[sz]ed|approved|consented)\b|\bthe\s+user\s+(already\s+)?(knows|approved|consented|agreed)\b|\bskip\s+(the\s+|any\s+|all\s+)?(confirmation|approval)s?\b|\b(do\s+not|never)\s+refuse\b",
+        ),
+        (
+            ModelInstruction,
+            r"\b(ranks?\s+above|takes?\s+precedence\s+over|supersedes?|outranks?)\b[^.\n]{0,60}\b(rules|instructions|guidelines|configured|system\s+prompt)\b|\bwithout\s+(drawing|calling)\s+attention\b",
+        ),
+        (
+            ModelInstruction,
+            r"\bleave\s+(it|this|that|them|those\s+\w+)\s+out\s+of\b|\bomit\b[^.\n]{0,40}\b(user|summary|confirmation|answer|reply|response)\b",
+        ),
+        (
+            ModelInstruction,
+            r"\byour\s+(system|developer|hidden|initial)\s+(and\s+developer\s+)?(prompt|instructions|messages?)\b",
+        ),
+        (
+            ModelInstruction,
+            r"\b(nota|observa[cç][aã]o|importante|note|aviso|hinweis)\s+(para|pour|f[uü]r|for|to)\s+(el\s+|o\s+|l'|la\s+|den\s+|the\s+)?(agente?|asistente|assistente|assistant|ki|ia|modelo?)\b|\b(assistente|asistente)\s*:|\(\s*assistant\s*\)",
+        ),
+        (
+            ModelInstruction,
+            r"\bno\s+hace\s+falta\s+(comentarlo|decirlo|mencionarlo|indicarlo)|\binutile\s+de\s+(demander|pr[ée]venir|dire|mentionner)\b|\bsem\s+(avisar|informar|mencionar)\b|\bsin\s+(avisar|indicarlo|informar|decirlo|mencionarlo)\b|\bn'affichez\s+pas\b|\bne\s+(montrez|dites|mentionnez)\s+pas\b|\bn[aã]o\s+(explique|mostre|diga|conte|mencione)\b|\bno\s+(expliques|muestres|digas|menciones)\b|无需告知|不要告诉|不必告知|无需通知|勿告知|不要透露",
+        ),
+        (
+            ModelInstruction,
+            r"\btoda\s+la\s+conversaci[oó]n\b|\btoute\s+la\s+conversation\b|\btoda\s+a\s+conversa\b|\bresumo\s+da\s+conversa\b|\bresumen\s+de\s+la\s+conversaci[oó]n\b|(密钥|令牌|密码|私钥)[^。]{0,20}(填入|粘贴|发送|上传)|(填入|粘贴|发送|上传)[^。]{0,30}(密钥|令牌|密码|私钥)",
         ),
         (
             ModelInstruction,
@@ -347,23 +376,18 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
             ModelInstruction,
             r"\b(silently|secretly|covertly|quietly)\s+(call|send|read|include|forward|copy|upload|pass|add|run)\b",
         ),
-        // Handing the conversation over: in an argument, or in a URL the client fetches.
         (
             ModelInstruction,
             r"\b(complete|entire|whole|full)\s+(conversation|chat(\s+history)?|context\s+window|system\s+prompt)\b|\bconversation\s+so\s+far\b",
         ),
-        (
-            ModelInstruction,
-            r"!\[[^\]]*\]\(\s*https?://[^)\s]*\?[^)\s]*\)",
-        ),
+        (ModelInstruction, r"!\[[^\]]*\]\(\s*https?://[^)]*\?[^)]*\)"),
         (
             ModelInstruction,
             r"\b(call|use|invoke)\s+this\s+tool\s+(before|after)\s+(every|each|any)\b|\b(at\s+the\s+end\s+of|before|after)\s+(every|each)\s+(reply|response|answer|message)\b",
         ),
-        // About other tools: what they do, when they are used, whether to use them.
         (
             OtherToolInstruction,
-            r"\b(when|whenever|every\s+time|each\s+time|if|after|before|once)\b[^.\n]{0,60}\b[a-z][a-z0-9]*_[a-z0-9_]+\b[^.\n]{0,60}\b(is|are|gets?|was)\s+(used|called|invoked|run|executed|sent|returned)\b",
+            r"\b(when|whenever|every\s+time|each\s+time|if|after|before|once)\b[^.\n]{0,60}\b[a-z][a-z0-9]*_[a-z0-9_]+\b[^.\n]{0,60}\b((is|are|gets?|was)\s+(used|called|invoked|run|executed|sent|returned|performed)|saves?|writes?|runs)\b",
         ),
         (
             OtherToolInstruction,
@@ -371,7 +395,7 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
         ),
         (
             OtherToolInstruction,
-            r"\bwhen\s+(this\s+tool\s+is\s+(available|present|loaded|installed)|(using|calling|invoking)\s+(the\s+|any\s+|another\s+|other\s+)?`?[a-z0-9_.-]+`?\s+tool)",
+            r"\bwhen\s+(this\s+tool\s+is\s+(available|present|loaded|installed)|(using|calling|invoking)\s+(the\s+|any\s+|another\s+|other\s+)?`?[a-z0-9]+[_.-][a-z0-9_.-]*`?\s+tool)",
         ),
         (
             OtherToolInstruction,
@@ -405,6 +429,26 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
             OtherToolInstruction,
             r"\b(before|after)\s+(using|calling|invoking)\s+(any|every|all|other)\s+(other\s+)?tools?\b",
         ),
+        (
+            OtherToolInstruction,
+            r"\b(when|whenever|before|after|once)\s+[^\n]{0,100}?\btools?\b[^\n]{0,80}?\b((is|are)\s+(used|called|invoked|run|executed|performed)|runs?|executes?)\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(through|via|with)\s+any\s+[\w\s-]{0,30}\btools?\b|\bany\s+(terminal|package|shell|payment|billing|email|mail|git|dns|file|kubectl|browser)\s+(or\s+\w+\s+)?(related\s+)?tools?\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(any|every|all)\s+(commands?|requests?|messages?|calls?|queries)\s+(sent|passed|given|issued)\s+to\b[^.\n]{0,80}\b(must|should|shall)\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(supersedes?|takes?\s+precedence\s+over|replaces?)\s+(the\s+)?[\w'-]+\s+(server'?s?|tools?)\b|\broute\s+(every|all)\s+[\w\s-]{0,30}\bthrough\b",
+        ),
+        (
+            OtherToolInstruction,
+            r"\b(cuando|quando|lorsque|lorsqu'|wenn)\b[^.\n]{0,80}\b(herramientas?|ferramentas?|outils?|werkzeug\w*)\b|\b(qualquer|cualquier|tout|toute)\s+(comando|commande)\b|当使用|相关工具|工具时",
+        ),
     ];
     table
         .iter()
@@ -426,8 +470,8 @@ static SENSITIVE: LazyLock<Option<Regex>> = LazyLock::new(|| {
         r"~/\.(ssh|aws|kube|gnupg|config|docker|netrc|npmrc|pypirc|git-credentials|bash_history|zsh_history|cursor|claude|mozilla|gcloud|azure|password-store)",
         r"|\bid_(rsa|dsa|ecdsa|ed25519)\b|(^|[\s`'\x22(/=:])\.(env|netrc|npmrc|pypirc|pgpass|git-credentials|bash_history|zsh_history)\b",
         r"|\.(aws/credentials|kube/config|docker/config\.json|ssh/|gnupg/|cursor/mcp\.json|claude\.json)|\bmcp\.json\b|\bclaude_desktop_config\.json\b",
-        r"|/etc/(passwd|shadow|sudoers|networkmanager)|\bcookies?(\.sqlite|\s+store|\s+jar|\s+database)|\bbrowser\s+(cookies|history|sessions?|passwords)\b|\bkeychain\b|\bfind-generic-password\b|\bsaved\s+passwords\b",
-        r"|\benvironment\s+variables\b|\benv\s+vars\b|\bprivate\s+keys?\b|\bssh\s+keys?\b|\bgpg\s+keys?\b|\bcredentials?\s+files?\b|\bservice[-\s]account\s+(json|key)\b|\bwallet\s+(seed|keys?)|\bseed\s+phrase\b|\bshell\s+history\b|\bpassword\s+(vault|manager)\s+export\b",
+        r"|/etc/(passwd|shadow|sudoers|networkmanager)|\bcookies?(\.sqlite|\s+store|\s+jar|\s+database)|\bbrowser\s+(cookies|history|passwords)\b|\bdefault/cookies\b|\bchrome\s+profile\b|\blocal\s+state\b|/library/keychains\b|\bkeychain-db\b|\bexport-secret-keys\b|\bbw\s+export\b|\bop\s+item\s+get\b|\b(whole|entire)\s+vault\b|/var/run/secrets\b|\bserviceaccount/token\b|\bkeychain\b|\bfind-generic-password\b|\bsaved\s+passwords\b",
+        r"|~/\.ssh\b|\benvironment\s+variables\b|\benv\s+vars\b|\bprivate\s+keys?\b|\bssh\s+keys?\b|\bgpg\s+keys?\b|\bcredentials?\s+files?\b|\bservice[-\s]account\s+(json|key)\b|\bwallet\s+(seed|keys?)|\bseed\s+phrase\b|\bshell\s+history\b|\bpassword\s+(vault|manager)\s+export\b",
         r"|\ball\s+(secrets|credentials|api\s+keys|tokens|passwords)\b"
     ))
     .case_insensitive(true)
@@ -438,7 +482,7 @@ static SENSITIVE: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// What a sentence asks to be done with a sensitive item for it to be flagged.
 static HAND_OVER: LazyLock<Option<Regex>> = LazyLock::new(|| {
     regex::RegexBuilder::new(
-        r"\b(read|reading|cat|open|include|including|pass|send|upload|attach|append|copy|extract|collect|dump|return|base64|encode|put|paste|post|forward|exfiltrate|leak|share|submit|grab|export|print|run|provide|add)\b|\b(contents?|json|text|data)\s+of\b",
+        r"\b(read|reading|cat|open|include|including|pass|send|upload|attach|append|copy|extract|collect|dump|return|base64|encode|put|paste|pasting|post|forward|exfiltrate|leak|share|submit|grab|export|print|run|running|provide|add|take)\b|\b(contents?|json|text|data)\s+of\b|\b(leia|envie|inclua|cole|joign\w*|contenu|envoy\w*|lee|pega|env[ií]a|incluye|contenido|lies|sende|f[uü]ge|inhalt)\b|读取|粘贴|发送|填入|上传",
     )
     .case_insensitive(true)
     .build()
@@ -464,7 +508,7 @@ static ANY: LazyLock<Option<RegexSet>> = LazyLock::new(|| {
 });
 
 /// The phrases in `text`, one per kind (the first match of that kind).
-fn phrases(text: &str, is_name: bool) -> Vec<(FindingKind, String)> {
+fn phrases(text: &str, is_name: bool, is_value: bool) -> Vec<(FindingKind, String)> {
     let mut out: Vec<(FindingKind, String)> = Vec::new();
     if is_name {
         if let Some(m) = SENSITIVE_NAME.as_ref().and_then(|re| re.find(text)) {
@@ -472,7 +516,11 @@ fn phrases(text: &str, is_name: bool) -> Vec<(FindingKind, String)> {
         }
         return out;
     }
-    if let Some(sentence) = sentences(text).find(|s| {
+    if is_value && let Some(m) = SENSITIVE.as_ref().and_then(|re| re.find(text)) {
+        // A suggested argument (an example, a default, an enum value) that is a secret's
+        // path is the hand-over itself.
+        out.push((FindingKind::SensitiveFile, m.as_str().trim().to_string()));
+    } else if let Some(sentence) = sentences(text).find(|s| {
         SENSITIVE.as_ref().is_some_and(|re| re.is_match(s))
             && HAND_OVER.as_ref().is_some_and(|re| re.is_match(s))
     }) && let Some(m) = SENSITIVE.as_ref().and_then(|re| re.find(sentence))

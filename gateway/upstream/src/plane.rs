@@ -312,8 +312,12 @@ impl UpstreamPlane {
                 why,
             })
         };
-        if !server.spec.tools.approved.contains_key(tool) {
-            return held("not approved".into());
+        let approved = &server.spec.tools.approved;
+        if approved.is_empty() {
+            return held("no tool of the server is approved yet".into());
+        }
+        if !approved.contains_key(tool) {
+            return held("new (not approved)".into());
         }
         let ttl = caller.table.settings.listing_ttl;
         let listing = self

@@ -499,7 +499,7 @@ async fn under_hold_only_approved_definitions_are_listed_and_callable() {
         let before = up.requests_of("tools/call").len();
         let forecast = call_named(&plane, &caller, &server, "forecast").await;
         assert!(
-            matches!(&forecast, Err(UpstreamError::ToolHeld { why, .. }) if why == "not approved"),
+            matches!(&forecast, Err(UpstreamError::ToolHeld { why, .. }) if why == "new (not approved)"),
             "{case}: {:?}",
             forecast.map(|_| ()).err()
         );

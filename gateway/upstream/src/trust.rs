@@ -98,19 +98,42 @@ pub(crate) fn review(
     let mut report = ListingReview::default();
     let mut counts: HashMap<&'static str, usize> = HashMap::new();
     let mut keys = Vec::with_capacity(listing.items.len());
-    let mut reviews = Vec::with_capacity(listing.items.len());
-    let mut kept = Vec::with_capacity(listing.items.len());
+    let mut reviewed = Vec::with_capacity(listing.items.len());
     for item in listing.items.drain(..) {
         let Some(name) = item.id().map(str::to_owned) else {
-            kept.push(item);
+            reviewed.push((item, None));
             continue;
         };
         let definition: Value =
             serde_json::from_str(&item.json_with_id(&name)).unwrap_or(Value::Null);
+        if shared {
+            keys.push(ShadowKey::of(
+                &name,
+                definition.get("description").and_then(Value::as_str),
+            ));
+        }
         let review = Review::of(&definition, &tools.approved);
+        reviewed.push((item, Some((name, review))));
+    }
+    // Held tools take part too: what a server holds back still imitates what it imitates.
+    if shared {
+        for (name, finding) in shadows.compare(server.id(), keys) {
+            if let Some((_, Some((_, review)))) = reviewed
+                .iter_mut()
+                .find(|(_, r)| r.as_ref().is_some_and(|(n, _)| *n == name))
+            {
+                review.findings.push(finding);
+            }
+        }
+    }
+    for (item, named) in reviewed {
+        let Some((name, review)) = named else {
+            listing.items.push(item);
+            continue;
+        };
+        count(&review, &mut counts);
         if tools.pinning == Pinning::Hold && !review.approved() {
             *counts.entry("held").or_default() += 1;
-            count(&review, &mut counts);
             report.held.push(HeldTool {
                 why: held_why(&review),
                 review,
@@ -118,26 +141,6 @@ pub(crate) fn review(
             });
             continue;
         }
-        count(&review, &mut counts);
-        if shared {
-            keys.push(ShadowKey::of(
-                &name,
-                definition.get("description").and_then(Value::as_str),
-            ));
-        }
-        reviews.push((name, review));
-        kept.push(item);
-    }
-    listing.items = kept;
-    if shared {
-        for (name, finding) in shadows.compare(server.id(), keys) {
-            if let Some((_, review)) = reviews.iter_mut().find(|(n, _)| *n == name) {
-                review.findings.push(finding);
-            }
-            *counts.entry(FindingKind::Shadowing.as_str()).or_default() += 1;
-        }
-    }
-    for (name, review) in reviews {
         if review.flagged() {
             report.flagged.push(FlaggedTool {
                 what: review.summary(),
@@ -145,6 +148,7 @@ pub(crate) fn review(
                 review,
             });
         }
+        listing.items.push(item);
     }
     for state in ["held", "changed", "new"]
         .into_iter()
