@@ -4,9 +4,11 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
+use sha2::{Digest, Sha256};
 use switchboard_crds::Condition;
 use switchboard_crds::server::ReviewedTool;
 
@@ -221,11 +223,18 @@ pub(crate) fn tools_changed(verdict: &Verdict, probe: Option<&Probe>) -> Desired
         return desired("True", "ToolsFlagged", message.join("; "));
     }
     if !unpinned.is_empty() {
+        // Under hold nothing is served until something is approved: that needs people too.
+        let held = review.iter().any(|t| t.held);
+        let (status, reason, served) = if held {
+            ("True", "NotApproved", "none is served (pinning: hold)")
+        } else {
+            ("False", "NotPinned", "all are served (pinning: warn)")
+        };
         return desired(
-            "False",
-            "NotPinned",
+            status,
+            reason,
             format!(
-                "no tool is approved yet ({} listed); pin them with `switchboard-operator tools review <namespace>/<name>`",
+                "no tool is approved yet: {} listed, {served}; pin them with `switchboard-operator tools review <namespace>/<name>`",
                 unpinned.len()
             ),
         );
@@ -517,7 +526,16 @@ pub(crate) fn transitions(wanted: &[Condition], current: &[Condition]) -> Vec<Ev
                 c.message.chars().take(1000).collect::<String>()
             )),
             action: "Reconcile".into(),
-            secondary: None,
+            // An event recorder folds events of one key into a series that keeps the first
+            // note; each new set of changed tools is its own event, so people read what
+            // changed: the field it concerns, with a tag of the message, tells them apart.
+            secondary: (c.type_ == "ToolsChanged").then(|| ObjectReference {
+                field_path: Some(format!(
+                    "status.toolReview#{}",
+                    hex::encode(&Sha256::digest(c.message.as_bytes())[..8])
+                )),
+                ..ObjectReference::default()
+            }),
         })
         .collect()
 }
@@ -800,6 +818,11 @@ mod tests {
             Some(&listed(Some(vec![tool("weather", "unpinned", &[], false)]))),
         );
         assert_eq!((c.status, c.reason.as_str()), ("False", "NotPinned"));
+        let c = tools_changed(
+            &v,
+            Some(&listed(Some(vec![tool("weather", "unpinned", &[], true)]))),
+        );
+        assert_eq!((c.status, c.reason.as_str()), ("True", "NotApproved"));
         let c = tools_changed(&v, Some(&listed(None)));
         assert_eq!((c.status, c.reason.as_str()), ("False", "PinningOff"));
         // A True ToolsChanged is a warning, and a new change while it stays True is news.

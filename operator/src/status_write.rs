@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::Recorder;
 use kube::{Api, Resource, ResourceExt};
@@ -165,8 +166,16 @@ async fn announce<K>(recorder: &Recorder, object: &K, wanted: &[Condition], curr
 where
     K: Resource<DynamicType = ()>,
 {
-    for event in transitions(wanted, current) {
-        if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
+    let regarding = object.object_ref(&());
+    for mut event in transitions(wanted, current) {
+        // A related field of this object: the object's reference, with the field.
+        if let Some(related) = event.secondary.as_mut() {
+            *related = ObjectReference {
+                field_path: related.field_path.take(),
+                ..regarding.clone()
+            };
+        }
+        if let Err(e) = recorder.publish(&event, &regarding).await {
             tracing::debug!(error = %e, "could not publish an event");
         }
     }
