@@ -68,6 +68,13 @@ pub struct McpKeySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]
     pub tools: Option<ToolFilter>,
+    /// Rules over the arguments of the tools this key admits (a CEL expression over `args`
+    /// and `caller` that must hold), and arguments set from the caller that a call cannot set
+    /// (`bind: {user: "${caller.subject}"}`). Checked on every tool call before the upstream is
+    /// asked anything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub arguments: Vec<ArgumentRule>,
     /// RFC 3339 instant after which the key is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
@@ -129,4 +136,27 @@ pub struct PeopleBinding {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 256)))]
     pub groups: Vec<String>,
+}
+
+/// A rule over some tools' arguments.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArgumentRule {
+    /// Prefixed tool names (`<prefix>__<tool>`, globs with `*`) the rule is for.
+    #[schemars(length(min = 1, max = 64), inner(length(max = 128)))]
+    pub tools: Vec<String>,
+    /// A CEL expression that must be true: over `args` (the call's arguments, with the
+    /// bindings set) and `caller` (`subject`, `namespace`, `key`, `kind`, `groups`, `claims`),
+    /// e.g. `args.repo.startsWith("acme/")`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub rule: Option<String>,
+    /// What a refused caller is told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+    /// Argument name → the value it takes from the caller: a text with `${caller.subject}`,
+    /// `${caller.namespace}`, `${caller.key}`, `${caller.kind}` or `${caller.claims.<claim>}`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub bind: std::collections::BTreeMap<String, String>,
 }

@@ -245,6 +245,7 @@ fn failure(e: &UpstreamError) -> Probe {
         | UpstreamError::Rpc { .. }
         | UpstreamError::ToolNotFound { .. }
         | UpstreamError::ToolHeld { .. }
+        | UpstreamError::ArgumentRefused(_)
         | UpstreamError::ServerNotFound { .. }
         | UpstreamError::SessionGone { .. }
         | UpstreamError::Limited(_)

@@ -53,6 +53,9 @@ pub enum GatewayError {
     ServerNotFound { server: String },
     #[error("unknown tool: {name}")]
     ToolNotFound { name: String },
+    /// The call's arguments break a rule of the caller's key, or set an argument it binds.
+    #[error("{0}")]
+    ArgumentRefused(crate::arguments::RefusedArguments),
     /// The tool's definition is not the one the platform team approved, and its server holds
     /// such tools (`tools.pinning: hold`): a refusal, named as one.
     #[error(
@@ -193,6 +196,7 @@ impl GatewayError {
             Invisible { answer, .. } => answer.http_status(),
             AccessDenied { .. }
             | ToolHeld { .. }
+            | ArgumentRefused(_)
             | PersonNotGranted { .. }
             | AccountNotConnected { .. }
             | SessionForbidden
@@ -230,6 +234,7 @@ impl GatewayError {
             ServerNotFound { .. } => "server_not_found",
             ToolNotFound { .. } => "tool_not_found",
             ToolHeld { .. } => "tool_held",
+            ArgumentRefused(_) => "argument_refused",
             AmbiguousTool { .. } => "ambiguous_tool",
             NotFound { .. } => "not_found",
             UpstreamTimeout { .. } => "upstream_timeout",
@@ -271,6 +276,10 @@ impl GatewayError {
             // this arm only guards against a path that forgets to.
             AccessDenied { .. } | ServerNotFound { .. } => (codes::INVALID_PARAMS, None),
             ToolNotFound { .. } | NotFound { .. } => (codes::INVALID_PARAMS, None),
+            ArgumentRefused(refused) => (
+                codes::INVALID_PARAMS,
+                Some(json!({ "tool": refused.tool, "refused": refused.refusal.to_string() })),
+            ),
             ToolHeld { server, why, .. } => (
                 codes::INVALID_PARAMS,
                 Some(json!({ "server": server, "held": why })),

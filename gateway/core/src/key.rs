@@ -19,6 +19,8 @@ pub struct Key {
     /// Model ids (or names in the key's namespace) the key names.
     pub models: Vec<String>,
     pub tools: ToolFilter,
+    /// Argument rules and bindings (`arguments`), compiled.
+    pub(crate) arguments: Vec<crate::arguments::CompiledRule>,
     pub expires_at: Option<SystemTime>,
 }
 
@@ -45,6 +47,11 @@ impl Key {
             access_groups: spec.access_groups.clone(),
             models: spec.models.clone(),
             tools: spec.tools.clone(),
+            arguments: spec
+                .arguments
+                .iter()
+                .filter_map(crate::arguments::CompiledRule::compile)
+                .collect(),
             // Validation refused unparsable instants before a table is built.
             expires_at: spec.expiry().and_then(Result::ok),
         })

@@ -24,6 +24,7 @@
 
 pub mod accounts;
 mod address_policy;
+pub mod arguments;
 pub mod audit;
 pub mod broker;
 pub mod credentials;

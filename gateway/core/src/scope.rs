@@ -498,6 +498,11 @@ impl Caller {
         std::iter::once(&self.key).chain(&self.also)
     }
 
+    /// Every key that grants this caller scope, in key order.
+    pub(crate) fn all_grants(&self) -> impl Iterator<Item = &Arc<Key>> {
+        self.grants()
+    }
+
     /// Who is calling, for log lines: the key's name, or the signed-in person (issuer and
     /// subject; never their token).
     pub fn who(&self) -> std::borrow::Cow<'_, str> {
@@ -537,6 +542,7 @@ impl Caller {
             access_groups: Vec::new(),
             models: Vec::new(),
             tools: Default::default(),
+            arguments: Vec::new(),
             expires_at: None,
         };
         Caller {

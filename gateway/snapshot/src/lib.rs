@@ -15,6 +15,7 @@ mod schema;
 mod secret;
 pub mod tls;
 
+pub mod arguments;
 pub use identity::{
     Brokered, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_access_ttl,
     default_algorithms, default_brokered_scopes, default_clock_skew, default_refresh_ttl,

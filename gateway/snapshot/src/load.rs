@@ -446,6 +446,26 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             v.err(format!("{path}.expiresAt"), message);
         }
         v.filter(&format!("{path}.tools"), &key.tools);
+        for (j, rule) in key.arguments.iter().enumerate() {
+            let at = format!("{path}.arguments[{j}]");
+            if rule.tools.is_empty() {
+                v.err(
+                    format!("{at}.tools"),
+                    "must name at least one tool (globs with `*`)",
+                );
+            }
+            if rule.rule.is_none() && rule.bind.is_empty() {
+                v.err(at.clone(), "needs a rule, a bind, or both");
+            }
+            if let Some(Err(message)) = rule.rule.as_deref().map(crate::arguments::rule) {
+                v.err(format!("{at}.rule"), message);
+            }
+            for (name, template) in &rule.bind {
+                if let Err(message) = crate::arguments::binding(template) {
+                    v.err(format!("{at}.bind.{name}"), message);
+                }
+            }
+        }
         v.limits(&format!("{path}.limits"), key.limits.as_ref());
     }
     v.finish()

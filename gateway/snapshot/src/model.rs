@@ -428,6 +428,33 @@ impl ServerSpec {
     }
 }
 
+/// A rule over the arguments of some tools, as a key grants them: a CEL expression that must
+/// hold (over `args`, the call's arguments, and `caller`), and arguments set from the caller
+/// that the model cannot set (`${caller.subject}`, `${caller.namespace}`, `${caller.key}`,
+/// `${caller.claims.<claim>}` in a text).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArgumentRule {
+    /// Prefixed tool names (`<prefix>__<tool>`, globs with `*`) the rule is for.
+    pub tools: Vec<String>,
+    /// A CEL expression that must be true for the call to go upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// What a refused caller is told (default: the rule itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Argument name → the value it takes from the caller (a text with `${caller...}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bind: BTreeMap<String, String>,
+}
+
+impl ArgumentRule {
+    /// Whether the rule is for `tool` (a prefixed name).
+    pub fn covers(&self, tool: &str) -> bool {
+        self.tools.iter().any(|p| glob_match(p, tool))
+    }
+}
+
 /// Names a filter admits: `allow` empty means everything; `deny` always wins. Entries are exact
 /// names or globs with `*`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -790,6 +817,10 @@ pub struct KeySpec {
     /// Filter over prefixed tool names (`<prefix>__<tool>`).
     #[serde(default)]
     pub tools: ToolFilter,
+    /// Rules over the arguments of the tools this key admits, and arguments it binds to the
+    /// caller (docs/architecture.md, invariant 15).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<ArgumentRule>,
     /// RFC 3339 instant after which the key is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,

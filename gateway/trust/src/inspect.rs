@@ -314,7 +314,7 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
         ),
         (
             ModelInstruction,
-            r"\b(do\s+not|don'?t|never|no\s+need\s+to)\s+(tell|inform|mention|notify|reveal|alert|show|disclose|explain|ask)\b",
+            r"\b(do\s+not|don'?t|never|no\s+need\s+to)\s+(inform|mention|notify|reveal|alert|show|disclose|explain|ask)\b|\b(do\s+not|don'?t|never)\s+tell\s+(the\s+user|them|anyone|the\s+human)\s+(about|that\s+you|what|this|it)\b|\bno\s+need\s+to\s+tell\b",
         ),
         (
             ModelInstruction,
@@ -342,7 +342,7 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
         ),
         (
             ModelInstruction,
-            r"\bleave\s+(it|this|that|them|those\s+\w+)\s+out\s+of\b|\bomit\b[^.\n]{0,40}\b(user|summary|confirmation|answer|reply|response)\b",
+            r"\bleave\s+(it|this|that|them|those\s+\w+)\s+out\s+of\b|\bomit\s+(it|this|that|them|these|those|\w+)\s+from\s+(any|the|your)\b[^.\n]{0,20}\b(summary|confirmation|answer|reply|response|output|user)\b",
         ),
         (
             ModelInstruction,
@@ -513,6 +513,13 @@ fn phrases(text: &str, is_name: bool, is_value: bool) -> Vec<(FindingKind, Strin
     if is_name {
         if let Some(m) = SENSITIVE_NAME.as_ref().and_then(|re| re.find(text)) {
             out.push((FindingKind::SensitiveFile, m.as_str().to_string()));
+        }
+        // An identifier in two scripts (`reаd_file` with a Cyrillic `а`) looks like another.
+        if !unicode_security::MixedScript::is_single_script(text) {
+            out.push((
+                FindingKind::HiddenCharacters,
+                format!("{} mixes scripts (a look-alike)", shorten(text)),
+            ));
         }
         return out;
     }

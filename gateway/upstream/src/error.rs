@@ -58,6 +58,9 @@ pub enum UpstreamError {
         name: String,
         why: String,
     },
+    /// The call's arguments break the caller's key's rules (no I/O happened).
+    #[error(transparent)]
+    ArgumentRefused(switchboard_core::arguments::RefusedArguments),
     /// No server with this id in the table (the probe asks by id).
     #[error("unknown server {server:?}")]
     ServerNotFound { server: String },
@@ -118,6 +121,7 @@ impl UpstreamError {
             UpstreamError::Rpc { .. } => "bad_request",
             UpstreamError::ToolNotFound { .. } => "tool_not_found",
             UpstreamError::ToolHeld { .. } => "tool_held",
+            UpstreamError::ArgumentRefused(_) => "argument_refused",
             UpstreamError::ServerNotFound { .. } => "server_not_found",
             UpstreamError::SessionGone { .. } => "session_not_found",
             UpstreamError::Limited(_) => "rate_limited",
@@ -169,6 +173,7 @@ impl From<UpstreamError> for GatewayError {
                 data: Some(error),
             },
             UpstreamError::ToolNotFound { name } => GatewayError::ToolNotFound { name },
+            UpstreamError::ArgumentRefused(refused) => GatewayError::ArgumentRefused(refused),
             UpstreamError::ToolHeld { server, name, why } => {
                 GatewayError::ToolHeld { server, name, why }
             }

@@ -487,6 +487,25 @@ impl UpstreamPlane {
         {
             Box::pin(self.check_held(caller, server, tool)).await?;
         }
+        // The caller's argument rules, before any I/O; bound arguments replace the call's.
+        let rebound;
+        let request = match request.method {
+            "tools/call" => match bind_arguments(caller, server, request)? {
+                Some(params) => {
+                    rebound = UpstreamCall {
+                        method: request.method,
+                        params: Some(params),
+                        stream: request.stream,
+                        session: request.session,
+                        modern_client: request.modern_client,
+                        log_level: request.log_level,
+                    };
+                    &rebound
+                }
+                None => request,
+            },
+            _ => request,
+        };
         // The server's limits refuse before any I/O; a streamed answer holds the slot.
         let admission = caller
             .table
@@ -1035,4 +1054,25 @@ fn note_review(server: &Server, review: &trust::ListingReview) {
             n.flag_tool(format!("{shown}: {}", flagged.what));
         }
     });
+}
+
+/// A tool call's params with the caller's bound arguments set (`None`: as they are), or the
+/// refusal of its argument rules.
+fn bind_arguments(
+    caller: &Caller,
+    server: &Server,
+    request: &UpstreamCall<'_>,
+) -> Result<Option<Value>, UpstreamError> {
+    let params = request.params.as_ref();
+    let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    let bound = caller
+        .bound_arguments(server, tool, params.and_then(|p| p.get("arguments")))
+        .map_err(UpstreamError::ArgumentRefused)?;
+    Ok(bound.map(|arguments| {
+        let mut params = params.cloned().unwrap_or_else(|| serde_json::json!({}));
+        params["arguments"] = arguments;
+        params
+    }))
 }

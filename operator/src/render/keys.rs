@@ -160,6 +160,17 @@ pub(crate) fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Optio
                 allow: f.allow.clone(),
                 deny: f.deny.clone(),
             }),
+        arguments: key
+            .spec
+            .arguments
+            .iter()
+            .map(|a| switchboard_snapshot::ArgumentRule {
+                tools: a.tools.clone(),
+                rule: a.rule.clone(),
+                message: a.message.clone(),
+                bind: a.bind.clone(),
+            })
+            .collect(),
         expires_at: key.spec.expires_at.clone(),
         limits: key.spec.limits.as_ref().map(limits),
     };
