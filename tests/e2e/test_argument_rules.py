@@ -1,0 +1,145 @@
+"""Issue 38 item 4: arguments bound to the caller. A key's `arguments` rules (CEL over `args`
+and `caller`) are checked before any upstream I/O on every face (MCP in both eras, REST, the
+LLM loop's gateway tools), refused with an error naming the rule; its bindings set arguments
+from the caller (`${caller.subject}`), and a call that sets a bound argument otherwise is
+refused. The upstream (`upstreams/definitions_upstream.py`) echoes the arguments it received,
+so the test reads what reached it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import httpx
+from harness import (
+    E2E_DIR,
+    INVALID_PARAMS,
+    MODERN_VERSION,
+    RawMcp,
+    gateway_config,
+    key,
+    new_secret,
+    server,
+)
+from llm_harness import ANTHROPIC_VERSION, model, start_provider, text, tool_use
+
+DEFINITIONS_UPSTREAM = E2E_DIR / "upstreams" / "definitions_upstream.py"
+TOOLS = [
+    {"name": "create_issue", "description": "Open an issue in a repository.",
+     "inputSchema": {"type": "object", "properties": {"repo": {"type": "string"}, "title": {"type": "string"}}, "required": ["repo"]}},
+    {"name": "post", "description": "Post a message to a channel.",
+     "inputSchema": {"type": "object", "properties": {"channel": {"type": "string"}, "text": {"type": "string"}, "user": {"type": "string"}}}},
+]  # fmt: skip
+RULES = [
+    {"tools": ["gh__create_issue"], "rule": 'args.repo.startsWith("acme/")', "message": "only acme repositories"},
+    {"tools": ["gh__post"], "bind": {"user": "${caller.subject}"}, "rule": 'args.channel != "general"'},
+]
+
+
+def start(procs, tmp_path, gateways):
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps(TOOLS), "utf-8")
+    up = procs.start("definitions", [sys.executable, str(DEFINITIONS_UPSTREAM), "--tools", str(tools_file), "--port", "0"])
+    secret, free = new_secret("args-bound"), new_secret("args-free")
+    provider = start_provider(procs)
+    config = gateway_config(
+        [server("gh", f"{up.url}/mcp", accessGroups=["g"])],
+        [key("bound", secret, accessGroups=["g"], arguments=RULES), key("free", free, accessGroups=["g"])],
+    )
+    config["models"] = [
+        model("claude", "anthropic", provider.url, provider.api_key, modelNames=["claude-test"], accessGroups=["g"],
+              tools=[{"server": "gh", "tools": {"allow": ["create_issue", "post"]}}]),
+    ]  # fmt: skip
+    return gateways.start(config), up, provider, secret, free
+
+
+def calls(up) -> list[dict]:
+    return httpx.get(f"{up.url}/_calls", timeout=5).json()
+
+
+def mcp_call(gw, secret, era, name, arguments) -> dict:
+    with RawMcp(gw.mcp_url(), secret, era) as mcp:
+        reply = mcp.call_tool(name, arguments)
+        return reply.messages[-1]
+
+
+def rest(gw, secret, name, arguments) -> httpx.Response:
+    return httpx.post(
+        f"{gw.url}/mcp-rest/tools/call",
+        json={"name": name, "arguments": arguments},
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=15,
+    )
+
+
+def test_rules_and_bindings_on_mcp_and_rest(gateways, procs, tmp_path):
+    gw, up, _, secret, free = start(procs, tmp_path, gateways)
+    for era in ("legacy", MODERN_VERSION):
+        # A rule that holds: the call goes up as it was.
+        ok = mcp_call(gw, secret, era, "gh__create_issue", {"repo": "acme/api", "title": "t"})
+        assert "result" in ok, ok
+        assert calls(up)[-1] == {"name": "create_issue", "arguments": {"repo": "acme/api", "title": "t"}}
+        # One that does not: refused before any I/O, naming the rule and its message.
+        before = len(calls(up))
+        refused = mcp_call(gw, secret, era, "gh__create_issue", {"repo": "evil/api"})
+        error = refused.get("error") or {}
+        assert error.get("code") == INVALID_PARAMS, refused
+        assert "only acme repositories" in error["message"] and 'args.repo.startsWith("acme/")' in error["message"], error
+        assert len(calls(up)) == before, "a refused call reached the upstream"
+        # A binding: the upstream receives the caller's identity, which the call did not send.
+        bound = mcp_call(gw, secret, era, "gh__post", {"channel": "ops", "text": "hi"})
+        assert "result" in bound, bound
+        assert calls(up)[-1]["arguments"] == {"channel": "ops", "text": "hi", "user": "default/bound"}
+        # The model's attempt to set the bound argument is refused.
+        before = len(calls(up))
+        spoofed = mcp_call(gw, secret, era, "gh__post", {"channel": "ops", "text": "hi", "user": "default/admin"})
+        assert "is set from the caller" in (spoofed.get("error") or {}).get("message", ""), spoofed
+        assert len(calls(up)) == before
+    # REST: the same rules, a 403 with its code.
+    r = rest(gw, secret, "gh__create_issue", {"repo": "evil/api"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "argument_refused", r.text
+    r = rest(gw, secret, "gh__post", {"channel": "general", "text": "x"})
+    assert r.status_code == 403 and 'args.channel != "general"' in r.json()["error"]["message"], r.text
+    r = rest(gw, secret, "gh__post", {"channel": "ops", "text": "x"})
+    assert r.status_code == 200, r.text
+    assert calls(up)[-1]["arguments"]["user"] == "default/bound"
+    # Control: a key without rules calls freely (so the refusals above are the rules').
+    r = rest(gw, free, "gh__create_issue", {"repo": "evil/api"})
+    assert r.status_code == 200, r.text
+    # The record of a refusal says what it was.
+    record = next(
+        json.loads(line)
+        for line in reversed(gw.proc.stdout_path.read_text("utf-8").splitlines())
+        if line.startswith("{") and '"outcome":"argument_refused"' in line
+    )
+    assert record["tool"] == "gh__post" or record["tool"] == "gh__create_issue", record
+
+
+def test_rules_and_bindings_in_the_llm_loop(gateways, procs, tmp_path):
+    gw, up, provider, secret, _ = start(procs, tmp_path, gateways)
+    headers = {"x-api-key": secret, "anthropic-version": ANTHROPIC_VERSION}
+    ask = {"model": "claude-test", "max_tokens": 50, "messages": [{"role": "user", "content": "go"}]}
+
+    def run(use: dict) -> tuple[dict, list[dict]]:
+        provider.reset()
+        provider.script(
+            {"when": {"last_tool_result_for": use["name"]}, "respond": {"content": [text("done")]}},
+            {"when": {"has_tool": use["name"]}, "respond": {"content": [use]}},
+        )
+        r = httpx.post(f"{gw.url}/v1/messages", json=ask, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        second = provider.model_calls()[-1]["body"]["messages"]
+        results = [b for m in second for b in (m["content"] if isinstance(m["content"], list) else []) if b.get("type") == "tool_result"]
+        return r.json(), results
+
+    before = len(calls(up))
+    _, results = run(tool_use("gh__create_issue", repo="evil/api"))
+    assert results and results[-1].get("is_error"), results
+    assert "only acme repositories" in json.dumps(results[-1]), results
+    assert len(calls(up)) == before, "the loop's refused call reached the upstream"
+    _, results = run(tool_use("gh__post", channel="ops", text="hi"))
+    assert not results[-1].get("is_error"), results
+    assert calls(up)[-1]["arguments"] == {"channel": "ops", "text": "hi", "user": "default/bound"}
+    _, results = run(tool_use("gh__post", channel="ops", text="hi", user="default/admin"))
+    assert results[-1].get("is_error") and "is set from the caller" in json.dumps(results[-1]), results
