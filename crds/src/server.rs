@@ -90,6 +90,11 @@ pub struct McpServerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.allow) || !has(self.deny) || !self.allow.exists(a, a in self.deny)").message("a tool name cannot be both in spec.tools.allow and spec.tools.deny"))]
     pub tools: Option<ServerTools>,
+    /// An external policy service this server's tool calls are checked with, before the
+    /// upstream (allow, deny with a reason, rewrite the arguments) and after (allow, deny,
+    /// replace the result); instead of the gateway-wide `gateway.settings.policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyHook>,
     /// Headers added to upstream requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<HeaderSettings>,
@@ -424,4 +429,37 @@ pub struct ReviewedTool {
     /// Held back from every caller (`spec.tools.pinning: hold`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
+}
+
+/// A policy service's address and how it is called.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyHook {
+    /// Where each check is POSTed: `https`, or `http` on a loopback address.
+    #[schemars(length(max = 2048))]
+    pub url: String,
+    /// How long one check may take (default `2s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m)$"))]
+    pub timeout: Option<String>,
+    /// `closed` (the default): a failed check refuses the call; `open`: it goes through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<PolicyFailure>,
+    /// `request`, `response` (default both).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PolicyPhase>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PolicyFailure {
+    Closed,
+    Open,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PolicyPhase {
+    Request,
+    Response,
 }

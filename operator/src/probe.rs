@@ -246,6 +246,8 @@ fn failure(e: &UpstreamError) -> Probe {
         | UpstreamError::ToolNotFound { .. }
         | UpstreamError::ToolHeld { .. }
         | UpstreamError::ArgumentRefused(_)
+        | UpstreamError::PolicyDenied { .. }
+        | UpstreamError::PolicyUnavailable { .. }
         | UpstreamError::ServerNotFound { .. }
         | UpstreamError::SessionGone { .. }
         | UpstreamError::Limited(_)

@@ -119,7 +119,7 @@ impl Caller {
             if rules.is_empty() {
                 return Ok(None);
             }
-            let caller = caller.get_or_insert_with(|| self.as_cel());
+            let caller = caller.get_or_insert_with(|| self.described());
             match check(&key.id, &rules, caller, arguments) {
                 Ok(bound) => return Ok(bound),
                 Err(e) => {
@@ -141,8 +141,9 @@ impl Caller {
         self.all_grants().filter(|k| !k.arguments.is_empty())
     }
 
-    /// The caller as rules and bindings see it.
-    fn as_cel(&self) -> Map<String, Value> {
+    /// The caller as argument rules, bindings and the policy hook see it: `kind` (`person`,
+    /// `workload`, `key`), `subject`, `namespace`, `key`, `groups`, `claims` (never a token).
+    pub fn described(&self) -> Map<String, Value> {
         let mut out = Map::new();
         let (kind, subject, namespace) = match (&self.person, &self.service_account) {
             (Some(person), _) => ("person", person.subject.clone(), self.key.namespace.clone()),

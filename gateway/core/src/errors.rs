@@ -53,6 +53,18 @@ pub enum GatewayError {
     ServerNotFound { server: String },
     #[error("unknown tool: {name}")]
     ToolNotFound { name: String },
+    /// The policy service denied the call (before the upstream, or its result after).
+    #[error("tool {tool} of server {server:?} is denied by policy: {reason}")]
+    PolicyDenied {
+        server: String,
+        tool: String,
+        reason: String,
+    },
+    /// The policy service could not check the call and its failure mode is closed.
+    #[error(
+        "the policy check of server {server:?} failed ({detail}); the call is refused (failure: closed)"
+    )]
+    PolicyUnavailable { server: String, detail: String },
     /// The call's arguments break a rule of the caller's key, or set an argument it binds.
     #[error("{0}")]
     ArgumentRefused(crate::arguments::RefusedArguments),
@@ -196,6 +208,7 @@ impl GatewayError {
             Invisible { answer, .. } => answer.http_status(),
             AccessDenied { .. }
             | ToolHeld { .. }
+            | PolicyDenied { .. }
             | ArgumentRefused(_)
             | PersonNotGranted { .. }
             | AccountNotConnected { .. }
@@ -217,7 +230,9 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST
             }
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Overloaded(_) | StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Overloaded(_) | StoreUnavailable { .. } | PolicyUnavailable { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Protocol { status, .. } => *status,
         }
@@ -235,6 +250,8 @@ impl GatewayError {
             ToolNotFound { .. } => "tool_not_found",
             ToolHeld { .. } => "tool_held",
             ArgumentRefused(_) => "argument_refused",
+            PolicyDenied { .. } => "policy_denied",
+            PolicyUnavailable { .. } => "policy_unavailable",
             AmbiguousTool { .. } => "ambiguous_tool",
             NotFound { .. } => "not_found",
             UpstreamTimeout { .. } => "upstream_timeout",
@@ -276,6 +293,14 @@ impl GatewayError {
             // this arm only guards against a path that forgets to.
             AccessDenied { .. } | ServerNotFound { .. } => (codes::INVALID_PARAMS, None),
             ToolNotFound { .. } | NotFound { .. } => (codes::INVALID_PARAMS, None),
+            PolicyDenied { server, reason, .. } => (
+                codes::INVALID_PARAMS,
+                Some(json!({ "server": server, "policy": reason })),
+            ),
+            PolicyUnavailable { server, .. } => (
+                codes::UPSTREAM_UNAVAILABLE,
+                Some(json!({ "server": server, "policy": "unavailable" })),
+            ),
             ArgumentRefused(refused) => (
                 codes::INVALID_PARAMS,
                 Some(json!({ "tool": refused.tool, "refused": refused.refusal.to_string() })),

@@ -250,6 +250,9 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             }
         }
     }
+    if let Some(policy) = &snapshot.gateway.policy {
+        v.policy("gateway.policy", policy);
+    }
     if snapshot.version != SCHEMA_VERSION {
         v.err(
             "version",
@@ -525,6 +528,30 @@ impl Validator {
         }
     }
 
+    /// A policy hook: an `https` URL, or `http` on loopback (checks carry arguments and
+    /// results); a timeout above zero.
+    fn policy(&mut self, path: &str, policy: &crate::model::PolicyHook) {
+        match url::Url::parse(&policy.url) {
+            Ok(url)
+                if url.scheme() == "https" || (url.scheme() == "http" && is_loopback_url(&url)) => {
+            }
+            Ok(_) => self.err(
+                format!("{path}.url"),
+                "must be https (or http on a loopback address): checks carry arguments and results",
+            ),
+            Err(e) => self.err(format!("{path}.url"), format!("not a URL: {e}")),
+        }
+        if policy.timeout.is_zero() {
+            self.err(format!("{path}.timeout"), "must be above zero");
+        }
+        if policy.phases.is_empty() {
+            self.err(
+                format!("{path}.phases"),
+                "names no check (request, response)",
+            );
+        }
+    }
+
     fn filter(&mut self, path: &str, filter: &crate::model::ToolFilter) {
         for name in &filter.allow {
             if filter.deny.contains(name) {
@@ -764,6 +791,9 @@ impl Validator {
             self.header_name(format!("{path}.headers.forward[{j}]"), name);
         }
         self.filter(&format!("{path}.tools"), &server.tools.filter());
+        if let Some(policy) = &server.policy {
+            self.policy(&format!("{path}.policy"), policy);
+        }
         for (tool, approval) in &server.tools.approved {
             if let Err(e) = approval.parse::<switchboard_trust::Approval>() {
                 self.err(format!("{path}.tools.approved.{tool}"), e.to_string());

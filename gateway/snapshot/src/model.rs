@@ -116,6 +116,10 @@ pub struct GatewaySettings {
     /// several replicas.
     #[serde(default, skip_serializing_if = "StoreSettings::is_default")]
     pub store: StoreSettings,
+    /// The policy service every server's tool calls are checked with, unless the server names
+    /// its own (`servers[].policy`). Never on a call's path unless configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyHook>,
 }
 
 /// `gateway.store`: one backend (`memory`, the default, or `redis`) and the key its values are
@@ -238,7 +242,62 @@ impl Default for GatewaySettings {
             upstream_networks: Default::default(),
             upstream_tls: None,
             store: StoreSettings::default(),
+            policy: None,
         }
+    }
+}
+
+/// An external policy service called on tool calls: before the upstream is asked (it may
+/// allow, deny with a reason, or rewrite the arguments) and after it answered (allow, deny,
+/// or replace the result, e.g. redacted). It receives the caller, the server, the tool, the
+/// arguments and the result: it is trusted with them as the upstream is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyHook {
+    /// Where each check is POSTed (JSON); `https` or a loopback `http`.
+    pub url: String,
+    /// How long one check may take.
+    #[serde(default = "default_policy_timeout", with = "humantime_serde")]
+    #[schemars(schema_with = "crate::schema::duration")]
+    pub timeout: Duration,
+    /// What a check that fails (no answer in time, an error, an answer that is not one) does:
+    /// `closed` refuses the call, `open` lets it through as it is.
+    #[serde(default)]
+    pub failure: PolicyFailure,
+    /// Which checks: `request` (before the upstream), `response` (after). Default both. A
+    /// `response` check needs the whole result, so the call's answer is not streamed.
+    #[serde(default = "default_policy_phases")]
+    pub phases: Vec<PolicyPhase>,
+}
+
+fn default_policy_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn default_policy_phases() -> Vec<PolicyPhase> {
+    vec![PolicyPhase::Request, PolicyPhase::Response]
+}
+
+#[derive(
+    Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum PolicyFailure {
+    #[default]
+    Closed,
+    Open,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PolicyPhase {
+    Request,
+    Response,
+}
+
+impl PolicyHook {
+    pub fn checks(&self, phase: PolicyPhase) -> bool {
+        self.phases.contains(&phase)
     }
 }
 
@@ -300,6 +359,10 @@ pub struct ServerSpec {
     /// Limits on the calls this replica forwards to the upstream, across all keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<RequestLimits>,
+    /// The policy service this server's tool calls are checked with (instead of
+    /// `gateway.policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyHook>,
     /// The hosts and networks this server may reach, within `gateway.upstreamNetworks` (the
     /// operator sets it from the namespace's annotations).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -61,6 +61,16 @@ pub enum UpstreamError {
     /// The call's arguments break the caller's key's rules (no I/O happened).
     #[error(transparent)]
     ArgumentRefused(switchboard_core::arguments::RefusedArguments),
+    /// The policy service denied the call, or its result.
+    #[error("tool {tool} of {server:?} is denied by policy: {reason}")]
+    PolicyDenied {
+        server: String,
+        tool: String,
+        reason: String,
+    },
+    /// The policy service could not check the call (failure: closed).
+    #[error("the policy check of {server:?} failed: {detail}")]
+    PolicyUnavailable { server: String, detail: String },
     /// No server with this id in the table (the probe asks by id).
     #[error("unknown server {server:?}")]
     ServerNotFound { server: String },
@@ -122,6 +132,8 @@ impl UpstreamError {
             UpstreamError::ToolNotFound { .. } => "tool_not_found",
             UpstreamError::ToolHeld { .. } => "tool_held",
             UpstreamError::ArgumentRefused(_) => "argument_refused",
+            UpstreamError::PolicyDenied { .. } => "policy_denied",
+            UpstreamError::PolicyUnavailable { .. } => "policy_unavailable",
             UpstreamError::ServerNotFound { .. } => "server_not_found",
             UpstreamError::SessionGone { .. } => "session_not_found",
             UpstreamError::Limited(_) => "rate_limited",
@@ -174,6 +186,18 @@ impl From<UpstreamError> for GatewayError {
             },
             UpstreamError::ToolNotFound { name } => GatewayError::ToolNotFound { name },
             UpstreamError::ArgumentRefused(refused) => GatewayError::ArgumentRefused(refused),
+            UpstreamError::PolicyDenied {
+                server,
+                tool,
+                reason,
+            } => GatewayError::PolicyDenied {
+                server,
+                tool,
+                reason,
+            },
+            UpstreamError::PolicyUnavailable { server, detail } => {
+                GatewayError::PolicyUnavailable { server, detail }
+            }
             UpstreamError::ToolHeld { server, name, why } => {
                 GatewayError::ToolHeld { server, name, why }
             }

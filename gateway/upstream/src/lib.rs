@@ -26,6 +26,7 @@ pub mod identity_keys;
 pub mod listing;
 mod openapi;
 mod plane;
+mod policy;
 mod protected_resource;
 mod request_credential;
 /// The in-process upstream MCP server tests drive the plane against (this crate's tests, and

@@ -26,6 +26,7 @@ use crate::error::{
 use crate::http_client::HttpClient;
 use crate::identity_keys::Fetched;
 use crate::listing::{ListKind, Listing, ListingRequest};
+use crate::policy;
 use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::request_credential::{self, RequestCredential, SHARED_PARTITION};
 use crate::tokens::Tokens;
@@ -488,7 +489,7 @@ impl UpstreamPlane {
             Box::pin(self.check_held(caller, server, tool)).await?;
         }
         // The caller's argument rules, before any I/O; bound arguments replace the call's.
-        let rebound;
+        let rebound: UpstreamCall<'_>;
         let request = match request.method {
             "tools/call" => match bind_arguments(caller, server, request)? {
                 Some(params) => {
@@ -506,6 +507,100 @@ impl UpstreamPlane {
             },
             _ => request,
         };
+        if request.method == "tools/call"
+            && let Some(hook) = policy::policy_for(caller, server)
+        {
+            return Box::pin(self.call_with_policy(caller, server, request, hook)).await;
+        }
+        self.call_upstream(caller, server, request).await
+    }
+
+    /// A tool call checked by the policy service before the upstream is asked and after it
+    /// answered (see [`crate::policy`]). A response check needs the whole result: the call is
+    /// not streamed then.
+    async fn call_with_policy(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &UpstreamCall<'_>,
+        hook: &switchboard_snapshot::PolicyHook,
+    ) -> Result<RpcOutcome, UpstreamError> {
+        use switchboard_snapshot::PolicyPhase;
+        let mut params = request
+            .params
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if hook.checks(PolicyPhase::Request) {
+            let decision = policy::check(
+                &self.upstreams,
+                hook,
+                PolicyPhase::Request,
+                policy::Checked {
+                    caller,
+                    server,
+                    tool: &tool,
+                    arguments: params.get("arguments"),
+                    result: None,
+                },
+            )
+            .await?;
+            if let policy::Decision::Modify(arguments) = decision {
+                params["arguments"] = arguments;
+            }
+        }
+        let checks_result = hook.checks(PolicyPhase::Response);
+        let checked = UpstreamCall {
+            method: request.method,
+            params: Some(params),
+            stream: request.stream && !checks_result,
+            session: request.session,
+            modern_client: request.modern_client,
+            log_level: request.log_level,
+        };
+        let outcome = self.call_upstream(caller, server, &checked).await?;
+        if !checks_result {
+            return Ok(outcome);
+        }
+        match outcome {
+            RpcOutcome::Result(result) => {
+                let result = result.into_value();
+                let arguments = checked.params.as_ref().and_then(|p| p.get("arguments"));
+                let decision = policy::check(
+                    &self.upstreams,
+                    hook,
+                    PolicyPhase::Response,
+                    policy::Checked {
+                        caller,
+                        server,
+                        tool: &tool,
+                        arguments,
+                        result: Some(&result),
+                    },
+                )
+                .await?;
+                Ok(RpcOutcome::Result(RpcResult::Parsed(match decision {
+                    policy::Decision::Allow => result,
+                    policy::Decision::Modify(replaced) => replaced,
+                })))
+            }
+            // An upstream's error is no result to check; a stream cannot be (not asked for).
+            other => Ok(other),
+        }
+    }
+
+    /// One request to the upstream, past every check: the server's limits, its deadline, the
+    /// credential (renewed once), the 403 rule.
+    async fn call_upstream(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &UpstreamCall<'_>,
+    ) -> Result<RpcOutcome, UpstreamError> {
         // The server's limits refuse before any I/O; a streamed answer holds the slot.
         let admission = caller
             .table

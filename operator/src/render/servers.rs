@@ -152,7 +152,40 @@ pub(crate) fn server_spec(
             value: SecretSource::Value { value },
         });
     }
+    let policy = match &spec.policy {
+        None => None,
+        Some(p) => Some(switchboard_snapshot::PolicyHook {
+            url: p.url.clone(),
+            timeout: duration(p.timeout.as_deref(), "spec.policy.timeout")?
+                .unwrap_or(Duration::from_secs(2)),
+            failure: match p.failure {
+                Some(switchboard_crds::server::PolicyFailure::Open) => {
+                    switchboard_snapshot::PolicyFailure::Open
+                }
+                _ => switchboard_snapshot::PolicyFailure::Closed,
+            },
+            phases: if p.phases.is_empty() {
+                vec![
+                    switchboard_snapshot::PolicyPhase::Request,
+                    switchboard_snapshot::PolicyPhase::Response,
+                ]
+            } else {
+                p.phases
+                    .iter()
+                    .map(|phase| match phase {
+                        switchboard_crds::server::PolicyPhase::Request => {
+                            switchboard_snapshot::PolicyPhase::Request
+                        }
+                        switchboard_crds::server::PolicyPhase::Response => {
+                            switchboard_snapshot::PolicyPhase::Response
+                        }
+                    })
+                    .collect()
+            },
+        }),
+    };
     Ok(ServerSpec {
+        policy,
         tls: spec
             .tls
             .as_ref()
