@@ -2,6 +2,9 @@
 //! (`keys[].arguments`), checked on every tool call before any upstream I/O, on every face
 //! (the upstream plane's one entry for calls asks [`Caller::bound_arguments`]).
 //!
+//! This module is the rules themselves (compiled, checked, bound); which grant's rules apply to
+//! a caller is `caller_arguments`.
+//!
 //! A grant's rules for a tool are CEL expressions over `args` (the call's arguments, after
 //! the bindings) and `caller` (`subject`, `namespace`, `key`, `kind`, `groups`, `claims`), all
 //! of which must be true; its bindings set arguments from the caller, and a call that sets a
@@ -13,13 +16,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use base64::Engine as _;
 use serde_json::{Map, Value};
 use switchboard_snapshot::ArgumentRule;
 use switchboard_snapshot::arguments::{Piece, binding};
-
-use crate::scope::Caller;
-use crate::table::Server;
 
 /// One rule of a key, compiled.
 #[derive(Debug)]
@@ -54,7 +53,7 @@ impl CompiledRule {
         })
     }
 
-    fn covers(&self, tool: &str) -> bool {
+    pub(crate) fn covers(&self, tool: &str) -> bool {
         self.tools
             .iter()
             .any(|p| switchboard_snapshot::glob_match(p, tool))
@@ -93,107 +92,8 @@ pub struct RefusedArguments {
     pub refusal: ArgumentRefusal,
 }
 
-impl Caller {
-    /// The arguments a call of `tool` (the upstream's name) of `server` goes upstream with:
-    /// `Ok(None)` to send them as they are, `Ok(Some(args))` with the caller's bindings set,
-    /// or the refusal of the first grant that admits the tool (when none admits the call).
-    pub fn bound_arguments(
-        &self,
-        server: &Server,
-        tool: &str,
-        arguments: Option<&Value>,
-    ) -> Result<Option<Value>, RefusedArguments> {
-        // The common case, on every call: no grant has rules at all.
-        if self.grants_with_rules().next().is_none() {
-            return Ok(None);
-        }
-        let shown = crate::route::prefixed_name(server.prefix(), tool);
-        let mut refusal = None;
-        let mut caller = None;
-        for key in self
-            .all_grants()
-            .filter(|k| k.reaches(&server.spec) && k.admits_tool(&server.spec, tool))
-        {
-            let rules: Vec<&CompiledRule> =
-                key.arguments.iter().filter(|r| r.covers(&shown)).collect();
-            if rules.is_empty() {
-                return Ok(None);
-            }
-            let caller = caller.get_or_insert_with(|| self.described());
-            match check(&key.id, &rules, caller, arguments) {
-                Ok(bound) => return Ok(bound),
-                Err(e) => {
-                    refusal.get_or_insert(e);
-                }
-            }
-        }
-        match refusal {
-            Some(refusal) => Err(RefusedArguments {
-                tool: shown,
-                refusal,
-            }),
-            // No grant admits the tool: scope answers that, not this.
-            None => Ok(None),
-        }
-    }
-
-    fn grants_with_rules(&self) -> impl Iterator<Item = &Arc<crate::key::Key>> {
-        self.all_grants().filter(|k| !k.arguments.is_empty())
-    }
-
-    /// The caller as argument rules, bindings and the policy hook see it: `kind` (`person`,
-    /// `workload`, `key`), `subject`, `namespace`, `key`, `groups`, `claims` (never a token).
-    pub fn described(&self) -> Map<String, Value> {
-        let mut out = Map::new();
-        let (kind, subject, namespace) = match (&self.person, &self.service_account) {
-            (Some(person), _) => ("person", person.subject.clone(), self.key.namespace.clone()),
-            (None, Some(sa)) => (
-                "workload",
-                format!("system:serviceaccount:{}:{}", sa.namespace, sa.name),
-                sa.namespace.clone(),
-            ),
-            (None, None) => ("key", self.key.id.clone(), self.key.namespace.clone()),
-        };
-        out.insert("kind".into(), kind.into());
-        out.insert("subject".into(), subject.into());
-        out.insert("namespace".into(), namespace.into());
-        out.insert("key".into(), self.key.id.clone().into());
-        let groups = self
-            .person
-            .as_ref()
-            .map(|p| p.groups.clone())
-            .unwrap_or_default();
-        out.insert("groups".into(), groups.into());
-        out.insert("claims".into(), Value::Object(self.claims()));
-        out
-    }
-
-    /// A signed-in person's token claims: the token the gateway holds for them (brokered),
-    /// or the one they presented (verified before this caller existed). Empty for keys.
-    fn claims(&self) -> Map<String, Value> {
-        let Some(person) = &self.person else {
-            return Map::new();
-        };
-        let presented = self
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' ').map(|(_, t)| t.trim()));
-        let token = person.provider_token.as_deref().or(presented);
-        token
-            .and_then(|t| t.split('.').nth(1))
-            .and_then(|payload| {
-                base64::engine::general_purpose::URL_SAFE_NO_PAD
-                    .decode(payload.trim_end_matches('='))
-                    .ok()
-            })
-            .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(&bytes).ok())
-            .unwrap_or_default()
-    }
-}
-
 /// One grant's rules for a call: the bound arguments, or why not.
-fn check(
+pub(crate) fn check(
     key: &str,
     rules: &[&CompiledRule],
     caller: &Map<String, Value>,

@@ -27,6 +27,7 @@ mod address_policy;
 pub mod arguments;
 pub mod audit;
 pub mod broker;
+mod caller_arguments;
 pub mod credentials;
 pub mod errors;
 pub mod jwks;

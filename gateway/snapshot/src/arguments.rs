@@ -6,6 +6,11 @@
 /// The caller's fields a binding may name.
 pub const CALLER_FIELDS: &[&str] = &["subject", "namespace", "key", "kind"];
 
+/// Why a rule or a binding as written cannot be used (the words for the field's error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ArgumentError(pub String);
+
 /// One piece of a binding's text: literal text, or a part of the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -17,7 +22,7 @@ pub enum Piece {
 }
 
 /// A binding's text in pieces: `acme-${caller.subject}` is `Text("acme-")`, `Caller("subject")`.
-pub fn binding(template: &str) -> Result<Vec<Piece>, String> {
+pub fn binding(template: &str) -> Result<Vec<Piece>, ArgumentError> {
     let mut pieces = Vec::new();
     let mut rest = template;
     while let Some(at) = rest.find("${") {
@@ -27,10 +32,12 @@ pub fn binding(template: &str) -> Result<Vec<Piece>, String> {
         let after = &rest[at + 2..];
         let end = after
             .find('}')
-            .ok_or_else(|| format!("{template:?}: a `${{` without its `}}`"))?;
+            .ok_or_else(|| ArgumentError(format!("{template:?}: a `${{` without its `}}`")))?;
         let name = after[..end].trim();
         let field = name.strip_prefix("caller.").ok_or_else(|| {
-            format!("{template:?}: `${{{name}}}` is not a part of the caller (`${{caller.subject}}`, ...)")
+            ArgumentError(format!(
+                "{template:?}: `${{{name}}}` is not a part of the caller (`${{caller.subject}}`, ...)"
+            ))
         })?;
         if let Some(claim) = field.strip_prefix("claims.") {
             if claim.is_empty()
@@ -38,15 +45,17 @@ pub fn binding(template: &str) -> Result<Vec<Piece>, String> {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "_-:.".contains(c))
             {
-                return Err(format!("{template:?}: `{claim}` is not a claim name"));
+                return Err(ArgumentError(format!(
+                    "{template:?}: `{claim}` is not a claim name"
+                )));
             }
             pieces.push(Piece::Claim(claim.to_string()));
         } else {
             let known = CALLER_FIELDS.iter().find(|f| **f == field).ok_or_else(|| {
-                format!(
+                ArgumentError(format!(
                     "{template:?}: the caller has no `{field}` (it has {}, and claims.<claim>)",
                     CALLER_FIELDS.join(", ")
-                )
+                ))
             })?;
             pieces.push(Piece::Caller(known));
         }
@@ -56,21 +65,23 @@ pub fn binding(template: &str) -> Result<Vec<Piece>, String> {
         pieces.push(Piece::Text(rest.to_string()));
     }
     if pieces.iter().all(|p| matches!(p, Piece::Text(_))) {
-        return Err(format!(
+        return Err(ArgumentError(format!(
             "{template:?} names no part of the caller: a fixed value is a default, not a binding"
-        ));
+        )));
     }
     Ok(pieces)
 }
 
 /// Whether a CEL rule compiles, and if not why (the parser's words).
-pub fn rule(source: &str) -> Result<(), String> {
+pub fn rule(source: &str) -> Result<(), ArgumentError> {
     cel::Program::compile(source).map(|_| ()).map_err(|e| {
-        e.to_string()
-            .lines()
-            .next()
-            .unwrap_or("does not parse")
-            .to_string()
+        ArgumentError(
+            e.to_string()
+                .lines()
+                .next()
+                .unwrap_or("does not parse")
+                .to_string(),
+        )
     })
 }
 

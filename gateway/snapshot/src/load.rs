@@ -461,11 +461,11 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
                 v.err(at.clone(), "needs a rule, a bind, or both");
             }
             if let Some(Err(message)) = rule.rule.as_deref().map(crate::arguments::rule) {
-                v.err(format!("{at}.rule"), message);
+                v.err(format!("{at}.rule"), message.0);
             }
             for (name, template) in &rule.bind {
                 if let Err(message) = crate::arguments::binding(template) {
-                    v.err(format!("{at}.bind.{name}"), message);
+                    v.err(format!("{at}.bind.{name}"), message.0);
                 }
             }
         }

@@ -41,9 +41,10 @@ mod trust;
 pub use broker_login::ProviderGrant;
 pub use call::{SessionScope, UpstreamCall};
 pub use client::{RpcOutcome, RpcResult, UpstreamStream};
+pub use listing::{FlaggedTool, HeldTool, ListingReview};
 pub use plane::{CONNECT_TOOL, UpstreamPlane};
 /// The parser of a `WWW-Authenticate` challenge (exposed for the gateway's fuzz targets).
 pub use protected_resource::auth_challenge;
 /// The server-certificate verifier that checks a fixed name (the gateway's operator client).
 pub use tls::NamedVerifier;
-pub use trust::{FlaggedTool, HeldTool, ListingReview, review_entries};
+pub use trust::review_entries;

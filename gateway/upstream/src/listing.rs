@@ -161,7 +161,7 @@ pub struct Listing {
     pub private: bool,
     /// What the review of a tools listing found (`None`: not reviewed, `tools.pinning: off`,
     /// or not tools).
-    pub review: Option<crate::trust::ListingReview>,
+    pub review: Option<ListingReview>,
 }
 
 impl Listing {
@@ -289,6 +289,51 @@ fn next_cursor(result: &Value, era: Option<Era>) -> Option<String> {
         return None;
     }
     Some(next.to_string())
+}
+
+/// What the review of one tools listing found (kept with the listing).
+#[derive(Debug, Clone, Default)]
+pub struct ListingReview {
+    /// Tools held back under `hold` (not in the listing's items).
+    pub held: Vec<HeldTool>,
+    /// Served tools with something to tell.
+    pub flagged: Vec<FlaggedTool>,
+}
+
+/// A tool held back: its name, why, and its review (its digest is what an approval names).
+#[derive(Debug, Clone)]
+pub struct HeldTool {
+    pub name: String,
+    pub why: String,
+    pub review: switchboard_trust::Review,
+}
+
+/// A served tool the review flags: its name, what (one line), and its review.
+#[derive(Debug, Clone)]
+pub struct FlaggedTool {
+    pub name: String,
+    pub what: String,
+    pub review: switchboard_trust::Review,
+}
+
+impl ListingReview {
+    /// Why `tool` is held, if it is.
+    pub fn held(&self, tool: &str) -> Option<&str> {
+        self.held
+            .iter()
+            .find(|h| h.name == tool)
+            .map(|h| h.why.as_str())
+    }
+
+    /// What the review says of `tool`, if anything: why it is held, or what is flagged.
+    pub fn of(&self, tool: &str) -> Option<&str> {
+        self.held(tool).or_else(|| {
+            self.flagged
+                .iter()
+                .find(|f| f.name == tool)
+                .map(|f| f.what.as_str())
+        })
+    }
 }
 
 #[cfg(test)]

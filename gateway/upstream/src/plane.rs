@@ -1135,7 +1135,7 @@ mod tests;
 
 /// Notes on the request's audit record what a listing's review flagged and held (named as the
 /// aggregate names them).
-fn note_review(server: &Server, review: &trust::ListingReview) {
+fn note_review(server: &Server, review: &crate::listing::ListingReview) {
     if review.held.is_empty() && review.flagged.is_empty() {
         return;
     }

@@ -1,0 +1,110 @@
+//! Which of a caller's grants judge a tool call's arguments (see [`crate::arguments`] for the
+//! rules themselves), and the caller as rules, bindings and the policy hook see it.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+use crate::arguments::{CompiledRule, RefusedArguments, check};
+use crate::scope::Caller;
+use crate::table::Server;
+
+impl Caller {
+    /// The arguments a call of `tool` (the upstream's name) of `server` goes upstream with:
+    /// `Ok(None)` to send them as they are, `Ok(Some(args))` with the caller's bindings set,
+    /// or the refusal of the first grant that admits the tool (when none admits the call).
+    pub fn bound_arguments(
+        &self,
+        server: &Server,
+        tool: &str,
+        arguments: Option<&Value>,
+    ) -> Result<Option<Value>, RefusedArguments> {
+        // The common case, on every call: no grant has rules at all.
+        if self.grants_with_rules().next().is_none() {
+            return Ok(None);
+        }
+        let shown = crate::route::prefixed_name(server.prefix(), tool);
+        let mut refusal = None;
+        let mut caller = None;
+        for key in self
+            .all_grants()
+            .filter(|k| k.reaches(&server.spec) && k.admits_tool(&server.spec, tool))
+        {
+            let rules: Vec<&CompiledRule> =
+                key.arguments.iter().filter(|r| r.covers(&shown)).collect();
+            if rules.is_empty() {
+                return Ok(None);
+            }
+            let caller = caller.get_or_insert_with(|| self.described());
+            match check(&key.id, &rules, caller, arguments) {
+                Ok(bound) => return Ok(bound),
+                Err(e) => {
+                    refusal.get_or_insert(e);
+                }
+            }
+        }
+        match refusal {
+            Some(refusal) => Err(RefusedArguments {
+                tool: shown,
+                refusal,
+            }),
+            // No grant admits the tool: scope answers that, not this.
+            None => Ok(None),
+        }
+    }
+
+    fn grants_with_rules(&self) -> impl Iterator<Item = &Arc<crate::key::Key>> {
+        self.all_grants().filter(|k| !k.arguments.is_empty())
+    }
+
+    /// The caller as argument rules, bindings and the policy hook see it: `kind` (`person`,
+    /// `workload`, `key`), `subject`, `namespace`, `key`, `groups`, `claims` (never a token).
+    pub fn described(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        let (kind, subject, namespace) = match (&self.person, &self.service_account) {
+            (Some(person), _) => ("person", person.subject.clone(), self.key.namespace.clone()),
+            (None, Some(sa)) => (
+                "workload",
+                format!("system:serviceaccount:{}:{}", sa.namespace, sa.name),
+                sa.namespace.clone(),
+            ),
+            (None, None) => ("key", self.key.id.clone(), self.key.namespace.clone()),
+        };
+        out.insert("kind".into(), kind.into());
+        out.insert("subject".into(), subject.into());
+        out.insert("namespace".into(), namespace.into());
+        out.insert("key".into(), self.key.id.clone().into());
+        let groups = self
+            .person
+            .as_ref()
+            .map(|p| p.groups.clone())
+            .unwrap_or_default();
+        out.insert("groups".into(), groups.into());
+        out.insert("claims".into(), Value::Object(self.claims()));
+        out
+    }
+
+    /// A signed-in person's token claims: the token the gateway holds for them (brokered),
+    /// or the one they presented (verified before this caller existed). Empty for keys.
+    fn claims(&self) -> Map<String, Value> {
+        let Some(person) = &self.person else {
+            return Map::new();
+        };
+        let presented = self
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' ').map(|(_, t)| t.trim()));
+        let token = person.provider_token.as_deref().or(presented);
+        token
+            .and_then(|t| t.split('.').nth(1))
+            .and_then(|payload| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(payload.trim_end_matches('='))
+                    .ok()
+            })
+            .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(&bytes).ok())
+            .unwrap_or_default()
+    }
+}
