@@ -54,6 +54,11 @@ impl Caller {
         }
     }
 
+    /// Whether any of this caller's grants has argument rules (most have none).
+    pub fn has_argument_rules(&self) -> bool {
+        self.grants_with_rules().next().is_some()
+    }
+
     fn grants_with_rules(&self) -> impl Iterator<Item = &Arc<crate::key::Key>> {
         self.all_grants().filter(|k| !k.arguments.is_empty())
     }

@@ -466,6 +466,23 @@ impl UpstreamPlane {
         server: &Server,
         request: &UpstreamCall<'_>,
     ) -> Result<RpcOutcome, UpstreamError> {
+        // A tool call some configuration looks at (the connect tool, a held tool, argument
+        // rules, a policy hook) takes the checked path, boxed; any other call goes straight on,
+        // paying four field reads for the checks it does not need.
+        if request.method == "tools/call" && checks_tool_calls(caller, server) {
+            return Box::pin(self.call_checked(caller, server, request)).await;
+        }
+        self.call_upstream(caller, server, request).await
+    }
+
+    /// A tool call past the checks its server and caller configure: the connect tool answered,
+    /// a held tool refused, the caller's argument rules and bindings, the policy hook.
+    async fn call_checked(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        request: &UpstreamCall<'_>,
+    ) -> Result<RpcOutcome, UpstreamError> {
         if request.method == "tools/call"
             && server.spec.auth.is_user_account()
             && request
@@ -1170,4 +1187,12 @@ fn bind_arguments(
         params["arguments"] = arguments;
         params
     }))
+}
+
+/// Whether a tool call of `caller` on `server` has anything to be checked for.
+fn checks_tool_calls(caller: &Caller, server: &Server) -> bool {
+    server.spec.auth.is_user_account()
+        || server.spec.tools.pinning == Pinning::Hold
+        || caller.has_argument_rules()
+        || policy::policy_for(caller, server).is_some()
 }
