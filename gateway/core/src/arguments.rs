@@ -144,7 +144,10 @@ pub(crate) fn check(
 /// Whether a rule holds: true, and nothing else (an error, such as a missing argument, or a
 /// value that is not a boolean, refuses).
 fn evaluate(program: &cel::Program, args: &Value, caller: &Map<String, Value>) -> bool {
-    let mut context = cel::Context::default();
+    // The standard functions, built once: `Context::default()` builds them on every call.
+    static STDLIB: std::sync::LazyLock<Arc<cel::Env>> =
+        std::sync::LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+    let mut context = cel::Context::with_env(STDLIB.clone());
     let (Ok(args), Ok(caller)) = (cel::to_value(args), cel::to_value(caller)) else {
         return false;
     };
