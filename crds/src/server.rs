@@ -435,7 +435,7 @@ pub struct ReviewedTool {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyHook {
-    /// Where each check is POSTed: `https`, or `http` on a loopback address.
+    /// Where each check is POSTed: an http or https URL.
     #[schemars(length(max = 2048))]
     pub url: String,
     /// How long one check may take (default `2s`).

@@ -254,7 +254,8 @@ impl Default for GatewaySettings {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyHook {
-    /// Where each check is POSTed (JSON); `https` or a loopback `http`.
+    /// Where each check is POSTed (JSON): an http or https URL (in the gateway's
+    /// `upstreamNetworks`, as upstreams are).
     pub url: String,
     /// How long one check may take.
     #[serde(default = "default_policy_timeout", with = "humantime_serde")]

@@ -138,6 +138,10 @@ pub(crate) async fn check(
 /// POSTs a check and reads its JSON answer, within the hook's timeout.
 async fn ask(upstreams: &Upstreams, hook: &PolicyHook, body: &Value) -> Result<Value, String> {
     let url = url::Url::parse(&hook.url).map_err(|e| format!("the hook's URL: {e}"))?;
+    // The same address policy as upstreams' (`gateway.upstreamNetworks`): it gets their data.
+    upstreams
+        .allows_url(&url)
+        .map_err(|denied| denied.to_string())?;
     let http = upstreams.http().map_err(|e| e.to_string())?;
     let exchange = async {
         let response = http
