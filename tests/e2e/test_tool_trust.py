@@ -319,7 +319,9 @@ def test_poisoned_and_shadowing_tools_on_the_aggregate(gateways, procs, tmp_path
     assert "shady__add: " in text and "sensitive-file" in text, text
     assert "shady__send_em\u0430il: " in text and "shadowing in name" in text, text
     assert metric(gw, "switchboard_gateway_tools_flagged", server="shady", state="shadowing") == 1
-    assert metric(gw, "switchboard_gateway_tools_flagged", server="shady", state="hidden-characters") == 1
+    # The look-alike's name mixes scripts, and `lookup` hides zero-width spaces: two tools.
+    assert metric(gw, "switchboard_gateway_tools_flagged", server="shady", state="hidden-characters") == 2
+    assert "mixes scripts" in text, text
 
 
 def test_a_malformed_approval_is_refused_naming_the_field(gateways, procs, tmp_path):
