@@ -1,6 +1,6 @@
 //! Arguments bound to the caller (docs/architecture.md, invariant 15): a key's argument rules
 //! (`keys[].arguments`), checked on every tool call before any upstream I/O, on every face
-//! (the upstream plane's one entry for calls asks [`Caller::bound_arguments`]).
+//! (the upstream plane's one entry for calls asks [`crate::scope::Caller::bound_arguments`]).
 //!
 //! This module is the rules themselves (compiled, checked, bound); which grant's rules apply to
 //! a caller is `caller_arguments`.

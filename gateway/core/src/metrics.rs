@@ -696,7 +696,7 @@ impl Metrics {
     }
 
     /// How many of `server`'s tools its last listing's review found in `state` (see
-    /// [`ToolReviewLabels`]); every state of the server is set on each review, zeros included,
+    /// `ToolReviewLabels`); every state of the server is set on each review, zeros included,
     /// so a state that cleared reads 0.
     pub fn tools_reviewed(&self, server: &ServerName, state: &'static str, tools: usize) {
         self.tools_reviewed

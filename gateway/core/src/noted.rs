@@ -79,7 +79,7 @@ pub struct Noted {
     pub rpc_error_code: Option<i64>,
     /// Tools this request listed, held back or refused whose definitions the review flagged:
     /// `<tool as the caller names it>: <what>` (changed parts, findings), at most
-    /// [`TOOLS_FLAGGED_NOTED`]. Names and the definitions' own words, never a payload.
+    /// `TOOLS_FLAGGED_NOTED` (20). Names and the definitions' own words, never a payload.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools_flagged: Vec<String>,
     /// The HTTP status of the last upstream answer the request got (its MCP server's or model
@@ -118,7 +118,7 @@ pub fn name(value: &str) -> String {
 }
 
 impl Noted {
-    /// Notes a flagged tool (up to [`TOOLS_FLAGGED_NOTED`]; the same entry once).
+    /// Notes a flagged tool (up to `TOOLS_FLAGGED_NOTED`; the same entry once).
     pub fn flag_tool(&mut self, entry: String) {
         if self.tools_flagged.len() < TOOLS_FLAGGED_NOTED && !self.tools_flagged.contains(&entry) {
             self.tools_flagged.push(entry);
