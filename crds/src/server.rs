@@ -440,7 +440,7 @@ pub struct PolicyHook {
     pub url: String,
     /// How long one check may take (default `2s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m)$"))]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m)$"), extend("default" = "2s"))]
     pub timeout: Option<String>,
     /// `closed` (the default): a failed check refuses the call; `open`: it goes through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
