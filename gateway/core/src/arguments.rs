@@ -1,4 +1,4 @@
-//! Arguments bound to the caller (docs/architecture.md, invariant 15): a key's argument rules
+//! Arguments bound to the caller (docs/architecture.md, invariant 14): a key's argument rules
 //! (`keys[].arguments`), checked on every tool call before any upstream I/O, on every face
 //! (the upstream plane's one entry for calls asks [`crate::scope::Caller::bound_arguments`]).
 //!

@@ -537,7 +537,7 @@ impl ToolFilter {
 }
 
 /// A server's tools: which it serves (a [`ToolFilter`]'s `allow`/`deny`), and how their
-/// definitions are trusted (docs/architecture.md, invariant 15).
+/// definitions are trusted (docs/architecture.md, invariant 14).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServerTools {
@@ -882,7 +882,7 @@ pub struct KeySpec {
     #[serde(default)]
     pub tools: ToolFilter,
     /// Rules over the arguments of the tools this key admits, and arguments it binds to the
-    /// caller (docs/architecture.md, invariant 15).
+    /// caller (docs/architecture.md, invariant 14).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arguments: Vec<ArgumentRule>,
     /// RFC 3339 instant after which the key is refused.

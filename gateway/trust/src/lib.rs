@@ -1,4 +1,4 @@
-//! Trust in tool definitions (docs/architecture.md, invariant 15): a tool's definition is
+//! Trust in tool definitions (docs/architecture.md, invariant 14): a tool's definition is
 //! input from its upstream. This crate says, for one definition, whether it is the one the
 //! platform team approved ([`Approval`]), what in it looks like poisoning ([`inspect()`]), and,
 //! across servers, which tools imitate another server's ([`shadowing()`]). It decides nothing

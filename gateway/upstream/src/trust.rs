@@ -1,4 +1,4 @@
-//! Tool definitions reviewed where listings are made (docs/architecture.md, invariant 15):
+//! Tool definitions reviewed where listings are made (docs/architecture.md, invariant 14):
 //! every tools listing of a server whose `tools.pinning` is `warn` or `hold` is reviewed once,
 //! when it is walked (not on each request that reads it), against the server's approvals and
 //! the poisoning checks of `switchboard-trust`; under `hold` what is not approved leaves the
@@ -184,26 +184,47 @@ pub(crate) fn reviews(server: &Server, kind: ListKind) -> bool {
     kind == ListKind::Tools && server.spec.tools.pinning != Pinning::Off
 }
 
-/// A listing relayed as the upstream gave it (the single-server endpoint): held tools taken
-/// out under `hold`, flagged ones logged, and both noted on the request's audit record.
+/// A listing relayed as the upstream gave it (the single-server endpoint): under `hold`, the
+/// tools whose definitions are not approved taken out and noted on the request's record. Only
+/// digests are computed here, on every relayed listing; the checks and the flags of `warn`
+/// come from the catalog's review, once per walk, not per request.
 pub(crate) fn review_relayed(server: &Server, tools: &mut Vec<Value>) {
     let trust = &server.spec.tools;
-    if trust.pinning == Pinning::Off {
+    if trust.pinning != Pinning::Hold {
         return;
     }
     tools.retain(|tool| {
         let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
-        let review = Review::of(tool, &trust.approved);
-        let held = trust.pinning == Pinning::Hold && !review.approved();
-        if held || review.flagged() {
-            let what = if held {
-                format!("held: {}", held_why(&review))
+        let digest = switchboard_trust::Approval::of(tool);
+        let approved = trust
+            .approved
+            .get(name)
+            .and_then(|a| a.parse::<switchboard_trust::Approval>().ok())
+            .is_some_and(|a| a.matches(&digest));
+        if !approved {
+            let why = if trust.approved.is_empty() {
+                "no tool of the server is approved yet".to_string()
+            } else if let Some(old) = trust
+                .approved
+                .get(name)
+                .and_then(|a| a.parse::<switchboard_trust::Approval>().ok())
+            {
+                let parts: Vec<&str> = digest
+                    .changed_parts(&old)
+                    .iter()
+                    .map(|p| p.field())
+                    .collect();
+                if parts.is_empty() {
+                    "definition changed".to_string()
+                } else {
+                    format!("{} changed", parts.join(", "))
+                }
             } else {
-                review.summary()
+                "new (not approved)".to_string()
             };
-            switchboard_core::audit::note(|n| n.flag_tool(format!("{name}: {what}")));
+            switchboard_core::audit::note(|n| n.flag_tool(format!("{name}: held: {why}")));
         }
-        !held
+        approved
     });
 }
 
