@@ -1071,10 +1071,12 @@ fn plan_statuses<'a>(
             tools, at, review, ..
         }) = probe
         {
-            fields.insert(
-                "toolReview",
-                serde_json::json!(review.as_deref().unwrap_or_default()),
-            );
+            // Only when there is something to say: status stores no empty list (it is left
+            // out), and a field compared against one it never stores would rewrite the status
+            // on every pass. Left out, server-side apply removes what this manager wrote before.
+            if let Some(review) = review.as_deref().filter(|r| !r.is_empty()) {
+                fields.insert("toolReview", serde_json::json!(review));
+            }
             fields.insert("toolCount", serde_json::json!(tools.len()));
             fields.insert(
                 "lastListed",
