@@ -784,8 +784,12 @@ def test_two_mcpkeys_sharing_one_secret_break_nothing(world: World, key: str):
         control_call(world, key)
         for gw in world.gateways.values():
             assert rest_list(gw, twin).status_code == 200, "the shared key stopped working"
-        c = condition(world.cluster.key("twin-b"), "Accepted")
-        assert c is not None and c["status"] == "False", f"twin-b should be kept out with a reason: {c}"
+        # Its status is written in the pass that rendered it, after the snapshot went out: wait
+        # for it (bounded) rather than read it the moment the next change was served.
+        c = wait_until(
+            lambda: condition(world.cluster.key("twin-b"), "Accepted"), 20, what="twin-b's Accepted condition"
+        )
+        assert c["status"] == "False", f"twin-b should be kept out with a reason: {c}"
     finally:  # so that a failure here does not break the tests after it
         world.cluster.kubectl("delete", "mcpkey", "twin-a", "twin-b", "-n", "default")
         world.cluster.kubectl("delete", "mcpserver", "after-twin-keys", "-n", "default", "--ignore-not-found")
