@@ -36,6 +36,41 @@ pub enum Standing {
     Unpinned,
 }
 
+impl Standing {
+    /// How a definition named `name` with digest `approval` stands against `approved` (tool
+    /// name → approval text; a text that does not parse approves nothing).
+    pub fn of(name: &str, approval: &Approval, approved: &BTreeMap<String, String>) -> Standing {
+        if approved.is_empty() {
+            return Standing::Unpinned;
+        }
+        match approved.get(name).map(|a| a.parse::<Approval>()) {
+            None => Standing::New,
+            Some(Ok(a)) if approval.matches(&a) => Standing::Approved,
+            Some(Ok(a)) => Standing::Changed(approval.changed_parts(&a)),
+            Some(Err(_)) => Standing::Changed(Part::ALL.to_vec()),
+        }
+    }
+
+    /// The standing in words (`description changed`, `new (not approved)`, ...); `None` for an
+    /// approved definition.
+    pub fn words(&self) -> Option<String> {
+        Some(match self {
+            Standing::Approved => return None,
+            Standing::Unpinned => "no tool of the server is approved yet".into(),
+            Standing::New => "new (not approved)".into(),
+            Standing::Changed(changed) if changed.is_empty() => "definition changed".into(),
+            Standing::Changed(changed) => format!(
+                "{} changed",
+                changed
+                    .iter()
+                    .map(|p| p.field())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+    }
+}
+
 /// One definition reviewed: its digest, how it stands and what it carries.
 #[derive(Debug, Clone)]
 pub struct Review {
@@ -51,16 +86,7 @@ impl Review {
     pub fn of(tool: &Value, approved: &BTreeMap<String, String>) -> Review {
         let approval = Approval::of(tool);
         let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
-        let standing = if approved.is_empty() {
-            Standing::Unpinned
-        } else {
-            match approved.get(name).map(|a| a.parse::<Approval>()) {
-                None => Standing::New,
-                Some(Ok(a)) if approval.matches(&a) => Standing::Approved,
-                Some(Ok(a)) => Standing::Changed(approval.changed_parts(&a)),
-                Some(Err(_)) => Standing::Changed(Part::ALL.to_vec()),
-            }
-        };
+        let standing = Standing::of(name, &approval, approved);
         Review {
             approval,
             standing,
@@ -83,25 +109,27 @@ impl Review {
     }
 
     /// One line for people: `description changed; model-instruction in description (...)`.
+    /// (Nothing pinned is no news on a served tool: only a held one says so, [`Self::held_why`].)
     pub fn summary(&self) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        match &self.standing {
-            Standing::New => parts.push("new (not approved)".into()),
-            Standing::Changed(changed) if changed.is_empty() => {
-                parts.push("definition changed".into());
-            }
-            Standing::Changed(changed) => parts.push(format!(
-                "{} changed",
-                changed
-                    .iter()
-                    .map(|p| p.field())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-            Standing::Approved | Standing::Unpinned => {}
-        }
-        parts.extend(self.findings.iter().map(ToString::to_string));
-        parts.join("; ")
+        let standing = match self.standing {
+            Standing::Unpinned => None,
+            _ => self.standing.words(),
+        };
+        standing
+            .into_iter()
+            .chain(self.findings.iter().map(ToString::to_string))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Why a server under `hold` holds this definition back: its standing, then its findings.
+    pub fn held_why(&self) -> String {
+        self.standing
+            .words()
+            .into_iter()
+            .chain(self.findings.iter().map(ToString::to_string))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 

@@ -313,12 +313,15 @@ impl UpstreamPlane {
                 why,
             })
         };
+        // Nothing approved, or not this name: held without looking at its definition.
         let approved = &server.spec.tools.approved;
-        if approved.is_empty() {
-            return held("no tool of the server is approved yet".into());
-        }
-        if !approved.contains_key(tool) {
-            return held("new (not approved)".into());
+        let unseen = if approved.is_empty() {
+            Some(switchboard_trust::Standing::Unpinned)
+        } else {
+            (!approved.contains_key(tool)).then_some(switchboard_trust::Standing::New)
+        };
+        if let Some(why) = unseen.as_ref().and_then(switchboard_trust::Standing::words) {
+            return held(why);
         }
         let ttl = caller.table.settings.listing_ttl;
         let listing = self

@@ -90,7 +90,7 @@ pub(crate) fn review(
         if tools.pinning == Pinning::Hold && !review.approved() {
             *counts.entry("held").or_default() += 1;
             report.held.push(HeldTool {
-                why: held_why(&review),
+                why: review.held_why(),
                 review,
                 name,
             });
@@ -122,21 +122,6 @@ pub(crate) fn review(
         tracing::warn!(server = server.id(), tool = %flagged.name, what = %flagged.what, "tool definition flagged");
     }
     listing.review = Some(report);
-}
-
-/// A review's line for a held tool: what differs from the approval, and what it carries.
-fn held_why(review: &Review) -> String {
-    match review.standing {
-        Standing::Unpinned => {
-            let mut why = "no tool of the server is approved yet".to_string();
-            if !review.findings.is_empty() {
-                why.push_str("; ");
-                why.push_str(&review.summary());
-            }
-            why
-        }
-        _ => review.summary(),
-    }
 }
 
 fn count(review: &Review, counts: &mut HashMap<&'static str, usize>) {
@@ -196,35 +181,13 @@ pub(crate) fn review_relayed(server: &Server, tools: &mut Vec<Value>) {
     tools.retain(|tool| {
         let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
         let digest = switchboard_trust::Approval::of(tool);
-        let approved = trust
-            .approved
-            .get(name)
-            .and_then(|a| a.parse::<switchboard_trust::Approval>().ok())
-            .is_some_and(|a| a.matches(&digest));
-        if !approved {
-            let why = if trust.approved.is_empty() {
-                "no tool of the server is approved yet".to_string()
-            } else if let Some(old) = trust
-                .approved
-                .get(name)
-                .and_then(|a| a.parse::<switchboard_trust::Approval>().ok())
-            {
-                let parts: Vec<&str> = digest
-                    .changed_parts(&old)
-                    .iter()
-                    .map(|p| p.field())
-                    .collect();
-                if parts.is_empty() {
-                    "definition changed".to_string()
-                } else {
-                    format!("{} changed", parts.join(", "))
-                }
-            } else {
-                "new (not approved)".to_string()
-            };
-            switchboard_core::audit::note(|n| n.flag_tool(format!("{name}: held: {why}")));
+        match Standing::of(name, &digest, &trust.approved).words() {
+            None => true,
+            Some(why) => {
+                switchboard_core::audit::note(|n| n.flag_tool(format!("{name}: held: {why}")));
+                false
+            }
         }
-        approved
     });
 }
 
