@@ -171,7 +171,7 @@ e2e_tools() {
   "$root/tests/setup-prometheus.sh" >/dev/null
 }
 # What the suites build (Kubernetes binaries with the node's and the oldest API server,
-# actionlint, glua, the node's packages and test images): most of an hour cold. Debian packages
+# actionlint, glua, the node's packages, test images and kube-router): most of an hour cold. Debian packages
 # first (network, little CPU), then in the order the suites need them.
 suite_tools() {
   set -e
@@ -184,6 +184,7 @@ suite_tools() {
   "$root/tests/k8s/build-binaries.sh" --oldest >/dev/null
   "$root/tests/node/test-images.sh" >/dev/null
   "$root/tests/node/stdio-images.sh" >/dev/null
+  "$root/tests/setup-go-tool.sh" kube-router >/dev/null
 }
 
 all_steps=(fmt layering clippy doc unit fuzz build e2e suites)

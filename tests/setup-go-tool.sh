@@ -6,6 +6,12 @@
 #   tests/setup-go-tool.sh glua        -> .../tools/glua-1.1.1/glua  (gopher-lua's interpreter, at
 #                                         the version Argo CD builds with: the Argo CD health
 #                                         checks of charts/argocd, suite 50-kubernetes)
+#   tests/setup-go-tool.sh kube-router -> .../tools/kube-router-2.1.0/kube-router  (its network
+#                                         policy controller alone enforces NetworkPolicies on the
+#                                         one-node cluster, suite 60-node; 2.1.0 is the one
+#                                         version the module proxy serves; its reported flaw,
+#                                         GHSA-phqm-jgc3-qf8g, is in the service proxy, which
+#                                         the node does not run)
 #
 # `go install <package>@v<version>` into ${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}/tools/
 # <tool>-<version>/, once (Go state shared with tests/k8s/build-binaries.sh in
@@ -27,7 +33,12 @@ case "$tool" in
     package=github.com/yuin/gopher-lua/cmd/glua
     ldflags="-s -w"
     works() { echo 'print("ok")' | "$1" /dev/stdin 2>/dev/null | grep -qx ok; } ;;
-  *) die "usage: $0 actionlint|glua" ;;
+  kube-router)
+    version="${SWITCHBOARD_KUBE_ROUTER_VERSION:-2.1.0}"
+    package=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+    ldflags="-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v$version"
+    works() { "$1" --version 2>&1 | grep -q "version v$version,"; } ;;
+  *) die "usage: $0 actionlint|glua|kube-router" ;;
 esac
 
 cache="${SWITCHBOARD_CACHE:-${HOME:?set HOME or SWITCHBOARD_CACHE}/.cache/switchboard}"

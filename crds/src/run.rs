@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvFromSource, EnvVar, ResourceRequirements, SecurityContext, Toleration, Volume,
     VolumeMount,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -92,6 +93,39 @@ pub struct Run {
     /// stdio: the bridge's bounds per pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdio: Option<StdioSettings>,
+    /// The fence around the pods (by default): a NetworkPolicy `<name>-mcp` admitting only the
+    /// gateway's pods, the operator's (its readiness probe lists the tools) and the server's
+    /// own (stdio bridges hand legacy sessions to each other), on the server's port, and
+    /// letting the pods reach only DNS (port 53), their own peers and what `egress` declares.
+    /// Without it any pod in the cluster could call the tools past the gateway's keys, and the
+    /// server could reach any Service. Enforced where the cluster's network plugin enforces
+    /// NetworkPolicies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<RunNetwork>,
+}
+
+/// `spec.run.network`: the fence around a server the operator runs (see `Run::network`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunNetwork {
+    /// `Fenced` (the default) or `Unmanaged`: no NetworkPolicy is made (and one made before is
+    /// deleted), the namespace's own policies decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Fenced"))]
+    pub policy: Option<RunNetworkPolicy>,
+    /// Where the pods may connect besides DNS and their peers: NetworkPolicy egress rules
+    /// (`to`, `ports`), kept as they are (the API server validates them in the policy; a
+    /// refusal shows in the `Running` condition). Empty: nowhere else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "pod_objects")]
+    pub egress: Vec<NetworkPolicyEgressRule>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum RunNetworkPolicy {
+    #[default]
+    Fenced,
+    Unmanaged,
 }
 
 /// A list of Pod API objects, kept as they are (the API server validates them in the Deployment).

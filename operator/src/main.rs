@@ -22,6 +22,7 @@ use switchboard_operator::lease::{self, LeaseConfig};
 use switchboard_operator::metrics::Metrics;
 use switchboard_operator::probe::{self, Probes};
 use switchboard_operator::upstream_policy::{self, UpstreamPolicy};
+use switchboard_operator::workload::PodGroup;
 use switchboard_snapshot::networks::DEFAULT_DENIED_NETWORKS;
 use switchboard_snapshot::{GatewaySettings, Snapshot, UpstreamNetworks};
 use switchboard_source::operator_tls::certificate_name;
@@ -66,6 +67,22 @@ struct Args {
     /// runs `switchboard-stdio-bridge install`): the gateway's image, which the chart sets.
     #[arg(long, env = "SWITCHBOARD_STDIO_BRIDGE_IMAGE", default_value = concat!("ghcr.io/switchboard-dev/switchboard-gateway:", env!("CARGO_PKG_VERSION")))]
     stdio_bridge_image: String,
+    /// The gateway pods' labels (`key=value,...`, in the gateway ServiceAccount's namespace):
+    /// the NetworkPolicy of each `spec.run` server admits them.
+    #[arg(
+        long,
+        env = "SWITCHBOARD_GATEWAY_POD_LABELS",
+        default_value = "app.kubernetes.io/name=switchboard,app.kubernetes.io/component=gateway"
+    )]
+    gateway_pod_labels: String,
+    /// The operator pods' labels (`key=value,...`, in --namespace): the NetworkPolicy of each
+    /// `spec.run` server admits them too (the readiness probe lists the server's tools).
+    #[arg(
+        long,
+        env = "SWITCHBOARD_OPERATOR_POD_LABELS",
+        default_value = "app.kubernetes.io/name=switchboard,app.kubernetes.io/component=operator"
+    )]
+    operator_pod_labels: String,
     /// Secret (in --namespace) that keeps the latest snapshot and the session key.
     #[arg(
         long,
@@ -299,6 +316,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .split_once(':')
         .ok_or_else(|| anyhow::anyhow!("--gateway-service-account must be <namespace>:<name>"))?;
     let allowed_user = format!("system:serviceaccount:{sa_namespace}:{sa_name}");
+    let gateway_pods = PodGroup::parse(sa_namespace, &args.gateway_pod_labels)
+        .map_err(|e| anyhow::anyhow!("--gateway-pod-labels: {e}"))?;
+    let operator_pods = PodGroup::parse(&args.namespace, &args.operator_pod_labels)
+        .map_err(|e| anyhow::anyhow!("--operator-pod-labels: {e}"))?;
 
     let ack_url = match args.advertise_url.as_deref().filter(|u| !u.is_empty()) {
         Some(url) => Some(
@@ -434,6 +455,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             gateway_service_account: (sa_namespace.to_string(), sa_name.to_string()),
             workload: switchboard_operator::workload::Settings {
                 bridge_image: args.stdio_bridge_image.clone(),
+                admitted: vec![gateway_pods, operator_pods],
             },
         },
         hub: hub.clone(),

@@ -12,7 +12,9 @@
 //! - Service `<name>-mcp-peers` (stdio): headless, the ready pods' addresses, which the bridges
 //!   rank a legacy session's home over (`--peers`);
 //! - Secret `<name>-mcp-bridge` (stdio): the key the bridges seal session ids with;
-//! - HorizontalPodAutoscaler `<name>-mcp` with `spec.run.autoscaling`.
+//! - HorizontalPodAutoscaler `<name>-mcp` with `spec.run.autoscaling`;
+//! - NetworkPolicy `<name>-mcp` unless `spec.run.network.policy: Unmanaged`: the fence
+//!   ([`network_policy`]). Applied before the Deployment, so no pod runs unfenced.
 //!
 //! All carry the McpServer as their controller owner: deleting it deletes them.
 
@@ -32,11 +34,15 @@ use k8s_openapi::api::core::v1::{
     SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
     TCPSocketAction, Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::Digest as _;
 use switchboard_crds::McpServer;
-use switchboard_crds::run::{Run, RunTransport};
+use switchboard_crds::run::{Run, RunNetworkPolicy, RunTransport};
 
 use crate::labels::MANAGED_BY;
 
@@ -50,6 +56,8 @@ const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "mcp-server");
 pub(crate) const BRIDGE_KEY_FIELD: &str = "key";
 const BRIDGE_DIR: &str = "/switchboard";
 const BRIDGE_KEY_DIR: &str = "/switchboard-key";
+/// The label the API server puts on every namespace: its name.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// The non-root user the restricted default runs as (distroless `nonroot`).
 const NONROOT: i64 = 65532;
 
@@ -58,6 +66,46 @@ const NONROOT: i64 = 65532;
 pub struct Settings {
     /// The image holding `switchboard-stdio-bridge` (the gateway's image).
     pub bridge_image: String,
+    /// The pods a server's fence admits besides its own: the gateway's (they call it) and the
+    /// operator's (its probe lists the server's tools).
+    pub admitted: Vec<PodGroup>,
+}
+
+/// Pods by namespace and labels, as a NetworkPolicy peer selects them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodGroup {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Pod labels given to the operator that cannot select the pods a fence admits.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PodLabelsError {
+    #[error("`{0}` is not key=value")]
+    NotAPair(String),
+    #[error("no labels: the fence would admit every pod of the namespace")]
+    Empty,
+}
+
+impl PodGroup {
+    /// `key=value,key=value` (the form of a label selector made only of equalities).
+    pub fn parse(namespace: &str, labels: &str) -> Result<PodGroup, PodLabelsError> {
+        let mut parsed = BTreeMap::new();
+        for pair in labels.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .filter(|(k, _)| !k.trim().is_empty())
+                .ok_or_else(|| PodLabelsError::NotAPair(pair.to_string()))?;
+            parsed.insert(key.trim().to_string(), value.trim().to_string());
+        }
+        if parsed.is_empty() {
+            return Err(PodLabelsError::Empty);
+        }
+        Ok(PodGroup {
+            namespace: namespace.to_string(),
+            labels: parsed,
+        })
+    }
 }
 
 /// The objects' names for McpServer `name`.
@@ -428,6 +476,88 @@ pub(crate) fn autoscaler(server: &McpServer, run: &Run) -> Option<HorizontalPodA
     })
 }
 
+/// The server's fence, unless `spec.run.network.policy` is `Unmanaged`: its pods admit
+/// connections only from the gateway's and the operator's pods and from each other, on the
+/// server's port; they connect only to DNS (port 53, to any address: the cluster's resolver
+/// may be a pod, the node or a node-local cache), their peers (stdio: the bridges hand legacy
+/// sessions over) and the rules `spec.run.network.egress` declares. Kubelet probes come from
+/// the node, which NetworkPolicy implementations let through.
+pub(crate) fn network_policy(
+    server: &McpServer,
+    run: &Run,
+    settings: &Settings,
+) -> Option<NetworkPolicy> {
+    let network = run.network.clone().unwrap_or_default();
+    if network.policy == Some(RunNetworkPolicy::Unmanaged) {
+        return None;
+    }
+    let name = kube::ResourceExt::name_any(server);
+    let own = LabelSelector {
+        match_labels: Some(labels(&name)),
+        ..Default::default()
+    };
+    let tcp = |port: i32| NetworkPolicyPort {
+        port: Some(IntOrString::Int(port)),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    };
+    let mut from: Vec<NetworkPolicyPeer> = settings
+        .admitted
+        .iter()
+        .map(|group| NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    NAMESPACE_NAME_LABEL.to_string(),
+                    group.namespace.clone(),
+                )])),
+                ..Default::default()
+            }),
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(group.labels.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    from.push(NetworkPolicyPeer {
+        pod_selector: Some(own.clone()),
+        ..Default::default()
+    });
+    let mut egress = vec![NetworkPolicyEgressRule {
+        ports: Some(vec![
+            NetworkPolicyPort {
+                port: Some(IntOrString::Int(53)),
+                protocol: Some("UDP".into()),
+                ..Default::default()
+            },
+            tcp(53),
+        ]),
+        to: None,
+    }];
+    if run.transport == RunTransport::Stdio {
+        egress.push(NetworkPolicyEgressRule {
+            ports: Some(vec![tcp(BRIDGE_PORT)]),
+            to: Some(vec![NetworkPolicyPeer {
+                pod_selector: Some(own.clone()),
+                ..Default::default()
+            }]),
+        });
+    }
+    egress.extend(network.egress.iter().cloned());
+    Some(NetworkPolicy {
+        metadata: meta(server, Names::of(&name).workload),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(own),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(from),
+                ports: Some(vec![tcp(port(run))]),
+            }]),
+            egress: Some(egress),
+        }),
+    })
+}
+
 /// What a server's pods say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Health {
@@ -615,6 +745,14 @@ mod tests {
     fn settings() -> Settings {
         Settings {
             bridge_image: "ghcr.io/switchboard-dev/switchboard-gateway:0.1.0".into(),
+            admitted: vec![
+                PodGroup::parse("switchboard", "app.kubernetes.io/component=gateway").unwrap(),
+                PodGroup::parse(
+                    "ops",
+                    "app.kubernetes.io/component=operator, team = platform",
+                )
+                .unwrap(),
+            ],
         }
     }
 
@@ -923,5 +1061,97 @@ mod tests {
             &[pod("p1", false, waiting("ContainerCreating", ""), None)],
         );
         assert_eq!((starting.ready, starting.failure), (0, None));
+    }
+
+    #[test]
+    fn the_fence_admits_the_gateway_the_operator_and_the_peers_and_lets_out_dns_peers_and_what_is_declared()
+     {
+        let mut run = stdio_run();
+        let declared: NetworkPolicyEgressRule = serde_json::from_value(serde_json::json!({
+            "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}],
+            "ports": [{"port": 5432, "protocol": "TCP"}]
+        }))
+        .unwrap();
+        run.network = Some(switchboard_crds::run::RunNetwork {
+            policy: None,
+            egress: vec![declared.clone()],
+        });
+        let s = server("everything", run.clone());
+        let policy = network_policy(&s, &run, &settings()).expect("fenced by default");
+        assert_eq!(policy.metadata.name.as_deref(), Some("everything-mcp"));
+        let owner = &policy.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("McpServer", "uid-1")
+        );
+        let got = serde_json::to_value(policy.spec.unwrap()).unwrap();
+        let own = serde_json::to_value(labels("everything")).unwrap();
+        assert_eq!(
+            got,
+            serde_json::json!({
+                "podSelector": {"matchLabels": own},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{
+                    "from": [
+                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "switchboard"}},
+                         "podSelector": {"matchLabels": {"app.kubernetes.io/component": "gateway"}}},
+                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                         "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator", "team": "platform"}}},
+                        {"podSelector": {"matchLabels": own}}
+                    ],
+                    "ports": [{"port": 8080, "protocol": "TCP"}]
+                }],
+                "egress": [
+                    {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+                    {"to": [{"podSelector": {"matchLabels": own}}], "ports": [{"port": 8080, "protocol": "TCP"}]},
+                    serde_json::to_value(&declared).unwrap()
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn an_http_server_is_fenced_on_its_own_port_without_peers_and_unmanaged_has_no_fence() {
+        let mut run = Run {
+            image: "example/http:1".into(),
+            transport: RunTransport::StreamableHttp,
+            port: Some(3000),
+            ..Default::default()
+        };
+        let s = server("http", run.clone());
+        let spec = network_policy(&s, &run, &settings()).unwrap().spec.unwrap();
+        let ingress = &spec.ingress.unwrap()[0];
+        assert_eq!(
+            ingress.ports.as_ref().unwrap()[0].port,
+            Some(IntOrString::Int(3000))
+        );
+        assert_eq!(
+            spec.egress.unwrap().len(),
+            1,
+            "DNS only: nothing declared, no peers"
+        );
+        run.network = Some(switchboard_crds::run::RunNetwork {
+            policy: Some(RunNetworkPolicy::Unmanaged),
+            egress: vec![],
+        });
+        assert!(network_policy(&s, &run, &settings()).is_none());
+    }
+
+    #[test]
+    fn pod_labels_must_select_something() {
+        assert_eq!(PodGroup::parse("ns", " , "), Err(PodLabelsError::Empty));
+        assert_eq!(
+            PodGroup::parse("ns", "a=b,c"),
+            Err(PodLabelsError::NotAPair("c".into()))
+        );
+        assert_eq!(
+            PodGroup::parse("ns", "=b"),
+            Err(PodLabelsError::NotAPair("=b".into()))
+        );
+        let group = PodGroup::parse("ns", "a=b, c = d").unwrap();
+        assert_eq!(
+            group.labels,
+            BTreeMap::from([("a".into(), "b".into()), ("c".into(), "d".into())])
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! A server's objects are applied when what the operator wants changed (a digest of it rides
 //! on the Deployment as an annotation), when the Deployment's replicas drifted from it, and
 //! otherwise at least every [`RESYNC`], which puts back anything else someone changed. The
-//! bridge's key Secret is made once and kept. Objects of a server whose `spec.run` went (or
+//! bridge's key Secret is made once and kept; the NetworkPolicy is applied before the
+//! Deployment and deleted after it. Objects of a server whose `spec.run` went (or
 //! changed transport, or dropped autoscaling) are deleted, but for the key Secret (the operator
 //! deletes no Secret); a deleted McpServer's go with it (owner references).
 
@@ -16,6 +17,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -68,7 +70,8 @@ pub async fn apply(
         let service = workload::service(server, run);
         let peers = workload::peers(server, run);
         let autoscaler = workload::autoscaler(server, run);
-        let digest = digest(&(&deployment, &service, &peers, &autoscaler));
+        let fence = workload::network_policy(server, run, settings);
+        let digest = digest(&(&deployment, &service, &peers, &autoscaler, &fence));
         deployment
             .metadata
             .annotations
@@ -90,6 +93,11 @@ pub async fn apply(
             continue;
         }
         let result = async {
+            // The fence first: a pod never runs without it.
+            match &fence {
+                Some(policy) => patch(client, &namespace, policy).await?,
+                None => delete::<NetworkPolicy>(client, &namespace, &names.workload).await?,
+            }
             patch(client, &namespace, &deployment).await?;
             patch(client, &namespace, &service).await?;
             match &peers {
@@ -144,6 +152,8 @@ pub async fn apply(
             delete::<Deployment>(client, namespace, &names.workload).await?;
             delete::<Service>(client, namespace, &names.workload).await?;
             delete::<Service>(client, namespace, &names.peers).await?;
+            // Last, after the pods it fences.
+            delete::<NetworkPolicy>(client, namespace, &names.workload).await?;
             // (the bridges' key Secret stays until the McpServer goes: the operator deletes no
             // Secret, and a key on its own opens nothing)
             Ok::<(), kube::Error>(())

@@ -13,6 +13,11 @@ operator makes of an McpServer with `spec.run`, and what it reports from its pod
 - A `spec.run` that the CRD refuses (stdio without a command), and one the API server refuses
   when the operator applies it (a volume without a source): named, nothing else lost.
 - `spec.run` replaced by a URL: the Deployment and Services go.
+- Issue 38: the fence, a NetworkPolicy `<name>-mcp` owned by the McpServer selecting exactly the
+  server's pods: ingress on the server's port from the gateway's pods, the operator's pods and
+  the server's own; egress to DNS, the peers and the declared rules. An egress rule the API
+  server refuses stops the server's Deployment from being made at all (the fence goes first);
+  `network.policy: Unmanaged` deletes the policy and keeps the workload.
 """
 
 from __future__ import annotations
@@ -90,6 +95,28 @@ def test_a_stdio_server_becomes_a_deployment_services_and_a_route(world: World):
     c, _ = world.wait_condition("mcpserver", "everything", NS, "Running", lambda c: c["reason"] == "Progressing", 20)
     assert c["message"].startswith("0/3 pods ready"), c
 
+    fence = wait_until(lambda: get(world, "networkpolicy", "everything-mcp"), 10, what="the NetworkPolicy")
+    owner = fence["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("McpServer", server["metadata"]["uid"]), owner
+    spec = fence["spec"]
+    own = d["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"] == {"matchLabels": own} and spec["policyTypes"] == ["Ingress", "Egress"], spec
+    [ingress] = spec["ingress"]
+    assert ingress["ports"] == [{"port": 8080, "protocol": "TCP"}], ingress
+    sources = [(p.get("namespaceSelector", {}).get("matchLabels"), p["podSelector"]["matchLabels"]) for p in ingress["from"]]
+    # k8s_world runs the operator with the defaults: the gateway ServiceAccount's namespace
+    # (switchboard) and the operator's --namespace, with the chart's label names.
+    assert sources == [
+        ({"kubernetes.io/metadata.name": "switchboard"},
+         {"app.kubernetes.io/name": "switchboard", "app.kubernetes.io/component": "gateway"}),
+        ({"kubernetes.io/metadata.name": OPERATOR_NS},
+         {"app.kubernetes.io/name": "switchboard", "app.kubernetes.io/component": "operator"}),
+        (None, own),
+    ], sources  # fmt: skip
+    dns, peers_rule = spec["egress"]
+    assert "to" not in dns and sorted((p["protocol"], p["port"]) for p in dns["ports"]) == [("TCP", 53), ("UDP", 53)], dns
+    assert peers_rule == {"to": [{"podSelector": {"matchLabels": own}}], "ports": [{"port": 8080, "protocol": "TCP"}]}, peers_rule
+
 
 def make_pod(world: World, name: str, status: dict) -> None:
     """A pod of the server's (by its labels), and the status a kubelet would write."""
@@ -152,11 +179,34 @@ def test_bad_run_specs_are_refused_by_name_and_nothing_else_is_lost(world: World
     world.cluster.kubectl("delete", "mcpserver", "badvolume", "-n", NS)
 
 
+def test_the_fence_goes_first_and_unmanaged_takes_it_away(world: World):
+    declared = {"to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
+    world.cluster.apply(mcp_server("fenced", NS, run=run_spec(replicas=1, network={"egress": [declared]}), accessGroups=["ci"]))
+    fence = wait_until(lambda: get(world, "networkpolicy", "fenced-mcp"), 20, what="fenced's NetworkPolicy")
+    assert fence["spec"]["egress"][-1] == declared, fence["spec"]["egress"]
+    wait_until(lambda: get(world, "deployment", "fenced-mcp"), 20, what="fenced's Deployment")
+
+    # An egress rule the API server refuses: named in Running, and no Deployment without its fence.
+    bad = {"to": [{"ipBlock": {"cidr": "not-a-cidr"}}]}
+    world.cluster.apply(mcp_server("badfence", NS, run=run_spec(replicas=1, network={"egress": [bad]}), accessGroups=["ci"]))
+    c, _ = world.wait_condition("mcpserver", "badfence", NS, "Running", lambda c: c["reason"] == "WorkloadRefused", 20)
+    assert "not-a-cidr" in c["message"] or "cidr" in c["message"], c
+    assert get(world, "deployment", "badfence-mcp") is None, "a Deployment made without its fence"
+    world.cluster.kubectl("delete", "mcpserver", "badfence", "-n", NS)
+
+    # Unmanaged: the policy goes, the workload stays.
+    world.cluster.apply(mcp_server("fenced", NS, run=run_spec(replicas=1, network={"policy": "Unmanaged"}), accessGroups=["ci"]))
+    wait_until(lambda: get(world, "networkpolicy", "fenced-mcp") is None, 20, what="the NetworkPolicy to be deleted")
+    assert get(world, "deployment", "fenced-mcp") is not None
+    world.cluster.kubectl("delete", "mcpserver", "fenced", "-n", NS)
+
+
 def test_a_run_replaced_by_a_url_takes_its_workload_away(world: World):
     world.cluster.apply(mcp_server("everything", NS, url=world.upstream.mcp_url, accessGroups=["ci"]))
     wait_until(lambda: get(world, "deployment", "everything-mcp") is None, 20, what="the Deployment to be deleted")
     wait_until(lambda: get(world, "service", "everything-mcp") is None and get(world, "service", "everything-mcp-peers") is None,
                10, what="the Services to be deleted")  # fmt: skip
+    wait_until(lambda: get(world, "networkpolicy", "everything-mcp") is None, 10, what="the NetworkPolicy to be deleted")
     route = wait_until(lambda: (snapshot_server(world, "everything") or {}).get("url") == world.upstream.mcp_url and
                        snapshot_server(world, "everything"), 20, what="the route to the URL")  # fmt: skip
     assert "upstreamEra" not in route

@@ -158,7 +158,7 @@ def outside_its_namespaces(events: list[dict], user: str, owned: set[str]) -> li
     (namespaces by name, TokenReviews, discovery) are not namespaced and are not counted."""
     namespaced = {"mcpservers", "mcpvirtualservers", "mcpkeys", "modelroutes", "identityproviders", "secrets",
                   "configmaps", "pods", "deployments", "services", "events", "leases", "horizontalpodautoscalers",
-                  "endpointslices"}  # fmt: skip
+                  "endpointslices", "networkpolicies"}  # fmt: skip
     bad = []
     for e in events:
         if e.get("user", {}).get("username") != user:

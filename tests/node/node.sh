@@ -8,9 +8,11 @@
 #   tests/node/node.sh stop DIR     stop everything, delete DIR's state, check nothing is left
 #
 # What runs: etcd + kube-apiserver (tests/k8s/cluster.sh), kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy (iptables), containerd + runc, the bridge CNI plugin and
-# CoreDNS. All of it runs in one new network, mount and PID namespace (unshare): the node's
-# bridge, pod addresses and iptables rules exist only there; every mount the kubelet and
+# kube-scheduler, kubelet, kube-proxy (iptables), containerd + runc, the bridge CNI plugin,
+# CoreDNS, and kube-router's network policy controller alone (iptables and ipsets: it enforces
+# NetworkPolicies on the bridge's traffic; tests/setup-go-tool.sh kube-router). All of it runs
+# in one new network, mount and PID namespace (unshare): the node's bridge, pod addresses,
+# iptables rules and ipsets exist only there; every mount the kubelet and
 # containerd make dies with the mount namespace; ending the PID namespace's first process ends
 # every process of the node, containers included. The one thing namespaces do not hold is the
 # cgroup tree: the node's cgroups live under /<id> in every hierarchy and `stop` removes them.
@@ -210,8 +212,9 @@ cmd_start() {
   init_pid >/dev/null && die "a node is already running in $DIR (run: $0 stop $DIR)"
   "$HERE/setup-tools.sh" >/dev/null
   "$ROOT/tests/k8s/build-binaries.sh" --node >&2 || die "tests/k8s/build-binaries.sh --node failed"
-  local bin cni_bin t0=$SECONDS
+  local bin cni_bin kube_router t0=$SECONDS
   bin=$("$ROOT/tests/k8s/build-binaries.sh" --bin-dir)
+  kube_router=$("$ROOT/tests/setup-go-tool.sh" kube-router) || die "tests/setup-go-tool.sh kube-router failed"
   cni_bin="$(dirname "$bin")/cni/bin"
   # (not `| head -1`: head exits after the first line, and the script's second echo would die
   # of SIGPIPE now and then, failing the pipeline under pipefail)
@@ -308,6 +311,12 @@ cmd_start() {
     "$bin/kubectl" --kubeconfig "$kubeconfig" get serviceaccount default
   wait_for "kube-proxy's rules" 60 kube-proxy bash -c "iptables-save -t nat | grep -q KUBE-SERVICES"
   wait_for "CoreDNS" 30 coredns bash -c "exec 3<>/dev/tcp/$NODE_IP/53"
+  # NetworkPolicies: the firewall only (pod routes are the bridge's, Services
+  # kube-proxy's), once the node is registered: it finds its pods by the node's name.
+  daemon kube-router "$kube_router" --kubeconfig "$kubeconfig" --hostname-override "$NODE_NAME" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+    --service-cluster-ip-range 10.96.0.0/16 --health-port 0 --v 1
+  wait_for "kube-router's rules" 60 kube-router iptables -S KUBE-ROUTER-FORWARD
 
   cat >"$DIR/node.env" <<EOF
 KUBECONFIG=$kubeconfig

@@ -22,6 +22,15 @@ streamableHttp server.
 6. An image that does not exist, and a command that exits at once, show in the McpServer's
    conditions within 30 s with the reason; fixing the spec recovers.
 7. Deleting an McpServer deletes its Deployment, Services, pods and Secret.
+8. Issue 38: the fence, enforced by kube-router's network policy controller on the node. A pod
+   in another namespace calling the server's Service directly (the bridge answers anyone who
+   reaches it, without a key) is refused, while the same call through the gateway works; the
+   server's pods reach the one address `network.egress` declares (a gateway pod's port) and
+   not an undeclared one (the other gateway pod). Control: `network.policy: Unmanaged` (the
+   policy deleted) lets the same outsider pod call the server and the server reach the
+   undeclared pod; `Fenced` again closes both. (Every earlier test ran fenced: the gateway's
+   calls, legacy sessions handed between the bridges and the operator's probe all passed
+   through it.)
 """
 
 from __future__ import annotations
@@ -386,13 +395,69 @@ def test_a_missing_image_and_an_exiting_command_say_why_within_30s_and_recover(e
         kubectl("wait", "--for=condition=Ready", f"mcpserver/{name}", "-n", NS, "--timeout=180s", timeout=200)
 
 
+def dial(pod: str, ip: str, port: int) -> bool:
+    """Whether a TCP connection from the server container of `pod` to ip:port opens (3 s)."""
+    script = f"timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null && echo REACHED || echo BLOCKED"
+    out = kubectl("exec", pod, "-n", NS, "-c", "server", "--", "bash", "-c", script, check=False).stdout
+    assert out.strip() in ("REACHED", "BLOCKED"), f"the dial from {pod} did not run: {out!r}"
+    return out.strip() == "REACHED"
+
+
+def test_the_fence_keeps_out_other_pods_and_keeps_the_server_in(everything):
+    outside = "outside"
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": outside}})
+    wait(lambda: get_json("serviceaccount", "-n", outside)["items"], 30, "the outside namespace's default ServiceAccount")
+    direct = f"http://everything-mcp.{NS}.svc:8080/mcp"
+    fence = get_json("networkpolicy", "everything-mcp", "-n", NS)
+    assert fence["spec"]["policyTypes"] == ["Ingress", "Egress"], fence["spec"]
+
+    def outsider_calls(n: int) -> bool:
+        """One echo straight to the server's Service from a pod in another namespace."""
+        pod = caller_pod(f"outsider-{n}", outside, ["session", "-url", direct, "-key", "none", "-era", "modern",
+                                                    "-tool", "echo", "-args", '{"message":"past the gateway"}',
+                                                    "-n", "1", "-timeout", "3s"])  # fmt: skip
+        phase, logs = run_to_completion(pod, timeout=60)
+        return phase == "Succeeded" and "past the gateway" in logs
+
+    gateways = sorted((p["metadata"]["name"], p["status"]["podIP"]) for p in pods("app.kubernetes.io/component=gateway"))
+    assert len(gateways) == 2, gateways
+    (_, declared_ip), (_, undeclared_ip) = gateways
+    fenced = {**everything_run(), "network": {"egress": [
+        {"to": [{"ipBlock": {"cidr": f"{declared_ip}/32"}}], "ports": [{"port": 8080, "protocol": "TCP"}]}]}}
+    apply(server("everything", fenced))
+    wait(lambda: len(get_json("networkpolicy", "everything-mcp", "-n", NS)["spec"]["egress"]) == 3, 30,
+         "the declared egress rule in the fence")  # fmt: skip
+    server_pod = next(p["metadata"]["name"] for p in pods("switchboard.dev/mcpserver=everything", NS) if ready(p))
+
+    assert not outsider_calls(1), "a pod in another namespace called the fenced server past the gateway"
+    phase, lines = run_caller("fenced-through-gateway", "session", everything["url"], everything["key"], "-era", "modern",
+                              "-tool", "echo", "-args", '{"message":"through the gateway"}', "-n", "3")  # fmt: skip
+    assert phase == "Succeeded" and all("through the gateway" in line["text"] for line in lines if "n" in line), lines
+    wait(lambda: dial(server_pod, declared_ip, 8080), 30, "the server to reach its declared address")
+    assert not dial(server_pod, undeclared_ip, 8080), "the fenced server reached an address it did not declare"
+
+    # Control: the same pods without the fence.
+    apply(server("everything", {**fenced, "network": {**fenced["network"], "policy": "Unmanaged"}}))
+    wait(lambda: kubectl("get", "networkpolicy", "everything-mcp", "-n", NS, check=False).returncode != 0, 30,
+         "the fence to be deleted")  # fmt: skip
+    wait(lambda: dial(server_pod, undeclared_ip, 8080), 30, "the unfenced server to reach the other gateway pod")
+    n = iter(range(2, 100))
+    wait(lambda: outsider_calls(next(n)), 60, "the outsider to reach the unfenced server", interval=1)
+
+    # Fenced again: closed again.
+    apply(server("everything", fenced))
+    wait(lambda: not dial(server_pod, undeclared_ip, 8080), 30, "the fence to close again")
+    assert not outsider_calls(next(n)), "the outsider still reached the server once fenced again"
+    kubectl("delete", "namespace", outside, "--wait=false")
+
+
 def test_deleting_an_mcpserver_leaves_nothing_behind(everything):
     for name in ("noimage", "exits", "time", "http"):
         kubectl("delete", "mcpserver", name, "-n", NS, "--ignore-not-found", "--wait=true")
 
     def gone():
         left = []
-        for kind in ("deployment", "service", "secret", "pod", "hpa"):
+        for kind in ("deployment", "service", "secret", "pod", "hpa", "networkpolicy"):
             items = get_json(kind, "-n", NS, "-l", "app.kubernetes.io/component=mcp-server")["items"]
             left += [f"{kind}/{i['metadata']['name']}" for i in items
                      if i["metadata"].get("labels", {}).get("switchboard.dev/mcpserver") in ("noimage", "exits", "time", "http")]

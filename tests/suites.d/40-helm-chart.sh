@@ -555,8 +555,12 @@ jp() { kubectl -n "$ns" get "$1" -o "jsonpath=$2"; }
 expect "operator: 2 replicas" 2 jp "deploy/$op" '{.spec.replicas}'
 expect "operator: command" switchboard-operator jp "deploy/$op" '{.spec.template.spec.containers[0].command[0]}'
 expect "operator: args" \
-  "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op --stdio-bridge-image ghcr.io/switchboard-dev/switchboard-gateway:$app_version --delivery-ca-secret $op-delivery-ca --delivery-trust-configmap $op-delivery-trust --delivery-tls-names $op,$op.$ns,$op.$ns.svc,$op.$ns.svc.cluster.local --delivery-cert-validity 24h --delivery-ca-validity 8760h" \
+  "--namespace \$(POD_NAMESPACE) --snapshot-listen 0.0.0.0:9090 --metrics-listen 0.0.0.0:9091 --gateway-service-account $ns:$gw --snapshot-secret $rel-snapshot --lease-name $op --stdio-bridge-image ghcr.io/switchboard-dev/switchboard-gateway:$app_version --gateway-pod-labels app.kubernetes.io/name=switchboard,app.kubernetes.io/instance=$rel,app.kubernetes.io/component=gateway --operator-pod-labels app.kubernetes.io/name=switchboard,app.kubernetes.io/instance=$rel,app.kubernetes.io/component=operator --delivery-ca-secret $op-delivery-ca --delivery-trust-configmap $op-delivery-trust --delivery-tls-names $op,$op.$ns,$op.$ns.svc,$op.$ns.svc.cluster.local --delivery-cert-validity 24h --delivery-ca-validity 8760h" \
   jp "deploy/$op" '{.spec.template.spec.containers[0].args[*]}'
+# The fence of each spec.run server admits the pods by these: they must be the pods' own labels.
+expect "operator: --gateway-pod-labels are the gateway pods' labels" \
+  "app.kubernetes.io/component=gateway,app.kubernetes.io/instance=$rel,app.kubernetes.io/name=switchboard" \
+  bash -c "kubectl -n $ns get deploy/$gw -o json | python3 -c 'import json,sys; l=json.load(sys.stdin)[\"spec\"][\"template\"][\"metadata\"][\"labels\"]; print(\",\".join(f\"{k}={v}\" for k,v in sorted(l.items()) if k.startswith(\"app.kubernetes.io/\")))'"
 expect "operator: POD_NAME, POD_NAMESPACE, POD_IP from the downward API" "POD_NAME=metadata.name,POD_NAMESPACE=metadata.namespace,POD_IP=status.podIP," \
   jp "deploy/$op" '{range .spec.template.spec.containers[0].env[?(@.valueFrom.fieldRef)]}{.name}={.valueFrom.fieldRef.fieldPath},{end}'
 expect "operator: probes on 9091" "/healthz metrics /readyz metrics 9091" \
@@ -658,6 +662,8 @@ rbac_operator() {
   can yes "$as_op" watch deployments.apps -A || rc=1
   can yes "$as_op" patch services -n default || rc=1
   can yes "$as_op" patch horizontalpodautoscalers.autoscaling -n default || rc=1
+  can yes "$as_op" patch networkpolicies.networking.k8s.io -n default || rc=1
+  can yes "$as_op" delete networkpolicies.networking.k8s.io -n default || rc=1
   can yes "$as_op" watch pods -A || rc=1
   return $rc
 }
@@ -676,6 +682,7 @@ rbac_operator_not() {
   can no "$as_op" create pods --subresource=exec -n default || rc=1
   can no "$as_op" get pods --subresource=log -n default || rc=1
   can no "$as_op" update deployments.apps -n default || rc=1
+  can no "$as_op" list networkpolicies.networking.k8s.io -A || rc=1
   can no "$as_op" create statefulsets.apps -n default || rc=1
   can no "$as_op" update namespaces || rc=1
   can no "$as_op" create serviceaccounts/token -n "$ns" || rc=1

@@ -347,6 +347,10 @@ what has no namespace.
   - apiGroups: [""]
     resources: ["pods"]
     verbs: ["get", "list", "watch"]
+  # ... and the NetworkPolicy fencing each of those servers (owned by its McpServer too).
+  - apiGroups: ["networking.k8s.io"]
+    resources: ["networkpolicies"]
+    verbs: ["get", "create", "patch", "delete"]
   # Events on transitions.
   - apiGroups: ["", "events.k8s.io"]
     resources: ["events"]
