@@ -54,6 +54,13 @@ pub struct McpVirtualServerSpec {
     /// Every admitted key reaches it (each tool still only where its McpServer is reached).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_all_keys: bool,
+    /// Rules over the arguments of its tools (`tools`: the names it presents, globs with `*`)
+    /// and arguments set from the caller, as an McpKey's `arguments`, for every caller that
+    /// calls through it (the caller's key's own rules hold too). A bound argument is left out
+    /// of the input schema it presents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub arguments: Vec<crate::key::ArgumentRule>,
 }
 
 /// One McpServer's share of a virtual server.

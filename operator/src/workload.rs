@@ -14,7 +14,7 @@
 //! - Secret `<name>-mcp-bridge` (stdio): the key the bridges seal session ids with;
 //! - HorizontalPodAutoscaler `<name>-mcp` with `spec.run.autoscaling`;
 //! - NetworkPolicy `<name>-mcp` unless `spec.run.network.policy: Unmanaged`: the fence
-//!   ([`network_policy`]). Applied before the Deployment, so no pod runs unfenced.
+//!   (`network_policy`). Applied before the Deployment, so no pod runs unfenced.
 //!
 //! All carry the McpServer as their controller owner: deleting it deletes them.
 

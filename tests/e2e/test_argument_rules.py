@@ -4,6 +4,10 @@ LLM loop's gateway tools), refused with an error naming the rule; its bindings s
 from the caller (`${caller.subject}`), and a call that sets a bound argument otherwise is
 refused. The upstream (`upstreams/definitions_upstream.py`) echoes the arguments it received,
 so the test reads what reached it.
+
+A virtual server's `arguments` hold for every caller that calls through it (both eras and the
+LLM loop), on top of the key's own; its bound arguments are left out of the schemas it lists
+(the same tool listed on `/mcp` keeps them: the control).
 """
 
 from __future__ import annotations
@@ -116,22 +120,29 @@ def test_rules_and_bindings_on_mcp_and_rest(gateways, procs, tmp_path):
     assert record["tool"] == "gh__post" or record["tool"] == "gh__create_issue", record
 
 
+def loop_turn(gw, provider, secret, use: dict) -> tuple[dict, list[dict]]:
+    """One /v1/messages turn whose scripted model makes the tool call `use`, then ends: the
+    tools the model was offered (its first request) and the tool results it was sent back."""
+    provider.reset()
+    provider.script(
+        {"when": {"last_tool_result_for": use["name"]}, "respond": {"content": [text("done")]}},
+        {"when": {"has_tool": use["name"]}, "respond": {"content": [use]}},
+    )
+    ask = {"model": "claude-test", "max_tokens": 50, "messages": [{"role": "user", "content": "go"}]}
+    headers = {"x-api-key": secret, "anthropic-version": ANTHROPIC_VERSION}
+    r = httpx.post(f"{gw.url}/v1/messages", json=ask, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    offered = provider.model_calls()[0]["body"]["tools"]
+    second = provider.model_calls()[-1]["body"]["messages"]
+    results = [b for m in second for b in (m["content"] if isinstance(m["content"], list) else []) if b.get("type") == "tool_result"]
+    return offered, results
+
+
 def test_rules_and_bindings_in_the_llm_loop(gateways, procs, tmp_path):
     gw, up, provider, secret, _ = start(procs, tmp_path, gateways)
-    headers = {"x-api-key": secret, "anthropic-version": ANTHROPIC_VERSION}
-    ask = {"model": "claude-test", "max_tokens": 50, "messages": [{"role": "user", "content": "go"}]}
 
-    def run(use: dict) -> tuple[dict, list[dict]]:
-        provider.reset()
-        provider.script(
-            {"when": {"last_tool_result_for": use["name"]}, "respond": {"content": [text("done")]}},
-            {"when": {"has_tool": use["name"]}, "respond": {"content": [use]}},
-        )
-        r = httpx.post(f"{gw.url}/v1/messages", json=ask, headers=headers, timeout=30)
-        assert r.status_code == 200, r.text
-        second = provider.model_calls()[-1]["body"]["messages"]
-        results = [b for m in second for b in (m["content"] if isinstance(m["content"], list) else []) if b.get("type") == "tool_result"]
-        return r.json(), results
+    def run(use: dict) -> tuple[list[dict], list[dict]]:
+        return loop_turn(gw, provider, secret, use)
 
     before = len(calls(up))
     _, results = run(tool_use("gh__create_issue", repo="evil/api"))
@@ -143,3 +154,66 @@ def test_rules_and_bindings_in_the_llm_loop(gateways, procs, tmp_path):
     assert calls(up)[-1]["arguments"] == {"channel": "ops", "text": "hi", "user": "default/bound"}
     _, results = run(tool_use("gh__post", channel="ops", text="hi", user="default/admin"))
     assert results[-1].get("is_error") and "is set from the caller" in json.dumps(results[-1]), results
+
+
+VS_RULES = [
+    {"tools": ["create_issue"], "rule": "size(args.title) > 3", "message": "a real title, please"},
+    {"tools": ["post"], "bind": {"user": "via-desk:${caller.key}"}},
+]
+
+
+def start_virtual(procs, tmp_path, gateways):
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps(TOOLS), "utf-8")
+    up = procs.start("definitions", [sys.executable, str(DEFINITIONS_UPSTREAM), "--tools", str(tools_file), "--port", "0"])
+    secret = new_secret("args-vs")
+    provider = start_provider(procs)
+    config = gateway_config([server("gh", f"{up.url}/mcp", accessGroups=["g"])], [key("free", secret, accessGroups=["g"])])
+    config["virtualServers"] = [{"name": "desk", "accessGroups": ["g"], "arguments": VS_RULES,
+                                 "sources": [{"server": "gh", "tools": {"allow": ["*"]}}]}]
+    config["models"] = [model("claude", "anthropic", provider.url, provider.api_key, modelNames=["claude-test"],
+                              accessGroups=["g"], tools=[{"server": "desk"}])]  # fmt: skip
+    return gateways.start(config), up, provider, secret
+
+
+def test_a_virtual_servers_rules_and_bindings_in_both_eras_and_the_llm_loop(gateways, procs, tmp_path):
+    gw, up, provider, secret = start_virtual(procs, tmp_path, gateways)
+    desk = gw.mcp_url("desk")
+    for era in ("legacy", MODERN_VERSION):
+        with RawMcp(desk, secret, era) as mcp:
+            listed = {t["name"]: t for t in mcp.list_tools().messages[-1]["result"]["tools"]}
+            assert "user" not in listed["post"]["inputSchema"]["properties"], listed["post"]
+            assert set(listed["post"]["inputSchema"]["properties"]) == {"channel", "text"}
+            before = len(calls(up))
+            refused = mcp.call_tool("create_issue", {"repo": "any/repo", "title": "x"}).messages[-1]
+            error = refused.get("error") or {}
+            assert error.get("code") == INVALID_PARAMS and "a real title, please" in error["message"], refused
+            assert "virtual server desk" in error["message"], error
+            assert len(calls(up)) == before, "a refused call reached the upstream"
+            ok = mcp.call_tool("create_issue", {"repo": "any/repo", "title": "a title"}).messages[-1]
+            assert "result" in ok, ok
+            bound = mcp.call_tool("post", {"channel": "ops", "text": "hi"}).messages[-1]
+            assert "result" in bound, bound
+            assert calls(up)[-1]["arguments"] == {"channel": "ops", "text": "hi", "user": "via-desk:default/free"}
+            spoofed = mcp.call_tool("post", {"channel": "ops", "text": "hi", "user": "admin"}).messages[-1]
+            assert "is set from the caller by virtual server desk" in (spoofed.get("error") or {}).get("message", ""), spoofed
+    # Control: the same key on the aggregate endpoint, past no virtual server: the schema keeps
+    # `user`, and the rules of the virtual server do not apply.
+    with RawMcp(gw.mcp_url(), secret, MODERN_VERSION) as mcp:
+        listed = {t["name"]: t for t in mcp.list_tools().messages[-1]["result"]["tools"]}
+        assert "user" in listed["gh__post"]["inputSchema"]["properties"]
+        assert "result" in mcp.call_tool("gh__create_issue", {"repo": "any/repo", "title": "x"}).messages[-1]
+    # The LLM loop through a model route attaching the virtual server.
+    def run(use: dict) -> list[dict]:
+        offered, results = loop_turn(gw, provider, secret, use)
+        post = next(t for t in offered if t["name"] == "post")
+        assert "user" not in post["input_schema"].get("properties", {}), post
+        return results
+
+    before = len(calls(up))
+    results = run(tool_use("create_issue", repo="any/repo", title="x"))
+    assert results[-1].get("is_error") and "a real title, please" in json.dumps(results[-1]), results
+    assert len(calls(up)) == before, "the loop's refused call reached the upstream"
+    results = run(tool_use("post", channel="ops", text="hi"))
+    assert not results[-1].get("is_error"), results
+    assert calls(up)[-1]["arguments"] == {"channel": "ops", "text": "hi", "user": "via-desk:default/free"}

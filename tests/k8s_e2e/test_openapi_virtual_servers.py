@@ -294,6 +294,24 @@ def test_a_virtual_server_presents_renamed_narrowed_tools_within_each_callers_re
     c, _ = world.wait_condition("mcpvirtualserver", "taken", "default", "Accepted", "False", timeout=30)
     assert c["reason"] == "PathConflict" and "McpServer default/demo" in c["message"], c
     assert tool_names(RawMcp(f"{gw.url}/mcp/ops-tools", full, MODERN).list_tools().result) == ["add"]
+
+    # Issue 38: a virtual server's argument rules hold for every caller through it, and one that
+    # does not compile is refused by its field.
+    world.cluster.apply([
+        mcp_virtual_server("ruled", accessGroups=["ops"], sources=[{"server": "demo", "tools": {"allow": ["add"]}}],
+                           arguments=[{"tools": ["add"], "rule": "args.a < 100", "message": "small numbers only"}]),
+        mcp_virtual_server("badrule", accessGroups=["ops"], sources=[{"server": "demo", "tools": {"allow": ["add"]}}],
+                           arguments=[{"tools": ["add"], "rule": "args.a <"}]),
+    ])  # fmt: skip
+    c, _ = world.wait_condition("mcpvirtualserver", "badrule", "default", "Accepted", "False", timeout=30)
+    assert "spec.arguments[0].rule" in c["message"], c
+    world.kubectl_wait_ready("ruled", timeout=60, kind="mcpvirtualserver")
+    for era in ("legacy", MODERN):
+        ruled = RawMcp(f"{gw.url}/mcp/ruled", full, era)
+        refused = wait_until(lambda: (r := ruled.call_tool("add", {"a": 500, "b": 1})).error and r, 30,
+                             what="the rule to be served")  # fmt: skip
+        assert "small numbers only" in refused.error["message"], refused.message
+        assert ruled.call_tool("add", {"a": 5, "b": 1}).result["structuredContent"] == {"result": 6}
     assert_no_secret_leaks(world)
 
 

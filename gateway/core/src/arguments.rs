@@ -58,27 +58,49 @@ impl CompiledRule {
             .iter()
             .any(|p| switchboard_snapshot::glob_match(p, tool))
     }
+
+    /// The arguments this rule binds to the caller.
+    pub(crate) fn bound_names(&self) -> impl Iterator<Item = &str> {
+        self.bind.iter().map(|(name, _)| name.as_str())
+    }
+}
+
+/// Whose rules refused a call: a key's (`keys[].arguments`) or a virtual server's
+/// (`virtualServers[].arguments`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RulesOf {
+    Key(String),
+    VirtualServer(String),
+}
+
+impl std::fmt::Display for RulesOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RulesOf::Key(id) => write!(f, "key {id}"),
+            RulesOf::VirtualServer(id) => write!(f, "virtual server {id}"),
+        }
+    }
 }
 
 /// Why a call's arguments were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArgumentRefusal {
     /// A rule did not hold (its message, or the rule itself).
-    #[error("{message} (argument rule `{rule}` of key {key})")]
+    #[error("{message} (argument rule `{rule}` of {by})")]
     Rule {
-        key: String,
+        by: RulesOf,
         rule: String,
         message: String,
     },
-    /// The call set an argument the key binds to the caller.
-    #[error("argument {argument:?} is set from the caller by key {key}; the call cannot set it")]
-    Bound { key: String, argument: String },
+    /// The call set an argument the key (or virtual server) binds to the caller.
+    #[error("argument {argument:?} is set from the caller by {by}; the call cannot set it")]
+    Bound { by: RulesOf, argument: String },
     /// A binding names a claim the caller's token does not carry.
     #[error(
-        "argument {argument:?} is bound to the claim {claim:?}, which the caller's token does not carry (key {key})"
+        "argument {argument:?} is bound to the claim {claim:?}, which the caller's token does not carry ({by})"
     )]
     MissingClaim {
-        key: String,
+        by: RulesOf,
         argument: String,
         claim: String,
     },
@@ -92,9 +114,9 @@ pub struct RefusedArguments {
     pub refusal: ArgumentRefusal,
 }
 
-/// One grant's rules for a call: the bound arguments, or why not.
+/// One grant's (or virtual server's) rules for a call: the bound arguments, or why not.
 pub(crate) fn check(
-    key: &str,
+    by: &RulesOf,
     rules: &[&CompiledRule],
     caller: &Map<String, Value>,
     arguments: Option<&Value>,
@@ -106,12 +128,12 @@ pub(crate) fn check(
     let mut bound: BTreeMap<&str, String> = BTreeMap::new();
     for rule in rules {
         for (argument, pieces) in &rule.bind {
-            let value = render(key, argument, pieces, caller)?;
+            let value = render(by, argument, pieces, caller)?;
             if let Some(given) = args.get(argument.as_str())
                 && given.as_str() != Some(value.as_str())
             {
                 return Err(ArgumentRefusal::Bound {
-                    key: key.to_string(),
+                    by: by.clone(),
                     argument: argument.clone(),
                 });
             }
@@ -129,7 +151,7 @@ pub(crate) fn check(
         let holds = evaluate(program, &args, caller);
         if !holds {
             return Err(ArgumentRefusal::Rule {
-                key: key.to_string(),
+                by: by.clone(),
                 rule: source.clone(),
                 message: rule
                     .message
@@ -157,7 +179,7 @@ fn evaluate(program: &cel::Program, args: &Value, caller: &Map<String, Value>) -
 }
 
 fn render(
-    key: &str,
+    by: &RulesOf,
     argument: &str,
     pieces: &[Piece],
     caller: &Map<String, Value>,
@@ -185,7 +207,7 @@ fn render(
                         _ => None,
                     })
                     .ok_or_else(|| ArgumentRefusal::MissingClaim {
-                        key: key.to_string(),
+                        by: by.clone(),
                         argument: argument.to_string(),
                         claim: claim.clone(),
                     })?;
@@ -206,6 +228,10 @@ mod tests {
         CompiledRule::compile(&rule).expect("compiles")
     }
 
+    fn k() -> RulesOf {
+        RulesOf::Key("k".into())
+    }
+
     fn caller() -> Map<String, Value> {
         json!({"kind": "person", "subject": "alice", "namespace": "team-a", "key": "team-a/people",
                "groups": ["team-a"], "claims": {"email": "alice@example.com"}})
@@ -219,9 +245,19 @@ mod tests {
         let repo = compiled(
             json!({"tools": ["gh__*"], "rule": "args.repo.startsWith(\"acme/\")", "message": "only acme repositories"}),
         );
-        let ok = check("k", &[&repo], &caller(), Some(&json!({"repo": "acme/api"})));
+        let ok = check(
+            &k(),
+            &[&repo],
+            &caller(),
+            Some(&json!({"repo": "acme/api"})),
+        );
         assert_eq!(ok, Ok(None));
-        let refused = check("k", &[&repo], &caller(), Some(&json!({"repo": "evil/api"})));
+        let refused = check(
+            &k(),
+            &[&repo],
+            &caller(),
+            Some(&json!({"repo": "evil/api"})),
+        );
         assert_eq!(
             refused.map_err(|e| e.to_string()),
             Err(
@@ -230,12 +266,12 @@ mod tests {
             )
         );
         // A missing argument is an error in the rule: refused, never let through.
-        assert!(check("k", &[&repo], &caller(), None).is_err());
+        assert!(check(&k(), &[&repo], &caller(), None).is_err());
 
         let bind = compiled(
             json!({"tools": ["chat__post"], "bind": {"user": "${caller.subject}", "email": "mailto:${caller.claims.email}"}, "rule": "args.channel != 'general' && caller.groups.exists(g, g == 'team-a')"}),
         );
-        let bound = check("k", &[&bind], &caller(), Some(&json!({"channel": "ops"})));
+        let bound = check(&k(), &[&bind], &caller(), Some(&json!({"channel": "ops"})));
         assert_eq!(
             bound,
             Ok(Some(
@@ -243,7 +279,7 @@ mod tests {
             ))
         );
         let set = check(
-            "k",
+            &k(),
             &[&bind],
             &caller(),
             Some(&json!({"channel": "ops", "user": "bob"})),
@@ -253,7 +289,7 @@ mod tests {
             "{set:?}"
         );
         let same = check(
-            "k",
+            &k(),
             &[&bind],
             &caller(),
             Some(&json!({"channel": "ops", "user": "alice"})),
@@ -265,12 +301,12 @@ mod tests {
         let mut anonymous = caller();
         anonymous.insert("claims".into(), json!({}));
         assert!(matches!(
-            check("k", &[&bind], &anonymous, Some(&json!({"channel": "ops"}))),
+            check(&k(), &[&bind], &anonymous, Some(&json!({"channel": "ops"}))),
             Err(ArgumentRefusal::MissingClaim { .. })
         ));
         assert!(
             check(
-                "k",
+                &k(),
                 &[&bind],
                 &caller(),
                 Some(&json!({"channel": "general"}))

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use crate::arguments::{CompiledRule, RefusedArguments, check};
+use crate::arguments::{CompiledRule, RefusedArguments, RulesOf, check};
 use crate::scope::Caller;
 use crate::table::Server;
+use crate::virtual_server::{CallRefused, VirtualServer, upstream_arguments};
+use switchboard_snapshot::ToolOverride;
 
 impl Caller {
     /// The arguments a call of `tool` (the upstream's name) of `server` goes upstream with:
@@ -37,7 +39,7 @@ impl Caller {
                 return Ok(None);
             }
             let caller = caller.get_or_insert_with(|| self.described());
-            match check(&key.id, &rules, caller, arguments) {
+            match check(&RulesOf::Key(key.id.clone()), &rules, caller, arguments) {
                 Ok(bound) => return Ok(bound),
                 Err(e) => {
                     refusal.get_or_insert(e);
@@ -51,6 +53,33 @@ impl Caller {
             }),
             // No grant admits the tool: scope answers that, not this.
             None => Ok(None),
+        }
+    }
+
+    /// The arguments a call of `vs`'s presented tool `name` goes upstream with: the
+    /// override's fixed values set and narrowed ones checked ([`upstream_arguments`]), then the
+    /// virtual server's rules and bindings for this caller (the caller's grants' own rules are
+    /// [`Caller::bound_arguments`]'s, asked by the upstream plane on every face).
+    pub fn virtual_arguments(
+        &self,
+        vs: &VirtualServer,
+        name: &str,
+        o: Option<&ToolOverride>,
+        arguments: Option<Value>,
+    ) -> Result<Option<Value>, CallRefused> {
+        let arguments = upstream_arguments(arguments, o).map_err(CallRefused::Presentation)?;
+        let rules: Vec<&CompiledRule> = vs.rules_for(name).collect();
+        if rules.is_empty() {
+            return Ok(arguments);
+        }
+        let by = RulesOf::VirtualServer(vs.id().to_string());
+        match check(&by, &rules, &self.described(), arguments.as_ref()) {
+            Ok(Some(bound)) => Ok(Some(bound)),
+            Ok(None) => Ok(arguments),
+            Err(refusal) => Err(CallRefused::Rule(RefusedArguments {
+                tool: name.to_string(),
+                refusal,
+            })),
         }
     }
 

@@ -10,6 +10,7 @@ use foldhash::HashMap;
 use serde_json::{Map, Value};
 use switchboard_snapshot::{ToolFilter, ToolOverride, VirtualServerSpec, VirtualSource};
 
+use crate::arguments::{CompiledRule, RefusedArguments};
 use crate::server::Server;
 
 /// Which of a server's lists a selection is about.
@@ -27,6 +28,8 @@ pub struct VirtualServer {
     pub sources: Vec<Source>,
     /// Presented name → (source, the tool's own name), for renamed tools.
     renamed: HashMap<String, (usize, String)>,
+    /// `spec.arguments`, compiled: rules over presented names, for every caller.
+    rules: Vec<CompiledRule>,
 }
 
 #[derive(Debug)]
@@ -82,7 +85,41 @@ impl VirtualServer {
             spec: spec.clone(),
             sources,
             renamed,
+            // (validation refused what does not compile: such a snapshot is never loaded)
+            rules: spec
+                .arguments
+                .iter()
+                .filter_map(CompiledRule::compile)
+                .collect(),
         })
+    }
+
+    /// A listed tool as this virtual server presents it ([`present_tool`]), without the
+    /// arguments its rules bind to the caller: the model never sees what it cannot set.
+    pub fn present(
+        &self,
+        tool: Map<String, Value>,
+        name: &str,
+        o: Option<&ToolOverride>,
+    ) -> Map<String, Value> {
+        let mut tool = present_tool(tool, name, o);
+        let bound: Vec<&str> = self
+            .rules_for(name)
+            .flat_map(CompiledRule::bound_names)
+            .collect();
+        if !bound.is_empty()
+            && let Some(Value::Object(schema)) = tool.get_mut("inputSchema")
+        {
+            for param in bound {
+                remove_parameter(schema, param);
+            }
+        }
+        tool
+    }
+
+    /// Its argument rules for the presented tool `name`.
+    pub(crate) fn rules_for<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a CompiledRule> {
+        self.rules.iter().filter(move |r| r.covers(name))
     }
 
     pub fn id(&self) -> &str {
@@ -169,15 +206,20 @@ pub fn present_tool(
     tool
 }
 
+/// A parameter the client cannot set, gone from an input schema (and from its `required`).
+fn remove_parameter(schema: &mut Map<String, Value>, param: &str) {
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        props.remove(param);
+    }
+    if let Some(Value::Array(required)) = schema.get_mut("required") {
+        required.retain(|r| r.as_str() != Some(param));
+    }
+}
+
 fn narrow_schema(schema: &mut Map<String, Value>, o: &ToolOverride) {
     for (param, narrowed) in &o.parameters {
         if narrowed.fixed.is_some() {
-            if let Some(Value::Object(props)) = schema.get_mut("properties") {
-                props.remove(param);
-            }
-            if let Some(Value::Array(required)) = schema.get_mut("required") {
-                required.retain(|r| r.as_str() != Some(param));
-            }
+            remove_parameter(schema, param);
             continue;
         }
         let Some(Value::Object(property)) =
@@ -192,6 +234,17 @@ fn narrow_schema(schema: &mut Map<String, Value>, o: &ToolOverride) {
             property.insert("description".into(), Value::String(d.clone()));
         }
     }
+}
+
+/// Why a virtual server refused a call's arguments.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallRefused {
+    /// The presentation's fixed or narrowed parameters: the client's mistake (invalid params).
+    #[error(transparent)]
+    Presentation(ArgumentRefused),
+    /// One of the virtual server's argument rules: a refusal, recorded as one.
+    #[error(transparent)]
+    Rule(RefusedArguments),
 }
 
 /// Why a virtual server's tool refuses a client's arguments (each names the argument): the

@@ -149,4 +149,89 @@ virtualServers:
             Some(json!({"units": "metric"}))
         );
     }
+
+    #[test]
+    fn a_virtual_servers_rules_judge_every_call_and_its_bound_arguments_are_never_presented() {
+        let config = CONFIG.to_string()
+            + r#"  arguments:
+  - tools: [forecast]
+    rule: 'args.city != "Atlantis"'
+    message: no such city
+  - tools: ["get_*"]
+    bind: {asked_by: "${caller.key}"}
+"#;
+        let table = Arc::new(RoutingTable::build(&load(&config, &SystemLookup).unwrap()).unwrap());
+        let vs = table.virtual_by_path("desk").unwrap().clone();
+        let caller = crate::scope::Caller::probe(table.clone(), &vs.sources[0].server);
+        let o = vs.sources[0].override_of("get_forecast");
+
+        // Presented without the bound argument (and, as before, without the fixed one).
+        let tool = json!({"name": "get_file", "inputSchema": {"type": "object",
+            "properties": {"path": {"type": "string"}, "asked_by": {"type": "string"}},
+            "required": ["path", "asked_by"]}});
+        let shown = vs.present(tool.as_object().unwrap().clone(), "get_file", None);
+        assert_eq!(
+            shown["inputSchema"],
+            json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+        );
+        // Control: a tool no binding covers keeps its parameters.
+        let read = vs.present(tool.as_object().unwrap().clone(), "read", None);
+        assert_eq!(read["inputSchema"], tool["inputSchema"]);
+
+        // The rule refuses, naming itself and the virtual server; the fixed value still goes.
+        let refused = caller
+            .virtual_arguments(&vs, "forecast", o, Some(json!({"city": "Atlantis"})))
+            .unwrap_err();
+        assert!(
+            matches!(&refused, CallRefused::Rule(r) if r.tool == "forecast"),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "tool forecast: no such city (argument rule `args.city != \"Atlantis\"` of virtual server desk)"
+        );
+        assert_eq!(
+            caller
+                .virtual_arguments(&vs, "forecast", o, Some(json!({"city": "Oslo"})))
+                .unwrap(),
+            Some(json!({"city": "Oslo", "units": "metric"}))
+        );
+        // A binding sets the argument from the caller; a call that sets it otherwise is refused.
+        assert_eq!(
+            caller
+                .virtual_arguments(&vs, "get_file", None, Some(json!({"path": "a"})))
+                .unwrap(),
+            Some(json!({"path": "a", "asked_by": "switchboard-probe"}))
+        );
+        let set = caller
+            .virtual_arguments(
+                &vs,
+                "get_file",
+                None,
+                Some(json!({"path": "a", "asked_by": "mallory"})),
+            )
+            .unwrap_err();
+        assert!(
+            set.to_string()
+                .contains("\"asked_by\" is set from the caller by virtual server desk"),
+            "{set}"
+        );
+        // The presentation's own refusals stay what they were (the client's mistake).
+        assert!(matches!(
+            caller.virtual_arguments(&vs, "forecast", o, Some(json!({"units": "imperial"}))),
+            Err(CallRefused::Presentation(ArgumentRefused::Fixed(_)))
+        ));
+    }
+
+    #[test]
+    fn a_virtual_servers_rule_that_does_not_compile_is_named_by_the_loader() {
+        let config =
+            CONFIG.to_string() + "  arguments:\n  - {tools: [forecast], rule: 'args.city =='}\n";
+        let e = load(&config, &SystemLookup).expect_err("a rule that does not compile");
+        assert!(
+            e.to_string()
+                .contains("virtualServers[0].arguments[0].rule"),
+            "{e}"
+        );
+    }
 }

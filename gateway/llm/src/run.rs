@@ -146,14 +146,15 @@ pub(crate) async fn execute<'t>(
         let tool = prepared.tools.gateway_run(&call.name)?;
         let call = call.clone();
         Some(async move {
-            // A virtual server's tool: its fixed values set, its narrowed enums checked.
-            let input = call.input.clone().and_then(|input| {
-                switchboard_core::virtual_server::upstream_arguments(
-                    Some(input),
-                    tool.presented.as_ref(),
-                )
-                .map(Option::unwrap_or_default)
-                .map_err(|refused| refused.to_string())
+            // A virtual server's tool: its fixed values set, its narrowed enums checked, its
+            // argument rules held.
+            let input = call.input.clone().and_then(|input| match &tool.via {
+                Some((vs, o)) => prepared
+                    .caller
+                    .virtual_arguments(vs, &tool.name, o.as_ref(), Some(input))
+                    .map(Option::unwrap_or_default)
+                    .map_err(|refused| refused.to_string()),
+                None => Ok(input),
             });
             let outcome = match &input {
                 Err(message) => Outcome::error(&call.id, message.clone()),

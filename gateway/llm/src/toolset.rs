@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use switchboard_core::virtual_server::{Selected, VirtualServer, present_tool};
+use switchboard_core::virtual_server::{Selected, VirtualServer};
 use switchboard_snapshot::{RequireApproval, ToolFilter, ToolOverride, ToolVisibility};
 
 use crate::context::LlmContext;
@@ -30,8 +30,9 @@ pub(crate) struct GatewayTool {
     pub schema: Value,
     pub approval: RequireApproval,
     pub visibility: ToolVisibility,
-    /// How a virtual server presents it (its fixed values go upstream with every call).
-    pub presented: Option<ToolOverride>,
+    /// The virtual server it comes through, and how it presents the tool: its fixed values go
+    /// upstream with every call, its argument rules judge every call.
+    pub via: Option<(Arc<VirtualServer>, Option<ToolOverride>)>,
 }
 
 impl GatewayTool {
@@ -292,7 +293,10 @@ pub async fn resolve(
             // (which names presented names).
             let presented = match &attachment.via {
                 Some((vs, i)) => match vs.presented_name(Selected::Tools, *i, tool) {
-                    Ok(name) => Some((name.to_string(), vs.sources[*i].override_of(tool).cloned())),
+                    Ok(name) => Some((
+                        name.to_string(),
+                        (vs.clone(), vs.sources[*i].override_of(tool).cloned()),
+                    )),
                     Err(_) => continue,
                 },
                 None => None,
@@ -328,13 +332,12 @@ pub async fn resolve(
             }
             // One parse of the listed item for both fields.
             let mut fields = item.fields().unwrap_or_default();
-            let (presented_name, presented) = presented.unzip();
-            let presented = presented.flatten();
-            if let Some(name) = &presented_name {
-                fields = present_tool(fields, name, presented.as_ref());
-            }
+            let via = presented.map(|(name, (vs, o))| {
+                fields = vs.present(std::mem::take(&mut fields), &name, o.as_ref());
+                (vs, o)
+            });
             set.tools.push(GatewayTool {
-                presented,
+                via,
                 name,
                 server: attachment.server.clone(),
                 tool: tool.to_string(),

@@ -211,7 +211,7 @@ mod tests {
                 schema: json!({"type": "object"}),
                 approval: switchboard_snapshot::RequireApproval::Never,
                 visibility: ToolVisibility::Hidden,
-                presented: None,
+                via: None,
             }],
         }
     }

@@ -13,9 +13,7 @@ use crate::dispatch::{Answer, Failure, Request, answer_from_upstream};
 use switchboard_core::errors::{GatewayError, OutOfScope};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
-use switchboard_core::virtual_server::{
-    Selected, Shadowed, VirtualServer, present_tool, upstream_arguments,
-};
+use switchboard_core::virtual_server::{CallRefused, Selected, Shadowed, VirtualServer};
 use switchboard_protocol::Era;
 use switchboard_upstream::listing::{Item, ListKind};
 
@@ -94,14 +92,19 @@ pub async fn method(
     params[field] = Value::from(own);
     if kind == Selected::Tools {
         let arguments = params.get_mut("arguments").map(Value::take);
-        match upstream_arguments(arguments, source.override_of(own)) {
+        match caller.virtual_arguments(vs, &name, source.override_of(own), arguments) {
             Ok(Some(arguments)) => params["arguments"] = arguments,
             Ok(None) => {
                 if let Value::Object(p) = &mut params {
                     p.remove("arguments");
                 }
             }
-            Err(refused) => return Err(GatewayError::InvalidParams(refused.to_string()).into()),
+            Err(CallRefused::Presentation(refused)) => {
+                return Err(GatewayError::InvalidParams(refused.to_string()).into());
+            }
+            Err(CallRefused::Rule(refused)) => {
+                return Err(GatewayError::ArgumentRefused(refused).into());
+            }
         }
     }
     let upstream_call = request.upstream_call(method, Some(params));
@@ -164,7 +167,7 @@ async fn list(
             };
             let fields = listed_as(kind, item, name);
             let shown = match kind {
-                ListKind::Tools => present_tool(fields, name, source.override_of(own)),
+                ListKind::Tools => vs.present(fields, name, source.override_of(own)),
                 _ => fields,
             };
             items.push(Value::Object(shown));

@@ -449,26 +449,7 @@ pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             v.err(format!("{path}.expiresAt"), message);
         }
         v.filter(&format!("{path}.tools"), &key.tools);
-        for (j, rule) in key.arguments.iter().enumerate() {
-            let at = format!("{path}.arguments[{j}]");
-            if rule.tools.is_empty() {
-                v.err(
-                    format!("{at}.tools"),
-                    "must name at least one tool (globs with `*`)",
-                );
-            }
-            if rule.rule.is_none() && rule.bind.is_empty() {
-                v.err(at.clone(), "needs a rule, a bind, or both");
-            }
-            if let Some(Err(message)) = rule.rule.as_deref().map(crate::arguments::rule) {
-                v.err(format!("{at}.rule"), message.0);
-            }
-            for (name, template) in &rule.bind {
-                if let Err(message) = crate::arguments::binding(template) {
-                    v.err(format!("{at}.bind.{name}"), message.0);
-                }
-            }
-        }
+        v.argument_rules(&path, &key.arguments);
         v.limits(&format!("{path}.limits"), key.limits.as_ref());
     }
     v.finish()
@@ -558,6 +539,31 @@ impl Validator {
         }
     }
 
+    /// `<path>.arguments`: argument rules (of a key or a virtual server), each for some tools,
+    /// with a rule that compiles, bindings that parse, or both.
+    fn argument_rules(&mut self, path: &str, rules: &[crate::ArgumentRule]) {
+        for (j, rule) in rules.iter().enumerate() {
+            let at = format!("{path}.arguments[{j}]");
+            if rule.tools.is_empty() {
+                self.err(
+                    format!("{at}.tools"),
+                    "must name at least one tool (globs with `*`)",
+                );
+            }
+            if rule.rule.is_none() && rule.bind.is_empty() {
+                self.err(at.clone(), "needs a rule, a bind, or both");
+            }
+            if let Some(Err(message)) = rule.rule.as_deref().map(crate::arguments::rule) {
+                self.err(format!("{at}.rule"), message.0);
+            }
+            for (name, template) in &rule.bind {
+                if let Err(message) = crate::arguments::binding(template) {
+                    self.err(format!("{at}.bind.{name}"), message.0);
+                }
+            }
+        }
+    }
+
     /// Virtual servers: names and paths unique (paths also against servers' prefixes), every
     /// source a server of the snapshot, every override a tool its source selects, presented
     /// names valid and unique, narrowing consistent.
@@ -606,6 +612,7 @@ impl Validator {
             if vs.sources.is_empty() {
                 self.err(format!("{path}.sources"), "must name at least one server");
             }
+            self.argument_rules(&path, &vs.arguments);
             let mut presented: HashMap<&str, String> = HashMap::new();
             for (j, source) in vs.sources.iter().enumerate() {
                 let at = format!("{path}.sources[{j}]");

@@ -492,14 +492,16 @@ impl ServerSpec {
     }
 }
 
-/// A rule over the arguments of some tools, as a key grants them: a CEL expression that must
+/// A rule over the arguments of some tools, as a key grants them (or a virtual server presents
+/// them): a CEL expression that must
 /// hold (over `args`, the call's arguments, and `caller`), and arguments set from the caller
 /// that the model cannot set (`${caller.subject}`, `${caller.namespace}`, `${caller.key}`,
 /// `${caller.claims.<claim>}` in a text).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ArgumentRule {
-    /// Prefixed tool names (`<prefix>__<tool>`, globs with `*`) the rule is for.
+    /// The tools the rule is for, globs with `*`: prefixed names (`<prefix>__<tool>`) in a key,
+    /// presented names in a virtual server.
     pub tools: Vec<String>,
     /// A CEL expression that must be true for the call to go upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1076,6 +1078,12 @@ pub struct VirtualServerSpec {
     /// Every admitted key reaches it (each tool still only where its server is reached).
     #[serde(default)]
     pub allow_all_keys: bool,
+    /// Rules over the arguments of its tools (`tools`: presented names, globs with `*`) and
+    /// arguments bound to the caller, as a key's `arguments`, for every caller that calls
+    /// through it (on top of the caller's key's own). A bound argument is left out of the
+    /// presented input schema: the model never sees it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<ArgumentRule>,
 }
 
 impl VirtualServerSpec {

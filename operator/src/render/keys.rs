@@ -160,17 +160,7 @@ pub(crate) fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Optio
                 allow: f.allow.clone(),
                 deny: f.deny.clone(),
             }),
-        arguments: key
-            .spec
-            .arguments
-            .iter()
-            .map(|a| switchboard_snapshot::ArgumentRule {
-                tools: a.tools.clone(),
-                rule: a.rule.clone(),
-                message: a.message.clone(),
-                bind: a.bind.clone(),
-            })
-            .collect(),
+        arguments: argument_rules(&key.spec.arguments),
         expires_at: key.spec.expires_at.clone(),
         limits: key.spec.limits.as_ref().map(limits),
     };
@@ -179,4 +169,20 @@ pub(crate) fn key_spec(key: &McpKey, secrets: &SecretData) -> (KeyOutcome, Optio
         fingerprint: Some(key_hash::fingerprint(&digest)),
     };
     (outcome, Some(spec))
+}
+
+/// An McpKey's or McpVirtualServer's `spec.arguments` as the snapshot carries them (checked
+/// by the loader's validation, which names the field).
+pub(crate) fn argument_rules(
+    rules: &[switchboard_crds::key::ArgumentRule],
+) -> Vec<switchboard_snapshot::ArgumentRule> {
+    rules
+        .iter()
+        .map(|a| switchboard_snapshot::ArgumentRule {
+            tools: a.tools.clone(),
+            rule: a.rule.clone(),
+            message: a.message.clone(),
+            bind: a.bind.clone(),
+        })
+        .collect()
 }

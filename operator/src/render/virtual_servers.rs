@@ -134,6 +134,7 @@ pub(crate) fn virtual_server_spec(
         access_groups: spec.access_groups.clone(),
         allowed_namespaces: spec.allowed_namespaces.clone(),
         allow_all_keys: spec.allow_all_keys,
+        arguments: super::keys::argument_rules(&spec.arguments),
     })
 }
 
