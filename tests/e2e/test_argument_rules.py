@@ -217,3 +217,38 @@ def test_a_virtual_servers_rules_and_bindings_in_both_eras_and_the_llm_loop(gate
     results = run(tool_use("post", channel="ops", text="hi"))
     assert not results[-1].get("is_error"), results
     assert calls(up)[-1]["arguments"] == {"channel": "ops", "text": "hi", "user": "via-desk:default/free"}
+
+
+def test_a_signed_in_persons_claims_bound_from_a_real_keycloak_token(gateways, procs, tmp_path, keycloak):
+    """A person signed in with Keycloak (its own token, claims as Keycloak writes them): a key
+    binding `${caller.claims.email}` sends the person's e-mail upstream; a rule over `caller`
+    sees the person; a binding to a claim the token does not carry refuses, naming the claim."""
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps(TOOLS), "utf-8")
+    up = procs.start("definitions", [sys.executable, str(DEFINITIONS_UPSTREAM), "--tools", str(tools_file), "--port", "0"])
+    rules = [
+        {"tools": ["gh__post"], "bind": {"user": "${caller.claims.email}"},
+         "rule": 'caller.kind == "person" && caller.claims.preferred_username == "alice"'},
+        {"tools": ["gh__create_issue"], "bind": {"title": "by ${caller.claims.employee_number}"}},
+    ]  # fmt: skip
+    config = gateway_config(
+        [server("gh", f"{up.url}/mcp")],
+        [key("team-a", new_secret("team-a"), ["gh"], people=[{"provider": "corp", "groups": ["team-a"]}], arguments=rules)],
+    )
+    config["identityProviders"] = [{"name": "corp", "issuer": keycloak.issuer, "audiences": ["switchboard-gateway"],
+                                    "scopes": ["openid", "profile", "email"]}]  # fmt: skip
+    gw = gateways.start(config)
+    alice = keycloak.token("alice")["access_token"]
+    for era in ("legacy", MODERN_VERSION):
+        bound = mcp_call(gw, alice, era, "gh__post", {"channel": "ops", "text": "hi"})
+        assert "result" in bound, bound
+        assert calls(up)[-1]["arguments"] == {"channel": "ops", "text": "hi", "user": "alice@example.test"}
+        before = len(calls(up))
+        missing = mcp_call(gw, alice, era, "gh__create_issue", {"repo": "acme/api"})
+        message = (missing.get("error") or {}).get("message", "")
+        assert "the claim \"employee_number\"" in message and "does not carry" in message, missing
+        assert len(calls(up)) == before
+    # REST, the same person and binding.
+    r = rest(gw, alice, "gh__post", {"channel": "ops", "text": "rest"})
+    assert r.status_code == 200, r.text
+    assert calls(up)[-1]["arguments"]["user"] == "alice@example.test"
