@@ -282,8 +282,24 @@ fn is_emoji(c: char) -> bool {
 /// The phrase patterns, each with its kind. Case-insensitive; `\s+` between words so that a
 /// phrase broken over lines still matches.
 static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
+    PATTERN_SOURCES
+        .iter()
+        .filter_map(|(kind, pattern)| {
+            // (every source compiles: a test says so, since one that did not would silently
+            // stop being checked)
+            regex::RegexBuilder::new(pattern)
+                .case_insensitive(true)
+                .build()
+                .ok()
+                .map(|re| (*kind, re))
+        })
+        .collect()
+});
+
+/// The phrases that flag a text, by kind (case-insensitive).
+const PATTERN_SOURCES: &[(FindingKind, &str)] = {
     use FindingKind::*;
-    let table: &[(FindingKind, &str)] = &[
+    &[
         (
             ModelInstruction,
             r"\b(ignore|disregard|forget|override|bypass)\s+(all\s+|any\s+)?(of\s+)?(the\s+|your\s+|my\s+)?(previous|prior|above|earlier|preceding|original|other|system|safety|security)?\s*(instructions?|prompts?|directions|rules|guidelines|policies|guardrails|restrictions)\b",
@@ -449,18 +465,8 @@ static PATTERNS: LazyLock<Vec<(FindingKind, Regex)>> = LazyLock::new(|| {
             OtherToolInstruction,
             r"\b(cuando|quando|lorsque|lorsqu'|wenn)\b[^.\n]{0,80}\b(herramientas?|ferramentas?|outils?|werkzeug\w*)\b|\b(qualquer|cualquier|tout|toute)\s+(comando|commande)\b|当使用|相关工具|工具时",
         ),
-    ];
-    table
-        .iter()
-        .filter_map(|(kind, pattern)| {
-            regex::RegexBuilder::new(pattern)
-                .case_insensitive(true)
-                .build()
-                .ok()
-                .map(|re| (*kind, re))
-        })
-        .collect()
-});
+    ]
+};
 
 /// Local files, stores and secrets: flagged where a sentence also asks to read or hand them
 /// over (a tool that names `~/.ssh/known_hosts` or a default `~/.kube/config` path asks for
@@ -604,6 +610,15 @@ mod tests {
 
     fn kinds(tool: &Value) -> Vec<FindingKind> {
         inspect(tool).into_iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn every_pattern_compiles() {
+        // The tables are built leniently (a pattern that does not compile is left out rather
+        // than panicking on a listing), so this is where a broken one is caught.
+        assert_eq!(PATTERNS.len(), PATTERN_SOURCES.len());
+        assert!(ANY.is_some() && SENSITIVE.is_some() && HAND_OVER.is_some());
+        assert!(SENSITIVE_NAME.is_some());
     }
 
     #[test]

@@ -21,10 +21,14 @@ use switchboard_trust::{FindingKind, Listed, Review, ReviewEntry, ShadowKey, Sta
 
 use crate::listing::{FlaggedTool, HeldTool, ListKind, Listing, ListingReview};
 
-/// The shadowing keys of each server's last shared listing on this replica.
+/// What this replica remembers of its reviews, per server: the shadowing keys of the last
+/// shared listing, and what the last review said in the log (a flag is logged when it is new or
+/// changed, not on every walk: a `warn` server's flagged tool would otherwise be logged every
+/// `listingTtl` on every replica).
 #[derive(Default)]
 pub(crate) struct Shadows {
     keys: RwLock<HashMap<String, Vec<ShadowKey>>>,
+    said: RwLock<HashMap<String, u64>>,
 }
 
 impl Shadows {
@@ -33,6 +37,27 @@ impl Shadows {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(server_id);
+        self.said
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(server_id);
+    }
+
+    /// Whether `report` says something else than the last one logged for `server_id` (and
+    /// remembers it).
+    fn news(&self, server_id: &str, report: &ListingReview) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for held in &report.held {
+            (&held.name, &held.why).hash(&mut hasher);
+        }
+        0u8.hash(&mut hasher);
+        for flagged in &report.flagged {
+            (&flagged.name, &flagged.what).hash(&mut hasher);
+        }
+        let now = hasher.finish();
+        let mut said = self.said.write().unwrap_or_else(|p| p.into_inner());
+        said.insert(server_id.to_string(), now) != Some(now)
     }
 }
 
@@ -115,11 +140,14 @@ pub(crate) fn review(
             counts.get(state).copied().unwrap_or(0),
         );
     }
-    for held in &report.held {
-        tracing::warn!(server = server.id(), tool = %held.name, why = %held.why, "tool held: its definition is not approved (tools.pinning: hold)");
-    }
-    for flagged in &report.flagged {
-        tracing::warn!(server = server.id(), tool = %flagged.name, what = %flagged.what, "tool definition flagged");
+    // Logged when it changes (the metric says it on every walk).
+    if shadows.news(server.id(), &report) {
+        for held in &report.held {
+            tracing::warn!(server = server.id(), tool = %held.name, why = %held.why, "tool held: its definition is not approved (tools.pinning: hold)");
+        }
+        for flagged in &report.flagged {
+            tracing::warn!(server = server.id(), tool = %flagged.name, what = %flagged.what, "tool definition flagged");
+        }
     }
     listing.review = Some(report);
 }

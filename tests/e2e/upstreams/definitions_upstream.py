@@ -10,7 +10,8 @@ arguments reached the upstream), and a tool not in the file with -32602. It spea
 client, `initialize` without sessions. No SDK: the test controls every byte of the listing.
 
 Once bound it prints `listening on http://HOST:PORT`. GET /_calls returns the tools/call
-requests it answered (name and arguments), POST /_reset forgets them.
+requests it answered (name and arguments), GET /_lists how many tools/list it answered, POST
+/_reset forgets the calls.
 """
 
 import argparse
@@ -31,6 +32,7 @@ def parse_args(argv):
 def main(argv):
     args = parse_args(argv)
     calls = []
+    lists = [0]  # tools/list requests answered
     lock = threading.Lock()
 
     def tools():
@@ -51,6 +53,8 @@ def main(argv):
                 "serverInfo": {"name": "definitions-upstream", "version": "1"},
             }
         if method == "tools/list":
+            with lock:
+                lists[0] += 1
             return {"tools": tools()}
         if method == "tools/call":
             name = params.get("name")
@@ -82,6 +86,9 @@ def main(argv):
             if self.path == "/_calls":
                 with lock:
                     return self.reply(200, list(calls))
+            if self.path == "/_lists":
+                with lock:
+                    return self.reply(200, lists[0])
             self.reply(405 if self.path == "/mcp" else 404)
 
         def do_POST(self):
