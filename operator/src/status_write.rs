@@ -2,6 +2,8 @@
 //! they say something new; an event per transition (not per write).
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
@@ -17,6 +19,53 @@ use crate::render::KeyOutcome;
 use crate::status::{Desired, conditions, differs, transitions};
 
 pub(crate) const FIELD_MANAGER: &str = "switchboard-operator";
+
+/// Most status fields one write leaves out for an older CRD before it gives up.
+const MAX_UNDECLARED: usize = 4;
+/// How long a status field an older CRD did not declare is left out of that kind's writes
+/// before it is tried again (the CRD may have been upgraded since).
+const UNDECLARED_RECHECK: Duration = Duration::from_secs(300);
+
+/// Status fields (by kind) the installed CRDs did not declare, and when that was learned.
+static UNDECLARED: Undeclared = Undeclared(Mutex::new(BTreeMap::new()));
+
+struct Undeclared(Mutex<BTreeMap<(String, String), Instant>>);
+
+impl Undeclared {
+    fn holds(&self, kind: &str, field: &str) -> bool {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (kind.to_string(), field.to_string());
+        match known.get(&key) {
+            Some(at) if at.elapsed() < UNDECLARED_RECHECK => true,
+            Some(_) => {
+                known.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn remember(&self, kind: &str, field: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((kind.to_string(), field.to_string()), Instant::now());
+    }
+}
+
+/// The top-level status field a server-side apply was refused for because the stored schema
+/// does not declare it: the API server says `... : .status.<field>...: field not declared in
+/// schema` (today with HTTP 500, kubernetes/kubernetes#139253, so the message is what is read).
+fn undeclared_status_field(e: &kube::Error) -> Option<String> {
+    let kube::Error::Api(status) = e else {
+        return None;
+    };
+    let end = status.message.find(": field not declared in schema")?;
+    let path = status.message[..end].rsplit(' ').next()?;
+    let field = path.strip_prefix(".status.")?;
+    let top = field.split(['.', '[']).next()?;
+    (!top.is_empty()).then(|| top.to_string())
+}
 
 /// The status of a kind whose conditions the operator writes (all but McpKey, whose status
 /// has fields of its own: [`write_key`]).
@@ -95,6 +144,9 @@ where
         + serde::de::DeserializeOwned,
 {
     let generation = object.meta().generation;
+    let kind = K::kind(&());
+    let mut fields = fields;
+    fields.retain(|field, _| !UNDECLARED.holds(&kind, field));
     let wanted = conditions(desired, current.conditions, generation);
     let fields_changed = fields
         .iter()
@@ -108,17 +160,42 @@ where
         body[k] = v;
     }
     let api: Api<K> = Api::namespaced(client.clone(), &object.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": body,
-    });
-    api.patch_status(
-        &object.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    // An operator upgraded before its CRDs writes fields the stored schema does not declare,
+    // and server-side apply refuses the whole write for one of them: the rest of the status
+    // (the conditions first of all) is written without it, and it is left out for a while.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let patch = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": kind,
+            "status": body,
+        });
+        let result = api
+            .patch_status(
+                &object.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await;
+        let Err(e) = result else { break };
+        let Some(field) = undeclared_status_field(&e).filter(|f| {
+            attempts <= MAX_UNDECLARED
+                && !matches!(f.as_str(), "conditions" | "observedGeneration")
+                && body.get(f.as_str()).is_some()
+        }) else {
+            return Err(e);
+        };
+        tracing::warn!(
+            kind = %kind,
+            field = %format!("status.{field}"),
+            "the installed CRD does not declare this status field: apply the chart's CRDs (the rest of the status is written without it)"
+        );
+        UNDECLARED.remember(&kind, &field);
+        if let Some(map) = body.as_object_mut() {
+            map.remove(&field);
+        }
+    }
     announce(recorder, object, &wanted, current.conditions).await;
     Ok(true)
 }
@@ -178,5 +255,51 @@ where
         if let Err(e) = recorder.publish(&event, &regarding).await {
             tracing::debug!(error = %e, "could not publish an event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16, message: &str) -> kube::Error {
+        let status: kube::core::Status =
+            serde_json::from_value(json!({"code": code, "message": message})).unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn the_field_an_older_crd_does_not_declare_is_read_from_the_refusal() {
+        // As the API server says it (kubernetes/kubernetes#139253: a 500 today).
+        let e = refused(
+            500,
+            "failed to create typed patch object (default/defs; switchboard.dev/v1alpha1, Kind=McpServer): .status.toolReview: field not declared in schema",
+        );
+        assert_eq!(undeclared_status_field(&e).as_deref(), Some("toolReview"));
+        let nested = refused(
+            500,
+            "failed to create typed patch object (x): .status.toolReview[0].held: field not declared in schema",
+        );
+        assert_eq!(
+            undeclared_status_field(&nested).as_deref(),
+            Some("toolReview")
+        );
+        // Anything else is no such refusal.
+        assert_eq!(
+            undeclared_status_field(&refused(500, ".spec.tools: field not declared in schema")),
+            None
+        );
+        assert_eq!(
+            undeclared_status_field(&refused(409, "Apply failed with 1 conflict")),
+            None
+        );
+    }
+
+    #[test]
+    fn an_undeclared_field_is_left_out_for_a_while_per_kind() {
+        UNDECLARED.remember("KindA", "extra");
+        assert!(UNDECLARED.holds("KindA", "extra"));
+        assert!(!UNDECLARED.holds("KindB", "extra"));
+        assert!(!UNDECLARED.holds("KindA", "other"));
     }
 }

@@ -5,6 +5,10 @@ from the caller (`${caller.subject}`), and a call that sets a bound argument oth
 refused. The upstream (`upstreams/definitions_upstream.py`) echoes the arguments it received,
 so the test reads what reached it.
 
+A key's bound arguments are left out of every schema its callers list (aggregate and
+single-server endpoints in both eras, REST, virtual servers, the tools the LLM loop offers): the
+model never sees them (SEP-3221's shape); a key without the binding still sees them.
+
 A virtual server's `arguments` hold for every caller that calls through it (both eras and the
 LLM loop), on top of the key's own; its bound arguments are left out of the schemas it lists
 (the same tool listed on `/mcp` keeps them: the control).
@@ -136,6 +140,27 @@ def loop_turn(gw, provider, secret, use: dict) -> tuple[dict, list[dict]]:
     second = provider.model_calls()[-1]["body"]["messages"]
     results = [b for m in second for b in (m["content"] if isinstance(m["content"], list) else []) if b.get("type") == "tool_result"]
     return offered, results
+
+
+def post_properties(listed: list[dict], name: str) -> set[str]:
+    tool = next(t for t in listed if t["name"] == name)
+    return set(tool["inputSchema"].get("properties", {}))
+
+
+def test_a_keys_bound_arguments_are_left_out_of_every_listing(gateways, procs, tmp_path):
+    gw, _, provider, secret, free = start(procs, tmp_path, gateways)
+    for era in ("legacy", MODERN_VERSION):
+        for url, name in ((gw.mcp_url(), "gh__post"), (gw.mcp_url("gh"), "post")):
+            with RawMcp(url, secret, era) as mcp:
+                assert post_properties(mcp.list_tools().messages[-1]["result"]["tools"], name) == {"channel", "text"}, (url, era)
+            with RawMcp(url, free, era) as mcp:
+                assert post_properties(mcp.list_tools().messages[-1]["result"]["tools"], name) == {"channel", "text", "user"}
+    r = httpx.get(f"{gw.url}/mcp-rest/tools/list", headers={"Authorization": f"Bearer {secret}"}, timeout=15)
+    assert r.status_code == 200, r.text
+    assert post_properties(r.json()["tools"], "gh__post") == {"channel", "text"}
+    offered, _ = loop_turn(gw, provider, secret, tool_use("gh__post", channel="ops", text="hi"))
+    post = next(t for t in offered if t["name"] == "gh__post")
+    assert set(post["input_schema"].get("properties", {})) == {"channel", "text"}, post
 
 
 def test_rules_and_bindings_in_the_llm_loop(gateways, procs, tmp_path):

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::arguments::{CompiledRule, RefusedArguments, RulesOf, check};
 use crate::scope::Caller;
 use crate::table::Server;
-use crate::virtual_server::{CallRefused, VirtualServer, upstream_arguments};
+use crate::virtual_server::{CallRefused, VirtualServer, hide_parameters, upstream_arguments};
 use switchboard_snapshot::ToolOverride;
 
 impl Caller {
@@ -81,6 +81,39 @@ impl Caller {
                 refusal,
             })),
         }
+    }
+
+    /// The arguments a grant of this caller sets for `tool` (the upstream's name) of `server`:
+    /// the bindings of the grant a call goes with first (the first that admits the tool).
+    /// Listings leave them out of the schemas this caller sees (the model never sees what it
+    /// cannot set, the shape SEP-3221's secure parameters give them). Empty for most callers.
+    pub fn bound_parameters(&self, server: &Server, tool: &str) -> Vec<&str> {
+        if !self.has_argument_rules() {
+            return Vec::new();
+        }
+        let Some(key) = self
+            .all_grants()
+            .find(|k| k.reaches(&server.spec) && k.admits_tool(&server.spec, tool))
+        else {
+            return Vec::new();
+        };
+        let shown = crate::route::prefixed_name(server.prefix(), tool);
+        key.arguments
+            .iter()
+            .filter(|r| r.covers(&shown))
+            .flat_map(CompiledRule::bound_names)
+            .collect()
+    }
+
+    /// A listed tool (its JSON object; `tool`: the upstream's name) without the parameters this
+    /// caller's grant binds ([`Caller::bound_parameters`]); untouched for most callers.
+    pub fn hide_bound_parameters(
+        &self,
+        server: &Server,
+        tool: &str,
+        listed: &mut Map<String, Value>,
+    ) {
+        hide_parameters(listed, &self.bound_parameters(server, tool));
     }
 
     /// Whether any of this caller's grants has argument rules (most have none).

@@ -107,13 +107,7 @@ impl VirtualServer {
             .rules_for(name)
             .flat_map(CompiledRule::bound_names)
             .collect();
-        if !bound.is_empty()
-            && let Some(Value::Object(schema)) = tool.get_mut("inputSchema")
-        {
-            for param in bound {
-                remove_parameter(schema, param);
-            }
-        }
+        hide_parameters(&mut tool, &bound);
         tool
     }
 
@@ -204,6 +198,16 @@ pub fn present_tool(
         narrow_schema(schema, o);
     }
     tool
+}
+
+/// A listed tool (its JSON object) without the parameters `names` in its input schema: what
+/// the gateway sets (bound to the caller) and the model therefore never sees.
+pub fn hide_parameters<S: AsRef<str>>(listed: &mut Map<String, Value>, names: &[S]) {
+    if let Some(Value::Object(schema)) = listed.get_mut("inputSchema") {
+        for name in names {
+            remove_parameter(schema, name.as_ref());
+        }
+    }
 }
 
 /// A parameter the client cannot set, gone from an input schema (and from its `required`).

@@ -336,6 +336,8 @@ pub async fn resolve(
                 fields = vs.present(std::mem::take(&mut fields), &name, o.as_ref());
                 (vs, o)
             });
+            // What the caller's grant sets from the caller is not the model's to choose.
+            caller.hide_bound_parameters(&attachment.server, tool, &mut fields);
             set.tools.push(GatewayTool {
                 via,
                 name,

@@ -17,6 +17,7 @@ use switchboard_core::errors::GatewayError;
 use switchboard_core::route::prefixed_name;
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
+use switchboard_core::virtual_server::hide_parameters;
 use switchboard_protocol::Era;
 use switchboard_upstream::listing::{ListKind, Listing};
 
@@ -33,6 +34,9 @@ pub struct Merged {
     listings: Vec<(Arc<Server>, Arc<Listing>)>,
     /// (index into `listings`, index into that listing's items), visible ones only.
     visible: Vec<(usize, usize)>,
+    /// The visible tools (as in `visible`, in its order) whose parameters the caller's grant
+    /// binds, and those parameters: left out of what is served (empty for most callers).
+    hidden: Vec<((usize, usize), Vec<String>)>,
     /// Servers whose listing failed, and why; the others' items are still here.
     pub failures: Vec<(String, GatewayError)>,
     pub warnings: Vec<Value>,
@@ -54,6 +58,7 @@ pub async fn merge(
         kind,
         listings: Vec::new(),
         visible: Vec::new(),
+        hidden: Vec::new(),
         failures: Vec::new(),
         warnings: Vec::new(),
         ttl_ms: u64::MAX,
@@ -104,12 +109,18 @@ fn absorb(merged: &mut Merged, caller: &Caller, server: &Arc<Server>, listing: A
     merged.ttl_ms = merged.ttl_ms.min(listing.ttl_ms.unwrap_or(0));
     merged.private |= listing.private;
     let at = merged.listings.len();
+    let binds = kind == ListKind::Tools && caller.has_argument_rules();
     for (i, item) in listing.items.iter().enumerate() {
-        let visible = item
-            .id()
-            .is_some_and(|own| kind != ListKind::Tools || caller.sees_tool(server, own));
-        if visible {
+        let Some(own) = item.id() else { continue };
+        if kind != ListKind::Tools || caller.sees_tool(server, own) {
             merged.visible.push((at, i));
+            if binds {
+                let bound = caller.bound_parameters(server, own);
+                if !bound.is_empty() {
+                    let bound = bound.into_iter().map(str::to_owned).collect();
+                    merged.hidden.push(((at, i), bound));
+                }
+            }
         }
     }
     merged.listings.push((server.clone(), listing));
@@ -130,11 +141,29 @@ impl Serialize for PublicItems<'_> {
             let item = &listing.items[i];
             let own = item.id().unwrap_or_default();
             let text = item.json_with_id(&prefixed_name(server.prefix(), own));
+            let hidden = merged
+                .hidden
+                .binary_search_by_key(&(l, i), |(at, _)| *at)
+                .ok()
+                .map(|h| &merged.hidden[h].1);
+            let text = match hidden {
+                Some(bound) => {
+                    without_parameters(&text, bound).map_err(serde::ser::Error::custom)?
+                }
+                None => text,
+            };
             let raw = RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
             seq.serialize_element(&raw)?;
         }
         seq.end()
     }
+}
+
+/// A listed tool's JSON without the parameters `bound` (a grant sets them from the caller).
+fn without_parameters(text: &str, bound: &[String]) -> Result<String, serde_json::Error> {
+    let mut tool: Map<String, Value> = serde_json::from_str(text)?;
+    hide_parameters(&mut tool, bound);
+    serde_json::to_string(&tool)
 }
 
 /// One page of a merged list as an MCP list result (serialized once, straight from the
@@ -226,6 +255,25 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bound_parameters_leave_the_schema_and_its_required_list() {
+        let text = r#"{"name":"gh__post","inputSchema":{"type":"object","properties":{"channel":{"type":"string"},"user":{"type":"string"}},"required":["channel","user"]},"annotations":{"readOnlyHint":false}}"#;
+        let shown: Value =
+            serde_json::from_str(&without_parameters(text, &["user".to_string()]).unwrap())
+                .unwrap();
+        assert_eq!(
+            shown,
+            json!({"name": "gh__post", "annotations": {"readOnlyHint": false}, "inputSchema": {
+                "type": "object", "properties": {"channel": {"type": "string"}}, "required": ["channel"]}})
+        );
+        // A tool without an input schema is served as it is.
+        let bare = r#"{"name":"x"}"#;
+        assert_eq!(
+            without_parameters(bare, &["user".to_string()]).unwrap(),
+            bare
+        );
+    }
 
     #[test]
     fn cursors_round_trip_and_reject_garbage() {

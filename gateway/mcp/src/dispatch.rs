@@ -302,6 +302,14 @@ pub(crate) async fn single_method(
                 .is_some_and(|n| caller.sees_tool(server, n))
         });
         cx.upstream.review_relayed(server, tools);
+        if caller.has_argument_rules() {
+            for tool in tools.iter_mut() {
+                let name = tool.get("name").and_then(Value::as_str).map(str::to_owned);
+                if let (Some(name), Value::Object(listed)) = (name, tool) {
+                    caller.hide_bound_parameters(server, &name, listed);
+                }
+            }
+        }
     }
     Ok(answer)
 }

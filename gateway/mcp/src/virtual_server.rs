@@ -167,7 +167,13 @@ async fn list(
             };
             let fields = listed_as(kind, item, name);
             let shown = match kind {
-                ListKind::Tools => vs.present(fields, name, source.override_of(own)),
+                ListKind::Tools => {
+                    let mut shown = vs.present(fields, name, source.override_of(own));
+                    // (the caller's own grant's bindings too: they hold through a virtual
+                    // server as on the server's own endpoint)
+                    caller.hide_bound_parameters(server, own, &mut shown);
+                    shown
+                }
                 _ => fields,
             };
             items.push(Value::Object(shown));
