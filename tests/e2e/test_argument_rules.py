@@ -48,7 +48,9 @@ RULES = [
 def start(procs, tmp_path, gateways):
     tools_file = tmp_path / "tools.json"
     tools_file.write_text(json.dumps(TOOLS), "utf-8")
-    up = procs.start("definitions", [sys.executable, str(DEFINITIONS_UPSTREAM), "--tools", str(tools_file), "--port", "0"])
+    # (its listings say they may be shared: a bound key's must then say they may not)
+    up = procs.start("definitions", [sys.executable, str(DEFINITIONS_UPSTREAM), "--tools", str(tools_file), "--port", "0",
+                                     "--cache-scope", "public"])  # fmt: skip
     secret, free = new_secret("args-bound"), new_secret("args-free")
     provider = start_provider(procs)
     config = gateway_config(
@@ -152,9 +154,14 @@ def test_a_keys_bound_arguments_are_left_out_of_every_listing(gateways, procs, t
     for era in ("legacy", MODERN_VERSION):
         for url, name in ((gw.mcp_url(), "gh__post"), (gw.mcp_url("gh"), "post")):
             with RawMcp(url, secret, era) as mcp:
-                assert post_properties(mcp.list_tools().messages[-1]["result"]["tools"], name) == {"channel", "text"}, (url, era)
+                bound = mcp.list_tools().messages[-1]["result"]
+                assert post_properties(bound["tools"], name) == {"channel", "text"}, (url, era)
             with RawMcp(url, free, era) as mcp:
-                assert post_properties(mcp.list_tools().messages[-1]["result"]["tools"], name) == {"channel", "text", "user"}
+                unbound = mcp.list_tools().messages[-1]["result"]
+                assert post_properties(unbound["tools"], name) == {"channel", "text", "user"}
+            if era == MODERN_VERSION:
+                # The bound key's listing differs from another caller's: it says it is its own.
+                assert (bound["cacheScope"], unbound["cacheScope"]) == ("private", "public"), (url, bound, unbound)
     r = httpx.get(f"{gw.url}/mcp-rest/tools/list", headers={"Authorization": f"Bearer {secret}"}, timeout=15)
     assert r.status_code == 200, r.text
     assert post_properties(r.json()["tools"], "gh__post") == {"channel", "text"}

@@ -106,14 +106,17 @@ impl Caller {
     }
 
     /// A listed tool (its JSON object; `tool`: the upstream's name) without the parameters this
-    /// caller's grant binds ([`Caller::bound_parameters`]); untouched for most callers.
+    /// caller's grant binds ([`Caller::bound_parameters`]); untouched for most callers. Whether
+    /// it binds any: the listing is then this caller's own (`cacheScope: private`).
     pub fn hide_bound_parameters(
         &self,
         server: &Server,
         tool: &str,
         listed: &mut Map<String, Value>,
-    ) {
-        hide_parameters(listed, &self.bound_parameters(server, tool));
+    ) -> bool {
+        let bound = self.bound_parameters(server, tool);
+        hide_parameters(listed, &bound);
+        !bound.is_empty()
     }
 
     /// Whether any of this caller's grants has argument rules (most have none).

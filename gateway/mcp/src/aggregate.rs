@@ -119,6 +119,8 @@ fn absorb(merged: &mut Merged, caller: &Caller, server: &Arc<Server>, listing: A
                 if !bound.is_empty() {
                     let bound = bound.into_iter().map(str::to_owned).collect();
                     merged.hidden.push(((at, i), bound));
+                    // Another caller sees this tool otherwise: the list is this caller's.
+                    merged.private = true;
                 }
             }
         }

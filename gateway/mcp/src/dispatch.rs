@@ -302,13 +302,19 @@ pub(crate) async fn single_method(
                 .is_some_and(|n| caller.sees_tool(server, n))
         });
         cx.upstream.review_relayed(server, tools);
+        let mut hid = false;
         if caller.has_argument_rules() {
             for tool in tools.iter_mut() {
                 let name = tool.get("name").and_then(Value::as_str).map(str::to_owned);
                 if let (Some(name), Value::Object(listed)) = (name, tool) {
-                    caller.hide_bound_parameters(server, &name, listed);
+                    hid |= caller.hide_bound_parameters(server, &name, listed);
                 }
             }
+        }
+        // Another caller sees these tools otherwise: a 2026-07-28 listing says it is this
+        // caller's own.
+        if hid && let Some(scope) = result.get_mut("cacheScope") {
+            *scope = Value::from("private");
         }
     }
     Ok(answer)

@@ -171,7 +171,7 @@ async fn list(
                     let mut shown = vs.present(fields, name, source.override_of(own));
                     // (the caller's own grant's bindings too: they hold through a virtual
                     // server as on the server's own endpoint)
-                    caller.hide_bound_parameters(server, own, &mut shown);
+                    private |= caller.hide_bound_parameters(server, own, &mut shown);
                     shown
                 }
                 _ => fields,

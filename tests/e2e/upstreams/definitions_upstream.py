@@ -1,7 +1,7 @@
 """An upstream MCP server whose tool definitions are a file the test rewrites: a rug pull on
 demand (a description, a schema, a new tool) for the pinning tests.
 
-    python definitions_upstream.py --tools FILE [--port N] [--host H]
+    python definitions_upstream.py --tools FILE [--port N] [--host H] [--cache-scope public]
 
 FILE holds a JSON array of tool definitions, read again on every `tools/list`; `tools/call`
 answers any listed tool with a text naming it and echoing its arguments (so a test sees what
@@ -26,6 +26,8 @@ def parse_args(argv):
     p.add_argument("--tools", required=True, help="JSON file with the tool definitions")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--cache-scope", choices=["public", "private"],
+                   help="the cacheScope its tools/list results say (default: none, which means private)")
     return p.parse_args(argv)
 
 
@@ -55,6 +57,8 @@ def main(argv):
         if method == "tools/list":
             with lock:
                 lists[0] += 1
+            if args.cache_scope:
+                return {"tools": tools(), "cacheScope": args.cache_scope}
             return {"tools": tools()}
         if method == "tools/call":
             name = params.get("name")
