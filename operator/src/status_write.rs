@@ -34,6 +34,10 @@ struct Undeclared(Mutex<BTreeMap<(String, String), Instant>>);
 impl Undeclared {
     fn holds(&self, kind: &str, field: &str) -> bool {
         let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // (every status write asks, and the CRDs nearly always declare everything)
+        if known.is_empty() {
+            return false;
+        }
         let key = (kind.to_string(), field.to_string());
         match known.get(&key) {
             Some(at) if at.elapsed() < UNDECLARED_RECHECK => true,

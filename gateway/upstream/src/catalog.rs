@@ -20,7 +20,7 @@ use crate::client::Upstreams;
 use crate::error::UpstreamError;
 use crate::listing::{Item, ListKind, Listing, ListingRequest, walk};
 use crate::request_credential::SHARED_PARTITION;
-use crate::trust::{self, Shadows};
+use crate::trust::{self, ReviewMemory};
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::Server;
 
@@ -51,8 +51,9 @@ pub struct Catalog {
     /// Listings that failed lately, when (tokio's clock) and how. The cache's own expiry only
     /// bounds memory; whether a failure still answers is judged by its time.
     failures: Cache<EntryKey, (Instant, UpstreamError)>,
-    /// Each server's tools as shadowing compares them (see [`crate::trust`]).
-    shadows: Shadows,
+    /// What this replica's reviews remember per server: the tools shadowing compares, what was
+    /// last logged (see [`crate::trust`]).
+    reviewed: ReviewMemory,
 }
 
 /// How long a failed listing is answered from memory.
@@ -86,7 +87,7 @@ impl Default for Catalog {
                 .max_capacity(SHARED_LISTINGS)
                 .time_to_live(FAILURE_TTL * 2)
                 .build(),
-            shadows: Shadows::default(),
+            reviewed: ReviewMemory::default(),
         }
     }
 }
@@ -186,7 +187,7 @@ impl Catalog {
         self.failures.invalidate(&key);
         if trust::reviews(server, kind) {
             let shared = partition == SHARED_PARTITION;
-            trust::review(server, &mut listing, shared, &self.shadows, metrics);
+            trust::review(server, &mut listing, shared, &self.reviewed, metrics);
         }
         let listing = Arc::new(listing);
         self.store(server, kind, partition, walked_at, listing.clone());
@@ -282,7 +283,7 @@ impl Catalog {
         let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
         for id in &gone {
             withdraw(&mut owners, id);
-            self.shadows.forget(id);
+            self.reviewed.forget(id);
         }
     }
 }

@@ -26,12 +26,12 @@ use crate::listing::{FlaggedTool, HeldTool, ListKind, Listing, ListingReview};
 /// changed, not on every walk: a `warn` server's flagged tool would otherwise be logged every
 /// `listingTtl` on every replica).
 #[derive(Default)]
-pub(crate) struct Shadows {
+pub(crate) struct ReviewMemory {
     keys: RwLock<HashMap<String, Vec<ShadowKey>>>,
     said: RwLock<HashMap<String, u64>>,
 }
 
-impl Shadows {
+impl ReviewMemory {
     pub(crate) fn forget(&self, server_id: &str) {
         self.keys
             .write()
@@ -68,7 +68,7 @@ pub(crate) fn review(
     server: &Server,
     listing: &mut Listing,
     shared: bool,
-    shadows: &Shadows,
+    memory: &ReviewMemory,
     metrics: &Metrics,
 ) {
     let tools = &server.spec.tools;
@@ -97,7 +97,7 @@ pub(crate) fn review(
     }
     // Held tools take part too: what a server holds back still imitates what it imitates.
     if shared {
-        for (name, finding) in shadows.compare(server.id(), keys) {
+        for (name, finding) in memory.compare(server.id(), keys) {
             if let Some((_, Some((_, review)))) = reviewed
                 .iter_mut()
                 .find(|(_, r)| r.as_ref().is_some_and(|(n, _)| *n == name))
@@ -141,7 +141,7 @@ pub(crate) fn review(
         );
     }
     // Logged when it changes (the metric says it on every walk).
-    if shadows.news(server.id(), &report) {
+    if memory.news(server.id(), &report) {
         for held in &report.held {
             tracing::warn!(server = server.id(), tool = %held.name, why = %held.why, "tool held: its definition is not approved (tools.pinning: hold)");
         }
@@ -165,7 +165,7 @@ fn count(review: &Review, counts: &mut HashMap<&'static str, usize>) {
     }
 }
 
-impl Shadows {
+impl ReviewMemory {
     /// Replaces `server_id`'s keys and returns its tools' shadowing findings against every
     /// other server's (by tool name).
     fn compare(
