@@ -61,6 +61,24 @@ pub struct McpVirtualServerSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub arguments: Vec<crate::key::ArgumentRule>,
+    /// Search mode: list `find_tools` and `call_tool` (and the pinned tools) instead of every
+    /// tool; the model finds the others by what they do and calls them through `call_tool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<ToolSearch>,
+}
+
+/// How a search-mode virtual server presents its tools.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSearch {
+    /// Presented tool names always listed beside the two search tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub pinned: Vec<String>,
+    /// How many tools a search answers when the model asks for no number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 50))]
+    pub results: Option<u32>,
 }
 
 /// One McpServer's share of a virtual server.

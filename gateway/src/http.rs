@@ -51,6 +51,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
                 .delete(endpoint::end_session),
         )
         .route("/mcp-rest/tools/list", get(rest::list_tools))
+        .route("/mcp-rest/tools/search", get(rest::search_tools))
         .route("/mcp-rest/tools/call", post(rest::call_tool))
         .with_state(gw.mcp.clone());
     let llm = Router::new()
@@ -210,9 +211,10 @@ fn endpoint_of(path: &str) -> &'static str {
 /// The route a path matched, as the router names it (a span's `http.route`); `None` for a path
 /// no route serves.
 fn route_of(path: &str) -> Option<&'static str> {
-    const ROUTES: [&str; 25] = [
+    const ROUTES: [&str; 26] = [
         "/mcp",
         "/mcp-rest/tools/list",
+        "/mcp-rest/tools/search",
         "/mcp-rest/tools/call",
         "/v1/messages",
         "/v1/messages/count_tokens",

@@ -81,6 +81,13 @@ struct ToolReviewLabels {
     state: &'static str,
 }
 
+/// One server's listing of one kind (`tools`, `prompts`, `resources`, `resourceTemplates`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListingLabels {
+    server: ServerName,
+    kind: &'static str,
+}
+
 /// A person's token checked (`people`): `issuer` is one of the snapshot's identity providers'
 /// (only a token naming one is checked as a person's), `outcome` `ok`, `no_grant` or a refusal.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -271,6 +278,8 @@ pub struct Metrics {
     store_up: Family<BackendLabels, Gauge>,
     accounts: Family<AccountLabels, Counter>,
     tools_reviewed: Family<ToolReviewLabels, Gauge>,
+    listing_items: Family<ListingLabels, Gauge>,
+    listing_bytes: Family<ListingLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -477,7 +486,21 @@ impl Default for Metrics {
             "Tools of a server, as its last listing's review found them: held, changed, new, or with a finding of a kind",
             tools_reviewed.clone(),
         );
+        let listing_items = Family::<ListingLabels, Gauge>::default();
+        registry.register(
+            "listing_items",
+            "Items in a server's last listing walked, by server and kind (tools, prompts, resources, resourceTemplates)",
+            listing_items.clone(),
+        );
+        let listing_bytes = Family::<ListingLabels, Gauge>::default();
+        registry.register(
+            "listing_bytes",
+            "Bytes of a server's last listing walked as the gateway holds it (its items' JSON), by server and kind",
+            listing_bytes.clone(),
+        );
         Metrics {
+            listing_items,
+            listing_bytes,
             tools_reviewed,
             accounts,
             store_operations,
@@ -705,6 +728,26 @@ impl Metrics {
                 state,
             })
             .set(i64::try_from(tools).unwrap_or(i64::MAX));
+    }
+
+    /// What one walk of `server`'s listing of `kind` found: how many items, how many bytes.
+    pub fn listing_walked(
+        &self,
+        server: &ServerName,
+        kind: &'static str,
+        items: usize,
+        bytes: usize,
+    ) {
+        let labels = ListingLabels {
+            server: server.clone(),
+            kind,
+        };
+        self.listing_items
+            .get_or_create(&labels)
+            .set(i64::try_from(items).unwrap_or(i64::MAX));
+        self.listing_bytes
+            .get_or_create(&labels)
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// An event of a person's own account at `server` (its metric name).

@@ -7,8 +7,11 @@
 use std::sync::Arc;
 
 use foldhash::HashMap;
+use serde_json::json;
 use serde_json::{Map, Value};
-use switchboard_snapshot::{ToolFilter, ToolOverride, VirtualServerSpec, VirtualSource};
+use switchboard_snapshot::{
+    CALL_TOOL, FIND_TOOLS, ToolFilter, ToolOverride, VirtualServerSpec, VirtualSource,
+};
 
 use crate::arguments::{CompiledRule, RefusedArguments};
 use crate::server::Server;
@@ -161,6 +164,124 @@ impl VirtualServer {
     }
 }
 
+/// A call of one of a search-mode virtual server's own tools.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SearchCall {
+    /// `find_tools`: the words to search by, and how many tools to answer.
+    Find { query: String, limit: usize },
+    /// `call_tool`: the presented name of a tool found, and its arguments.
+    Call {
+        name: String,
+        arguments: Option<Value>,
+    },
+}
+
+impl VirtualServer {
+    /// Whether it is in search mode: it lists [`Self::search_tools`] and its pinned tools.
+    pub fn searches(&self) -> bool {
+        self.spec.search.is_some()
+    }
+
+    /// Whether a search-mode virtual server lists the presented tool `name` (pinned).
+    pub fn pins(&self, name: &str) -> bool {
+        self.spec
+            .search
+            .as_ref()
+            .is_some_and(|s| s.pinned.iter().any(|p| p == name))
+    }
+
+    /// The two tools a search-mode virtual server lists besides its pinned ones, as listed.
+    pub fn search_tools(&self) -> [Map<String, Value>; 2] {
+        let results = self.spec.search.as_ref().map_or(5, |s| s.results);
+        let object = |v: Value| match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        [
+            object(json!({
+                "name": FIND_TOOLS,
+                "title": "Find tools",
+                "description": format!("Finds the tools of {} that fit a task, best first, each with its input schema. Describe what you want to do in a few words; then call a tool found with {CALL_TOOL}.", self.id()),
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string", "description": "What the tool should do, in a few words (for example: list open pull requests)."},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": format!("How many tools to answer at most (default {results}).")}
+                    },
+                    "required": ["query"]
+                },
+                "annotations": {"readOnlyHint": true, "openWorldHint": false}
+            })),
+            object(json!({
+                "name": CALL_TOOL,
+                "title": "Call a tool found",
+                "description": format!("Calls a tool that {FIND_TOOLS} found, by its name, with arguments that follow its input schema."),
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "description": "The tool's name, as found."},
+                        "arguments": {"type": "object", "description": "The tool's arguments."}
+                    },
+                    "required": ["name"]
+                }
+            })),
+        ]
+    }
+
+    /// A call of one of its search tools, read (`None`: `name` is not one, or the virtual
+    /// server is not in search mode).
+    pub fn search_call(
+        &self,
+        name: &str,
+        arguments: Option<&Value>,
+    ) -> Option<Result<SearchCall, ArgumentRefused>> {
+        let search = self.spec.search.as_ref()?;
+        if name != FIND_TOOLS && name != CALL_TOOL {
+            return None;
+        }
+        let empty = Map::new();
+        let arguments = match arguments {
+            None | Some(Value::Null) => &empty,
+            Some(Value::Object(m)) => m,
+            Some(_) => return Some(Err(ArgumentRefused::NotAnObject)),
+        };
+        let text = |field: &str| match arguments.get(field) {
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+            _ => Err(ArgumentRefused::Required(field.to_string())),
+        };
+        Some(if name == FIND_TOOLS {
+            text("query").and_then(|query| {
+                let limit = match arguments.get("limit") {
+                    None | Some(Value::Null) => search.results as usize,
+                    Some(v) => match v.as_u64().filter(|n| (1..=50).contains(n)) {
+                        Some(n) => n as usize,
+                        None => {
+                            return Err(ArgumentRefused::NotAllowed {
+                                param: "limit".into(),
+                                allowed: json!("an integer from 1 to 50"),
+                            });
+                        }
+                    },
+                };
+                Ok(SearchCall::Find { query, limit })
+            })
+        } else {
+            text("name").and_then(|name| {
+                if name == FIND_TOOLS || name == CALL_TOOL {
+                    return Err(ArgumentRefused::NotAllowed {
+                        param: "name".into(),
+                        allowed: json!("the name of a tool found"),
+                    });
+                }
+                Ok(SearchCall::Call {
+                    name,
+                    arguments: arguments.get("arguments").cloned(),
+                })
+            })
+        })
+    }
+}
+
 /// Why a listed item is not presented.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Shadowed {
@@ -259,6 +380,8 @@ pub enum ArgumentRefused {
     NotAnObject,
     #[error("argument {0:?} is fixed by the gateway and cannot be set")]
     Fixed(String),
+    #[error("argument {0:?} is required")]
+    Required(String),
     #[error("argument {param:?} must be one of {allowed}")]
     NotAllowed { param: String, allowed: Value },
 }

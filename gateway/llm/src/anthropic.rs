@@ -147,7 +147,7 @@ pub(crate) fn display_blocks(executed: &Executed<'_>) -> Vec<Value> {
             "type": "mcp_tool_use",
             "id": id,
             "name": executed.tool.tool,
-            "server_name": executed.tool.server.prefix(),
+            "server_name": executed.tool.server_name(),
             "input": executed.call.input.clone().unwrap_or(json!({})),
         }),
         json!({

@@ -16,11 +16,13 @@ use crate::errors::LlmError;
 use crate::format::Format;
 use crate::model_span::ModelCall;
 use crate::provider::Provider;
-use crate::toolset::ToolSet;
+use crate::toolset::{GatewayTool, ToolSet};
 use crate::turn::{Call, Executed, Outcome, Usage};
 use crate::{anthropic, openai};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Model;
+use switchboard_core::virtual_server::{SearchCall, Selected, VirtualServer};
+use switchboard_upstream::Searched;
 use switchboard_upstream::error::UpstreamError;
 
 /// A request ready for the provider: authenticated, its model found, carried work restored,
@@ -146,6 +148,14 @@ pub(crate) async fn execute<'t>(
         let tool = prepared.tools.gateway_run(&call.name)?;
         let call = call.clone();
         Some(async move {
+            if let Some(vs) = &tool.search {
+                let outcome = search_tool(prepared, vs, tool, &call).await;
+                return Executed {
+                    call,
+                    tool,
+                    outcome,
+                };
+            }
             // A virtual server's tool: its fixed values set, its narrowed enums checked, its
             // argument rules held.
             let input = call.input.clone().and_then(|input| match &tool.via {
@@ -200,6 +210,66 @@ pub(crate) async fn execute<'t>(
         tracing::info!(model = prepared.model.id(), tool = %e.tool.name, server = e.tool.server.id(), outcome, "gateway tool ran for a model");
     }
     executed
+}
+
+/// A search-mode virtual server's own tool, run: `find_tools` answered from its tools the
+/// caller may call; `call_tool` calls a found tool under the same scope, presentation and
+/// argument rules as a listed one, and the attachment's filter of presented names.
+async fn search_tool(
+    prepared: &Prepared,
+    vs: &Arc<VirtualServer>,
+    tool: &GatewayTool,
+    call: &Call,
+) -> Outcome {
+    let caller = &prepared.caller;
+    let upstream = &prepared.cx.upstream;
+    let input = match &call.input {
+        Ok(input) => input,
+        Err(message) => return Outcome::error(&call.id, message.clone()),
+    };
+    match vs.search_call(&tool.tool, Some(input)) {
+        None => Outcome::error(&call.id, format!("{} is not a search tool", tool.name)),
+        Some(Err(refused)) => Outcome::error(&call.id, refused.to_string()),
+        Some(Ok(SearchCall::Find { query, limit })) => {
+            let found = upstream
+                .find_tools(caller, Searched::Virtual(vs), &query, limit)
+                .await;
+            outcome_of(&call.id, &found.result())
+        }
+        Some(Ok(SearchCall::Call { name, arguments })) => {
+            let not_found = || Outcome::error(&call.id, format!("there is no tool {name:?}"));
+            let Some((source, own)) = vs.route(Selected::Tools, &name) else {
+                return not_found();
+            };
+            let admitted = prepared
+                .model
+                .spec
+                .tools
+                .iter()
+                .filter(|a| {
+                    prepared
+                        .model
+                        .spec
+                        .names_virtual_server(&a.server, &vs.spec)
+                })
+                .any(|a| a.tools.admits(&name));
+            if !admitted || !caller.sees_tool(&source.server, own) {
+                return not_found();
+            }
+            let arguments =
+                match caller.virtual_arguments(vs, &name, source.override_of(own), arguments) {
+                    Ok(arguments) => arguments,
+                    Err(refused) => return Outcome::error(&call.id, refused.to_string()),
+                };
+            match upstream
+                .call_tool(caller, &source.server, own, arguments, &name)
+                .await
+            {
+                Ok(result) => outcome_of(&call.id, &result),
+                Err(e) => Outcome::error(&call.id, tool_failure(&name, &e)),
+            }
+        }
+    }
 }
 
 /// An MCP `CallToolResult` as an outcome: its content, or its structured content as text.

@@ -33,9 +33,22 @@ pub(crate) struct GatewayTool {
     /// The virtual server it comes through, and how it presents the tool: its fixed values go
     /// upstream with every call, its argument rules judge every call.
     pub via: Option<(Arc<VirtualServer>, Option<ToolOverride>)>,
+    /// One of a search-mode virtual server's own tools (`find_tools`, `call_tool`; `tool` names
+    /// which): the gateway answers it from the virtual server's tools (`server` is then the
+    /// virtual server's first source, for the client's display only).
+    pub search: Option<Arc<VirtualServer>>,
 }
 
 impl GatewayTool {
+    /// The server name a client's display shows: the virtual server's path for its search
+    /// tools, else the tool's server's prefix.
+    pub(crate) fn server_name(&self) -> &str {
+        match &self.search {
+            Some(vs) => vs.spec.path(),
+            None => self.server.prefix(),
+        }
+    }
+
     /// Whether the gateway runs the model's calls of this tool itself.
     fn run_by_gateway(&self) -> bool {
         self.approval == RequireApproval::Never
@@ -198,6 +211,7 @@ pub async fn resolve(
     client_tools: &HashSet<String>,
 ) -> Result<ToolSet, LlmError> {
     let mut attachments = Vec::new();
+    let mut searches = Vec::new();
     for attached in &model.spec.tools {
         if let Some(vs) = caller
             .table
@@ -210,6 +224,36 @@ pub async fn resolve(
             if !caller.reaches_virtual(vs) {
                 tracing::debug!(model = model.id(), virtual_server = vs.id(), caller = %caller.who(), "the key does not reach a virtual server attached to the model; its tools are left out");
                 continue;
+            }
+            if vs.searches()
+                && let Some(first) = vs.sources.iter().find(|s| caller.reaches(&s.server))
+            {
+                for search_tool in vs.search_tools() {
+                    let name = search_tool
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    if !attached.tools.admits(&name) || client_tools.contains(&name) {
+                        continue;
+                    }
+                    searches.push(GatewayTool {
+                        tool: name.clone(),
+                        name,
+                        server: first.server.clone(),
+                        description: search_tool
+                            .get("description")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        schema: schema::sanitize(
+                            search_tool.get("inputSchema").unwrap_or(&Value::Null),
+                        ),
+                        approval: attached.require_approval,
+                        visibility: attached.visibility,
+                        via: Some((vs.clone(), None)),
+                        search: Some(vs.clone()),
+                    });
+                }
             }
             for (i, source) in vs.sources.iter().enumerate() {
                 if caller.reaches(&source.server) {
@@ -275,6 +319,11 @@ pub async fn resolve(
     }
     let mut set = ToolSet::default();
     let mut taken: HashSet<String> = HashSet::new();
+    for search_tool in searches {
+        if taken.insert(search_tool.name.clone()) {
+            set.tools.push(search_tool);
+        }
+    }
     for attachment in attachments {
         let listing = match cx
             .upstream
@@ -293,6 +342,9 @@ pub async fn resolve(
             // (which names presented names).
             let presented = match &attachment.via {
                 Some((vs, i)) => match vs.presented_name(Selected::Tools, *i, tool) {
+                    // (a search-mode virtual server offers its pinned tools only; the model
+                    // finds the others)
+                    Ok(name) if vs.searches() && !vs.pins(name) => continue,
                     Ok(name) => Some((
                         name.to_string(),
                         (vs.clone(), vs.sources[*i].override_of(tool).cloned()),
@@ -340,6 +392,7 @@ pub async fn resolve(
             caller.hide_bound_parameters(&attachment.server, tool, &mut fields);
             set.tools.push(GatewayTool {
                 via,
+                search: None,
                 name,
                 server: attachment.server.clone(),
                 tool: tool.to_string(),

@@ -212,6 +212,7 @@ mod tests {
                 approval: switchboard_snapshot::RequireApproval::Never,
                 visibility: ToolVisibility::Hidden,
                 via: None,
+                search: None,
             }],
         }
     }

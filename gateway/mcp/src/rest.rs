@@ -1,5 +1,5 @@
-//! The REST face: `GET /mcp-rest/tools/list[?server_id=]` and `POST /mcp-rest/tools/call`
-//! (`{name, server_id, arguments}`), with the statuses of docs/architecture.md, "Errors".
+//! The REST face: `GET /mcp-rest/tools/list[?server_id=]`, `GET /mcp-rest/tools/search?q=`
+//! and `POST /mcp-rest/tools/call` (`{name, server_id, arguments}`), with the statuses of docs/architecture.md, "Errors".
 
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ use switchboard_core::errors::{GatewayError, RestError};
 use switchboard_core::route::split_prefixed;
 use switchboard_core::scope::{Caller, Resource, authenticate};
 use switchboard_core::table::Server;
+use switchboard_upstream::Searched;
 use switchboard_upstream::listing::ListKind;
 
 #[derive(Deserialize)]
@@ -78,6 +79,64 @@ async fn list_tools_inner(
     };
     serde_json::value::to_raw_value(&body)
         .map_err(|e| GatewayError::InvalidRequest(format!("cannot encode the list: {e}")))
+}
+
+#[derive(Deserialize)]
+pub struct SearchQuery {
+    /// What the tool should do, in words.
+    q: Option<String>,
+    limit: Option<usize>,
+    server_id: Option<String>,
+}
+
+/// `GET /mcp-rest/tools/search?q=...[&limit=][&server_id=]`: the caller's tools that best
+/// match `q`, best first, each listed as `tools/list` lists it (call one with `tools/call`).
+pub async fn search_tools(
+    State(cx): State<Arc<McpContext>>,
+    Query(query): Query<SearchQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let result = search_tools_inner(&cx, query, headers).await;
+    finish(&cx, "tools/search", result)
+}
+
+async fn search_tools_inner(
+    cx: &McpContext,
+    query: SearchQuery,
+    headers: HeaderMap,
+) -> Result<Value, GatewayError> {
+    let caller = authenticate(cx.table(), headers, &cx.metrics, Resource::Rest).await?;
+    let q = query
+        .q
+        .filter(|q| !q.trim().is_empty())
+        .ok_or_else(|| GatewayError::InvalidRequest("q: words to search by are required".into()))?;
+    let limit = query.limit.unwrap_or(5);
+    if !(1..=50).contains(&limit) {
+        return Err(GatewayError::InvalidRequest(
+            "limit: must be between 1 and 50".into(),
+        ));
+    }
+    let servers: Vec<Arc<Server>> = match &query.server_id {
+        Some(id) => vec![caller.server_for_rest(id)?],
+        None => caller.servers_in_scope(),
+    };
+    let found = cx
+        .upstream
+        .find_tools(&caller, Searched::Servers(&servers), &q, limit)
+        .await;
+    let errors: Vec<Value> = found
+        .failures
+        .into_iter()
+        .map(|(server, e)| {
+            let e = GatewayError::from(e);
+            serde_json::json!({"server": server, "kind": e.rest_code(), "message": e.to_string()})
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "tools": found.tools,
+        "searched": found.searched,
+        "errors": errors,
+    }))
 }
 
 #[derive(Deserialize)]

@@ -13,8 +13,11 @@ use crate::dispatch::{Answer, Failure, Request, answer_from_upstream};
 use switchboard_core::errors::{GatewayError, OutOfScope};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
-use switchboard_core::virtual_server::{CallRefused, Selected, Shadowed, VirtualServer};
+use switchboard_core::virtual_server::{
+    CallRefused, SearchCall, Selected, Shadowed, VirtualServer,
+};
 use switchboard_protocol::Era;
+use switchboard_upstream::Searched;
 use switchboard_upstream::listing::{Item, ListKind};
 
 /// The servers behind a virtual server that the caller reaches, each once, in source order.
@@ -54,7 +57,11 @@ pub async fn method(
 ) -> Result<Answer, Failure> {
     let method = request.method.as_str();
     if let Some(kind) = ListKind::from_method(method) {
-        return Ok(Answer::Json(list(cx, caller, vs, kind, request.era).await));
+        let mut listed = list(cx, caller, vs, kind, request.era).await;
+        if kind == ListKind::Tools && vs.searches() {
+            search_listing(vs, &mut listed);
+        }
+        return Ok(Answer::Json(listed));
     }
     let (kind, field) = match method {
         "tools/call" => (Selected::Tools, "name"),
@@ -63,11 +70,43 @@ pub async fn method(
         _ => return Err(GatewayError::MethodNotFound(method.to_string()).into()),
     };
     let mut params = request.params.clone().unwrap_or_else(|| json!({}));
-    let name = params
+    let mut name = params
         .get(field)
         .and_then(Value::as_str)
         .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
         .to_string();
+    if kind == Selected::Tools {
+        match vs.search_call(&name, params.get("arguments")) {
+            None => {}
+            Some(Err(refused)) => {
+                return Err(GatewayError::InvalidParams(refused.to_string()).into());
+            }
+            Some(Ok(SearchCall::Find { query, limit })) => {
+                let found = cx
+                    .upstream
+                    .find_tools(caller, Searched::Virtual(vs), &query, limit)
+                    .await;
+                return Ok(Answer::Json(found.result()));
+            }
+            // A found tool, called as if by its presented name (the record names it).
+            Some(Ok(SearchCall::Call {
+                name: found,
+                arguments,
+            })) => {
+                switchboard_core::audit::note(|n| {
+                    n.tool = Some(switchboard_core::audit::name(&found))
+                });
+                match (arguments, &mut params) {
+                    (Some(arguments), _) => params["arguments"] = arguments,
+                    (None, Value::Object(p)) => {
+                        p.remove("arguments");
+                    }
+                    (None, _) => {}
+                }
+                name = found;
+            }
+        }
+    }
     let not_found = || match kind {
         Selected::Tools => GatewayError::ToolNotFound { name: name.clone() },
         Selected::Prompts => GatewayError::NotFound {
@@ -109,6 +148,22 @@ pub async fn method(
     }
     let upstream_call = request.upstream_call(method, Some(params));
     answer_from_upstream(cx, caller, server, upstream_call, false).await
+}
+
+/// A search-mode virtual server's tool listing: its two search tools, then the pinned tools
+/// (in listing order); every other tool is found by a search.
+fn search_listing(vs: &VirtualServer, listed: &mut Value) {
+    let Some(Value::Array(tools)) = listed.get_mut("tools") else {
+        return;
+    };
+    tools.retain(|t| {
+        t.get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| vs.pins(n))
+    });
+    for (i, tool) in vs.search_tools().into_iter().enumerate() {
+        tools.insert(i, Value::Object(tool));
+    }
 }
 
 /// Every source's items of one kind, presented, in source order; a server whose listing failed

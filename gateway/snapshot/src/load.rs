@@ -613,6 +613,9 @@ impl Validator {
                 self.err(format!("{path}.sources"), "must name at least one server");
             }
             self.argument_rules(&path, &vs.arguments);
+            if let Some(search) = &vs.search {
+                self.tool_search(&format!("{path}.search"), search);
+            }
             let mut presented: HashMap<&str, String> = HashMap::new();
             for (j, source) in vs.sources.iter().enumerate() {
                 let at = format!("{path}.sources[{j}]");
@@ -677,6 +680,29 @@ impl Validator {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A search-mode virtual server's settings: pinned names are tool names, each once, and
+    /// not the search tools' own.
+    fn tool_search(&mut self, path: &str, search: &crate::model::ToolSearch) {
+        if !(1..=50).contains(&search.results) {
+            self.err(format!("{path}.results"), "must be between 1 and 50");
+        }
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (k, name) in search.pinned.iter().enumerate() {
+            let at = format!("{path}.pinned[{k}]");
+            if !crate::names::is_tool_name(name) {
+                self.err(&at, format!("{name:?} is not 1-64 of a-z A-Z 0-9 _ - ."));
+            } else if [crate::model::FIND_TOOLS, crate::model::CALL_TOOL].contains(&name.as_str()) {
+                self.err(
+                    &at,
+                    format!("{name:?} is one of the search tools' own names"),
+                );
+            }
+            if let Some(first) = seen.insert(name, k) {
+                self.err(&at, format!("{name:?} is already pinned[{first}]"));
             }
         }
     }

@@ -1084,6 +1084,42 @@ pub struct VirtualServerSpec {
     /// presented input schema: the model never sees it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arguments: Vec<ArgumentRule>,
+    /// Search mode: the virtual server lists two tools to find and call its tools (and the
+    /// tools pinned here) instead of every tool it presents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<ToolSearch>,
+}
+
+/// The tool of a search-mode virtual server that finds its tools by what they do.
+pub const FIND_TOOLS: &str = "find_tools";
+/// The tool of a search-mode virtual server that calls a tool it found (by the name found).
+pub const CALL_TOOL: &str = "call_tool";
+
+/// How a search-mode virtual server presents its tools: [`FIND_TOOLS`] and [`CALL_TOOL`] plus
+/// the pinned tools are listed; every other tool it presents is found by a search and called
+/// through [`CALL_TOOL`] (or by its presented name), under the same scope, filters and rules.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolSearch {
+    /// Presented names listed beside the two search tools, always visible.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned: Vec<String>,
+    /// How many tools a search answers when the model asks for no number (1-50).
+    #[serde(default = "default_search_results")]
+    pub results: u32,
+}
+
+fn default_search_results() -> u32 {
+    5
+}
+
+impl Default for ToolSearch {
+    fn default() -> ToolSearch {
+        ToolSearch {
+            pinned: Vec::new(),
+            results: default_search_results(),
+        }
+    }
 }
 
 impl VirtualServerSpec {

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::client::Upstreams;
 use crate::error::UpstreamError;
 use crate::listing::{Item, ListKind, Listing, ListingRequest, walk};
-use crate::request_credential::SHARED_PARTITION;
+use crate::request_credential::{SHARED_PARTITION, partition_of};
 use crate::trust::{self, ReviewMemory};
 use switchboard_core::metrics::Metrics;
 use switchboard_core::table::Server;
@@ -54,6 +54,9 @@ pub struct Catalog {
     /// What this replica's reviews remember per server: the tools shadowing compares, what was
     /// last logged (see [`crate::trust`]).
     reviewed: ReviewMemory,
+    /// Servers (at a revision) whose listing of a kind the upstream said is `private`: each
+    /// caller's is kept apart, never served to another key or person.
+    said_private: Cache<(u64, ListKind), ()>,
 }
 
 /// How long a failed listing is answered from memory.
@@ -88,6 +91,10 @@ impl Default for Catalog {
                 .time_to_live(FAILURE_TTL * 2)
                 .build(),
             reviewed: ReviewMemory::default(),
+            said_private: Cache::builder()
+                .max_capacity(SHARED_LISTINGS)
+                .time_to_idle(CALLER_LISTING_IDLE)
+                .build(),
         }
     }
 }
@@ -161,7 +168,14 @@ impl Catalog {
         metrics: &Metrics,
     ) -> Result<Arc<Listing>, UpstreamError> {
         let (server, kind) = (request.server, request.kind);
-        let partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
+        let mut partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
+        // An upstream that said its listing is private gets a walk per caller, kept per caller
+        // (the gateway's credential being shared does not make the answer everyone's).
+        let own_partition = partition_of(request.caller_tag);
+        if partition == SHARED_PARTITION && self.said_private.contains_key(&(server.revision, kind))
+        {
+            partition = own_partition;
+        }
         let generation = || upstreams.list_generation(server, kind.list());
         if let Some(hit) = self.fresh(server, kind, partition, ttl, generation()) {
             return Ok(hit);
@@ -188,6 +202,16 @@ impl Catalog {
         if trust::reviews(server, kind) {
             let shared = partition == SHARED_PARTITION;
             trust::review(server, &mut listing, shared, &self.reviewed, metrics);
+        }
+        metrics.listing_walked(
+            &server.metric_name,
+            kind.field(),
+            listing.items.len(),
+            listing.bytes(),
+        );
+        if partition == SHARED_PARTITION && listing.said_private {
+            self.said_private.insert((server.revision, kind), ());
+            partition = own_partition;
         }
         let listing = Arc::new(listing);
         self.store(server, kind, partition, walked_at, listing.clone());

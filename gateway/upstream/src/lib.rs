@@ -36,6 +36,7 @@ mod request_credential;
 pub mod test_upstream;
 mod tls;
 mod tokens;
+mod tool_search;
 mod trust;
 
 pub use broker_login::ProviderGrant;
@@ -47,4 +48,5 @@ pub use plane::{CONNECT_TOOL, UpstreamPlane};
 pub use protected_resource::auth_challenge;
 /// The server-certificate verifier that checks a fixed name (the gateway's operator client).
 pub use tls::NamedVerifier;
+pub use tool_search::{FoundTools, Searched};
 pub use trust::review_entries;

@@ -74,6 +74,8 @@ impl ListKind {
 #[derive(Clone, Copy)]
 pub struct ListingRequest<'a> {
     pub server: &'a Server,
+    /// The caller's tag (a listing its upstream says is private is kept per caller).
+    pub caller_tag: &'a [u8; 32],
     pub caller_headers: &'a axum::http::HeaderMap,
     pub credential: Option<&'a RequestCredential>,
     pub kind: ListKind,
@@ -159,28 +161,59 @@ pub struct Listing {
     pub ttl_ms: Option<u64>,
     /// Whether any page was `cacheScope: "private"` (or gave no scope: assume private).
     pub private: bool,
+    /// Whether a page said `cacheScope: "private"` in so many words: the listing is then the
+    /// caller's own, kept apart from other callers' even under a shared credential.
+    pub said_private: bool,
     /// What the review of a tools listing found (`None`: not reviewed, `tools.pinning: off`,
     /// or not tools).
     pub review: Option<ListingReview>,
 }
 
 impl Listing {
+    /// Its items in the order of their identifying field (a tool's name, a resource's URI),
+    /// items without one last in the upstream's order. An upstream may list in any order
+    /// (a map's, a registry's); the gateway's listings do not: the same scope gets the same
+    /// bytes, which clients' caches and models' prompt caches depend on.
+    pub fn sort(&mut self) {
+        self.items.sort_by(|a, b| match (a.id(), b.id()) {
+            (Some(a), Some(b)) => a.cmp(b),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
+    }
+
+    /// The bytes of its items' JSON text as held (identifying fields included).
+    pub fn bytes(&self) -> usize {
+        self.items
+            .iter()
+            .map(|i| i.rest.get().len() + i.id.as_ref().map_or(0, String::len))
+            .sum()
+    }
+
     /// About how many bytes the listing holds (its items' text), for a cache bounded in bytes;
     /// at least 1.
     pub fn weight(&self) -> u32 {
-        let bytes: usize = self
-            .items
-            .iter()
-            .map(|i| i.rest.get().len() + i.id.as_ref().map_or(0, String::len) + 64)
-            .sum();
+        let bytes = self.bytes() + 64 * self.items.len();
         u32::try_from(bytes.max(1)).unwrap_or(u32::MAX)
     }
 }
 
 /// Follows `nextCursor` until the upstream ends the list, the cursor repeats, the page cap is
 /// reached or the deadline passes; each of the last three returns what was collected with a
-/// warning. A failure before the first page is an error.
+/// warning. A failure before the first page is an error. The items come out in the order of
+/// their identifying field ([`Listing::sort`]), whatever order the upstream gave.
 pub async fn walk(
+    upstreams: &Upstreams,
+    request: &ListingRequest<'_>,
+    page_cap: u32,
+) -> Result<Listing, UpstreamError> {
+    let mut listing = walk_pages(upstreams, request, page_cap).await?;
+    listing.sort();
+    Ok(listing)
+}
+
+async fn walk_pages(
     upstreams: &Upstreams,
     request: &ListingRequest<'_>,
     page_cap: u32,
@@ -190,6 +223,7 @@ pub async fn walk(
         caller_headers,
         credential,
         kind,
+        ..
     } = *request;
     let budget = server.spec.listing_budget();
     let deadline = Instant::now() + budget;
@@ -274,8 +308,9 @@ fn absorb_page(listing: &mut Listing, result: &Value, kind: ListKind) {
     if let Some(ttl) = result.get("ttlMs").and_then(Value::as_u64) {
         listing.ttl_ms = Some(listing.ttl_ms.map_or(ttl, |t| t.min(ttl)));
     }
-    let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
-    listing.private |= !public;
+    let scope = result.get("cacheScope").and_then(Value::as_str);
+    listing.private |= scope != Some("public");
+    listing.said_private |= scope == Some("private");
 }
 
 /// The cursor of the next page, if there is one. In the 2026-07-28 revision only an absent or

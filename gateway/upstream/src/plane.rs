@@ -64,6 +64,7 @@ fn connect_listing(server: &Server) -> Listing {
         ttl_ms: None,
         // The caller's own state: never served to another.
         private: true,
+        said_private: true,
         // The gateway's own tool: nothing of the upstream's to review.
         review: None,
     }
@@ -84,6 +85,8 @@ pub struct UpstreamPlane {
     client_documents: crate::broker_login::ClientDocuments,
     /// People's own accounts (`userOAuth`): their tokens, read from the shared store.
     accounts: crate::accounts::Accounts,
+    /// Search indexes over listings (`tool_search`), one per set of listings searched.
+    pub(crate) tool_indexes: moka::sync::Cache<Vec<usize>, Arc<crate::tool_search::ToolIndex>>,
     metrics: Arc<Metrics>,
 }
 
@@ -102,6 +105,7 @@ impl UpstreamPlane {
             tokens: Tokens::default(),
             protected_resources,
             client_documents: Default::default(),
+            tool_indexes: crate::tool_search::index_cache(),
             metrics,
         }
     }
@@ -404,6 +408,7 @@ impl UpstreamPlane {
             .renewing(caller, server, |credential| async move {
                 let request = ListingRequest {
                     server,
+                    caller_tag: caller.tag(),
                     caller_headers: &caller.headers,
                     credential: credential.as_ref(),
                     kind,
@@ -747,6 +752,7 @@ impl UpstreamPlane {
             &self.upstreams,
             &ListingRequest {
                 server,
+                caller_tag: caller.tag(),
                 caller_headers: &caller.headers,
                 credential,
                 kind: ListKind::Tools,

@@ -521,7 +521,8 @@ async fn under_hold_only_approved_definitions_are_listed_and_callable() {
     let (plane, server, caller) = plane_for(&table);
     assert_eq!(
         list_names(&plane, &caller, &server).await,
-        ["weather", "forecast"]
+        ["forecast", "weather"],
+        "in name order, as every listing is"
     );
     assert!(matches!(
         call_named(&plane, &caller, &server, "forecast").await,

@@ -135,6 +135,16 @@ pub(crate) fn virtual_server_spec(
         allowed_namespaces: spec.allowed_namespaces.clone(),
         allow_all_keys: spec.allow_all_keys,
         arguments: super::keys::argument_rules(&spec.arguments),
+        search: spec.search.as_ref().map(|s| {
+            let mut search = switchboard_snapshot::ToolSearch {
+                pinned: s.pinned.clone(),
+                ..Default::default()
+            };
+            if let Some(results) = s.results {
+                search.results = results;
+            }
+            search
+        }),
     })
 }
 

@@ -2,10 +2,12 @@
 demand (a description, a schema, a new tool) for the pinning tests.
 
     python definitions_upstream.py --tools FILE [--port N] [--host H] [--cache-scope public]
+        [--shuffle]
 
 FILE holds a JSON array of tool definitions, read again on every `tools/list`; `tools/call`
 answers any listed tool with a text naming it and echoing its arguments (so a test sees what
-arguments reached the upstream), and a tool not in the file with -32602. It speaks the
+arguments reached the upstream), and a tool not in the file with -32602. With `--shuffle` every
+`tools/list` answers the tools in a new random order (as a server listing from a map does). It speaks the
 2026-07-28 stateless form (`server/discover`; one JSON answer per POST) and, for a legacy
 client, `initialize` without sessions. No SDK: the test controls every byte of the listing.
 
@@ -16,6 +18,7 @@ requests it answered (name and arguments), GET /_lists how many tools/list it an
 
 import argparse
 import json
+import random
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +31,8 @@ def parse_args(argv):
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--cache-scope", choices=["public", "private"],
                    help="the cacheScope its tools/list results say (default: none, which means private)")
+    p.add_argument("--shuffle", action="store_true",
+                   help="answer each tools/list in a new random order")
     return p.parse_args(argv)
 
 
@@ -40,6 +45,12 @@ def main(argv):
     def tools():
         with open(args.tools, encoding="utf-8") as f:
             return json.load(f)
+
+    def listed():
+        listed = tools()
+        if args.shuffle:
+            random.shuffle(listed)
+        return listed
 
     def answer(method, params):
         if method == "server/discover":
@@ -58,8 +69,8 @@ def main(argv):
             with lock:
                 lists[0] += 1
             if args.cache_scope:
-                return {"tools": tools(), "cacheScope": args.cache_scope}
-            return {"tools": tools()}
+                return {"tools": listed(), "cacheScope": args.cache_scope}
+            return {"tools": listed()}
         if method == "tools/call":
             name = params.get("name")
             if not any(t.get("name") == name for t in tools()):
