@@ -76,7 +76,8 @@ def test_a_failing_gateway_tool_becomes_an_error_result(gateways, procs, rust_up
     )
     r = messages(world, ask())
     assert r.status_code == 200, r.text
-    assert [b["type"] for b in r.json()["content"]][0] == "text"
+    # (the carrier of the hidden calls first, then the model's answer)
+    assert [b["type"] for b in r.json()["content"]] == ["redacted_thinking", "text"], r.text
     results = world.provider.model_calls()[1]["body"]["messages"][-1]["content"]
     assert [b["type"] for b in results] == ["tool_result"] * 3
     assert all(b.get("is_error") is True for b in results), results
@@ -159,7 +160,7 @@ def test_a_forced_tool_choice_applies_to_the_first_model_call_only(gateways, pro
         {"respond": {"content": [tool_use(ADD, a=1, b=1)]}},
     )
     r = messages(world, ask(tool_choice={"type": "any", "disable_parallel_tool_use": True}))
-    assert r.status_code == 200 and r.json()["content"][0]["text"] == "done", r.text
+    assert r.status_code == 200 and r.json()["content"][-1]["text"] == "done", r.text
     assert r.headers.get("request-id", "").startswith("req_"), "the last model call's request-id"
     first, second = (c["body"]["tool_choice"] for c in world.provider.model_calls())
     assert first == {"type": "any", "disable_parallel_tool_use": True}

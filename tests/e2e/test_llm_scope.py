@@ -56,9 +56,9 @@ def test_request_level_mcp_reference_is_expanded_with_the_callers_scope(gateways
     kinds = [b["type"] for b in body["content"]]
     # A server the client named itself is shown, as the provider's own MCP connector shows it;
     # the carrier block holds the real exchange for the next request.
-    assert kinds == ["mcp_tool_use", "mcp_tool_result", "text", "redacted_thinking"], body
+    assert kinds == ["mcp_tool_use", "mcp_tool_result", "redacted_thinking", "text"], body
     assert body["content"][0]["name"] == "add" and body["content"][0]["server_name"] == "tools"
-    assert body["content"][2]["text"] == "sum 42"
+    assert body["content"][3]["text"] == "sum 42"
     first = world.provider.model_calls()[0]["body"]
     assert all(t.get("type") != "mcp" for t in first["tools"]), "the reference never reaches the provider"
     assert ADD in [t["name"] for t in first["tools"]]

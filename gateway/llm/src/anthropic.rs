@@ -198,6 +198,7 @@ impl Merged {
         limit_reached: bool,
     ) -> Value {
         carry.shown = self.blocks.len();
+        let carrier_at = self.blocks.len();
         let first_client = blocks(&last)
             .filter(|b| executed_for(b, executed).is_none())
             .find_map(call_of_block)
@@ -219,7 +220,9 @@ impl Merged {
             }
         }
         if let (Some(token), None) = (&token, &first_client) {
-            self.blocks.push(carrier_block(token));
+            // Ahead of the last iteration's blocks, as thinking comes before text (a client may
+            // read the message's last block as its answer).
+            self.blocks.insert(carrier_at, carrier_block(token));
         }
         if let Value::Object(o) = &mut last {
             o.insert("content".into(), Value::Array(self.blocks));
@@ -270,7 +273,13 @@ pub(crate) fn expand(messages: &mut Vec<Value>, open: &dyn Fn(&str) -> Option<Ca
                 out.push(message);
                 continue;
             };
-            let carry = content.iter().find_map(|b| carrier_of(b)).and_then(open);
+            // (the last: a streamed turn of several iterations carries one ahead of each, and
+            // each holds more than the one before)
+            let carry = content
+                .iter()
+                .rev()
+                .find_map(|b| carrier_of(b))
+                .and_then(open);
             let mut kept: Vec<Value> = match &carry {
                 Some(c) => without_earlier_blocks(std::mem::take(content), c),
                 None => std::mem::take(content),
@@ -333,6 +342,10 @@ fn without_earlier_blocks(blocks: Vec<Value>, carry: &Carry) -> Vec<Value> {
     let mut skipped = 0;
     let mut out = Vec::with_capacity(blocks.len());
     for block in blocks {
+        if is_carrier_block(&block) {
+            // (not the model's, and not counted in `shown`)
+            continue;
+        }
         let earlier_copy =
             is_display_block(&block) || earlier.iter().any(|e| same_shown_block(e, &block));
         if skipped < carry.shown && out.is_empty() && earlier_copy {
@@ -454,6 +467,53 @@ mod tests {
         let results = &messages[4]["content"];
         assert_eq!(results[0]["tool_use_id"], "toolu_b", "gateway results lead");
         assert_eq!(results[1]["tool_use_id"], "toolu_read");
+    }
+
+    /// A streamed turn of three model calls: a carrier ahead of the second call's blocks and
+    /// one ahead of the third's, each holding everything before it. The last one is opened,
+    /// the carriers go, and the client's copies of earlier blocks give way to the record.
+    #[test]
+    fn a_streamed_turn_opens_its_last_carrier() {
+        let first = json!({"role": "assistant", "content": [{"type": "text", "text": "one"}, {"type": "tool_use", "id": "toolu_a", "name": "t__x", "input": {}}]});
+        let first_results = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "A"}]});
+        let second = json!({"role": "assistant", "content": [{"type": "text", "text": "two"}, {"type": "tool_use", "id": "toolu_b", "name": "t__x", "input": {}}]});
+        let second_results = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_b", "content": "B"}]});
+        let carry = |prior: Vec<Value>, shown| Carry {
+            key_tag: 1,
+            prior,
+            shown,
+            ..Carry::default()
+        };
+        let ahead_of_second = carry(vec![first.clone(), first_results.clone()], 1);
+        let ahead_of_third = carry(vec![first, first_results, second, second_results], 2);
+        let open = move |token: &str| match token {
+            "T2" => Some(ahead_of_second.clone()),
+            "T3" => Some(ahead_of_third.clone()),
+            _ => None,
+        };
+        let mut messages = vec![
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "one"},
+                carrier_block("T2"),
+                {"type": "text", "text": "two"},
+                carrier_block("T3"),
+                {"type": "text", "text": "three"}
+            ]}),
+            json!({"role": "user", "content": "thanks"}),
+        ];
+        expand(&mut messages, &open);
+        let texts: Vec<String> = messages.iter().map(|m| m["content"].to_string()).collect();
+        assert_eq!(messages.len(), 7, "{texts:#?}");
+        assert_eq!(messages[1]["content"][1]["id"], "toolu_a");
+        assert_eq!(messages[3]["content"][1]["id"], "toolu_b");
+        assert_eq!(messages[4]["content"][0]["content"], "B");
+        assert_eq!(
+            messages[5]["content"],
+            json!([{"type": "text", "text": "three"}]),
+            "no carrier and no second copy of an earlier block"
+        );
+        assert_eq!(messages[6]["content"], "thanks");
     }
 
     #[test]

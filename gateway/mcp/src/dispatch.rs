@@ -301,6 +301,12 @@ pub(crate) async fn single_method(
                 .and_then(Value::as_str)
                 .is_some_and(|n| caller.sees_tool(server, n))
         });
+        // In name order, as every listing the gateway answers (a page at a time here: the
+        // upstream's pages are relayed as they come).
+        fn name(tool: &Value) -> Option<&str> {
+            tool.get("name").and_then(Value::as_str)
+        }
+        tools.sort_by(|a, b| name(a).cmp(&name(b)));
         cx.upstream.review_relayed(server, tools);
         let mut hid = false;
         if caller.has_argument_rules() {

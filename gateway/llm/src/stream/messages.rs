@@ -56,7 +56,23 @@ pub(super) async fn anthropic_loop(
     let mut carry = prepared.new_carry();
     let max = prepared.model.spec.max_iterations;
     let ping: &'static [u8] = b"event: ping\ndata: {\"type\": \"ping\"}\n\n";
+    // Carrier blocks sent so far (not the model's: `carry.shown` does not count them).
+    let mut carriers: u64 = 0;
     for iteration in 1..=max {
+        // What the gateway did so far rides in a carrier block sent before the iteration's own
+        // blocks, as thinking comes before text: a client that reads the message's last block
+        // as its answer (the Claude Code CLI) finds the model's text there, not the carrier.
+        let mut carried_ahead = false;
+        if iteration > 1 && !carry.is_empty() {
+            let mut so_far = carry.clone();
+            so_far.shown = usize::try_from(next_index - carriers).unwrap_or(usize::MAX);
+            if let Some(token) = prepared.seal(so_far) {
+                emit_whole_block(out, next_index, anthropic::carrier_block(&token)).await;
+                next_index += 1;
+                carriers += 1;
+                carried_ahead = true;
+            }
+        }
         let turn_start = next_index;
         let turn = match anthropic_turn(prepared, &mut events, out, &mut next_index, iteration == 1)
             .await
@@ -89,13 +105,14 @@ pub(super) async fn anthropic_loop(
             let (c, r) = Format::Anthropic.carried_calls(&response, &executed);
             carry.calls = c;
             carry.results = r;
-            carry.shown = turn_start as usize;
+            carry.shown = usize::try_from(turn_start - carriers).unwrap_or(usize::MAX);
             let first_held = turn.held.first().map(|(i, _)| *i);
             carry.id = first_held
                 .and_then(|i| turn.blocks.get(i as usize))
                 .and_then(|b| b.get("id").and_then(Value::as_str))
                 .map(str::to_owned);
-            let token = if carry.is_empty() {
+            // (no gateway call in this iteration: the carrier sent ahead of it holds it all)
+            let token = if carry.is_empty() || (carried_ahead && executed.is_empty()) {
                 None
             } else {
                 prepared.seal(carry)
