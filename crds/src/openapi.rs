@@ -32,6 +32,15 @@ pub struct OpenApi {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
     pub overrides: Vec<OperationOverride>,
+    /// Output schemas larger than this many bytes (as JSON) are left out of the listing (the
+    /// tool's structured result still comes back); 0 leaves every output schema out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_schema_bytes: Option<u64>,
+    /// The most the compiled tools may take (schemas and descriptions, as text; default 64
+    /// MiB): a document that compiles to more fails the server's listings, saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_compiled_bytes: Option<u64>,
 }
 
 /// A key of a ConfigMap or of a Secret holding the document (exactly one).

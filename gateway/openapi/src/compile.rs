@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use switchboard_protocol::schema::{clean_with, sanitize_with};
 use switchboard_snapshot::{OpenApiSpec, OperationSelector, glob_match};
@@ -42,6 +44,8 @@ pub struct Compiled {
     pub problems: Vec<DocumentError>,
     /// The OpenAPI version the document declares.
     pub version: String,
+    /// Output schemas left out for `openapi.maxOutputSchemaBytes`.
+    pub outputs_left_out: usize,
 }
 
 impl Compiled {
@@ -49,10 +53,29 @@ impl Compiled {
         self.by_name.get(name).map(|&i| &self.tools[i])
     }
 
-    /// The `tools/list` result: every tool, by path and then method (a stable order).
-    pub fn listing(&self) -> Value {
-        json!({ "tools": self.tools.iter().map(OperationTool::listed).collect::<Vec<_>>() })
+    /// The `tools/list` result: every tool, by path and then method (a stable order), written
+    /// as text straight from the tools' own (no tree of the whole listing is built).
+    pub fn listing(&self) -> Box<RawValue> {
+        let mut out = String::with_capacity(self.bytes() + 256 * self.tools.len() + 16);
+        out.push_str("{\"tools\":[");
+        for (i, tool) in self.tools.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            tool.write_listed(&mut out);
+        }
+        out.push_str("]}");
+        RawValue::from_string(out).unwrap_or_else(|_| empty_listing())
     }
+
+    /// Bytes of the tools' schemas and descriptions as held.
+    pub fn bytes(&self) -> usize {
+        self.tools.iter().map(OperationTool::bytes).sum()
+    }
+}
+
+fn empty_listing() -> Box<RawValue> {
+    RawValue::from_string("{\"tools\":[]}".into()).unwrap_or_default()
 }
 
 /// One operation as a tool.
@@ -60,10 +83,12 @@ impl Compiled {
 pub struct OperationTool {
     pub name: String,
     pub description: Option<String>,
-    pub input_schema: Value,
+    /// Kept as JSON text (as listings are): a GitHub-sized document's schemas take a tenth of
+    /// what they take as trees, and a listing writes them out as they are.
+    pub input_schema: Box<RawValue>,
     /// The JSON schema of the success response, an object (a non-object response is wrapped
     /// as `{"result": ...}`: MCP's structured content is an object).
-    pub output_schema: Option<Value>,
+    pub output_schema: Option<Box<RawValue>>,
     pub(crate) wraps_output: bool,
     pub method: http::Method,
     /// The path template (`/pets/{petId}`).
@@ -115,24 +140,71 @@ impl ParamLocation {
 }
 
 impl OperationTool {
-    fn listed(&self) -> Value {
-        let mut tool = json!({
-            "name": self.name,
-            "inputSchema": self.input_schema,
-            "annotations": {
-                "readOnlyHint": matches!(self.method, http::Method::GET | http::Method::HEAD),
-                "destructiveHint": self.method == http::Method::DELETE,
-                "idempotentHint": matches!(self.method, http::Method::GET | http::Method::HEAD | http::Method::PUT | http::Method::DELETE),
+    /// The tool as `tools/list` lists it, written onto `out`.
+    fn write_listed(&self, out: &mut String) {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Listed<'a> {
+            name: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            description: Option<&'a str>,
+            input_schema: &'a RawValue,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            output_schema: Option<&'a RawValue>,
+            annotations: Annotations,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Annotations {
+            read_only_hint: bool,
+            destructive_hint: bool,
+            idempotent_hint: bool,
+        }
+        let listed = Listed {
+            name: &self.name,
+            description: self.description.as_deref(),
+            input_schema: &self.input_schema,
+            output_schema: self.output_schema.as_deref(),
+            annotations: Annotations {
+                read_only_hint: matches!(self.method, http::Method::GET | http::Method::HEAD),
+                destructive_hint: self.method == http::Method::DELETE,
+                idempotent_hint: matches!(
+                    self.method,
+                    http::Method::GET
+                        | http::Method::HEAD
+                        | http::Method::PUT
+                        | http::Method::DELETE
+                ),
             },
-        });
-        if let Some(d) = &self.description {
-            tool["description"] = Value::String(d.clone());
+        };
+        // (writing into a String cannot fail; the fields are valid JSON)
+        if let Ok(text) = serde_json::to_string(&listed) {
+            out.push_str(&text);
         }
-        if let Some(s) = &self.output_schema {
-            tool["outputSchema"] = s.clone();
-        }
-        tool
     }
+
+    pub fn bytes(&self) -> usize {
+        self.input_schema.get().len()
+            + self.output_schema.as_ref().map_or(0, |s| s.get().len())
+            + self.description.as_ref().map_or(0, String::len)
+    }
+
+    /// The input schema, parsed (for the rare reader).
+    pub fn input_schema_value(&self) -> Value {
+        serde_json::from_str(self.input_schema.get()).unwrap_or(Value::Null)
+    }
+
+    /// The output schema, parsed (for the rare reader).
+    pub fn output_schema_value(&self) -> Option<Value> {
+        let schema = self.output_schema.as_ref()?;
+        serde_json::from_str(schema.get()).ok()
+    }
+}
+
+/// A schema as the text a tool keeps.
+fn as_text(schema: &Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(schema)
+        .unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default())
 }
 
 /// Reads a document (JSON or YAML) and compiles the operations `spec` selects.
@@ -219,6 +291,8 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
         ..Compiled::default()
     };
     let mut taken: HashMap<String, String> = HashMap::new();
+    // Bytes the tools kept so far take (schemas and descriptions, as text).
+    let mut held: u64 = 0;
     for (path, item) in paths {
         let item_path = format!("paths.{path}");
         let item = match resolve(document, item) {
@@ -258,7 +332,7 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
             }
             .build(overridden);
             match built {
-                Ok(tool) => {
+                Ok(mut tool) => {
                     if let Some(first) = taken.get(&tool.name) {
                         compiled.problems.push(at(
                             &op_path,
@@ -270,6 +344,23 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
                         continue;
                     }
                     taken.insert(tool.name.clone(), op_path.clone());
+                    if tool.output_schema.as_ref().is_some_and(|o| {
+                        spec.max_output_schema_bytes
+                            .is_some_and(|max| o.get().len() as u64 > max)
+                    }) {
+                        tool.output_schema = None;
+                        compiled.outputs_left_out += 1;
+                    }
+                    held += tool.bytes() as u64;
+                    if held > spec.max_compiled_bytes() {
+                        return Err(at(
+                            "",
+                            format!(
+                                "its tools take more than openapi.maxCompiledBytes ({} MiB) as compiled; select fewer operations, bound output schemas (openapi.maxOutputSchemaBytes) or raise the limit",
+                                spec.max_compiled_bytes() >> 20
+                            ),
+                        ));
+                    }
                     compiled
                         .by_name
                         .insert(tool.name.clone(), compiled.tools.len());
@@ -631,8 +722,8 @@ impl Operation<'_> {
         Ok(OperationTool {
             name,
             description,
-            input_schema,
-            output_schema,
+            input_schema: as_text(&input_schema),
+            output_schema: output_schema.as_ref().map(as_text),
             wraps_output,
             method: self
                 .method
@@ -892,8 +983,8 @@ components:
             ],
             "path-item parameters first, Accept ignored"
         );
-        assert_eq!(get.input_schema["required"], json!(["petId"]));
-        let out = get.output_schema.as_ref().unwrap();
+        assert_eq!(get.input_schema_value()["required"], json!(["petId"]));
+        let out = get.output_schema_value().unwrap();
         assert_eq!(out["properties"]["kind"]["enum"], json!(["cat", "dog"]));
         assert_eq!(out["properties"]["name"]["type"], json!(["string", "null"]));
         assert_eq!(get.description.as_deref(), Some("One pet"));
@@ -907,14 +998,14 @@ components:
             })
         );
         assert_eq!(
-            put.input_schema["properties"]["body"]["properties"]["kind"]["enum"],
+            put.input_schema_value()["properties"]["body"]["properties"]["kind"]["enum"],
             json!(["cat", "dog"]),
             "the body's $ref is inlined"
         );
         let list = c.tool("get_pets").unwrap();
         assert!(list.wraps_output, "an array response is wrapped");
         assert_eq!(
-            list.output_schema.as_ref().unwrap()["properties"]["result"]["type"],
+            list.output_schema_value().unwrap()["properties"]["result"]["type"],
             "array"
         );
     }
@@ -976,6 +1067,57 @@ components:
         );
     }
 
+    /// `maxOutputSchemaBytes` leaves larger output schemas out (0: all of them), counted;
+    /// `maxCompiledBytes` refuses a document whose tools would take more, naming the field.
+    #[test]
+    fn output_schemas_are_bounded_and_a_document_over_its_limit_is_refused() {
+        let all = compile(PETS, &OpenApiSpec::default()).unwrap();
+        let with_output = all
+            .tools
+            .iter()
+            .filter(|t| t.output_schema.is_some())
+            .count();
+        assert!(with_output > 0);
+        let none = OpenApiSpec {
+            max_output_schema_bytes: Some(0),
+            ..Default::default()
+        };
+        let none = compile(PETS, &none).unwrap();
+        assert!(none.tools.iter().all(|t| t.output_schema.is_none()));
+        assert_eq!(none.outputs_left_out, with_output);
+        assert!(none.bytes() < all.bytes());
+        let largest = all
+            .tools
+            .iter()
+            .filter_map(|t| t.output_schema.as_ref().map(|o| o.get().len()))
+            .max()
+            .unwrap();
+        let bounded = OpenApiSpec {
+            max_output_schema_bytes: Some(largest as u64 - 1),
+            ..Default::default()
+        };
+        let bounded = compile(PETS, &bounded).unwrap();
+        assert!(bounded.outputs_left_out >= 1, "the largest is left out");
+        let kept: Vec<usize> = bounded
+            .tools
+            .iter()
+            .filter_map(|t| t.output_schema.as_ref().map(|o| o.get().len()))
+            .collect();
+        assert_eq!(kept.len(), with_output - bounded.outputs_left_out);
+        assert!(kept.iter().all(|&n| n < largest));
+        let tight = OpenApiSpec {
+            max_compiled_bytes: Some(all.bytes() as u64 - 1),
+            ..Default::default()
+        };
+        let refused = compile(PETS, &tight).unwrap_err().to_string();
+        assert!(refused.contains("openapi.maxCompiledBytes"), "{refused}");
+        let fits = OpenApiSpec {
+            max_compiled_bytes: Some(all.bytes() as u64),
+            ..Default::default()
+        };
+        assert_eq!(compile(PETS, &fits).unwrap().tools.len(), all.tools.len());
+    }
+
     #[test]
     fn overrides_rename_and_unknown_ones_are_reported() {
         let spec = OpenApiSpec {
@@ -1029,11 +1171,11 @@ components:
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let a = c.tool("a").unwrap();
         assert_eq!(
-            a.input_schema["properties"]["body"]["properties"]["x"]["type"],
+            a.input_schema_value()["properties"]["body"]["properties"]["x"]["type"],
             "string"
         );
         assert_eq!(
-            a.output_schema.as_ref().unwrap()["properties"]["result"]["type"],
+            a.output_schema_value().unwrap()["properties"]["result"]["type"],
             "string"
         );
     }
@@ -1078,7 +1220,7 @@ components:
     fn keywords_next_to_a_ref_apply_in_3_1() {
         let c = compile(SIBLINGS, &OpenApiSpec::default()).unwrap();
         let t = c.tool("create").unwrap();
-        let props = &t.input_schema["properties"];
+        let props = &t.input_schema_value()["properties"];
         assert_eq!(
             props["priority"],
             json!({"type": "string", "enum": ["low", "normal", "urgent"], "title": "Priority", "default": "normal"}),
@@ -1097,14 +1239,14 @@ components:
             "a one-branch allOf (pydantic v1) is read as one schema"
         );
         assert_eq!(body["parent"]["description"], "The order before");
-        assert!(!t.input_schema.to_string().contains("$ref"));
-        let out = t.output_schema.as_ref().unwrap();
+        assert!(!t.input_schema.get().to_string().contains("$ref"));
+        let out = t.output_schema_value().unwrap();
         assert_eq!(out["properties"]["priority"]["default"], "low");
 
         // OpenAPI 3.0: keywords next to a `$ref` are ignored (its description aside).
         let v30 = SIBLINGS.replace("3.1.0", "3.0.3");
         let c = compile(&v30, &OpenApiSpec::default()).unwrap();
-        let props = &c.tool("create").unwrap().input_schema["properties"];
+        let props = &c.tool("create").unwrap().input_schema_value()["properties"];
         assert_eq!(props["priority"].get("default"), None);
         assert_eq!(
             props["priority"]["enum"],
@@ -1147,17 +1289,17 @@ components:
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let a = c.tool("getA").unwrap();
         assert_eq!(
-            a.input_schema["properties"]["id"]["enum"],
+            a.input_schema_value()["properties"]["id"]["enum"],
             json!(["cat", "dog"])
         );
         assert_eq!(
-            a.output_schema.as_ref().unwrap()["properties"]["name"]["type"],
+            a.output_schema_value().unwrap()["properties"]["name"]["type"],
             "string"
         );
         let b = c.tool("getB").unwrap();
         assert_eq!(b.params[0].name, "id");
         assert_eq!(
-            b.input_schema["properties"]["id"]["enum"],
+            b.input_schema_value()["properties"]["id"]["enum"],
             json!(["cat", "dog"])
         );
     }
@@ -1214,7 +1356,7 @@ components:
         let c = compile(V30, &OpenApiSpec::default()).unwrap();
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let t = c.tool("update").unwrap();
-        let input = &t.input_schema["properties"];
+        let input = &t.input_schema_value()["properties"];
         assert_eq!(
             input["n"],
             json!({"type": "integer", "exclusiveMinimum": 0})
@@ -1223,9 +1365,9 @@ components:
             input["since"],
             json!({"type": ["string", "null"], "examples": ["2024-01-01"]})
         );
-        let output = t.output_schema.as_ref().unwrap();
+        let output = t.output_schema_value().unwrap();
         assert!(!t.wraps_output);
-        for (direction, issue) in [("input", &input["body"]), ("output", output)] {
+        for (direction, issue) in [("input", &input["body"]), ("output", &output)] {
             let p = &issue["properties"];
             assert_eq!(
                 p["state_reason"],
@@ -1280,13 +1422,13 @@ components:
             "a write-only property is not required in a response"
         );
         assert_eq!(
-            t.input_schema["required"],
+            t.input_schema_value()["required"],
             json!(["n", "body"]),
             "the arguments are the request's"
         );
         // A 3.1 document written the 3.0 way (ReadMe's own description does) reads the same.
         let v31 = compile(&V30.replace("3.0.3", "3.1.0"), &OpenApiSpec::default()).unwrap();
-        let out = v31.tool("update").unwrap().output_schema.clone().unwrap();
+        let out = v31.tool("update").unwrap().output_schema_value().unwrap();
         assert_eq!(
             out["properties"]["state_reason"],
             output["properties"]["state_reason"]
@@ -1306,7 +1448,7 @@ components:
             "a null body is not an object: structured content wraps it"
         );
         assert_eq!(
-            t.output_schema.as_ref().unwrap()["properties"]["result"]["type"],
+            t.output_schema_value().unwrap()["properties"]["result"]["type"],
             json!(["object", "null"])
         );
     }

@@ -728,6 +728,9 @@ impl Validator {
                 ),
             },
         }
+        if openapi.max_compiled_bytes == Some(0) {
+            self.err(format!("{path}.maxCompiledBytes"), "must be at least 1");
+        }
         for (j, method) in openapi.operations.methods.iter().enumerate() {
             if !crate::openapi::HTTP_METHODS.contains(&method.as_str()) {
                 self.err(

@@ -29,6 +29,24 @@ pub struct OpenApiSpec {
     /// Names and descriptions other than the derived ones, by operation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<OperationOverride>,
+    /// Output schemas larger than this many bytes (as JSON) are left out of the listing (the
+    /// tool's structured result still comes back); 0 leaves every output schema out. Left out:
+    /// every output schema is listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_schema_bytes: Option<u64>,
+    /// The most the compiled tools (schemas and descriptions, as text) may take; a document
+    /// that compiles to more is refused with a message saying so (an inline one refuses the
+    /// config; a fetched one fails the server's listings), rather than taking the gateway's
+    /// memory. Default 64 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_compiled_bytes: Option<u64>,
+}
+
+impl OpenApiSpec {
+    /// `maxCompiledBytes`, or its default (64 MiB).
+    pub fn max_compiled_bytes(&self) -> u64 {
+        self.max_compiled_bytes.unwrap_or(64 << 20)
+    }
 }
 
 /// An operation is selected when it matches one of `operationIds`, `tags` or `paths` (each a

@@ -1,13 +1,13 @@
 //! Walking an upstream's paginated listing under one deadline (docs/architecture.md, invariant 7).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::call::UpstreamCall;
-use crate::client::{RpcCall, RpcOutcome, Upstreams};
+use crate::client::{RpcCall, RpcOutcome, RpcResult, Upstreams};
 use crate::error::UpstreamError;
 use crate::request_credential::RequestCredential;
 use switchboard_core::table::Server;
@@ -112,6 +112,45 @@ impl Item {
             field,
             id,
             rest: rest.unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default()),
+        }
+    }
+
+    /// An item from its JSON text, read member by member (no tree of the item is built: its
+    /// members stay as they were written, in key order as a parsed item's would be).
+    pub fn from_raw(kind: ListKind, raw: &RawValue) -> Item {
+        let field = kind.id_field();
+        let members = match serde_json::from_str::<BTreeMap<&str, &RawValue>>(raw.get()) {
+            Ok(members) => members,
+            // (not an object, or keys with escapes, which cannot be borrowed: the usual way)
+            Err(_) => {
+                let value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                return Item::new(kind, &value);
+            }
+        };
+        let id: Option<String> = members
+            .get(field)
+            .and_then(|v| serde_json::from_str(v.get()).ok());
+        let mut rest = String::with_capacity(raw.get().len());
+        rest.push('{');
+        for (key, value) in &members {
+            if id.is_some() && *key == field {
+                continue;
+            }
+            if rest.len() > 1 {
+                rest.push(',');
+            }
+            // (a borrowed key has no escapes: it is written as it was)
+            rest.push('"');
+            rest.push_str(key);
+            rest.push_str("\":");
+            rest.push_str(value.get());
+        }
+        rest.push('}');
+        Item {
+            field,
+            id,
+            rest: RawValue::from_string(rest)
+                .unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default()),
         }
     }
 
@@ -250,7 +289,7 @@ async fn walk_pages(
             },
         };
         let result = match upstreams.call(call).await {
-            Ok(RpcOutcome::Result(r)) => r.into_value(),
+            Ok(RpcOutcome::Result(r)) => r,
             Ok(RpcOutcome::Error(e, _)) if page == 0 => {
                 return Err(UpstreamError::Unavailable {
                     server: server.id().to_string(),
@@ -278,9 +317,11 @@ async fn walk_pages(
                 return Ok(listing);
             }
         };
-        absorb_page(&mut listing, &result, kind);
+        let page = Page::read(&result, kind);
+        drop(result);
+        let next = page.absorb_into(&mut listing);
         let era = upstreams.era_of(server);
-        match next_cursor(&result, era) {
+        match next_cursor(next, era) {
             None => return Ok(listing),
             Some(next) if !seen.insert(next.clone()) => {
                 listing.warnings.push(format!(
@@ -299,18 +340,65 @@ async fn walk_pages(
     Ok(listing)
 }
 
-fn absorb_page(listing: &mut Listing, result: &Value, kind: ListKind) {
-    if let Some(items) = result.get(kind.field()).and_then(Value::as_array) {
-        listing
-            .items
-            .extend(items.iter().map(|item| Item::new(kind, item)));
+/// What the walk takes from one page of a listing.
+#[derive(Default)]
+struct Page {
+    items: Vec<Item>,
+    ttl_ms: Option<u64>,
+    scope: Option<String>,
+    next_cursor: Option<Value>,
+}
+
+impl Page {
+    /// Reads a page: an upstream's text is read member by member, each item kept as its own
+    /// text (a large listing is never a tree); a parsed result is read as it is.
+    fn read(result: &RpcResult, kind: ListKind) -> Page {
+        match result {
+            RpcResult::Parsed(value) => Page {
+                items: value
+                    .get(kind.field())
+                    .and_then(Value::as_array)
+                    .map(|items| items.iter().map(|i| Item::new(kind, i)).collect())
+                    .unwrap_or_default(),
+                ttl_ms: value.get("ttlMs").and_then(Value::as_u64),
+                scope: value
+                    .get("cacheScope")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                next_cursor: value.get("nextCursor").cloned(),
+            },
+            RpcResult::Raw(raw) => {
+                let Ok(members) = serde_json::from_str::<BTreeMap<&str, &RawValue>>(raw.get())
+                else {
+                    // (keys with escapes cannot be borrowed: read it whole)
+                    let value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                    return Page::read(&RpcResult::Parsed(value), kind);
+                };
+                let member = |name: &str| members.get(name).map(|r| r.get());
+                Page {
+                    items: member(kind.field())
+                        .and_then(|items| serde_json::from_str::<Vec<&RawValue>>(items).ok())
+                        .map(|items| items.into_iter().map(|i| Item::from_raw(kind, i)).collect())
+                        .unwrap_or_default(),
+                    ttl_ms: member("ttlMs").and_then(|t| serde_json::from_str(t).ok()),
+                    scope: member("cacheScope").and_then(|s| serde_json::from_str(s).ok()),
+                    next_cursor: member("nextCursor").and_then(|c| serde_json::from_str(c).ok()),
+                }
+            }
+        }
     }
-    if let Some(ttl) = result.get("ttlMs").and_then(Value::as_u64) {
-        listing.ttl_ms = Some(listing.ttl_ms.map_or(ttl, |t| t.min(ttl)));
+
+    /// Adds the page to the listing; the page's cursor, if any.
+    fn absorb_into(self, listing: &mut Listing) -> Option<Value> {
+        listing.items.extend(self.items);
+        if let Some(ttl) = self.ttl_ms {
+            listing.ttl_ms = Some(listing.ttl_ms.map_or(ttl, |t| t.min(ttl)));
+        }
+        let scope = self.scope.as_deref();
+        listing.private |= scope != Some("public");
+        listing.said_private |= scope == Some("private");
+        self.next_cursor
     }
-    let scope = result.get("cacheScope").and_then(Value::as_str);
-    listing.private |= scope != Some("public");
-    listing.said_private |= scope == Some("private");
 }
 
 /// The cursor of the next page, if there is one. In the 2026-07-28 revision only an absent or
@@ -318,12 +406,14 @@ fn absorb_page(listing: &mut Listing, result: &Value, kind: ListKind) {
 /// several legacy SDKs serialize "no more pages" as `""`, so from a legacy upstream an empty
 /// string ends the walk; following it would re-request page one and end on the
 /// repeated-cursor guard anyway, one request later.
-fn next_cursor(result: &Value, era: Option<Era>) -> Option<String> {
-    let next = result.get("nextCursor")?.as_str()?;
+fn next_cursor(next: Option<Value>, era: Option<Era>) -> Option<String> {
+    let Value::String(next) = next? else {
+        return None;
+    };
     if next.is_empty() && era != Some(Era::Rev2026) {
         return None;
     }
-    Some(next.to_string())
+    Some(next)
 }
 
 /// What the review of one tools listing found (kept with the listing).
@@ -377,14 +467,53 @@ mod tests {
 
     #[test]
     fn empty_cursor_is_a_cursor_only_in_the_modern_era() {
-        let r = json!({"tools": [], "nextCursor": ""});
-        assert_eq!(next_cursor(&r, Some(Era::Rev2026)), Some(String::new()));
-        assert_eq!(next_cursor(&r, Some(Era::Rev2025)), None);
+        let empty = || Some(json!(""));
         assert_eq!(
-            next_cursor(&json!({"nextCursor": null}), Some(Era::Rev2026)),
-            None
+            next_cursor(empty(), Some(Era::Rev2026)),
+            Some(String::new())
         );
-        assert_eq!(next_cursor(&json!({}), Some(Era::Rev2026)), None);
+        assert_eq!(next_cursor(empty(), Some(Era::Rev2025)), None);
+        assert_eq!(next_cursor(Some(Value::Null), Some(Era::Rev2026)), None);
+        assert_eq!(next_cursor(None, Some(Era::Rev2026)), None);
+    }
+
+    fn raw(value: &Value) -> RpcResult {
+        RpcResult::Raw(serde_json::value::to_raw_value(value).unwrap())
+    }
+
+    /// An upstream's text is read without a tree and gives the same items, hints and cursor
+    /// as the same result parsed (an escaped key, which cannot be borrowed, included).
+    #[test]
+    fn a_page_read_from_text_is_the_page_parsed() {
+        let page = json!({
+            "tools": [
+                {"name": "add", "description": "Add", "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+                {"name": "odd\"name", "xé": 1},
+                {"name": "b", "q\"k": 2},
+                {"title": "no name"},
+                7
+            ],
+            "ttlMs": 250, "cacheScope": "private", "nextCursor": "c2"
+        });
+        let escaped_member = json!({"tools": [{"name": "a"}], "k\"ey": 1, "nextCursor": "c"});
+        for page in [page, escaped_member] {
+            let (mut from_text, mut parsed) = (Listing::default(), Listing::default());
+            let a = Page::read(&raw(&page), ListKind::Tools).absorb_into(&mut from_text);
+            let b = Page::read(&RpcResult::Parsed(page.clone()), ListKind::Tools)
+                .absorb_into(&mut parsed);
+            assert_eq!(a, b);
+            assert_eq!(from_text.items.len(), parsed.items.len());
+            for (x, y) in from_text.items.iter().zip(&parsed.items) {
+                assert_eq!(x.id(), y.id());
+                let text: Value = serde_json::from_str(&x.json_with_id("p__x")).unwrap();
+                let tree: Value = serde_json::from_str(&y.json_with_id("p__x")).unwrap();
+                assert_eq!(text, tree);
+            }
+            assert_eq!(
+                (from_text.ttl_ms, from_text.private, from_text.said_private),
+                (parsed.ttl_ms, parsed.private, parsed.said_private)
+            );
+        }
     }
 
     #[test]
@@ -413,19 +542,17 @@ mod tests {
     #[test]
     fn cache_hints_merge_to_smallest_ttl_and_private_if_any() {
         let mut l = Listing::default();
-        absorb_page(
-            &mut l,
-            &json!({"tools": [1], "ttlMs": 5000, "cacheScope": "public"}),
-            ListKind::Tools,
+        let page = |v: Value| Page::read(&raw(&v), ListKind::Tools);
+        page(json!({"tools": [1], "ttlMs": 5000, "cacheScope": "public"})).absorb_into(&mut l);
+        assert!(!l.private && !l.said_private);
+        page(json!({"tools": [2], "ttlMs": 100})).absorb_into(&mut l);
+        assert!(
+            l.private && !l.said_private,
+            "no scope: not shared, not said private"
         );
-        assert!(!l.private);
-        absorb_page(
-            &mut l,
-            &json!({"tools": [2], "ttlMs": 100, "cacheScope": "private"}),
-            ListKind::Tools,
-        );
+        page(json!({"tools": [3], "ttlMs": 200, "cacheScope": "private"})).absorb_into(&mut l);
         assert_eq!(l.ttl_ms, Some(100));
-        assert!(l.private);
-        assert_eq!(l.items.len(), 2);
+        assert!(l.private && l.said_private);
+        assert_eq!(l.items.len(), 3);
     }
 }

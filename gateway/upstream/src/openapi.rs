@@ -20,6 +20,18 @@ use crate::client::{
 use crate::error::UpstreamError;
 use crate::http_client;
 
+/// Runs CPU-heavy work on the blocking pool; a task that panicked is a document error.
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, switchboard_openapi::DocumentError> + Send + 'static,
+) -> Result<T, switchboard_openapi::DocumentError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(switchboard_openapi::DocumentError {
+            path: String::new(),
+            message: format!("compiling stopped: {e}"),
+        })
+    })
+}
+
 impl Upstreams {
     pub(crate) async fn openapi(
         &self,
@@ -29,7 +41,10 @@ impl Upstreams {
     ) -> Result<RpcOutcome, UpstreamError> {
         let result = |value: Value| Ok(RpcOutcome::Result(RpcResult::Parsed(value)));
         match call.method() {
-            "tools/list" => result(self.document(call, state, tools).await?.listing()),
+            // (as text: a large listing is never a tree)
+            "tools/list" => Ok(RpcOutcome::Result(RpcResult::Raw(
+                self.document(call, state, tools).await?.listing(),
+            ))),
             "tools/call" => {
                 let document = self.document(call, state, tools).await?;
                 let params = call.params();
@@ -101,7 +116,10 @@ impl Upstreams {
             detail,
         };
         let text = self.fetch_document(call, url, true).await?;
-        let main = switchboard_openapi::parse(&text)
+        // (parsing and compiling a large description takes a CPU for a while: off the
+        // runtime's threads, which go on serving every other request meanwhile)
+        let main = off_runtime(move || switchboard_openapi::parse(&text))
+            .await
             .map_err(|e| unavailable(format!("the OpenAPI document {url}: {e}")))?;
         // References into other documents: fetched (the credential only where the main
         // document got it: the same origin), at most MAX_DOCUMENTS, then copied in.
@@ -135,10 +153,14 @@ impl Upstreams {
                 Err(why) => failed.push(format!("{next}: {why}")),
             }
         }
-        let document = switchboard_openapi::bundle(main, url, &remote);
         let spec = call.server.spec.openapi.clone().unwrap_or_default();
-        let mut compiled = switchboard_openapi::compile_document(&document, &spec)
-            .map_err(|e| unavailable(format!("the OpenAPI document {url}: {e}")))?;
+        let base = url.clone();
+        let mut compiled = off_runtime(move || {
+            let document = switchboard_openapi::bundle(main, &base, &remote);
+            switchboard_openapi::compile_document(&document, &spec)
+        })
+        .await
+        .map_err(|e| unavailable(format!("the OpenAPI document {url}: {e}")))?;
         compiled.problems.extend(failed.into_iter().map(|message| {
             switchboard_openapi::DocumentError {
                 path: String::new(),

@@ -95,7 +95,8 @@ struct Indexed {
 /// names by address, so no address in a cached key is reused while the entry lives.
 pub(crate) struct ToolIndex {
     tools: Vec<Indexed>,
-    engine: SearchEngine<u32>,
+    head: SearchEngine<u32>,
+    body: SearchEngine<u32>,
     private: bool,
     _held: (Vec<Arc<Listing>>, Option<Arc<VirtualServer>>),
 }
@@ -127,26 +128,90 @@ fn identifier_words(name: &str, out: &mut String) {
     out.push(' ');
 }
 
-/// The text a tool is found by: its presented name (twice: a name is the best summary a tool
-/// has), title, description and argument names.
-fn document(name: &str, tool: &Map<String, Value>) -> String {
-    let mut text = String::new();
-    identifier_words(name, &mut text);
-    identifier_words(name, &mut text);
-    for field in ["title", "description"] {
-        if let Some(Value::String(s)) = tool.get(field) {
-            text.push_str(s);
-            text.push(' ');
-        }
+/// The two texts a tool is found by, scored apart and added up (BM25 per field): its head (its
+/// presented name, title and the description's first paragraph: what it does, in a line) and
+/// its body (its argument names and the start of the rest of its description: long API
+/// descriptions go on about rate limits and media types, which every tool shares). A word in a
+/// short head says more than the same word in a long body.
+fn fields(name: &str, tool: &Map<String, Value>) -> (String, String) {
+    let mut head = String::new();
+    identifier_words(name, &mut head);
+    let description = tool
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let (summary, rest) = description.split_once("\n\n").unwrap_or((description, ""));
+    for part in [tool.get("title").and_then(Value::as_str), Some(summary)]
+        .into_iter()
+        .flatten()
+    {
+        head.push_str(part);
+        head.push(' ');
     }
+    let mut body = String::new();
     if let Some(Value::Object(properties)) =
         tool.get("inputSchema").and_then(|s| s.get("properties"))
     {
         for argument in properties.keys() {
-            identifier_words(argument, &mut text);
+            identifier_words(argument, &mut body);
         }
     }
-    text
+    for word in rest.split_whitespace().take(REST_WORDS) {
+        body.push_str(word);
+        body.push(' ');
+    }
+    (head, body)
+}
+
+/// How much a head's score counts against a body's (chosen on bench/tool_search_tasks.json:
+/// top-5 recall 0.78 with one field, 0.83 at 2, 0.88 from 5 to 20; BENCHMARKS.md).
+const HEAD_WEIGHT: f32 = 6.0;
+
+/// Words of a description past its first paragraph that count.
+const REST_WORDS: usize = 40;
+
+/// The words APIs name their operations by, for the words people ask with: a query's word
+/// brings its API words along (the query keeps its own words too).
+const VERBS: [(&str, &str); 25] = [
+    ("open", "create"),
+    ("new", "create"),
+    ("make", "create"),
+    ("add", "create"),
+    ("publish", "create"),
+    ("start", "create"),
+    ("show", "list get"),
+    ("see", "list get"),
+    ("view", "list get"),
+    ("read", "get"),
+    ("fetch", "get"),
+    ("which", "list get"),
+    ("what", "list get"),
+    ("remove", "delete"),
+    ("erase", "delete"),
+    ("drop", "delete"),
+    ("edit", "update"),
+    ("change", "update"),
+    ("modify", "update"),
+    ("rename", "update"),
+    ("find", "search list"),
+    // (the caller's own things: APIs say "authenticated user" or "current user")
+    ("me", "authenticated current"),
+    ("my", "authenticated current"),
+    ("signed", "authenticated current"),
+    ("logged", "authenticated current"),
+];
+
+/// A query with the API verbs its words stand for.
+fn with_verbs(query: &str) -> String {
+    let mut out = query.to_string();
+    for word in query.split(|c: char| !c.is_alphanumeric()) {
+        let word = word.to_lowercase();
+        if let Some((_, verbs)) = VERBS.iter().find(|(w, _)| *w == word) {
+            out.push(' ');
+            out.push_str(verbs);
+        }
+    }
+    out
 }
 
 impl ToolIndex {
@@ -155,19 +220,24 @@ impl ToolIndex {
         held: (Vec<Arc<Listing>>, Option<Arc<VirtualServer>>),
     ) -> ToolIndex {
         let private = held.0.iter().any(|l| l.private);
-        let mut documents = Vec::with_capacity(tools.len());
+        let (mut heads, mut bodies) = (Vec::new(), Vec::new());
         let mut indexed = Vec::with_capacity(tools.len());
         for (i, (server, own, tool)) in tools.into_iter().enumerate() {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
             let id = u32::try_from(i).unwrap_or(u32::MAX);
-            documents.push(Document::new(id, document(name, &tool)));
+            let (head, body) = fields(name, &tool);
+            heads.push(Document::new(id, head));
+            bodies.push(Document::new(id, body));
             let tool = serde_json::value::to_raw_value(&tool)
                 .unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default());
             indexed.push(Indexed { server, own, tool });
         }
+        let engine = |documents: Vec<Document<u32>>| {
+            SearchEngineBuilder::<u32>::with_documents(Language::English, documents).build()
+        };
         ToolIndex {
-            engine: SearchEngineBuilder::<u32>::with_documents(Language::English, documents)
-                .build(),
+            head: engine(heads),
+            body: engine(bodies),
             tools: indexed,
             private,
             _held: held,
@@ -182,12 +252,14 @@ impl ToolIndex {
         limit: usize,
         admits: impl Fn(&Indexed) -> bool,
     ) -> (Vec<&'s Indexed>, usize) {
-        let mut matches: Vec<(f32, u32)> = self
-            .engine
-            .search(query, None)
-            .into_iter()
-            .map(|r| (r.score, r.document.id))
-            .collect();
+        let query = with_verbs(query);
+        let mut scores: foldhash::HashMap<u32, f32> = foldhash::HashMap::default();
+        for (engine, weight) in [(&self.head, HEAD_WEIGHT), (&self.body, 1.0)] {
+            for r in engine.search(&query, None) {
+                *scores.entry(r.document.id).or_default() += weight * r.score;
+            }
+        }
+        let mut matches: Vec<(f32, u32)> = scores.into_iter().map(|(id, s)| (s, id)).collect();
         matches.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let searched = self.tools.iter().filter(|t| admits(t)).count();
         let found = matches

@@ -278,6 +278,8 @@ pub(crate) fn openapi_spec(
                 description: o.description.clone(),
             })
             .collect(),
+        max_output_schema_bytes: openapi.max_output_schema_bytes,
+        max_compiled_bytes: openapi.max_compiled_bytes,
     })
 }
 
