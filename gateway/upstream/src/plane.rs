@@ -86,7 +86,7 @@ pub struct UpstreamPlane {
     /// People's own accounts (`userOAuth`): their tokens, read from the shared store.
     accounts: crate::accounts::Accounts,
     /// Search indexes over listings (`tool_search`), one per set of listings searched.
-    pub(crate) tool_indexes: moka::sync::Cache<Vec<usize>, Arc<crate::tool_search::ToolIndex>>,
+    tool_indexes: crate::tool_search::ToolIndexes,
     metrics: Arc<Metrics>,
 }
 
@@ -105,7 +105,7 @@ impl UpstreamPlane {
             tokens: Tokens::default(),
             protected_resources,
             client_documents: Default::default(),
-            tool_indexes: crate::tool_search::index_cache(),
+            tool_indexes: Default::default(),
             metrics,
         }
     }
@@ -394,6 +394,27 @@ impl UpstreamPlane {
             }
         };
         Some(compiled.problems.iter().map(ToString::to_string).collect())
+    }
+
+    /// The tools of `searched` that best match `query` (words: what the tool does, its name,
+    /// its arguments), at most `limit`, among those the caller may call: listed as the caller
+    /// would see them, with their input schemas, so a model can call one at once.
+    pub async fn find_tools(
+        &self,
+        caller: &Caller,
+        searched: crate::Searched<'_>,
+        query: &str,
+        limit: usize,
+    ) -> crate::FoundTools {
+        let sources = crate::tool_search::sources(caller, searched);
+        let listings = futures_util::future::join_all(
+            sources
+                .iter()
+                .map(|(_, server)| self.listing(caller, server, ListKind::Tools)),
+        )
+        .await;
+        self.tool_indexes
+            .find(caller, searched, sources, listings, query, limit)
     }
 
     async fn listing_fresher_than(

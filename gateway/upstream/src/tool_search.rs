@@ -16,8 +16,7 @@ use switchboard_core::table::Server;
 use switchboard_core::virtual_server::{Selected, VirtualServer};
 
 use crate::error::UpstreamError;
-use crate::listing::{Item, ListKind, Listing};
-use crate::plane::UpstreamPlane;
+use crate::listing::{Item, Listing};
 
 /// What a search looks through.
 #[derive(Clone, Copy)]
@@ -99,15 +98,6 @@ pub(crate) struct ToolIndex {
     body: SearchEngine<u32>,
     private: bool,
     _held: (Vec<Arc<Listing>>, Option<Arc<VirtualServer>>),
-}
-
-/// Indexes kept: one per distinct set of listings (a virtual server's, the aggregate's per
-/// scope), dropped when unused for a while or when their listings change.
-pub(crate) fn index_cache() -> moka::sync::Cache<Vec<usize>, Arc<ToolIndex>> {
-    moka::sync::Cache::builder()
-        .max_capacity(64)
-        .time_to_idle(Duration::from_secs(600))
-        .build()
 }
 
 /// The words of an identifier: `repos/create-fork`, `createFork` and `create_fork` all read
@@ -298,34 +288,48 @@ fn presented(
     }
 }
 
-impl UpstreamPlane {
-    /// The tools of `searched` that best match `query` (words: what the tool does, its name,
-    /// its arguments), at most `limit`, among those the caller may call: listed as the caller
-    /// would see them, with their input schemas, so a model can call one at once.
-    pub async fn find_tools(
+/// The sources of `searched` the caller reaches: (source index, server), each server once.
+pub(crate) fn sources(caller: &Caller, searched: Searched<'_>) -> Vec<(usize, Arc<Server>)> {
+    match searched {
+        Searched::Virtual(vs) => vs
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| caller.reaches(&s.server))
+            .map(|(i, s)| (i, s.server.clone()))
+            .collect(),
+        Searched::Servers(servers) => servers.iter().cloned().enumerate().collect(),
+    }
+}
+
+/// The search indexes of one plane: one per distinct set of listings (a virtual server's, the
+/// aggregate's per scope), dropped when unused for a while or when their listings change.
+pub(crate) struct ToolIndexes(moka::sync::Cache<Vec<usize>, Arc<ToolIndex>>);
+
+impl Default for ToolIndexes {
+    fn default() -> ToolIndexes {
+        ToolIndexes(
+            moka::sync::Cache::builder()
+                .max_capacity(64)
+                .time_to_idle(Duration::from_secs(600))
+                .build(),
+        )
+    }
+}
+
+impl ToolIndexes {
+    /// Answers a search over the listings of `sources` (as [`sources`] gave them, each with its
+    /// listing or why it failed), from the index of those listings (built now if there is
+    /// none), filtered by the caller's scope.
+    pub(crate) fn find(
         &self,
         caller: &Caller,
         searched: Searched<'_>,
+        sources: Vec<(usize, Arc<Server>)>,
+        listings: Vec<Result<Arc<Listing>, UpstreamError>>,
         query: &str,
         limit: usize,
     ) -> FoundTools {
-        // The sources the caller reaches (a virtual server's by index; each server once).
-        let sources: Vec<(usize, Arc<Server>)> = match searched {
-            Searched::Virtual(vs) => vs
-                .sources
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| caller.reaches(&s.server))
-                .map(|(i, s)| (i, s.server.clone()))
-                .collect(),
-            Searched::Servers(servers) => servers.iter().cloned().enumerate().collect(),
-        };
-        let listings = futures_util::future::join_all(
-            sources
-                .iter()
-                .map(|(_, server)| self.listing(caller, server, ListKind::Tools)),
-        )
-        .await;
         let mut found = FoundTools::default();
         let mut listed = Vec::with_capacity(sources.len());
         let mut key = vec![match searched {
@@ -342,7 +346,7 @@ impl UpstreamPlane {
                 Err(e) => found.failures.push((server.id().to_string(), e)),
             }
         }
-        let index = self.tool_indexes.get_with(key, || {
+        let index = self.0.get_with(key, || {
             let mut tools = Vec::new();
             for (i, server, listing) in &listed {
                 for item in &listing.items {
