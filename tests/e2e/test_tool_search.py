@@ -265,24 +265,37 @@ def test_the_same_scope_gets_the_same_bytes_whatever_order_the_upstream_lists_in
 def test_a_private_listing_is_never_handed_to_another_key(gateways, procs, tmp_path):
     private = definitions(procs, tmp_path, "private", "--cache-scope", "private")
     public = definitions(procs, tmp_path, "public", "--cache-scope", "public")
+    shared = definitions(procs, tmp_path, "shared", "--cache-scope", "private")
     a, b = new_secret("key-a"), new_secret("key-b")
+    forwards = {"headers": {"forward": ["X-Tenant"]}}
     gw = gateways.start(gateway_config(
-        [server("priv", f"{private.url}/mcp"), server("pub", f"{public.url}/mcp")],
-        [key("a", a, ["priv", "pub"]), key("b", b, ["priv", "pub"])],
+        [server("priv", f"{private.url}/mcp", **forwards), server("pub", f"{public.url}/mcp", **forwards),
+         server("shared", f"{shared.url}/mcp")],
+        [key("a", a, ["priv", "pub", "shared"]), key("b", b, ["priv", "pub", "shared"])],
     ))  # fmt: skip
-    # The aggregate answers from the listing cache: a private listing is walked once per key, a
-    # public one once for all (control). (`/mcp/<prefix>` relays every listing to its upstream:
-    # nothing there is reused.)
-    start = (lists(private), lists(public))
+    # The aggregate answers from the listing cache. A listing its upstream says is private, of
+    # a server that forwards callers' headers (which may change what it lists), is walked once
+    # per key and never handed to the other; a public one is walked once for all (control); a
+    # private one of a server that sees only the gateway's shared credential is one
+    # authorization context, the gateway's, walked once for all. (`/mcp/<prefix>` relays every
+    # listing to its upstream: nothing there is reused.)
+    ups = {"priv": private, "pub": public, "shared": shared}
+    start = {name: lists(up) for name, up in ups.items()}
     seen = []
     for secret in (a, a, b, b):
         with RawMcp(gw.mcp_url(), secret, MODERN_VERSION) as c:
             result = c.list_tools().result
-            seen.append((lists(private) - start[0], lists(public) - start[1]))
-            assert len(result["tools"]) == 2 * len(SHUFFLED), result
-            assert result["cacheScope"] == "private", "one of its servers' listings is private"
-    assert [s[0] for s in seen] == [1, 1, 2, 2], f"the private upstream's listings after each of a, a, b, b: {seen}"
-    assert [s[1] for s in seen] == [1, 1, 1, 1], f"the public upstream's listings after each of a, a, b, b: {seen}"
+            seen.append({name: lists(up) - start[name] for name, up in ups.items()})
+            assert len(result["tools"]) == 3 * len(SHUFFLED), result
+            assert result["cacheScope"] == "private", "some of its servers' listings are private"
+    assert [s["priv"] for s in seen] == [1, 1, 2, 2], f"private, forwarding: walks after each of a, a, b, b: {seen}"
+    assert [s["pub"] for s in seen] == [1, 1, 1, 1], f"public: {seen}"
+    assert [s["shared"] for s in seen] == [1, 1, 1, 1], f"private, the gateway's credential only: {seen}"
+    # Routing by an unprefixed name reads the caller's own listing of such a server.
+    with RawMcp(gw.mcp_url(), b, MODERN_VERSION) as c:
+        reply = c.call_tool("tool_q", {})
+        candidates = ((reply.message.get("error") or {}).get("data") or {}).get("candidates")
+        assert candidates == [f"{p}__tool_q" for p in ups], f"all three servers offer it: {reply.message}"
     # Each server's listing, in /metrics: its tool count and bytes.
     metrics = httpx.get(f"{gw.internal_url}/metrics", timeout=5).text
     for prefix in ("priv", "pub"):

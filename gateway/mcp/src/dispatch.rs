@@ -225,7 +225,7 @@ async fn unprefixed_owners(
     scope: &[Arc<Server>],
     name: &str,
 ) -> Result<Vec<Arc<Server>>, GatewayError> {
-    let personal = |s: &Server| s.spec.auth.uses_caller_credential();
+    let personal = |s: &Server| cx.upstream.lists_tools_per_caller(s);
     let to_list: Vec<&Arc<Server>> = scope
         .iter()
         .filter(|s| personal(s) || !cx.upstream.knows_shared_tools_of(s))

@@ -54,8 +54,8 @@ pub struct Catalog {
     /// What this replica's reviews remember per server: the tools shadowing compares, what was
     /// last logged (see [`crate::trust`]).
     reviewed: ReviewMemory,
-    /// Servers (at a revision) whose listing of a kind the upstream said is `private`: each
-    /// caller's is kept apart, never served to another key or person.
+    /// Servers (at a revision) that forward callers' headers and whose listing of a kind the
+    /// upstream said is `private`: each caller's is kept apart, never served to another.
     said_private: Cache<(u64, ListKind), ()>,
 }
 
@@ -128,6 +128,12 @@ impl Catalog {
             .then(|| entry.listing.clone())
     }
 
+    /// Whether `server`'s listings of `kind` are kept per caller although its credential is
+    /// shared: its upstream said they are private, and it forwards callers' headers.
+    pub fn lists_per_caller(&self, server: &Server, kind: ListKind) -> bool {
+        self.said_private.contains_key(&(server.revision, kind))
+    }
+
     /// Entries held now: (shared listings, callers' listings, their approximate bytes).
     pub fn sizes(&self) -> (u64, u64, u64) {
         self.shared.run_pending_tasks();
@@ -169,11 +175,12 @@ impl Catalog {
     ) -> Result<Arc<Listing>, UpstreamError> {
         let (server, kind) = (request.server, request.kind);
         let mut partition = request.credential.map_or(SHARED_PARTITION, |c| c.partition);
-        // An upstream that said its listing is private gets a walk per caller, kept per caller
-        // (the gateway's credential being shared does not make the answer everyone's).
+        // A listing its upstream says is private is one authorization context's: with a shared
+        // credential that is the gateway's own, and every caller shares it, unless the server
+        // forwards callers' own headers upstream, which then make it each caller's (walked and
+        // kept per caller, never served to another).
         let own_partition = partition_of(request.caller_tag);
-        if partition == SHARED_PARTITION && self.said_private.contains_key(&(server.revision, kind))
-        {
+        if partition == SHARED_PARTITION && self.lists_per_caller(server, kind) {
             partition = own_partition;
         }
         let generation = || upstreams.list_generation(server, kind.list());
@@ -209,7 +216,10 @@ impl Catalog {
             listing.items.len(),
             listing.bytes(),
         );
-        if partition == SHARED_PARTITION && listing.said_private {
+        if partition == SHARED_PARTITION
+            && listing.said_private
+            && !server.spec.headers.forward.is_empty()
+        {
             self.said_private.insert((server.revision, kind), ());
             partition = own_partition;
         }

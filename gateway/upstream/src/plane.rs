@@ -396,6 +396,14 @@ impl UpstreamPlane {
         Some(compiled.problems.iter().map(ToString::to_string).collect())
     }
 
+    /// Whether the caller's own listing of `server`'s tools says what it serves: its
+    /// credential is the caller's, or its upstream keeps its listings per caller (private,
+    /// with callers' headers forwarded). The ownership map speaks for the other servers.
+    pub fn lists_tools_per_caller(&self, server: &Server) -> bool {
+        server.spec.auth.uses_caller_credential()
+            || self.catalog.lists_per_caller(server, ListKind::Tools)
+    }
+
     /// The tools of `searched` that best match `query` (words: what the tool does, its name,
     /// its arguments), at most `limit`, among those the caller may call: listed as the caller
     /// would see them, with their input schemas, so a model can call one at once.
