@@ -151,16 +151,11 @@ pub async fn method(
 }
 
 /// A search-mode virtual server's tool listing: its two search tools, then the pinned tools
-/// (in listing order); every other tool is found by a search.
+/// (in listing order, the only ones `list` presents); every other tool is found by a search.
 fn search_listing(vs: &VirtualServer, listed: &mut Value) {
     let Some(Value::Array(tools)) = listed.get_mut("tools") else {
         return;
     };
-    tools.retain(|t| {
-        t.get("name")
-            .and_then(Value::as_str)
-            .is_some_and(|n| vs.pins(n))
-    });
     for (i, tool) in vs.search_tools().into_iter().enumerate() {
         tools.insert(i, Value::Object(tool));
     }
@@ -220,6 +215,11 @@ async fn list(
                     continue;
                 }
             };
+            // (a search-mode virtual server lists its pinned tools only: the others are not
+            // presented, a large source's thousand tools never parsed for a listing)
+            if kind == ListKind::Tools && vs.searches() && !vs.pins(name) {
+                continue;
+            }
             let fields = listed_as(kind, item, name);
             let shown = match kind {
                 ListKind::Tools => {

@@ -94,6 +94,8 @@ struct Indexed {
 /// names by address, so no address in a cached key is reused while the entry lives.
 pub(crate) struct ToolIndex {
     tools: Vec<Indexed>,
+    /// About the bytes it holds of its own (the tools' text, twice over with the fields).
+    bytes: u32,
     head: SearchEngine<u32>,
     body: SearchEngine<u32>,
     private: bool,
@@ -211,6 +213,7 @@ impl ToolIndex {
     ) -> ToolIndex {
         let private = held.0.iter().any(|l| l.private);
         let (mut heads, mut bodies) = (Vec::new(), Vec::new());
+        let mut bytes = 0usize;
         let mut indexed = Vec::with_capacity(tools.len());
         for (i, (server, own, tool)) in tools.into_iter().enumerate() {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -220,12 +223,14 @@ impl ToolIndex {
             bodies.push(Document::new(id, body));
             let tool = serde_json::value::to_raw_value(&tool)
                 .unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default());
+            bytes += 2 * tool.get().len() + own.len();
             indexed.push(Indexed { server, own, tool });
         }
         let engine = |documents: Vec<Document<u32>>| {
             SearchEngineBuilder::<u32>::with_documents(Language::English, documents).build()
         };
         ToolIndex {
+            bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
             head: engine(heads),
             body: engine(bodies),
             tools: indexed,
@@ -303,15 +308,21 @@ pub(crate) fn sources(caller: &Caller, searched: Searched<'_>) -> Vec<(usize, Ar
 }
 
 /// The search indexes of one plane: one per distinct set of listings (a virtual server's, the
-/// aggregate's per scope), dropped when unused for a while or when their listings change.
+/// aggregate's per scope), dropped when unused for a while, and bounded in bytes: an index
+/// holds the listings it was built from, so one left over from an earlier snapshot or listing
+/// must not keep them alive for long.
 pub(crate) struct ToolIndexes(moka::sync::Cache<Vec<usize>, Arc<ToolIndex>>);
+
+/// Bytes of indexes kept at most (GitHub's 1,230 tools take about 25 MB).
+const INDEX_BYTES: u64 = 128 << 20;
 
 impl Default for ToolIndexes {
     fn default() -> ToolIndexes {
         ToolIndexes(
             moka::sync::Cache::builder()
-                .max_capacity(64)
-                .time_to_idle(Duration::from_secs(600))
+                .max_capacity(INDEX_BYTES)
+                .weigher(|_, index: &Arc<ToolIndex>| index.bytes.max(1))
+                .time_to_idle(Duration::from_secs(300))
                 .build(),
         )
     }
