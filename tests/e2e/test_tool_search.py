@@ -106,6 +106,8 @@ def test_sdk_lists_the_search_tools_finds_a_tool_and_calls_it_in_both_eras(gatew
         assert tools[0]["name"] == "add", f"{era}: {[t['name'] for t in tools]}"
         assert len(tools) <= 3, "the virtual server's `results`"
         assert tools[0]["inputSchema"]["required"] == ["a", "b"], "a found tool carries its input schema"
+        assert "outputSchema" not in tools[0], "and not its output schema (the listed one has it)"
+        assert "outputSchema" in next(t for t in listed if t.name == "echo").model_dump(by_alias=True, exclude_none=True)
         assert json.loads(found.content[0].text)["tools"][0]["name"] == "add", "the same in the text a model reads"
         assert sdk_text(called) == "5", called
         assert sdk_text(direct) == "9", "a found tool is callable by its presented name too"

@@ -31,7 +31,7 @@ pub enum Searched<'a> {
 #[derive(Debug, Default)]
 pub struct FoundTools {
     /// The tools found, best first, each as the caller would see it listed (name, title,
-    /// description, input schema, ...).
+    /// description, input schema, annotations), without its output schema.
     pub tools: Vec<Map<String, Value>>,
     /// How many tools the search went through (those the caller may call).
     pub searched: usize,
@@ -215,7 +215,11 @@ impl ToolIndex {
         let (mut heads, mut bodies) = (Vec::new(), Vec::new());
         let mut bytes = 0usize;
         let mut indexed = Vec::with_capacity(tools.len());
-        for (i, (server, own, tool)) in tools.into_iter().enumerate() {
+        for (i, (server, own, mut tool)) in tools.into_iter().enumerate() {
+            // A found tool is answered without its output schema: a model needs none to call
+            // it, and they are most of a large description (GitHub's: 8.5 KB on average, up
+            // to 461 KB, against 0.9 KB of input schema).
+            tool.remove("outputSchema");
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
             let id = u32::try_from(i).unwrap_or(u32::MAX);
             let (head, body) = fields(name, &tool);
