@@ -76,12 +76,17 @@ pub async fn merge(
     merged
 }
 
+/// One server whose listing failed, as every listing reports it: `{server, kind, message}`.
+pub(crate) fn listing_error(server: &str, e: &GatewayError) -> Value {
+    json!({ "server": server, "kind": e.rest_code(), "message": e.to_string() })
+}
+
 impl Merged {
     /// The failures as reported to clients: `[{server, kind, message}]`.
     pub fn errors_json(&self) -> Vec<Value> {
         self.failures
             .iter()
-            .map(|(server, e)| json!({ "server": server, "kind": e.rest_code(), "message": e.to_string() }))
+            .map(|(server, e)| listing_error(server, e))
             .collect()
     }
 

@@ -127,10 +127,7 @@ async fn search_tools_inner(
     let errors: Vec<Value> = found
         .failures
         .into_iter()
-        .map(|(server, e)| {
-            let e = GatewayError::from(e);
-            serde_json::json!({"server": server, "kind": e.rest_code(), "message": e.to_string()})
-        })
+        .map(|(server, e)| aggregate::listing_error(&server, &GatewayError::from(e)))
         .collect();
     Ok(serde_json::json!({
         "tools": found.tools,

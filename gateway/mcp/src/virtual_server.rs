@@ -193,9 +193,7 @@ async fn list(
             Ok(l) => l,
             Err(e) => {
                 let e = GatewayError::from(e);
-                errors.push(
-                    json!({"server": server.id(), "kind": e.rest_code(), "message": e.to_string()}),
-                );
+                errors.push(crate::aggregate::listing_error(server.id(), &e));
                 continue;
             }
         };

@@ -37,9 +37,6 @@ pub struct FoundTools {
     pub searched: usize,
     /// The servers whose listing failed (their tools could not be searched): id and error.
     pub failures: Vec<(String, UpstreamError)>,
-    /// Whether the answer is this caller's own: a listing behind it was private, or the
-    /// caller's grant hid parameters of a found tool.
-    pub private: bool,
 }
 
 impl FoundTools {
@@ -98,7 +95,6 @@ pub(crate) struct ToolIndex {
     bytes: u32,
     head: SearchEngine<u32>,
     body: SearchEngine<u32>,
-    private: bool,
     _held: (Vec<Arc<Listing>>, Option<Arc<VirtualServer>>),
 }
 
@@ -211,7 +207,6 @@ impl ToolIndex {
         tools: Vec<(Arc<Server>, String, Map<String, Value>)>,
         held: (Vec<Arc<Listing>>, Option<Arc<VirtualServer>>),
     ) -> ToolIndex {
-        let private = held.0.iter().any(|l| l.private);
         let (mut heads, mut bodies) = (Vec::new(), Vec::new());
         let mut bytes = 0usize;
         let mut indexed = Vec::with_capacity(tools.len());
@@ -238,7 +233,6 @@ impl ToolIndex {
             head: engine(heads),
             body: engine(bodies),
             tools: indexed,
-            private,
             _held: held,
         }
     }
@@ -381,12 +375,11 @@ impl ToolIndexes {
         let (tools, searched_count) =
             index.search(query, limit, |t| caller.sees_tool(&t.server, &t.own));
         found.searched = searched_count;
-        found.private = index.private;
         for t in tools {
             let Ok(mut shown) = serde_json::from_str::<Map<String, Value>>(t.tool.get()) else {
                 continue;
             };
-            found.private |= caller.hide_bound_parameters(&t.server, &t.own, &mut shown);
+            caller.hide_bound_parameters(&t.server, &t.own, &mut shown);
             found.tools.push(shown);
         }
         found
