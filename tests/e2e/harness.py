@@ -791,6 +791,52 @@ def tool_names(tools: list[dict]) -> list[str]:
     return [t["name"] for t in tools]
 
 
+def schema_refs(schema: Any) -> list[str]:
+    """Every `$ref` in a schema (values of `default`, `enum`, `const`, `examples` are data)."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for n in node:
+                walk(n)
+        elif isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                found.append(node["$ref"])
+            for k, v in node.items():
+                if k not in ("default", "enum", "const", "examples"):
+                    walk(v)
+
+    walk(schema)
+    return found
+
+
+def inline_defs(schema: Any, max_depth: int = 8) -> Any:
+    """A tool schema whose `$ref`s into its own `$defs` are replaced by what they name (keywords
+    beside a reference kept, as JSON Schema 2020-12 reads them; a cycle cut to `{}` after
+    `max_depth` rounds); `$defs` removed. Fails on a reference that names nothing there: a
+    listed schema must stand on its own."""
+    defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
+
+    def walk(node: Any, depth: int) -> Any:
+        if isinstance(node, list):
+            return [walk(n, depth) for n in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            assert ref.startswith("#/$defs/") and ref[len("#/$defs/"):] in defs, f"$ref {ref!r} names nothing in the schema's $defs"
+            if depth >= max_depth:
+                return {}
+            out = walk(defs[ref[len("#/$defs/"):]], depth + 1)
+            if isinstance(out, dict):
+                out = {**out, **{k: walk(v, depth) for k, v in node.items() if k != "$ref"}}
+            return out
+        return {k: (v if k in ("default", "enum", "const", "examples") else walk(v, depth))
+                for k, v in node.items() if k != "$defs"}
+
+    return walk(schema, 0)
+
+
 def call_result_value(result: dict) -> Any:
     """The value a tool returned: `structuredContent` (unwrapping the SDK's {"result": x} for
     scalars), else the first text content parsed as JSON when it is JSON, else the text."""

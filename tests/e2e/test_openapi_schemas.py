@@ -24,7 +24,9 @@ a `oneOf`) is found in the compiled schema and must accept `null`; as a control 
 can fail, every node with a `type` and no `nullable` must refuse it. No 3.0-only keyword
 (`nullable`, `example`, `discriminator`, `xml`, `externalDocs`) and no `x-*` extension is left in
 a keyword position; `readOnly` properties are not required in an input, `writeOnly` ones not in
-an output.
+an output. A schema the document refers to is written once in the tool schema's own `$defs`
+(issue 39): every `$ref` must name one of them (counted: a check that sees none proves
+nothing), and the field checks read each schema with its references followed, as a client does.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ import pytest
 from harness import (
     MODERN_VERSION,
     gateway_config,
+    inline_defs,
     key,
     new_secret,
     run_async,
+    schema_refs,
     sdk_client,
     sdk_list_all_tools,
     server,
@@ -300,7 +304,7 @@ def listed(url: str, secret: str, era: str) -> list[Any]:
 def test_published_documents_compile_to_json_schema_2020_12(gateways):
     gw, secret, docs = serve_every_document(gateways)
     problems: dict[str, list[str]] = {}
-    counts = {"tools": 0, "schemas": 0, "distinct": 0, "nullable": 0, "typed": 0}
+    counts = {"tools": 0, "schemas": 0, "distinct": 0, "references": 0, "nullable": 0, "typed": 0}
     checked: dict[str, FieldCheck] = {}
     valid: dict[str, str | None] = {}  # a schema's text -> why it is not a 2020-12 schema (None: it is)
     timing = {"list": 0.0, "check_schema": 0.0, "fields": 0.0}
@@ -334,15 +338,23 @@ def test_published_documents_compile_to_json_schema_2020_12(gateways):
                 if valid[text] is not None:
                     problems.setdefault("not a JSON Schema 2020-12 schema", []).append(f"{where} {kind}: {valid[text]}")
                 problems.setdefault("a 3.0 keyword or an extension left", []).extend(keyword_problems(schema, f"{where} {kind}"))
-            hidden = required_problems(tool.input_schema, "readOnly", f"{where} inputSchema")
-            if tool.output_schema is not None:
-                hidden += required_problems(tool.output_schema, "writeOnly", f"{where} outputSchema")
+                refs = schema_refs(schema)
+                counts["references"] += len(refs)
+                dangling = [r for r in refs if not r.startswith("#/$defs/") or r[len("#/$defs/"):] not in schema.get("$defs", {})]
+                problems.setdefault("a $ref naming nothing in the schema's own $defs", []).extend(
+                    f"{where} {kind}: {r}" for r in dangling)
+            # The checks below read each schema as a client that follows its references does.
+            input_schema = inline_defs(tool.input_schema)
+            output_schema = inline_defs(tool.output_schema) if tool.output_schema is not None else None
+            hidden = required_problems(input_schema, "readOnly", f"{where} inputSchema")
+            if output_schema is not None:
+                hidden += required_problems(output_schema, "writeOnly", f"{where} outputSchema")
             problems.setdefault("readOnly required in an input, writeOnly in an output", []).extend(hidden)
             timing["check_schema"] += time.monotonic() - started
             started = time.monotonic()
             op = operations.get(tool.name)
             assert op is not None, f"{where}: no operation of {path.name} has this tool's name"
-            arguments = tool.input_schema.get("properties", {})
+            arguments = input_schema.get("properties", {})
             for param, schema in op["params"].items():
                 if param in arguments:
                     check.where = f"{where} input {param}"
@@ -352,8 +364,8 @@ def test_published_documents_compile_to_json_schema_2020_12(gateways):
                 assert body is not None, f"{where}: the operation's JSON body is not an argument"
                 check.where = f"{where} input body"
                 check.walk(op["body"], body, "")
-            if op["response"] is not None and tool.output_schema is not None:
-                out = tool.output_schema
+            if op["response"] is not None and output_schema is not None:
+                out = output_schema
                 props = out.get("properties") or {}
                 wrapped = set(props) == {"result"} and "result" not in (document.resolve(op["response"]).get("properties") or {})
                 check.where = f"{where} output"
@@ -367,6 +379,7 @@ def test_published_documents_compile_to_json_schema_2020_12(gateways):
     github = checked["github"]
     # The walk reached what it is about (a check that finds nothing proves nothing).
     assert counts["tools"] > 1000 and github.nullable_checked > 1000 and github.typed_checked > 1000, counts
+    assert counts["references"] > 1000, f"definitions are shared by reference: {counts}"
     assert checked["oas3-0-schema-validation"].typed_checked > 0, counts
     found = {kind: items for kind, items in problems.items() if items}
     report = "\n".join(f"{kind}: {len(items)}, e.g.\n  " + "\n  ".join(items[:6]) for kind, items in found.items())

@@ -59,10 +59,12 @@ from harness import (
     ProcessGroup,
     RawMcp,
     gateway_config,
+    inline_defs,
     key,
     new_secret,
     read_asgi_request,
     run_async,
+    schema_refs,
     sdk_client,
     sdk_text,
     server,
@@ -283,8 +285,13 @@ def test_sdk_lists_the_selected_operations_with_resolved_schemas(gateways, shop:
 
     create = tools["createOrder"]
     assert create.description == "Place an order"
-    schema = create.input_schema
-    assert "$ref" not in schema_text(schema), f"references are inlined: {schema_text(schema)}"
+    # Each referenced schema once, under the tool schema's own `$defs` (the body refers to
+    # Customer and Item, Customer to Address: none is copied where used), every reference naming
+    # one of them.
+    listed = create.input_schema
+    assert {"Customer", "Address", "Item"} <= set(listed.get("$defs", {})), sorted(listed.get("$defs", {}))
+    assert all(r.startswith("#/$defs/") for r in schema_refs(listed)), schema_refs(listed)
+    schema = inline_defs(listed)
     assert schema["type"] == "object"
     assert set(schema["required"]) == {"store_id", "body"}, schema["required"]
     assert set(schema["properties"]) == {"store_id", "priority", "x-request-id", "body"}, schema["properties"]
@@ -299,16 +306,16 @@ def test_sdk_lists_the_selected_operations_with_resolved_schemas(gateways, shop:
     item = body["properties"]["items"]["items"]
     assert item["properties"]["size"]["enum"] == SIZES, item
     assert item["properties"]["quantity"]["minimum"] == 1 and body["properties"]["items"]["minItems"] == 1
-    assert create.output_schema["properties"]["priority"]["enum"] == PRIORITIES, create.output_schema
-    assert "$ref" not in schema_text(create.output_schema)
+    output = inline_defs(create.output_schema)
+    assert output["properties"]["priority"]["enum"] == PRIORITIES, create.output_schema
 
-    inventory = tools[INVENTORY_TOOL].input_schema
+    inventory = inline_defs(tools[INVENTORY_TOOL].input_schema)
     assert set(inventory["properties"]) == {"store_id", "size", "limit"}, inventory
     assert SIZES in [branch.get("enum") for branch in inventory["properties"]["size"]["anyOf"]], inventory
     assert inventory["properties"]["limit"]["maximum"] == 100
     assert tools["getOrder"].annotations.read_only_hint is True
     assert tools["createOrder"].annotations.read_only_hint is False
-    patch = tools["updateOrder"].input_schema
+    patch = inline_defs(tools["updateOrder"].input_schema)
     assert set(patch["required"]) == {"store_id", "order_id", "body"}, patch
     assert PRIORITIES in [b.get("enum") for b in patch["properties"]["body"]["properties"]["priority"]["anyOf"]], patch
 
@@ -805,8 +812,9 @@ def test_references_into_other_documents_are_fetched_bounded_and_credentials_sta
             want = {t.name: t for t in list_tools(gw.mcp_url("whole"), secret, era)}
             assert sorted(got) == sorted(want) == ALL_TOOLS
             for name in ALL_TOOLS:
-                assert schema_text(got[name].input_schema) == schema_text(want[name].input_schema), name
-                assert schema_text(got[name].output_schema or {}) == schema_text(want[name].output_schema or {}), name
+                # (the same schemas; their definitions' names under `$defs` are the bundle's)
+                assert schema_text(inline_defs(got[name].input_schema)) == schema_text(inline_defs(want[name].input_schema)), name
+                assert schema_text(inline_defs(got[name].output_schema or {})) == schema_text(inline_defs(want[name].output_schema or {})), name
         placed = call(gw.mcp_url("split"), secret, MODERN_VERSION, "createOrder", {"store_id": "s1", "body": ORDER})
         assert not placed.is_error, placed
         assert shop.api_requests()[-1]["body"] == ORDER
@@ -819,7 +827,7 @@ def test_references_into_other_documents_are_fetched_bounded_and_credentials_sta
         other.documents.clear()
         gw2, secret2, _ = start(gateways, shop, [shop_server(shop, "split", documentUrl=f"{home.server.url}/api/openapi.json")])
         tools = {t.name: t for t in list_tools(gw2.mcp_url("split"), secret2, MODERN_VERSION)}
-        body = tools["createOrder"].input_schema["properties"]["body"]
+        body = inline_defs(tools["createOrder"].input_schema)["properties"]["body"]
         assert "street" not in schema_text(body), "Address cannot be known without its document"
         wait_until(
             lambda: "a referenced document could not be read" in gw2.logs() and "/shared/address.json" in gw2.logs(),

@@ -18,7 +18,7 @@ pub const MAX_DOCUMENTS: usize = 16;
 /// Most distinct remote targets copied into one main document.
 const MAX_TARGETS: usize = 2_000;
 /// Where the copies go in the main document (a key no OpenAPI document uses).
-const BUNDLED: &str = "x-switchboard-bundled";
+pub(crate) const BUNDLED: &str = "x-switchboard-bundled";
 
 /// The documents (absolute URLs without fragment) that `document`, read from `from`, refers
 /// into besides itself, the main document `main` and those in `have`, in a stable order.

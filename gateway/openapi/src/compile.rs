@@ -1,11 +1,10 @@
 //! From a document to tools: parse, select operations, build each one's schemas and binding.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use switchboard_protocol::schema::{clean_with, sanitize_with};
+use switchboard_protocol::schema::{Cleaned, Cleaner, DefNames};
 use switchboard_snapshot::{OpenApiSpec, OperationSelector, glob_match};
 
 use crate::bundle::each_reference;
@@ -46,6 +45,8 @@ pub struct Compiled {
     pub version: String,
     /// Output schemas left out for `openapi.maxOutputSchemaBytes`.
     pub outputs_left_out: usize,
+    /// The definitions the tools' schemas share ([`Defs`]), by index.
+    defs: Vec<Def>,
 }
 
 impl Compiled {
@@ -54,7 +55,8 @@ impl Compiled {
     }
 
     /// The `tools/list` result: every tool, by path and then method (a stable order), written
-    /// as text straight from the tools' own (no tree of the whole listing is built).
+    /// as text straight from the tools' own and the definitions they share (no tree of the
+    /// whole listing is built).
     pub fn listing(&self) -> Box<RawValue> {
         let mut out = String::with_capacity(self.bytes() + 256 * self.tools.len() + 16);
         out.push_str("{\"tools\":[");
@@ -62,16 +64,127 @@ impl Compiled {
             if i > 0 {
                 out.push(',');
             }
-            tool.write_listed(&mut out);
+            self.write_listed(tool, &mut out);
         }
         out.push_str("]}");
         RawValue::from_string(out).unwrap_or_else(|_| empty_listing())
     }
 
-    /// Bytes of the tools' schemas and descriptions as held.
+    /// Bytes of the tools' schemas and descriptions and of their shared definitions, as held.
     pub fn bytes(&self) -> usize {
-        self.tools.iter().map(OperationTool::bytes).sum()
+        self.tools.iter().map(OperationTool::bytes).sum::<usize>()
+            + self.defs.iter().map(Def::bytes).sum::<usize>()
     }
+
+    /// A tool's input schema as listed (its definitions in its `$defs`).
+    pub fn input_schema(&self, tool: &OperationTool) -> Value {
+        let mut text = String::new();
+        write_schema(&mut text, &tool.input, &self.defs);
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    /// A tool's output schema as listed.
+    pub fn output_schema(&self, tool: &OperationTool) -> Option<Value> {
+        let mut text = String::new();
+        write_schema(&mut text, tool.output.as_ref()?, &self.defs);
+        serde_json::from_str(&text).ok()
+    }
+
+    /// The tool as `tools/list` lists it, written onto `out`.
+    fn write_listed(&self, tool: &OperationTool, out: &mut String) {
+        let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        out.push_str("{\"name\":");
+        out.push_str(&quoted(&tool.name));
+        if let Some(description) = &tool.description {
+            out.push_str(",\"description\":");
+            out.push_str(&quoted(description));
+        }
+        out.push_str(",\"inputSchema\":");
+        write_schema(out, &tool.input, &self.defs);
+        if let Some(output) = &tool.output {
+            out.push_str(",\"outputSchema\":");
+            write_schema(out, output, &self.defs);
+        }
+        let method = &tool.method;
+        let read_only = matches!(*method, http::Method::GET | http::Method::HEAD);
+        let destructive = *method == http::Method::DELETE;
+        let idempotent = matches!(
+            *method,
+            http::Method::GET | http::Method::HEAD | http::Method::PUT | http::Method::DELETE
+        );
+        out.push_str(&format!(
+            ",\"annotations\":{{\"readOnlyHint\":{read_only},\"destructiveHint\":{destructive},\"idempotentHint\":{idempotent}}}}}"
+        ));
+    }
+}
+
+/// A tool schema as held: its own text, where each definition it uses is a `$ref` into its
+/// `$defs`, and the definitions it reaches (directly or through others), in name order.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolSchema {
+    top: Box<RawValue>,
+    defs: Vec<u32>,
+}
+
+impl ToolSchema {
+    /// Bytes as listed ([`write_schema`]: `,"$defs":{`, each `"<name>":<text>` and a comma
+    /// between, `}`).
+    fn listed_bytes(&self, defs: &[Def]) -> usize {
+        let n = self.defs.len();
+        let entries: usize = self
+            .defs
+            .iter()
+            .map(|&i| defs[i as usize].bytes() + 3)
+            .sum();
+        self.top.get().len() + if n == 0 { 0 } else { 11 + entries + n - 1 }
+    }
+}
+
+/// One definition the tool schemas of a document share: a referenced schema cleaned once (for
+/// one direction: a request's and a response's differ in what is required) and held once, and
+/// written into the `$defs` of each tool schema that reaches it. An OpenAPI document's
+/// components are used many times over: GitHub's `simple-user` five times in one issue, the
+/// Kubernetes `ObjectMeta` in every object of a list; copied at each use they were most of a
+/// listing.
+#[derive(Debug)]
+struct Def {
+    /// The name under `$defs`: only `A-Z a-z 0-9 . _ -` ([`def_names`]), so written as is
+    /// between quotes and in a `$ref` without escapes.
+    name: String,
+    text: Box<RawValue>,
+}
+
+impl Def {
+    fn bytes(&self) -> usize {
+        self.name.len() + self.text.get().len()
+    }
+}
+
+/// A tool schema written with its `$defs` (an object at the top: the defs go in before its
+/// closing brace).
+fn write_schema(out: &mut String, schema: &ToolSchema, defs: &[Def]) {
+    let top = schema.top.get();
+    let open = top.strip_suffix('}').filter(|_| !schema.defs.is_empty());
+    let Some(open) = open else {
+        out.push_str(top);
+        return;
+    };
+    out.push_str(open);
+    if open != "{" {
+        out.push(',');
+    }
+    out.push_str("\"$defs\":{");
+    for (i, &d) in schema.defs.iter().enumerate() {
+        let def = &defs[d as usize];
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(&def.name);
+        out.push_str("\":");
+        out.push_str(def.text.get());
+    }
+    out.push_str("}}");
 }
 
 fn empty_listing() -> Box<RawValue> {
@@ -85,10 +198,11 @@ pub struct OperationTool {
     pub description: Option<String>,
     /// Kept as JSON text (as listings are): a GitHub-sized document's schemas take a tenth of
     /// what they take as trees, and a listing writes them out as they are.
-    pub input_schema: Box<RawValue>,
+    /// ([`Compiled::input_schema`] reads it.)
+    pub(crate) input: ToolSchema,
     /// The JSON schema of the success response, an object (a non-object response is wrapped
-    /// as `{"result": ...}`: MCP's structured content is an object).
-    pub output_schema: Option<Box<RawValue>>,
+    /// as `{"result": ...}`: MCP's structured content is an object). ([`Compiled::output_schema`])
+    pub(crate) output: Option<ToolSchema>,
     pub(crate) wraps_output: bool,
     pub method: http::Method,
     /// The path template (`/pets/{petId}`).
@@ -140,64 +254,16 @@ impl ParamLocation {
 }
 
 impl OperationTool {
-    /// The tool as `tools/list` lists it, written onto `out`.
-    fn write_listed(&self, out: &mut String) {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Listed<'a> {
-            name: &'a str,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            description: Option<&'a str>,
-            input_schema: &'a RawValue,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            output_schema: Option<&'a RawValue>,
-            annotations: Annotations,
-        }
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Annotations {
-            read_only_hint: bool,
-            destructive_hint: bool,
-            idempotent_hint: bool,
-        }
-        let listed = Listed {
-            name: &self.name,
-            description: self.description.as_deref(),
-            input_schema: &self.input_schema,
-            output_schema: self.output_schema.as_deref(),
-            annotations: Annotations {
-                read_only_hint: matches!(self.method, http::Method::GET | http::Method::HEAD),
-                destructive_hint: self.method == http::Method::DELETE,
-                idempotent_hint: matches!(
-                    self.method,
-                    http::Method::GET
-                        | http::Method::HEAD
-                        | http::Method::PUT
-                        | http::Method::DELETE
-                ),
-            },
-        };
-        // (writing into a String cannot fail; the fields are valid JSON)
-        if let Ok(text) = serde_json::to_string(&listed) {
-            out.push_str(&text);
-        }
-    }
-
+    /// Bytes of its own schemas and description (not the shared definitions).
     pub fn bytes(&self) -> usize {
-        self.input_schema.get().len()
-            + self.output_schema.as_ref().map_or(0, |s| s.get().len())
+        self.input.top.get().len()
+            + self.output.as_ref().map_or(0, |s| s.top.get().len())
             + self.description.as_ref().map_or(0, String::len)
     }
 
-    /// The input schema, parsed (for the rare reader).
-    pub fn input_schema_value(&self) -> Value {
-        serde_json::from_str(self.input_schema.get()).unwrap_or(Value::Null)
-    }
-
-    /// The output schema, parsed (for the rare reader).
-    pub fn output_schema_value(&self) -> Option<Value> {
-        let schema = self.output_schema.as_ref()?;
-        serde_json::from_str(schema.get()).ok()
+    /// Whether the tool has an output schema.
+    pub fn has_output_schema(&self) -> bool {
+        self.output.is_some()
     }
 }
 
@@ -281,6 +347,8 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
     };
     let schema_version = Version::of(version);
     let definitions = definitions(document, schema_version);
+    let names = def_names(&definitions);
+    let mut table = DefTable::new(&definitions, &names);
     let overrides: HashMap<&str, &switchboard_snapshot::OperationOverride> = spec
         .overrides
         .iter()
@@ -291,7 +359,8 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
         ..Compiled::default()
     };
     let mut taken: HashMap<String, String> = HashMap::new();
-    // Bytes the tools kept so far take (schemas and descriptions, as text).
+    // Bytes the tools kept so far take (schemas and descriptions, as text; the definitions
+    // they share are counted by the table).
     let mut held: u64 = 0;
     for (path, item) in paths {
         let item_path = format!("paths.{path}");
@@ -329,10 +398,11 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
                 operation,
                 shared,
                 at: &op_path,
+                output_bytes: spec.max_output_schema_bytes,
             }
-            .build(overridden);
+            .build(overridden, &mut table);
             match built {
-                Ok(mut tool) => {
+                Ok((tool, output_left_out)) => {
                     if let Some(first) = taken.get(&tool.name) {
                         compiled.problems.push(at(
                             &op_path,
@@ -344,15 +414,11 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
                         continue;
                     }
                     taken.insert(tool.name.clone(), op_path.clone());
-                    if tool.output_schema.as_ref().is_some_and(|o| {
-                        spec.max_output_schema_bytes
-                            .is_some_and(|max| o.get().len() as u64 > max)
-                    }) {
-                        tool.output_schema = None;
+                    if output_left_out {
                         compiled.outputs_left_out += 1;
                     }
                     held += tool.bytes() as u64;
-                    if held > spec.max_compiled_bytes() {
+                    if held + table.bytes > spec.max_compiled_bytes() {
                         return Err(at(
                             "",
                             format!(
@@ -370,6 +436,7 @@ fn compile_value(document: &Value, spec: &OpenApiSpec) -> Result<Compiled, Docum
             }
         }
     }
+    compiled.defs = table.into_used(&mut compiled.tools);
     for o in &spec.overrides {
         if !override_used(&compiled, o, paths) {
             compiled.problems.push(at(
@@ -454,12 +521,224 @@ fn definitions(document: &Value, version: Version) -> Map<String, Value> {
     out
 }
 
+/// Each reference's name under a tool schema's `$defs`: a component's own name
+/// (`#/components/schemas/Pet` → `Pet`), a target copied from another document
+/// ([`crate::bundle`]) its `title` if it has one (`bundled_<n>` if not), any other pointer its
+/// tokens joined with `.` (`components.schemas.Pet.properties.kind`); characters outside
+/// `A-Z a-z 0-9 . _ -` become
+/// `_` (so a name is written and referred to without escapes), and a name met again is
+/// numbered (`Pet_2`) in the order of the references (sorted): the same document gives the
+/// same names.
+fn def_names(definitions: &Map<String, Value>) -> DefNames {
+    let mut taken = HashSet::new();
+    let mut out = DefNames::new();
+    for (reference, target) in definitions {
+        let fragment = reference.trim_start_matches('#');
+        let pointer = percent_encoding::percent_decode_str(fragment).decode_utf8_lossy();
+        let tokens: Vec<String> = pointer
+            .split('/')
+            .skip(1)
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        let name = match tokens.as_slice() {
+            [components, schemas, name] if components == "components" && schemas == "schemas" => {
+                name.clone()
+            }
+            [bundled, n] if bundled == crate::bundle::BUNDLED => target
+                .get("title")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("bundled_{n}"), str::to_owned),
+            _ => tokens.join("."),
+        };
+        let mut name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if name.is_empty() {
+            name.push('_');
+        }
+        let mut unique = name.clone();
+        let mut n = 1;
+        while !taken.insert(unique.clone()) {
+            n += 1;
+            unique = format!("{name}_{n}");
+        }
+        out.insert(reference.clone(), unique);
+    }
+    out
+}
+
+/// The definitions of one document being compiled: each referenced schema cleaned once per
+/// direction, when a tool first reaches it, and what each refers to (a tool lists every
+/// definition it reaches, through others too).
+struct DefTable<'a> {
+    definitions: &'a Map<String, Value>,
+    names: &'a DefNames,
+    /// A `$ref` as a cleaned schema writes it (`#/$defs/<name>`) → the reference it stands for.
+    by_ref: HashMap<String, &'a str>,
+    ids: HashMap<(&'a str, Direction), u32>,
+    defs: Vec<Def>,
+    /// Each definition's definitions, by index, that it refers to itself.
+    refs: Vec<Vec<u32>>,
+    /// Definitions given an index and not yet cleaned (a worklist: a chain of references as
+    /// long as the document's is followed without recursion).
+    pending: Vec<(u32, &'a str, Direction)>,
+    /// Bytes of `defs`.
+    bytes: u64,
+}
+
+impl<'a> DefTable<'a> {
+    fn new(definitions: &'a Map<String, Value>, names: &'a DefNames) -> Self {
+        let by_ref = names
+            .iter()
+            .filter_map(|(reference, name)| {
+                let (reference, _) = definitions.get_key_value(reference)?;
+                Some((format!("#/$defs/{name}"), reference.as_str()))
+            })
+            .collect();
+        DefTable {
+            definitions,
+            names,
+            by_ref,
+            ids: HashMap::new(),
+            defs: Vec::new(),
+            refs: Vec::new(),
+            pending: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// What a `$ref` of a cleaned schema stands for, aliases followed (for its marks).
+    fn uses(&self, cleaned_ref: &str) -> Option<&'a Value> {
+        let mut target = self.definitions.get(*self.by_ref.get(cleaned_ref)?)?;
+        for _ in 0..8 {
+            match target.get("$ref").and_then(Value::as_str) {
+                Some(next) if target.as_object().is_some_and(|o| o.len() == 1) => {
+                    target = self.definitions.get(next)?;
+                }
+                _ => break,
+            }
+        }
+        Some(target)
+    }
+
+    /// A cleaned tool schema as held: its text and every definition it reaches.
+    fn tool_schema(&mut self, cleaned: Cleaned, direction: Direction) -> ToolSchema {
+        ToolSchema {
+            top: as_text(&cleaned.schema),
+            defs: self.reached(&cleaned.reached, direction),
+        }
+    }
+
+    /// Every definition `references` reach, directly or through others, in name order.
+    fn reached(&mut self, references: &[String], direction: Direction) -> Vec<u32> {
+        let mut stack: Vec<u32> = references
+            .iter()
+            .filter_map(|r| self.id(r, direction))
+            .collect();
+        self.clean_pending();
+        let mut seen = HashSet::new();
+        while let Some(id) = stack.pop() {
+            if seen.insert(id) {
+                stack.extend(self.refs[id as usize].iter().copied());
+            }
+        }
+        let mut out: Vec<u32> = seen.into_iter().collect();
+        out.sort_by(|a, b| {
+            self.defs[*a as usize]
+                .name
+                .cmp(&self.defs[*b as usize].name)
+        });
+        out
+    }
+
+    /// The index of a reference's definition for `direction`, given one (and put on the
+    /// worklist) the first time.
+    fn id(&mut self, reference: &str, direction: Direction) -> Option<u32> {
+        let (reference, _) = self.definitions.get_key_value(reference)?;
+        let name = self.names.get(reference)?;
+        if let Some(&id) = self.ids.get(&(reference.as_str(), direction)) {
+            return Some(id);
+        }
+        let id = u32::try_from(self.defs.len()).ok()?;
+        self.ids.insert((reference.as_str(), direction), id);
+        self.defs.push(Def {
+            name: name.clone(),
+            text: as_text(&json!({})),
+        });
+        self.refs.push(Vec::new());
+        self.pending.push((id, reference.as_str(), direction));
+        Some(id)
+    }
+
+    /// Cleans the definitions on the worklist (and those they reach first).
+    fn clean_pending(&mut self) {
+        while let Some((id, reference, direction)) = self.pending.pop() {
+            let Some(target) = self.definitions.get(reference) else {
+                continue;
+            };
+            let cleaned =
+                Cleaner::sharing(self.definitions, KEPT_FOR_CLIENTS, self.names, 1).clean(target);
+            let mut schema = cleaned.schema;
+            collapse_single_all_of(&mut schema);
+            direction.settle_within(&mut schema, &|r| self.uses(r));
+            let text = as_text(&schema);
+            self.bytes += (text.get().len() + self.defs[id as usize].name.len()) as u64;
+            self.defs[id as usize].text = text;
+            let refs = cleaned
+                .reached
+                .iter()
+                .filter_map(|r| self.id(r, direction))
+                .collect();
+            self.refs[id as usize] = refs;
+        }
+    }
+
+    /// The definitions some tool lists (an output schema left out leaves its own behind),
+    /// the tools' indices renumbered to match.
+    fn into_used(self, tools: &mut [OperationTool]) -> Vec<Def> {
+        let mut used = vec![false; self.defs.len()];
+        for tool in tools.iter() {
+            for schema in std::iter::once(&tool.input).chain(tool.output.as_ref()) {
+                for &d in &schema.defs {
+                    used[d as usize] = true;
+                }
+            }
+        }
+        let mut renumbered = vec![0u32; self.defs.len()];
+        let mut kept = Vec::new();
+        for (i, def) in self.defs.into_iter().enumerate() {
+            if used[i] {
+                renumbered[i] = kept.len() as u32;
+                kept.push(def);
+            }
+        }
+        for tool in tools.iter_mut() {
+            let schemas = std::iter::once(&mut tool.input).chain(tool.output.as_mut());
+            for schema in schemas {
+                schema
+                    .defs
+                    .iter_mut()
+                    .for_each(|d| *d = renumbered[*d as usize]);
+            }
+        }
+        kept
+    }
+}
+
 /// A schema of the document as the sanitizer should read it: in OpenAPI 3.1 (JSON Schema
 /// 2020-12) keywords next to a `$ref` count ([`wrap_ref_siblings`]); in both, what is not
 /// JSON Schema 2020-12 is rewritten into it ([`upgrade`]).
 fn prepared(mut schema: Value, version: Version) -> Value {
-    if version == Version::V31 {
-        wrap_ref_siblings(&mut schema);
+    match version {
+        Version::V31 => wrap_ref_siblings(&mut schema),
+        Version::V30 => drop_ref_annotations(&mut schema),
     }
     upgrade(&mut schema);
     schema
@@ -514,6 +793,20 @@ fn wrap_ref_siblings(schema: &mut Value) {
     }
 }
 
+/// OpenAPI 3.0 (JSON Schema draft 5) ignores keywords next to a `$ref`; the sanitizer keeps
+/// the annotations beside one (in 2020-12 they describe that use), so in a 3.0 document those
+/// go first, its description aside (what documents mean by it, and what readers show).
+/// (`nullable` beside a reference is read by [`upgrade`], as its documents mean it.)
+fn drop_ref_annotations(schema: &mut Value) {
+    let Value::Object(o) = schema else { return };
+    each_subschema(o, drop_ref_annotations);
+    if o.get("$ref").is_some_and(Value::is_string) {
+        for k in ["title", "default", "example", "examples"] {
+            o.remove(k);
+        }
+    }
+}
+
 /// Keywords that describe rather than constrain: where a one-branch `allOf` and its parent
 /// both have one, the parent's (the use) wins over the branch's (the definition).
 const ANNOTATIONS: [&str; 4] = ["title", "description", "default", "examples"];
@@ -538,6 +831,13 @@ fn collapse_single_all_of(schema: &mut Value) {
     }
     let mergeable = match o.get("allOf") {
         Some(Value::Array(branches)) => match branches.as_slice() {
+            // A kept reference takes only annotations beside it: a reader that inlines it
+            // (the LLM loop's sanitizer, a client of an older draft) keeps no constraint there.
+            [Value::Object(branch)] if branch.contains_key("$ref") => o.keys().all(|k| {
+                k == "allOf"
+                    || ANNOTATIONS.contains(&k.as_str())
+                    || crate::json_schema::KEPT_FOR_CLIENTS.contains(&k.as_str())
+            }),
             [Value::Object(branch)] => branch.iter().all(|(k, v)| {
                 ANNOTATIONS.contains(&k.as_str()) || o.get(k).is_none_or(|mine| mine == v)
             }),
@@ -567,6 +867,8 @@ struct Operation<'a> {
     operation: &'a Map<String, Value>,
     shared: Option<&'a Value>,
     at: &'a str,
+    /// `openapi.maxOutputSchemaBytes` (0: no output schema is written at all).
+    output_bytes: Option<u64>,
 }
 
 impl Operation<'_> {
@@ -576,22 +878,34 @@ impl Operation<'_> {
     }
 
     /// A tool schema, input or output, from the operation's schemas (each [`Self::prepared`]):
-    /// references inlined and keywords allow-listed by the sanitizer (for the input, the
-    /// arguments object: an object at the top), a one-branch `allOf` merged, and properties
+    /// keywords allow-listed by the sanitizer (for the input, the arguments object: an object
+    /// at the top), references kept as `$ref`s into the tool schema's `$defs` below the top
+    /// and (for the input) below each argument, a one-branch `allOf` merged, and properties
     /// that travel only the other way not required (within each argument of the input).
-    fn tool_schema(&self, schema: &Value, direction: Direction) -> Value {
-        let mut out = match direction {
-            Direction::Request => sanitize_with(schema, self.definitions, KEPT_FOR_CLIENTS),
-            Direction::Response => clean_with(schema, self.definitions, KEPT_FOR_CLIENTS),
+    fn tool_schema(&self, schema: &Value, direction: Direction, table: &DefTable) -> Cleaned {
+        let sharing = |inline_depth| {
+            Cleaner::sharing(
+                self.definitions,
+                KEPT_FOR_CLIENTS,
+                table.names,
+                inline_depth,
+            )
         };
-        collapse_single_all_of(&mut out);
-        match (direction, &mut out) {
+        let mut out = match direction {
+            Direction::Request => sharing(2).sanitize(schema),
+            Direction::Response => sharing(1).clean(schema),
+        };
+        collapse_single_all_of(&mut out.schema);
+        let uses = |r: &str| table.uses(r);
+        match (direction, &mut out.schema) {
             (Direction::Request, Value::Object(arguments)) => {
                 if let Some(Value::Object(properties)) = arguments.get_mut("properties") {
-                    properties.values_mut().for_each(|a| direction.settle(a));
+                    properties
+                        .values_mut()
+                        .for_each(|a| direction.settle(a, &uses));
                 }
             }
-            _ => direction.settle(&mut out),
+            (_, schema) => direction.settle(schema, &uses),
         }
         out
     }
@@ -610,7 +924,8 @@ impl Operation<'_> {
     fn build(
         &self,
         overridden: Option<&switchboard_snapshot::OperationOverride>,
-    ) -> Result<OperationTool, DocumentError> {
+        table: &mut DefTable,
+    ) -> Result<(OperationTool, bool), DocumentError> {
         let mut properties = Map::new();
         let mut required = Vec::new();
         let mut params: Vec<Param> = Vec::new();
@@ -701,8 +1016,23 @@ impl Operation<'_> {
         }
         let body = self.body(&mut properties, &mut required)?;
         let input = json!({"type": "object", "properties": properties, "required": required});
-        let input_schema = self.tool_schema(&input, Direction::Request);
-        let (output_schema, wraps_output) = self.output();
+        let input = self.tool_schema(&input, Direction::Request, table);
+        let input = table.tool_schema(input, Direction::Request);
+        let (output, wraps_output) = self.output(table);
+        // (bounded as listed, its definitions included; with a bound of 0 none is made)
+        let output = match (output, self.output_bytes) {
+            (Some(_), Some(0)) => Err(()),
+            (Some(output), max) => {
+                let output = table.tool_schema(output, Direction::Response);
+                match max {
+                    Some(max) if output.listed_bytes(&table.defs) as u64 > max => Err(()),
+                    _ => Ok(Some(output)),
+                }
+            }
+            (None, _) => Ok(None),
+        };
+        let output_left_out = output.is_err();
+        let output = output.unwrap_or(None);
         let id = self.operation.get("operationId").and_then(Value::as_str);
         let name = match overridden.and_then(|o| o.name.clone()) {
             Some(name) => {
@@ -719,11 +1049,11 @@ impl Operation<'_> {
         let description = overridden
             .and_then(|o| o.description.clone())
             .or_else(|| self.description());
-        Ok(OperationTool {
+        let tool = OperationTool {
             name,
             description,
-            input_schema: as_text(&input_schema),
-            output_schema: output_schema.as_ref().map(as_text),
+            input,
+            output,
             wraps_output,
             method: self
                 .method
@@ -733,7 +1063,8 @@ impl Operation<'_> {
             path: self.path.to_string(),
             params,
             body,
-        })
+        };
+        Ok((tool, output_left_out))
     }
 
     fn description(&self) -> Option<String> {
@@ -817,7 +1148,7 @@ impl Operation<'_> {
     }
 
     /// The first 2xx response's JSON schema, as an object schema.
-    fn output(&self) -> (Option<Value>, bool) {
+    fn output(&self, table: &DefTable) -> (Option<Cleaned>, bool) {
         let Some(Value::Object(responses)) = self.operation.get("responses") else {
             return (None, false);
         };
@@ -834,15 +1165,15 @@ impl Operation<'_> {
         let Some(schema) = schema else {
             return (None, false);
         };
-        let cleaned = self.tool_schema(&self.prepared(schema.clone()), Direction::Response);
-        let is_object = cleaned.get("type").and_then(Value::as_str) == Some("object");
+        let mut cleaned =
+            self.tool_schema(&self.prepared(schema.clone()), Direction::Response, table);
+        let is_object = cleaned.schema.get("type").and_then(Value::as_str) == Some("object");
         if is_object {
             (Some(cleaned), false)
         } else {
-            (
-                Some(json!({"type": "object", "properties": {"result": cleaned}})),
-                true,
-            )
+            let result = std::mem::take(&mut cleaned.schema);
+            cleaned.schema = json!({"type": "object", "properties": {"result": result}});
+            (Some(cleaned), true)
         }
     }
 }
@@ -954,6 +1285,56 @@ components:
         parent: {$ref: "#/components/schemas/Pet"}
 "##;
 
+    /// A schema with the definitions of its `$defs` inlined (annotations beside a `$ref` kept,
+    /// a cycle cut after a few rounds): the schema as written before definitions were shared,
+    /// which most of these tests read.
+    fn inlined(schema: Value) -> Value {
+        fn walk(node: &Value, defs: &Map<String, Value>, depth: usize) -> Value {
+            match node {
+                Value::Object(o) => {
+                    if let Some(name) = o
+                        .get("$ref")
+                        .and_then(Value::as_str)
+                        .and_then(|r| r.strip_prefix("#/$defs/"))
+                    {
+                        if depth > 6 {
+                            return json!({});
+                        }
+                        let mut out = walk(&defs[name], defs, depth + 1);
+                        if let Value::Object(out) = &mut out {
+                            for (k, v) in o.iter().filter(|(k, _)| *k != "$ref") {
+                                out.insert(k.clone(), walk(v, defs, depth));
+                            }
+                        }
+                        return out;
+                    }
+                    Value::Object(
+                        o.iter()
+                            .filter(|(k, _)| *k != "$defs")
+                            .map(|(k, v)| (k.clone(), walk(v, defs, depth)))
+                            .collect(),
+                    )
+                }
+                Value::Array(a) => Value::Array(a.iter().map(|v| walk(v, defs, depth)).collect()),
+                v => v.clone(),
+            }
+        }
+        let defs = schema
+            .get("$defs")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        walk(&schema, &defs, 0)
+    }
+
+    fn input_of(c: &Compiled, tool: &OperationTool) -> Value {
+        inlined(c.input_schema(tool))
+    }
+
+    fn output_of(c: &Compiled, tool: &OperationTool) -> Value {
+        inlined(c.output_schema(tool).expect("an output schema"))
+    }
+
     fn all() -> Compiled {
         compile(PETS, &OpenApiSpec::default()).expect("the document compiles")
     }
@@ -983,8 +1364,8 @@ components:
             ],
             "path-item parameters first, Accept ignored"
         );
-        assert_eq!(get.input_schema_value()["required"], json!(["petId"]));
-        let out = get.output_schema_value().unwrap();
+        assert_eq!(input_of(&c, get)["required"], json!(["petId"]));
+        let out = output_of(&c, get);
         assert_eq!(out["properties"]["kind"]["enum"], json!(["cat", "dog"]));
         assert_eq!(out["properties"]["name"]["type"], json!(["string", "null"]));
         assert_eq!(get.description.as_deref(), Some("One pet"));
@@ -998,16 +1379,13 @@ components:
             })
         );
         assert_eq!(
-            put.input_schema_value()["properties"]["body"]["properties"]["kind"]["enum"],
+            input_of(&c, put)["properties"]["body"]["properties"]["kind"]["enum"],
             json!(["cat", "dog"]),
             "the body's $ref is inlined"
         );
         let list = c.tool("get_pets").unwrap();
         assert!(list.wraps_output, "an array response is wrapped");
-        assert_eq!(
-            list.output_schema_value().unwrap()["properties"]["result"]["type"],
-            "array"
-        );
+        assert_eq!(output_of(&c, list)["properties"]["result"]["type"], "array");
     }
 
     #[test]
@@ -1072,24 +1450,20 @@ components:
     #[test]
     fn output_schemas_are_bounded_and_a_document_over_its_limit_is_refused() {
         let all = compile(PETS, &OpenApiSpec::default()).unwrap();
-        let with_output = all
-            .tools
-            .iter()
-            .filter(|t| t.output_schema.is_some())
-            .count();
+        let with_output = all.tools.iter().filter(|t| t.has_output_schema()).count();
         assert!(with_output > 0);
         let none = OpenApiSpec {
             max_output_schema_bytes: Some(0),
             ..Default::default()
         };
         let none = compile(PETS, &none).unwrap();
-        assert!(none.tools.iter().all(|t| t.output_schema.is_none()));
+        assert!(none.tools.iter().all(|t| !t.has_output_schema()));
         assert_eq!(none.outputs_left_out, with_output);
         assert!(none.bytes() < all.bytes());
         let largest = all
             .tools
             .iter()
-            .filter_map(|t| t.output_schema.as_ref().map(|o| o.get().len()))
+            .filter_map(|t| all.output_schema(t).map(|o| o.to_string().len()))
             .max()
             .unwrap();
         let bounded = OpenApiSpec {
@@ -1101,7 +1475,7 @@ components:
         let kept: Vec<usize> = bounded
             .tools
             .iter()
-            .filter_map(|t| t.output_schema.as_ref().map(|o| o.get().len()))
+            .filter_map(|t| bounded.output_schema(t).map(|o| o.to_string().len()))
             .collect();
         assert_eq!(kept.len(), with_output - bounded.outputs_left_out);
         assert!(kept.iter().all(|&n| n < largest));
@@ -1171,13 +1545,10 @@ components:
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let a = c.tool("a").unwrap();
         assert_eq!(
-            a.input_schema_value()["properties"]["body"]["properties"]["x"]["type"],
+            input_of(&c, a)["properties"]["body"]["properties"]["x"]["type"],
             "string"
         );
-        assert_eq!(
-            a.output_schema_value().unwrap()["properties"]["result"]["type"],
-            "string"
-        );
+        assert_eq!(output_of(&c, a)["properties"]["result"]["type"], "string");
     }
 
     #[test]
@@ -1220,7 +1591,7 @@ components:
     fn keywords_next_to_a_ref_apply_in_3_1() {
         let c = compile(SIBLINGS, &OpenApiSpec::default()).unwrap();
         let t = c.tool("create").unwrap();
-        let props = &t.input_schema_value()["properties"];
+        let props = &input_of(&c, t)["properties"];
         assert_eq!(
             props["priority"],
             json!({"type": "string", "enum": ["low", "normal", "urgent"], "title": "Priority", "default": "normal"}),
@@ -1239,18 +1610,130 @@ components:
             "a one-branch allOf (pydantic v1) is read as one schema"
         );
         assert_eq!(body["parent"]["description"], "The order before");
-        assert!(!t.input_schema.get().to_string().contains("$ref"));
-        let out = t.output_schema_value().unwrap();
+        // As listed: each definition once under `$defs`, used by reference below the
+        // arguments (an argument itself is inlined: its description and marks are its own).
+        let listed = c.input_schema(t);
+        assert_eq!(
+            listed["properties"]["body"]["properties"]["priority"],
+            json!({"$ref": "#/$defs/Priority", "default": "low", "title": "Order priority"})
+        );
+        assert_eq!(
+            listed["properties"]["body"]["properties"]["parent"],
+            json!({"$ref": "#/$defs/Order", "description": "The order before"}),
+            "a recursive definition refers to itself"
+        );
+        let defs: Vec<&String> = listed["$defs"].as_object().unwrap().keys().collect();
+        assert_eq!(defs, ["Order", "Priority", "Size"], "in name order");
+        let out = output_of(&c, t);
         assert_eq!(out["properties"]["priority"]["default"], "low");
 
         // OpenAPI 3.0: keywords next to a `$ref` are ignored (its description aside).
         let v30 = SIBLINGS.replace("3.1.0", "3.0.3");
         let c = compile(&v30, &OpenApiSpec::default()).unwrap();
-        let props = &c.tool("create").unwrap().input_schema_value()["properties"];
+        let props = &input_of(&c, c.tool("create").unwrap())["properties"];
         assert_eq!(props["priority"].get("default"), None);
         assert_eq!(
             props["priority"]["enum"],
             json!(["low", "normal", "urgent"])
+        );
+    }
+
+    /// A component used three times in one answer: written once in that tool schema's `$defs`
+    /// (each use a `$ref`), held once per direction for the whole document, and settled per
+    /// direction through the reference (a `readOnly` id is not required in a request).
+    const SHARED: &str = r##"{"openapi": "3.0.3", "paths": {
+      "/issues": {"post": {"operationId": "createIssue",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Issue"}}}},
+        "responses": {"201": {"description": "", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Issue"}}}}}}},
+      "/issues/{n}": {"get": {"operationId": "getIssue",
+        "parameters": [{"name": "n", "in": "path", "required": true, "schema": {"type": "integer"}}],
+        "responses": {"200": {"description": "", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Issue"}}}}}}},
+      "/user": {"get": {"operationId": "getUser",
+        "responses": {"200": {"description": "", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/User"}}}}}}}},
+      "components": {"schemas": {
+        "Id": {"type": "integer", "readOnly": true},
+        "User": {"type": "object", "required": ["id", "login"],
+                 "properties": {"id": {"$ref": "#/components/schemas/Id"}, "login": {"type": "string"}}},
+        "Issue": {"type": "object", "required": ["title"], "properties": {
+            "title": {"type": "string"},
+            "author": {"$ref": "#/components/schemas/User"},
+            "assignee": {"$ref": "#/components/schemas/User"},
+            "closer": {"$ref": "#/components/schemas/User"}}}}}}"##;
+
+    #[test]
+    fn a_definition_is_written_once_per_tool_and_held_once_per_document() {
+        let c = compile(SHARED, &OpenApiSpec::default()).unwrap();
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        let get = c.output_schema(c.tool("getIssue").unwrap()).unwrap();
+        for who in ["author", "assignee", "closer"] {
+            assert_eq!(get["properties"][who], json!({"$ref": "#/$defs/User"}));
+        }
+        let defs: Vec<&String> = get["$defs"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            defs,
+            ["Id", "User"],
+            "reached through User too, in name order"
+        );
+        assert_eq!(get["$defs"]["User"]["required"], json!(["id", "login"]));
+        let create = c.input_schema(c.tool("createIssue").unwrap());
+        assert_eq!(
+            create["$defs"]["User"]["required"],
+            json!(["login"]),
+            "readOnly through the reference: not required in a request"
+        );
+        assert_eq!(
+            create["properties"]["body"]["properties"]["author"],
+            json!({"$ref": "#/$defs/User"}),
+            "the body argument is written out, what it refers to is not"
+        );
+        let user = c.output_schema(c.tool("getUser").unwrap()).unwrap();
+        assert_eq!(user["type"], "object", "the top is written out");
+        assert_eq!(user["properties"]["id"], json!({"$ref": "#/$defs/Id"}));
+        // Held once for the document, per direction: User and Id for requests and responses.
+        let held: Vec<&str> = c.defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(held.len(), 4, "{held:?}");
+        // The listing writes User once per schema that reaches it: the input and output of
+        // createIssue, the output of getIssue and of getUser (there at the top).
+        let listing = c.listing();
+        assert_eq!(listing.get().matches("\"login\":{").count(), 4);
+        let parsed: Value = serde_json::from_str(listing.get()).unwrap();
+        assert_eq!(parsed["tools"][1]["outputSchema"], get, "listed as read");
+        // Inlined, the same document costs more.
+        assert!(inlined(get.clone()).to_string().len() > get.to_string().len());
+    }
+
+    #[test]
+    fn definition_names_are_plain_unique_and_stable() {
+        let definitions: Map<String, Value> = [
+            "#/components/schemas/a%20b",
+            "#/components/schemas/a_b",
+            "#/components/schemas/Pet/properties/kind",
+            "#/components/schemas/v1~1Pet",
+            "#/x-switchboard-bundled/0",
+            "#/x-switchboard-bundled/1",
+        ]
+        .iter()
+        .map(|r| (r.to_string(), json!({})))
+        .chain([(
+            "#/x-switchboard-bundled/1".to_string(),
+            json!({"title": "Order"}),
+        )])
+        .collect();
+        let names = def_names(&definitions);
+        let name = |r: &str| names[r].as_str();
+        assert_eq!(name("#/components/schemas/a%20b"), "a_b");
+        assert_eq!(name("#/components/schemas/a_b"), "a_b_2");
+        assert_eq!(
+            name("#/components/schemas/Pet/properties/kind"),
+            "components.schemas.Pet.properties.kind"
+        );
+        assert_eq!(name("#/components/schemas/v1~1Pet"), "v1_Pet");
+        assert_eq!(name("#/x-switchboard-bundled/0"), "bundled_0");
+        assert_eq!(name("#/x-switchboard-bundled/1"), "Order");
+        assert_eq!(
+            def_names(&definitions),
+            names,
+            "the same document, the same names"
         );
     }
 
@@ -1289,17 +1772,14 @@ components:
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let a = c.tool("getA").unwrap();
         assert_eq!(
-            a.input_schema_value()["properties"]["id"]["enum"],
+            input_of(&c, a)["properties"]["id"]["enum"],
             json!(["cat", "dog"])
         );
-        assert_eq!(
-            a.output_schema_value().unwrap()["properties"]["name"]["type"],
-            "string"
-        );
+        assert_eq!(output_of(&c, a)["properties"]["name"]["type"], "string");
         let b = c.tool("getB").unwrap();
         assert_eq!(b.params[0].name, "id");
         assert_eq!(
-            b.input_schema_value()["properties"]["id"]["enum"],
+            input_of(&c, b)["properties"]["id"]["enum"],
             json!(["cat", "dog"])
         );
     }
@@ -1356,7 +1836,7 @@ components:
         let c = compile(V30, &OpenApiSpec::default()).unwrap();
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let t = c.tool("update").unwrap();
-        let input = &t.input_schema_value()["properties"];
+        let input = &input_of(&c, t)["properties"];
         assert_eq!(
             input["n"],
             json!({"type": "integer", "exclusiveMinimum": 0})
@@ -1365,7 +1845,7 @@ components:
             input["since"],
             json!({"type": ["string", "null"], "examples": ["2024-01-01"]})
         );
-        let output = t.output_schema_value().unwrap();
+        let output = output_of(&c, t);
         assert!(!t.wraps_output);
         for (direction, issue) in [("input", &input["body"]), ("output", &output)] {
             let p = &issue["properties"];
@@ -1422,13 +1902,13 @@ components:
             "a write-only property is not required in a response"
         );
         assert_eq!(
-            t.input_schema_value()["required"],
+            input_of(&c, t)["required"],
             json!(["n", "body"]),
             "the arguments are the request's"
         );
         // A 3.1 document written the 3.0 way (ReadMe's own description does) reads the same.
         let v31 = compile(&V30.replace("3.0.3", "3.1.0"), &OpenApiSpec::default()).unwrap();
-        let out = v31.tool("update").unwrap().output_schema_value().unwrap();
+        let out = output_of(&v31, v31.tool("update").unwrap());
         assert_eq!(
             out["properties"]["state_reason"],
             output["properties"]["state_reason"]
@@ -1448,7 +1928,7 @@ components:
             "a null body is not an object: structured content wraps it"
         );
         assert_eq!(
-            t.output_schema_value().unwrap()["properties"]["result"]["type"],
+            output_of(&c, t)["properties"]["result"]["type"],
             json!(["object", "null"])
         );
     }

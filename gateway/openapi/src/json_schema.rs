@@ -197,7 +197,7 @@ fn nullable(schema: &mut Value) {
 }
 
 /// Which way a schema's values travel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Direction {
     /// A tool's input: the request's parameters and body.
     Request,
@@ -216,32 +216,46 @@ impl Direction {
 
     /// Step 3 above, on a sanitized schema that is an argument or an output: properties that
     /// travel only the other way are not required this way, and at its top the two marks go.
-    pub(crate) fn settle(self, schema: &mut Value) {
+    /// `uses` names what a `$ref` the schema kept stands for (a property that is a reference
+    /// is marked where its definition is).
+    pub(crate) fn settle<'v>(self, schema: &mut Value, uses: &dyn Fn(&str) -> Option<&'v Value>) {
         if let Value::Object(o) = schema {
             o.remove("readOnly");
             o.remove("writeOnly");
         }
-        self.settle_within(schema);
+        self.settle_within(schema, uses);
     }
 
-    fn settle_within(self, schema: &mut Value) {
+    /// Step 3 within a schema (a shared definition's: its own marks stay, they say how each
+    /// use of it travels).
+    pub(crate) fn settle_within<'v>(
+        self,
+        schema: &mut Value,
+        uses: &dyn Fn(&str) -> Option<&'v Value>,
+    ) {
         let Value::Object(o) = schema else { return };
         let flag = self.other_way();
         if let (Some(Value::Object(properties)), Some(Value::Array(required))) =
             (o.get("properties"), o.get("required"))
         {
+            let marked = |p: &Value| p.get(flag) == Some(&Value::Bool(true));
             let other_way = |name: &Value| {
                 name.as_str()
                     .and_then(|n| properties.get(n))
-                    .and_then(|p| p.get(flag))
-                    == Some(&Value::Bool(true))
+                    .is_some_and(|p| {
+                        marked(p)
+                            || p.get("$ref")
+                                .and_then(Value::as_str)
+                                .and_then(uses)
+                                .is_some_and(marked)
+                    })
             };
             if required.iter().any(other_way) {
                 let kept: Vec<Value> = required.iter().filter(|n| !other_way(n)).cloned().collect();
                 o.insert("required".into(), Value::Array(kept));
             }
         }
-        each_subschema(o, |s| self.settle_within(s));
+        each_subschema(o, |s| self.settle_within(s, uses));
     }
 }
 
@@ -393,7 +407,7 @@ mod tests {
                 "properties": {"id": {"type": "integer", "readOnly": true}}}}}});
         let mut request = user.clone();
         request["readOnly"] = json!(true);
-        Direction::Request.settle(&mut request);
+        Direction::Request.settle(&mut request, &|_| None);
         assert_eq!(
             request.get("readOnly"),
             None,
@@ -409,7 +423,7 @@ mod tests {
             "annotation kept"
         );
         let mut response = user;
-        Direction::Response.settle(&mut response);
+        Direction::Response.settle(&mut response, &|_| None);
         assert_eq!(response["required"], json!(["id", "name"]));
         assert_eq!(
             response["properties"]["friends"]["items"]["required"],

@@ -8,6 +8,8 @@
 //! allow-list of keywords kept, `oneOf` turned into `anyOf` below the top, and the top made an
 //! object whose `properties` and `required` survive.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value, json};
 
 /// Keywords kept (everything else is dropped).
@@ -48,46 +50,107 @@ const MAX_NODES: usize = 5_000;
 /// The provider-safe form of an MCP tool's `inputSchema`.
 pub fn sanitize(schema: &Value) -> Value {
     let definitions = collect_definitions(schema);
-    sanitize_with(schema, &definitions, &[])
+    Cleaner::inlining(&definitions, &[]).sanitize(schema).schema
 }
 
-/// The same, with the referenced definitions given by reference string (an OpenAPI
-/// document's `#/components/schemas/<name>`, collected once for all its operations), and
-/// keywords kept beyond the allow-list (`also_kept`: an MCP client reads annotations a
-/// provider is never shown).
-pub fn sanitize_with(
-    schema: &Value,
-    definitions: &Map<String, Value>,
-    also_kept: &[&str],
-) -> Value {
-    let mut top = clean_with(schema, definitions, also_kept);
-    let Value::Object(object) = &mut top else {
-        return json!({"type": "object", "properties": {}});
-    };
-    flatten_top_combinators(object);
-    object.insert("type".into(), Value::String("object".into()));
-    if !object.get("properties").is_some_and(Value::is_object) {
-        object.insert("properties".into(), Value::Object(Map::new()));
-    }
-    if let Some(required) = object.get("required")
-        && !required.is_array()
-    {
-        object.remove("required");
-    }
-    top
+/// Annotations next to a `$ref` that describe this use of the referenced schema (and stay
+/// with it, inlined or not).
+const USE_ANNOTATIONS: [&str; 4] = ["description", "title", "default", "examples"];
+
+/// Reference as written (`#/components/schemas/Pet`) → its name under `$defs` (`Pet`), for a
+/// cleaning that keeps references ([`Cleaner::sharing`]).
+pub type DefNames = HashMap<String, String>;
+
+/// How a schema is cleaned: the referenced definitions by reference string (an OpenAPI
+/// document's `#/components/schemas/<name>`, collected once for all its operations), keywords
+/// kept beyond the allow-list (`also_kept`: an MCP client reads annotations a provider is never
+/// shown), and whether references are inlined (what a provider takes) or kept as `$ref`s into
+/// the schema's `$defs` (what an MCP client takes: a definition used five times in one schema
+/// is written once).
+#[derive(Clone, Copy)]
+pub struct Cleaner<'a> {
+    definitions: &'a Map<String, Value>,
+    also_kept: &'a [&'a str],
+    shared: Option<&'a DefNames>,
+    /// References at a depth below this are inlined even when shared: the top of a schema (an
+    /// MCP tool's schemas are objects at the top, which a bare `$ref` is not) and, for a tool's
+    /// input, each argument (so the marks and description of an argument are its own).
+    inline_depth: usize,
 }
 
-/// A schema with the same rules but no object forced at the top (an OpenAPI response's
-/// schema, a parameter's): references inlined with the same bounds, keywords allow-listed
-/// (and `also_kept`).
-pub fn clean_with(schema: &Value, definitions: &Map<String, Value>, also_kept: &[&str]) -> Value {
-    let mut walk = Walk {
-        definitions,
-        also_kept,
-        path: Vec::new(),
-        budget: MAX_NODES,
-    };
-    walk.clean(schema)
+/// A cleaned schema and the references it kept ([`Cleaner::sharing`]), each once, in the order
+/// met.
+#[derive(Debug)]
+pub struct Cleaned {
+    pub schema: Value,
+    pub reached: Vec<String>,
+}
+
+impl<'a> Cleaner<'a> {
+    /// References inlined, cycles cut after a bounded depth.
+    pub fn inlining(definitions: &'a Map<String, Value>, also_kept: &'a [&'a str]) -> Self {
+        Cleaner {
+            definitions,
+            also_kept,
+            shared: None,
+            inline_depth: usize::MAX,
+        }
+    }
+
+    /// References named in `names` kept as `#/$defs/<name>` below `inline_depth` (the caller
+    /// writes the `$defs`); others inlined.
+    pub fn sharing(
+        definitions: &'a Map<String, Value>,
+        also_kept: &'a [&'a str],
+        names: &'a DefNames,
+        inline_depth: usize,
+    ) -> Self {
+        Cleaner {
+            definitions,
+            also_kept,
+            shared: Some(names),
+            inline_depth,
+        }
+    }
+
+    /// The schema with an object forced at the top and no combinator there (a tool's input).
+    pub fn sanitize(&self, schema: &Value) -> Cleaned {
+        let mut cleaned = self.clean(schema);
+        let Value::Object(object) = &mut cleaned.schema else {
+            return Cleaned {
+                schema: json!({"type": "object", "properties": {}}),
+                reached: Vec::new(),
+            };
+        };
+        flatten_top_combinators(object);
+        object.insert("type".into(), Value::String("object".into()));
+        if !object.get("properties").is_some_and(Value::is_object) {
+            object.insert("properties".into(), Value::Object(Map::new()));
+        }
+        if let Some(required) = object.get("required")
+            && !required.is_array()
+        {
+            object.remove("required");
+        }
+        cleaned
+    }
+
+    /// The schema with the same rules but no object forced at the top (an OpenAPI response's
+    /// schema, a parameter's, a definition's).
+    pub fn clean(&self, schema: &Value) -> Cleaned {
+        let mut walk = Walk {
+            how: *self,
+            path: Vec::new(),
+            budget: MAX_NODES,
+            depth: 0,
+            reached: Vec::new(),
+        };
+        let schema = walk.clean(schema);
+        Cleaned {
+            schema,
+            reached: walk.reached,
+        }
+    }
 }
 
 /// `#/$defs/...` and `#/definitions/...` targets, by reference string.
@@ -103,13 +166,14 @@ fn collect_definitions(schema: &Value) -> Map<String, Value> {
     out
 }
 
-/// One sanitizing walk: the definitions it inlines, the references being inlined (a reference
-/// to one of them is a cycle, cut), and the nodes it may still make.
+/// One sanitizing walk: the references being inlined (a reference to one of them is a cycle,
+/// cut), the nodes it may still make, how deep below the top it is, and the references it kept.
 struct Walk<'a> {
-    definitions: &'a Map<String, Value>,
-    also_kept: &'a [&'a str],
+    how: Cleaner<'a>,
     path: Vec<&'a str>,
     budget: usize,
+    depth: usize,
+    reached: Vec<String>,
 }
 
 impl<'a> Walk<'a> {
@@ -123,7 +187,22 @@ impl<'a> Walk<'a> {
         }
         self.budget -= 1;
         if let Some(Value::String(reference)) = object.get("$ref") {
-            let Some((name, target)) = self.definitions.get_key_value(reference.as_str()) else {
+            let annotations = USE_ANNOTATIONS
+                .iter()
+                .filter_map(|k| Some((k.to_string(), object.get(*k)?.clone())));
+            if let Some(name) = self.how.shared.and_then(|names| names.get(reference))
+                && self.depth >= self.how.inline_depth
+            {
+                if !self.reached.contains(reference) {
+                    self.reached.push(reference.clone());
+                }
+                let mut kept = Map::new();
+                kept.insert("$ref".into(), Value::String(format!("#/$defs/{name}")));
+                kept.extend(annotations);
+                return Value::Object(kept);
+            }
+            let Some((name, target)) = self.how.definitions.get_key_value(reference.as_str())
+            else {
                 return Value::Object(Map::new());
             };
             if self.path.len() >= MAX_REF_DEPTH || self.path.contains(&name.as_str()) {
@@ -132,12 +211,19 @@ impl<'a> Walk<'a> {
             self.path.push(name);
             let mut inlined = self.clean(target);
             self.path.pop();
-            // A description next to the reference describes this use of it.
-            if let (Value::Object(o), Some(d)) = (&mut inlined, object.get("description")) {
-                o.insert("description".into(), d.clone());
+            // Annotations next to the reference describe this use of it.
+            if let Value::Object(o) = &mut inlined {
+                o.extend(annotations);
             }
             return inlined;
         }
+        self.depth += 1;
+        let out = self.clean_object(object);
+        self.depth -= 1;
+        out
+    }
+
+    fn clean_object(&mut self, object: &Map<String, Value>) -> Value {
         let mut out = Map::new();
         for (key, v) in object {
             let key = if key == "oneOf" {
@@ -145,7 +231,7 @@ impl<'a> Walk<'a> {
             } else {
                 key.as_str()
             };
-            if !KEPT.contains(&key) && !self.also_kept.contains(&key) {
+            if !KEPT.contains(&key) && !self.how.also_kept.contains(&key) {
                 continue;
             }
             let cleaned = match key {
@@ -329,6 +415,64 @@ mod tests {
         assert_eq!(
             sanitize(&json!({})),
             json!({"type": "object", "properties": {}})
+        );
+    }
+
+    #[test]
+    fn a_sharing_cleaner_keeps_references_below_its_depth_and_says_which() {
+        let definitions: Map<String, Value> = [
+            (
+                "#/components/schemas/Node".to_string(),
+                json!({"type": "object", "properties": {"child": {"$ref": "#/components/schemas/Node"}, "x-a": {}}}),
+            ),
+            (
+                "#/components/schemas/Tag".to_string(),
+                json!({"type": "string", "x-internal": true}),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let names: DefNames = [
+            ("#/components/schemas/Node".to_string(), "Node".to_string()),
+            ("#/components/schemas/Tag".to_string(), "Tag".to_string()),
+        ]
+        .into_iter()
+        .collect();
+        let schema = json!({"$ref": "#/components/schemas/Node", "description": "the root"});
+        let top = Cleaner::sharing(&definitions, &[], &names, 1).clean(&schema);
+        assert_eq!(
+            top.schema,
+            json!({"type": "object", "description": "the root",
+                   "properties": {"child": {"$ref": "#/$defs/Node"}, "x-a": {}}}),
+            "the top inlined, a reference below it kept, unknown keywords still dropped"
+        );
+        assert_eq!(top.reached, ["#/components/schemas/Node"]);
+        let args = json!({"type": "object", "properties": {
+            "tag": {"$ref": "#/components/schemas/Tag", "default": "a"},
+            "tags": {"type": "array", "items": {"$ref": "#/components/schemas/Tag"}},
+            "other": {"$ref": "#/elsewhere"}}});
+        let input = Cleaner::sharing(&definitions, &[], &names, 2).sanitize(&args);
+        assert_eq!(
+            input.schema["properties"]["tag"],
+            json!({"type": "string", "default": "a"}),
+            "an argument is inlined, the default beside its reference kept"
+        );
+        assert_eq!(
+            input.schema["properties"]["tags"]["items"],
+            json!({"$ref": "#/$defs/Tag"})
+        );
+        assert_eq!(
+            input.schema["properties"]["other"],
+            json!({}),
+            "unknown: any value"
+        );
+        assert_eq!(input.reached, ["#/components/schemas/Tag"], "each once");
+        // Inlining (what a provider is given) reads the same schema without a reference.
+        let inlined = Cleaner::inlining(&definitions, &[]).sanitize(&args);
+        assert!(inlined.reached.is_empty());
+        assert_eq!(
+            inlined.schema["properties"]["tags"]["items"],
+            json!({"type": "string"})
         );
     }
 }
