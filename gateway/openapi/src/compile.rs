@@ -45,7 +45,7 @@ pub struct Compiled {
     pub version: String,
     /// Output schemas left out for `openapi.maxOutputSchemaBytes`.
     pub outputs_left_out: usize,
-    /// The definitions the tools' schemas share ([`Defs`]), by index.
+    /// The definitions the tools' schemas share ([`Def`]), by index.
     defs: Vec<Def>,
 }
 
@@ -77,14 +77,16 @@ impl Compiled {
     }
 
     /// A tool's input schema as listed (its definitions in its `$defs`).
-    pub fn input_schema(&self, tool: &OperationTool) -> Value {
+    #[cfg(test)]
+    pub(crate) fn input_schema(&self, tool: &OperationTool) -> Value {
         let mut text = String::new();
         write_schema(&mut text, &tool.input, &self.defs);
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
     /// A tool's output schema as listed.
-    pub fn output_schema(&self, tool: &OperationTool) -> Option<Value> {
+    #[cfg(test)]
+    pub(crate) fn output_schema(&self, tool: &OperationTool) -> Option<Value> {
         let mut text = String::new();
         write_schema(&mut text, tool.output.as_ref()?, &self.defs);
         serde_json::from_str(&text).ok()
@@ -198,10 +200,10 @@ pub struct OperationTool {
     pub description: Option<String>,
     /// Kept as JSON text (as listings are): a GitHub-sized document's schemas take a tenth of
     /// what they take as trees, and a listing writes them out as they are.
-    /// ([`Compiled::input_schema`] reads it.)
+    /// ([`Compiled::listing`] writes it.)
     pub(crate) input: ToolSchema,
     /// The JSON schema of the success response, an object (a non-object response is wrapped
-    /// as `{"result": ...}`: MCP's structured content is an object). ([`Compiled::output_schema`])
+    /// as `{"result": ...}`: MCP's structured content is an object).
     pub(crate) output: Option<ToolSchema>,
     pub(crate) wraps_output: bool,
     pub method: http::Method,
@@ -262,7 +264,8 @@ impl OperationTool {
     }
 
     /// Whether the tool has an output schema.
-    pub fn has_output_schema(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_output_schema(&self) -> bool {
         self.output.is_some()
     }
 }
@@ -523,7 +526,7 @@ fn definitions(document: &Value, version: Version) -> Map<String, Value> {
 
 /// Each reference's name under a tool schema's `$defs`: a component's own name
 /// (`#/components/schemas/Pet` → `Pet`), a target copied from another document
-/// ([`crate::bundle`]) its `title` if it has one (`bundled_<n>` if not), any other pointer its
+/// ([`crate::bundle()`]) its `title` if it has one (`bundled_<n>` if not), any other pointer its
 /// tokens joined with `.` (`components.schemas.Pet.properties.kind`); characters outside
 /// `A-Z a-z 0-9 . _ -` become
 /// `_` (so a name is written and referred to without escapes), and a name met again is
@@ -1685,6 +1688,14 @@ components:
             create["properties"]["body"]["properties"]["author"],
             json!({"$ref": "#/$defs/User"}),
             "the body argument is written out, what it refers to is not"
+        );
+        // What a provider is given (the LLM loop sanitizes every tool schema it hands one):
+        // the references inlined again, none left.
+        let provider = switchboard_protocol::schema::sanitize(&create);
+        assert!(!provider.to_string().contains("$ref"), "{provider}");
+        assert_eq!(
+            provider["properties"]["body"]["properties"]["author"]["properties"]["login"]["type"],
+            "string"
         );
         let user = c.output_schema(c.tool("getUser").unwrap()).unwrap();
         assert_eq!(user["type"], "object", "the top is written out");

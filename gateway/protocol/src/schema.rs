@@ -88,7 +88,7 @@ pub struct Cleaned {
 
 impl<'a> Cleaner<'a> {
     /// References inlined, cycles cut after a bounded depth.
-    pub fn inlining(definitions: &'a Map<String, Value>, also_kept: &'a [&'a str]) -> Self {
+    pub(crate) fn inlining(definitions: &'a Map<String, Value>, also_kept: &'a [&'a str]) -> Self {
         Cleaner {
             definitions,
             also_kept,
