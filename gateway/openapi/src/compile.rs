@@ -58,7 +58,17 @@ impl Compiled {
     /// as text straight from the tools' own and the definitions they share (no tree of the
     /// whole listing is built).
     pub fn listing(&self) -> Box<RawValue> {
-        let mut out = String::with_capacity(self.bytes() + 256 * self.tools.len() + 16);
+        // (as listed, each schema with its definitions: more than is held)
+        let listed: usize = self
+            .tools
+            .iter()
+            .map(|t| {
+                t.input.listed_bytes(&self.defs)
+                    + t.output.as_ref().map_or(0, |o| o.listed_bytes(&self.defs))
+                    + t.description.as_ref().map_or(0, String::len)
+            })
+            .sum();
+        let mut out = String::with_capacity(listed + 256 * self.tools.len() + 16);
         out.push_str("{\"tools\":[");
         for (i, tool) in self.tools.iter().enumerate() {
             if i > 0 {
