@@ -449,9 +449,12 @@ const PATTERN_SOURCES: &[(FindingKind, &str)] = {
             OtherToolInstruction,
             r"\b(when|whenever|before|after|once)\s+[^\n]{0,100}?\btools?\b[^\n]{0,80}?\b((is|are)\s+(used|called|invoked|run|executed|performed)|runs?|executes?)\b",
         ),
+        // (The words between are matched as ASCII, `(?-u:...)`: a Unicode word class repeated 30
+        // times made this pattern 14 MiB of automaton and the set a third larger; the phrases
+        // these two look for are English.)
         (
             OtherToolInstruction,
-            r"\b(through|via|with)\s+any\s+[\w\s-]{0,30}\btools?\b|\bany\s+(terminal|package|shell|payment|billing|email|mail|git|dns|file|kubectl|browser)\s+(or\s+\w+\s+)?(related\s+)?tools?\b",
+            r"\b(through|via|with)\s+any\s+(?-u:[\w\s-]){0,30}\btools?\b|\bany\s+(terminal|package|shell|payment|billing|email|mail|git|dns|file|kubectl|browser)\s+(or\s+\w+\s+)?(related\s+)?tools?\b",
         ),
         (
             OtherToolInstruction,
@@ -459,7 +462,7 @@ const PATTERN_SOURCES: &[(FindingKind, &str)] = {
         ),
         (
             OtherToolInstruction,
-            r"\b(supersedes?|takes?\s+precedence\s+over|replaces?)\s+(the\s+)?[\w'-]+\s+(server'?s?|tools?)\b|\broute\s+(every|all)\s+[\w\s-]{0,30}\bthrough\b",
+            r"\b(supersedes?|takes?\s+precedence\s+over|replaces?)\s+(the\s+)?[\w'-]+\s+(server'?s?|tools?)\b|\broute\s+(every|all)\s+(?-u:[\w\s-]){0,30}\bthrough\b",
         ),
         (
             OtherToolInstruction,
