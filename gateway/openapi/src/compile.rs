@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use switchboard_protocol::schema::{Cleaned, Cleaner, DefNames};
+use switchboard_protocol::schema::{Cleaned, Cleaner, DefNames, USE_ANNOTATIONS};
 use switchboard_snapshot::{OpenApiSpec, OperationSelector, glob_match};
 
 use crate::bundle::each_reference;
@@ -642,7 +642,7 @@ impl<'a> DefTable<'a> {
     }
 
     /// A cleaned tool schema as held: its text and every definition it reaches.
-    fn tool_schema(&mut self, cleaned: Cleaned, direction: Direction) -> ToolSchema {
+    fn held(&mut self, cleaned: Cleaned, direction: Direction) -> ToolSchema {
         ToolSchema {
             top: as_text(&cleaned.schema),
             defs: self.reached(&cleaned.reached, direction),
@@ -814,18 +814,18 @@ fn drop_ref_annotations(schema: &mut Value) {
     let Value::Object(o) = schema else { return };
     each_subschema(o, drop_ref_annotations);
     if o.get("$ref").is_some_and(Value::is_string) {
-        for k in ["title", "default", "example", "examples"] {
-            o.remove(k);
+        // (3.0's `example` too: `upgrade` would make it an `examples`)
+        for k in USE_ANNOTATIONS.iter().chain(&["example"]) {
+            if *k != "description" {
+                o.remove(*k);
+            }
         }
     }
 }
 
-/// Keywords that describe rather than constrain: where a one-branch `allOf` and its parent
-/// both have one, the parent's (the use) wins over the branch's (the definition).
-const ANNOTATIONS: [&str; 4] = ["title", "description", "default", "examples"];
-
 /// A sanitized schema's `allOf` of one branch merged into its parent (when no constraint of
-/// both differs): the shape [`wrap_ref_siblings`] makes, and pydantic v1's
+/// both differs; where both have an annotation, [`USE_ANNOTATIONS`], the parent's, the use,
+/// wins over the branch's, the definition): the shape [`wrap_ref_siblings`] makes, and pydantic v1's
 /// `allOf: [{$ref}]` with a default, read as one plain schema.
 fn collapse_single_all_of(schema: &mut Value) {
     let Value::Object(o) = schema else { return };
@@ -848,11 +848,11 @@ fn collapse_single_all_of(schema: &mut Value) {
             // (the LLM loop's sanitizer, a client of an older draft) keeps no constraint there.
             [Value::Object(branch)] if branch.contains_key("$ref") => o.keys().all(|k| {
                 k == "allOf"
-                    || ANNOTATIONS.contains(&k.as_str())
-                    || crate::json_schema::KEPT_FOR_CLIENTS.contains(&k.as_str())
+                    || USE_ANNOTATIONS.contains(&k.as_str())
+                    || KEPT_FOR_CLIENTS.contains(&k.as_str())
             }),
             [Value::Object(branch)] => branch.iter().all(|(k, v)| {
-                ANNOTATIONS.contains(&k.as_str()) || o.get(k).is_none_or(|mine| mine == v)
+                USE_ANNOTATIONS.contains(&k.as_str()) || o.get(k).is_none_or(|mine| mine == v)
             }),
             _ => false,
         },
@@ -1030,22 +1030,24 @@ impl Operation<'_> {
         let body = self.body(&mut properties, &mut required)?;
         let input = json!({"type": "object", "properties": properties, "required": required});
         let input = self.tool_schema(&input, Direction::Request, table);
-        let input = table.tool_schema(input, Direction::Request);
+        let input = table.held(input, Direction::Request);
         let (output, wraps_output) = self.output(table);
         // (bounded as listed, its definitions included; with a bound of 0 none is made)
-        let output = match (output, self.output_bytes) {
-            (Some(_), Some(0)) => Err(()),
-            (Some(output), max) => {
-                let output = table.tool_schema(output, Direction::Response);
-                match max {
-                    Some(max) if output.listed_bytes(&table.defs) as u64 > max => Err(()),
-                    _ => Ok(Some(output)),
+        let (output, output_left_out) = match output {
+            None => (None, false),
+            Some(_) if self.output_bytes == Some(0) => (None, true),
+            Some(cleaned) => {
+                let held = table.held(cleaned, Direction::Response);
+                let over = self
+                    .output_bytes
+                    .is_some_and(|max| held.listed_bytes(&table.defs) as u64 > max);
+                if over {
+                    (None, true)
+                } else {
+                    (Some(held), false)
                 }
             }
-            (None, _) => Ok(None),
         };
-        let output_left_out = output.is_err();
-        let output = output.unwrap_or(None);
         let id = self.operation.get("operationId").and_then(Value::as_str);
         let name = match overridden.and_then(|o| o.name.clone()) {
             Some(name) => {

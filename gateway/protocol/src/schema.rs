@@ -54,8 +54,8 @@ pub fn sanitize(schema: &Value) -> Value {
 }
 
 /// Annotations next to a `$ref` that describe this use of the referenced schema (and stay
-/// with it, inlined or not).
-const USE_ANNOTATIONS: [&str; 4] = ["description", "title", "default", "examples"];
+/// with it, inlined or not): keywords that describe rather than constrain.
+pub const USE_ANNOTATIONS: [&str; 4] = ["description", "title", "default", "examples"];
 
 /// Reference as written (`#/components/schemas/Pet`) → its name under `$defs` (`Pet`), for a
 /// cleaning that keeps references ([`Cleaner::sharing`]).
