@@ -133,37 +133,31 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
     let headers = request.headers();
     let path = request.uri().path();
     let endpoint = endpoint_of(path);
-    let request_id = audit::request_id(headers.get(REQUEST_ID));
-    let mut trace_id = audit::trace_id(headers.get(TRACEPARENT));
-    let span = if switchboard_telemetry::sampled(headers.get(TRACEPARENT).map(|v| v.as_bytes())) {
-        let span = switchboard_core::request_span::start(
-            request.method(),
-            route_of(path),
-            path,
-            &request_id,
-        );
-        trace_id = Some(audit::continue_trace(&span, headers));
-        span
-    } else {
-        tracing::Span::none()
-    };
+    let client_trace = audit::trace_of_headers(headers);
+    // An MCP message whose headers carry no trace context may carry one in `_meta` (a client
+    // without HTTP instrumentation: the Python SDK's): its trace begins once the body is read.
+    let in_body = client_trace.is_none()
+        && request.method() == axum::http::Method::POST
+        && matches!(endpoint, "mcp" | "mcp_single");
     let slot = audit::Slot::new(audit::Arrival {
         at: std::time::SystemTime::now(),
         started: std::time::Instant::now(),
-        request_id,
-        trace_id,
+        request_id: audit::request_id(headers.get(REQUEST_ID)),
         endpoint,
         http_method: request.method().clone(),
         path: audit::name(path),
-        traceparent: headers.get(TRACEPARENT).cloned(),
-        tracestate: headers.get(TRACESTATE).cloned(),
-        span: span.clone(),
+        route: route_of(path),
     });
+    if !in_body {
+        slot.begin_trace(client_trace);
+    }
     use tracing::Instrument as _;
     let mut response = slot
         .scope(edge_answer(&gw, request, next))
-        .instrument(span)
+        .instrument(slot.span().clone())
         .await;
+    // Refused before its body was read (shed, too large, too slow): its trace begins now.
+    slot.begin_trace(None);
     if let Ok(id) = header::HeaderValue::from_str(slot.request_id()) {
         response.headers_mut().insert(REQUEST_ID, id);
     }
@@ -186,11 +180,9 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
     }
 }
 
-// Header names as constants: a `&str` name is parsed on every lookup (these are read on every
-// request).
+// A header name as a constant: a `&str` name is parsed on every lookup (this one is read on
+// every request).
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// The endpoint a path is, as records and usage metrics name it.
 fn endpoint_of(path: &str) -> &'static str {
@@ -339,16 +331,29 @@ async fn admitted_answer(gw: &Gateway, request: Request, next: Next) -> Response
             return *shed;
         }
     };
-    let request = match read_body_in_time(gw, request).await {
-        Ok(request) => request,
+    let (parts, body) = match read_body_in_time(gw, request).await {
+        Ok(read) => read,
         Err(refused) => return *refused,
     };
+    // The MCP message whose trace waited for its body begins it from its `_meta` (SEP-414),
+    // before any stage's span exists; its handler runs inside that span.
+    let traced_late = audit::current().filter(|slot| !slot.trace_begun());
+    if let Some(slot) = &traced_late {
+        slot.begin_trace(switchboard_protocol::trace_context::TraceContext::from_message(&body));
+    }
+    let request = Request::from_parts(parts, axum::body::Body::from(body));
     if is_client_face(request.uri().path()) && !host_and_origin_ok(gw, &request) {
         let refused = RestError(GatewayError::ForbiddenOrigin).into_response();
         audit::note(|n| n.outcome = Some("forbidden_origin"));
         return refused;
     }
-    next.run(request).await
+    match traced_late {
+        Some(slot) => {
+            use tracing::Instrument as _;
+            next.run(request).instrument(slot.span().clone()).await
+        }
+        None => next.run(request).await,
+    }
 }
 
 /// The endpoints clients call through a Service or an Ingress: under DNS-rebinding protection.
@@ -366,7 +371,10 @@ fn is_client_face(path: &str) -> bool {
 /// `gateway.maxBodyBytes` (one byte more, so the handler still answers an oversized body in its
 /// own protocol): a client that trickles its body, or sends far too much, cannot pin a task and
 /// its buffer. The handler then finds the body already in memory; a refusal is the answer.
-async fn read_body_in_time(gw: &Gateway, request: Request) -> Result<Request, Box<Response>> {
+async fn read_body_in_time(
+    gw: &Gateway,
+    request: Request,
+) -> Result<(axum::http::request::Parts, bytes::Bytes), Box<Response>> {
     let (parts, body) = request.into_parts();
     let limit = gw.table().settings.max_body_bytes.saturating_add(1);
     let read = read_body_up_to(body, limit);
@@ -380,7 +388,7 @@ async fn read_body_in_time(gw: &Gateway, request: Request) -> Result<Request, Bo
     match collected {
         Ok(Ok(Ok(whole))) => {
             audit::note(|n| n.bytes_in = whole.len() as u64);
-            Ok(Request::from_parts(parts, axum::body::Body::from(whole)))
+            Ok((parts, whole))
         }
         Ok(Ok(Err(rest))) => {
             refused_body::discard_in_background(

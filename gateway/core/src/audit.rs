@@ -15,10 +15,11 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
+use switchboard_protocol::trace_context::{self, TraceContext};
 
 use crate::metrics::{Metrics, UsageFigures};
 pub use crate::noted::{CallerRecord, Noted, Tokens, WorkloadRecord, name};
@@ -57,22 +58,30 @@ pub struct Arrival {
     pub at: SystemTime,
     pub started: Instant,
     pub request_id: String,
-    pub trace_id: Option<String>,
     pub endpoint: &'static str,
     pub http_method: http::Method,
     pub path: String,
-    /// The client's W3C trace context, passed on as it came when traces are off.
-    pub traceparent: Option<http::HeaderValue>,
-    pub tracestate: Option<http::HeaderValue>,
-    /// The request's span (a disabled one with traces off): the stages' spans are its
+    /// The route the path matched (a span's `http.route`).
+    pub route: Option<&'static str>,
+}
+
+/// A request's place in a trace, settled once its client's trace context is known
+/// ([`Slot::begin_trace`]).
+#[derive(Debug)]
+struct Traced {
+    /// The request's span (a disabled one when it is not traced): the stages' spans are its
     /// children; it ends with the slot, a stream's when the stream does.
-    pub span: tracing::Span,
+    span: tracing::Span,
+    trace_id: Option<String>,
+    /// The client's trace context, passed on as it came when the request is not traced.
+    client: Option<TraceContext>,
 }
 
 /// One request's record being filled in.
 #[derive(Debug)]
 pub struct Slot {
     arrival: Arrival,
+    traced: OnceLock<Traced>,
     noted: Mutex<Noted>,
 }
 
@@ -80,17 +89,56 @@ tokio::task_local! {
     static CURRENT: Arc<Slot>;
 }
 
+/// The span of a request whose trace has not begun.
+static NO_SPAN: LazyLock<tracing::Span> = LazyLock::new(tracing::Span::none);
+
 impl Slot {
     pub fn new(arrival: Arrival) -> Arc<Slot> {
         Arc::new(Slot {
             arrival,
+            traced: OnceLock::new(),
             noted: Mutex::new(Noted::default()),
         })
     }
 
-    /// The request's span (disabled with traces off).
+    /// Places the request in a trace: the child of `client`'s context when there is one (its
+    /// sampled flag decides whether the request is traced), else the root of a new trace if
+    /// the ratio says so. Once: later calls change nothing. The edge calls it with the
+    /// headers' context as the request arrives, or, for an MCP message whose headers carry
+    /// none, with its `_meta`'s once the body is read (before any stage's span exists).
+    pub fn begin_trace(&self, client: Option<TraceContext>) {
+        if self.traced.get().is_some() {
+            return;
+        }
+        let traceparent = client.as_ref().map(|c| c.traceparent().as_bytes());
+        let (span, trace_id) = if switchboard_telemetry::sampled(traceparent) {
+            let span = crate::request_span::start(
+                &self.arrival.http_method,
+                self.arrival.route,
+                &self.arrival.path,
+                &self.arrival.request_id,
+            );
+            let trace_id = continue_trace(&span, client.as_ref());
+            (span, Some(trace_id))
+        } else {
+            let trace_id = client.as_ref().map(|c| c.trace_id().to_string());
+            (tracing::Span::none(), trace_id)
+        };
+        let _ = self.traced.set(Traced {
+            span,
+            trace_id,
+            client,
+        });
+    }
+
+    /// Whether [`Slot::begin_trace`] was called.
+    pub fn trace_begun(&self) -> bool {
+        self.traced.get().is_some()
+    }
+
+    /// The request's span (disabled with traces off, or before its trace began).
     pub fn span(&self) -> &tracing::Span {
-        &self.arrival.span
+        self.traced.get().map_or(&NO_SPAN, |t| &t.span)
     }
 
     pub fn request_id(&self) -> &str {
@@ -115,13 +163,7 @@ impl Slot {
     pub fn finish(&self, status: u16, bytes_out: u64, log: Option<&AuditLog>, metrics: &Metrics) {
         let Ok(noted) = self.noted.lock() else { return };
         let outcome = noted.outcome.unwrap_or(outcome_of_status(status));
-        crate::request_span::finish(
-            &self.arrival.span,
-            self.arrival.endpoint,
-            &noted,
-            status,
-            outcome,
-        );
+        crate::request_span::finish(self.span(), self.arrival.endpoint, &noted, status, outcome);
         let tokens = noted.tokens.unwrap_or_default();
         metrics.usage(&UsageFigures {
             endpoint: self.arrival.endpoint,
@@ -158,7 +200,7 @@ impl Slot {
             schema: SCHEMA,
             time: humantime::format_rfc3339_millis(self.arrival.at).to_string(),
             request_id: &self.arrival.request_id,
-            trace_id: self.arrival.trace_id.as_deref(),
+            trace_id: self.traced.get().and_then(|t| t.trace_id.as_deref()),
             replica,
             endpoint: self.arrival.endpoint,
             http_method: self.arrival.http_method.as_str(),
@@ -178,36 +220,82 @@ impl Slot {
 
 /// The trace context an outgoing request carries: the current span's when the request is
 /// traced (the upstream request's own span, a child of the client's request), else the
-/// client's `traceparent`/`tracestate` as they came. Nothing outside a client request.
-pub fn propagate(headers: &mut http::HeaderMap) {
+/// client's as it came. Nothing outside a client request.
+pub fn outgoing_trace() -> Option<TraceContext> {
     if switchboard_telemetry::tracing_on() && !tracing::Span::current().is_disabled() {
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         let context = tracing::Span::current().context();
+        let mut carrier = std::collections::HashMap::new();
         opentelemetry::global::get_text_map_propagator(|p| {
-            p.inject_context(&context, &mut opentelemetry_http::HeaderInjector(headers))
+            p.inject_context(&context, &mut carrier)
         });
-        return;
+        let traceparent = carrier.get(trace_context::TRACEPARENT)?;
+        return TraceContext::new(
+            traceparent,
+            carrier.get(trace_context::TRACESTATE).map(String::as_str),
+        );
     }
-    let _ = CURRENT.try_with(|slot| {
-        if let Some(tp) = &slot.arrival.traceparent {
-            headers.insert("traceparent", tp.clone());
-            if let Some(ts) = &slot.arrival.tracestate {
-                headers.insert("tracestate", ts.clone());
-            }
-        }
-    });
+    CURRENT
+        .try_with(|slot| slot.traced.get().and_then(|t| t.client.clone()))
+        .ok()
+        .flatten()
 }
 
-/// Makes `span` (a client request's) the child of the client's trace context, when its
-/// `traceparent` is valid (else the root of a new trace); returns the trace id.
-pub fn continue_trace(span: &tracing::Span, headers: &http::HeaderMap) -> String {
+/// [`outgoing_trace`] as the `traceparent` and `tracestate` headers of an outgoing request.
+pub fn propagate(headers: &mut http::HeaderMap) {
+    let Some(trace) = outgoing_trace() else {
+        return;
+    };
+    if let Ok(value) = http::HeaderValue::from_str(trace.traceparent()) {
+        headers.insert(TRACEPARENT, value);
+    }
+    if let Some(value) = trace
+        .tracestate()
+        .and_then(|s| http::HeaderValue::from_str(s).ok())
+    {
+        headers.insert(TRACESTATE, value);
+    }
+}
+
+/// The client's trace context in a request's `traceparent` and `tracestate` headers, if its
+/// `traceparent` is a valid one.
+pub fn trace_of_headers(headers: &http::HeaderMap) -> Option<TraceContext> {
+    let traceparent = headers.get(TRACEPARENT)?.to_str().ok()?;
+    let tracestate = headers.get(TRACESTATE).and_then(|v| v.to_str().ok());
+    TraceContext::new(traceparent, tracestate)
+}
+
+const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
+/// Makes `span` (a client request's) the child of the client's trace context when there is
+/// one (else the root of a new trace); returns the trace id.
+fn continue_trace(span: &tracing::Span, client: Option<&TraceContext>) -> String {
     use opentelemetry::trace::TraceContextExt as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-    let parent = opentelemetry::global::get_text_map_propagator(|p| {
-        p.extract(&opentelemetry_http::HeaderExtractor(headers))
-    });
-    let _ = span.set_parent(parent);
+    if let Some(client) = client {
+        let parent =
+            opentelemetry::global::get_text_map_propagator(|p| p.extract(&Carrier(client)));
+        let _ = span.set_parent(parent);
+    }
     span.context().span().span_context().trace_id().to_string()
+}
+
+/// A client's trace context as the OpenTelemetry propagator reads one.
+struct Carrier<'a>(&'a TraceContext);
+
+impl opentelemetry::propagation::Extractor for Carrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            trace_context::TRACEPARENT => Some(self.0.traceparent()),
+            trace_context::TRACESTATE => self.0.tracestate(),
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![trace_context::TRACEPARENT, trace_context::TRACESTATE]
+    }
 }
 
 /// The slot of the request this task serves, if any.
@@ -401,25 +489,6 @@ pub fn request_id(given: Option<&http::HeaderValue>) -> String {
     format!("{prefix:016x}{n:016x}")
 }
 
-/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it is one and
-/// not the all-zero id.
-pub fn trace_id(traceparent: Option<&http::HeaderValue>) -> Option<String> {
-    let value = traceparent?.to_str().ok()?;
-    let mut parts = value.trim().split('-');
-    let (version, trace, parent, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    (hex(version, 2)
-        && version != "ff"
-        && hex(trace, 32)
-        && hex(parent, 16)
-        && hex(flags, 2)
-        && trace.bytes().any(|b| b != b'0'))
-    .then(|| trace.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,13 +498,10 @@ mod tests {
             at: SystemTime::UNIX_EPOCH,
             started: Instant::now(),
             request_id: "r1".into(),
-            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             endpoint: "mcp",
             http_method: http::Method::POST,
             path: "/mcp".into(),
-            traceparent: None,
-            tracestate: None,
-            span: tracing::Span::none(),
+            route: Some("/mcp"),
         })
     }
 
@@ -475,27 +541,55 @@ mod tests {
     }
 
     #[test]
-    fn request_ids_and_trace_ids() {
+    fn request_ids_and_names() {
         let v = |s: &str| http::HeaderValue::from_str(s).unwrap();
         assert_eq!(request_id(Some(&v("abc-123"))), "abc-123");
         let made = request_id(Some(&v("has space")));
         assert_eq!(made.len(), 32);
         assert_ne!(made, request_id(None));
-        assert_eq!(
-            trace_id(Some(&v(
-                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-            )))
-            .as_deref(),
-            Some("4bf92f3577b34da6a3ce929d0e0e4736")
-        );
-        for bad in [
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-01",
-            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-        ] {
-            assert_eq!(trace_id(Some(&v(bad))), None, "{bad}");
-        }
         assert_eq!(name(&"é".repeat(200)).len(), 256);
+    }
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[tokio::test]
+    async fn the_clients_trace_context_is_recorded_and_passed_on_once_begun() {
+        let s = slot();
+        // Before the trace began (an MCP message whose `_meta` is not read yet): nothing.
+        s.scope(async { assert_eq!(outgoing_trace(), None) }).await;
+        let client = TraceContext::new(TP, Some("k=v"));
+        s.begin_trace(client.clone());
+        assert!(s.trace_begun());
+        // Once: a later context changes nothing.
+        s.begin_trace(TraceContext::new(&TP.replace("4bf9", "5bf9"), None));
+        s.scope(async {
+            // Traces are off here: the client's context goes on as it came.
+            assert_eq!(outgoing_trace(), client);
+            let mut headers = http::HeaderMap::new();
+            propagate(&mut headers);
+            assert_eq!(headers["traceparent"], TP);
+            assert_eq!(headers["tracestate"], "k=v");
+        })
+        .await;
+        assert_eq!(outgoing_trace(), None, "outside a request");
+        let v: serde_json::Value = serde_json::from_slice(&s.line("", 200, 0).unwrap()).unwrap();
+        assert_eq!(v["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        // A request without any context has no trace id in its record.
+        let bare = slot();
+        bare.begin_trace(None);
+        let v: serde_json::Value = serde_json::from_slice(&bare.line("", 200, 0).unwrap()).unwrap();
+        assert!(v.get("trace_id").is_none(), "{v}");
+    }
+
+    #[test]
+    fn a_header_context_is_read_only_when_valid() {
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(trace_of_headers(&headers), None);
+        headers.insert("tracestate", http::HeaderValue::from_static("k=v"));
+        headers.insert("traceparent", http::HeaderValue::from_static("00-abc"));
+        assert_eq!(trace_of_headers(&headers), None);
+        headers.insert("traceparent", http::HeaderValue::from_static(TP));
+        let read = trace_of_headers(&headers).unwrap();
+        assert_eq!((read.traceparent(), read.tracestate()), (TP, Some("k=v")));
     }
 }

@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::capabilities;
+use crate::trace_context::{self, TraceContext};
 use crate::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
     MODERN_VERSION,
@@ -45,59 +46,133 @@ pub const MODERN_SESSION_META: [&str; 4] = [
 ];
 
 /// A request body for a legacy session: the parameters as given, less the 2026-07-28 reserved
-/// `_meta` keys (a 2026-07-28 client's, or an outer gateway's), written in one pass without
-/// copying the parameters. A request without them is written as it is.
-pub fn legacy_request_body(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8> {
+/// `_meta` keys (a 2026-07-28 client's, or an outer gateway's), with `trace` (the gateway's
+/// context for this request) in `_meta` in place of whatever trace context the client put
+/// there, written in one pass without copying the parameters. A request with neither is
+/// written as it is.
+pub fn legacy_request_body(
+    id: &Value,
+    method: &str,
+    params: Option<&Value>,
+    trace: Option<&TraceContext>,
+) -> Vec<u8> {
     let carries_modern = params
         .and_then(|p| p.get("_meta"))
         .and_then(Value::as_object)
         .is_some_and(|m| MODERN_SESSION_META.iter().any(|k| m.contains_key(*k)));
-    let Some(params) = params.and_then(Value::as_object).filter(|_| carries_modern) else {
-        return request_body(id, method, params);
+    // Parameters that are not an object (the client's mistake) are passed on as they are.
+    let object = match params {
+        None => None,
+        Some(Value::Object(p)) => Some(p),
+        Some(_) => return request_body(id, method, params),
     };
+    if !carries_modern && trace.is_none() {
+        return request_body(id, method, params);
+    }
     let envelope = Envelope {
         jsonrpc: "2.0",
         id,
         method,
-        params: Some(LegacyParams(params)),
+        params: Some(LegacyParams {
+            params: object,
+            trace,
+        }),
     };
     serde_json::to_vec(&envelope).unwrap_or_default()
 }
 
-struct LegacyParams<'a>(&'a Map<String, Value>);
+struct LegacyParams<'a> {
+    params: Option<&'a Map<String, Value>>,
+    trace: Option<&'a TraceContext>,
+}
 
 impl Serialize for LegacyParams<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
-        for (name, value) in self.0 {
+        let mut wrote_meta = false;
+        for (name, value) in self.params.into_iter().flatten() {
             match (name.as_str(), value.as_object()) {
                 ("_meta", Some(meta)) => {
-                    let kept = meta
-                        .iter()
-                        .filter(|(k, _)| !MODERN_SESSION_META.contains(&k.as_str()));
-                    if kept.clone().next().is_some() {
-                        map.serialize_entry("_meta", &LegacyMeta(meta))?;
+                    let kept = LegacyMeta {
+                        client: meta,
+                        trace: self.trace,
+                    };
+                    if kept.is_empty() {
+                        continue;
                     }
+                    map.serialize_entry("_meta", &kept)?;
+                    wrote_meta = true;
+                }
+                // A `_meta` that is not an object is the client's mistake, passed on for the
+                // server to judge rather than silently replaced.
+                ("_meta", None) => {
+                    map.serialize_entry(name, value)?;
+                    wrote_meta = true;
                 }
                 _ => map.serialize_entry(name, value)?,
             }
+        }
+        if !wrote_meta && let Some(trace) = self.trace {
+            map.serialize_entry("_meta", &TraceMeta(trace))?;
         }
         map.end()
     }
 }
 
-struct LegacyMeta<'a>(&'a Map<String, Value>);
+/// A client's `_meta` as a legacy server gets it: less the 2026-07-28 reserved keys, and with
+/// the gateway's trace context in place of the client's.
+struct LegacyMeta<'a> {
+    client: &'a Map<String, Value>,
+    trace: Option<&'a TraceContext>,
+}
+
+impl LegacyMeta<'_> {
+    fn keeps(&self, name: &str) -> bool {
+        let replaced = self.trace.is_some() && is_trace_key(name);
+        !MODERN_SESSION_META.contains(&name) && !replaced
+    }
+
+    fn is_empty(&self) -> bool {
+        self.trace.is_none() && !self.client.keys().any(|k| self.keeps(k))
+    }
+}
 
 impl Serialize for LegacyMeta<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
-        for (name, value) in self.0 {
-            if !MODERN_SESSION_META.contains(&name.as_str()) {
+        for (name, value) in self.client {
+            if self.keeps(name) {
                 map.serialize_entry(name, value)?;
             }
         }
+        if let Some(trace) = self.trace {
+            write_trace(&mut map, trace)?;
+        }
         map.end()
     }
+}
+
+/// A `_meta` holding a trace context alone.
+struct TraceMeta<'a>(&'a TraceContext);
+
+impl Serialize for TraceMeta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        write_trace(&mut map, self.0)?;
+        map.end()
+    }
+}
+
+fn is_trace_key(name: &str) -> bool {
+    name == trace_context::TRACEPARENT || name == trace_context::TRACESTATE
+}
+
+fn write_trace<M: SerializeMap>(map: &mut M, trace: &TraceContext) -> Result<(), M::Error> {
+    map.serialize_entry(trace_context::TRACEPARENT, trace.traceparent())?;
+    if let Some(state) = trace.tracestate() {
+        map.serialize_entry(trace_context::TRACESTATE, state)?;
+    }
+    Ok(())
 }
 
 /// What a 2026-07-28 server requires in every request's `_meta`, beyond what the client sent.
@@ -109,12 +184,15 @@ pub struct ModernMeta<'a> {
     pub capabilities: u8,
     /// A legacy client's log level, unless `_meta` names one.
     pub log_level: Option<&'a str>,
+    /// The gateway's trace context for this request, in place of the client's.
+    pub trace: Option<&'a TraceContext>,
 }
 
 /// A 2026-07-28 request body: the client's parameters with the per-request `_meta` a modern
 /// server requires, written in one pass. The parameters are read where they are, never copied
 /// (they can be large: tool arguments). The client's `_meta` fields are kept (its own
-/// capabilities, its progress token) except the protocol version, which is the gateway's.
+/// capabilities, its progress token) except the protocol version, which is the gateway's, and
+/// the trace context, which is the gateway's when it has one.
 pub fn modern_request_body(
     id: &Value,
     method: &str,
@@ -175,12 +253,18 @@ impl Serialize for MetaWithModern<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let has = |name: &str| self.client.is_some_and(|m| m.contains_key(name));
         let mut map = serializer.serialize_map(None)?;
+        let replaced = |name: &str| {
+            name == META_PROTOCOL_VERSION || (self.meta.trace.is_some() && is_trace_key(name))
+        };
         for (name, value) in self.client.into_iter().flatten() {
-            if name != META_PROTOCOL_VERSION {
+            if !replaced(name) {
                 map.serialize_entry(name, value)?;
             }
         }
         map.serialize_entry(META_PROTOCOL_VERSION, MODERN_VERSION)?;
+        if let Some(trace) = self.meta.trace {
+            write_trace(&mut map, trace)?;
+        }
         if !has(META_CLIENT_CAPABILITIES) {
             map.serialize_entry(
                 META_CLIENT_CAPABILITIES,
@@ -323,9 +407,13 @@ mod tests {
                 "io.modelcontextprotocol/related-task": {"taskId": "t1"},
             },
         });
-        let body: Value =
-            serde_json::from_slice(&legacy_request_body(&json!(1), "tools/call", Some(&params)))
-                .unwrap();
+        let body: Value = serde_json::from_slice(&legacy_request_body(
+            &json!(1),
+            "tools/call",
+            Some(&params),
+            None,
+        ))
+        .unwrap();
         assert_eq!(
             body["params"],
             json!({"name": "t", "arguments": {"x": 1}, "_meta": {
@@ -333,24 +421,37 @@ mod tests {
         );
         // Only reserved keys: no `_meta` at all (an empty one says nothing).
         let only = json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}});
-        let body: Value =
-            serde_json::from_slice(&legacy_request_body(&json!(2), "tools/call", Some(&only)))
-                .unwrap();
+        let body: Value = serde_json::from_slice(&legacy_request_body(
+            &json!(2),
+            "tools/call",
+            Some(&only),
+            None,
+        ))
+        .unwrap();
         assert_eq!(body["params"], json!({"name": "t"}));
         // Nothing reserved: the same bytes as the plain writer.
         let plain = json!({"name": "t", "_meta": {"progressToken": 1}});
         assert_eq!(
-            legacy_request_body(&json!(3), "tools/call", Some(&plain)),
+            legacy_request_body(&json!(3), "tools/call", Some(&plain), None),
             request_body(&json!(3), "tools/call", Some(&plain))
         );
     }
     use serde_json::json;
 
     fn modern(params: Option<Value>, log_level: Option<&str>) -> Value {
+        modern_traced(params, log_level, None)
+    }
+
+    fn modern_traced(
+        params: Option<Value>,
+        log_level: Option<&str>,
+        trace: Option<&TraceContext>,
+    ) -> Value {
         let meta = ModernMeta {
             client_info: &json!({"name": "gw"}),
             capabilities: 0,
             log_level,
+            trace,
         };
         let body = modern_request_body(&json!(7), "tools/call", params.as_ref(), meta);
         serde_json::from_slice(&body).unwrap()
@@ -393,6 +494,74 @@ mod tests {
         let out = modern(Some(json!({"name": "add", "_meta": "x"})), Some("debug"));
         assert_eq!(out["params"]["_meta"], "x");
         assert_eq!(out["params"]["name"], "add");
+    }
+
+    const CLIENTS: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const OURS: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01";
+
+    #[test]
+    fn the_gateways_trace_context_replaces_the_clients_in_either_era() {
+        let ours = TraceContext::new(OURS, Some("gw=1")).unwrap();
+        let sent = json!({"name": "add", "arguments": {"traceparent": "kept"}, "_meta": {
+            "progressToken": 5, "traceparent": CLIENTS, "tracestate": "client=1", "baggage": "k=v"}});
+        let expected_meta = json!({"progressToken": 5, "baggage": "k=v",
+            "traceparent": OURS, "tracestate": "gw=1"});
+        // Legacy: the client's other keys kept, its trace context replaced.
+        let legacy: Value = serde_json::from_slice(&legacy_request_body(
+            &json!(1),
+            "tools/call",
+            Some(&sent),
+            Some(&ours),
+        ))
+        .unwrap();
+        assert_eq!(legacy["params"]["_meta"], expected_meta);
+        assert_eq!(
+            legacy["params"]["arguments"],
+            json!({"traceparent": "kept"})
+        );
+        // 2026-07-28: the same, beside the reserved keys.
+        let modern = modern_traced(Some(sent.clone()), None, Some(&ours));
+        let meta = modern["params"]["_meta"].as_object().unwrap();
+        for (k, v) in expected_meta.as_object().unwrap() {
+            assert_eq!(&meta[k], v, "{k}");
+        }
+        assert_eq!(meta[META_PROTOCOL_VERSION], MODERN_VERSION);
+        // No trace of the gateway's: the client's passes as it came.
+        let modern = modern_traced(Some(sent.clone()), None, None);
+        assert_eq!(modern["params"]["_meta"]["traceparent"], CLIENTS);
+        assert_eq!(
+            legacy_request_body(&json!(1), "tools/call", Some(&sent), None),
+            request_body(&json!(1), "tools/call", Some(&sent))
+        );
+        // Where the client sent no `_meta`, or no parameters at all, one is made; a tracestate
+        // the gateway has none of is not written.
+        let bare = TraceContext::new(OURS, None).unwrap();
+        for params in [
+            None,
+            Some(json!({"cursor": "c"})),
+            Some(json!({"_meta": {}})),
+        ] {
+            let legacy: Value = serde_json::from_slice(&legacy_request_body(
+                &json!(2),
+                "tools/list",
+                params.as_ref(),
+                Some(&bare),
+            ))
+            .unwrap();
+            assert_eq!(
+                legacy["params"]["_meta"],
+                json!({"traceparent": OURS}),
+                "{params:?}"
+            );
+        }
+        // Parameters that are not an object, or a `_meta` that is not one, are passed as sent.
+        for params in [json!([1]), json!({"_meta": "x"})] {
+            assert_eq!(
+                legacy_request_body(&json!(3), "tools/call", Some(&params), Some(&bare)),
+                request_body(&json!(3), "tools/call", Some(&params)),
+                "{params}"
+            );
+        }
     }
 
     #[test]

@@ -14,13 +14,15 @@
 //! callers or upstreams. Beside the rules here: [`capabilities`] (client capability bits),
 //! [`jsonrpc`] (request bodies and answers on the wire), [`sse`] (event framing),
 //! [`param_headers`] (`Mcp-Param-*` derived from a tool's schema), [`schema`] (the one
-//! sanitizer of tool schemas handed to providers and built from OpenAPI documents).
+//! sanitizer of tool schemas handed to providers and built from OpenAPI documents),
+//! [`trace_context`] (W3C trace context in `_meta`).
 
 pub mod capabilities;
 pub mod jsonrpc;
 pub mod param_headers;
 pub mod schema;
 pub mod sse;
+pub mod trace_context;
 
 /// JSON-RPC codes from the JSON-RPC 2.0 specification.
 pub mod codes {

@@ -255,7 +255,7 @@ fn is_modern(message: &Value) -> bool {
 }
 
 async fn post_mcp(State(b): State<Arc<Bridge>>, headers: HeaderMap, body: Bytes) -> Response {
-    let message: Value = match serde_json::from_slice(&body) {
+    let mut message: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,
         _ => {
             return rpc_error(
@@ -266,6 +266,7 @@ async fn post_mcp(State(b): State<Arc<Bridge>>, headers: HeaderMap, body: Bytes)
             );
         }
     };
+    carry_trace(&headers, &mut message);
     let sse = accepts_sse(&headers);
     if let Some(id) = headers.get(SESSION) {
         let Some((holder, name)) = id.to_str().ok().and_then(|id| b.sealer.open(id)) else {
@@ -441,6 +442,37 @@ impl ModernShape {
             }
         }
         message
+    }
+}
+
+/// Puts a request's trace context where its process can read it: `_meta` (SEP-414), from the
+/// `traceparent` header when `_meta` names none (a stdio process has no headers). A gateway
+/// writes its call's context into `_meta` itself; this serves a client that sends the header
+/// alone. A response (no method) carries no trace context.
+fn carry_trace(headers: &HeaderMap, message: &mut Value) {
+    use switchboard_protocol::trace_context::{TRACEPARENT, TRACESTATE, TraceContext};
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let Some(trace) = header(TRACEPARENT).and_then(|tp| TraceContext::new(tp, header(TRACESTATE)))
+    else {
+        return;
+    };
+    let Some(message) = message.as_object_mut().filter(|m| m.contains_key("method")) else {
+        return;
+    };
+    let params = message.entry("params").or_insert_with(|| json!({}));
+    let Some(meta) = params
+        .as_object_mut()
+        .map(|p| p.entry("_meta").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    if meta.contains_key(TRACEPARENT) {
+        return;
+    }
+    meta.insert(TRACEPARENT.into(), json!(trace.traceparent()));
+    if let Some(state) = trace.tracestate() {
+        meta.insert(TRACESTATE.into(), json!(state));
     }
 }
 
@@ -785,5 +817,50 @@ impl Bridge {
                 "the replica holding this session did not answer in time",
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const GATEWAYS: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01";
+
+    fn carried(headers: &[(&'static str, &'static str)], message: Value) -> Value {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        let mut message = message;
+        carry_trace(&map, &mut message);
+        message
+    }
+
+    #[test]
+    fn the_header_context_reaches_meta_where_meta_has_none() {
+        let headers = [("traceparent", TP), ("tracestate", "k=v")];
+        // No parameters, parameters without `_meta`, a `_meta` without a context: added.
+        for message in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/x", "params": {"_meta": {"p": 1}}}),
+        ] {
+            let out = carried(&headers, message.clone());
+            assert_eq!(out["params"]["_meta"]["traceparent"], TP, "{message}");
+            assert_eq!(out["params"]["_meta"]["tracestate"], "k=v", "{message}");
+        }
+        // A context in `_meta` already (a gateway's own call span) is kept.
+        let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+            "params": {"_meta": {"traceparent": GATEWAYS}}});
+        assert_eq!(carried(&headers, message.clone()), message);
+        // No valid header context, a response, or parameters that are not an object: untouched.
+        let plain = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        assert_eq!(carried(&[], plain.clone()), plain);
+        assert_eq!(carried(&[("traceparent", "00-x")], plain.clone()), plain);
+        let response = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+        assert_eq!(carried(&headers, response.clone()), response);
+        let array = json!({"jsonrpc": "2.0", "id": 1, "method": "m", "params": [1]});
+        assert_eq!(carried(&headers, array.clone()), array);
     }
 }

@@ -33,8 +33,7 @@ use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
-    ModernMeta, legacy_request_body, modern_request_body, raw_response, request_body,
-    response_from_body,
+    ModernMeta, legacy_request_body, modern_request_body, raw_response, response_from_body,
 };
 use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
 use switchboard_protocol::{self as protocol, capabilities};
@@ -590,10 +589,15 @@ impl Upstreams {
         if let Some(derived) = call.param_headers {
             headers.extend(derived.clone());
         }
+        // The call's trace context in `_meta` too (SEP-414): a server without HTTP
+        // instrumentation (a stdio one behind the bridge) has no other carrier. It names the
+        // call's span; the `traceparent` header names the HTTP request's beneath it.
+        let trace = switchboard_core::audit::outgoing_trace();
         let meta = ModernMeta {
             client_info: &self.client_info,
             capabilities: call.session().capabilities,
             log_level: call.request.log_level,
+            trace: trace.as_ref(),
         };
         let body = modern_request_body(&id, call.method(), call.params(), meta);
         let reply = self
@@ -642,7 +646,8 @@ impl Upstreams {
             let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
             let headers = session.headers();
             // The session says what the 2026-07-28 reserved `_meta` keys would: not both.
-            let body = legacy_request_body(&id, call.method(), call.params());
+            let trace = switchboard_core::audit::outgoing_trace();
+            let body = legacy_request_body(&id, call.method(), call.params(), trace.as_ref());
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && reply.is_event_stream() {
                 let origin = StreamOrigin {
@@ -729,7 +734,12 @@ impl Upstreams {
             .post(
                 call,
                 headers,
-                request_body(&id, "initialize", Some(&params)),
+                legacy_request_body(
+                    &id,
+                    "initialize",
+                    Some(&params),
+                    switchboard_core::audit::outgoing_trace().as_ref(),
+                ),
             )
             .await?
             .read(call.server)

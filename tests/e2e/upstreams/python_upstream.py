@@ -2,10 +2,16 @@
 
     python python_upstream.py [--port N] [--host H] [--name NAME] [--stateless] [--json]
                               [--legacy-only] [--instructions TEXT] [--stdio] [--changing]
-                              [--resumable RETRY_MS]
+                              [--resumable RETRY_MS] [--traced]
 
 With --stdio it speaks MCP on stdin/stdout (for the stdio bridge's tests) and serves no HTTP;
 runs() tells the long tools' counts there.
+
+With --traced (and OTEL_EXPORTER_OTLP_ENDPOINT set) the SDK's own OpenTelemetry middleware (on in every mcp 2.3.0 server: a span per
+request, the child of the trace context in the request's `_meta`) exports its spans with the
+OpenTelemetry SDK's OTLP/HTTP exporter (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME), from a
+background thread within a tenth of a second of their end; and the tool trace_context() answers the `traceparent`/`tracestate` its
+request's `_meta` carried.
 
 Port: --port, else $PORT, else 0 (the OS picks one). Once the socket is bound it prints one line
 on stdout, the same shape the Rust example upstream prints:
@@ -134,12 +140,39 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="keep an event store, send retry: RETRY_MS, serve the stream-closing tool `poll`",
     )
     p.add_argument("--changing", action="store_true", help="serve withdraw(), which removes a tool or prompt and announces it")
+    p.add_argument("--traced", action="store_true", help="export the SDK's spans over OTLP/HTTP; serve trace_context()")
     return p.parse_args(argv)
 
 
 ARGS = parse_args(sys.argv[1:]) if __name__ == "__main__" else parse_args([])
 
 server = MCPServer(name=ARGS.name, version="1.0.0", instructions=ARGS.instructions, log_level="WARNING")
+
+
+def export_spans() -> None:
+    """The OpenTelemetry SDK as the process's tracer provider, exporting spans off the event
+    loop (an export never holds a request) and soon after they end (the process may be killed,
+    not stopped, when the test is done)."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()  # service.name from OTEL_SERVICE_NAME
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(), schedule_delay_millis=100))
+    trace.set_tracer_provider(provider)
+
+
+if ARGS.traced:
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        export_spans()
+
+    @server.tool()
+    def trace_context(ctx: Context) -> dict[str, str]:
+        """Return the trace context (traceparent, tracestate) this request's _meta carried."""
+        meta = ctx.request_context.meta or {}
+        get = meta.get if isinstance(meta, dict) else lambda k: getattr(meta, k, None)
+        return {k: v for k in ("traceparent", "tracestate") if isinstance(v := get(k), str)}
 
 # Runs of the long tools, shared with the Stats wrapper (/_stats).
 RUNS: dict[str, Counter[str]] = {"started": Counter(), "cancelled": Counter(), "finished": Counter()}
