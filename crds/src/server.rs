@@ -139,6 +139,13 @@ pub struct ServerTools {
     #[schemars(extend("maxProperties" = 2000, "additionalProperties" = {"type": "string", "maxLength": 64}))]
     #[x_kube(validation = Rule::new("self.all(k, self[k].matches('^v1:[0-9a-f]{32}:[0-9a-f]{20}$'))").message("spec.tools.approved values must be digests as the review prints them: v1:<32 hex>:<20 hex>"))]
     pub approved: BTreeMap<String, String>,
+    /// Tool name (exact, or a glob with `*`; `*` is every tool) → the OAuth scopes a signed-in
+    /// person's token must hold to call it (a tool several match needs all of them). A token
+    /// without them gets 403 `insufficient_scope` naming every scope the call needs, so an MCP
+    /// client asks for them and retries (SEP-2350). Keys and workloads are not asked.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 256, "additionalProperties" = {"type": "array", "minItems": 1, "maxItems": 16, "items": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$"}}))]
+    pub required_scopes: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

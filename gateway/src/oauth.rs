@@ -361,7 +361,7 @@ pub(crate) async fn authorize(
         state: state.map(str::to_owned),
         code_challenge: challenge.to_string(),
         resource,
-        scope: get("scope").map(str::to_owned),
+        scope: granted_scope(broker.table, &broker.spec.scopes, get("scope")),
         verifier,
         exp: unix(now) + LOGIN_TTL.as_secs(),
     };
@@ -542,6 +542,31 @@ pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> 
 }
 
 /// Whether `resource` is `base` or a path under it.
+/// The scopes of a request the gateway grants: those it knows (the provider's `scopes`, what
+/// its metadata lists, and every scope a server's tool requires), each once, in the order
+/// asked; others are left out rather than refused (RFC 6749 section 3.3: the token answer says
+/// what was granted). `None` when none is left.
+fn granted_scope(table: &RoutingTable, provider: &[String], asked: Option<&str>) -> Option<String> {
+    let known = |scope: &str| {
+        provider.iter().any(|s| s == scope)
+            || table.servers.iter().any(|server| {
+                server
+                    .spec
+                    .tools
+                    .required_scopes
+                    .values()
+                    .any(|scopes| scopes.iter().any(|s| s == scope))
+            })
+    };
+    let mut granted: Vec<&str> = Vec::new();
+    for scope in asked?.split_ascii_whitespace() {
+        if known(scope) && !granted.contains(&scope) {
+            granted.push(scope);
+        }
+    }
+    (!granted.is_empty()).then(|| granted.join(" "))
+}
+
 fn under(resource: &str, base: &str) -> bool {
     resource
         .strip_prefix(base)
@@ -1045,6 +1070,7 @@ fn issue(
         audience: resource.to_string(),
         client: client.to_string(),
         provider_access: provider.access,
+        scope: scope.map(str::to_owned),
         signed_in: grant.signed_in,
         exp,
     };
@@ -1108,6 +1134,24 @@ servers:
 keys:
 - {name: alice, secret: s-alice, servers: [a], people: [{provider: corp, subjects: [alice]}]}
 "#;
+
+    #[test]
+    fn the_scopes_granted_are_those_the_gateway_knows_each_once_in_the_order_asked() {
+        let yaml = BROKERED.replace(
+            "- {name: a, url: 'http://a/mcp'}",
+            "- {name: a, url: 'http://a/mcp', tools: {requiredScopes: {add: ['a:write']}}}",
+        );
+        let snapshot = switchboard_snapshot::parse(&yaml).unwrap();
+        let table = RoutingTable::build(&snapshot).unwrap();
+        let provider = ["mcp-tools".to_string()];
+        let granted = |asked| granted_scope(&table, &provider, asked);
+        assert_eq!(
+            granted(Some("a:write offline_access mcp-tools a:write")).as_deref(),
+            Some("a:write mcp-tools")
+        );
+        assert_eq!(granted(Some("offline_access other")), None);
+        assert_eq!(granted(None), None);
+    }
 
     fn query(pairs: &[(&str, &str)]) -> Query<HashMap<String, String>> {
         Query(

@@ -239,6 +239,7 @@ fn failure(e: &UpstreamError) -> Probe {
         UpstreamError::Timeout { .. } => "UpstreamTimeout",
         UpstreamError::Unauthorized { .. }
         | UpstreamError::Forbidden { .. }
+        | UpstreamError::ScopeRequired(_)
         | UpstreamError::AuthRequired { .. } => "UpstreamAuthFailed",
         UpstreamError::AddressDenied { .. } => "UpstreamAddressDenied",
         UpstreamError::Unavailable { .. }

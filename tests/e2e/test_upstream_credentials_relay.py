@@ -9,8 +9,9 @@ plus the upstream's `error`/`scope`/`error_description`; the aggregate listing r
 server in `_meta["switchboard.dev/listingErrors"]` and lists the others. The gateway serves that
 metadata document with the upstream's authorization servers. The official Python SDK client sees
 the 401, and its OAuth support completes a real flow against the upstream's authorization
-server through the gateway. A 403 stays a tool result with `isError: true`. An expected relayed
-401 logs at info, without tokens or the upstream URL's query string.
+server through the gateway. A 403 `insufficient_scope` on the caller's credential is relayed
+like a 401 (SEP-2350), as a 403; on the gateway's credential a 403 stays a tool result with
+`isError: true`. An expected relayed 401 logs at info, without tokens or the upstream URL's query string.
 """
 
 from __future__ import annotations
@@ -525,7 +526,11 @@ def test_sdk_oauth_client_completes_its_flow_through_the_gateway(gateways, era):
 
 
 @pytest.mark.parametrize("auth_type", ["passthrough", "oauthDelegate", "bearer"])
-def test_upstream_403_stays_a_tool_error(gateways, rust_upstream, auth_type):
+def test_an_upstream_scope_challenge_is_the_callers_on_their_credential_else_a_tool_error(gateways, rust_upstream, auth_type):
+    """The example upstream's `status=403` answers 403 `insufficient_scope`, `scope="mcp:admin"`,
+    with its own `resource_metadata`. On the caller's own credential (SEP-2350) that is the
+    caller's 403, its scope kept and `resource_metadata` the gateway's for the server; on the
+    gateway's credential (`bearer`) it stays the tool's error result."""
     client_key = new_secret("client-key")
     auth = {"type": auth_type, "secret": new_secret("cred")} if auth_type == "bearer" else {"type": auth_type}
     config = gateway_config(
@@ -533,26 +538,44 @@ def test_upstream_403_stays_a_tool_error(gateways, rust_upstream, auth_type):
     )
     gw = gateways.start(config)
     caller = {KEY_HEADER: client_key, "Authorization": "Bearer someone", "X-MCP-locked-Authorization": "someone"}
+    relayed = auth_type != "bearer"
+    metadata = f'resource_metadata="{gw.url}/.well-known/oauth-protected-resource/mcp/locked"'
     for url, tool in ((gw.mcp_url(), "locked__add"), (gw.mcp_url("locked"), "add")):
         for era in (MODERN_VERSION, "legacy"):
             with RawMcp(url, None, era, headers=caller) as mcp:
                 r = mcp.call_tool(tool, {"a": 1, "b": 2})
-                assert r.status == 200, f"{url} {era}: HTTP {r.status} {r.raw[:300]!r}"
-                assert r.result.get("isError") is True, r.result
-                assert "www-authenticate" not in r.headers
+                if relayed:
+                    assert r.status == 403, f"{url} {era}: HTTP {r.status} {r.raw[:300]!r}"
+                    challenge = r.headers["www-authenticate"]
+                    assert 'error="insufficient_scope"' in challenge and 'scope="mcp:admin"' in challenge, challenge
+                    assert metadata in challenge, challenge
+                    assert r.error["data"]["scope"] == "mcp:admin", r.raw[:300]
+                else:
+                    assert r.status == 200, f"{url} {era}: HTTP {r.status} {r.raw[:300]!r}"
+                    assert r.result.get("isError") is True, r.result
+                    assert "www-authenticate" not in r.headers
     r = httpx.post(
         f"{gw.url}/mcp-rest/tools/call",
         json={"name": "add", "server_id": "locked", "arguments": {}},
         headers=caller,
         timeout=15,
     )
-    assert r.status_code == 200 and r.json().get("isError") is True, r.text
+    if relayed:
+        assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_scope", r.text
+        assert metadata in r.headers["www-authenticate"], r.headers
+    else:
+        assert r.status_code == 200 and r.json().get("isError") is True, r.text
 
     async def scenario():
         async with sdk_client(gw.mcp_url("locked"), None, MODERN_VERSION, headers=caller) as c:
             return await c.call_tool("add", {"a": 1, "b": 2})
 
-    assert run_async(scenario).is_error is True
+    if relayed:
+        # The SDK (no OAuth provider here) surfaces the 403 as a failure, not a result.
+        with pytest.raises(BaseException):
+            run_async(scenario)
+    else:
+        assert run_async(scenario).is_error is True
 
 
 def test_relayed_401_logs_at_info_without_tokens_or_query(gateways, procs):

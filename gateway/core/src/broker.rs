@@ -321,6 +321,9 @@ pub struct AccessRecord {
     pub client: String,
     #[serde(rename = "t")]
     pub provider_access: String,
+    /// The scopes granted (space-separated, as the token answer said them).
+    #[serde(rename = "sc", default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
     /// When the person signed in (the login it descends from), unix milliseconds: a sign-out
     /// after it ends the token (`SIGNED_OUT`). 0 in tokens issued before logins were dated.
     #[serde(rename = "si", default)]

@@ -21,6 +21,53 @@ pub enum OutOfScope {
     VirtualServer(String),
 }
 
+/// A 403 `insufficient_scope` (RFC 6750; SEP-2350 for MCP): every scope the call needs, in one
+/// challenge so a client steps up in one round, and the protected-resource metadata of the
+/// endpoint the client called (where it learns how to get them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeChallenge {
+    /// The server the call was for.
+    pub server: String,
+    /// Every scope the call needs, space-separated (the challenge's `scope`).
+    pub scope: String,
+    /// Why, in words (the message clients see; the challenge's `error_description`).
+    pub description: String,
+    /// The `WWW-Authenticate` value.
+    pub www_authenticate: String,
+}
+
+impl ScopeChallenge {
+    pub fn new(server: &str, scope: String, description: String, metadata: &str) -> Self {
+        let www_authenticate = format!(
+            "Bearer error=\"insufficient_scope\", scope={}, resource_metadata={}, error_description={}",
+            quoted(&scope),
+            quoted(metadata),
+            quoted(&description),
+        );
+        ScopeChallenge {
+            server: server.to_string(),
+            scope,
+            description,
+            www_authenticate,
+        }
+    }
+}
+
+/// An RFC 9110 quoted-string: `"` and `\` escaped, control characters left out (a header
+/// value cannot hold them).
+fn quoted(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars().filter(|c| !c.is_control()) {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
     #[error("{0}")]
@@ -47,6 +94,10 @@ pub enum GatewayError {
         person: String,
         www_authenticate: String,
     },
+    /// A person's token lacks a scope the call needs (403 `insufficient_scope`, SEP-2350):
+    /// the gateway's own refusal (`tools.requiredScopes`), or an upstream's relayed.
+    #[error("{}", .0.description)]
+    ScopeRequired(ScopeChallenge),
     #[error("the key may not use server {server:?}")]
     AccessDenied { server: String },
     #[error("unknown server {server:?}")]
@@ -211,6 +262,7 @@ impl GatewayError {
             | PolicyDenied { .. }
             | ArgumentRefused(_)
             | PersonNotGranted { .. }
+            | ScopeRequired(_)
             | AccountNotConnected { .. }
             | SessionForbidden
             | ForbiddenOrigin
@@ -244,7 +296,7 @@ impl GatewayError {
         match self {
             Unauthenticated(_) | UnknownIssuer { .. } | SignInRequired { .. } => "unauthenticated",
             Invisible { answer, .. } => answer.rest_code(),
-            PersonNotGranted { .. } => "insufficient_scope",
+            PersonNotGranted { .. } | ScopeRequired(_) => "insufficient_scope",
             AccessDenied { .. } => "access_denied",
             ServerNotFound { .. } => "server_not_found",
             ToolNotFound { .. } => "tool_not_found",
@@ -288,6 +340,10 @@ impl GatewayError {
             | SessionForbidden
             | ForbiddenOrigin
             | ServiceAccountNotBound { .. } => (codes::INVALID_REQUEST, None),
+            ScopeRequired(challenge) => (
+                codes::INVALID_REQUEST,
+                Some(json!({ "server": challenge.server, "scope": challenge.scope })),
+            ),
             // On MCP a server the caller cannot reach is invisible: the same answer as a tool
             // that does not exist (invariant 4). Callers map AccessDenied to ToolNotFound first;
             // this arm only guards against a path that forgets to.
@@ -381,6 +437,7 @@ impl GatewayError {
             | UnknownIssuer { .. }
             | SignInRequired { .. }
             | PersonNotGranted { .. }
+            | ScopeRequired(_)
             | UpstreamAuthRequired { .. }
             | SessionNotFound
             | UpstreamSessionGone { .. }
@@ -423,6 +480,10 @@ impl GatewayError {
             | GatewayError::StoreUnavailable { server } => {
                 body["error"]["server"] = json!(server);
             }
+            GatewayError::ScopeRequired(challenge) => {
+                body["error"]["server"] = json!(challenge.server);
+                body["error"]["scope"] = json!(challenge.scope);
+            }
             GatewayError::AccountNotConnected { server, url } => {
                 body["error"]["server"] = json!(server);
                 body["error"]["connectUrl"] = json!(url);
@@ -462,6 +523,9 @@ impl GatewayError {
             | GatewayError::PersonNotGranted {
                 www_authenticate, ..
             } => HeaderValue::from_str(www_authenticate).ok(),
+            GatewayError::ScopeRequired(challenge) => {
+                HeaderValue::from_str(&challenge.www_authenticate).ok()
+            }
             _ => None,
         }
     }

@@ -40,6 +40,9 @@ pub struct Person {
     pub issuer: String,
     pub subject: String,
     pub groups: Vec<String>,
+    /// The OAuth scopes their token was granted (its `scope`, or `scp`): what tools with
+    /// `requiredScopes` ask for.
+    pub scopes: Vec<String>,
     /// What sessions and exchanges opened by this person are bound to (never a key's digest:
     /// two people acting with one key do not share sessions).
     pub tag: [u8; 32],
@@ -59,6 +62,7 @@ impl std::fmt::Debug for Person {
             .field("issuer", &self.issuer)
             .field("subject", &self.subject)
             .field("groups", &self.groups)
+            .field("scopes", &self.scopes)
             .finish_non_exhaustive()
     }
 }
@@ -507,6 +511,7 @@ impl People {
             ..provider.person_named(
                 record.identity.subject,
                 record.identity.groups,
+                record.scope.as_deref().map(scope_list).unwrap_or_default(),
                 Some(record.provider_access),
             )
         });
@@ -609,17 +614,12 @@ impl Provider {
             .filter(|s| !s.is_empty())
             .ok_or(Refusal::MissingSubject)?
             .to_string();
-        let groups = match claim(claims, &self.spec.claims.groups) {
-            Some(Value::String(g)) => vec![g.clone()],
-            Some(Value::Array(items)) => items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let groups = strings_of(claim(claims, &self.spec.claims.groups), false);
         let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(now);
-        Ok((self.person_named(subject, groups, None), exp))
+        // `scope` (RFC 9068: one space-separated string), or `scp` (Entra ID and others: an
+        // array, or a string like `scope`).
+        let scopes = strings_of(claims.get("scope").or_else(|| claims.get("scp")), true);
+        Ok((self.person_named(subject, groups, scopes, None), exp))
     }
 
     /// The person a provider's subject and groups make (the tag is the same however they
@@ -628,6 +628,7 @@ impl Provider {
         &self,
         subject: String,
         groups: Vec<String>,
+        scopes: Vec<String>,
         provider_token: Option<String>,
     ) -> Person {
         let tag = person_tag(&self.id, &subject);
@@ -636,11 +637,32 @@ impl Provider {
             issuer: self.spec.issuer.clone(),
             subject,
             groups,
+            scopes,
             tag,
             provider_token,
             signed_in: None,
         }
     }
+}
+
+/// A claim's strings: an array of strings, or one string (a space-separated list when `split`);
+/// anything else (missing) is none.
+fn strings_of(claim: Option<&Value>, split: bool) -> Vec<String> {
+    match claim {
+        Some(Value::String(s)) if split => scope_list(s),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A space-separated scope list (RFC 6749 section 3.3) as its scopes.
+fn scope_list(scope: &str) -> Vec<String> {
+    scope.split_ascii_whitespace().map(str::to_owned).collect()
 }
 
 /// What a person of provider `provider` (its id) is known by ([`Person::tag`]).

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
-use crate::errors::{GatewayError, OutOfScope};
+use crate::errors::{GatewayError, OutOfScope, ScopeChallenge};
 use crate::limits::LimitPermit;
 use crate::metrics::Metrics;
 use crate::people::{Person, Signed, unverified_issuer};
@@ -34,6 +34,9 @@ pub struct Caller {
     /// A signed-in person's credential for token exchanges on their behalf (`tokenExchange`
     /// only; `passthrough` never gets it).
     pub person_subject: Option<HeaderValue>,
+    /// A person's: the path of the protected resource they called (`/mcp`, `/mcp/<prefix>`,
+    /// `/mcp-rest`, `/v1`), where a scope challenge points them.
+    resource: Option<String>,
     /// The key's concurrency slot, held as long as the caller is (a relayed stream holds it),
     /// and those of a person's further keys (apart: a caller with one key allocates nothing).
     _admission: Option<LimitPermit>,
@@ -233,6 +236,7 @@ async fn caller_for_key(
         Some(None) => headers.get(header::AUTHORIZATION).cloned(),
         None => None,
     };
+    let resource = person.as_ref().and(resource).map(Resource::path);
     let caller = Caller {
         key,
         person,
@@ -242,6 +246,7 @@ async fn caller_for_key(
         headers,
         own_authorization,
         person_subject,
+        resource,
         _admission: None,
         _also_admitted: Vec::new(),
     };
@@ -554,6 +559,7 @@ impl Caller {
             headers: HeaderMap::new(),
             own_authorization: None,
             person_subject: None,
+            resource: None,
             _admission: None,
             _also_admitted: Vec::new(),
         }
@@ -626,6 +632,49 @@ impl Caller {
             }
             _ => unknown,
         }
+    }
+
+    /// A call of `tool` (the upstream's own name) of `server` by a person whose token lacks a
+    /// scope the tool requires (`tools.requiredScopes`): refused with a challenge naming every
+    /// scope the call needs (SEP-2350: the provider's own `scopes`, which any token for the
+    /// gateway is asked with, then the tool's) and the metadata of the endpoint called. Keys
+    /// and workloads are not asked: their reach is the key's.
+    pub fn check_scopes(&self, server: &Server, tool: &str) -> Result<(), ScopeChallenge> {
+        let Some(person) = &self.person else {
+            return Ok(());
+        };
+        let required = server.spec.tools.required_scopes(tool);
+        let missing: Vec<&str> = required
+            .iter()
+            .copied()
+            .filter(|s| !person.scopes.iter().any(|granted| granted == s))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut needed: Vec<&str> = self
+            .table
+            .people
+            .as_ref()
+            .and_then(|people| people.providers().find(|(id, ..)| *id == person.provider))
+            .map(|(_, spec, _)| spec.scopes.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        for scope in required {
+            if !needed.contains(&scope) {
+                needed.push(scope);
+            }
+        }
+        let base = crate::table::base_url(&self.table.settings, &self.headers);
+        let metadata = format!(
+            "{base}/.well-known/oauth-protected-resource{}",
+            self.resource.as_deref().unwrap_or("/mcp")
+        );
+        Err(ScopeChallenge::new(
+            server.id(),
+            needed.join(" "),
+            format!("tool {tool} needs scope {}", missing.join(" ")),
+            &metadata,
+        ))
     }
 
     /// Whether `tool` (the upstream's own name) of `server` is visible to this caller: the

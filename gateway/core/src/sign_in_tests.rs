@@ -403,6 +403,7 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
         audience: audience.into(),
         client: "digest".into(),
         provider_access: "provider-token".into(),
+        scope: Some("mcp-tools a:read".into()),
         signed_in: 1_000,
         exp: unix_now() + 300,
     };
@@ -418,6 +419,8 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
     let token = sealer.seal(Record::Access, &record("http://localhost/mcp"), now);
     let caller = call(&token).expect("the gateway's own token");
     let person = caller.person.as_ref().unwrap();
+    // The scopes the gateway granted are the person's, as a provider token's `scope` would be.
+    assert_eq!(person.scopes, ["mcp-tools", "a:read"]);
     assert_eq!(
         (person.subject.as_str(), person.provider.as_str()),
         ("dave", "default/corp")
@@ -469,4 +472,96 @@ fn a_brokered_token_is_the_person_it_names_here_and_nowhere_else() {
         now,
     );
     assert!(call(&later).is_ok(), "a login after the sign-out");
+}
+
+/// `tools.requiredScopes`: a person's token without a scope a tool needs gets 403
+/// `insufficient_scope` naming every scope the call needs (the provider's, then the tool's)
+/// and the metadata of the endpoint called (SEP-2350); `scope` (a string) and `scp` (an
+/// array) both grant; a key is not asked.
+#[test]
+fn a_tool_that_requires_scopes_challenges_a_token_without_them() {
+    use crate::errors::ScopeChallenge;
+    use crate::scope::{Resource, authenticate};
+    use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+    const SCOPED: &str = r#"
+identityProviders:
+- {name: corp, issuer: https://login.example/realms/corp, audiences: [switchboard], scopes: [switchboard]}
+servers:
+- name: a
+  url: 'http://a/mcp'
+  tools:
+    requiredScopes: {'*': ['a:read'], 'write_*': ['a:write']}
+keys:
+- {name: team-a, secret: s-a, servers: [a], people: [{provider: corp, groups: [team-a]}]}
+"#;
+    let table = RoutingTable::build(&load(SCOPED, &SystemLookup).unwrap()).unwrap();
+    let jwks = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1", "n": N, "e": "AQAB"}]});
+    table
+        .identity_keys
+        .set("default/corp", SigningKeys::parse(&jwks, true).unwrap());
+    let t = Arc::new(table);
+    let metrics = crate::metrics::Metrics::default();
+    let caller = |bearer: String, resource| {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {bearer}")).unwrap(),
+        );
+        run(authenticate(t.clone(), headers, &metrics, resource)).unwrap()
+    };
+    let with = |name: &str, grant: Value| {
+        let mut claims = claims("alice", &["team-a"]);
+        claims[name] = grant;
+        token(KEY_PEM, "k1", claims)
+    };
+    let a = t.server_by_prefix("a").unwrap();
+    let reader = caller(
+        with("scope", json!("openid a:read")),
+        Resource::McpServer("a"),
+    );
+    assert_eq!(reader.person.as_ref().unwrap().scopes, ["openid", "a:read"]);
+    assert!(reader.check_scopes(a, "read_file").is_ok());
+    let refused = reader.check_scopes(a, "write_file").unwrap_err();
+    assert_eq!(
+        refused,
+        ScopeChallenge::new(
+            "a",
+            "switchboard a:read a:write".into(),
+            "tool write_file needs scope a:write".into(),
+            "http://localhost/.well-known/oauth-protected-resource/mcp/a",
+        )
+    );
+    assert_eq!(
+        refused.www_authenticate,
+        "Bearer error=\"insufficient_scope\", scope=\"switchboard a:read a:write\", \
+         resource_metadata=\"http://localhost/.well-known/oauth-protected-resource/mcp/a\", \
+         error_description=\"tool write_file needs scope a:write\""
+    );
+    // What clients get: 403 with the challenge in either era, the scope in the error's data.
+    let error = GatewayError::ScopeRequired(refused.clone());
+    assert_eq!(error.mcp_http_status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        error.www_authenticate().unwrap().to_str().unwrap(),
+        refused.www_authenticate
+    );
+    assert_eq!(
+        error.jsonrpc_error()["data"]["scope"],
+        "switchboard a:read a:write"
+    );
+    // `scp` as an array grants as well; no scope at all needs every one, on `/mcp` pointed there.
+    let writer = caller(with("scp", json!(["a:read", "a:write"])), Resource::Mcp);
+    assert!(writer.check_scopes(a, "write_file").is_ok());
+    let bare = caller(token_for("bob", &["team-a"]), Resource::Mcp);
+    let refused = bare.check_scopes(a, "read_file").unwrap_err();
+    assert_eq!(refused.scope, "switchboard a:read");
+    assert!(
+        refused.www_authenticate.contains(
+            "resource_metadata=\"http://localhost/.well-known/oauth-protected-resource/mcp\""
+        ),
+        "{}",
+        refused.www_authenticate
+    );
+    // A key's reach is the key's: no scope asked.
+    let key = caller("s-a".into(), Resource::Mcp);
+    assert!(key.check_scopes(a, "write_file").is_ok());
 }

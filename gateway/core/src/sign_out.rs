@@ -128,6 +128,7 @@ mod tests {
 
     fn person(provider: &str, subject: &str) -> Person {
         Person {
+            scopes: Vec::new(),
             provider: provider.into(),
             issuer: "https://idp.example".into(),
             subject: subject.into(),

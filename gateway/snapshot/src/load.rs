@@ -240,6 +240,14 @@ fn auth_secrets_mut(auth: &mut UpstreamAuth) -> Vec<(&'static str, &mut SecretSo
 
 /// Checks a resolved snapshot. Collects every problem rather than stopping at the first, so a
 /// person fixes a file in one pass.
+/// A scope token (RFC 6749 section 3.3: `%x21 / %x23-5B / %x5D-7E`, at least one).
+fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+}
+
 pub fn validate(snapshot: &Snapshot) -> Result<(), SnapshotError> {
     let mut v = Validator::default();
     match NetworkPolicy::parse(&snapshot.gateway.upstream_networks) {
@@ -828,6 +836,22 @@ impl Validator {
         for (tool, approval) in &server.tools.approved {
             if let Err(e) = approval.parse::<switchboard_trust::Approval>() {
                 self.err(format!("{path}.tools.approved.{tool}"), e.to_string());
+            }
+        }
+        for (tool, scopes) in &server.tools.required_scopes {
+            let at = format!("{path}.tools.requiredScopes.{tool}");
+            if scopes.is_empty() {
+                self.err(at.clone(), "names no scope (leave the tool out instead)");
+            }
+            for scope in scopes {
+                if !is_scope_token(scope) {
+                    self.err(
+                        at.clone(),
+                        format!(
+                            "{scope:?} is not an OAuth scope (RFC 6749: printable ASCII without spaces, quotes or backslashes)"
+                        ),
+                    );
+                }
             }
         }
         if let Some(openapi) = &server.openapi {
@@ -1445,6 +1469,33 @@ mod tests {
             err.contains("servers[0].headers.static[0].value: must not contain CR, LF or NUL"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn required_scopes_are_scope_tokens_and_union_over_the_patterns_a_tool_matches() {
+        let text = "servers:\n- name: a\n  url: http://x/mcp\n  tools:\n    requiredScopes:\n      '*': [mcp:tools]\n      'create_*': [repo:write, mcp:tools]\n";
+        let snapshot = load_str(text).unwrap();
+        let tools = &snapshot.servers[0].tools;
+        assert_eq!(
+            tools.required_scopes("create_issue"),
+            ["mcp:tools", "repo:write"]
+        );
+        assert_eq!(tools.required_scopes("list_issues"), ["mcp:tools"]);
+        for (scopes, why) in [
+            ("['a b']", "not an OAuth scope"),
+            ("['a\"b']", "not an OAuth scope"),
+            ("[]", "names no scope"),
+        ] {
+            let text = format!(
+                "servers:\n- name: a\n  url: http://x/mcp\n  tools:\n    requiredScopes:\n      create: {scopes}\n"
+            );
+            let err = load_str(&text).unwrap_err().to_string();
+            assert!(
+                err.contains("servers[0].tools.requiredScopes.create"),
+                "{err}"
+            );
+            assert!(err.contains(why), "{err}");
+        }
     }
 
     #[test]

@@ -553,11 +553,30 @@ pub struct ServerTools {
     /// Tool name → its approved definition's digest (`v1:...`, as the review prints it).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub approved: BTreeMap<String, String>,
+    /// Tool name (exact, or a glob with `*`; `*` is every tool) → the OAuth scopes a signed-in
+    /// person's token must hold to call it; a tool matched by several needs all of them. A
+    /// token without them gets 403 `insufficient_scope` naming every scope the call needs
+    /// (SEP-2350). Keys and workloads are not asked: their reach is the key's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub required_scopes: BTreeMap<String, Vec<String>>,
 }
 
 impl ServerTools {
     pub fn admits(&self, name: &str) -> bool {
         admits(&self.allow, &self.deny, name)
+    }
+
+    /// The scopes a call of `tool` (the upstream's own name) needs, each once, in name order.
+    pub fn required_scopes(&self, tool: &str) -> Vec<&str> {
+        let mut scopes: Vec<&str> = self
+            .required_scopes
+            .iter()
+            .filter(|(pattern, _)| glob_match(pattern, tool))
+            .flat_map(|(_, scopes)| scopes.iter().map(String::as_str))
+            .collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        scopes
     }
 
     /// The names this server serves, as a key's filter would be written.

@@ -1382,6 +1382,7 @@ impl Reply {
         if self.status == StatusCode::FORBIDDEN {
             UpstreamError::Forbidden {
                 server: server.id().to_string(),
+                challenge,
             }
         } else {
             UpstreamError::Unauthorized {

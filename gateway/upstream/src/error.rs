@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::Value;
-use switchboard_core::errors::GatewayError;
+use switchboard_core::errors::{GatewayError, ScopeChallenge};
 use switchboard_core::limits::Refused;
 
 pub use crate::http_client::ClientBuildError;
@@ -39,7 +39,17 @@ pub enum UpstreamError {
         www_authenticate: String,
     },
     #[error("upstream {server:?} refused the request (HTTP 403)")]
-    Forbidden { server: String },
+    Forbidden {
+        server: String,
+        /// The upstream's `WWW-Authenticate`, kept for relaying a scope challenge
+        /// (caller-credential servers).
+        challenge: Option<String>,
+    },
+    /// A person's token lacks a scope the call needs: the gateway's own challenge, or an
+    /// upstream's 403 `insufficient_scope` on the caller's own credential, pointed at the
+    /// gateway.
+    #[error("{}", .0.description)]
+    ScopeRequired(ScopeChallenge),
     /// The upstream answered with a JSON-RPC error (its error object kept for the caller).
     #[error("upstream {server:?} returned an error: {message}")]
     Rpc {
@@ -128,6 +138,7 @@ impl UpstreamError {
             UpstreamError::Unauthorized { .. } => "upstream_auth_failed",
             UpstreamError::AuthRequired { .. } => "upstream_auth_required",
             UpstreamError::Forbidden { .. } => "upstream_forbidden",
+            UpstreamError::ScopeRequired(_) => "insufficient_scope",
             UpstreamError::Rpc { .. } => "bad_request",
             UpstreamError::ToolNotFound { .. } => "tool_not_found",
             UpstreamError::ToolHeld { .. } => "tool_held",
@@ -172,7 +183,8 @@ impl From<UpstreamError> for GatewayError {
                 server,
                 www_authenticate,
             },
-            UpstreamError::Forbidden { server } => GatewayError::UpstreamForbidden { server },
+            UpstreamError::Forbidden { server, .. } => GatewayError::UpstreamForbidden { server },
+            UpstreamError::ScopeRequired(challenge) => GatewayError::ScopeRequired(challenge),
             UpstreamError::Rpc {
                 server,
                 code,

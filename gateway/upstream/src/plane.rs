@@ -31,6 +31,7 @@ use crate::protected_resource::{ProtectedResources, auth_challenge};
 use crate::request_credential::{self, RequestCredential, SHARED_PARTITION};
 use crate::tokens::Tokens;
 use crate::trust;
+use switchboard_core::errors::ScopeChallenge;
 use switchboard_core::metrics::Metrics;
 use switchboard_core::scope::Caller;
 use switchboard_core::table::{Model, RoutingTable, Server, base_url};
@@ -533,6 +534,17 @@ impl UpstreamPlane {
             return Ok(answer);
         }
         if request.method == "tools/call"
+            && let Some(tool) = request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+        {
+            caller
+                .check_scopes(server, tool)
+                .map_err(UpstreamError::ScopeRequired)?;
+        }
+        if request.method == "tools/call"
             && server.spec.tools.pinning == Pinning::Hold
             && let Some(tool) = request
                 .params
@@ -686,7 +698,7 @@ impl UpstreamPlane {
             // a result with `isError` (the tool ran into a wall, not the gateway; only a 401
             // means re-authenticate, docs/architecture.md "Errors"), for MCP, REST and the LLM
             // loop alike. (The call's span still says the upstream refused.)
-            Err(UpstreamError::Forbidden { server: id }) if request.method == "tools/call" => {
+            Err(UpstreamError::Forbidden { server: id, .. }) if request.method == "tools/call" => {
                 tracing::warn!(server = %id, "upstream refused a tool call (HTTP 403)");
                 Ok(RpcOutcome::Result(RpcResult::Parsed(serde_json::json!({
                     "content": [{"type": "text", "text": format!("upstream {id:?} refused the request (HTTP 403)")}],
@@ -1035,6 +1047,10 @@ impl UpstreamPlane {
     /// server (whose authorization servers are the upstream's). An expected re-auth, so it
     /// logs at info.
     fn relay_auth(&self, caller: &Caller, server: &Server, error: UpstreamError) -> UpstreamError {
+        if let UpstreamError::Forbidden { challenge, .. } = &error {
+            let challenge = challenge.clone();
+            return self.relay_scope_challenge(caller, server, challenge.as_deref(), error);
+        }
         let UpstreamError::Unauthorized { challenge, .. } = &error else {
             return error;
         };
@@ -1048,11 +1064,7 @@ impl UpstreamPlane {
         if let Some(url) = upstream.get("resource_metadata") {
             self.protected_resources.remember_source(server, url);
         }
-        let base = base_url(&caller.table.settings, &caller.headers);
-        let resource_metadata = format!(
-            "{base}/.well-known/oauth-protected-resource/mcp/{}",
-            server.prefix()
-        );
+        let resource_metadata = server_metadata_url(caller, server);
         let mut www = format!("Bearer resource_metadata=\"{resource_metadata}\"");
         for field in ["error", "scope", "error_description"] {
             if let Some(v) = upstream.get(field) {
@@ -1069,6 +1081,54 @@ impl UpstreamPlane {
             www_authenticate: www,
         }
     }
+
+    /// A 403 `insufficient_scope` from an upstream that uses the caller's own credential
+    /// (SEP-2350) becomes the caller's 403: the upstream's `scope` and description, and, as
+    /// a relayed 401's, `resource_metadata` pointing at the gateway's metadata for the server.
+    /// Any other 403 stays the upstream's refusal (a tool call's is its `isError` result).
+    fn relay_scope_challenge(
+        &self,
+        caller: &Caller,
+        server: &Server,
+        challenge: Option<&str>,
+        error: UpstreamError,
+    ) -> UpstreamError {
+        if !server.spec.auth.uses_caller_credential() {
+            return error;
+        }
+        let upstream = challenge.map(auth_challenge::parse).unwrap_or_default();
+        if upstream.get("error").map(String::as_str) != Some("insufficient_scope") {
+            return error;
+        }
+        if let Some(url) = upstream.get("resource_metadata") {
+            self.protected_resources.remember_source(server, url);
+        }
+        let metadata = server_metadata_url(caller, server);
+        tracing::info!(
+            server = server.id(),
+            "upstream asked the caller for more scope (HTTP 403 relayed)"
+        );
+        self.metrics.auth_relayed(&server.metric_name);
+        UpstreamError::ScopeRequired(ScopeChallenge::new(
+            server.id(),
+            upstream.get("scope").cloned().unwrap_or_default(),
+            upstream
+                .get("error_description")
+                .cloned()
+                .unwrap_or_else(|| format!("upstream {} asks for more scope", server.id())),
+            &metadata,
+        ))
+    }
+}
+
+/// The gateway's protected-resource metadata for a server that uses the caller's own credential
+/// (whose authorization servers are the upstream's): where a relayed challenge points.
+fn server_metadata_url(caller: &Caller, server: &Server) -> String {
+    let base = base_url(&caller.table.settings, &caller.headers);
+    format!(
+        "{base}/.well-known/oauth-protected-resource/mcp/{}",
+        server.prefix()
+    )
 }
 
 /// An exchange about an upstream session rather than a method call (its handshake, a reply to
@@ -1230,6 +1290,7 @@ fn bind_arguments(
 /// Whether a tool call of `caller` on `server` has anything to be checked for.
 fn checks_tool_calls(caller: &Caller, server: &Server) -> bool {
     server.spec.auth.is_user_account()
+        || (caller.person.is_some() && !server.spec.tools.required_scopes.is_empty())
         || server.spec.tools.pinning == Pinning::Hold
         || caller.has_argument_rules()
         || policy::policy_for(caller, server).is_some()

@@ -110,10 +110,66 @@ async fn an_upstream_403_is_a_tool_error_on_a_tool_call_and_a_refusal_otherwise(
         )
         .await;
     assert!(
-        matches!(&outcome, Err(UpstreamError::Forbidden { server }) if server == "up"),
+        matches!(&outcome, Err(UpstreamError::Forbidden { server, .. }) if server == "up"),
         "{:?}",
         outcome.err()
     );
+}
+
+/// SEP-2350: an upstream's 403 `insufficient_scope` on the caller's own credential is the
+/// caller's challenge (the upstream's scope and description kept, `resource_metadata` the
+/// gateway's), on a tool call too; on the gateway's own credential it stays the tool's error.
+#[tokio::test]
+async fn an_upstream_scope_challenge_on_the_callers_credential_is_relayed() {
+    let up = Upstream {
+        forbid: true,
+        challenge: "Bearer error=\"insufficient_scope\", scope=\"repo:read repo:write\", \
+                    resource_metadata=\"https://idp.example/rm\", \
+                    error_description=\"needs \\\"repo:write\\\"\""
+            .into(),
+        ..Upstream::default()
+    }
+    .serve()
+    .await;
+    let passthrough = table(&format!(
+        "gateway:\n  publicUrl: https://gw.example\nservers:\n  - name: up\n    url: {}\n    timeout: 5s\n    auth: {{type: passthrough}}\n",
+        up.mcp_url()
+    ));
+    let Err(UpstreamError::ScopeRequired(challenge)) = call(&passthrough).await else {
+        panic!("expected the caller's 403");
+    };
+    assert_eq!(challenge.scope, "repo:read repo:write");
+    assert_eq!(challenge.description, "needs \"repo:write\"");
+    assert_eq!(
+        challenge.www_authenticate,
+        "Bearer error=\"insufficient_scope\", scope=\"repo:read repo:write\", \
+         resource_metadata=\"https://gw.example/.well-known/oauth-protected-resource/mcp/up\", \
+         error_description=\"needs \\\"repo:write\\\"\""
+    );
+    // Any other 403 on the caller's credential stays the tool's error.
+    let other = Upstream {
+        forbid: true,
+        challenge: "Bearer error=\"invalid_token\"".into(),
+        ..Upstream::default()
+    }
+    .serve()
+    .await;
+    let passthrough_other = table(&format!(
+        "servers:\n  - name: up\n    url: {}\n    timeout: 5s\n    auth: {{type: passthrough}}\n",
+        other.mcp_url()
+    ));
+    match call(&passthrough_other).await {
+        Ok(RpcOutcome::Result(result)) => assert_eq!(result.into_value()["isError"], true),
+        other => panic!("the tool's error result: {:?}", other.err()),
+    }
+    let gateways_own = table(&format!(
+        "servers:\n  - name: up\n    url: {}\n    timeout: 5s\n",
+        up.mcp_url()
+    ));
+    match call(&gateways_own).await {
+        Ok(RpcOutcome::Result(result)) => assert_eq!(result.into_value()["isError"], true),
+        other => panic!("the tool's error result: {:?}", other.err()),
+    }
 }
 
 #[tokio::test]

@@ -385,11 +385,17 @@ async fn handle(
     }
 }
 
-/// 403 for every request of a forbidding upstream; 401 with the challenge for a credential
-/// it does not accept.
+/// 403 for every request of a forbidding upstream, 401 for a credential it does not accept,
+/// each with the challenge.
 fn refusal(up: &Shared, headers: &HeaderMap) -> Option<Response> {
     if up.config.forbid {
-        return Some(StatusCode::FORBIDDEN.into_response());
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                [(header::WWW_AUTHENTICATE, up.config.challenge.clone())],
+            )
+                .into_response(),
+        );
     }
     let accept = lock(&up.accept);
     let accepted = accept.as_ref()?;

@@ -447,5 +447,6 @@ fn server_tools(tools: Option<&switchboard_crds::ServerTools>) -> ServerTools {
             Some(switchboard_crds::server::Pinning::Hold) => Pinning::Hold,
         },
         approved: tools.approved.clone(),
+        required_scopes: tools.required_scopes.clone(),
     }
 }
