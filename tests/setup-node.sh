@@ -43,7 +43,7 @@ want="$(
 )"
 
 # Every pinned package (the documents are read as files: a missing one fails its test).
-packages=(@modelcontextprotocol/client @octokit/openapi @readme/oas-examples)
+packages=(@modelcontextprotocol/client @modelcontextprotocol/ext-apps @octokit/openapi @readme/oas-examples)
 installed() {
   local p
   for p in "${packages[@]}"; do

@@ -398,12 +398,14 @@ def start_python_upstream(
     instructions: str | None = None,
     resumable: int | None = None,
     changing: bool = False,
+    apps: bool = False,
 ) -> Upstream:
     """The Python SDK upstream. `legacy_only` refuses the 2026-07-28 form like a legacy-only
     server (so the gateway speaks the legacy revision to it); `instructions` are its
     initialize / server/discover instructions; `resumable` (milliseconds) gives it an event store
-    and that `retry:`, and the stream-closing tool `poll`; `changing` adds its `withdraw` tool (a
-    tool or prompt removed and the change announced)."""
+    and that `retry:`, and the stream-closing tool `poll`; `apps` serves its MCP App
+    (show_weather, app-only refresh_weather, ui://weather/view.html); `changing` adds its
+    `withdraw` tool (a tool or prompt removed and the change announced)."""
     argv = [sys.executable, str(PYTHON_UPSTREAM), "--port", "0", "--name", name]
     if stateless:
         argv.append("--stateless")
@@ -417,6 +419,8 @@ def start_python_upstream(
         argv += ["--resumable", str(resumable)]
     if changing:
         argv.append("--changing")
+    if apps:
+        argv.append("--apps")
     return Upstream(group.start(f"upstream-{name}", argv, ready_timeout=30), "python")
 
 

@@ -10,7 +10,7 @@ use crate::errors::{GatewayError, OutOfScope, ScopeChallenge};
 use crate::limits::LimitPermit;
 use crate::metrics::Metrics;
 use crate::people::{Person, Signed, unverified_issuer};
-use crate::route::{prefixed_name, split_prefixed};
+use crate::route::{prefixed_name, split_prefixed_uri};
 use crate::table::{Key, RoutingTable, Server};
 use crate::workload_identity::{ServiceAccount, looks_like_jwt};
 
@@ -626,7 +626,8 @@ impl Caller {
     /// when the name's prefix names a server that exists and this caller's keys do not reach.
     /// (A server `X-MCP-Servers` narrowed away is the client's own choice, not a refusal.)
     pub fn unreached_prefix(&self, name: &str, unknown: GatewayError) -> GatewayError {
-        match split_prefixed(name).and_then(|(prefix, _)| self.table.server_by_prefix(prefix)) {
+        // (A resource URI's prefix is read as a tool name's, or a UI resource's after its scheme.)
+        match split_prefixed_uri(name).and_then(|(prefix, _)| self.table.server_by_prefix(prefix)) {
             Some(server) if !self.reaches(server) => {
                 GatewayError::invisible(OutOfScope::Server(server.id().to_string()), unknown)
             }

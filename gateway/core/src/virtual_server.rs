@@ -52,8 +52,16 @@ impl Source {
         }
     }
 
+    /// Whether the source presents its item `own` of this kind. A source that selects tools
+    /// and says nothing of resources presents its MCP Apps UI resources (`ui://`) with them: a
+    /// host reads the resource a listed tool links to (a `resources` filter, when written,
+    /// decides alone).
     pub fn selects(&self, kind: Selected, own: &str) -> bool {
         self.spec.selects(self.filter(kind), own)
+            || (kind == Selected::Resources
+                && self.spec.resources.is_none()
+                && self.spec.tools.is_some()
+                && crate::route::is_ui_uri(own))
     }
 
     pub fn override_of(&self, own: &str) -> Option<&ToolOverride> {

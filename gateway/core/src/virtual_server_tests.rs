@@ -54,6 +54,30 @@ virtualServers:
         .expect("a virtual server with its own name");
     }
 
+    /// MCP Apps: a source that selects tools presents the `ui://` resources they link to
+    /// unless it writes a `resources` filter, which then decides alone.
+    #[test]
+    fn selected_tools_bring_their_ui_resources_unless_resources_are_filtered() {
+        let vs = desk();
+        let (source, own) = vs
+            .route(Selected::Resources, "ui://weather/view.html")
+            .expect("the first source's UI resource");
+        assert_eq!(
+            (source.server.id(), own),
+            ("weather", "ui://weather/view.html")
+        );
+        assert!(vs.route(Selected::Resources, "file:///notes").is_none());
+        let config = CONFIG.replace(
+            "    tools: {allow: [\"get_*\", \"read\"]}",
+            "    tools: {allow: [\"get_*\", \"read\"]}\n    resources: {allow: [\"file:*\"]}",
+        );
+        let t = RoutingTable::build(&load(&config, &SystemLookup).unwrap()).unwrap();
+        let filtered = t.virtual_by_path("desk").unwrap();
+        let files = &filtered.sources[1];
+        assert!(files.selects(Selected::Resources, "file:///notes"));
+        assert!(!files.selects(Selected::Resources, "ui://files/view.html"));
+    }
+
     #[test]
     fn names_route_by_parse_first_source_wins_and_renames_hide_the_own_name() {
         let vs = desk();

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::context::McpContext;
 use switchboard_core::errors::GatewayError;
-use switchboard_core::route::prefixed_name;
+use switchboard_core::route::{prefix_ui_links, prefixed_name, prefixed_uri};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
 use switchboard_core::virtual_server::hide_parameters;
@@ -147,17 +147,26 @@ impl Serialize for PublicItems<'_> {
             let (server, listing) = &merged.listings[l];
             let item = &listing.items[i];
             let own = item.id().unwrap_or_default();
-            let text = item.json_with_id(&prefixed_name(server.prefix(), own));
+            let named = match merged.kind {
+                ListKind::Resources | ListKind::ResourceTemplates => {
+                    prefixed_uri(server.prefix(), own)
+                }
+                ListKind::Tools | ListKind::Prompts => prefixed_name(server.prefix(), own),
+            };
+            let text = item.json_with_id(&named);
             let hidden = merged
                 .hidden
                 .binary_search_by_key(&(l, i), |(at, _)| *at)
                 .ok()
-                .map(|h| &merged.hidden[h].1);
-            let text = match hidden {
-                Some(bound) => {
-                    without_parameters(&text, bound).map_err(serde::ser::Error::custom)?
-                }
-                None => text,
+                .map(|h| merged.hidden[h].1.as_slice());
+            // A tool that links to an MCP Apps UI names the resource as this endpoint does (a
+            // look at its text first: most tools have none, and are not parsed).
+            let links_ui = merged.kind == ListKind::Tools && text.contains("resourceUri");
+            let text = if hidden.is_some() || links_ui {
+                let prefix = links_ui.then(|| server.prefix());
+                edited_tool(&text, hidden, prefix).map_err(serde::ser::Error::custom)?
+            } else {
+                text
             };
             let raw = RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
             seq.serialize_element(&raw)?;
@@ -166,10 +175,20 @@ impl Serialize for PublicItems<'_> {
     }
 }
 
-/// A listed tool's JSON without the parameters `bound` (a grant sets them from the caller).
-fn without_parameters(text: &str, bound: &[String]) -> Result<String, serde_json::Error> {
+/// A listed tool's JSON without the parameters `bound` (a grant sets them from the caller), and
+/// with its UI links named under `ui_prefix`.
+fn edited_tool(
+    text: &str,
+    bound: Option<&[String]>,
+    ui_prefix: Option<&str>,
+) -> Result<String, serde_json::Error> {
     let mut tool: Map<String, Value> = serde_json::from_str(text)?;
-    hide_parameters(&mut tool, bound);
+    if let Some(bound) = bound {
+        hide_parameters(&mut tool, bound);
+    }
+    if let Some(prefix) = ui_prefix {
+        prefix_ui_links(&mut tool, prefix);
+    }
     serde_json::to_string(&tool)
 }
 
@@ -267,7 +286,7 @@ mod tests {
     fn bound_parameters_leave_the_schema_and_its_required_list() {
         let text = r#"{"name":"gh__post","inputSchema":{"type":"object","properties":{"channel":{"type":"string"},"user":{"type":"string"}},"required":["channel","user"]},"annotations":{"readOnlyHint":false}}"#;
         let shown: Value =
-            serde_json::from_str(&without_parameters(text, &["user".to_string()]).unwrap())
+            serde_json::from_str(&edited_tool(text, Some(&["user".to_string()]), None).unwrap())
                 .unwrap();
         assert_eq!(
             shown,
@@ -277,7 +296,7 @@ mod tests {
         // A tool without an input schema is served as it is.
         let bare = r#"{"name":"x"}"#;
         assert_eq!(
-            without_parameters(bare, &["user".to_string()]).unwrap(),
+            edited_tool(bare, Some(&["user".to_string()]), None).unwrap(),
             bare
         );
     }

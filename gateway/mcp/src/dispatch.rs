@@ -12,7 +12,9 @@ use crate::aggregate;
 use crate::context::McpContext;
 use crate::relay::{Relay, UpstreamRequest};
 use switchboard_core::errors::GatewayError;
-use switchboard_core::route::{prefix_task_id, split_prefixed};
+use switchboard_core::route::{
+    prefix_task_id, prefix_ui_contents, split_prefixed, split_prefixed_uri,
+};
 use switchboard_core::scope::{Caller, decide_owner};
 use switchboard_core::table::Server;
 use switchboard_protocol::{Era, may_require_input, named_field};
@@ -130,13 +132,21 @@ pub(crate) async fn aggregate_method(
         .and_then(Value::as_str)
         .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
         .to_string();
-    let (server, upstream_name) = if field == "taskId" {
-        route_task(caller, &name)?
-    } else {
-        route_name(cx, caller, method, &name).await?
+    let (server, upstream_name) = match field {
+        "taskId" => route_task(caller, &name)?,
+        "uri" => route_uri(caller, &name)?,
+        _ => route_name(cx, caller, method, &name).await?,
     };
     params[field] = Value::from(upstream_name);
-    let upstream_call = request.upstream_call(method, Some(params));
+    let mut upstream_call = request.upstream_call(method, Some(params));
+    // A UI resource's contents name it as this endpoint does: read whole to be renamed.
+    if method == "resources/read"
+        && name
+            .get(..5)
+            .is_some_and(|s| s.eq_ignore_ascii_case("ui://"))
+    {
+        upstream_call.stream = false;
+    }
     answer_from_upstream(cx, caller, &server, upstream_call, true).await
 }
 
@@ -152,6 +162,20 @@ fn route_task(caller: &Caller, task_id: &str) -> Result<(Arc<Server>, String), G
         .server_in_scope(prefix)
         .ok_or_else(|| caller.unreached_prefix(task_id, unknown()))?;
     Ok((server.clone(), rest.to_string()))
+}
+
+/// On the aggregate endpoint a resource URI is `<prefix>__<upstream URI>`, or for an MCP Apps UI
+/// resource `ui://<prefix>__<rest>` (see `switchboard_core::route`): routed by parse.
+fn route_uri(caller: &Caller, uri: &str) -> Result<(Arc<Server>, String), GatewayError> {
+    let unknown = || GatewayError::NotFound {
+        kind: "resource",
+        name: uri.to_string(),
+    };
+    let (prefix, upstream_uri) = split_prefixed_uri(uri).ok_or_else(unknown)?;
+    let server = caller
+        .server_in_scope(prefix)
+        .ok_or_else(|| caller.unreached_prefix(uri, unknown()))?;
+    Ok((server.clone(), upstream_uri.into_owned()))
 }
 
 /// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the
@@ -402,6 +426,9 @@ pub(crate) async fn answer_from_upstream(
             }
             if aggregate {
                 prefix_task_id(&mut result, server.prefix());
+                if request.method == "resources/read" {
+                    prefix_ui_contents(&mut result, server.prefix());
+                }
             }
             Ok(Answer::Json(result))
         }

@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use crate::context::McpContext;
 use crate::event_stream::event_stream;
 use switchboard_core::errors::GatewayError;
-use switchboard_core::route::{prefixed_name, split_prefixed};
+use switchboard_core::route::{prefixed_uri, split_prefixed_uri};
 use switchboard_core::scope::Caller;
 use switchboard_core::table::Server;
 use switchboard_protocol::Era;
@@ -131,7 +131,7 @@ pub async fn fan_in(
             uris.extend(
                 list.iter()
                     .filter_map(Value::as_str)
-                    .map(|u| Value::from(prefixed_name(server.prefix(), u))),
+                    .map(|u| Value::from(prefixed_uri(server.prefix(), u))),
             );
         }
     }
@@ -185,9 +185,9 @@ fn filter_for(filter: &Value, prefix: &str) -> Value {
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .filter_map(split_prefixed)
+        .filter_map(split_prefixed_uri)
         .filter(|(p, _)| *p == prefix)
-        .map(|(_, uri)| Value::from(uri))
+        .map(|(_, uri)| Value::from(uri.into_owned()))
         .collect();
     if !own.is_empty() {
         out.insert("resourceSubscriptions".into(), Value::Array(own));
@@ -209,7 +209,7 @@ fn retag(server: &Server, event: SseEvent, client_id: &Value) -> Option<Bytes> {
     if method == "notifications/resources/updated"
         && let Some(Value::String(uri)) = message.get_mut("params").and_then(|p| p.get_mut("uri"))
     {
-        *uri = prefixed_name(server.prefix(), uri);
+        *uri = prefixed_uri(server.prefix(), uri);
     }
     tag_subscription(&mut message, client_id);
     Some(SseEvent::message(Value::Object(message).to_string()).encode())

@@ -2,10 +2,14 @@
 
     python python_upstream.py [--port N] [--host H] [--name NAME] [--stateless] [--json]
                               [--legacy-only] [--instructions TEXT] [--stdio] [--changing]
-                              [--resumable RETRY_MS] [--traced]
+                              [--resumable RETRY_MS] [--traced] [--apps]
 
 With --stdio it speaks MCP on stdin/stdout (for the stdio bridge's tests) and serves no HTTP;
 runs() tells the long tools' counts there.
+
+With --apps it serves an MCP App (the SDK's `io.modelcontextprotocol/ui` extension, mcp.server.apps):
+show_weather(city), linked to the UI resource ui://weather/view.html (text/html;profile=mcp-app),
+and refresh_weather(), which only the view calls (`_meta.ui.visibility: ["app"]`).
 
 With --traced (and OTEL_EXPORTER_OTLP_ENDPOINT set) the SDK's own OpenTelemetry middleware (on in every mcp 2.3.0 server: a span per
 request, the child of the trace context in the request's `_meta`) exports its spans with the
@@ -141,12 +145,43 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--changing", action="store_true", help="serve withdraw(), which removes a tool or prompt and announces it")
     p.add_argument("--traced", action="store_true", help="export the SDK's spans over OTLP/HTTP; serve trace_context()")
+    p.add_argument("--apps", action="store_true", help="serve an MCP App: show_weather, refresh_weather, ui://weather/view.html")
     return p.parse_args(argv)
 
 
 ARGS = parse_args(sys.argv[1:]) if __name__ == "__main__" else parse_args([])
 
-server = MCPServer(name=ARGS.name, version="1.0.0", instructions=ARGS.instructions, log_level="WARNING")
+APP_URI = "ui://weather/view.html"
+# What the host renders: a view that asks the server (through the host) for fresh data.
+APP_HTML = """<!doctype html><html><body><h1 id="title">Weather view</h1>
+<script type="module">/* the view calls refresh_weather through the host (MCP Apps) */</script></body></html>"""
+
+
+def apps_extension():
+    """An MCP App as the SDK makes one: a tool linked to its UI resource, an app-only tool."""
+    from mcp.server.apps import Apps
+
+    apps = Apps()
+
+    @apps.tool(resource_uri=APP_URI, description="Show the weather of a city in an interactive view.")
+    def show_weather(city: str = "Lisbon") -> str:
+        return f"sunny in {city}"
+
+    @apps.tool(resource_uri=APP_URI, visibility=["app"], description="Fresh data for the weather view.")
+    def refresh_weather() -> str:
+        return "refreshed"
+
+    apps.add_html_resource(APP_URI, APP_HTML, name="weather view")
+    return apps
+
+
+server = MCPServer(
+    name=ARGS.name,
+    version="1.0.0",
+    instructions=ARGS.instructions,
+    log_level="WARNING",
+    **({"extensions": [apps_extension()]} if ARGS.apps else {}),
+)
 
 
 def export_spans() -> None:

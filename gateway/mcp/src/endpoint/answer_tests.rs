@@ -687,3 +687,91 @@ async fn a_subscription_is_answered_with_the_fanned_in_stream() {
     );
     assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true);
 }
+
+/// MCP Apps through `/mcp`: a tool's link to its `ui://` resource, the resource in the
+/// listing, its read (routed to the upstream's own URI, read whole though the upstream
+/// streams it) and the contents' URI all name it `ui://up__<rest>`, which a host accepts (it
+/// starts with `ui://`); `/mcp/up` relays the upstream's own URIs. A caller that does not
+/// reach `up` is answered as for a resource that does not exist, and it is counted as the
+/// refusal it is.
+#[tokio::test]
+async fn a_ui_resource_and_the_links_to_it_keep_the_ui_scheme_on_the_aggregate() {
+    use switchboard_upstream::test_upstream::{Reply, Upstream};
+    const UI: &str = "ui://weather/view.html";
+    const SHOWN: &str = "ui://up__weather/view.html";
+    let tool = json!({"name": "show", "inputSchema": {"type": "object"},
+        "_meta": {"ui": {"resourceUri": UI, "visibility": ["model", "app"]}, "ui/resourceUri": UI}});
+    let contents = json!({"contents": [{"uri": UI, "mimeType": "text/html;profile=mcp-app",
+        "text": "<p>weather</p>"}]});
+    let upstream = Upstream {
+        replies: vec![
+            ("tools/list", Reply::Result(json!({"tools": [tool]}))),
+            (
+                "resources/list",
+                Reply::Result(json!({"resources": [{"uri": UI, "name": "view",
+                    "mimeType": "text/html;profile=mcp-app"}]})),
+            ),
+            ("resources/read", Reply::Stream(Vec::new(), Some(contents))),
+        ],
+        ..Upstream::default()
+    }
+    .serve()
+    .await;
+    let cx = crate::test_support::context(&crate::test_support::config(&upstream.base));
+    // The answer's message, whether it came as JSON or as an event stream (relayed).
+    let ask = |method: &str, params: Value, at: Option<String>| {
+        let (headers, body) = modern(method, params);
+        let cx = cx.clone();
+        async move {
+            let (status, _, text) = read(answer(&cx, at, headers, body).await.0).await;
+            let message = serde_json::from_str(&text)
+                .ok()
+                .or_else(|| events(&text).pop())
+                .unwrap_or(Value::Null);
+            (status, message)
+        }
+    };
+    let (status, listed) = ask("tools/list", json!({}), None).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let meta = &listed["result"]["tools"][0]["_meta"];
+    assert_eq!(meta["ui"]["resourceUri"], SHOWN, "{listed}");
+    assert_eq!(meta["ui/resourceUri"], SHOWN);
+    assert_eq!(meta["ui"]["visibility"], json!(["model", "app"]));
+    let (_, resources) = ask("resources/list", json!({}), None).await;
+    assert_eq!(
+        resources["result"]["resources"][0]["uri"], SHOWN,
+        "{resources}"
+    );
+    let (status, read) = ask("resources/read", json!({"uri": SHOWN}), None).await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    assert_eq!(read["result"]["contents"][0]["uri"], SHOWN, "{read}");
+    assert_eq!(read["result"]["contents"][0]["text"], "<p>weather</p>");
+    let asked = upstream.requests_of("resources/read");
+    assert_eq!(
+        asked.last().map(|s| &s.body["params"]["uri"]),
+        Some(&json!(UI))
+    );
+    // The server's own endpoint relays the upstream's URIs as they are.
+    let (_, own) = ask("tools/list", json!({}), path("up")).await;
+    assert_eq!(
+        own["result"]["tools"][0]["_meta"]["ui"]["resourceUri"], UI,
+        "{own}"
+    );
+    let (_, own_read) = ask("resources/read", json!({"uri": UI}), path("up")).await;
+    assert_eq!(own_read["result"]["contents"][0]["uri"], UI, "{own_read}");
+    // Out of scope: no such resource, counted as refused.
+    let (mut far, body) = modern("resources/read", json!({"uri": SHOWN}));
+    far.insert(
+        axum::http::header::AUTHORIZATION,
+        HeaderValue::from_static("Bearer s-far"),
+    );
+    let (response, count) = answer(&cx, None, far, body).await;
+    assert_eq!(count, counted("resources/read", "access_denied"));
+    let (_, refused) = read_json(response).await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(SHOWN)),
+        "{refused}"
+    );
+}
