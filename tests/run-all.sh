@@ -23,7 +23,8 @@
 #           CLI), tests/setup-keycloak.sh (Keycloak and its Java runtime), tests/setup-jaeger.sh
 #           (the Jaeger v2 trace backend, from Go modules) and tests/setup-prometheus.sh
 #           (Prometheus and promtool, from Go modules), tests/setup-stdio-servers.sh (real stdio
-#           MCP servers from npm and PyPI), then pytest tests/e2e in parallel workers
+#           MCP servers from npm and PyPI), tests/setup-conformance.sh (the MCP conformance suite
+#           and its Node.js, from npm), then pytest tests/e2e in parallel workers
 #           (SWITCHBOARD_E2E_WORKERS, default 3), and last, in a pytest of its own, the tests
 #           marked `last` (the grep of every gateway log of the run for secrets)
 #   suites  every tests/suites.d/*.sh, in name order   (hook for later suites, e.g. Kubernetes e2e)
@@ -274,6 +275,10 @@ if wants e2e; then
   # module calls this again: a no-op). Its own step, so a cold install shows in the timings.
   step stdio-servers
   "$root/tests/setup-stdio-servers.sh" >/dev/null
+  # The MCP conformance suite and the Node.js 22 it runs on (npm, pinned; the test module calls
+  # this again: a no-op).
+  step conformance-suite
+  "$root/tests/setup-conformance.sh" >/dev/null
   # The trace backend and Prometheus, built from Go modules in the background since the start
   # (tests/e2e/jaeger.py and prometheus.py call their setup scripts again: a no-op).
   step "e2e tools (the rest of the background build)"
