@@ -337,20 +337,17 @@ async fn admitted_answer(gw: &Gateway, request: Request, next: Next) -> Response
     };
     // The MCP message whose trace waited for its body begins it from its `_meta` (SEP-414),
     // before any stage's span exists; its handler runs inside that span.
-    let traced_late = audit::current().filter(|slot| !slot.trace_begun());
-    if let Some(slot) = &traced_late {
-        slot.begin_trace(switchboard_protocol::trace_context::TraceContext::from_message(&body));
-    }
+    let late_span = audit::begin_trace_from_message(&body);
     let request = Request::from_parts(parts, axum::body::Body::from(body));
     if is_client_face(request.uri().path()) && !host_and_origin_ok(gw, &request) {
         let refused = RestError(GatewayError::ForbiddenOrigin).into_response();
         audit::note(|n| n.outcome = Some("forbidden_origin"));
         return refused;
     }
-    match traced_late {
-        Some(slot) => {
+    match late_span {
+        Some(span) => {
             use tracing::Instrument as _;
-            next.run(request).instrument(slot.span().clone()).await
+            next.run(request).instrument(span).await
         }
         None => next.run(request).await,
     }

@@ -298,6 +298,23 @@ impl opentelemetry::propagation::Extractor for Carrier<'_> {
     }
 }
 
+/// Begins the trace of the request this task serves when it waited for the body (an MCP
+/// message whose headers carry no trace context: see [`Slot::begin_trace`]), from the
+/// message's `_meta`, and returns its span for the handler to run in. `None` when the trace had
+/// begun already, or outside a client request.
+pub fn begin_trace_from_message(body: &[u8]) -> Option<tracing::Span> {
+    CURRENT
+        .try_with(|slot| {
+            if slot.trace_begun() {
+                return None;
+            }
+            slot.begin_trace(TraceContext::from_message(body));
+            Some(slot.span().clone())
+        })
+        .ok()
+        .flatten()
+}
+
 /// The slot of the request this task serves, if any.
 pub fn current() -> Option<Arc<Slot>> {
     CURRENT.try_with(Arc::clone).ok()
@@ -579,6 +596,30 @@ mod tests {
         bare.begin_trace(None);
         let v: serde_json::Value = serde_json::from_slice(&bare.line("", 200, 0).unwrap()).unwrap();
         assert!(v.get("trace_id").is_none(), "{v}");
+    }
+
+    #[tokio::test]
+    async fn an_mcp_messages_meta_begins_a_trace_that_waited_for_the_body() {
+        let s = slot();
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{{"traceparent":"{TP}"}}}}}}"#
+        );
+        s.scope(async {
+            assert!(begin_trace_from_message(body.as_bytes()).is_some());
+            // Begun: a second body (or the edge's own fallback) changes nothing.
+            assert!(begin_trace_from_message(b"{}").is_none());
+            assert_eq!(
+                outgoing_trace()
+                    .map(|t| t.trace_id().to_string())
+                    .as_deref(),
+                Some(&TP[3..35])
+            );
+        })
+        .await;
+        assert!(
+            begin_trace_from_message(body.as_bytes()).is_none(),
+            "outside a request"
+        );
     }
 
     #[test]
