@@ -63,6 +63,12 @@ def wait_model(world: World, name: str, type_: str, want, timeout: float = 20, n
     return c
 
 
+def settled_false(reason: str):
+    """A condition that is False for `reason`: a route applied a moment ago may first say
+    `NotAccepted` (not in the snapshot yet) before its probe's verdict comes."""
+    return lambda c: c.get("status") == "False" and c.get("reason") == reason
+
+
 def assert_no_model_calls(provider: ScriptedProvider) -> list[dict]:
     """Everything the provider received was a GET of the model listing: no path that spends
     tokens, no body."""
@@ -231,7 +237,7 @@ def test_a_refused_key_is_provider_auth_failed_until_the_secret_is_fixed(world: 
                         apiKeySecretRef={"name": "openai-key", "key": "apiKey"}, accessGroups=["llm"]),
         ]
     )  # fmt: skip
-    c = wait_model(world, "gpt", "Ready", "False", 30)
+    c = wait_model(world, "gpt", "Ready", settled_false("ProviderAuthFailed"), 30)
     print(f"\ngpt with a wrong key: Ready=False {c['reason']}: {c['message']}")
     assert c["reason"] == "ProviderAuthFailed", c
     assert wrong not in c["message"] and world.provider_key not in c["message"], c
@@ -253,7 +259,7 @@ def test_an_unreachable_provider_is_provider_unavailable(world: World):
     world.cluster.apply(
         model_route("gone", "default", provider="anthropic", baseUrl=f"http://127.0.0.1:{port}", timeout="2s")
     )
-    c = wait_model(world, "gone", "Ready", "False", 30)
+    c = wait_model(world, "gone", "Ready", settled_false("ProviderUnavailable"), 30)
     print(f"\ngone: Ready=False {c['reason']}: {c['message']}")
     assert c["reason"] == "ProviderUnavailable", c
     assert str(port) not in c["message"], f"the message should not repeat the base URL: {c['message']}"

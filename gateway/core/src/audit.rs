@@ -243,9 +243,13 @@ pub fn outgoing_trace() -> Option<TraceContext> {
 
 /// [`outgoing_trace`] as the `traceparent` and `tracestate` headers of an outgoing request.
 pub fn propagate(headers: &mut http::HeaderMap) {
-    let Some(trace) = outgoing_trace() else {
-        return;
-    };
+    if let Some(trace) = outgoing_trace() {
+        insert_trace_headers(&trace, headers);
+    }
+}
+
+/// `trace` as the `traceparent` and `tracestate` headers of an outgoing request.
+pub fn insert_trace_headers(trace: &TraceContext, headers: &mut http::HeaderMap) {
     if let Ok(value) = http::HeaderValue::from_str(trace.traceparent()) {
         headers.insert(TRACEPARENT, value);
     }

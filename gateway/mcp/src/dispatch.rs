@@ -13,7 +13,7 @@ use crate::context::McpContext;
 use crate::relay::{Relay, UpstreamRequest};
 use switchboard_core::errors::GatewayError;
 use switchboard_core::route::{
-    prefix_task_id, prefix_ui_contents, split_prefixed, split_prefixed_uri,
+    is_ui_uri, prefix_task_id, prefix_ui_contents, split_prefixed, split_prefixed_uri,
 };
 use switchboard_core::scope::{Caller, decide_owner};
 use switchboard_core::table::Server;
@@ -140,11 +140,7 @@ pub(crate) async fn aggregate_method(
     params[field] = Value::from(upstream_name);
     let mut upstream_call = request.upstream_call(method, Some(params));
     // A UI resource's contents name it as this endpoint does: read whole to be renamed.
-    if method == "resources/read"
-        && name
-            .get(..5)
-            .is_some_and(|s| s.eq_ignore_ascii_case("ui://"))
-    {
+    if method == "resources/read" && is_ui_uri(&name) {
         upstream_call.stream = false;
     }
     answer_from_upstream(cx, caller, &server, upstream_call, true).await

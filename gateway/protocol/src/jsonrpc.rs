@@ -81,6 +81,29 @@ pub fn legacy_request_body(
     serde_json::to_vec(&envelope).unwrap_or_default()
 }
 
+/// A notification body for a legacy session (`notifications/initialized`, a cancellation), with
+/// `trace` in its `_meta` as [`legacy_request_body`] writes it.
+pub fn legacy_notification_body(
+    method: &str,
+    params: Option<&Map<String, Value>>,
+    trace: Option<&TraceContext>,
+) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Notification<'a> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        params: Option<LegacyParams<'a>>,
+    }
+    let params = (params.is_some() || trace.is_some()).then_some(LegacyParams { params, trace });
+    let notification = Notification {
+        jsonrpc: "2.0",
+        method,
+        params,
+    };
+    serde_json::to_vec(&notification).unwrap_or_default()
+}
+
 struct LegacyParams<'a> {
     params: Option<&'a Map<String, Value>>,
     trace: Option<&'a TraceContext>,
@@ -562,6 +585,39 @@ mod tests {
                 "{params}"
             );
         }
+    }
+
+    #[test]
+    fn a_notification_carries_the_trace_context_too() {
+        let ours = TraceContext::new(OURS, None).unwrap();
+        let read = |body: Vec<u8>| serde_json::from_slice::<Value>(&body).unwrap();
+        assert_eq!(
+            read(legacy_notification_body(
+                "notifications/initialized",
+                None,
+                None
+            )),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        );
+        assert_eq!(
+            read(legacy_notification_body(
+                "notifications/initialized",
+                None,
+                Some(&ours)
+            )),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized",
+                   "params": {"_meta": {"traceparent": OURS}}})
+        );
+        let params = json!({"requestId": 7, "reason": "gone"});
+        assert_eq!(
+            read(legacy_notification_body(
+                "notifications/cancelled",
+                params.as_object(),
+                Some(&ours)
+            )),
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": 7, "reason": "gone", "_meta": {"traceparent": OURS}}})
+        );
     }
 
     #[test]

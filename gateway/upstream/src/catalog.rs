@@ -240,7 +240,9 @@ impl Catalog {
     fn remember_failure(&self, key: EntryKey, error: &UpstreamError) {
         if matches!(
             error,
-            UpstreamError::AuthRequired { .. } | UpstreamError::Unauthorized { .. }
+            UpstreamError::AuthRequired { .. }
+                | UpstreamError::Unauthorized { .. }
+                | UpstreamError::ScopeRequired(_)
         ) {
             return;
         }

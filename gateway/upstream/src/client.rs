@@ -33,9 +33,11 @@ use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
-    ModernMeta, legacy_request_body, modern_request_body, raw_response, response_from_body,
+    ModernMeta, legacy_notification_body, legacy_request_body, modern_request_body, raw_response,
+    response_from_body,
 };
 use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
+use switchboard_protocol::trace_context::TraceContext;
 use switchboard_protocol::{self as protocol, capabilities};
 use switchboard_protocol::{LATEST_LEGACY_VERSION, ListChanged, MODERN_VERSION};
 use switchboard_snapshot::TlsMaterial;
@@ -654,6 +656,7 @@ impl Upstreams {
                     http: self.http_for(call.server)?,
                     url: reply.url.clone(),
                     headers: reply.sent_headers.clone(),
+                    trace: trace.clone(),
                     presents_certificate: call
                         .server
                         .tls
@@ -784,15 +787,13 @@ impl Upstreams {
             init: result,
         });
         let headers = session.headers();
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        self.post(
-            call,
-            headers,
-            serde_json::to_vec(&initialized).unwrap_or_default(),
-        )
-        .await?
-        .read(call.server)
-        .await?;
+        let trace = switchboard_core::audit::outgoing_trace();
+        let initialized =
+            legacy_notification_body("notifications/initialized", None, trace.as_ref());
+        self.post(call, headers, initialized)
+            .await?
+            .read(call.server)
+            .await?;
         slot.session = Some(session.clone());
         slot.opened = true;
         Ok(session)
@@ -972,6 +973,9 @@ struct StreamOrigin {
     headers: HeaderMap,
     /// Whether the gateway presents the server a client certificate (for naming a failure).
     presents_certificate: bool,
+    /// The request's trace context (the call's span), which its cancellation carries too: it
+    /// is sent when the request's own task may be gone.
+    trace: Option<TraceContext>,
 }
 
 /// How long to wait before resuming a stream whose server named no `retry:` (the SSE
@@ -1045,14 +1049,19 @@ impl StreamOrigin {
     /// went away, the deadline passed, the stream could not be resumed):
     /// `notifications/cancelled` on the same session, as the legacy transport asks.
     fn cancel(self, request_id: Value) {
-        let body = json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/cancelled",
-            "params": {
-                "requestId": request_id,
-                "reason": "the gateway gave the request up (its client went away, or its deadline passed)",
-            },
+        let params = json!({
+            "requestId": request_id,
+            "reason": "the gateway gave the request up (its client went away, or its deadline passed)",
         });
+        let body = legacy_notification_body(
+            "notifications/cancelled",
+            params.as_object(),
+            self.trace.as_ref(),
+        );
+        let mut headers = self.headers;
+        if let Some(trace) = &self.trace {
+            switchboard_core::audit::insert_trace_headers(trace, &mut headers);
+        }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -1060,8 +1069,8 @@ impl StreamOrigin {
             let send = self
                 .http
                 .post(&self.url)
-                .headers(self.headers)
-                .json(&body)
+                .headers(headers)
+                .body("application/json", body)
                 .send();
             let _ = tokio::time::timeout(Duration::from_secs(5), send).await;
         });
