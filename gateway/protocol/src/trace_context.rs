@@ -5,7 +5,8 @@
 //! way; over HTTP it rides beside the `traceparent` header.
 //!
 //! One type for a context from whichever carrier (a header, a client's `_meta`, the
-//! gateway's own span) so that reading, checking and writing it happen in one place.
+//! gateway's own span) so that reading, checking and writing it happen in one place: a value
+//! of it is valid by construction, and writers never check it again.
 
 use serde::Deserialize;
 
