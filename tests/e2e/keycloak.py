@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import httpx
-from harness import REPO_ROOT, reserve_port, wait_until
+from harness import REPO_ROOT, gateway_config, reserve_port, wait_until
 
 REALM = "switchboard"
 # A copy of the realm with anonymous client registration opened (`open_registration`), in the
@@ -156,6 +156,21 @@ class Keycloak:
     def in_realm(self, realm: str) -> "Keycloak":
         """The same Keycloak, in another of its realms (REALM, OPEN_REALM, KEYS_REALM)."""
         return dataclasses.replace(self, realm=realm)
+
+    def brokered_gateway(self, gateways, lb, servers: list[dict], keys: list[dict], **provider):
+        """A gateway behind `lb` (its public URL) whose identity provider `corp` is this realm in
+        brokered mode (`provider` adds to it, e.g. `scopes`), started and serving once it read
+        the provider's discovery document."""
+        config = gateway_config(servers, keys, publicUrl=lb.url)
+        config["identityProviders"] = [{
+            "name": "corp", "issuer": self.issuer, "audiences": [GATEWAY_AUDIENCE], **provider,
+            "brokered": {"clientId": "switchboard-gateway", "clientSecret": self.client_secrets["switchboard-gateway"]},
+        }]  # fmt: skip
+        gw = gateways.start(config)
+        wait_until(lambda: "identity provider keys loaded provider=default/corp" in gw.logs(), 30,
+                   what="the gateway to read the identity provider's discovery document")  # fmt: skip
+        lb.set_backends([gw.url])
+        return gw
 
     def open_realm(self) -> "Keycloak":
         """The same Keycloak, in the realm whose registration is open (see OPEN_REALM). The run's

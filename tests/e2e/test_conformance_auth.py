@@ -40,7 +40,6 @@ from harness import (
     run_async,
     server,
     start_rust_upstream,
-    wait_until,
 )
 from keycloak import GATEWAY_AUDIENCE
 
@@ -122,19 +121,11 @@ def test_the_gateways_own_authorization_server_passes_the_suite(procs, gateways,
     up = start_rust_upstream(procs, "conformance")
     lb = RoundRobinBalancer([]).start()
     try:
-        config = gateway_config(
+        gw = keycloak.brokered_gateway(
+            gateways, lb,
             [server("alpha", up.mcp_url)],
             [key("team-a", new_secret("team-a"), ["alpha"], people=[{"provider": "corp", "groups": ["team-a"]}])],
-            publicUrl=lb.url,
-        )
-        config["identityProviders"] = [{
-            "name": "corp", "issuer": keycloak.issuer, "audiences": [GATEWAY_AUDIENCE],
-            "brokered": {"clientId": "switchboard-gateway", "clientSecret": keycloak.client_secrets["switchboard-gateway"]},
-        }]  # fmt: skip
-        gw = gateways.start(config)
-        wait_until(lambda: "identity provider keys loaded provider=default/corp" in gw.logs(), 30,
-                   what="the gateway to read the identity provider's discovery document")  # fmt: skip
-        lb.set_backends([gw.url])
+        )  # fmt: skip
         port = reserve_port()
         registered = httpx.post(f"{lb.url}/oauth/register", json={
             "client_name": "conformance", "redirect_uris": [f"http://127.0.0.1:{port}/callback"],

@@ -39,7 +39,6 @@ from harness import (
     sdk_text,
     server,
     start_rust_upstream,
-    wait_until,
 )
 from keycloak import GATEWAY_AUDIENCE, GATEWAY_SCOPE
 
@@ -169,19 +168,12 @@ def test_a_step_up_through_the_gateways_own_authorization_server(procs, gateways
     alpha = start_rust_upstream(procs, "alpha")
     lb = RoundRobinBalancer([]).start()
     try:
-        config = gateway_config(
+        gw = keycloak.brokered_gateway(
+            gateways, lb,
             [server("alpha", alpha.mcp_url, tools={"requiredScopes": {"add": [ADD_SCOPE]}})],
             [key("team-a", new_secret("team-a"), ["alpha"], people=[{"provider": "corp", "groups": ["team-a"]}])],
-            publicUrl=lb.url,
-        )
-        config["identityProviders"] = [{
-            "name": "corp", "issuer": keycloak.issuer, "audiences": [GATEWAY_AUDIENCE], "scopes": ["mcp-tools"],
-            "brokered": {"clientId": "switchboard-gateway", "clientSecret": keycloak.client_secrets["switchboard-gateway"]},
-        }]  # fmt: skip
-        gw = gateways.start(config)
-        wait_until(lambda: "identity provider keys loaded provider=default/corp" in gw.logs(), 30,
-                   what="the gateway to read the identity provider's discovery document")  # fmt: skip
-        lb.set_backends([gw.url])
+            scopes=["mcp-tools"],
+        )  # fmt: skip
         logins: list[str] = []
 
         async def log_in(authorization_url: str) -> dict[str, str]:

@@ -133,8 +133,8 @@ pub(crate) async fn aggregate_method(
         .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
         .to_string();
     let (server, upstream_name) = match field {
-        "taskId" => route_task(caller, &name)?,
-        "uri" => route_uri(caller, &name)?,
+        "taskId" => route_prefixed(caller, "task", &name)?,
+        "uri" => route_prefixed(caller, "resource", &name)?,
         _ => route_name(cx, caller, method, &name).await?,
     };
     params[field] = Value::from(upstream_name);
@@ -146,32 +146,24 @@ pub(crate) async fn aggregate_method(
     answer_from_upstream(cx, caller, &server, upstream_call, true).await
 }
 
-/// On the aggregate endpoint a task id is `<prefix>__<upstream task id>`: the gateway prefixed
-/// it when the task was created, so any replica routes it by parse, like a tool name.
-fn route_task(caller: &Caller, task_id: &str) -> Result<(Arc<Server>, String), GatewayError> {
+/// On the aggregate endpoint a task id is `<prefix>__<upstream task id>` (the gateway prefixed
+/// it when the task was created) and a resource URI `<prefix>__<upstream URI>`, or for an MCP
+/// Apps UI resource `ui://<prefix>__<rest>` (see `switchboard_core::route`): any replica routes
+/// them by parse, like a tool name. `kind` names what was not found.
+fn route_prefixed(
+    caller: &Caller,
+    kind: &'static str,
+    name: &str,
+) -> Result<(Arc<Server>, String), GatewayError> {
     let unknown = || GatewayError::NotFound {
-        kind: "task",
-        name: task_id.to_string(),
+        kind,
+        name: name.to_string(),
     };
-    let (prefix, rest) = split_prefixed(task_id).ok_or_else(unknown)?;
+    let (prefix, upstream_name) = split_prefixed_uri(name).ok_or_else(unknown)?;
     let server = caller
         .server_in_scope(prefix)
-        .ok_or_else(|| caller.unreached_prefix(task_id, unknown()))?;
-    Ok((server.clone(), rest.to_string()))
-}
-
-/// On the aggregate endpoint a resource URI is `<prefix>__<upstream URI>`, or for an MCP Apps UI
-/// resource `ui://<prefix>__<rest>` (see `switchboard_core::route`): routed by parse.
-fn route_uri(caller: &Caller, uri: &str) -> Result<(Arc<Server>, String), GatewayError> {
-    let unknown = || GatewayError::NotFound {
-        kind: "resource",
-        name: uri.to_string(),
-    };
-    let (prefix, upstream_uri) = split_prefixed_uri(uri).ok_or_else(unknown)?;
-    let server = caller
-        .server_in_scope(prefix)
-        .ok_or_else(|| caller.unreached_prefix(uri, unknown()))?;
-    Ok((server.clone(), upstream_uri.into_owned()))
+        .ok_or_else(|| caller.unreached_prefix(name, unknown()))?;
+    Ok((server.clone(), upstream_name.into_owned()))
 }
 
 /// Finds the server for a name on the aggregate endpoint: a prefix is parsed against the
