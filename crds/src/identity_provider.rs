@@ -105,6 +105,22 @@ pub struct Brokered {
     #[schemars(regex(pattern = r"^[0-9]+(s|m|h)$"))]
     #[schemars(extend("default" = "8h"))]
     pub refresh_token_ttl: Option<String>,
+    /// Enterprise-managed authorization: clients trade an identity assertion (ID-JAG) the
+    /// company's identity provider issued for the gateway at its token endpoint, with no browser
+    /// round trip (`{}`: signed by this provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_assertions: Option<IdentityAssertions>,
+}
+
+/// Who signs the identity assertions the gateway's token endpoint takes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentityAssertions {
+    /// Another IdentityProvider in this namespace whose issuer and keys sign them (default:
+    /// this one). The person they name is this provider's, with a browser login's grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub provider: Option<String>,
 }
 
 /// The signature algorithms a provider's keys may use.

@@ -28,6 +28,7 @@ use axum::Json;
 use axum::extract::{Form, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use base64::Engine;
 use serde::Deserialize;
 use serde_json::json;
 use switchboard_core::broker::{
@@ -35,7 +36,7 @@ use switchboard_core::broker::{
     Identity, LOGIN_TTL, LoginRecord, OAuthError, ProviderTokens, Record, RefreshRecord, digest,
     new_verifier, pkce_ok, redirect_matches, registered_redirects, s256, unix, unix_ms,
 };
-use switchboard_core::people::People;
+use switchboard_core::people::{AssertionRefusal, People, Refusal};
 use switchboard_core::table::{RoutingTable, base_url};
 use switchboard_snapshot::{IdentityProviderSpec, TlsMaterial};
 use switchboard_store::{Store, StoreKey};
@@ -91,6 +92,31 @@ impl<'a> Broker<'a> {
     }
 }
 
+impl Broker<'_> {
+    /// The provider (by id) whose identity assertions the token endpoint takes, if any.
+    fn assertion_signer(&self) -> Option<String> {
+        let assertions = self.spec.brokered.as_ref()?.identity_assertions.as_ref()?;
+        Some(match &assertions.provider {
+            Some(name) => format!("{}/{name}", self.spec.namespace),
+            None => self.provider_id.to_string(),
+        })
+    }
+
+    /// The grant types the token endpoint takes.
+    fn grant_types(&self) -> Vec<&'static str> {
+        let mut grants = vec!["authorization_code", "refresh_token"];
+        if self.assertion_signer().is_some() {
+            grants.push(JWT_BEARER);
+        }
+        grants
+    }
+}
+
+/// The JWT bearer grant (RFC 7523), which carries an identity assertion.
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+/// The identity assertion grant profile (draft-ietf-oauth-identity-assertion-authz-grant).
+const ID_JAG_PROFILE: &str = "urn:ietf:params:oauth:grant-profile:id-jag";
+
 fn oauth_error(e: OAuthError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = (
@@ -136,7 +162,7 @@ pub async fn metadata(State(cx): State<Arc<SignInContext>>, headers: HeaderMap) 
         Err(answer) => return *answer,
     };
     let base = base_url(&table.settings, &headers);
-    Json(json!({
+    let mut body = json!({
         "issuer": base,
         "authorization_endpoint": format!("{base}/oauth/authorize"),
         "token_endpoint": format!("{base}/oauth/token"),
@@ -144,14 +170,18 @@ pub async fn metadata(State(cx): State<Arc<SignInContext>>, headers: HeaderMap) 
         "revocation_endpoint": format!("{base}/oauth/revoke"),
         "revocation_endpoint_auth_methods_supported": ["none"],
         "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": broker.grant_types(),
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "scopes_supported": broker.spec.scopes,
         "authorization_response_iss_parameter_supported": true,
         "client_id_metadata_document_supported": true,
-    }))
-    .into_response()
+    });
+    if broker.assertion_signer().is_some() {
+        // The identity assertion profile (draft-ietf-oauth-identity-assertion-authz-grant).
+        body["authorization_grant_profiles_supported"] = json!([ID_JAG_PROFILE]);
+    }
+    Json(body).into_response()
 }
 
 #[derive(Deserialize)]
@@ -162,10 +192,14 @@ pub(crate) struct Registration {
     client_name: Option<String>,
     #[serde(default)]
     grant_types: Option<Vec<String>>,
+    #[serde(default)]
+    token_endpoint_auth_method: Option<String>,
 }
 
-/// `POST /oauth/register` (RFC 7591): public clients only; the `client_id` is the sealed
-/// registration itself.
+/// `POST /oauth/register` (RFC 7591): public clients (PKCE), and confidential ones
+/// (`client_secret_basic`, `client_secret_post`: what the identity assertion grant needs); the
+/// `client_id` is the sealed registration itself, the secret derived from it
+/// ([`BrokerSealer::client_secret`]), so nothing is stored.
 pub async fn register(
     State(cx): State<Arc<SignInContext>>,
     body: Result<Json<Registration>, axum::extract::rejection::JsonRejection>,
@@ -182,51 +216,83 @@ pub async fn register(
             "the body is not a JSON client registration",
         ));
     };
-    let redirect_uris = match registered_redirects(&asked.redirect_uris) {
-        Ok(uris) => uris,
-        Err(e) => return oauth_error(e),
+    let method = asked
+        .token_endpoint_auth_method
+        .unwrap_or_else(|| "none".into());
+    let confidential = match method.as_str() {
+        "none" => false,
+        "client_secret_basic" | "client_secret_post" => true,
+        _ => {
+            return oauth_error(OAuthError::new(
+                400,
+                "invalid_client_metadata",
+                "token_endpoint_auth_method: none, client_secret_basic or client_secret_post",
+            ));
+        }
     };
-    // Every client is public (PKCE protects its codes): one that asked for a secret is
-    // registered as `none`, which RFC 7591 section 3.2.1 lets the server decide (the answer
-    // says so, and carries no secret).
     let grants = asked
         .grant_types
         .unwrap_or_else(|| vec!["authorization_code".into()]);
-    if grants
-        .iter()
-        .any(|g| g != "authorization_code" && g != "refresh_token")
-    {
+    let offered = broker.grant_types();
+    if let Some(other) = grants.iter().find(|g| !offered.contains(&g.as_str())) {
         return oauth_error(OAuthError::new(
             400,
             "invalid_client_metadata",
-            "grant_types: authorization_code and refresh_token only",
+            format!(
+                "grant_types: {other:?} is not one of {}",
+                offered.join(", ")
+            ),
         ));
     }
+    if !confidential && grants.iter().any(|g| g == JWT_BEARER) {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_client_metadata",
+            "grant_types: the identity assertion grant is for confidential clients \
+             (token_endpoint_auth_method client_secret_basic or client_secret_post)",
+        ));
+    }
+    // A client that signs people in through the browser needs its redirect URIs; one that
+    // only trades identity assertions has none.
+    let browser = grants.iter().any(|g| g == "authorization_code");
+    let redirect_uris = if browser || !asked.redirect_uris.is_empty() {
+        match registered_redirects(&asked.redirect_uris) {
+            Ok(uris) => uris,
+            Err(e) => return oauth_error(e),
+        }
+    } else {
+        Vec::new()
+    };
     let now = SystemTime::now();
     let name = asked.client_name.map(|n| n.chars().take(200).collect());
     let record = ClientRecord {
         redirect_uris: redirect_uris.clone(),
         name: name.clone(),
+        confidential,
+        grant_types: grants.clone(),
         exp: unix(now) + CLIENT_TTL.as_secs(),
     };
     let client_id = broker.sealer.seal(Record::Client, &record, now);
     tracing::info!(
         client = name.as_deref().unwrap_or("-"),
+        confidential,
         "brokered client registered"
     );
-    let mut response = (
-        StatusCode::CREATED,
-        Json(json!({
-            "client_id": client_id,
-            "client_id_issued_at": unix(now),
-            "client_name": name,
-            "redirect_uris": redirect_uris,
-            "grant_types": grants,
-            "response_types": ["code"],
-            "token_endpoint_auth_method": "none",
-        })),
-    )
-        .into_response();
+    let mut answer = json!({
+        "client_id": client_id,
+        "client_id_issued_at": unix(now),
+        "client_name": name,
+        "redirect_uris": redirect_uris,
+        "grant_types": grants,
+        "response_types": if browser { vec!["code"] } else { Vec::new() },
+        "token_endpoint_auth_method": method,
+    });
+    if confidential {
+        answer["client_secret"] = json!(broker.sealer.client_secret(&client_id));
+        // It lasts as long as the registration: until `gateway.sessionKey` changes.
+        answer["client_secret_expires_at"] = json!(0);
+    }
+    let mut response = (StatusCode::CREATED, Json(answer)).into_response();
     no_store(&mut response);
     response
 }
@@ -259,6 +325,8 @@ pub(crate) async fn authorize(
             Ok(uris) => ClientRecord {
                 redirect_uris: uris.to_vec(),
                 name: None,
+                confidential: false,
+                grant_types: Vec::new(),
                 exp: u64::MAX,
             },
             Err(detail) => {
@@ -717,11 +785,106 @@ pub(crate) struct TokenRequest {
     code_verifier: Option<String>,
     #[serde(default)]
     refresh_token: Option<String>,
+    #[serde(default)]
+    client_secret: Option<String>,
+    /// The identity assertion of the JWT bearer grant.
+    #[serde(default)]
+    assertion: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    resource: Option<String>,
 }
 
-/// `POST /oauth/token`: `authorization_code` (with the PKCE verifier) and `refresh_token`.
+/// The client a token request comes from: the id it gave (in the form or `Authorization:
+/// Basic`), and whether it proved it with its secret (a confidential client must; a public
+/// one has none).
+struct TokenClient {
+    id: Option<String>,
+    /// The registration of a confidential client that authenticated.
+    authenticated: Option<ClientRecord>,
+    /// It sent `Authorization: Basic` (a refusal then challenges it).
+    basic: bool,
+}
+
+/// Authenticates the client of a token request (RFC 6749 section 2.3.1): `client_secret_basic`
+/// or `client_secret_post` for a confidential registration, nothing for a public client.
+fn token_client(
+    broker: &Broker<'_>,
+    headers: &HeaderMap,
+    request: &TokenRequest,
+    now: SystemTime,
+) -> Result<TokenClient, OAuthError> {
+    let invalid_client = |why: &str| OAuthError::new(401, "invalid_client", why);
+    let basic = match headers.get(header::AUTHORIZATION) {
+        None => None,
+        Some(value) => Some(
+            basic_credentials(value)
+                .ok_or_else(|| invalid_client("Authorization is not Basic client credentials"))?,
+        ),
+    };
+    let (id, secret) = match (basic.clone(), &request.client_id) {
+        (Some((id, _)), Some(form)) if &id != form => {
+            return Err(OAuthError::new(
+                400,
+                "invalid_request",
+                "client_id differs from the client authenticated",
+            ));
+        }
+        (Some((id, secret)), _) => (Some(id), Some(secret)),
+        (None, id) => (id.clone(), request.client_secret.clone()),
+    };
+    let secret = secret.filter(|s| !s.is_empty());
+    let record = id
+        .as_deref()
+        .and_then(|id| broker.sealer.open::<ClientRecord>(Record::Client, id, now));
+    let authenticated = match (record, secret, id.as_deref()) {
+        (Some(record), Some(secret), Some(id)) if record.confidential => {
+            if !broker.sealer.client_secret_ok(id, &secret) {
+                return Err(invalid_client("the client secret is wrong"));
+            }
+            Some(record)
+        }
+        (Some(record), None, _) if record.confidential => {
+            return Err(invalid_client(
+                "a confidential client authenticates (client_secret_basic or client_secret_post)",
+            ));
+        }
+        (_, Some(_), _) => {
+            return Err(invalid_client(
+                "the client is not a confidential client of this gateway",
+            ));
+        }
+        _ => None,
+    };
+    Ok(TokenClient {
+        id,
+        authenticated,
+        basic: basic.is_some(),
+    })
+}
+
+/// The client id and secret of `Authorization: Basic` (each form-urlencoded, RFC 6749
+/// section 2.3.1).
+fn basic_credentials(value: &HeaderValue) -> Option<(String, String)> {
+    let encoded = value.to_str().ok()?.strip_prefix("Basic ")?.trim();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    let (id, secret) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    let unescape = |part: &str| {
+        url::form_urlencoded::parse(format!("v={part}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+    };
+    Some((unescape(id)?, unescape(secret)?))
+}
+
+/// `POST /oauth/token`: `authorization_code` (with the PKCE verifier), `refresh_token`, and,
+/// when the brokered provider takes identity assertions, the JWT bearer grant.
 pub async fn token(
     State(cx): State<Arc<SignInContext>>,
+    headers: HeaderMap,
     form: Result<Form<TokenRequest>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let table = cx.table();
@@ -737,14 +900,24 @@ pub async fn token(
         ));
     };
     let now = SystemTime::now();
-    let answer = match request.grant_type.as_str() {
-        "authorization_code" => redeem(&broker, &request, now).await,
-        "refresh_token" => refresh(&cx, &broker, &request, now).await,
-        _ => Err(OAuthError::new(
-            400,
-            "unsupported_grant_type",
-            "authorization_code or refresh_token",
-        )),
+    let client = token_client(&broker, &headers, &request, now);
+    let basic =
+        client.as_ref().is_ok_and(|c| c.basic) || headers.contains_key(header::AUTHORIZATION);
+    let answer = match client {
+        Err(e) => Err(e),
+        Ok(client) => match request.grant_type.as_str() {
+            "authorization_code" => redeem(&broker, &client, &request, now).await,
+            "refresh_token" => refresh(&cx, &broker, &client, &request, now).await,
+            JWT_BEARER if broker.assertion_signer().is_some() => {
+                let base = base_url(&table.settings, &headers);
+                assertion_grant(&broker, client, &base, &request, now).await
+            }
+            _ => Err(OAuthError::new(
+                400,
+                "unsupported_grant_type",
+                broker.grant_types().join(", "),
+            )),
+        },
     };
     match answer {
         Ok(body) => {
@@ -754,7 +927,16 @@ pub async fn token(
         }
         Err(e) => {
             tracing::info!(error = e.error, reason = %e.description, "brokered token request refused");
-            oauth_error(e)
+            let unauthenticated = e.status == 401;
+            let mut response = oauth_error(e);
+            if unauthenticated && basic {
+                // RFC 6749 section 5.2: a client that tried Basic is challenged for it.
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"switchboard\""),
+                );
+            }
+            response
         }
     }
 }
@@ -828,6 +1010,7 @@ const CODE_REMEMBERED: Duration = Duration::from_secs(300);
 
 async fn redeem(
     broker: &Broker<'_>,
+    client: &TokenClient,
     request: &TokenRequest,
     now: SystemTime,
 ) -> Result<serde_json::Value, OAuthError> {
@@ -836,7 +1019,7 @@ async fn redeem(
         .sealer
         .open(Record::Code, code_text, now)
         .ok_or_else(|| invalid_grant("the code is unknown or expired"))?;
-    if request.client_id.as_deref().map(digest).as_ref() != Some(&code.client) {
+    if client.id.as_deref().map(digest).as_ref() != Some(&code.client) {
         return Err(invalid_grant("the code was issued to another client"));
     }
     if request.redirect_uri.as_deref() != Some(code.redirect_uri.as_str()) {
@@ -969,6 +1152,7 @@ async fn spend_refresh(
 async fn refresh(
     cx: &SignInContext,
     broker: &Broker<'_>,
+    client: &TokenClient,
     request: &TokenRequest,
     now: SystemTime,
 ) -> Result<serde_json::Value, OAuthError> {
@@ -977,7 +1161,7 @@ async fn refresh(
         .sealer
         .open(Record::Refresh, token, now)
         .ok_or_else(|| invalid_grant("the refresh token is unknown or expired"))?;
-    if request.client_id.as_deref().map(digest).as_ref() != Some(&record.client) {
+    if client.id.as_deref().map(digest).as_ref() != Some(&record.client) {
         return Err(invalid_grant(
             "the refresh token was issued to another client",
         ));
@@ -1044,6 +1228,199 @@ async fn refresh(
         },
         now,
     ))
+}
+
+/// The JWT bearer grant with an identity assertion (an ID-JAG, RFC 7523 and
+/// draft-ietf-oauth-identity-assertion-authz-grant section 4.4): a confidential client that
+/// registered for it presents an assertion the company's identity provider issued for this
+/// gateway and for it; the person it names gets an access token with a browser login's grants
+/// (their keys, the scopes the gateway knows, within what the assertion allows), and no refresh
+/// token (the client presents a new assertion). Each assertion is taken once (its `jti`, in the
+/// shared store until it expires).
+async fn assertion_grant(
+    broker: &Broker<'_>,
+    client: TokenClient,
+    issuer: &str,
+    request: &TokenRequest,
+    now: SystemTime,
+) -> Result<serde_json::Value, OAuthError> {
+    let (Some(client_id), Some(registration)) = (client.id, client.authenticated) else {
+        return Err(OAuthError::new(
+            401,
+            "invalid_client",
+            "the identity assertion grant is for confidential clients, authenticated \
+             (client_secret_basic or client_secret_post)",
+        ));
+    };
+    if !registration.grant_types.iter().any(|g| g == JWT_BEARER) {
+        return Err(OAuthError::new(
+            400,
+            "unauthorized_client",
+            "the client did not register for the JWT bearer grant",
+        ));
+    }
+    let assertion = request
+        .assertion
+        .as_deref()
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| OAuthError::new(400, "invalid_request", "assertion is missing"))?;
+    let signer = broker.assertion_signer().unwrap_or_default();
+    let verified = broker
+        .people
+        .verify_assertion(&broker.table.identity_keys, &signer, assertion, issuer)
+        .await
+        .map_err(|refusal| invalid_grant(&assertion_refused(refusal)))?;
+    if verified.client_id != client_id {
+        return Err(invalid_grant("the assertion was issued to another client"));
+    }
+    let resource = assertion_resource(&verified.resources, request.resource.as_deref(), issuer)?;
+    // Taken once, on every replica (while the store does not answer, refused: the client asks
+    // its identity provider again shortly).
+    let ttl = Duration::from_secs(verified.exp.saturating_sub(unix(now)) + 60);
+    let taken = StoreKey::new(
+        "used-assertion",
+        &[verified.issuer.as_bytes(), verified.jti.as_bytes()],
+    );
+    match broker.table.store.first_use(&taken, ttl).await {
+        Ok(true) => {}
+        Ok(false) => return Err(invalid_grant("the assertion was already used")),
+        Err(e) => {
+            tracing::warn!(error = %e, "an identity assertion was refused: its single use cannot be checked");
+            return Err(OAuthError::new(
+                503,
+                "temporarily_unavailable",
+                "the gateway's state store does not answer; try again shortly",
+            ));
+        }
+    }
+    let signed_in = verified.signed_in.saturating_mul(1000);
+    if broker
+        .table
+        .sign_outs
+        .login_ended(
+            &broker.table.store,
+            broker.provider_id,
+            &verified.subject,
+            signed_in,
+        )
+        .await
+    {
+        return Err(invalid_grant(
+            "the person signed out after the assertion's sign-in",
+        ));
+    }
+    // The scopes asked (else those the assertion carries), within what the assertion allows.
+    let asked = request
+        .scope
+        .clone()
+        .or_else(|| verified.scope.as_ref().map(|allowed| allowed.join(" ")));
+    let asked = asked.map(|asked| {
+        asked
+            .split_ascii_whitespace()
+            .filter(|s| {
+                verified
+                    .scope
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.iter().any(|a| a == s))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let scope = granted_scope(broker.table, &broker.spec.scopes, asked.as_deref());
+    tracing::info!(
+        provider = broker.provider_id,
+        client = registration.name.as_deref().unwrap_or("-"),
+        "brokered identity assertion accepted"
+    );
+    Ok(issue(
+        broker,
+        &digest(&client_id),
+        &resource,
+        scope.as_deref(),
+        Identity {
+            provider: broker.provider_id.to_string(),
+            subject: verified.subject,
+            groups: verified.groups,
+        },
+        // Nothing of the provider's is held: no exchange on the person's behalf, no refresh.
+        ProviderTokens {
+            access: String::new(),
+            access_exp: u64::MAX,
+            refresh: None,
+        },
+        Grant {
+            id: String::new(),
+            exp: 0,
+            signed_in,
+        },
+        now,
+    ))
+}
+
+/// What an assertion's refusal says to the client.
+fn assertion_refused(refusal: AssertionRefusal) -> String {
+    let why = match refusal {
+        AssertionRefusal::NotAnAssertion => {
+            "the assertion is not an identity assertion (its typ is not oauth-id-jag+jwt)"
+        }
+        AssertionRefusal::Missing(claim) => {
+            return format!("the assertion has no {claim} (an ID-JAG's claims are required)");
+        }
+        AssertionRefusal::TooLong => "the assertion lives longer than an hour",
+        AssertionRefusal::Token(refusal) => match refusal {
+            Refusal::Malformed => "the assertion is not a well-formed JWT",
+            Refusal::UnknownIssuer | Refusal::KeysNotLoaded => {
+                "the assertion's identity provider's keys could not be fetched yet"
+            }
+            Refusal::UnknownSigningKey => {
+                "the assertion is signed with a key its identity provider does not publish"
+            }
+            Refusal::AlgorithmNotAccepted => {
+                "the assertion's signature algorithm is not accepted for its identity provider"
+            }
+            Refusal::BadSignature => "the assertion's signature does not verify",
+            Refusal::Expired => "the assertion has expired",
+            Refusal::NotYetValid => "the assertion is not valid yet",
+            Refusal::WrongAudience => "the assertion is not for this gateway (its aud)",
+            Refusal::MissingSubject => "the assertion names no subject",
+            Refusal::RequiredClaim | Refusal::NotIssuedHere | Refusal::OtherResource => {
+                "the assertion was refused"
+            }
+        },
+    };
+    why.to_string()
+}
+
+/// The resource an assertion grant's token is for: the one asked (`resource`), which the
+/// assertion must name when it names any; else the first it names under the gateway; else the
+/// gateway's `/mcp`.
+fn assertion_resource(
+    named: &[String],
+    asked: Option<&str>,
+    base: &str,
+) -> Result<String, OAuthError> {
+    let resource = match asked {
+        Some(asked) => {
+            if !named.is_empty() && !named.iter().any(|n| n == asked) {
+                return Err(invalid_grant("the assertion is not for the resource asked"));
+            }
+            asked.to_string()
+        }
+        None if named.is_empty() => format!("{base}/mcp"),
+        None => named
+            .iter()
+            .find(|n| under(n, base))
+            .cloned()
+            .ok_or_else(|| invalid_grant("the assertion is for another resource"))?,
+    };
+    if !under(&resource, base) {
+        return Err(OAuthError::new(
+            400,
+            "invalid_target",
+            "the resource is not this gateway's",
+        ));
+    }
+    Ok(resource)
 }
 
 /// An access token (and a refresh token when the provider gave one to hold).
@@ -1225,6 +1602,7 @@ keys:
                 redirect_uris: vec!["http://127.0.0.1:9/cb".into()],
                 client_name: Some("test".into()),
                 grant_types: None,
+                token_endpoint_auth_method: None,
             })),
         )
         .await;
@@ -1272,6 +1650,7 @@ keys:
                     redirect_uris: vec![redirect.into()],
                     client_name: None,
                     grant_types: None,
+                    token_endpoint_auth_method: None,
                 })),
             )
             .await,
@@ -1305,8 +1684,15 @@ keys:
                 Some("temporarily_unavailable")
             )
         );
-        let (status, _) =
-            body(token(State(cx), Ok(Form(token_request("refresh_token")))).await).await;
+        let (status, _) = body(
+            token(
+                State(cx),
+                HeaderMap::new(),
+                Ok(Form(token_request("refresh_token"))),
+            )
+            .await,
+        )
+        .await;
         assert_eq!(
             status,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -1323,6 +1709,7 @@ keys:
                 redirect_uris: redirect_uris.into_iter().map(String::from).collect(),
                 client_name: None,
                 grant_types: grant_types.map(|g| g.into_iter().map(String::from).collect()),
+                token_endpoint_auth_method: None,
             };
             async move { body(register(State(cx), Ok(Json(asked))).await).await }
         };
@@ -1439,11 +1826,187 @@ keys:
             client_id: None,
             code_verifier: None,
             refresh_token: None,
+            client_secret: None,
+            assertion: None,
+            scope: None,
+            resource: None,
         }
     }
 
     async fn token_answer(cx: &Arc<SignInContext>, request: TokenRequest) -> (StatusCode, Value) {
-        body(token(State(cx.clone()), Ok(Form(request))).await).await
+        body(token(State(cx.clone()), HeaderMap::new(), Ok(Form(request))).await).await
+    }
+
+    async fn register_as(
+        cx: &Arc<SignInContext>,
+        method: Option<&str>,
+        grants: &[&str],
+        redirects: &[&str],
+    ) -> (StatusCode, Value) {
+        let asked = Registration {
+            redirect_uris: redirects.iter().map(|r| r.to_string()).collect(),
+            client_name: Some("agent".into()),
+            grant_types: Some(grants.iter().map(|g| g.to_string()).collect()),
+            token_endpoint_auth_method: method.map(str::to_owned),
+        };
+        body(register(State(cx.clone()), Ok(Json(asked))).await).await
+    }
+
+    /// Enterprise-managed authorization's client side at the gateway: confidential clients
+    /// register (their secret derived, never stored), authenticate by `client_secret_basic` or
+    /// `client_secret_post`, and only they, registered for it, present identity assertions;
+    /// without `identityAssertions` the grant is neither offered nor taken.
+    #[tokio::test]
+    async fn only_authenticated_confidential_clients_present_identity_assertions() {
+        let without = context(BROKERED);
+        let (_, meta) = body(metadata(State(without.clone()), HeaderMap::new()).await).await;
+        assert_eq!(
+            meta["grant_types_supported"],
+            json!(["authorization_code", "refresh_token"])
+        );
+        assert!(meta.get("authorization_grant_profiles_supported").is_none());
+        let (status, e) =
+            register_as(&without, Some("client_secret_post"), &[JWT_BEARER], &[]).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+        let mut request = token_request(JWT_BEARER);
+        request.assertion = Some("x.y.z".into());
+        let (status, e) = token_answer(&without, request).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("unsupported_grant_type"))
+        );
+
+        let cx = context(&BROKERED.replace(
+            "scopes: [openid, email]}",
+            "scopes: [openid, email], identityAssertions: {}}",
+        ));
+        let (_, meta) = body(metadata(State(cx.clone()), HeaderMap::new()).await).await;
+        assert_eq!(
+            meta["grant_types_supported"],
+            json!(["authorization_code", "refresh_token", JWT_BEARER])
+        );
+        assert_eq!(
+            meta["authorization_grant_profiles_supported"],
+            json!([ID_JAG_PROFILE])
+        );
+        assert_eq!(
+            meta["token_endpoint_auth_methods_supported"],
+            json!(["none", "client_secret_basic", "client_secret_post"])
+        );
+        // Registration: a public client cannot ask for the grant, nor anyone for another method.
+        for (method, why) in [
+            (None, "public"),
+            (Some("private_key_jwt"), "a method not offered"),
+        ] {
+            let (status, e) = register_as(&cx, method, &[JWT_BEARER], &[]).await;
+            assert_eq!(
+                (status, e["error"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("invalid_client_metadata")),
+                "{why}: {e}"
+            );
+        }
+        let (status, agent) =
+            register_as(&cx, Some("client_secret_basic"), &[JWT_BEARER], &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{agent}");
+        assert_eq!(agent["token_endpoint_auth_method"], "client_secret_basic");
+        assert_eq!(agent["redirect_uris"], json!([]), "no browser, no redirect");
+        let id = agent["client_id"].as_str().unwrap().to_string();
+        let secret = agent["client_secret"].as_str().unwrap().to_string();
+        assert_ne!(id, secret);
+
+        let presented = |id: &str, secret: Option<&str>, basic: bool, assertion: Option<&str>| {
+            let cx = cx.clone();
+            let mut request = token_request(JWT_BEARER);
+            request.assertion = assertion.map(str::to_owned);
+            let mut headers = HeaderMap::new();
+            if basic {
+                let pair = format!("{id}:{}", secret.unwrap_or_default());
+                let value = format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                );
+                headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+            } else {
+                request.client_id = Some(id.to_string());
+                request.client_secret = secret.map(str::to_owned);
+            }
+            async move {
+                let response = token(State(cx), headers, Ok(Form(request))).await;
+                let challenge = response.headers().get(header::WWW_AUTHENTICATE).cloned();
+                let (status, e) = body(response).await;
+                (status, e["error"].as_str().map(str::to_owned), challenge)
+            }
+        };
+        let invalid_client = Some("invalid_client".to_string());
+        // A wrong secret, by Basic (challenged) and in the form.
+        let (status, error, challenge) = presented(&id, Some("guess"), true, Some("x")).await;
+        assert_eq!(
+            (status, &error),
+            (StatusCode::UNAUTHORIZED, &invalid_client)
+        );
+        assert_eq!(
+            challenge.as_ref().and_then(|v| v.to_str().ok()),
+            Some("Basic realm=\"switchboard\"")
+        );
+        let (status, error, challenge) = presented(&id, Some("guess"), false, Some("x")).await;
+        assert_eq!(
+            (status, &error, challenge),
+            (StatusCode::UNAUTHORIZED, &invalid_client, None)
+        );
+        // No secret at all: a confidential client authenticates.
+        let (status, error, _) = presented(&id, None, false, Some("x")).await;
+        assert_eq!(
+            (status, &error),
+            (StatusCode::UNAUTHORIZED, &invalid_client)
+        );
+        // Authenticated, either way: then the assertion is what is judged.
+        for basic in [true, false] {
+            let (status, error, _) = presented(&id, Some(&secret), basic, None).await;
+            assert_eq!(
+                (status, error.as_deref()),
+                (StatusCode::BAD_REQUEST, Some("invalid_request")),
+                "no assertion"
+            );
+            let (status, error, _) = presented(&id, Some(&secret), basic, Some("x.y.z")).await;
+            assert_eq!(
+                (status, error.as_deref()),
+                (StatusCode::BAD_REQUEST, Some("invalid_grant")),
+                "not a JWT"
+            );
+        }
+        // Another client's secret is not this one's.
+        let (_, other) = register_as(
+            &cx,
+            Some("client_secret_post"),
+            &["authorization_code"],
+            &["http://127.0.0.1:9/cb"],
+        )
+        .await;
+        let other_secret = other["client_secret"].as_str().unwrap();
+        let (status, error, _) = presented(&id, Some(other_secret), false, Some("x")).await;
+        assert_eq!(
+            (status, &error),
+            (StatusCode::UNAUTHORIZED, &invalid_client)
+        );
+        // A confidential client that did not register for the grant, and a public one.
+        let other_id = other["client_id"].as_str().unwrap();
+        let (status, error, _) = presented(other_id, Some(other_secret), false, Some("x")).await;
+        assert_eq!(
+            (status, error.as_deref()),
+            (StatusCode::BAD_REQUEST, Some("unauthorized_client"))
+        );
+        let public = registered(&cx, "http://127.0.0.1:9/cb").await;
+        let (status, error, _) = presented(&public, None, false, Some("x")).await;
+        assert_eq!(
+            (status, &error),
+            (StatusCode::UNAUTHORIZED, &invalid_client)
+        );
+        let (status, error, _) = presented(&public, Some("anything"), false, Some("x")).await;
+        assert_eq!(
+            (status, &error),
+            (StatusCode::UNAUTHORIZED, &invalid_client),
+            "a public client has no secret"
+        );
     }
 
     fn alice() -> Identity {

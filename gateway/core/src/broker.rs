@@ -167,6 +167,25 @@ impl BrokerSealer {
         format!("{}{}", kind.prefix(), URL_SAFE_NO_PAD.encode(raw))
     }
 
+    /// The secret of the confidential client `client_id` (a registration this gateway sealed):
+    /// derived from the session key, so no replica stores it and every replica checks it. A
+    /// new `gateway.sessionKey` ends it with the registration.
+    pub fn client_secret(&self, client_id: &str) -> String {
+        let secret: [u8; 32] = Sha256::new()
+            .chain_update(self.secret)
+            .chain_update(b"switchboard broker client secret v1\0")
+            .chain_update(client_id.as_bytes())
+            .finalize()
+            .into();
+        URL_SAFE_NO_PAD.encode(secret)
+    }
+
+    /// Whether `presented` is the secret of `client_id`, compared as digests (the time taken
+    /// says nothing of the secret).
+    pub fn client_secret_ok(&self, client_id: &str, presented: &str) -> bool {
+        digest(&self.client_secret(client_id)) == digest(presented)
+    }
+
     /// A record of `kind`, if `text` is one this gateway sealed today or yesterday and it has
     /// not expired (`exp` of the record).
     pub fn open<T: DeserializeOwned + Expiring>(
@@ -218,6 +237,14 @@ pub struct ClientRecord {
     pub redirect_uris: Vec<String>,
     #[serde(rename = "n", default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// A confidential client (`client_secret_basic` or `client_secret_post`): it authenticates
+    /// at the token endpoint with the secret [`BrokerSealer::client_secret`] derives.
+    #[serde(rename = "k", default, skip_serializing_if = "std::ops::Not::not")]
+    pub confidential: bool,
+    /// The grant types it registered for (empty in registrations made before they were kept:
+    /// `authorization_code` and `refresh_token`).
+    #[serde(rename = "g", default, skip_serializing_if = "Vec::is_empty")]
+    pub grant_types: Vec<String>,
     #[serde(rename = "e")]
     pub exp: u64,
 }
@@ -319,7 +346,9 @@ pub struct AccessRecord {
     /// [`digest`] of the `client_id` (which may be long: a registration, a URL).
     #[serde(rename = "c")]
     pub client: String,
-    #[serde(rename = "t")]
+    /// Empty when the person signed in with an identity assertion (nothing of the provider's
+    /// is held: no exchange on their behalf).
+    #[serde(rename = "t", default, skip_serializing_if = "String::is_empty")]
     pub provider_access: String,
     /// The scopes granted (space-separated, as the token answer said them).
     #[serde(rename = "sc", default, skip_serializing_if = "Option::is_none")]
@@ -521,6 +550,8 @@ mod tests {
         ClientRecord {
             redirect_uris: uris.iter().map(|u| u.to_string()).collect(),
             name: None,
+            confidential: false,
+            grant_types: Vec::new(),
             exp: u64::MAX,
         }
     }

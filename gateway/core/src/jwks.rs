@@ -103,8 +103,14 @@ impl SigningKeys {
 pub(crate) mod test_keys {
     /// An RS256 token over `claims`, signed with `pem` under key id `kid`.
     pub fn token(pem: &str, kid: &str, claims: serde_json::Value) -> String {
+        typed_token(pem, kid, "JWT", claims)
+    }
+
+    /// [`token`] with the header's `typ`.
+    pub fn typed_token(pem: &str, kid: &str, typ: &str, claims: serde_json::Value) -> String {
         use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
         let mut header = Header::new(Algorithm::RS256);
+        header.typ = Some(typ.into());
         header.kid = Some(kid.into());
         let key = EncodingKey::from_rsa_pem(pem.as_bytes()).expect("a test key");
         encode(&header, &claims, &key).expect("a signed token")

@@ -158,6 +158,47 @@ impl Refusal {
     }
 }
 
+/// The `typ` of an identity assertion (draft-ietf-oauth-identity-assertion-authz-grant).
+pub const ASSERTION_TYPE: &str = "oauth-id-jag+jwt";
+
+/// The longest an identity assertion may still live when presented: they are minutes long,
+/// and their `jti` is remembered (the shared store) until they expire.
+const MAX_ASSERTION_LIFE: u64 = 3600;
+
+/// A verified identity assertion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assertion {
+    /// The person, by the signer's claims mapping.
+    pub subject: String,
+    pub groups: Vec<String>,
+    /// The client at the gateway it was issued to (the one that must present it).
+    pub client_id: String,
+    /// Its id: it is taken once.
+    pub jti: String,
+    /// Its signer's issuer.
+    pub issuer: String,
+    pub exp: u64,
+    /// When the person signed in at the provider (`auth_time`, else `iat`), unix seconds.
+    pub signed_in: u64,
+    /// The resources it is for (`resource`: none when it names none).
+    pub resources: Vec<String>,
+    /// The scopes it allows (`scope`), when it limits them.
+    pub scope: Option<Vec<String>>,
+}
+
+/// Why an identity assertion was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssertionRefusal {
+    /// Its `typ` is not `oauth-id-jag+jwt` (an ID token or an access token is not a grant).
+    NotAnAssertion,
+    /// As a token: its signature, issuer, audience, lifetime or subject.
+    Token(Refusal),
+    /// A claim the grant needs is missing.
+    Missing(&'static str),
+    /// It lives longer than [`MAX_ASSERTION_LIFE`] from now.
+    TooLong,
+}
+
 /// A provider's authorization and token endpoints, from its discovery document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginEndpoints {
@@ -482,6 +523,44 @@ impl People {
         }
     }
 
+    /// What an identity assertion (an ID-JAG: draft-ietf-oauth-identity-assertion-authz-grant,
+    /// the MCP enterprise-managed authorization extension) says, verified as provider
+    /// `signer`'s (by id): its `typ`, its signature with that provider's keys and algorithms,
+    /// its issuer, its audience (`audience`: the gateway's issuer), its lifetime, and the claims
+    /// the grant needs. The person is read with the signer's claims mapping.
+    pub async fn verify_assertion(
+        &self,
+        keys: &IdentityKeys,
+        signer: &str,
+        token: &str,
+        audience: &str,
+    ) -> Result<Assertion, AssertionRefusal> {
+        let header =
+            decode_header(token).map_err(|_| AssertionRefusal::Token(Refusal::Malformed))?;
+        // RFC 7515 section 4.1.9: a media type, its `application/` prefix optional.
+        let typ = header
+            .typ
+            .as_deref()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if typ.strip_prefix("application/").unwrap_or(&typ) != ASSERTION_TYPE {
+            return Err(AssertionRefusal::NotAnAssertion);
+        }
+        let found = self
+            .providers
+            .iter()
+            .find(|p| p.id == signer)
+            .ok_or(AssertionRefusal::Token(Refusal::UnknownIssuer))?;
+        let seen = keys.rounds(&[signer]);
+        match found.verify_assertion(keys, token, &header, audience, unix_now()) {
+            Err(AssertionRefusal::Token(refusal)) if refusal.awaits_keys() => {
+                keys.refetched(&[signer], &seen, KEY_WAIT).await;
+                found.verify_assertion(keys, token, &header, audience, unix_now())
+            }
+            verified => verified,
+        }
+    }
+
     /// The person an access token the gateway issued proves (brokered mode), and the keys that
     /// grant them scope: opened (never parsed as a JWT), its resource under `base`, and
     /// remembered like a verified token.
@@ -512,7 +591,7 @@ impl People {
                 record.identity.subject,
                 record.identity.groups,
                 record.scope.as_deref().map(scope_list).unwrap_or_default(),
-                Some(record.provider_access),
+                Some(record.provider_access).filter(|t| !t.is_empty()),
             )
         });
         self.verified.insert(token, person.clone(), record.exp);
@@ -568,6 +647,86 @@ impl People {
 }
 
 impl Provider {
+    fn verify_assertion(
+        &self,
+        store: &IdentityKeys,
+        token: &str,
+        header: &jsonwebtoken::Header,
+        audience: &str,
+        now: u64,
+    ) -> Result<Assertion, AssertionRefusal> {
+        let refused = AssertionRefusal::Token;
+        if !self.algorithms.contains(&header.alg) {
+            return Err(refused(Refusal::AlgorithmNotAccepted));
+        }
+        let keys = store.get(&self.id).ok_or(refused(Refusal::KeysNotLoaded))?;
+        let mut outcome = Err(refused(Refusal::UnknownSigningKey));
+        for (alg, key) in keys.candidates(header) {
+            let mut validation = Validation::new(alg);
+            validation.set_issuer(&[&self.spec.issuer]);
+            validation.set_audience(&[audience]);
+            validation.leeway = self.spec.clock_skew.as_secs();
+            validation.validate_nbf = true;
+            validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+            match decode::<Value>(token, key, &validation) {
+                Ok(data) => return self.assertion(&data.claims, now),
+                Err(e) => {
+                    outcome = Err(refused(refusal(e.kind())));
+                    if outcome != Err(refused(Refusal::BadSignature)) {
+                        return outcome;
+                    }
+                }
+            }
+        }
+        outcome
+    }
+
+    fn assertion(&self, claims: &Value, now: u64) -> Result<Assertion, AssertionRefusal> {
+        let text = |name: &'static str| {
+            claims
+                .get(name)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .ok_or(AssertionRefusal::Missing(name))
+        };
+        // Required of every assertion, whichever claim names the person here.
+        text("sub")?;
+        let subject = claim(claims, &self.spec.claims.subject)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or(AssertionRefusal::Token(Refusal::MissingSubject))?
+            .to_string();
+        let issued_at = claims
+            .get("iat")
+            .and_then(Value::as_u64)
+            .ok_or(AssertionRefusal::Missing("iat"))?;
+        if issued_at > now + self.spec.clock_skew.as_secs() {
+            return Err(AssertionRefusal::Token(Refusal::NotYetValid));
+        }
+        let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(now);
+        if exp > now + MAX_ASSERTION_LIFE {
+            return Err(AssertionRefusal::TooLong);
+        }
+        Ok(Assertion {
+            subject,
+            groups: strings_of(claim(claims, &self.spec.claims.groups), false),
+            client_id: text("client_id")?,
+            jti: text("jti")?,
+            issuer: self.spec.issuer.clone(),
+            exp,
+            signed_in: claims
+                .get("auth_time")
+                .and_then(Value::as_u64)
+                .unwrap_or(issued_at),
+            // RFC 8707: one resource or several.
+            resources: strings_of(claims.get("resource"), false),
+            scope: claims
+                .get("scope")
+                .map(|scope| strings_of(Some(scope), true)),
+        })
+    }
+
     fn verify(
         &self,
         store: &IdentityKeys,

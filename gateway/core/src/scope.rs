@@ -231,9 +231,15 @@ async fn caller_for_key(
     // A person's one credential is the subject of token exchanges on their behalf (never
     // passed through): their token, or signed in through the gateway, the provider's token the
     // gateway holds for them (never the gateway's own).
-    let person_subject = match person.as_ref().map(|p| p.provider_token.as_deref()) {
-        Some(Some(held)) => HeaderValue::from_str(&format!("Bearer {held}")).ok(),
-        Some(None) => headers.get(header::AUTHORIZATION).cloned(),
+    let person_subject = match person
+        .as_ref()
+        .map(|p| (p.provider_token.as_deref(), p.signed_in))
+    {
+        Some((Some(held), _)) => HeaderValue::from_str(&format!("Bearer {held}")).ok(),
+        // Signed in through the gateway with an identity assertion: nothing of the provider's
+        // is held, so there is no subject (an exchanging server answers as to no credential).
+        Some((None, Some(_))) => None,
+        Some((None, None)) => headers.get(header::AUTHORIZATION).cloned(),
         None => None,
     };
     let resource = person.as_ref().and(resource).map(Resource::path);

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use crate::errors::GatewayError;
 use crate::jwks::SigningKeys;
-use crate::jwks::test_keys::{KEY_PEM, N, OTHER_PEM, token};
-use crate::people::{Refusal, Signed, claim};
+use crate::jwks::test_keys::{KEY_PEM, N, OTHER_PEM, token, typed_token};
+use crate::people::{Assertion, AssertionRefusal, Refusal, Signed, claim};
 use crate::remembered_tokens::unix_now;
 use crate::table::RoutingTable;
 use switchboard_snapshot::{SystemLookup, load};
@@ -564,4 +564,121 @@ keys:
     // A key's reach is the key's: no scope asked.
     let key = caller("s-a".into(), Resource::Mcp);
     assert!(key.check_scopes(a, "write_file").is_ok());
+}
+
+/// An identity assertion (ID-JAG) is verified as its signer's, for the gateway's issuer: its
+/// `typ`, signature, issuer, audience, lifetime and the claims the grant needs each refuse it
+/// with their own reason; the person is read with the signer's claims mapping.
+#[test]
+fn an_identity_assertion_is_verified_for_the_gateway_and_read_whole() {
+    const GATEWAY: &str = "https://gw.example";
+    let table = table();
+    let people = table.people.as_ref().unwrap();
+    let jag = |claims: Value| typed_token(KEY_PEM, "k1", "oauth-id-jag+jwt", claims);
+    let claims = || {
+        json!({"iss": ISSUER, "aud": GATEWAY, "sub": "alice", "groups": ["team-a"],
+               "client_id": "agent", "jti": "j-1", "iat": now(), "exp": now() + 300,
+               "resource": "https://gw.example/mcp", "scope": "openid mcp-tools"})
+    };
+    let verify = |token: &str| {
+        run(people.verify_assertion(&table.identity_keys, "default/corp", token, GATEWAY))
+    };
+    let verified = verify(&jag(claims())).expect("a good assertion");
+    assert_eq!(
+        verified,
+        Assertion {
+            subject: "alice".into(),
+            groups: vec!["team-a".into()],
+            client_id: "agent".into(),
+            jti: "j-1".into(),
+            issuer: ISSUER.into(),
+            exp: now() as u64 + 300,
+            signed_in: now() as u64,
+            resources: vec!["https://gw.example/mcp".into()],
+            scope: Some(vec!["openid".into(), "mcp-tools".into()]),
+        }
+    );
+    // `application/` may prefix the type, and `auth_time` dates the sign-in.
+    let mut dated = claims();
+    dated["auth_time"] = json!(now() - 60);
+    let prefixed = typed_token(KEY_PEM, "k1", "application/OAUTH-ID-JAG+JWT", dated);
+    assert_eq!(verify(&prefixed).unwrap().signed_in, now() as u64 - 60);
+
+    let with = |name: &str, value: Value| {
+        let mut c = claims();
+        c[name] = value;
+        jag(c)
+    };
+    let without = |name: &str| {
+        let mut c = claims();
+        c.as_object_mut().unwrap().remove(name);
+        jag(c)
+    };
+    let token_refusal = AssertionRefusal::Token;
+    for (assertion, refusal, why) in [
+        (
+            token(KEY_PEM, "k1", claims()),
+            AssertionRefusal::NotAnAssertion,
+            "an ordinary JWT",
+        ),
+        (
+            typed_token(KEY_PEM, "k1", "at+jwt", claims()),
+            AssertionRefusal::NotAnAssertion,
+            "an access token",
+        ),
+        (
+            with("aud", json!("switchboard")),
+            token_refusal(Refusal::WrongAudience),
+            "the provider's audience",
+        ),
+        (
+            with("iss", json!("https://roles.example")),
+            token_refusal(Refusal::UnknownIssuer),
+            "another issuer",
+        ),
+        (
+            with("exp", json!(now() - 600)),
+            token_refusal(Refusal::Expired),
+            "expired",
+        ),
+        (
+            with("exp", json!(now() + 7200)),
+            AssertionRefusal::TooLong,
+            "two hours",
+        ),
+        (
+            with("iat", json!(now() + 600)),
+            token_refusal(Refusal::NotYetValid),
+            "issued later",
+        ),
+        (
+            without("client_id"),
+            AssertionRefusal::Missing("client_id"),
+            "no client",
+        ),
+        (without("jti"), AssertionRefusal::Missing("jti"), "no jti"),
+        (without("iat"), AssertionRefusal::Missing("iat"), "no iat"),
+        (
+            without("sub"),
+            AssertionRefusal::Missing("sub"),
+            "no subject",
+        ),
+        (
+            typed_token(OTHER_PEM, "k1", "oauth-id-jag+jwt", claims()),
+            token_refusal(Refusal::BadSignature),
+            "another key",
+        ),
+    ] {
+        assert_eq!(verify(&assertion), Err(refusal), "{why}");
+    }
+    // Another provider's keys (none loaded here) never verify it.
+    assert_eq!(
+        run(people.verify_assertion(
+            &table.identity_keys,
+            "default/roles",
+            &jag(claims()),
+            GATEWAY
+        )),
+        Err(AssertionRefusal::Token(Refusal::AlgorithmNotAccepted))
+    );
 }

@@ -72,6 +72,23 @@ pub struct Brokered {
     /// refreshing it that long.
     #[serde(default = "default_refresh_ttl", with = "humantime_serde")]
     pub refresh_token_ttl: Duration,
+    /// Enterprise-managed authorization: clients trade an identity assertion (an ID-JAG the
+    /// company's identity provider issued for the gateway) at the token endpoint for the
+    /// gateway's access token, with no browser round trip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_assertions: Option<IdentityAssertions>,
+}
+
+/// Who signs the identity assertions (ID-JAGs) the gateway's token endpoint takes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IdentityAssertions {
+    /// The identity provider (by `name`, in this one's namespace) whose issuer and keys sign
+    /// them, when that is not this one (Okta, say, issues them from its org server while
+    /// people's tokens come from another). Its claims mapping reads the person from them; the
+    /// person is this provider's, with the grants a browser login gives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// `openid`.

@@ -17,8 +17,9 @@ pub mod tls;
 
 pub mod arguments;
 pub use identity::{
-    Brokered, IdentityClaims, IdentityProviderSpec, PeopleBinding, default_access_ttl,
-    default_algorithms, default_brokered_scopes, default_clock_skew, default_refresh_ttl,
+    Brokered, IdentityAssertions, IdentityClaims, IdentityProviderSpec, PeopleBinding,
+    default_access_ttl, default_algorithms, default_brokered_scopes, default_clock_skew,
+    default_refresh_ttl,
 };
 pub use load::{FieldError, SnapshotError, load, parse, resolve_secrets, resolved_value, validate};
 pub use model::*;

@@ -1087,6 +1087,25 @@ impl Validator {
                 }
             }
         }
+        // The provider that signs identity assertions, named once every provider is known.
+        for (i, provider) in snapshot.identity_providers.iter().enumerate() {
+            let named = provider
+                .brokered
+                .as_ref()
+                .and_then(|b| b.identity_assertions.as_ref())
+                .and_then(|a| a.provider.as_deref());
+            if let Some(name) = named
+                && !providers.contains_key(&(provider.namespace.as_str(), name))
+            {
+                self.err(
+                    format!("identityProviders[{i}].brokered.identityAssertions.provider"),
+                    format!(
+                        "{name:?} is not an identity provider in namespace {:?}",
+                        provider.namespace
+                    ),
+                );
+            }
+        }
         for (i, key) in snapshot.keys.iter().enumerate() {
             for (j, people) in key.people.iter().enumerate() {
                 let path = format!("keys[{i}].people[{j}]");
@@ -1299,6 +1318,32 @@ mod tests {
         assert!(
             err.contains("identityProviders[0].brokered.clientSecret"),
             "{err}"
+        );
+        // Identity assertions: signed by this provider, or by another one named in its namespace.
+        let asserted = |by: &str| {
+            format!(
+                "identityProviders:\n{}{}",
+                provider(
+                    "corp",
+                    &format!("{{clientId: gw, clientSecret: x, identityAssertions: {by}}}")
+                ),
+                provider("org", "null"),
+            )
+        };
+        assert!(load_str(&asserted("{}")).is_ok());
+        assert!(load_str(&asserted("{provider: org}")).is_ok());
+        let err = load_str(&asserted("{provider: elsewhere}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("identityProviders[0].brokered.identityAssertions.provider"),
+            "{err}"
+        );
+        assert!(
+            load_str(&asserted("{issuer: x}"))
+                .unwrap_err()
+                .to_string()
+                .contains("issuer")
         );
         let tls = "identityProviders:\n- name: corp\n  issuer: https://login.example/r\n  audiences: [gw]\n  tls: {caBundle: {file: /nonexistent/ca.pem}}\n";
         let err = load_str(tls).unwrap_err().to_string();

@@ -138,5 +138,10 @@ pub(crate) fn brokered(
             "spec.brokered.refreshTokenTtl",
         )?
         .unwrap_or_else(switchboard_snapshot::default_refresh_ttl),
+        identity_assertions: b.identity_assertions.as_ref().map(|a| {
+            switchboard_snapshot::IdentityAssertions {
+                provider: a.provider.clone(),
+            }
+        }),
     })
 }
