@@ -45,8 +45,18 @@ pub(crate) fn render_identity_providers(
                 )
             }
             Ok(spec) => {
+                // The provider that signs identity assertions is another resource: checked once
+                // every provider's verdict is known (below).
+                let mut checked = spec.clone();
+                if let Some(assertions) = checked
+                    .brokered
+                    .as_mut()
+                    .and_then(|b| b.identity_assertions.as_mut())
+                {
+                    assertions.provider = None;
+                }
                 let alone = Snapshot {
-                    identity_providers: vec![spec.clone()],
+                    identity_providers: vec![checked],
                     ..Snapshot::default()
                 };
                 match switchboard_snapshot::validate(&alone) {
@@ -67,6 +77,35 @@ pub(crate) fn render_identity_providers(
         };
         verdicts.insert(key, verdict);
     }
+    // A brokered provider whose identity assertions another provider signs needs that one
+    // accepted beside it (the gateway would refuse the whole snapshot otherwise).
+    let accepted: std::collections::HashSet<(String, String)> = specs
+        .iter()
+        .map(|s| (s.namespace.clone(), s.name.clone()))
+        .collect();
+    specs.retain(|spec| {
+        let signer = spec
+            .brokered
+            .as_ref()
+            .and_then(|b| b.identity_assertions.as_ref())
+            .and_then(|a| a.provider.as_ref());
+        match signer {
+            Some(name) if !accepted.contains(&(spec.namespace.clone(), name.clone())) => {
+                verdicts.insert(
+                    (spec.namespace.clone(), spec.name.clone()),
+                    Verdict::rejected(
+                        Reason::InvalidSpec,
+                        format!(
+                            "spec.brokered.identityAssertions.provider: IdentityProvider {}/{name} does not exist or is not accepted",
+                            spec.namespace
+                        ),
+                    ),
+                );
+                false
+            }
+            _ => true,
+        }
+    });
     specs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     (verdicts, specs)
 }

@@ -1149,6 +1149,67 @@ fn a_brokered_provider_takes_its_client_secret_from_a_secret() {
     assert!(r.snapshot.identity_providers.is_empty());
 }
 
+/// A brokered provider whose identity assertions another IdentityProvider signs is accepted
+/// with it, and refused (naming the field) while that one is missing; the snapshot stays one
+/// the gateway takes either way.
+#[test]
+fn identity_assertions_signed_by_another_provider_need_it_accepted() {
+    let provider = |name: &str, spec: serde_json::Value| {
+        let mut p = IdentityProvider::new(name, serde_json::from_value(spec).unwrap());
+        p.metadata.namespace = Some("a".into());
+        p
+    };
+    let corp = provider(
+        "corp",
+        serde_json::json!({
+            "issuer": "https://login.example/realms/corp", "audiences": ["gw"],
+            "brokered": {"clientId": "gw", "clientSecretRef": {"name": "idp", "key": "secret"},
+                         "identityAssertions": {"provider": "org"}}
+        }),
+    );
+    let org = provider(
+        "org",
+        serde_json::json!({"issuer": "https://org.example", "audiences": ["unused"]}),
+    );
+    let secrets = secrets(&[("a", "idp", "secret", "s3cr3t")]);
+    let render_of = |providers: &[IdentityProvider]| {
+        render(RenderInput {
+            servers: &[],
+            virtual_servers: &[],
+            keys: &[],
+            models: &[],
+            identity_providers: providers,
+            secrets: &secrets,
+            config_maps: &SecretData::new(),
+            settings: GatewaySettings::default(),
+            upstreams: &UpstreamPolicy::new(&Default::default(), true).unwrap(),
+            namespace_policies: &NamespacePolicies::new(),
+            reservations: &Reservations::default(),
+        })
+    };
+    let r = render_of(&[corp.clone(), org]);
+    assert_eq!(r.snapshot.identity_providers.len(), 2);
+    let signer = r.snapshot.identity_providers[0]
+        .brokered
+        .as_ref()
+        .and_then(|b| b.identity_assertions.as_ref())
+        .and_then(|a| a.provider.as_deref());
+    assert_eq!(signer, Some("org"));
+    switchboard_snapshot::validate(&r.snapshot).expect("the gateway accepts the snapshot");
+    let r = render_of(std::slice::from_ref(&corp));
+    let v = &r.identity_providers[&("a".into(), "corp".into())];
+    assert_eq!(v.reason, "InvalidSpec");
+    assert!(
+        v.message.starts_with(
+            "spec.brokered.identityAssertions.provider: IdentityProvider a/org does not exist"
+        ),
+        "{}",
+        v.message
+    );
+    assert!(r.snapshot.identity_providers.is_empty());
+    switchboard_snapshot::validate(&r.snapshot).expect("the gateway accepts the snapshot");
+}
+
 fn key(ns: &str, name: &str, age: i64, spec: serde_json::Value) -> McpKey {
     let mut k = McpKey::new(name, serde_json::from_value::<McpKeySpec>(spec).unwrap());
     k.metadata.namespace = Some(ns.into());
