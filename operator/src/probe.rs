@@ -253,7 +253,9 @@ fn failure(e: &UpstreamError) -> Probe {
         | UpstreamError::SessionGone { .. }
         | UpstreamError::Limited(_)
         | UpstreamError::StoreUnavailable { .. } => "UpstreamUnavailable",
-        UpstreamError::AccountNotConnected { .. } => "UpstreamAuthFailed",
+        UpstreamError::AccountNotConnected { .. } | UpstreamError::ProviderTokenNotHeld { .. } => {
+            "UpstreamAuthFailed"
+        }
     };
     Probe::Failed {
         reason,

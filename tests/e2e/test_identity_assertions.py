@@ -23,6 +23,7 @@ gateway's metadata from the issuer it is configured with and presents the ID-JAG
 
 from __future__ import annotations
 
+import json
 import sys
 
 import httpx
@@ -41,12 +42,14 @@ from harness import (
     sdk_list_all_tools,
     sdk_oauth,
     sdk_text,
+    asgi_server,
     server,
     start_rust_upstream,
     wait_until,
     write_config,
 )
 from keycloak import GATEWAY_AUDIENCE
+from test_people_sign_in import WeatherApi
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 REDIRECT_URI = "http://127.0.0.1:33419/callback"  # never listened on: the test reads the redirect
@@ -60,8 +63,9 @@ class Enterprise:
     """The gateway's two replicas behind `lb`, the IdP, and the agent registered at the
     gateway."""
 
-    def __init__(self, lb, a, b, idp_url: str, client_id: str, client_secret: str, keycloak):
+    def __init__(self, lb, a, b, idp_url: str, client_id: str, client_secret: str, keycloak, weather):
         self.lb, self.a, self.b = lb, a, b
+        self.weather = weather
         self.idp_url = idp_url
         self.client_id, self.client_secret = client_id, client_secret
         self.keycloak = keycloak
@@ -102,14 +106,32 @@ def register(url: str, method: str, grants: list[str], redirects: list[str] | No
 
 
 @pytest.fixture
-def enterprise(procs, gateways, keycloak, redis):
+def weather(keycloak):
+    """An API that takes only Keycloak's tokens for its own audience: the gateway exchanges
+    the provider's token it holds for a person (`tokenExchange`)."""
+    api = WeatherApi(keycloak)
+    with asgi_server(api) as upstream:
+        api.url = f"{upstream.url}/mcp"
+        yield api
+
+
+@pytest.fixture
+def enterprise(procs, gateways, keycloak, redis, weather):
     alpha = start_rust_upstream(procs, "alpha")
     beta = start_rust_upstream(procs, "beta")
     lb = RoundRobinBalancer([]).start()
+    exchange = {
+        "type": "tokenExchange", "tokenUrl": f"{keycloak.issuer}/protocol/openid-connect/token",
+        "clientId": "switchboard-gateway", "clientSecret": keycloak.client_secrets["switchboard-gateway"], "audience": "weather-api",
+    }  # fmt: skip
     config = gateway_config(
-        [server("alpha", alpha.mcp_url, tools={"requiredScopes": {"add": [ADD_SCOPE]}}), server("beta", beta.mcp_url)],
         [
-            key("team-a", new_secret("team-a"), ["alpha"], people=[{"provider": "corp", "groups": ["team-a"]}]),
+            server("alpha", alpha.mcp_url, tools={"requiredScopes": {"add": [ADD_SCOPE]}}),
+            server("beta", beta.mcp_url),
+            server("weather", weather.url, auth=exchange),
+        ],
+        [
+            key("team-a", new_secret("team-a"), ["alpha", "weather"], people=[{"provider": "corp", "groups": ["team-a"]}]),
             key("team-b", new_secret("team-b"), ["beta"], people=[{"provider": "corp", "groups": ["team-b"]}]),
         ],
         publicUrl=lb.url,
@@ -144,7 +166,7 @@ def enterprise(procs, gateways, keycloak, redis):
         agent = register(lb.url, "client_secret_post", [JWT_BEARER])
         r = httpx.post(f"{idp.url}/_clients", json={IDP_CLIENT: agent["client_id"]}, timeout=10)
         assert r.status_code == 200, r.text
-        yield Enterprise(lb, a, b, idp.url, agent["client_id"], agent["client_secret"], keycloak)
+        yield Enterprise(lb, a, b, idp.url, agent["client_id"], agent["client_secret"], keycloak, weather)
     finally:
         lb.stop()
 
@@ -195,8 +217,11 @@ def test_the_sdk_trades_an_id_jag_for_a_browser_logins_grants(enterprise, era):
     assert asked and asked[0] == (lb.url, f"{lb.url}/mcp"), asked
     bob, _ = run_async(lambda: session("bob"), timeout=120)
     assert bob and all(n.startswith("beta__") for n in bob), bob
-    # The grants a browser login gives the same person.
-    assert browser_tools(enterprise, "alice") == alice
+    # The grants a browser login gives the same person: the same servers, but for the one
+    # that exchanges the provider's token, which only a browser login leaves with the gateway.
+    browser = browser_tools(enterprise, "alice")
+    assert [n for n in browser if not n.startswith("weather__")] == alice, (browser, alice)
+    assert "weather__forecast" in browser, browser
 
 
 def test_an_id_jag_is_taken_once_across_replicas_and_carries_its_scope(enterprise):
@@ -216,7 +241,7 @@ def test_an_id_jag_is_taken_once_across_replicas_and_carries_its_scope(enterpris
     # Replica B takes the token replica A gave, and refuses the ID-JAG A took.
     with RawMcp(f"{b.url}/mcp", token["access_token"], MODERN_VERSION) as mcp:
         listed = mcp.list_tools()
-        assert listed.status == 200, listed.body
+        assert listed.status == 200, listed.raw
         assert {t["name"] for t in listed.result["tools"]} >= {"alpha__echo", "alpha__add"}
     again = enterprise.present(assertion, at=b.url)
     assert again.status_code == 400 and again.json()["error"] == "invalid_grant", again.text
@@ -228,13 +253,13 @@ def test_an_id_jag_is_taken_once_across_replicas_and_carries_its_scope(enterpris
     assert "scope" not in narrow.json(), f"a scope the ID-JAG does not allow is not granted: {narrow.json()}"
     with RawMcp(f"{lb.url}/mcp", narrow.json()["access_token"], MODERN_VERSION) as mcp:
         refused = mcp.call_tool("alpha__add", {"a": 2, "b": 3})
-        assert refused.status == 403, refused.body
+        assert refused.status == 403, refused.raw
         assert f'scope="{ADD_SCOPE}"' in refused.headers.get("www-authenticate", ""), refused.headers
     wide = enterprise.present(enterprise.id_jag("alice", scope=f"openid {ADD_SCOPE}"))
     assert wide.status_code == 200 and wide.json().get("scope") == ADD_SCOPE, wide.text
     with RawMcp(f"{lb.url}/mcp", wide.json()["access_token"], MODERN_VERSION) as mcp:
         added = mcp.call_tool("alpha__add", {"a": 2, "b": 3})
-        assert added.status == 200 and "5" in str(added.result), added.body
+        assert added.status == 200 and "5" in str(added.result), added.raw
 
 
 def test_id_jags_are_refused_with_their_reason(enterprise):
@@ -268,3 +293,26 @@ def test_id_jags_are_refused_with_their_reason(enterprise):
     refused(enterprise.present(enterprise.id_jag("alice"), client=(public["client_id"], None)), 401, "invalid_client", "confidential")
     # None of these used up an ID-JAG that was not taken: a fresh one is.
     assert enterprise.present(enterprise.id_jag("alice")).status_code == 200
+
+
+@pytest.mark.parametrize("era", ["legacy", MODERN_VERSION])
+def test_a_server_that_exchanges_the_providers_token_refuses_an_id_jag_sign_in_as_such(enterprise, era):
+    """A sign-in with an identity assertion leaves the gateway none of the provider's tokens:
+    a `tokenExchange` server answers that (a JSON-RPC error naming the server and the browser
+    sign-in it needs; 403 on REST), its listing says why its tools are missing, and nothing reaches the API."""
+    taken = enterprise.present(enterprise.id_jag("alice"))
+    assert taken.status_code == 200, taken.text
+    with RawMcp(f"{enterprise.lb.url}/mcp", taken.json()["access_token"], era) as mcp:
+        refused = mcp.call_tool("weather__forecast", {})
+        # A refusal of the call (invalid params, as a policy's denial is), with the era's status
+        # for it, not of the sign-in: a 401 or 403 would send the client to sign in again with
+        # another ID-JAG, to the same end.
+        assert refused.status == (200 if era == "legacy" else 400), refused.raw
+        error = refused.error
+        assert error["data"] == {"server": "weather", "signIn": "browser"}, error
+        assert "sign in through the browser" in error["message"], error
+        listed = mcp.list_tools()
+        assert listed.status == 200, listed.raw
+        assert not any(t["name"].startswith("weather__") for t in listed.result["tools"]), listed.result
+        assert "provider_token_not_held" in json.dumps(listed.result), listed.result
+    assert enterprise.weather.bearers == [], "the API was called without a person's token"

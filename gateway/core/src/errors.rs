@@ -173,6 +173,13 @@ pub enum GatewayError {
         "the gateway's state store is unavailable: {server:?} needs the caller's own account, kept there; retry shortly"
     )]
     StoreUnavailable { server: String },
+    /// A server that exchanges the person's identity provider token, called by a person who
+    /// signed in with an identity assertion (enterprise-managed authorization): the gateway
+    /// holds no token of theirs to exchange. A refusal, not an upstream's failure.
+    #[error(
+        "server {server:?} exchanges the person's identity provider token, which a sign-in with an identity assertion does not give the gateway: sign in through the browser to use it"
+    )]
+    ProviderTokenNotHeld { server: String },
     #[error("parse error: {0}")]
     Parse(String),
     #[error("invalid request: {0}")]
@@ -264,6 +271,7 @@ impl GatewayError {
             | PersonNotGranted { .. }
             | ScopeRequired(_)
             | AccountNotConnected { .. }
+            | ProviderTokenNotHeld { .. }
             | SessionForbidden
             | ForbiddenOrigin
             | ServiceAccountNotBound { .. } => StatusCode::FORBIDDEN,
@@ -313,6 +321,7 @@ impl GatewayError {
             UpstreamAuthRequired { .. } => "upstream_auth_required",
             UpstreamForbidden { .. } => "upstream_forbidden",
             AccountNotConnected { .. } => "account_not_connected",
+            ProviderTokenNotHeld { .. } => "provider_token_not_held",
             StoreUnavailable { .. } => "store_unavailable",
             Parse(_)
             | InvalidRequest(_)
@@ -393,6 +402,11 @@ impl GatewayError {
             StoreUnavailable { server } => (
                 codes::UPSTREAM_UNAVAILABLE,
                 Some(json!({ "server": server, "store": "unavailable" })),
+            ),
+            // Refused like a policy's denial: the call, not the session or the sign-in.
+            ProviderTokenNotHeld { server } => (
+                codes::INVALID_PARAMS,
+                Some(json!({ "server": server, "signIn": "browser" })),
             ),
             Parse(_) => (codes::PARSE_ERROR, None),
             InvalidRequest(_) | PayloadTooLarge { .. } => (codes::INVALID_REQUEST, None),

@@ -582,6 +582,10 @@ impl Caller {
                 .as_ref()
                 .zip(self.person_subject.as_ref())
                 .map(|(p, subject)| (&p.tag, subject)),
+            holds_no_provider_token: self
+                .person
+                .as_ref()
+                .is_some_and(|p| p.signed_in.is_some() && p.provider_token.is_none()),
         }
     }
 
@@ -807,6 +811,10 @@ pub struct CredentialContext<'a> {
     /// on their behalf is kept per person, so a refreshed token of theirs does not start over
     /// (and two people never share).
     pub person: Option<(&'a [u8; 32], &'a HeaderValue)>,
+    /// A person signed in through the gateway with an identity assertion: nothing of the
+    /// provider's is held for them, so a token exchange on their behalf is refused as such
+    /// (not sent on without a credential).
+    pub holds_no_provider_token: bool,
 }
 
 #[cfg(test)]

@@ -100,6 +100,12 @@ pub enum UpstreamError {
     /// The shared store did not answer a call that needs the caller's account.
     #[error("the state store did not answer for {server:?}")]
     StoreUnavailable { server: String },
+    /// A token exchange for a person who signed in with an identity assertion: the gateway
+    /// holds none of the provider's tokens for them to exchange.
+    #[error(
+        "{server:?} exchanges the person's identity provider token, which the gateway does not hold"
+    )]
+    ProviderTokenNotHeld { server: String },
 }
 
 impl UpstreamError {
@@ -149,6 +155,7 @@ impl UpstreamError {
             UpstreamError::SessionGone { .. } => "session_not_found",
             UpstreamError::Limited(_) => "rate_limited",
             UpstreamError::AccountNotConnected { .. } => "account_not_connected",
+            UpstreamError::ProviderTokenNotHeld { .. } => "provider_token_not_held",
             UpstreamError::StoreUnavailable { .. } => "store_unavailable",
         }
     }
@@ -220,6 +227,9 @@ impl From<UpstreamError> for GatewayError {
                 GatewayError::AccountNotConnected { server, url }
             }
             UpstreamError::StoreUnavailable { server } => GatewayError::StoreUnavailable { server },
+            UpstreamError::ProviderTokenNotHeld { server } => {
+                GatewayError::ProviderTokenNotHeld { server }
+            }
         }
     }
 }

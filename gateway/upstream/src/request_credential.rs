@@ -143,6 +143,11 @@ pub async fn resolve(
         } => {
             let Some(subject) = caller_credential(caller, server).and_then(|v| v.to_str().ok())
             else {
+                if caller.holds_no_provider_token {
+                    return Err(UpstreamError::ProviderTokenNotHeld {
+                        server: server.id().to_string(),
+                    });
+                }
                 return Ok(None);
             };
             let subject = strip_scheme(subject, "Bearer").to_string();
@@ -219,6 +224,7 @@ mod tests {
             headers,
             own_authorization: person.is_none().then_some(token),
             person: person.map(|tag| (tag, token)),
+            holds_no_provider_token: false,
         }
     }
 
@@ -256,7 +262,36 @@ mod tests {
             headers: &headers,
             own_authorization: None,
             person: None,
+            holds_no_provider_token: false,
         };
         assert_eq!(partition(none, ex), SHARED_PARTITION);
+    }
+
+    /// A person who signed in with an identity assertion has no token to exchange: a
+    /// `tokenExchange` server refuses them as such, before any request; a caller with no
+    /// credential at all is sent on without one (the upstream's 401 is relayed).
+    #[tokio::test]
+    async fn an_exchange_for_a_person_whose_provider_token_is_not_held_is_refused_as_such() {
+        let table = table();
+        let ex = table.server_by_id("ex").unwrap();
+        let headers = HeaderMap::new();
+        let tokens = Tokens::default();
+        let http = crate::http_client::HttpClient::plain().unwrap();
+        let caller = |holds_no_provider_token| CredentialContext {
+            tag: &KEY_TAG,
+            headers: &headers,
+            own_authorization: None,
+            person: None,
+            holds_no_provider_token,
+        };
+        let refused = resolve(&tokens, &http, caller(true), ex, None).await;
+        assert!(
+            matches!(&refused, Err(UpstreamError::ProviderTokenNotHeld { server }) if server == "ex"),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            resolve(&tokens, &http, caller(false), ex, None).await,
+            Ok(None)
+        ));
     }
 }
