@@ -984,11 +984,7 @@ pub async fn revoke(
         if !record.grant.is_empty() {
             let ttl = Duration::from_secs(record.exp.saturating_sub(unix(now)));
             if !revoke_grant(&broker.table.store, &record.grant, ttl).await {
-                return oauth_error(OAuthError::new(
-                    503,
-                    "temporarily_unavailable",
-                    "the gateway's state store does not answer; try again shortly",
-                ));
+                return oauth_error(store_unavailable("try again shortly"));
             }
             tracing::info!(
                 provider = broker.provider_id,
@@ -999,6 +995,16 @@ pub async fn revoke(
     let mut response = StatusCode::OK.into_response();
     no_store(&mut response);
     response
+}
+
+/// The answer while the shared store does not answer what a request needs of it (single
+/// use), `then` saying what the client does.
+fn store_unavailable(then: &str) -> OAuthError {
+    OAuthError::new(
+        503,
+        "temporarily_unavailable",
+        format!("the gateway's state store does not answer; {then}"),
+    )
 }
 
 fn invalid_grant(why: &str) -> OAuthError {
@@ -1057,11 +1063,7 @@ async fn redeem(
         }
         Err(e) => {
             tracing::warn!(error = %e, "a brokered code was refused: its single use cannot be checked");
-            return Err(OAuthError::new(
-                503,
-                "temporarily_unavailable",
-                "the gateway's state store does not answer; sign in again shortly",
-            ));
+            return Err(store_unavailable("sign in again shortly"));
         }
     }
     Ok(issue(
@@ -1286,11 +1288,7 @@ async fn assertion_grant(
         Ok(false) => return Err(invalid_grant("the assertion was already used")),
         Err(e) => {
             tracing::warn!(error = %e, "an identity assertion was refused: its single use cannot be checked");
-            return Err(OAuthError::new(
-                503,
-                "temporarily_unavailable",
-                "the gateway's state store does not answer; try again shortly",
-            ));
+            return Err(store_unavailable("try again shortly"));
         }
     }
     let signed_in = verified.signed_in.saturating_mul(1000);
