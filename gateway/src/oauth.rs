@@ -112,6 +112,9 @@ impl Broker<'_> {
     }
 }
 
+/// How clients authenticate at the token and revocation endpoints: public clients not at all.
+const CLIENT_AUTH_METHODS: [&str; 3] = ["none", "client_secret_basic", "client_secret_post"];
+
 /// The JWT bearer grant (RFC 7523), which carries an identity assertion.
 const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 /// The identity assertion grant profile (draft-ietf-oauth-identity-assertion-authz-grant).
@@ -168,11 +171,11 @@ pub async fn metadata(State(cx): State<Arc<SignInContext>>, headers: HeaderMap) 
         "token_endpoint": format!("{base}/oauth/token"),
         "registration_endpoint": format!("{base}/oauth/register"),
         "revocation_endpoint": format!("{base}/oauth/revoke"),
-        "revocation_endpoint_auth_methods_supported": ["none"],
+        "revocation_endpoint_auth_methods_supported": CLIENT_AUTH_METHODS,
         "response_types_supported": ["code"],
         "grant_types_supported": broker.grant_types(),
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+        "token_endpoint_auth_methods_supported": CLIENT_AUTH_METHODS,
         "scopes_supported": broker.spec.scopes,
         "authorization_response_iss_parameter_supported": true,
         "client_id_metadata_document_supported": true,
@@ -796,23 +799,23 @@ pub(crate) struct TokenRequest {
     resource: Option<String>,
 }
 
-/// The client a token request comes from: the id it gave (in the form or `Authorization:
-/// Basic`), and whether it proved it with its secret (a confidential client must; a public
-/// one has none).
+/// The client a token or revocation request comes from: the id it gave (in the form or
+/// `Authorization: Basic`), and whether it proved it with its secret (a confidential client
+/// must; a public one has none).
 struct TokenClient {
     id: Option<String>,
     /// The registration of a confidential client that authenticated.
     authenticated: Option<ClientRecord>,
-    /// It sent `Authorization: Basic` (a refusal then challenges it).
-    basic: bool,
 }
 
-/// Authenticates the client of a token request (RFC 6749 section 2.3.1): `client_secret_basic`
-/// or `client_secret_post` for a confidential registration, nothing for a public client.
+/// Authenticates the client of a token or revocation request (RFC 6749 section 2.3.1):
+/// `client_secret_basic` or `client_secret_post` (`client_id`, `client_secret` of the form) for
+/// a confidential registration, nothing for a public client.
 fn token_client(
     broker: &Broker<'_>,
     headers: &HeaderMap,
-    request: &TokenRequest,
+    client_id: Option<&str>,
+    client_secret: Option<&str>,
     now: SystemTime,
 ) -> Result<TokenClient, OAuthError> {
     let invalid_client = |why: &str| OAuthError::new(401, "invalid_client", why);
@@ -823,8 +826,8 @@ fn token_client(
                 .ok_or_else(|| invalid_client("Authorization is not Basic client credentials"))?,
         ),
     };
-    let (id, secret) = match (basic.clone(), &request.client_id) {
-        (Some((id, _)), Some(form)) if &id != form => {
+    let (id, secret) = match (basic, client_id) {
+        (Some((id, _)), Some(form)) if id != form => {
             return Err(OAuthError::new(
                 400,
                 "invalid_request",
@@ -832,7 +835,7 @@ fn token_client(
             ));
         }
         (Some((id, secret)), _) => (Some(id), Some(secret)),
-        (None, id) => (id.clone(), request.client_secret.clone()),
+        (None, id) => (id.map(str::to_owned), client_secret.map(str::to_owned)),
     };
     let secret = secret.filter(|s| !s.is_empty());
     let record = id
@@ -857,11 +860,21 @@ fn token_client(
         }
         _ => None,
     };
-    Ok(TokenClient {
-        id,
-        authenticated,
-        basic: basic.is_some(),
-    })
+    Ok(TokenClient { id, authenticated })
+}
+
+/// An OAuth error answer at an endpoint where clients authenticate: a 401 after an
+/// `Authorization` header challenges for Basic (RFC 6749 section 5.2).
+fn client_error(e: OAuthError, headers: &HeaderMap) -> Response {
+    let challenge = e.status == 401 && headers.contains_key(header::AUTHORIZATION);
+    let mut response = oauth_error(e);
+    if challenge {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"switchboard\""),
+        );
+    }
+    response
 }
 
 /// The client id and secret of `Authorization: Basic` (each form-urlencoded, RFC 6749
@@ -900,9 +913,13 @@ pub async fn token(
         ));
     };
     let now = SystemTime::now();
-    let client = token_client(&broker, &headers, &request, now);
-    let basic =
-        client.as_ref().is_ok_and(|c| c.basic) || headers.contains_key(header::AUTHORIZATION);
+    let client = token_client(
+        &broker,
+        &headers,
+        request.client_id.as_deref(),
+        request.client_secret.as_deref(),
+        now,
+    );
     let answer = match client {
         Err(e) => Err(e),
         Ok(client) => match request.grant_type.as_str() {
@@ -927,16 +944,7 @@ pub async fn token(
         }
         Err(e) => {
             tracing::info!(error = e.error, reason = %e.description, "brokered token request refused");
-            let unauthenticated = e.status == 401;
-            let mut response = oauth_error(e);
-            if unauthenticated && basic {
-                // RFC 6749 section 5.2: a client that tried Basic is challenged for it.
-                response.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Basic realm=\"switchboard\""),
-                );
-            }
-            response
+            client_error(e, &headers)
         }
     }
 }
@@ -946,6 +954,8 @@ pub(crate) struct RevocationRequest {
     token: String,
     #[serde(default)]
     client_id: Option<String>,
+    #[serde(default)]
+    client_secret: Option<String>,
 }
 
 /// `POST /oauth/revoke` (RFC 7009), for the client a token was issued to. A refresh token ends
@@ -955,6 +965,7 @@ pub(crate) struct RevocationRequest {
 /// (`/connections`). An unknown or expired token is answered 200, as RFC 7009 says.
 pub async fn revoke(
     State(cx): State<Arc<SignInContext>>,
+    headers: HeaderMap,
     form: Result<Form<RevocationRequest>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let table = cx.table();
@@ -970,11 +981,22 @@ pub async fn revoke(
         ));
     };
     let now = SystemTime::now();
+    // A confidential client authenticates here as at the token endpoint (RFC 7009 section 2.1).
+    let client = match token_client(
+        &broker,
+        &headers,
+        request.client_id.as_deref(),
+        request.client_secret.as_deref(),
+        now,
+    ) {
+        Ok(client) => client,
+        Err(e) => return client_error(e, &headers),
+    };
     if let Some(record) = broker
         .sealer
         .open::<RefreshRecord>(Record::Refresh, &request.token, now)
     {
-        if request.client_id.as_deref().map(digest).as_ref() != Some(&record.client) {
+        if client.id.as_deref().map(digest).as_ref() != Some(&record.client) {
             return oauth_error(OAuthError::new(
                 400,
                 "invalid_request",
@@ -1367,7 +1389,10 @@ fn assertion_refused(refusal: AssertionRefusal) -> String {
         AssertionRefusal::TooLong => "the assertion lives longer than an hour",
         AssertionRefusal::Token(refusal) => match refusal {
             Refusal::Malformed => "the assertion is not a well-formed JWT",
-            Refusal::UnknownIssuer | Refusal::KeysNotLoaded => {
+            Refusal::UnknownIssuer => {
+                "the assertion's issuer is not the identity provider whose assertions this gateway takes"
+            }
+            Refusal::KeysNotLoaded => {
                 "the assertion's identity provider's keys could not be fetched yet"
             }
             Refusal::UnknownSigningKey => {
@@ -2007,6 +2032,33 @@ keys:
         );
     }
 
+    /// Each refusal of an assertion says its own cause: an issuer that is not the signer's is
+    /// not "keys not fetched", nor a missing claim another.
+    #[test]
+    fn an_assertions_refusal_names_its_cause() {
+        let said = |r| assertion_refused(r);
+        assert!(said(AssertionRefusal::Token(Refusal::UnknownIssuer)).contains("issuer"));
+        assert!(said(AssertionRefusal::Token(Refusal::KeysNotLoaded)).contains("keys"));
+        assert!(said(AssertionRefusal::Missing("jti")).contains("no jti"));
+        let all = [
+            AssertionRefusal::NotAnAssertion,
+            AssertionRefusal::TooLong,
+            AssertionRefusal::Missing("client_id"),
+            AssertionRefusal::Token(Refusal::Malformed),
+            AssertionRefusal::Token(Refusal::UnknownIssuer),
+            AssertionRefusal::Token(Refusal::KeysNotLoaded),
+            AssertionRefusal::Token(Refusal::UnknownSigningKey),
+            AssertionRefusal::Token(Refusal::AlgorithmNotAccepted),
+            AssertionRefusal::Token(Refusal::BadSignature),
+            AssertionRefusal::Token(Refusal::Expired),
+            AssertionRefusal::Token(Refusal::NotYetValid),
+            AssertionRefusal::Token(Refusal::WrongAudience),
+            AssertionRefusal::Token(Refusal::MissingSubject),
+        ];
+        let distinct: std::collections::HashSet<String> = all.into_iter().map(said).collect();
+        assert_eq!(distinct.len(), all.len(), "{distinct:?}");
+    }
+
     fn alice() -> Identity {
         Identity {
             provider: "corp".into(),
@@ -2249,9 +2301,11 @@ keys:
         let revoking = |client: &str, token: &str| {
             revoke(
                 State(cx.clone()),
+                HeaderMap::new(),
                 Ok(Form(RevocationRequest {
                     token: token.into(),
                     client_id: Some(client.into()),
+                    client_secret: None,
                 })),
             )
         };

@@ -54,6 +54,14 @@ pub struct Person {
     pub signed_in: Option<u64>,
 }
 
+impl Person {
+    /// Signed in through the gateway with an identity assertion: nothing of the provider's is
+    /// held for them (no exchange on their behalf), and their token is the gateway's own.
+    pub fn holds_no_provider_token(&self) -> bool {
+        self.signed_in.is_some() && self.provider_token.is_none()
+    }
+}
+
 impl std::fmt::Debug for Person {
     /// Never the provider's token.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,7 +203,7 @@ pub enum AssertionRefusal {
     Token(Refusal),
     /// A claim the grant needs is missing.
     Missing(&'static str),
-    /// It lives longer than [`MAX_ASSERTION_LIFE`] from now.
+    /// It lives longer than an hour from now (`MAX_ASSERTION_LIFE`).
     TooLong,
 }
 

@@ -231,15 +231,15 @@ async fn caller_for_key(
     // A person's one credential is the subject of token exchanges on their behalf (never
     // passed through): their token, or signed in through the gateway, the provider's token the
     // gateway holds for them (never the gateway's own).
-    let person_subject = match person
-        .as_ref()
-        .map(|p| (p.provider_token.as_deref(), p.signed_in))
-    {
-        Some((Some(held), _)) => HeaderValue::from_str(&format!("Bearer {held}")).ok(),
-        // Signed in through the gateway with an identity assertion: nothing of the provider's
-        // is held, so there is no subject (an exchanging server answers as to no credential).
-        Some((None, Some(_))) => None,
-        Some((None, None)) => headers.get(header::AUTHORIZATION).cloned(),
+    let person_subject = match person.as_deref() {
+        Some(Person {
+            provider_token: Some(held),
+            ..
+        }) => HeaderValue::from_str(&format!("Bearer {held}")).ok(),
+        // Signed in with an identity assertion: no subject (`CredentialContext` then refuses
+        // an exchange as such).
+        Some(p) if p.holds_no_provider_token() => None,
+        Some(_) => headers.get(header::AUTHORIZATION).cloned(),
         None => None,
     };
     let resource = person.as_ref().and(resource).map(Resource::path);
@@ -585,7 +585,7 @@ impl Caller {
             holds_no_provider_token: self
                 .person
                 .as_ref()
-                .is_some_and(|p| p.signed_in.is_some() && p.provider_token.is_none()),
+                .is_some_and(|p| p.holds_no_provider_token()),
         }
     }
 
