@@ -22,3 +22,13 @@ _sb_triple_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$CARGO_BUILD_TARGET")_RUSTFL
 export "$_sb_triple_var=${!_sb_triple_var:--C target-feature=+crt-static}"
 unset _sb_triple_var
 export SWITCHBOARD_BIN_DIR="${SWITCHBOARD_BIN_DIR:-$CARGO_TARGET_DIR/$CARGO_BUILD_TARGET/debug}"
+
+# The workspace's debug binaries, built with the test targets (`--tests`): a build with test
+# targets resolves features as `cargo test` does (dev-dependencies count: tokio's `test-util`
+# among them), so every library the unit step compiled is reused and only the binaries are
+# compiled and linked. Without `--tests`, every crate above tokio compiled a second time, with
+# other features (35 s of a warm run after a change to a low crate, minutes of a cold one).
+# Release builds (the images' static binaries) never get `test-util`.
+build_test_binaries() {
+  cargo build --workspace --bins --tests "$@"
+}

@@ -920,6 +920,12 @@ pub async fn token(
         request.client_secret.as_deref(),
         now,
     );
+    let grant = match request.grant_type.as_str() {
+        "authorization_code" => "authorization_code",
+        "refresh_token" => "refresh_token",
+        JWT_BEARER => "identity_assertion",
+        _ => "other",
+    };
     let answer = match client {
         Err(e) => Err(e),
         Ok(client) => match request.grant_type.as_str() {
@@ -936,6 +942,8 @@ pub async fn token(
             )),
         },
     };
+    cx.metrics
+        .brokered_token(grant, answer.as_ref().map_or_else(|e| e.error, |_| "ok"));
     match answer {
         Ok(body) => {
             let mut response = Json(body).into_response();
@@ -943,7 +951,7 @@ pub async fn token(
             response
         }
         Err(e) => {
-            tracing::info!(error = e.error, reason = %e.description, "brokered token request refused");
+            tracing::info!(grant, error = e.error, reason = %e.description, "brokered token request refused");
             client_error(e, &headers)
         }
     }
@@ -2030,6 +2038,19 @@ keys:
             (StatusCode::UNAUTHORIZED, &invalid_client),
             "a public client has no secret"
         );
+        // Each answer counted by grant and outcome.
+        let scraped = cx.metrics.encode();
+        for (outcome, count) in [
+            ("invalid_client", 6),
+            ("invalid_grant", 2),
+            ("invalid_request", 2),
+            ("unauthorized_client", 1),
+        ] {
+            let line = format!(
+                "switchboard_gateway_brokered_tokens_total{{grant=\"identity_assertion\",outcome=\"{outcome}\"}} {count}"
+            );
+            assert!(scraped.contains(&line), "{line} not in\n{scraped}");
+        }
     }
 
     /// Each refusal of an assertion says its own cause: an issuer that is not the signer's is

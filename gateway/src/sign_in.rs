@@ -6,17 +6,27 @@
 use std::sync::Arc;
 
 use switchboard_core::live::LiveTable;
+use switchboard_core::metrics::Metrics;
 use switchboard_core::table::RoutingTable;
 use switchboard_upstream::UpstreamPlane;
 
 pub(crate) struct SignInContext {
     live: Arc<LiveTable>,
     pub upstream: Arc<UpstreamPlane>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl SignInContext {
-    pub fn new(live: Arc<LiveTable>, upstream: Arc<UpstreamPlane>) -> SignInContext {
-        SignInContext { live, upstream }
+    pub fn new(
+        live: Arc<LiveTable>,
+        upstream: Arc<UpstreamPlane>,
+        metrics: Arc<Metrics>,
+    ) -> SignInContext {
+        SignInContext {
+            live,
+            upstream,
+            metrics,
+        }
     }
 
     /// The table serving now.
@@ -34,17 +44,17 @@ pub(crate) mod tests {
     use axum::http::StatusCode;
     use axum::response::Response;
     use serde_json::Value;
-    use switchboard_core::metrics::Metrics;
     use switchboard_snapshot::{SystemLookup, load};
 
     pub(crate) fn context(config: &str) -> Arc<SignInContext> {
         let table = RoutingTable::build(&load(config, &SystemLookup).expect("a valid config"))
             .expect("a valid table");
         let live = Arc::new(LiveTable::empty());
-        let upstream = Arc::new(UpstreamPlane::new(Arc::new(Metrics::default())));
+        let metrics = Arc::new(Metrics::default());
+        let upstream = Arc::new(UpstreamPlane::new(metrics.clone()));
         upstream.prepare(&table);
         live.store(Arc::new(table));
-        Arc::new(SignInContext::new(live, upstream))
+        Arc::new(SignInContext::new(live, upstream, metrics))
     }
 
     pub(crate) async fn body(response: Response) -> (StatusCode, Value) {

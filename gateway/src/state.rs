@@ -87,7 +87,11 @@ impl Gateway {
                 upstream.clone(),
                 metrics.clone(),
             )),
-            sign_in: Arc::new(SignInContext::new(live.clone(), upstream.clone())),
+            sign_in: Arc::new(SignInContext::new(
+                live.clone(),
+                upstream.clone(),
+                metrics.clone(),
+            )),
             shedding: Arc::new(Shedding {
                 admission: Admission::new(local.admission),
                 metrics: metrics.clone(),

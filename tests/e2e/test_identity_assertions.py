@@ -293,6 +293,18 @@ def test_id_jags_are_refused_with_their_reason(enterprise):
     refused(enterprise.present(enterprise.id_jag("alice"), client=(public["client_id"], None)), 401, "invalid_client", "confidential")
     # None of these used up an ID-JAG that was not taken: a fresh one is.
     assert enterprise.present(enterprise.id_jag("alice")).status_code == 200
+    # Each refusal counted (by grant and the error answered) on the replica that answered it.
+    def counted(outcome: str) -> int:
+        total = 0
+        for gw in (enterprise.a, enterprise.b):
+            for line in httpx.get(f"{gw.internal_url}/metrics", timeout=15).text.splitlines():
+                if line.startswith(f'switchboard_gateway_brokered_tokens_total{{grant="identity_assertion",outcome="{outcome}"}} '):
+                    total += int(float(line.rsplit(" ", 1)[1]))
+        return total
+
+    assert counted("invalid_grant") == 5, "another client, audience, resource asked, resource, an ID token"
+    assert counted("invalid_client") == 3
+    assert counted("ok") == 1
 
 
 @pytest.mark.parametrize("era", ["legacy", MODERN_VERSION])

@@ -53,7 +53,7 @@ if [[ "$profile" == test-build ]]; then
   source "$root/tests/build-env.bash"
   dist_dir="$SWITCHBOARD_BIN_DIR"
   echo "build.sh: the test command's static debug binaries ($dist_dir)" >&2
-  (cd "$root" && cargo build --workspace --bins --locked >&2)
+  (cd "$root" && build_test_binaries --locked >&2)
 else
   target=x86_64-unknown-linux-gnu
   export CARGO_TARGET_DIR="$cache/target-static"

@@ -96,6 +96,15 @@ struct SignInLabels {
     outcome: &'static str,
 }
 
+/// A token request at the brokered authorization server: `grant` is `authorization_code`,
+/// `refresh_token`, `identity_assertion` (the JWT bearer grant) or `other`; `outcome` `ok` or
+/// the OAuth error answered (`invalid_grant`, `invalid_client`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BrokeredTokenLabels {
+    grant: &'static str,
+    outcome: &'static str,
+}
+
 /// A request the replica shed (`admission`): `reason` is `in_flight` or `queue_delay`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShedLabels {
@@ -259,6 +268,7 @@ pub struct Metrics {
     limited: Family<LimitedLabels, Counter>,
     shed: Family<ShedLabels, Counter>,
     sign_ins: Family<SignInLabels, Counter>,
+    brokered_tokens: Family<BrokeredTokenLabels, Counter>,
     /// Set when scraped, like `runtime_tasks`.
     cache_entries: Family<CacheLabels, Gauge>,
     queue_delay: Histogram,
@@ -338,6 +348,14 @@ impl Default for Metrics {
             "sign_ins",
             "People's access tokens checked, by issuer and outcome (ok, no_grant, or why refused)",
             sign_ins.clone(),
+        );
+        let brokered_tokens = Family::<BrokeredTokenLabels, Counter>::default();
+        registry.register(
+            "brokered_tokens",
+            "Token requests at the gateway's own authorization server (brokered mode), by grant \
+             (authorization_code, refresh_token, identity_assertion, other) and outcome (ok, or \
+             the OAuth error answered)",
+            brokered_tokens.clone(),
         );
         let shed = Family::<ShedLabels, Counter>::default();
         registry.register(
@@ -517,6 +535,7 @@ impl Default for Metrics {
             limited,
             shed,
             sign_ins,
+            brokered_tokens,
             cache_entries,
             queue_delay,
             in_flight_cap,
@@ -554,6 +573,12 @@ impl Metrics {
                 issuer: issuer.to_string(),
                 outcome,
             })
+            .inc();
+    }
+
+    pub fn brokered_token(&self, grant: &'static str, outcome: &'static str) {
+        self.brokered_tokens
+            .get_or_create(&BrokeredTokenLabels { grant, outcome })
             .inc();
     }
 
