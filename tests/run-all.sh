@@ -12,7 +12,9 @@
 #           self-test must be reported (--self-test)
 #   clippy  cargo clippy --workspace --all-targets -- -D warnings
 #   doc     cargo doc --workspace --no-deps --document-private-items, every intra-doc link checked
-#           (a link to an item that does not exist fails the step, private modules' docs too)
+#           (a link to an item that does not exist fails the step, private modules' docs too);
+#           with other steps, built in the background (its own build directory) and awaited
+#           before the suites
 #   unit    cargo test --workspace (without the fuzz targets)
 #   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
 #           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
@@ -231,9 +233,19 @@ if wants clippy; then
   cargo clippy --workspace --all-targets -- -D warnings
 fi
 if wants doc; then
-  step doc
-  RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
-    cargo doc --workspace --no-deps --document-private-items
+  # In the background from here, in a build directory of its own (a second cargo in the shared
+  # one would wait for its lock): the docs need no CPU the foreground steps want, and are
+  # awaited before the suites (`doc` alone runs it in the foreground).
+  doc_build() {
+    RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
+      CARGO_TARGET_DIR="$CARGO_TARGET_DIR-doc" cargo doc --workspace --no-deps --document-private-items
+  }
+  if ((${#wanted[@]} == 1)); then
+    step doc
+    doc_build
+  else
+    background doc doc_build
+  fi
 fi
 if wants unit; then
   # The store's tests run a real Redis (Debian's redis-server 7) beside the embedded store.
@@ -306,12 +318,19 @@ if wants e2e; then
   rm -rf "$e2e_tmp"
 fi
 
+if [[ -n "${bg_pid[doc]:-}" ]]; then
+  step "doc (built in the background)"
+  await doc
+fi
+
 # Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
 # is waiting on what it started (API servers, a node, pods), so the suites run side by side:
 # each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
-# chain run one after the other, in name order: 60-node after 30-images, which build the same
-# images). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A suite's output
-# is printed whole when it ends; its time goes into the step table.
+# chain run one after the other, in name order; `# run-all: chain NAME last` puts a suite after
+# the others of its chain). 30-images runs after 40-helm-chart: off the one-node cluster's path,
+# the longest, and after that suite built the same images. SWITCHBOARD_SUITES_PARALLEL=0 runs
+# every suite one after the other. A suite's output is printed whole when it ends; its time goes
+# into the step table.
 shopt -s nullglob
 suites=()
 for suite in "$root"/tests/suites.d/*.sh; do
@@ -325,14 +344,19 @@ if ((${#suites[@]} > 0)); then
   fi
   step "suites (side by side, in all)"
   suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
-  declare -A chain_of=()
+  declare -A chain_of=() chain_last=()
   chains=()
   for name in "${suites[@]}"; do
-    chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    spec=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\( last\)\{0,1\}\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    chain=${spec%% *}
     chain=${chain:-$name}
     [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] || chain=all
-    [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
-    chain_of[$chain]+=" $name"
+    [[ -n "${chain_of[$chain]:-}${chain_last[$chain]:-}" ]] || chains+=("$chain")
+    if [[ "$spec" == *" last" ]]; then
+      chain_last[$chain]+=" $name"
+    else
+      chain_of[$chain]+=" $name"
+    fi
   done
   run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
     local name t0 rc
@@ -348,7 +372,7 @@ if ((${#suites[@]} > 0)); then
   chain_pids=()
   for chain in "${chains[@]}"; do
     # shellcheck disable=SC2086 # the chain's suites, one word each
-    run_chain ${chain_of[$chain]} &
+    run_chain ${chain_of[$chain]:-} ${chain_last[$chain]:-} &
     chain_pids+=($!)
   done
   for pid in "${chain_pids[@]}"; do wait "$pid"; done

@@ -18,7 +18,11 @@ gateway's metadata from the issuer it is configured with and presents the ID-JAG
 - scope: the token carries the scopes asked within the ID-JAG's `scope`, which a tool's
   `requiredScopes` then asks for (without it: a SEP-2350 challenge);
 - refusals, each with its reason: another client's ID-JAG, another audience, another resource,
-  an ID token in place of an ID-JAG, a wrong client secret, a public client.
+  an ID token in place of an ID-JAG, a wrong client secret, a public client; each counted in
+  `switchboard_gateway_brokered_tokens_total`;
+- nothing of the provider's is held for a person signed in so: a `tokenExchange` server (an API
+  that takes only Keycloak's tokens for its audience) refuses them as such, and the API is never
+  called.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from harness import (
     OAuthStorage,
     RawMcp,
     RoundRobinBalancer,
+    asgi_server,
     gateway_config,
     key,
     new_secret,
@@ -42,7 +47,6 @@ from harness import (
     sdk_list_all_tools,
     sdk_oauth,
     sdk_text,
-    asgi_server,
     server,
     start_rust_upstream,
     wait_until,

@@ -167,7 +167,7 @@ impl Refusal {
 }
 
 /// The `typ` of an identity assertion (draft-ietf-oauth-identity-assertion-authz-grant).
-pub const ASSERTION_TYPE: &str = "oauth-id-jag+jwt";
+const ASSERTION_TYPE: &str = "oauth-id-jag+jwt";
 
 /// The longest an identity assertion may still live when presented: they are minutes long,
 /// and their `jti` is remembered (the shared store) until they expire.

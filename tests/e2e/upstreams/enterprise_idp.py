@@ -25,7 +25,6 @@ ES256, `typ: oauth-id-jag+jwt`, five minutes, a fresh `jti`, `token_type: N_A`.
   authorization server, the resource and the scope asked.
 - `POST /_clients` (what the IdP's admin configures): `{"<id>": "<its client_id at the
   authorization server>"}`, the `client_id` its ID-JAGs name.
-- `GET /_exchanges`: how many ID-JAGs it issued.
 
 It prints `listening on http://127.0.0.1:PORT` once bound (port 0: the OS picks).
 """
@@ -35,7 +34,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,8 +65,6 @@ def main() -> None:
         client, secret = spec.split(":", 1)
         clients[client] = [secret, None]
     trusted_keys = jwt.PyJWKClient(f"{args.trust}/protocol/openid-connect/certs")
-    issued = {"count": 0}
-    lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_):
@@ -96,8 +92,6 @@ def main() -> None:
                 })  # fmt: skip
             elif self.path == "/jwks":
                 self.answer(200, {"keys": [public]})
-            elif self.path == "/_exchanges":
-                self.answer(200, {"issued": issued["count"]})
             else:
                 self.answer(404, {"error": "not_found"})
 
@@ -146,8 +140,6 @@ def main() -> None:
             if form.get("scope"):
                 claims["scope"] = form["scope"]
             assertion = jwt.encode(claims, key, algorithm="ES256", headers={"typ": "oauth-id-jag+jwt", "kid": kid})
-            with lock:
-                issued["count"] += 1
             self.answer(200, {
                 "issued_token_type": ID_JAG, "access_token": assertion, "token_type": "N_A", "expires_in": LIFETIME,
                 **({"scope": form["scope"]} if form.get("scope") else {}),
