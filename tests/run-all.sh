@@ -326,9 +326,10 @@ fi
 # Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
 # is waiting on what it started (API servers, a node, pods), so the suites run side by side:
 # each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
-# chain run one after the other, in name order; `# run-all: chain NAME last` puts a suite after
-# the others of its chain). 30-images runs after 40-helm-chart: off the one-node cluster's path,
-# the longest, and after that suite built the same images. SWITCHBOARD_SUITES_PARALLEL=0 runs
+# chain run one after the other, in name order: 60-node after 30-images, which build the same
+# images. 30-images after 40-helm-chart instead, off the one-node cluster's path, was tried once:
+# in that run the cluster's disruption test saw its kept-alive connection replaced, with
+# 30-images' containers starting and stopping beside it). SWITCHBOARD_SUITES_PARALLEL=0 runs
 # every suite one after the other. A suite's output is printed whole when it ends; its time goes
 # into the step table.
 shopt -s nullglob
@@ -344,19 +345,14 @@ if ((${#suites[@]} > 0)); then
   fi
   step "suites (side by side, in all)"
   suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
-  declare -A chain_of=() chain_last=()
+  declare -A chain_of=()
   chains=()
   for name in "${suites[@]}"; do
-    spec=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\( last\)\{0,1\}\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
-    chain=${spec%% *}
+    chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
     chain=${chain:-$name}
     [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] || chain=all
-    [[ -n "${chain_of[$chain]:-}${chain_last[$chain]:-}" ]] || chains+=("$chain")
-    if [[ "$spec" == *" last" ]]; then
-      chain_last[$chain]+=" $name"
-    else
-      chain_of[$chain]+=" $name"
-    fi
+    [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
+    chain_of[$chain]+=" $name"
   done
   run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
     local name t0 rc
@@ -372,7 +368,7 @@ if ((${#suites[@]} > 0)); then
   chain_pids=()
   for chain in "${chains[@]}"; do
     # shellcheck disable=SC2086 # the chain's suites, one word each
-    run_chain ${chain_of[$chain]:-} ${chain_last[$chain]:-} &
+    run_chain ${chain_of[$chain]} &
     chain_pids+=($!)
   done
   for pid in "${chain_pids[@]}"; do wait "$pid"; done

@@ -43,11 +43,6 @@ if [[ -z "$engine" ]]; then
   done
 fi
 [[ -n "$engine" ]] || { echo "build.sh: no image builder: install buildah (Debian: apt-get install buildah), podman or docker" >&2; exit 1; }
-# One build at a time (suites side by side may both build the images: the second finds the
-# binaries built and the layers cached, and tags what the first did).
-mkdir -p "$cache"
-exec 9>"$cache/images-build.lock"
-flock 9
 
 version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
 [[ -n "$version" ]] || { echo "build.sh: no version in Cargo.toml" >&2; exit 1; }

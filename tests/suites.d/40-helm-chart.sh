@@ -23,7 +23,6 @@
 # There is no kubelet: pods never run; the objects only have to be accepted and be right.
 #
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
-# run-all: chain helm
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
