@@ -102,6 +102,15 @@ impl Broker<'_> {
         })
     }
 
+    /// Whether the person `subject` signed out after `signed_in` (unix ms): what they were
+    /// given then is over.
+    async fn signed_out_since(&self, subject: &str, signed_in: u64) -> bool {
+        self.table
+            .sign_outs
+            .login_ended(&self.table.store, self.provider_id, subject, signed_in)
+            .await
+    }
+
     /// The grant types the token endpoint takes.
     fn grant_types(&self) -> Vec<&'static str> {
         let mut grants = vec!["authorization_code", "refresh_token"];
@@ -819,12 +828,14 @@ fn token_client(
     now: SystemTime,
 ) -> Result<TokenClient, OAuthError> {
     let invalid_client = |why: &str| OAuthError::new(401, "invalid_client", why);
+    // Another scheme (a client that sends its bearer token everywhere) says nothing of the
+    // client here and is left alone, as before clients authenticated; a Basic one must parse.
     let basic = match headers.get(header::AUTHORIZATION) {
-        None => None,
-        Some(value) => Some(
+        Some(value) if tried_basic(value) => Some(
             basic_credentials(value)
-                .ok_or_else(|| invalid_client("Authorization is not Basic client credentials"))?,
+                .ok_or_else(|| invalid_client("Authorization: Basic is not client credentials"))?,
         ),
+        _ => None,
     };
     let (id, secret) = match (basic, client_id) {
         (Some((id, _)), Some(form)) if id != form => {
@@ -863,10 +874,10 @@ fn token_client(
     Ok(TokenClient { id, authenticated })
 }
 
-/// An OAuth error answer at an endpoint where clients authenticate: a 401 after an
-/// `Authorization` header challenges for Basic (RFC 6749 section 5.2).
+/// An OAuth error answer at an endpoint where clients authenticate: a 401 after a Basic
+/// attempt challenges for Basic (RFC 6749 section 5.2).
 fn client_error(e: OAuthError, headers: &HeaderMap) -> Response {
-    let challenge = e.status == 401 && headers.contains_key(header::AUTHORIZATION);
+    let challenge = e.status == 401 && headers.get(header::AUTHORIZATION).is_some_and(tried_basic);
     let mut response = oauth_error(e);
     if challenge {
         response.headers_mut().insert(
@@ -877,10 +888,18 @@ fn client_error(e: OAuthError, headers: &HeaderMap) -> Response {
     response
 }
 
+/// Whether `Authorization` is the Basic scheme (case-insensitive, RFC 9110 section 11.1).
+fn tried_basic(value: &HeaderValue) -> bool {
+    value
+        .as_bytes()
+        .get(..6)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(b"basic "))
+}
+
 /// The client id and secret of `Authorization: Basic` (each form-urlencoded, RFC 6749
 /// section 2.3.1).
 fn basic_credentials(value: &HeaderValue) -> Option<(String, String)> {
-    let encoded = value.to_str().ok()?.strip_prefix("Basic ")?.trim();
+    let encoded = value.to_str().ok()?.get(6..)?.trim();
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded)
         .ok()?;
@@ -1234,14 +1253,7 @@ async fn refresh(
         .await
         .map_err(invalid_grant)?;
     if broker
-        .table
-        .sign_outs
-        .login_ended(
-            &broker.table.store,
-            broker.provider_id,
-            &identity.subject,
-            record.signed_in,
-        )
+        .signed_out_since(&identity.subject, record.signed_in)
         .await
     {
         return Err(invalid_grant("the person signed out since this login"));
@@ -1322,17 +1334,7 @@ async fn assertion_grant(
         }
     }
     let signed_in = verified.signed_in.saturating_mul(1000);
-    if broker
-        .table
-        .sign_outs
-        .login_ended(
-            &broker.table.store,
-            broker.provider_id,
-            &verified.subject,
-            signed_in,
-        )
-        .await
-    {
+    if broker.signed_out_since(&verified.subject, signed_in).await {
         return Err(invalid_grant(
             "the person signed out after the assertion's sign-in",
         ));
@@ -2038,11 +2040,49 @@ keys:
             (StatusCode::UNAUTHORIZED, &invalid_client),
             "a public client has no secret"
         );
+        // Another scheme says nothing of the client (left alone, not challenged); the Basic
+        // scheme's name is case-insensitive.
+        let with_header = |value: String, client_id: Option<String>| {
+            let cx = cx.clone();
+            let mut request = token_request(JWT_BEARER);
+            request.assertion = Some("x.y.z".into());
+            request.client_id = client_id;
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+            async move {
+                let response = token(State(cx), headers, Ok(Form(request))).await;
+                let challenged = response.headers().contains_key(header::WWW_AUTHENTICATE);
+                let (status, e) = body(response).await;
+                (status, e, challenged)
+            }
+        };
+        let (status, e, challenged) =
+            with_header("Bearer sbt.anything".into(), Some(public.clone())).await;
+        assert_eq!(
+            (status, e["error"].as_str(), challenged),
+            (StatusCode::UNAUTHORIZED, Some("invalid_client"), false)
+        );
+        assert!(
+            e["error_description"]
+                .as_str()
+                .is_some_and(|d| d.contains("confidential clients")),
+            "{e}"
+        );
+        let lower = format!(
+            "basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
+        );
+        let (status, e, _) = with_header(lower, None).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_grant")),
+            "authenticated: {e}"
+        );
         // Each answer counted by grant and outcome.
         let scraped = cx.metrics.encode();
         for (outcome, count) in [
-            ("invalid_client", 6),
-            ("invalid_grant", 2),
+            ("invalid_client", 7),
+            ("invalid_grant", 3),
             ("invalid_request", 2),
             ("unauthorized_client", 1),
         ] {
