@@ -327,11 +327,8 @@ fi
 # is waiting on what it started (API servers, a node, pods), so the suites run side by side:
 # each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
 # chain run one after the other, in name order: 60-node after 30-images, which build the same
-# images. 30-images after 40-helm-chart instead, off the one-node cluster's path, was tried once:
-# in that run the cluster's disruption test saw its kept-alive connection replaced, with
-# 30-images' containers starting and stopping beside it). SWITCHBOARD_SUITES_PARALLEL=0 runs
-# every suite one after the other. A suite's output is printed whole when it ends; its time goes
-# into the step table.
+# images). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A suite's output
+# is printed whole when it ends; its time goes into the step table.
 shopt -s nullglob
 suites=()
 for suite in "$root"/tests/suites.d/*.sh; do

@@ -35,11 +35,11 @@ from private_ca import PrivateCa
 PARENT = "00f067aa0ba902b7"
 
 
-
 def has_request(spans) -> bool:
     """The request's own span arrived: it ends after its children (the response is written
     last), so with short export batches it may come a batch after them."""
     return any(s.kind == "server" for s in spans)
+
 
 def traceparent(trace_id: str) -> str:
     return f"00-{trace_id}-{PARENT}-01"
