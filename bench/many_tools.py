@@ -59,23 +59,29 @@ PY_TOOLS = ["add", "echo", "request_headers", "ask", "sample", "progress"]
 EX_TOOLS = ["slow", "fail"]
 
 
-def rpc(url: str, method: str, params: dict, headers: dict | None = None, rid: int = 1) -> dict:
+def rpc(url: str, method: str, params: dict, headers: dict | None = None, rid: int = 1,
+        http_s: list | None = None) -> dict:
+    """One call's result; `http_s` collects the time the HTTP exchange took (to the answer's
+    last byte, before the client parses it)."""
     body, h = B.modern_request(method, params, params.get("name"), rid)
-    st, hh, data, _ = B.http_req(url, body, {**B.BASE_HEADERS, **(headers or AUTH), **h}, timeout=120)
+    st, hh, data, elapsed = B.http_req(url, body, {**B.BASE_HEADERS, **(headers or AUTH), **h}, timeout=120)
+    if http_s is not None:
+        http_s.append(elapsed)
     msg = B.rpc_json(hh.get("content-type", ""), data)
     if st != 200 or "result" not in msg:
         raise RuntimeError(f"{method} at {url}: HTTP {st} {data[:400]!r}")
     return msg["result"]
 
 
-def listing_bytes(url: str, headers: dict | None = None, failed: list | None = None) -> tuple[list[dict], int]:
+def listing_bytes(url: str, headers: dict | None = None, failed: list | None = None,
+                  http_s: list | None = None) -> tuple[list[dict], int]:
     """The whole tools/list of an endpoint (every page): the tools, and the bytes of the tools
     array as JSON (what a client hands a model). A server's listing that failed is an error,
-    unless `failed` is given to collect it."""
+    unless `failed` is given to collect it; `http_s` collects each page's HTTP time."""
     tools: list[dict] = []
     cursor = None
     for _ in range(500):
-        res = rpc(url, "tools/list", {"cursor": cursor} if cursor else {}, headers)
+        res = rpc(url, "tools/list", {"cursor": cursor} if cursor else {}, headers, http_s=http_s)
         errors = (res.get("_meta") or {}).get("switchboard.dev/listingErrors")
         if errors and failed is None:
             raise RuntimeError(f"tools/list at {url}: a server's listing failed: {errors}")
@@ -225,11 +231,13 @@ def one_gateway(args, procs: B.Procs, binary: str, label: str, servers: list[dic
     idle = rss_mib(gw)
     t1 = time.perf_counter()
     failed: list = []
-    tools, listing = listing_bytes(f"{gw.url}/mcp", failed=failed)
+    first_http: list = []
+    tools, listing = listing_bytes(f"{gw.url}/mcp", failed=failed, http_s=first_http)
     first_s = time.perf_counter() - t1
     after = rss_mib(gw)
     t2 = time.perf_counter()
-    listing_bytes(f"{gw.url}/mcp", failed=[])
+    second_http: list = []
+    listing_bytes(f"{gw.url}/mcp", failed=[], http_s=second_http)
     second_s = time.perf_counter() - t2
     time.sleep(1)
     settled = rss_mib(gw)
@@ -237,10 +245,14 @@ def one_gateway(args, procs: B.Procs, binary: str, label: str, servers: list[dic
     procs.stop(gw)
     row = {"ready_s": round(ready_s, 2), "rss_ready_mib": idle, "tools": len(tools), "listing_bytes": listing,
            "first_listing_s": round(first_s, 3), "rss_after_listing_mib": after, "second_listing_s": round(second_s, 3),
+           # (the HTTP exchanges alone: the gateway's answer to its last byte, before the
+           # client parses it and measures what it got)
+           "first_listing_http_s": round(sum(first_http), 3), "second_listing_http_s": round(sum(second_http), 3),
            "rss_settled_mib": settled, "rss_peak_mib": hwm,
            "first_listing_failed": [f"{e['server']}: {e['message']}" for e in failed]}
     B.log(f"    {label:28s} ready {row['ready_s']}s RSS {idle} MiB; {len(tools)} tools {listing} B, first listing "
-          f"{row['first_listing_s']}s, RSS after {after} MiB (peak {hwm}), second listing {row['second_listing_s']}s"
+          f"{row['first_listing_s']}s (HTTP {row['first_listing_http_s']}s), RSS after {after} MiB (peak {hwm}), "
+          f"second listing {row['second_listing_s']}s (HTTP {row['second_listing_http_s']}s)"
           + (f"; first listing failed for {row['first_listing_failed']}" if failed else ""))
     return row
 

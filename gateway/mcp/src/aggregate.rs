@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{Serialize, SerializeSeq, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
@@ -94,6 +94,18 @@ impl Merged {
         self.visible.len()
     }
 
+    /// About how many bytes of JSON text items `range` are as served.
+    fn text_bytes(&self, range: Range<usize>) -> usize {
+        self.visible[range]
+            .iter()
+            .map(|&(l, i)| {
+                let (server, listing) = &self.listings[l];
+                // (the item, its prefixed name's prefix and separator, and a comma)
+                listing.items[i].bytes() + server.prefix().len() + 8
+            })
+            .sum()
+    }
+
     /// Items `range` as the aggregate shows them, ready to serialize.
     pub fn items(&self, range: Range<usize>) -> PublicItems<'_> {
         PublicItems {
@@ -143,35 +155,41 @@ impl Serialize for PublicItems<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let merged = self.merged;
         let mut seq = serializer.serialize_seq(Some(self.range.len()))?;
-        for &(l, i) in &merged.visible[self.range.clone()] {
-            let (server, listing) = &merged.listings[l];
-            let item = &listing.items[i];
-            let own = item.id().unwrap_or_default();
-            let named = match merged.kind {
-                ListKind::Resources | ListKind::ResourceTemplates => {
-                    prefixed_uri(server.prefix(), own)
-                }
-                ListKind::Tools | ListKind::Prompts => prefixed_name(server.prefix(), own),
-            };
-            let text = item.json_with_id(&named);
-            let hidden = merged
-                .hidden
-                .binary_search_by_key(&(l, i), |(at, _)| *at)
-                .ok()
-                .map(|h| merged.hidden[h].1.as_slice());
-            // A tool that links to an MCP Apps UI names the resource as this endpoint does (a
-            // look at its text first: most tools have none, and are not parsed).
-            let links_ui = merged.kind == ListKind::Tools && text.contains("resourceUri");
-            let text = if hidden.is_some() || links_ui {
-                let prefix = links_ui.then(|| server.prefix());
-                edited_tool(&text, hidden, prefix).map_err(serde::ser::Error::custom)?
-            } else {
-                text
-            };
+        for &at in &merged.visible[self.range.clone()] {
+            let text = merged.served(at).map_err(serde::ser::Error::custom)?;
             let raw = RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
             seq.serialize_element(&raw)?;
         }
         seq.end()
+    }
+}
+
+impl Merged {
+    /// Visible item `(l, i)` (an index into `listings`, and into that listing's items) as this
+    /// endpoint serves it: prefixed, without the parameters the caller's grant binds, with its
+    /// UI links named as here.
+    fn served(&self, (l, i): (usize, usize)) -> Result<String, serde_json::Error> {
+        let (server, listing) = &self.listings[l];
+        let item = &listing.items[i];
+        let own = item.id().unwrap_or_default();
+        let named = match self.kind {
+            ListKind::Resources | ListKind::ResourceTemplates => prefixed_uri(server.prefix(), own),
+            ListKind::Tools | ListKind::Prompts => prefixed_name(server.prefix(), own),
+        };
+        let text = item.json_with_id(&named);
+        let hidden = self
+            .hidden
+            .binary_search_by_key(&(l, i), |(at, _)| *at)
+            .ok()
+            .map(|h| self.hidden[h].1.as_slice());
+        // A tool that links to an MCP Apps UI names the resource as this endpoint does (a
+        // look at its text first: most tools have none, and are not parsed).
+        let links_ui = self.kind == ListKind::Tools && text.contains("resourceUri");
+        if hidden.is_some() || links_ui {
+            let prefix = links_ui.then(|| server.prefix());
+            return edited_tool(&text, hidden, prefix);
+        }
+        Ok(text)
     }
 }
 
@@ -192,8 +210,8 @@ fn edited_tool(
     serde_json::to_string(&tool)
 }
 
-/// One page of a merged list as an MCP list result (serialized once, straight from the
-/// cached listings).
+/// One page of a merged list as an MCP list result (written once, straight from the cached
+/// listings).
 struct ListResult<'a> {
     merged: &'a Merged,
     page: Range<usize>,
@@ -202,21 +220,33 @@ struct ListResult<'a> {
     modern: bool,
 }
 
-impl Serialize for ListResult<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl ListResult<'_> {
+    /// The result's JSON text. Its items are text already (each written by the gateway, or an
+    /// upstream's read as JSON when it was walked), so they are written as they are, not read
+    /// again as serde's raw values would be.
+    fn write(&self) -> Result<String, serde_json::Error> {
         let merged = self.merged;
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry(merged.kind.field(), &merged.items(self.page.clone()))?;
+        // Written into a buffer of about its size at once: grown by doubling, a listing of
+        // tens of megabytes would be held one and a half times over while it is copied.
+        let mut out = Vec::with_capacity(merged.text_bytes(self.page.clone()) + 1024);
+        out.push(b'{');
+        serde_json::to_writer(&mut out, merged.kind.field())?;
+        out.extend_from_slice(b":[");
+        for (n, &at) in merged.visible[self.page.clone()].iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(merged.served(at)?.as_bytes());
+        }
+        out.push(b']');
         if let Some(cursor) = &self.next_cursor {
-            map.serialize_entry("nextCursor", cursor)?;
+            member(&mut out, "nextCursor", cursor)?;
         }
         if self.modern {
-            map.serialize_entry("ttlMs", &merged.ttl_ms)?;
-            map.serialize_entry(
-                "cacheScope",
-                if merged.private { "private" } else { "public" },
-            )?;
-            map.serialize_entry("resultType", "complete")?;
+            member(&mut out, "ttlMs", &merged.ttl_ms)?;
+            let scope = if merged.private { "private" } else { "public" };
+            member(&mut out, "cacheScope", &scope)?;
+            member(&mut out, "resultType", &"complete")?;
         }
         let mut meta = Map::new();
         if !merged.failures.is_empty() {
@@ -232,20 +262,30 @@ impl Serialize for ListResult<'_> {
             );
         }
         if !meta.is_empty() {
-            map.serialize_entry("_meta", &meta)?;
+            member(&mut out, "_meta", &meta)?;
         }
-        map.end()
+        out.push(b'}');
+        // (serde_json writes UTF-8, and the items are text)
+        String::from_utf8(out).map_err(serde::ser::Error::custom)
     }
 }
 
-/// One page of the merged list of `kind`, as an MCP list result.
+/// `,"<name>":<value>` (a name without escapes).
+fn member(out: &mut Vec<u8>, name: &str, value: &impl Serialize) -> Result<(), serde_json::Error> {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
+    serde_json::to_writer(out, value)
+}
+
+/// One page of the merged list of `kind`, as an MCP list result's JSON text.
 pub async fn list(
     cx: &McpContext,
     caller: &Caller,
     kind: ListKind,
     cursor: Option<&str>,
     era: Era,
-) -> Result<Box<RawValue>, GatewayError> {
+) -> Result<String, GatewayError> {
     let offset = match cursor {
         Some(c) => decode_cursor(c)
             .ok_or_else(|| GatewayError::InvalidParams(format!("invalid cursor {c:?}")))?,
@@ -261,7 +301,8 @@ pub async fn list(
         next_cursor: (end < merged.len()).then(|| encode_cursor(end)),
         modern: era == Era::Rev2026,
     };
-    serde_json::value::to_raw_value(&result)
+    result
+        .write()
         .map_err(|e| GatewayError::InvalidRequest(format!("cannot encode the list: {e}")))
 }
 
@@ -281,6 +322,72 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{caller, context, upstream_at};
+
+    /// The in-process upstream's `echo` beside an OpenAPI server's two tools (whose schemas
+    /// share a definition), merged for a 2026-07-28 and a legacy client.
+    #[tokio::test]
+    async fn a_merged_page_is_written_whole_with_its_hints() {
+        let upstream = upstream_at().await;
+        let document = json!({
+            "openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+            "components": {"schemas": {"Pet": {"type": "object", "properties": {"name": {"type": "string"}}}}},
+            "paths": {"/pets": {
+                "get": {"operationId": "listPets", "responses": {"200": {"description": "ok",
+                    "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Pet"}}}}}}},
+                "post": {"operationId": "addPet", "requestBody": {"content": {"application/json":
+                    {"schema": {"$ref": "#/components/schemas/Pet"}}}}, "responses": {"201": {"description": "made"}}}}}
+        });
+        let config = format!(
+            r#"
+gateway: {{sessionKey: a-session-key-for-tests}}
+servers:
+- {{name: up, url: '{}/mcp', timeout: 5s}}
+- name: api
+  url: http://127.0.0.1:9/api
+  openapi: {{document: {{value: '{}'}}}}
+keys:
+- {{name: k, secret: s-k, servers: [up, api]}}
+"#,
+            upstream.base, document
+        );
+        let cx = context(&config);
+        let caller = caller(&cx, "s-k").await;
+        let text = list(&cx, &caller, ListKind::Tools, None, Era::Rev2026)
+            .await
+            .unwrap();
+        let result: Value = serde_json::from_str(&text).unwrap();
+        let names: Vec<&str> = result["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["up__echo", "api__addPet", "api__listPets"]);
+        let listed = &result["tools"][2];
+        assert_eq!(
+            listed["outputSchema"]["$defs"]["Pet"]["properties"]["name"]["type"],
+            "string"
+        );
+        assert_eq!(
+            result["ttlMs"], 0,
+            "the smallest: the OpenAPI server gives none"
+        );
+        assert_eq!(result["cacheScope"], "private");
+        assert_eq!(result["resultType"], "complete");
+        assert!(result.get("nextCursor").is_none() && result.get("_meta").is_none());
+
+        // The buffer was sized for what was written.
+        let merged = merge(&cx, &caller, &caller.servers_in_scope(), ListKind::Tools).await;
+        assert!(merged.text_bytes(0..merged.len()) + 1024 >= text.len());
+
+        let legacy = list(&cx, &caller, ListKind::Tools, None, Era::Rev2025)
+            .await
+            .unwrap();
+        let legacy: Value = serde_json::from_str(&legacy).unwrap();
+        assert_eq!(legacy["tools"], result["tools"]);
+        assert_eq!(legacy.as_object().unwrap().len(), 1, "{legacy}");
+    }
 
     #[test]
     fn bound_parameters_leave_the_schema_and_its_required_list() {

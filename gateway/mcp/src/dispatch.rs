@@ -75,20 +75,20 @@ impl From<UpstreamError> for Failure {
     }
 }
 
-/// A method's result: a JSON value, (merged listings) JSON already serialized, an upstream's
-/// result passed on as it came, or an upstream's stream to relay event by event.
+/// A method's result: a JSON value, JSON text written already, an upstream's result passed on
+/// as it came, or an upstream's stream to relay event by event.
 pub enum Answer {
     Json(Value),
-    Raw(Box<RawValue>),
+    /// A result written as JSON text already, passed on as it is: a merged listing, or an
+    /// upstream's result written for a legacy client (without the 2026-07-28 members) by the
+    /// one read that decided it could be passed on.
+    Written(String),
     /// An upstream's result, unchanged; whether it names its `resultType` (a 2026-07-28 client
     /// needs one).
     Relayed {
         result: Box<RawValue>,
         has_result_type: bool,
     },
-    /// An upstream's result already written for a legacy client (without the 2026-07-28
-    /// members), from the one read that decided it could be passed on.
-    ForLegacy(String),
     Stream(Box<Relay>),
 }
 
@@ -98,10 +98,10 @@ impl Answer {
     pub fn is_tool_error(&self) -> bool {
         match self {
             Answer::Json(result) => result.get("isError") == Some(&Value::Bool(true)),
-            Answer::Raw(result) | Answer::Relayed { result, .. } => {
+            Answer::Relayed { result, .. } => {
                 switchboard_protocol::jsonrpc::is_tool_error(result.get())
             }
-            Answer::ForLegacy(text) => switchboard_protocol::jsonrpc::is_tool_error(text),
+            Answer::Written(text) => switchboard_protocol::jsonrpc::is_tool_error(text),
             Answer::Stream(_) => false,
         }
     }
@@ -119,7 +119,7 @@ pub(crate) async fn aggregate_method(
             .as_ref()
             .and_then(|p| p.get("cursor"))
             .and_then(Value::as_str);
-        return Ok(Answer::Raw(
+        return Ok(Answer::Written(
             aggregate::list(cx, caller, kind, cursor, request.era).await?,
         ));
     }
@@ -398,7 +398,7 @@ pub(crate) async fn answer_from_upstream(
                         has_result_type,
                     });
                 }
-                Some(Unchanged::ForLegacy(text)) => return Ok(Answer::ForLegacy(text)),
+                Some(Unchanged::ForLegacy(text)) => return Ok(Answer::Written(text)),
                 None => Answered::Result(RpcResult::Raw(raw)),
             }
         }

@@ -61,10 +61,8 @@ mod tests {
     fn called(upstream: &TestUpstream, answer: Result<Answer, Failure>) -> (String, Value) {
         let result = match answer {
             Ok(Answer::Json(v)) => v,
-            Ok(Answer::Relayed { result, .. } | Answer::Raw(result)) => {
-                serde_json::from_str(result.get()).expect("JSON")
-            }
-            Ok(Answer::ForLegacy(text)) => serde_json::from_str(&text).expect("JSON"),
+            Ok(Answer::Relayed { result, .. }) => serde_json::from_str(result.get()).expect("JSON"),
+            Ok(Answer::Written(text)) => serde_json::from_str(&text).expect("JSON"),
             Ok(Answer::Stream(_)) => panic!("a result, not a stream"),
             Err(e) => panic!("answered, not {e:?}"),
         };

@@ -61,9 +61,14 @@ pub(crate) fn context(config: &str) -> Arc<McpContext> {
 
 /// An upstream and a context whose server `up` is it: what most tests start from.
 pub(crate) async fn served() -> (TestUpstream, Arc<McpContext>) {
-    let upstream = upstream().serve().await;
+    let upstream = upstream_at().await;
     let cx = context(&config(&upstream.base));
     (upstream, cx)
+}
+
+/// The upstream alone, for a test with a config of its own (its base URL in `base`).
+pub(crate) async fn upstream_at() -> TestUpstream {
+    upstream().serve().await
 }
 
 /// Headers carrying `key` as the gateway key.

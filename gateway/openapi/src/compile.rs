@@ -59,25 +59,39 @@ impl Compiled {
     /// whole listing is built).
     pub fn listing(&self) -> Box<RawValue> {
         // (as listed, each schema with its definitions: more than is held)
-        let listed: usize = self
-            .tools
-            .iter()
-            .map(|t| {
-                t.input.listed_bytes(&self.defs)
-                    + t.output.as_ref().map_or(0, |o| o.listed_bytes(&self.defs))
-                    + t.description.as_ref().map_or(0, String::len)
-            })
-            .sum();
-        let mut out = String::with_capacity(listed + 256 * self.tools.len() + 16);
+        let listed: usize = (0..self.tools.len()).map(|i| self.listed_bytes(i)).sum();
+        let mut out = String::with_capacity(listed + 16);
         out.push_str("{\"tools\":[");
         for (i, tool) in self.tools.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            self.write_listed(tool, &mut out);
+            self.write_listed(tool, &tool.name, &mut out);
         }
         out.push_str("]}");
         RawValue::from_string(out).unwrap_or_else(|_| empty_listing())
+    }
+
+    /// Tool `index` (of [`Compiled::tools`]) as `tools/list` lists it, named `name` (an
+    /// aggregate lists it under its prefixed name): its schemas written with the definitions
+    /// they reach, so a listing that keeps a tool by its index holds none of that text.
+    pub fn listed_tool(&self, index: usize, name: &str) -> Option<String> {
+        let tool = self.tools.get(index)?;
+        let mut out = String::with_capacity(self.listed_bytes(index) + name.len());
+        self.write_listed(tool, name, &mut out);
+        Some(out)
+    }
+
+    /// About how many bytes tool `index` takes as listed (schemas with their definitions,
+    /// description, and the rest of the item); 0 for no such tool.
+    pub fn listed_bytes(&self, index: usize) -> usize {
+        self.tools.get(index).map_or(0, |t| {
+            t.input.listed_bytes(&self.defs)
+                + t.output.as_ref().map_or(0, |o| o.listed_bytes(&self.defs))
+                + t.description.as_ref().map_or(0, String::len)
+                + t.name.len()
+                + 160
+        })
     }
 
     /// Bytes of the tools' schemas and descriptions and of their shared definitions, as held.
@@ -102,11 +116,11 @@ impl Compiled {
         serde_json::from_str(&text).ok()
     }
 
-    /// The tool as `tools/list` lists it, written onto `out`.
-    fn write_listed(&self, tool: &OperationTool, out: &mut String) {
+    /// The tool as `tools/list` lists it, named `name`, written onto `out`.
+    fn write_listed(&self, tool: &OperationTool, name: &str, out: &mut String) {
         let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
         out.push_str("{\"name\":");
-        out.push_str(&quoted(&tool.name));
+        out.push_str(&quoted(name));
         if let Some(description) = &tool.description {
             out.push_str(",\"description\":");
             out.push_str(&quoted(description));

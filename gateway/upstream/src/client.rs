@@ -30,8 +30,9 @@ use tokio::time::Instant;
 use crate::call::{SessionScope, UpstreamCall};
 use crate::error::{ClientBuildError, FetchError, UpstreamError};
 use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
+use crate::listing::Listing;
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
-use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
+use switchboard_core::table::{Model, OpenApiTools, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
     ModernMeta, legacy_notification_body, legacy_request_body, modern_request_body, raw_response,
     response_from_body,
@@ -531,6 +532,22 @@ impl Upstreams {
                 Err(_) => timeout_error(&call),
             };
             tracing::info!(server = call.server.id(), %error, "closing an upstream session failed");
+        }
+    }
+
+    /// An OpenAPI server's tools listing, from its compiled document rather than from the
+    /// text a `tools/list` answer would be ([`Listing::of_operations`]), under the call's
+    /// deadline.
+    pub(crate) async fn openapi_listing(
+        &self,
+        call: &RpcCall<'_>,
+        tools: &OpenApiTools,
+    ) -> Result<Listing, UpstreamError> {
+        let state = self.state(call.server);
+        state.era.store(ERA_MODERN, Ordering::Relaxed);
+        match tokio::time::timeout_at(call.deadline, self.document(call, &state, tools)).await {
+            Ok(document) => Ok(Listing::of_operations(&document?)),
+            Err(_) => Err(timeout_error(call)),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Walking an upstream's paginated listing under one deadline (docs/architecture.md, invariant 7).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -11,6 +12,7 @@ use crate::client::{RpcCall, RpcOutcome, RpcResult, Upstreams};
 use crate::error::UpstreamError;
 use crate::request_credential::RequestCredential;
 use switchboard_core::table::Server;
+use switchboard_openapi::Compiled;
 use switchboard_protocol::{Era, ListChanged};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,9 +90,30 @@ pub struct ListingRequest<'a> {
 pub struct Item {
     field: &'static str,
     id: Option<String>,
+    rest: Rest,
+}
+
+/// An item's text, as held.
+#[derive(Clone)]
+enum Rest {
     /// The item without its identifying field: a JSON object (or, for an item that is not an
     /// object, the item itself).
-    rest: Box<RawValue>,
+    Text(Box<RawValue>),
+    /// A tool of an OpenAPI server, by its index in the server's compiled document, and
+    /// written from it when read: the document holds each definition its schemas share once,
+    /// a listing of each tool's own text would copy them into every tool that reaches them
+    /// (the kube-apiserver's Pod definition into each of ~15 tools: 43 MB of text for what
+    /// the document holds in a few).
+    Operation(Arc<Compiled>, usize),
+}
+
+impl std::fmt::Debug for Rest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rest::Text(text) => f.debug_tuple("Text").field(text).finish(),
+            Rest::Operation(_, index) => f.debug_tuple("Operation").field(index).finish(),
+        }
+    }
 }
 
 impl Item {
@@ -111,7 +134,16 @@ impl Item {
         Item {
             field,
             id,
-            rest: rest.unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default()),
+            rest: Rest::Text(rest.unwrap_or_else(|_| empty_object())),
+        }
+    }
+
+    /// Tool `index` of an OpenAPI server's compiled document (see [`Rest::Operation`]).
+    fn operation(compiled: &Arc<Compiled>, index: usize, name: &str) -> Item {
+        Item {
+            field: ListKind::Tools.id_field(),
+            id: Some(name.to_string()),
+            rest: Rest::Operation(compiled.clone(), index),
         }
     }
 
@@ -149,8 +181,7 @@ impl Item {
         Item {
             field,
             id,
-            rest: RawValue::from_string(rest)
-                .unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default()),
+            rest: Rest::Text(RawValue::from_string(rest).unwrap_or_else(|_| empty_object())),
         }
     }
 
@@ -161,7 +192,14 @@ impl Item {
 
     /// The item as JSON text with its identifying field set to `id`.
     pub fn json_with_id(&self, id: &str) -> String {
-        let rest = self.rest.get();
+        let rest = match &self.rest {
+            Rest::Text(rest) => rest.get(),
+            Rest::Operation(compiled, index) => {
+                return compiled
+                    .listed_tool(*index, id)
+                    .unwrap_or_else(|| "{}".into());
+            }
+        };
         if self.id.is_none() || !rest.starts_with('{') {
             return rest.to_string();
         }
@@ -186,8 +224,29 @@ impl Item {
 
     /// Every field but the identifying one, parsed (for a reader of several).
     pub fn fields(&self) -> Option<Map<String, Value>> {
-        serde_json::from_str(self.rest.get()).ok()
+        match &self.rest {
+            Rest::Text(rest) => serde_json::from_str(rest.get()).ok(),
+            Rest::Operation(..) => {
+                let mut fields: Map<String, Value> =
+                    serde_json::from_str(&self.json_with_id("")).ok()?;
+                fields.remove(self.field);
+                Some(fields)
+            }
+        }
     }
+
+    /// About how many bytes of JSON text the item is (its identifying field included).
+    pub fn bytes(&self) -> usize {
+        let id = self.id.as_ref().map_or(0, String::len);
+        match &self.rest {
+            Rest::Text(rest) => rest.get().len() + id,
+            Rest::Operation(compiled, index) => compiled.listed_bytes(*index),
+        }
+    }
+}
+
+fn empty_object() -> Box<RawValue> {
+    RawValue::from_string("{}".into()).unwrap_or_default()
 }
 
 /// Everything one server lists of one kind, with how the walk went.
@@ -222,12 +281,22 @@ impl Listing {
         });
     }
 
-    /// The bytes of its items' JSON text as held (identifying fields included).
+    /// The bytes of its items' JSON text as listed (identifying fields included).
     pub fn bytes(&self) -> usize {
-        self.items
-            .iter()
-            .map(|i| i.rest.get().len() + i.id.as_ref().map_or(0, String::len))
-            .sum()
+        self.items.iter().map(Item::bytes).sum()
+    }
+
+    /// An OpenAPI server's tools, each kept by its index in the compiled document
+    /// ([`Item::operation`]), in the document's order ([`walk`] sorts). Like any listing
+    /// without `cacheScope` it is taken as private (as its text, read by [`Page::read`], was).
+    pub(crate) fn of_operations(compiled: &Arc<Compiled>) -> Listing {
+        Listing {
+            items: (compiled.tools.iter().enumerate())
+                .map(|(i, tool)| Item::operation(compiled, i, &tool.name))
+                .collect(),
+            private: true,
+            ..Listing::default()
+        }
     }
 
     /// About how many bytes the listing holds (its items' text), for a cache bounded in bytes;
@@ -266,6 +335,25 @@ async fn walk_pages(
     } = *request;
     let budget = server.spec.listing_budget();
     let deadline = Instant::now() + budget;
+    if let (Some(tools), ListKind::Tools) = (&server.openapi, kind) {
+        // (from the compiled document: what its listing's text would say, without the text)
+        let request = UpstreamCall::whole(kind.method(), None);
+        let first_page = deadline.min(Instant::now() + server.spec.timeout);
+        let call = RpcCall {
+            request: &request,
+            server,
+            caller_headers,
+            param_headers: None,
+            credential,
+            deadline: first_page,
+            budget: if first_page == deadline {
+                budget
+            } else {
+                server.spec.timeout
+            },
+        };
+        return upstreams.openapi_listing(&call, tools).await;
+    }
     let mut listing = Listing::default();
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
@@ -537,6 +625,75 @@ mod tests {
             serde_json::from_str::<Value>(&odd.json_with_id("ignored")).unwrap(),
             json!({"name": "no uri"})
         );
+    }
+
+    /// An OpenAPI server's tools kept by their index in the compiled document read as the
+    /// text of its `tools/list` answer reads: the same items (under another name too), the same
+    /// fields, the same hints, and about the same size.
+    #[test]
+    fn operations_kept_by_index_are_their_listing_read_from_text() {
+        let document = json!({
+            "openapi": "3.1.0",
+            "info": {"title": "t", "version": "1"},
+            "components": {"schemas": {"Pet": {"type": "object", "description": "A pet",
+                "properties": {"name": {"type": "string"}, "owner": {"$ref": "#/components/schemas/Owner"}}},
+                "Owner": {"type": "object", "properties": {"id": {"type": "integer"}}}}},
+            "paths": {
+                "/pets": {
+                    "get": {"operationId": "listPets", "description": "Lists \"pets\"",
+                        "responses": {"200": {"description": "ok", "content": {"application/json":
+                            {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Pet"}}}}}}},
+                    "post": {"operationId": "addPet", "requestBody": {"required": true, "content":
+                        {"application/json": {"schema": {"$ref": "#/components/schemas/Pet"}}}},
+                        "responses": {"201": {"description": "made"}}}
+                },
+                "/owners/{id}": {"delete": {"operationId": "dropOwner", "parameters": [
+                    {"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+                    "responses": {"204": {"description": "gone"}}}}
+            }
+        });
+        let compiled = Arc::new(
+            switchboard_openapi::compile(&document.to_string(), &Default::default()).unwrap(),
+        );
+        let mut kept = Listing::of_operations(&compiled);
+        kept.sort();
+        let mut read = Listing::default();
+        Page::read(&RpcResult::Raw(compiled.listing()), ListKind::Tools).absorb_into(&mut read);
+        read.sort();
+        let names = |l: &Listing| {
+            l.items
+                .iter()
+                .map(|i| i.id().map(str::to_owned))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&kept), names(&read));
+        assert_eq!(kept.items.len(), 3);
+        for (k, r) in kept.items.iter().zip(&read.items) {
+            for id in ["p__x", "plain"] {
+                let k: Value = serde_json::from_str(&k.json_with_id(id)).unwrap();
+                let r: Value = serde_json::from_str(&r.json_with_id(id)).unwrap();
+                assert_eq!(k, r);
+                assert_eq!(k["name"], id);
+            }
+            assert_eq!(k.fields(), r.fields(), "every field but the name");
+            assert!(!k.fields().unwrap().contains_key("name"));
+            assert_eq!(k.get("inputSchema"), r.get("inputSchema"));
+        }
+        let listed = kept
+            .items
+            .iter()
+            .find(|i| i.id() == Some("listPets"))
+            .unwrap();
+        let output = listed.get("outputSchema").unwrap();
+        assert!(output["$defs"]["Pet"].is_object(), "{output}");
+        assert!(output["$defs"]["Owner"].is_object(), "{output}");
+        assert_eq!(
+            (kept.ttl_ms, kept.private, kept.said_private),
+            (read.ttl_ms, read.private, read.said_private)
+        );
+        // (sizes as listed: never under the text, at most a little over it per item)
+        let (k, r) = (kept.bytes(), read.bytes());
+        assert!(k >= r && k <= r + 200 * kept.items.len(), "{k} against {r}");
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Upstreams {
     }
 
     /// The server's compiled document: the inline one, or the fetched one while it is fresh.
-    async fn document(
+    pub(crate) async fn document(
         &self,
         call: &RpcCall<'_>,
         state: &UpstreamState,

@@ -353,8 +353,7 @@ fn respond(
             }
             (rpc_response(id, "result", result, StatusCode::OK), ok)
         }
-        Ok(Answer::Raw(result)) => (raw_result_response(id, result.get(), None), ok),
-        Ok(Answer::ForLegacy(text)) => (raw_result_response(id, &text, None), ok),
+        Ok(Answer::Written(text)) => (raw_result_response(id, text.into(), None), ok),
         Ok(Answer::Relayed {
             result,
             has_result_type,
@@ -392,11 +391,11 @@ fn relayed(
             rpc_response(id, "result", result, StatusCode::OK)
         }
         Era::Rev2026 if !has_result_type => {
-            raw_result_response(id, result.get(), Some(r#""resultType":"complete""#))
+            raw_result_response(id, result.into(), Some(r#""resultType":"complete""#))
         }
-        // (A legacy client's result came without 2026-07-28 members already, or as
-        // `ForLegacy`: dispatch read them.)
-        _ => raw_result_response(id, result.get(), None),
+        // (A legacy client's result came without 2026-07-28 members already, or `Written`
+        // for it: dispatch read them.)
+        _ => raw_result_response(id, result.into(), None),
     }
 }
 

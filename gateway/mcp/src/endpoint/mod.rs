@@ -139,18 +139,11 @@ async fn handle(
 
 #[cfg(test)]
 mod tests {
+    use axum::http::header;
     use serde_json::json;
-    use serde_json::value::RawValue;
 
     use super::replies::raw_result_response;
     use super::*;
-
-    async fn body_of(response: Response) -> Value {
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        serde_json::from_slice(&bytes).unwrap()
-    }
 
     #[test]
     fn calls_read_like_the_full_reading() {
@@ -195,20 +188,58 @@ mod tests {
         }
     }
 
+    /// The answer's JSON, after checking its `Content-Length` is its length.
+    async fn sized_body_of(response: Response) -> Value {
+        let length = response.headers()[header::CONTENT_LENGTH].clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 26)
+            .await
+            .unwrap();
+        assert_eq!(length.to_str().unwrap(), bytes.len().to_string());
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
     #[tokio::test]
     async fn a_relayed_result_gets_its_result_type_in_front() {
         const STAMP: Option<&str> = Some(r#""resultType":"complete""#);
-        let result = RawValue::from_string(r#" {"content":[],"isError":false}"#.into()).unwrap();
-        let body = body_of(raw_result_response(&json!(7), result.get(), STAMP)).await;
+        let result = || -> Box<str> { r#" {"content":[],"isError":false}"#.into() };
+        let body = sized_body_of(raw_result_response(&json!(7), result(), STAMP)).await;
         assert_eq!(
             body,
             json!({"jsonrpc": "2.0", "id": 7,
                    "result": {"resultType": "complete", "content": [], "isError": false}})
         );
-        let empty = RawValue::from_string("{ }".into()).unwrap();
-        let body = body_of(raw_result_response(&json!("a"), empty.get(), STAMP)).await;
+        let body = sized_body_of(raw_result_response(&json!("a"), "{ }".into(), STAMP)).await;
         assert_eq!(body["result"], json!({"resultType": "complete"}));
-        let body = body_of(raw_result_response(&json!(1), result.get(), None)).await;
+        let body = sized_body_of(raw_result_response(&json!(1), result(), None)).await;
         assert_eq!(body["result"], json!({"content": [], "isError": false}));
+        let not_an_object =
+            sized_body_of(raw_result_response(&json!(2), "[1]".into(), STAMP)).await;
+        assert_eq!(not_an_object["result"], json!([1]));
+    }
+
+    /// A large result is sent as it is, between the envelope's ends (not copied into one
+    /// buffer): the same answer, its length said.
+    #[tokio::test]
+    async fn a_large_result_is_the_same_answer_sent_in_pieces() {
+        let tools: Vec<Value> = (0..2000)
+            .map(|i| json!({"name": format!("t{i}"), "description": "x".repeat(50)}))
+            .collect();
+        let text = json!({"tools": tools}).to_string();
+        assert!(text.len() > 100_000);
+        let response = raw_result_response(
+            &json!(3),
+            format!("  {text}").into(),
+            Some(r#""resultType":"complete""#),
+        );
+        let body = sized_body_of(response).await;
+        assert_eq!(body["id"], 3);
+        assert_eq!(body["result"]["resultType"], "complete");
+        assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 2000);
+        assert_eq!(body["result"]["tools"][1999]["name"], "t1999");
+        let plain = sized_body_of(raw_result_response(&json!(4), text.clone().into(), None)).await;
+        assert_eq!(
+            plain["result"],
+            serde_json::from_str::<Value>(&text).unwrap()
+        );
     }
 }

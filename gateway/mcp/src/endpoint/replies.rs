@@ -1,6 +1,7 @@
 //! Writing JSON-RPC answers (a value, or an upstream's result as it came) and the small readers
 //! every era uses.
 
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
@@ -33,38 +34,59 @@ pub(super) fn rpc_response(id: &Value, kind: &str, payload: Value, status: Statu
         .into_response()
 }
 
+/// Past this size a result's text is not copied into the answer's body: the body is sent as
+/// the envelope's head, the text, and its closing brace (a 43 MB listing copied would be held
+/// twice while it is sent). Below it, one buffer costs less than three chunks.
+const COPIED_RESULT_BYTES: usize = 64 * 1024;
+
 /// A result serialized already (merged listings, which carry `resultType` themselves, or an
 /// upstream's result as it came), with `first_member` (`"name":value`) added in front of the
 /// result object's own members. Only an object result gets one.
 pub(super) fn raw_result_response(
     id: &Value,
-    result: &str,
+    result: Box<str>,
     first_member: Option<&str>,
 ) -> Response {
     let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
     let extra = first_member.map_or(0, str::len);
-    let mut body = Vec::with_capacity(result.len() + extra + id.len() + 40);
-    body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    body.extend_from_slice(id.as_bytes());
-    body.extend_from_slice(b",\"result\":");
-    match (first_member, result.trim_start().strip_prefix('{')) {
-        (Some(member), Some(members)) => {
-            body.push(b'{');
-            body.extend_from_slice(member.as_bytes());
-            if !members.trim_start().starts_with('}') {
-                body.push(b',');
-            }
-            body.extend_from_slice(members.as_bytes());
+    let mut head = Vec::with_capacity(id.len() + extra + 40);
+    head.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    head.extend_from_slice(id.as_bytes());
+    head.extend_from_slice(b",\"result\":");
+    // (where the result's own text goes on from: after its `{` when a member goes in front)
+    let mut from = 0;
+    let trimmed = result.trim_start();
+    if let (Some(member), Some(members)) = (first_member, trimmed.strip_prefix('{')) {
+        head.push(b'{');
+        head.extend_from_slice(member.as_bytes());
+        if !members.trim_start().starts_with('}') {
+            head.push(b',');
         }
-        _ => body.extend_from_slice(result.as_bytes()),
+        from = result.len() - members.len();
     }
-    body.push(b'}');
+    let length = head.len() + result.len() - from + 1;
+    let body = if result.len() < COPIED_RESULT_BYTES {
+        let mut body = head;
+        body.reserve_exact(length - body.len());
+        body.extend_from_slice(&result.as_bytes()[from..]);
+        body.push(b'}');
+        Body::from(body)
+    } else {
+        let text = Bytes::from(String::from(result)).slice(from..);
+        let chunks = [Bytes::from(head), text, Bytes::from_static(b"}")];
+        Body::from_stream(futures_util::stream::iter(
+            chunks.map(Ok::<_, std::convert::Infallible>),
+        ))
+    };
     (
         StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::CONTENT_LENGTH, HeaderValue::from(length)),
+        ],
         body,
     )
         .into_response()
