@@ -216,6 +216,14 @@ fn hidden_anywhere(value: &Value, at: String, out: &mut Vec<Finding>) {
 /// variation selector U+FE0F, and the tags of a subdivision flag (U+1F3F4 then tags then
 /// U+E007F).
 pub fn hidden_characters(text: &str) -> Option<String> {
+    // Most texts are ASCII, where only the control characters are hidden (a review reads every
+    // string of every definition: the kube-apiserver's are 43 MB of them).
+    if text
+        .bytes()
+        .all(|b| b.is_ascii() && (!b.is_ascii_control() || matches!(b, b'\t' | b'\n' | b'\r')))
+    {
+        return None;
+    }
     let chars: Vec<char> = text.chars().collect();
     let mut found: Vec<char> = Vec::new();
     let mut in_flag = false;
@@ -710,6 +718,17 @@ mod tests {
                 .is_none()
         );
         assert!(hidden_characters("Tabs\tand\nlines\r\n are fine").is_none());
+        // ASCII's own controls are hidden too (the fast path for ASCII text must not pass them).
+        assert_eq!(hidden_characters("a bell\u{7}").as_deref(), Some("U+0007"));
+        assert_eq!(
+            hidden_characters("\u{1b}[8mhidden\u{1b}[0m").as_deref(),
+            Some("U+001B")
+        );
+        assert_eq!(hidden_characters("rub\u{7f}out").as_deref(), Some("U+007F"));
+        assert_eq!(
+            hidden_characters("form\u{c}feed").as_deref(),
+            Some("U+000C")
+        );
         assert!(
             hidden_characters("a\u{200D}b").is_some(),
             "a joiner between letters"
