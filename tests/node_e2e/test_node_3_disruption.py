@@ -40,12 +40,14 @@ class Call(NamedTuple):
     ms), whether it was answered right, its latency in ms (`ok`) or why it failed, and the
     connection it went on: the caller's end, `IP:port` ("" when it had none), and `how`:
     `reused` (kept alive from an earlier call), `new` (dialled for this call), `retried` (the
-    transport tried another connection first) or `none`."""
+    transport tried another connection first) or `none`; `closing`: the answer said
+    `Connection: close`."""
     at_ms: int
     ok: bool
     detail: str
     conn: str
     how: str
+    closing: bool = False
 
     @property
     def ms(self) -> float:
@@ -53,16 +55,18 @@ class Call(NamedTuple):
 
 
 def parse_call(line: str) -> Call | None:
-    """`<unix ms> ok <ms> conn=<conn>` or `<unix ms> FAIL <reason> conn=<conn>`, where <conn> is
-    `<IP:port>/<how>` or `none`; None for any other line."""
+    """`<unix ms> ok <ms> conn=<conn>[ closing]` or `<unix ms> FAIL <reason> conn=<conn>[ closing]`,
+    where <conn> is `<IP:port>/<how>` or `none`; None for any other line."""
     parts = line.split(" ", 2)
     if len(parts) != 3 or not parts[0].isdigit():
         return None
-    detail, sep, conn = parts[2].rpartition(" conn=")
+    rest = parts[2].removesuffix(" closing")
+    closing = rest != parts[2]
+    detail, sep, conn = rest.rpartition(" conn=")
     if not sep:
-        return Call(int(parts[0]), parts[1] == "ok", parts[2], "", "none")
+        return Call(int(parts[0]), parts[1] == "ok", rest, "", "none", closing)
     address, _, how = conn.rpartition("/")
-    return Call(int(parts[0]), parts[1] == "ok", detail, address, how)
+    return Call(int(parts[0]), parts[1] == "ok", detail, address, how, closing)
 
 
 def now_ms() -> int:
@@ -263,6 +267,26 @@ def gone(victim: str):
     return settled
 
 
+def holder_story(pod: str) -> str:
+    """What the pod went through: its containers' restarts and last state, its events, and the
+    end of its log (and of its previous container's, if it restarted)."""
+    lines = []
+    try:
+        status = get_json("pod", pod, "-n", RELEASE_NS)["status"]
+        for c in status.get("containerStatuses", []):
+            lines.append(f"  {pod} container {c['name']}: restarts {c.get('restartCount')}, "
+                         f"last state {c.get('lastState')}")
+    except Exception as exc:  # (a pod that is gone says so)
+        lines.append(f"  {pod}: {exc!r}")
+    events = kubectl("get", "events", "-n", RELEASE_NS, "--field-selector", f"involvedObject.name={pod}",
+                     check=False).stdout
+    lines.append(f"  events of {pod}:\n{events}")
+    for previous in ([], ["--previous"]):
+        log = kubectl("logs", pod, "-n", RELEASE_NS, "--tail", "40", *previous, check=False)
+        lines.append(f"  log of {pod} {' '.join(previous)}:\n{log.stdout}{log.stderr}")
+    return "\n".join(lines)
+
+
 def test_deleting_the_gateway_pod_holding_the_connection_loses_no_call(loop):
     held = connection_holder(loop)
     victim = held.pod
@@ -301,6 +325,13 @@ def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop
     # No disruption at all: every call of the window went on the same kept-alive connection,
     # none was dialled or retried, and that connection still goes to the same pod.
     disturbed = [c for c in window if c.conn != held.conn or c.how != "reused"]
+    if disturbed:
+        # What ended the connection: the last answer on it (`closing`: the gateway said
+        # `Connection: close`, as a stopping one does), and whether the pod that held it
+        # restarted or logged its stop.
+        last = [c for c in window if c.conn == held.conn][-1:]
+        print(f"\n  the last call on {held.conn} before {disturbed[0]}: {last}")
+        print(holder_story(held.pod))
     assert not disturbed, (f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
                            f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
     now = connection_holder(loop)

@@ -15,7 +15,9 @@
 //	    before the request was written), or "none" when the call never had a connection. The
 //	    local address is this pod's end (IP:port): the Service address the pod dials is rewritten
 //	    to a gateway pod's by the node (kube-proxy's DNAT), so the node's conntrack table maps it
-//	    to the gateway pod that holds the connection.
+//	    to the gateway pod that holds the connection. A line ends in " closing" when the answer
+//	    said `Connection: close` (the gateway ends the connection after it: a stopping replica
+//	    does), so a connection left afterwards is told from one that broke.
 package main
 
 import (
@@ -53,10 +55,28 @@ func (c *caller) credential() (string, error) {
 // connUse records which connection a call went on (see the loop's <conn> above). The trace's
 // hooks may run on the transport's goroutines, even after the call returned: hence the lock.
 type connUse struct {
-	mu     sync.Mutex
-	local  string
-	reused bool
-	tries  int
+	mu      sync.Mutex
+	local   string
+	reused  bool
+	tries   int
+	closing bool
+}
+
+// answered notes whether the answer said `Connection: close`.
+func (u *connUse) answered(close bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closing = close
+}
+
+// suffix is " closing" after an answer that said `Connection: close`.
+func (u *connUse) suffix() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closing {
+		return " closing"
+	}
+	return ""
 }
 
 func (u *connUse) got(info httptrace.GotConnInfo) {
@@ -120,6 +140,9 @@ func (c *caller) call(n int, conn *connUse) (int, string, error) {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
+	if conn != nil {
+		conn.answered(resp.Close)
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return resp.StatusCode, "", fmt.Errorf("reading the answer: %w", err)
@@ -205,9 +228,9 @@ func main() {
 			var conn connUse
 			_, _, err := c.call(n, &conn)
 			if err != nil {
-				fmt.Printf("%d FAIL %s conn=%s\n", start.UnixMilli(), strings.ReplaceAll(err.Error(), "\n", " "), &conn)
+				fmt.Printf("%d FAIL %s conn=%s%s\n", start.UnixMilli(), strings.ReplaceAll(err.Error(), "\n", " "), &conn, conn.suffix())
 			} else {
-				fmt.Printf("%d ok %.1f conn=%s\n", start.UnixMilli(), float64(time.Since(start).Microseconds())/1000, &conn)
+				fmt.Printf("%d ok %.1f conn=%s%s\n", start.UnixMilli(), float64(time.Since(start).Microseconds())/1000, &conn, conn.suffix())
 			}
 			time.Sleep(*interval)
 		}
