@@ -30,9 +30,8 @@ use tokio::time::Instant;
 use crate::call::{SessionScope, UpstreamCall};
 use crate::error::{ClientBuildError, FetchError, UpstreamError};
 use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
-use crate::listing::Listing;
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
-use switchboard_core::table::{Model, OpenApiTools, RoutingTable, Server, UpstreamRoots};
+use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
     ModernMeta, legacy_notification_body, legacy_request_body, modern_request_body, raw_response,
     response_from_body,
@@ -143,6 +142,12 @@ struct Slot {
 const MAX_SESSIONS_PER_UPSTREAM: usize = 4096;
 
 impl UpstreamState {
+    /// Notes that the upstream answers as a 2026-07-28 server (a REST API described by an
+    /// OpenAPI document does: the gateway answers for it, statelessly).
+    pub(crate) fn answers_as_modern(&self) {
+        self.era.store(ERA_MODERN, Ordering::Relaxed);
+    }
+
     /// The upstream said a list changed (a notification the gateway read from it).
     fn list_changed(&self, change: ListChanged) {
         self.lists_changed[change.index()].fetch_add(1, Ordering::Relaxed);
@@ -535,27 +540,11 @@ impl Upstreams {
         }
     }
 
-    /// An OpenAPI server's tools listing, from its compiled document rather than from the
-    /// text a `tools/list` answer would be ([`Listing::of_operations`]), under the call's
-    /// deadline.
-    pub(crate) async fn openapi_listing(
-        &self,
-        call: &RpcCall<'_>,
-        tools: &OpenApiTools,
-    ) -> Result<Listing, UpstreamError> {
-        let state = self.state(call.server);
-        state.era.store(ERA_MODERN, Ordering::Relaxed);
-        match tokio::time::timeout_at(call.deadline, self.document(call, &state, tools)).await {
-            Ok(document) => Ok(Listing::of_operations(&document?)),
-            Err(_) => Err(timeout_error(call)),
-        }
-    }
-
     async fn call_in_era(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, UpstreamError> {
         let state = self.state(call.server);
         if let Some(tools) = &call.server.openapi {
             // A REST API: answered like a stateless (2026-07-28) server, from its document.
-            state.era.store(ERA_MODERN, Ordering::Relaxed);
+            state.answers_as_modern();
             return self.openapi(call, &state, tools).await;
         }
         if call.server.spec.upstream_era == UpstreamEra::ByClient {
@@ -1479,7 +1468,7 @@ fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
     params?.get(protocol::named_field(method)?)?.as_str()
 }
 
-fn timeout_error(call: &RpcCall<'_>) -> UpstreamError {
+pub(crate) fn timeout_error(call: &RpcCall<'_>) -> UpstreamError {
     UpstreamError::Timeout {
         server: call.server.id().to_string(),
         budget: call.budget,

@@ -326,57 +326,27 @@ async fn walk_pages(
     request: &ListingRequest<'_>,
     page_cap: u32,
 ) -> Result<Listing, UpstreamError> {
-    let ListingRequest {
-        server,
-        caller_headers,
-        credential,
-        kind,
-        ..
-    } = *request;
+    let ListingRequest { server, kind, .. } = *request;
     let budget = server.spec.listing_budget();
     let deadline = Instant::now() + budget;
     if let (Some(tools), ListKind::Tools) = (&server.openapi, kind) {
         // (from the compiled document: what its listing's text would say, without the text)
-        let request = UpstreamCall::whole(kind.method(), None);
-        let first_page = deadline.min(Instant::now() + server.spec.timeout);
-        let call = RpcCall {
-            request: &request,
-            server,
-            caller_headers,
-            param_headers: None,
-            credential,
-            deadline: first_page,
-            budget: if first_page == deadline {
-                budget
-            } else {
-                server.spec.timeout
-            },
-        };
+        let page = UpstreamCall::whole(kind.method(), None);
+        let call = page_call(&page, request, deadline, budget);
         return upstreams.openapi_listing(&call, tools).await;
     }
     let mut listing = Listing::default();
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
     for page in 0..page_cap {
-        let page_deadline = deadline.min(Instant::now() + server.spec.timeout);
-        let request = UpstreamCall::whole(
+        let asked = UpstreamCall::whole(
             kind.method(),
             cursor.as_ref().map(|c| json!({ "cursor": c })),
         );
-        let call = RpcCall {
-            request: &request,
-            server,
-            caller_headers,
-            param_headers: None,
-            credential,
-            deadline: page_deadline,
-            budget: if page_deadline == deadline {
-                budget
-            } else {
-                server.spec.timeout
-            },
-        };
-        let result = match upstreams.call(call).await {
+        let result = match upstreams
+            .call(page_call(&asked, request, deadline, budget))
+            .await
+        {
             Ok(RpcOutcome::Result(r)) => r,
             Ok(RpcOutcome::Error(e, _)) if page == 0 => {
                 return Err(UpstreamError::Unavailable {
@@ -426,6 +396,31 @@ async fn walk_pages(
         listing.items.len()
     ));
     Ok(listing)
+}
+
+/// One page's call: within the listing's `deadline` (of `budget`), and the server's timeout at
+/// most.
+fn page_call<'a>(
+    page: &'a UpstreamCall<'a>,
+    listing: &ListingRequest<'a>,
+    deadline: Instant,
+    budget: std::time::Duration,
+) -> RpcCall<'a> {
+    let server = listing.server;
+    let page_deadline = deadline.min(Instant::now() + server.spec.timeout);
+    RpcCall {
+        request: page,
+        server,
+        caller_headers: listing.caller_headers,
+        param_headers: None,
+        credential: listing.credential,
+        deadline: page_deadline,
+        budget: if page_deadline == deadline {
+            budget
+        } else {
+            server.spec.timeout
+        },
+    }
 }
 
 /// What the walk takes from one page of a listing.

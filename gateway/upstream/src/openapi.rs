@@ -15,10 +15,12 @@ use switchboard_openapi::Compiled;
 use tokio::time::Instant;
 
 use crate::client::{
-    MAX_UPSTREAM_BODY, RpcCall, RpcOutcome, RpcResult, UpstreamState, Upstreams, www_authenticate,
+    MAX_UPSTREAM_BODY, RpcCall, RpcOutcome, RpcResult, UpstreamState, Upstreams, timeout_error,
+    www_authenticate,
 };
 use crate::error::UpstreamError;
 use crate::http_client;
+use crate::listing::Listing;
 
 /// Runs CPU-heavy work on the blocking pool; a task that panicked is a document error.
 async fn off_runtime<T: Send + 'static>(
@@ -92,8 +94,24 @@ impl Upstreams {
         }
     }
 
+    /// An OpenAPI server's tools listing, from its compiled document rather than from the
+    /// text a `tools/list` answer would be ([`Listing::of_operations`]), under the call's
+    /// deadline.
+    pub(crate) async fn openapi_listing(
+        &self,
+        call: &RpcCall<'_>,
+        tools: &OpenApiTools,
+    ) -> Result<Listing, UpstreamError> {
+        let state = self.state(call.server);
+        state.answers_as_modern();
+        match tokio::time::timeout_at(call.deadline, self.document(call, &state, tools)).await {
+            Ok(document) => Ok(Listing::of_operations(&document?)),
+            Err(_) => Err(timeout_error(call)),
+        }
+    }
+
     /// The server's compiled document: the inline one, or the fetched one while it is fresh.
-    pub(crate) async fn document(
+    async fn document(
         &self,
         call: &RpcCall<'_>,
         state: &UpstreamState,

@@ -201,19 +201,19 @@ mod tests {
     #[tokio::test]
     async fn a_relayed_result_gets_its_result_type_in_front() {
         const STAMP: Option<&str> = Some(r#""resultType":"complete""#);
-        let result = || -> Box<str> { r#" {"content":[],"isError":false}"#.into() };
+        let result = || r#" {"content":[],"isError":false}"#.to_string();
         let body = sized_body_of(raw_result_response(&json!(7), result(), STAMP)).await;
         assert_eq!(
             body,
             json!({"jsonrpc": "2.0", "id": 7,
                    "result": {"resultType": "complete", "content": [], "isError": false}})
         );
-        let body = sized_body_of(raw_result_response(&json!("a"), "{ }".into(), STAMP)).await;
+        let body = sized_body_of(raw_result_response(&json!("a"), "{ }".to_string(), STAMP)).await;
         assert_eq!(body["result"], json!({"resultType": "complete"}));
         let body = sized_body_of(raw_result_response(&json!(1), result(), None)).await;
         assert_eq!(body["result"], json!({"content": [], "isError": false}));
         let not_an_object =
-            sized_body_of(raw_result_response(&json!(2), "[1]".into(), STAMP)).await;
+            sized_body_of(raw_result_response(&json!(2), "[1]".to_string(), STAMP)).await;
         assert_eq!(not_an_object["result"], json!([1]));
     }
 
@@ -228,7 +228,7 @@ mod tests {
         assert!(text.len() > 100_000);
         let response = raw_result_response(
             &json!(3),
-            format!("  {text}").into(),
+            format!("  {text}"),
             Some(r#""resultType":"complete""#),
         );
         let body = sized_body_of(response).await;
@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(body["result"]["resultType"], "complete");
         assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 2000);
         assert_eq!(body["result"]["tools"][1999]["name"], "t1999");
-        let plain = sized_body_of(raw_result_response(&json!(4), text.clone().into(), None)).await;
+        let plain = sized_body_of(raw_result_response(&json!(4), text.clone(), None)).await;
         assert_eq!(
             plain["result"],
             serde_json::from_str::<Value>(&text).unwrap()

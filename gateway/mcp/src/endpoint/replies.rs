@@ -44,35 +44,49 @@ const COPIED_RESULT_BYTES: usize = 64 * 1024;
 /// result object's own members. Only an object result gets one.
 pub(super) fn raw_result_response(
     id: &Value,
-    result: Box<str>,
+    result: String,
     first_member: Option<&str>,
 ) -> Response {
     let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
-    let extra = first_member.map_or(0, str::len);
-    let mut head = Vec::with_capacity(id.len() + extra + 40);
-    head.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    head.extend_from_slice(id.as_bytes());
-    head.extend_from_slice(b",\"result\":");
+    const OPEN: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+    const RESULT: &[u8] = b",\"result\":";
     // (where the result's own text goes on from: after its `{` when a member goes in front)
-    let mut from = 0;
     let trimmed = result.trim_start();
-    if let (Some(member), Some(members)) = (first_member, trimmed.strip_prefix('{')) {
-        head.push(b'{');
-        head.extend_from_slice(member.as_bytes());
-        if !members.trim_start().starts_with('}') {
-            head.push(b',');
+    let member = match (first_member, trimmed.strip_prefix('{')) {
+        (Some(member), Some(members)) => {
+            let comma = !members.trim_start().starts_with('}');
+            Some((member, comma, result.len() - members.len()))
         }
-        from = result.len() - members.len();
-    }
-    let length = head.len() + result.len() - from + 1;
+        _ => None,
+    };
+    let from = member.map_or(0, |(_, _, from)| from);
+    let head_length = OPEN.len()
+        + id.len()
+        + RESULT.len()
+        + member.map_or(0, |(m, comma, _)| 1 + m.len() + usize::from(comma));
+    let length = head_length + result.len() - from + 1;
+    let write_head = |out: &mut Vec<u8>| {
+        out.extend_from_slice(OPEN);
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(RESULT);
+        if let Some((member, comma, _)) = member {
+            out.push(b'{');
+            out.extend_from_slice(member.as_bytes());
+            if comma {
+                out.push(b',');
+            }
+        }
+    };
     let body = if result.len() < COPIED_RESULT_BYTES {
-        let mut body = head;
-        body.reserve_exact(length - body.len());
+        let mut body = Vec::with_capacity(length);
+        write_head(&mut body);
         body.extend_from_slice(&result.as_bytes()[from..]);
         body.push(b'}');
         Body::from(body)
     } else {
-        let text = Bytes::from(String::from(result)).slice(from..);
+        let mut head = Vec::with_capacity(head_length);
+        write_head(&mut head);
+        let text = Bytes::from(result).slice(from..);
         let chunks = [Bytes::from(head), text, Bytes::from_static(b"}")];
         Body::from_stream(futures_util::stream::iter(
             chunks.map(Ok::<_, std::convert::Infallible>),
