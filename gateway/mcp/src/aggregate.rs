@@ -325,7 +325,8 @@ mod tests {
     use crate::test_support::{caller, context, upstream_at};
 
     /// The in-process upstream's `echo` beside an OpenAPI server's two tools (whose schemas
-    /// share a definition), merged for a 2026-07-28 and a legacy client.
+    /// share a definition) and a server that answers no MCP, merged for a 2026-07-28 and a
+    /// legacy client.
     #[tokio::test]
     async fn a_merged_page_is_written_whole_with_its_hints() {
         let upstream = upstream_at().await;
@@ -342,14 +343,15 @@ mod tests {
             r#"
 gateway: {{sessionKey: a-session-key-for-tests}}
 servers:
-- {{name: up, url: '{}/mcp', timeout: 5s}}
+- {{name: up, url: '{base}/mcp', timeout: 5s}}
 - name: api
   url: http://127.0.0.1:9/api
-  openapi: {{document: {{value: '{}'}}}}
+  openapi: {{document: {{value: '{document}'}}}}
+- {{name: side, url: '{base}/side', timeout: 5s}}
 keys:
-- {{name: k, secret: s-k, servers: [up, api]}}
+- {{name: k, secret: s-k, servers: [up, api, side]}}
 "#,
-            upstream.base, document
+            base = upstream.base,
         );
         let cx = context(&config);
         let caller = caller(&cx, "s-k").await;
@@ -375,7 +377,10 @@ keys:
         );
         assert_eq!(result["cacheScope"], "private");
         assert_eq!(result["resultType"], "complete");
-        assert!(result.get("nextCursor").is_none() && result.get("_meta").is_none());
+        assert!(result.get("nextCursor").is_none());
+        let errors = &result["_meta"][META_LISTING_ERRORS];
+        assert_eq!(errors.as_array().map(Vec::len), Some(1), "{errors}");
+        assert_eq!(errors[0]["server"], "side");
 
         // The buffer was sized for what was written.
         let merged = merge(&cx, &caller, &caller.servers_in_scope(), ListKind::Tools).await;
@@ -386,7 +391,8 @@ keys:
             .unwrap();
         let legacy: Value = serde_json::from_str(&legacy).unwrap();
         assert_eq!(legacy["tools"], result["tools"]);
-        assert_eq!(legacy.as_object().unwrap().len(), 1, "{legacy}");
+        assert_eq!(legacy["_meta"], result["_meta"]);
+        assert_eq!(legacy.as_object().unwrap().len(), 2, "{legacy}");
     }
 
     #[test]
