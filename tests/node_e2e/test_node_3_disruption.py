@@ -269,7 +269,8 @@ def gone(victim: str):
 
 def holder_story(pod: str) -> str:
     """What the pod went through: its containers' restarts and last state, its events, and the
-    end of its log (and of its previous container's, if it restarted)."""
+    end of its log without the audit records (one per call: the chart writes them to stdout
+    beside the log), and of its previous container's, if it restarted."""
     lines = []
     try:
         status = get_json("pod", pod, "-n", RELEASE_NS)["status"]
@@ -282,8 +283,10 @@ def holder_story(pod: str) -> str:
                      check=False).stdout
     lines.append(f"  events of {pod}:\n{events}")
     for previous in ([], ["--previous"]):
-        log = kubectl("logs", pod, "-n", RELEASE_NS, "--tail", "40", *previous, check=False)
-        lines.append(f"  log of {pod} {' '.join(previous)}:\n{log.stdout}{log.stderr}")
+        log = kubectl("logs", pod, "-n", RELEASE_NS, "--tail", "20000", *previous, check=False)
+        kept = [line for line in log.stdout.splitlines() if '"schema":"switchboard.audit/' not in line]
+        lines.append(f"  log of {pod} {' '.join(previous)} (audit records left out), its last 40 lines:\n"
+                     + "\n".join(kept[-40:]) + f"\n{log.stderr}")
     return "\n".join(lines)
 
 
