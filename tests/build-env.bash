@@ -26,8 +26,9 @@ export SWITCHBOARD_BIN_DIR="${SWITCHBOARD_BIN_DIR:-$CARGO_TARGET_DIR/$CARGO_BUIL
 # The workspace's debug binaries, with the features the shipped binaries have. Building them
 # with the test targets (`--tests`) would reuse the unit step's libraries (a build with test
 # targets resolves features as `cargo test` does, dev-dependencies counted), saving 35 s of a
-# warm run after a change to a low crate; tried, and the one-node cluster's disruption test then
-# failed in 2 of 4 runs (never before): the binaries the tests run must be the shipped kind.
+# warm run after a change to a low crate, but the binaries the tests run would then have the
+# unit tests' features (tokio's `test-util` and others), not the shipped ones. (It was tried, and
+# undone while the one-node cluster's disruption test failed; that test failed without it too.)
 build_test_binaries() {
   cargo build --workspace --bins "$@"
 }

@@ -139,10 +139,10 @@ impl Item {
     }
 
     /// Tool `index` of an OpenAPI server's compiled document (see [`Rest::Operation`]).
-    fn operation(compiled: &Arc<Compiled>, index: usize, name: &str) -> Item {
+    fn operation(compiled: &Arc<Compiled>, index: usize) -> Item {
         Item {
             field: ListKind::Tools.id_field(),
-            id: Some(name.to_string()),
+            id: compiled.tools.get(index).map(|tool| tool.name.clone()),
             rest: Rest::Operation(compiled.clone(), index),
         }
     }
@@ -291,8 +291,8 @@ impl Listing {
     /// without `cacheScope` it is taken as private (as its text, read by [`Page::read`], was).
     pub(crate) fn of_operations(compiled: &Arc<Compiled>) -> Listing {
         Listing {
-            items: (compiled.tools.iter().enumerate())
-                .map(|(i, tool)| Item::operation(compiled, i, &tool.name))
+            items: (0..compiled.tools.len())
+                .map(|i| Item::operation(compiled, i))
                 .collect(),
             private: true,
             ..Listing::default()
@@ -331,8 +331,8 @@ async fn walk_pages(
     let deadline = Instant::now() + budget;
     if let (Some(tools), ListKind::Tools) = (&server.openapi, kind) {
         // (from the compiled document: what its listing's text would say, without the text)
-        let page = UpstreamCall::whole(kind.method(), None);
-        let call = page_call(&page, request, deadline, budget);
+        let asked = UpstreamCall::whole(kind.method(), None);
+        let call = page_call(&asked, request, deadline, budget);
         return upstreams.openapi_listing(&call, tools).await;
     }
     let mut listing = Listing::default();
