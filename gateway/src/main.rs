@@ -21,36 +21,13 @@ use switchboard_telemetry::start::bind;
 /// chart's preStop sleep and drain.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
+mod allocator;
+
 /// mimalloc: faster small allocations on the request path than glibc's malloc, and freed
 /// memory goes back to the system instead of piling up in per-thread arenas (RSS after a large
-/// listing).
+/// listing). `allocator` says why not through the `mimalloc` crate.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// How long freed memory stays with mimalloc before it goes back to the system. mimalloc 3
-/// keeps it a second (its `purge_delay` default, 1000 ms; mimalloc 2 kept it 10 ms): a listing
-/// of a large API description frees tens of megabytes at once, and for that second the replica
-/// holds them as if they were in use (the kube-apiserver's documents: about 50 MiB more right
-/// after a first listing, BENCHMARKS.md "Many tools"). The request path reuses what it frees
-/// within milliseconds, so 10 ms costs it nothing measurable (same place).
-const PURGE_DELAY_MS: std::ffi::c_long = 10;
-/// `mi_option_purge_delay` in mimalloc 3's `mimalloc.h` (the Rust bindings name no constant
-/// for it; a test checks it is the option whose default is 1000 ms).
-const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-fn tune_allocator() {
-    // SAFETY: mi_option_set only stores an integer option, for any option index and value.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, PURGE_DELAY_MS) };
-}
-
-/// Gives what this thread has freed back to the system now. The first config is loaded on the
-/// thread that runs `main`'s future, which then mostly waits: what compiling the config's
-/// OpenAPI documents freed (their parsed trees: about 25 MiB for the kube-apiserver's) would
-/// stay with that idle thread, purge delay or not.
-fn give_back_freed_memory() {
-    // SAFETY: mi_collect frees and purges what the calling thread's heap holds unused.
-    unsafe { libmimalloc_sys::mi_collect(true) };
-}
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
@@ -187,7 +164,7 @@ enum ToolsCommand {
 }
 
 fn main() -> std::process::ExitCode {
-    tune_allocator();
+    allocator::tune();
     // A start that fails says why on one line (a port in use names its flag), no backtrace.
     switchboard_telemetry::start::exit_code(start(Args::parse()))
 }
@@ -272,7 +249,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     config.display()
                 );
             };
-            give_back_freed_memory();
+            allocator::give_back_freed_memory();
             tokio::spawn(config_file::watch(
                 gw.clone(),
                 config.clone(),
@@ -288,7 +265,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             // replica serve before it reaches the operator.
             if let Some(file) = initial.as_ref().filter(|f| f.exists()) {
                 let _ = config_file::reload(&*gw, file);
-                give_back_freed_memory();
+                allocator::give_back_freed_memory();
             }
             let source = OperatorSource {
                 trust: operator_trust(&args)?,
@@ -411,17 +388,5 @@ mod tests {
             .map(|a| format!("--{}", a.get_long().unwrap_or_default()))
             .collect();
         assert!(missing.is_empty(), "flags without env: {missing:?}");
-    }
-
-    /// `PURGE_DELAY` is mimalloc 3's purge delay: the option whose default is 1000 ms (no
-    /// other option of that version defaults to 1000), and setting it takes.
-    #[test]
-    fn the_purge_delay_option_is_the_one_tuned() {
-        // SAFETY: reading and storing integer options.
-        let default = unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
-        assert_eq!(default, 1000, "not mimalloc 3's purge_delay");
-        super::tune_allocator();
-        let tuned = unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
-        assert_eq!(tuned, super::PURGE_DELAY_MS);
     }
 }

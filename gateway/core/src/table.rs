@@ -25,7 +25,7 @@ use crate::session::SessionSealer;
 use crate::virtual_server::VirtualServer;
 use crate::workload_identity::{Bindings, TokenVerifier};
 
-pub use crate::server::{OpenApiTools, Server};
+pub use crate::server::{Endpoint, OpenApiTools, Server};
 
 pub struct RoutingTable {
     pub generation: u64,
@@ -153,6 +153,7 @@ impl RoutingTable {
                     metric_name: ServerName(spec.id().into()),
                     revision: spec_revision(spec),
                     spec: spec.clone(),
+                    endpoint: Endpoint::of(&url),
                     url,
                     headers,
                     scope,

@@ -47,7 +47,11 @@ pub fn to_bits(caps: Option<&Value>) -> u8 {
     set(has(&["elicitation", "url"]), ELICITATION_URL);
     set(has(&["roots"]), ROOTS);
     set(
-        caps.pointer("/roots/listChanged").and_then(Value::as_bool) == Some(true),
+        // (Not `pointer`: it allocates each step's key, on every 2026-07-28 request.)
+        caps.get("roots")
+            .and_then(|roots| roots.get("listChanged"))
+            .and_then(Value::as_bool)
+            == Some(true),
         ROOTS_LIST_CHANGED,
     );
     set(has(&["extensions", TASKS_EXTENSION]), TASKS);

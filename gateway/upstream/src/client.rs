@@ -851,7 +851,14 @@ impl Upstreams {
                     denied,
                 });
             }
-            let mut outgoing = http.request(method.clone(), &url).headers(headers.clone());
+            // The server's own URL was made into a request target once (`Endpoint`).
+            let outgoing = match &call.server.endpoint {
+                Some(endpoint) if url == call.server.url => {
+                    http.request_to(method.clone(), endpoint)
+                }
+                _ => http.request(method.clone(), &url),
+            };
+            let mut outgoing = outgoing.headers(headers.clone());
             if let Some((content_type, body)) = &body {
                 outgoing = outgoing.body(content_type, body.clone());
             }

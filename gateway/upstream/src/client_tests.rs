@@ -673,6 +673,18 @@ async fn a_cross_origin_redirect_drops_every_credential_slot() {
         arrived[0].header("mcp-protocol-version").as_deref(),
         Some("2026-07-28")
     );
+    // Each request names its own origin's host: the server's own made once with its URL
+    // (`Endpoint`), the redirect target's made for it.
+    let host_of = |url: &str| {
+        let url = url::Url::parse(url).expect("a URL");
+        format!(
+            "{}:{}",
+            url.host_str().unwrap_or_default(),
+            url.port().unwrap_or(80)
+        )
+    };
+    assert_eq!(sent.header("host"), Some(host_of(&first.mcp_url())));
+    assert_eq!(arrived[0].header("host"), Some(host_of(&other.mcp_url())));
 }
 
 #[tokio::test]

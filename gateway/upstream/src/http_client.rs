@@ -25,7 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::ServerName;
-use switchboard_core::table::UpstreamRoots;
+use switchboard_core::table::{Endpoint, UpstreamRoots};
 use switchboard_snapshot::{Denied, NetworkPolicy, ScopedPolicy, UpstreamNetworks};
 
 /// An answer whose body is still to be read (whole, or as a stream).
@@ -159,8 +159,23 @@ impl HttpClient {
             client: self,
             method,
             uri,
+            host: None,
             https: url.scheme() == "https",
             headers,
+            body: Bytes::new(),
+        }
+    }
+
+    /// A request to a server's own URL, made once (`Endpoint`): what `request` makes of that
+    /// URL, without making it again.
+    pub fn request_to(&self, method: Method, endpoint: &Endpoint) -> Outgoing<'_> {
+        Outgoing {
+            client: self,
+            method,
+            https: endpoint.uri.scheme() == Some(&http::uri::Scheme::HTTPS),
+            uri: Ok(endpoint.uri.clone()),
+            host: Some(endpoint.host.clone()),
+            headers: HeaderMap::new(),
             body: Bytes::new(),
         }
     }
@@ -179,6 +194,8 @@ pub struct Outgoing<'c> {
     client: &'c HttpClient,
     method: Method,
     uri: Result<http::Uri, http::uri::InvalidUri>,
+    /// The `Host` header made with the endpoint; without one, hyper-util writes it from `uri`.
+    host: Option<HeaderValue>,
     https: bool,
     headers: HeaderMap,
     body: Bytes,
@@ -252,6 +269,10 @@ impl Outgoing<'_> {
         *request.method_mut() = self.method;
         *request.uri_mut() = uri;
         *request.headers_mut() = self.headers;
+        if let Some(host) = self.host {
+            // (A `Host` set among the headers stays, as hyper-util keeps it.)
+            request.headers_mut().entry(header::HOST).or_insert(host);
+        }
         {
             let _inside = span.enter();
             switchboard_core::audit::propagate(request.headers_mut());
