@@ -31,7 +31,7 @@ pub fn request_body(id: &Value, method: &str, params: Option<&Value>) -> Vec<u8>
         method,
         params,
     };
-    serde_json::to_vec(&envelope).unwrap_or_default()
+    body_of(&envelope)
 }
 
 /// The `_meta` keys the 2026-07-28 revision reserves for what a legacy session says once (the
@@ -78,7 +78,7 @@ pub fn legacy_request_body(
             trace,
         }),
     };
-    serde_json::to_vec(&envelope).unwrap_or_default()
+    body_of(&envelope)
 }
 
 /// A notification body for a legacy session (`notifications/initialized`, a cancellation), with
@@ -231,7 +231,17 @@ pub fn modern_request_body(
             meta,
         }),
     };
-    serde_json::to_vec(&envelope).unwrap_or_default()
+    body_of(&envelope)
+}
+
+/// A request's body written into a buffer with room for a typical call at once (a `tools/call`
+/// with its `_meta` is 300-500 bytes; serde_json's own buffer starts at 128 and doubles).
+fn body_of(envelope: &impl Serialize) -> Vec<u8> {
+    let mut body = Vec::with_capacity(512);
+    match serde_json::to_writer(&mut body, envelope) {
+        Ok(()) => body,
+        Err(_) => Vec::new(),
+    }
 }
 
 struct ModernParams<'a> {

@@ -287,20 +287,17 @@ pub struct ResultMembers<'a>(Members<'a>);
 impl<'a> ResultMembers<'a> {
     /// `None` when the text is not an object of plain member names.
     pub fn read(raw: &'a RawValue) -> Option<ResultMembers<'a>> {
-        if !raw.get().trim_start().starts_with('{') {
-            return None;
-        }
-        serde_json::from_str(raw.get()).ok().map(ResultMembers)
+        Members::scan(raw.get()).map(ResultMembers)
     }
 
-    fn get(&self, name: &str) -> Option<&'a RawValue> {
+    fn get(&self, name: &str) -> Option<&'a str> {
         self.0.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
     }
 
     /// Whether `resultType` is the string `kind`; `None` when there is no `resultType` or it
     /// is not a string.
     pub fn result_type_is(&self, kind: &str) -> Option<bool> {
-        let text = self.get("resultType")?.get();
+        let text = self.get("resultType")?;
         match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
             Some(plain) if !plain.contains('\\') => Some(plain == kind),
             // An escaped string: compared as the string it means.
@@ -318,7 +315,7 @@ impl<'a> ResultMembers<'a> {
     /// none (the text as it came is the answer then). Written from the members as they came,
     /// nothing below them parsed: JSON by construction, not validated again.
     pub fn without_modern(&self) -> Option<String> {
-        let complete = |value: &RawValue| value.get() == "\"complete\"";
+        let complete = |value: &str| value == "\"complete\"";
         if !self
             .0
             .0
@@ -327,12 +324,7 @@ impl<'a> ResultMembers<'a> {
         {
             return None;
         }
-        let total: usize = self
-            .0
-            .0
-            .iter()
-            .map(|(n, v)| n.len() + v.get().len() + 4)
-            .sum();
+        let total: usize = self.0.0.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
         let mut out = String::with_capacity(total + 2);
         out.push('{');
         for (name, value) in &self.0.0 {
@@ -345,7 +337,7 @@ impl<'a> ResultMembers<'a> {
             out.push('"');
             out.push_str(name);
             out.push_str("\":");
-            out.push_str(value.get());
+            out.push_str(value);
         }
         out.push('}');
         Some(out)
@@ -354,28 +346,106 @@ impl<'a> ResultMembers<'a> {
 
 /// An object's top-level members in order, each value as its text. A member name must be
 /// borrowable (no escapes), which is what makes writing it back as `"name"` exact.
-struct Members<'a>(Vec<(&'a str, &'a RawValue)>);
+struct Members<'a>(Vec<(&'a str, &'a str)>);
 
-impl<'de> serde::Deserialize<'de> for Members<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
+impl<'a> Members<'a> {
+    /// The members of `text`, which is valid JSON (a `RawValue`'s: the parser that made it
+    /// checked every byte), found by their delimiters alone: nothing checked again, no value
+    /// read. `None` when the text is not an object or a member name has an escape. (Read with
+    /// serde as a map of raw values, a `tools/call` result cost a call about 3,500
+    /// instructions, a second pass over what the parser had just read.)
+    fn scan(text: &'a str) -> Option<Members<'a>> {
+        let b = text.as_bytes();
+        let mut i = skip_space(b, 0);
+        if b.get(i) != Some(&b'{') {
+            return None;
+        }
+        i = skip_space(b, i + 1);
+        let mut members = Vec::new();
+        if b.get(i) == Some(&b'}') {
+            return Some(Members(members));
+        }
+        loop {
+            if b.get(i) != Some(&b'"') {
+                return None;
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Members<'de>, A::Error> {
-                let mut members = Vec::new();
-                while let Some(member) = map.next_entry::<&'de str, &'de RawValue>()? {
-                    members.push(member);
-                }
-                Ok(Members(members))
+            let name_end = string_end(b, i)?;
+            let name = &text[i + 1..name_end - 1];
+            if name.contains('\\') {
+                return None;
+            }
+            i = skip_space(b, name_end);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            let value_start = skip_space(b, i + 1);
+            let value_end = value_end(b, value_start)?;
+            members.push((name, &text[value_start..value_end]));
+            i = skip_space(b, value_end);
+            match b.get(i) {
+                Some(b',') => i = skip_space(b, i + 1),
+                Some(b'}') => return Some(Members(members)),
+                _ => return None,
             }
         }
-        d.deserialize_map(Visit)
+    }
+}
+
+/// The first index from `i` that is not JSON white space.
+fn skip_space(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// One past the closing quote of the string whose opening quote is at `start`.
+fn string_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[i] == b'\\' {
+            i += 2; // the escaped character, whatever it is
+        } else {
+            return Some(i + 1);
+        }
+    }
+}
+
+/// One past the end of the valid JSON value that begins at `start`.
+fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    match *b.get(start)? {
+        b'"' => string_end(b, start),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = start;
+            loop {
+                match *b.get(i)? {
+                    b'"' => {
+                        i = string_end(b, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth = depth.checked_sub(1)?;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        // A number, `true`, `false` or `null`: up to what ends it.
+        _ => {
+            let rest = &b[start..];
+            let len = rest
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(rest.len());
+            Some(start + len)
+        }
     }
 }
 
@@ -490,6 +560,58 @@ mod tests {
         let mut input = json!({"resultType": "input_required", "inputRequests": {}});
         strip_modern_result(&mut input);
         assert_eq!(input["resultType"], "input_required");
+    }
+
+    /// The scan of a result's members against serde_json's reading of the same text: names in
+    /// order and each value's text meaning the value, on texts with what could fool a scan by
+    /// delimiters (braces, brackets, commas, colons and escaped quotes inside strings, escapes
+    /// at a string's end, white space everywhere, every kind of value, nesting); and `None`
+    /// where serde's borrowed names would fail (an escaped name) or there is no object.
+    #[test]
+    fn a_results_members_are_found_as_serde_json_reads_them() {
+        let texts = [
+            r#"{}"#,
+            r#" { } "#,
+            r#"{"a":1}"#,
+            r#"{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"example-upstream","version":"0.1.0"}},"content":[{"text":"3","type":"text"}],"resultType":"complete","structuredContent":{"result":3}}"#,
+            r#"{ "a" : "}{][,:\"" , "b":[1,{"c":"]"},[]] ,"n":-1.5e+10,"t":true,"f":false,"z":null }"#,
+            r#"{"s":"ends in a backslash \\","q":"\"quoted\"","u":"\u00e9 é \ud83d\ude00"}"#,
+            "{\n\t\"a\"\r\n:\n[\n]\n,\n\"b\"\t:\t{\"x\":{\"y\":[[[\"{\"]]]}}\n}",
+            r#"{"dup":1,"dup":2,"":3}"#,
+            r#"{"n":0,"m":123}"#,
+        ];
+        for text in texts {
+            let raw = RawValue::from_string(text.to_string()).expect("valid JSON");
+            let members = ResultMembers::read(&raw).unwrap_or_else(|| panic!("{text}"));
+            let scanned: Vec<(String, Value)> = members
+                .0
+                .0
+                .iter()
+                .map(|(n, v)| (n.to_string(), serde_json::from_str(v).expect(v)))
+                .collect();
+            // serde_json's reading, duplicates kept: the object's members as a sequence.
+            let mut read = Vec::new();
+            let mut de = serde_json::Deserializer::from_str(text);
+            struct Seq<'r>(&'r mut Vec<(String, Value)>);
+            impl<'de> serde::de::Visitor<'de> for Seq<'_> {
+                type Value = ();
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+                    while let Some(entry) = m.next_entry::<String, Value>()? {
+                        self.0.push(entry);
+                    }
+                    Ok(())
+                }
+            }
+            serde::Deserializer::deserialize_map(&mut de, Seq(&mut read)).expect(text);
+            assert_eq!(scanned, read, "{text}");
+        }
+        for text in [r#"{"na\u006de":1}"#, r#"[1,2]"#, r#""{}""#, "1", "null"] {
+            let raw = RawValue::from_string(text.to_string()).expect("valid JSON");
+            assert!(ResultMembers::read(&raw).is_none(), "{text}");
+        }
     }
 
     #[test]

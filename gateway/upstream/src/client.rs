@@ -575,7 +575,9 @@ impl Upstreams {
 
     async fn modern(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, Attempt> {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let mut headers = HeaderMap::new();
+        // Room for what a call's request carries (these three, `Accept`, `Content-Type`, the
+        // credential, a trace context), so the map is not grown on the way.
+        let mut headers = HeaderMap::with_capacity(8);
         headers.insert(
             protocol::headers::PROTOCOL_VERSION,
             HeaderValue::from_static(MODERN_VERSION),
