@@ -40,9 +40,10 @@ pub enum OpenApiTools {
 }
 
 /// A server's URL as the HTTP client sends requests to it, made once when the table is built:
-/// the request's target and its `Host` header. Made per request from the URL, they cost a proxied
-/// call about 3,000 instructions (the URL parsed again, the header formatted and validated:
-/// BENCHMARKS.md, issue 36 item 7). A redirect's target is made per request as before.
+/// the request's target and its `Host` header (sent over HTTP/1.1; an HTTP/2 request carries
+/// the authority in the target). Made per request from the URL, they cost a proxied call about
+/// 3,000 instructions (the URL parsed again, the header formatted and validated: BENCHMARKS.md,
+/// issue 36 item 7). A redirect's target is made per request as before.
 #[derive(Debug)]
 pub struct Endpoint {
     pub uri: http::Uri,

@@ -169,12 +169,16 @@ impl HttpClient {
     /// A request to a server's own URL, made once (`Endpoint`): what `request` makes of that
     /// URL, without making it again.
     pub fn request_to(&self, method: Method, endpoint: &Endpoint) -> Outgoing<'_> {
+        let https = endpoint.uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         Outgoing {
             client: self,
             method,
-            https: endpoint.uri.scheme() == Some(&http::uri::Scheme::HTTPS),
+            https,
             uri: Ok(endpoint.uri.clone()),
-            host: Some(endpoint.host.clone()),
+            // Over TLS the connection may turn out HTTP/2 (ALPN), where hyper-util sends the
+            // authority as `:authority` and no `Host`; it writes `Host` itself for an HTTP/1.1
+            // one. A plain `http` URL is always HTTP/1.1 here (no prior-knowledge HTTP/2).
+            host: (!https).then(|| endpoint.host.clone()),
             headers: HeaderMap::new(),
             body: Bytes::new(),
         }
@@ -484,11 +488,13 @@ mod tests {
         (ca_cert.der().clone(), server)
     }
 
-    /// What an HTTPS server saw of one connection: the SNI and the HTTP version spoken.
+    /// What an HTTPS server saw of one connection: the SNI, the HTTP version spoken and the
+    /// last request's `Host` header.
     #[derive(Default, Debug, Clone, PartialEq)]
     struct Seen {
         sni: Option<String>,
         version: Option<http::Version>,
+        host: Option<String>,
     }
 
     /// An HTTPS server on loopback offering `alpn`, answering every request with 200.
@@ -510,7 +516,14 @@ mod tests {
                 record.lock().unwrap().sni = tls.get_ref().1.server_name().map(str::to_owned);
                 let record = record.clone();
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    record.lock().unwrap().version = Some(request.version());
+                    let mut seen = record.lock().unwrap();
+                    seen.version = Some(request.version());
+                    seen.host = request
+                        .headers()
+                        .get(header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                        .map(str::to_owned);
+                    drop(seen);
                     async {
                         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
                             "ok",
@@ -558,6 +571,30 @@ mod tests {
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.sni.as_deref(), Some("mcp.corp.internal"));
         assert_eq!(seen.version, Some(http::Version::HTTP_2));
+    }
+
+    /// A request to a server's own URL made once (`request_to`) is what `request` sends: over
+    /// HTTP/2 the authority goes as `:authority` with no `Host` header, over HTTP/1.1 `Host`
+    /// names the host and port.
+    #[tokio::test]
+    async fn a_request_to_an_endpoint_carries_host_as_its_http_version_does() {
+        for (alpn, version, host) in [
+            (&[&b"h2"[..], b"http/1.1"][..], http::Version::HTTP_2, false),
+            (&[&b"http/1.1"[..]][..], http::Version::HTTP_11, true),
+        ] {
+            let (ca, config) = ca_and_leaf("mcp.corp.internal");
+            let (address, seen) = https_server(config, alpn).await;
+            let http = client(&ca, Some("mcp.corp.internal"));
+            let url = url::Url::parse(&format!("https://{address}/mcp")).unwrap();
+            let endpoint = Endpoint::of(&url).expect("an endpoint");
+            for outgoing in [http.get(&url), http.request_to(Method::GET, &endpoint)] {
+                assert_eq!(outgoing.send().await.unwrap().status(), 200);
+                let seen = seen.lock().unwrap().clone();
+                assert_eq!(seen.version, Some(version));
+                let expected = host.then(|| address.to_string());
+                assert_eq!(seen.host, expected, "{version:?}");
+            }
+        }
     }
 
     #[tokio::test]
