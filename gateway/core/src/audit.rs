@@ -528,10 +528,10 @@ pub fn request_id(given: Option<&http::HeaderValue>) -> String {
     bytes[..8].copy_from_slice(&prefix.to_be_bytes());
     bytes[8..].copy_from_slice(&n.to_be_bytes());
     let mut digits = [0u8; 32];
-    if hex::encode_to_slice(bytes, &mut digits).is_err() {
-        return format!("{prefix:016x}{n:016x}"); // (32 digits always fit)
-    }
-    String::from_utf8_lossy(&digits).into_owned()
+    // 16 bytes fill exactly 32 digits: its one error, a length that does not match, cannot
+    // happen here.
+    let _ = hex::encode_to_slice(bytes, &mut digits);
+    digits.iter().map(|&digit| char::from(digit)).collect()
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ pub fn legacy_notification_body(
         method,
         params,
     };
-    serde_json::to_vec(&notification).unwrap_or_default()
+    body_of(&notification)
 }
 
 struct LegacyParams<'a> {
@@ -234,7 +234,7 @@ pub fn modern_request_body(
     body_of(&envelope)
 }
 
-/// A request's body written into a buffer with room for a typical call at once (a `tools/call`
+/// A message's body written into a buffer with room for a typical call at once (a `tools/call`
 /// with its `_meta` is 300-500 bytes; serde_json's own buffer starts at 128 and doubles).
 fn body_of(envelope: &impl Serialize) -> Vec<u8> {
     let mut body = Vec::with_capacity(512);

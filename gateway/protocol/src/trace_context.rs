@@ -56,9 +56,9 @@ impl TraceContext {
     pub fn from_message(body: &[u8]) -> Option<TraceContext> {
         // One searcher for every request (`memmem::find` builds one per call: most of its
         // cost on a body of a few hundred bytes).
-        static NAMED: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        static TRACEPARENT_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
             std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"traceparent\""));
-        NAMED.find(body)?;
+        TRACEPARENT_KEY.find(body)?;
         #[derive(Deserialize)]
         struct Message {
             params: Option<Params>,
