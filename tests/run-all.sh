@@ -112,36 +112,18 @@ tmp_left() { # what is in the temp directory now and was not at the start (the r
 # Each runs at nice 19: the foreground steps keep the CPUs whenever they want them, and the build
 # fills the time they leave idle (test runs, waits on processes). `await NAME` waits for one and
 # prints how long it took; the foreground steps that need its products come after the wait.
-declare -A bg_pid=() bg_log=() bg_done=()
+declare -A bg_pid=() bg_log=()
 background() { # NAME CMD...: CMD (a command or a function) at nice 19, its output in a log
   local name=$1
   shift
   bg_log[$name]=$(mktemp "$tmp_root/switchboard-$name.XXXXXX")
-  bg_done[$name]="${bg_log[$name]}.done"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    # Its exit status goes to a file too: `await` waits for the process, but a job of the
-    # run's own (the suites) cannot wait for a sibling and reads the file instead (bg_ready).
-    set +e
-    (
-      set -e
-      t0=$SECONDS
-      "$@"
-      echo "$name: ready in $((SECONDS - t0))s (built in the background)"
-    )
-    rc=$?
-    echo "$rc" >"${bg_done[$name]}"
-    exit "$rc"
+    t0=$SECONDS
+    "$@"
+    echo "$name: ready in $((SECONDS - t0))s (built in the background)"
   ) >"${bg_log[$name]}" 2>&1 &
   bg_pid[$name]=$!
-}
-bg_ready() { # NAME PID: from another job, wait until background build NAME (process PID) ended
-  local done_file=${bg_done[$1]:-}
-  [[ -n "$done_file" ]] || return 0
-  # Bounded by the build: it writes the file as it ends; a build killed before it could
-  # (the run stopped) is gone without one.
-  while [[ ! -s "$done_file" ]] && kill -0 "$2" 2>/dev/null; do sleep 2; done
-  [[ "$(cat "$done_file" 2>/dev/null)" == 0 ]]
 }
 kill_tree() { # PID: it and its descendants
   local child
@@ -153,8 +135,8 @@ await() { # NAME: wait for a background build; fails with its log if it failed
   [[ -n "${bg_pid[$name]:-}" ]] || return 0
   if wait "${bg_pid[$name]}"; then
     tail -n 1 "${bg_log[$name]}"
-    rm -f "${bg_log[$name]}" "${bg_done[$name]}"
-    unset "bg_log[$name]" "bg_done[$name]"
+    rm -f "${bg_log[$name]}"
+    unset "bg_log[$name]"
   else
     tail -n 60 "${bg_log[$name]}" >&2
     die "the background build $name failed (the end of its log is above)"
@@ -167,11 +149,7 @@ finish() { # on exit: stop background builds, print the step table, check the te
   ((rc == 0)) || step_end "FAILED"
   local name
   for name in "${!bg_pid[@]}"; do kill_tree "${bg_pid[$name]}"; done
-  if [[ -n "$suites_pid" ]]; then
-    echo "run-all.sh: waiting for the suites that have begun (each stops what it started)" >&2
-    finish_suites || true
-  fi
-  for name in "${!bg_log[@]}"; do rm -f "${bg_log[$name]}" "${bg_done[$name]}"; done
+  for name in "${!bg_log[@]}"; do rm -f "${bg_log[$name]}"; done
   print_times
   local left
   left=$(tmp_left)
@@ -184,84 +162,6 @@ finish() { # on exit: stop background builds, print the step table, check the te
   exit $rc
 }
 trap finish EXIT
-
-# ---- the suites -----------------------------------------------------------------------------
-# Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
-# is waiting on what it started (API servers, a node, pods), so the suites run side by side:
-# each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
-# chain run one after the other, in name order: 60-node after 30-images, which build the same
-# images). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. With the e2e step
-# in the run they begin when it begins, once the tools both need are installed, and run beside
-# it (SWITCHBOARD_SUITES_WITH_E2E=0: after it): the run's end used to be the suites waiting on
-# the Kubernetes and one-node suites, the CPUs half idle, after an e2e step that had them to
-# itself. A suite's output is printed whole after the e2e step; its time goes into the step
-# table. If a step fails meanwhile, the suites that have begun are let finish (each stops what it
-# started: a node, API servers) before the run ends.
-suites_dir=""
-suites_pid=""
-suites_started=0
-suites_failed=()
-start_suites() { # the suites, side by side, in a job of their own (after their tools' build)
-  suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
-  suites_started=$(date +%s)
-  local name chain chains=() tools_pid=${bg_pid[suite-tools]:-}
-  declare -A chain_of=()
-  for name in "${suites[@]}"; do
-    chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
-    chain=${chain:-$name}
-    [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] || chain=all
-    [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
-    chain_of[$chain]+=" $name"
-  done
-  run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
-    local name t0 rc
-    for name in "$@"; do
-      t0=$(date +%s)
-      rc=0
-      bash "$root/tests/suites.d/$name.sh" >"$suites_dir/$name.log" 2>&1 || rc=$?
-      echo $(( $(date +%s) - t0 )) >"$suites_dir/$name.secs"
-      echo "$rc" >"$suites_dir/$name.rc"
-      ((rc == 0)) || return 0  # a failed suite ends its chain; the others finish
-    done
-  }
-  (
-    t0=$(date +%s)
-    # The Kubernetes, node and image tools, built in the background since the start (a failed
-    # build runs no suite; finish_suites prints its log).
-    if [[ -n "$tools_pid" ]]; then bg_ready suite-tools "$tools_pid" || exit 0; fi
-    echo $(( $(date +%s) - t0 )) >"$suites_dir/tools.secs"
-    pids=()
-    for chain in "${chains[@]}"; do
-      # shellcheck disable=SC2086 # the chain's suites, one word each
-      run_chain ${chain_of[$chain]} &
-      pids+=($!)
-    done
-    for pid in "${pids[@]}"; do wait "$pid"; done
-  ) &
-  suites_pid=$!
-}
-finish_suites() { # waits for the suites' job, prints each suite's output; fills suites_failed
-  [[ -n "$suites_pid" ]] || return 0
-  wait "$suites_pid" || true
-  suites_pid=""
-  step_end  # the wait for them; their own times follow it in the table
-  if [[ -f "$suites_dir/tools.secs" ]]; then
-    step_names+=("  suite tools (the rest of the background build)")
-    step_secs+=("$(cat "$suites_dir/tools.secs")")
-  fi
-  local name
-  for name in "${suites[@]}"; do
-    [[ -f "$suites_dir/$name.rc" ]] || continue  # not run: an earlier suite of its chain failed
-    echo "=== suite $name ($(cat "$suites_dir/$name.secs")s)"
-    cat "$suites_dir/$name.log"
-    step_names+=("  suite $name")
-    step_secs+=("$(cat "$suites_dir/$name.secs")")
-    [[ "$(cat "$suites_dir/$name.rc")" == 0 ]] || suites_failed+=("$name")
-  done
-  step_names+=("suites (side by side, in all, from their start)")
-  step_secs+=($(( $(date +%s) - suites_started )))
-  rm -rf "$suites_dir"
-}
 
 # What the e2e tests start besides the workspace's binaries: Go builds that take minutes cold.
 e2e_tools() {
@@ -309,16 +209,6 @@ for s in "${wanted[@]}"; do
     || die "unknown step '$s' (steps: ${all_steps[*]}; suites: tests/suites.d/*.sh)"
 done
 
-# The suites this run runs (start_suites above).
-suites=()
-for suite in "$root"/tests/suites.d/*.sh; do
-  name="$(basename "$suite" .sh)"
-  if wants suites || wants "$name"; then suites+=("$name"); fi
-done
-suites_with_e2e=false
-if ((${#suites[@]} > 0)) && wants e2e && [[ "${SWITCHBOARD_SUITES_WITH_E2E:-1}" == 1 ]]; then
-  suites_with_e2e=true
-fi
 if wants fmt || wants layering || wants clippy || wants doc || wants unit || wants fuzz || wants build; then
   need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
 fi
@@ -408,10 +298,6 @@ if wants e2e; then
   "$root/tests/setup-jaeger.sh" >/dev/null
   "$root/tests/setup-prometheus.sh" >/dev/null
   step e2e
-  if $suites_with_e2e; then
-    start_suites
-    echo "=== suites: begun beside the e2e step (their output is printed after it)"
-  fi
   # Parallel workers (pytest-xdist), each test placed on whichever worker is free; then the
   # tests marked `last` in a pytest of their own, which read what every worker recorded
   # (SWITCHBOARD_E2E_RECORD: the secrets handed out and the gateway logs written).
@@ -436,15 +322,62 @@ if [[ -n "${bg_pid[doc]:-}" ]]; then
   await doc
 fi
 
+# Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
+# is waiting on what it started (API servers, a node, pods), so the suites run side by side:
+# each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
+# chain run one after the other, in name order: 60-node after 30-images, which build the same
+# images). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A suite's output
+# is printed whole when it ends; its time goes into the step table.
+shopt -s nullglob
+suites=()
+for suite in "$root"/tests/suites.d/*.sh; do
+  name="$(basename "$suite" .sh)"
+  if wants suites || wants "$name"; then suites+=("$name"); fi
+done
 if ((${#suites[@]} > 0)); then
-  if $suites_with_e2e; then
-    step "suites (the rest of their time, after e2e)"
-  else
-    start_suites
-    step "suites"
+  if [[ -n "${bg_pid[suite-tools]:-}" ]]; then
+    step "suite tools (the rest of the background build)"
+    await suite-tools
   fi
-  finish_suites
-  await suite-tools  # (a failed build ran no suite: its log)
+  step "suites (side by side, in all)"
+  suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
+  declare -A chain_of=()
+  chains=()
+  for name in "${suites[@]}"; do
+    chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    chain=${chain:-$name}
+    [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] || chain=all
+    [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
+    chain_of[$chain]+=" $name"
+  done
+  run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
+    local name t0 rc
+    for name in "$@"; do
+      t0=$(date +%s)
+      rc=0
+      bash "$root/tests/suites.d/$name.sh" >"$suites_dir/$name.log" 2>&1 || rc=$?
+      echo $(( $(date +%s) - t0 )) >"$suites_dir/$name.secs"
+      echo "$rc" >"$suites_dir/$name.rc"
+      ((rc == 0)) || return 0  # a failed suite ends its chain; the others finish
+    done
+  }
+  chain_pids=()
+  for chain in "${chains[@]}"; do
+    # shellcheck disable=SC2086 # the chain's suites, one word each
+    run_chain ${chain_of[$chain]} &
+    chain_pids+=($!)
+  done
+  for pid in "${chain_pids[@]}"; do wait "$pid"; done
+  suites_failed=()
+  for name in "${suites[@]}"; do
+    [[ -f "$suites_dir/$name.rc" ]] || continue  # not run: an earlier suite of its chain failed
+    echo "=== suite $name ($(cat "$suites_dir/$name.secs")s)"
+    cat "$suites_dir/$name.log"
+    step_names+=("  suite $name")
+    step_secs+=("$(cat "$suites_dir/$name.secs")")
+    [[ "$(cat "$suites_dir/$name.rc")" == 0 ]] || suites_failed+=("$name")
+  done
+  rm -rf "$suites_dir"
   ((${#suites_failed[@]} == 0)) || die "suites failed: ${suites_failed[*]}"
 fi
 
