@@ -7,7 +7,7 @@ use switchboard_snapshot::{ServerSpec, TlsMaterial};
 
 use crate::address_policy::ServerScope;
 use crate::credentials::UpstreamHeaders;
-use crate::metrics::ServerName;
+use crate::metrics::{ServerName, UpstreamSeries};
 
 /// One upstream server as the gateway routes to it.
 #[derive(Debug)]
@@ -20,6 +20,8 @@ pub struct Server {
     pub headers: UpstreamHeaders,
     /// The id as a metric label.
     pub metric_name: ServerName,
+    /// The series every call to it counts into, their handles made on its first call.
+    pub upstream_series: UpstreamSeries,
     /// Changes whenever anything about how we talk to the upstream changes (URL, auth,
     /// headers); caches keyed by it forget a server's old incarnation by themselves.
     pub revision: u64,

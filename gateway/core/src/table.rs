@@ -19,7 +19,7 @@ use crate::address_policy::ServerScope;
 use crate::credentials::UpstreamHeaders;
 pub use crate::key::Key;
 use crate::limits::Limiters;
-use crate::metrics::ServerName;
+use crate::metrics::{ServerName, UpstreamSeries};
 use crate::people::{IdentityKeys, People};
 use crate::session::SessionSealer;
 use crate::virtual_server::VirtualServer;
@@ -146,11 +146,13 @@ impl RoutingTable {
                     .map_err(|e| errors.push(e))
                     .ok()
             });
+            let metric_name = ServerName(spec.id().into());
             match (url, headers) {
                 (Ok(url), Ok(headers)) => servers.push(Arc::new(Server {
                     tls,
                     openapi,
-                    metric_name: ServerName(spec.id().into()),
+                    upstream_series: UpstreamSeries::new(metric_name.clone()),
+                    metric_name,
                     revision: spec_revision(spec),
                     spec: spec.clone(),
                     endpoint: Endpoint::of(&url),

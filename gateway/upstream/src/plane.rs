@@ -849,7 +849,7 @@ impl UpstreamPlane {
             Err(e) => e.outcome(),
         };
         self.metrics
-            .upstream_call(&server.metric_name, label, started.elapsed());
+            .upstream_call(&server.upstream_series, label, started.elapsed());
         outcome
     }
 
