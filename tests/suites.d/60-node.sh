@@ -72,6 +72,9 @@ tests/node/node.sh exec "$dir" env KUBECONFIG="$dir/control-plane/kubeconfig" NO
   PATH="$bin:$PATH" "$venv/bin/python" -m pytest tests/node_e2e -q --junitxml="$report" ${PYTEST_ARGS:-} || rc=$?
 
 counts=$("$venv/bin/python" tests/junit_counts.py "$report" || true)
+# Where the suite's time goes (the run's critical path is usually this suite).
+echo "time per module:"
+"$venv/bin/python" tests/junit_counts.py --modules "$report" || true
 rm -f "$report"
 read -r passed failed <<<"${counts:-0 0}"
 
