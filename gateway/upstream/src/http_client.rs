@@ -374,11 +374,31 @@ fn classify(
         }
         return HttpError::HungUp;
     }
+    if https && asked == crate::tls::CertificateRequest::NoneConfigured && never_sent(error) {
+        // The same refusal, seen later: a TLS 1.3 client's handshake is done before the server
+        // has read its (empty) certificate, so the connection is handed over as ready, and when
+        // the server's alert ends it before the request went out, hyper says only that the
+        // connection "was not ready" (the alert went with the connection's task).
+        return HttpError::Tls(crate::tls::certificate_required_detail(
+            "it closed the connection before the request was sent",
+        ));
+    }
     if error.is_connect() {
         HttpError::Connect
     } else {
         HttpError::Request
     }
+}
+
+/// Whether the exchange ended before its request was sent on the connection (hyper's
+/// cancelled request).
+fn never_sent(error: &hyper_util::client::legacy::Error) -> bool {
+    let cause: &(dyn std::error::Error + 'static) = error;
+    std::iter::successors(Some(cause), |cause| cause.source()).any(|cause| {
+        cause
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+    })
 }
 
 /// A whole body, at most `limit` bytes.
