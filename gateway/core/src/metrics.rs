@@ -36,12 +36,13 @@ impl EncodeLabelValue for ServerName {
 }
 
 /// One server's series that every call to it counts into (`upstream_requests` of an answered
-/// call, `upstream_latency`), their handles made on its first call and kept with the server in
-/// the routing table (built again with each snapshot, and so these). A call then counts without
-/// hashing the server's label sets into the families' maps: prometheus-client's `Family` is a
-/// SipHash map behind a lock, about 0.7k instructions a lookup. The handles share their values
-/// with the registry's series (a handle is a clone of the series' `Arc`), so what is exported is
-/// the same; a table serves one gateway, whose [`Metrics`] made them.
+/// call, `upstream_request_duration_seconds`), each handle made on its first use and kept with
+/// the server in the routing table (built again with each snapshot, and so these). A call then
+/// counts without hashing the server's label sets into the families' maps: prometheus-client's
+/// `Family` is a SipHash map behind a lock, about 0.7k instructions a lookup. A handle shares its
+/// value with the registry's series (it is a clone of the series' `Arc`), so what is exported is
+/// the same; that holds while no family drops a series (none does: one that did would leave its
+/// handles counting into a detached one). A table serves one gateway, whose [`Metrics`] made them.
 #[derive(Debug)]
 pub struct UpstreamSeries {
     server: ServerName,
