@@ -393,8 +393,7 @@ fn classify(
 /// Whether the exchange ended before its request was sent on the connection (hyper's
 /// cancelled request).
 fn never_sent(error: &hyper_util::client::legacy::Error) -> bool {
-    let cause: &(dyn std::error::Error + 'static) = error;
-    std::iter::successors(Some(cause), |cause| cause.source()).any(|cause| {
+    crate::tls::causes(error).any(|cause| {
         cause
             .downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_canceled)

@@ -247,7 +247,7 @@ type Cause<'a> = &'a (dyn std::error::Error + 'static);
 /// An error and its causes, outermost first. An io::Error's `source` is its inner error's
 /// source, skipping the inner error itself (where rustls puts its own, often inside another
 /// io::Error): the walk steps into it instead.
-fn causes(error: Cause<'_>) -> impl Iterator<Item = Cause<'_>> {
+pub(crate) fn causes(error: Cause<'_>) -> impl Iterator<Item = Cause<'_>> {
     std::iter::successors(Some(error), |cause| {
         match cause
             .downcast_ref::<std::io::Error>()
