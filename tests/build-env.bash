@@ -23,12 +23,17 @@ export "$_sb_triple_var=${!_sb_triple_var:--C target-feature=+crt-static}"
 unset _sb_triple_var
 export SWITCHBOARD_BIN_DIR="${SWITCHBOARD_BIN_DIR:-$CARGO_TARGET_DIR/$CARGO_BUILD_TARGET/debug}"
 
-# The workspace's debug binaries, with the features the shipped binaries have. Building them
-# with the test targets (`--tests`) would reuse the unit step's libraries (a build with test
-# targets resolves features as `cargo test` does, dev-dependencies counted), saving 35 s of a
-# warm run after a change to a low crate, but the binaries the tests run would then have the
-# unit tests' features (tokio's `test-util` and others), not the shipped ones. (It was tried, and
-# undone while the one-node cluster's disruption test failed; that test failed without it too.)
+# The workspace's debug binaries, built with the test targets (`--tests`): a build with test
+# targets resolves features as `cargo test` does, so the binaries reuse the libraries the unit
+# step compiled instead of compiling every workspace crate a second time with the shipped
+# feature set (the build step took 39-42 s in whole runs after a change to the core crate; 3 s
+# by hand after `cargo test`; run alone, it compiles the test targets as well). The binaries then
+# carry what the dev-dependencies turn on (tokio's paused clock, PEM key readers, the in-process
+# test upstream): tests/dev_features.py checks first that this is only features that add API
+# the binaries never call, and names any other. (The images the release workflow ships are
+# built apart, tests/images/build.sh --profile release, with the shipped features.)
 build_test_binaries() {
-  cargo build --workspace --bins "$@"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/dev_features.py" --self-test >/dev/null &&
+    python3 "$(dirname "${BASH_SOURCE[0]}")/dev_features.py" &&
+    cargo build --workspace --bins --tests "$@"
 }

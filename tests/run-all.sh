@@ -19,8 +19,9 @@
 #   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
 #           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
 #           longer)
-#   build   cargo build --workspace --bins: the debug binaries every later step runs, and the
-#           images' binaries (tests/build-env.bash: one static build for all of them)
+#   build   cargo build --workspace --bins --tests: the debug binaries every later step runs, and
+#           the images' binaries (tests/build-env.bash: one static build for all of them, with
+#           the unit step's libraries; tests/dev_features.py checks what the test features add)
 #   e2e     tests/setup-python.sh, tests/setup-node.sh, tests/setup-claude.sh (the Claude Code
 #           CLI), tests/setup-keycloak.sh (Keycloak and its Java runtime), tests/setup-jaeger.sh
 #           (the Jaeger v2 trace backend, from Go modules) and tests/setup-prometheus.sh
