@@ -319,11 +319,27 @@ impl Serialize for MetaWithModern<'_> {
 /// A JSON-RPC response object with its `result` left as the JSON text it came in.
 #[derive(Deserialize)]
 pub struct RawResponse {
+    /// The request it answers; `None` when absent or `null`.
+    #[serde(default)]
+    pub id: Option<Value>,
     /// Present (even as `null`) when the response is a result.
     #[serde(default, deserialize_with = "present")]
     pub result: Option<Box<RawValue>>,
     #[serde(default)]
     pub error: Option<Value>,
+}
+
+impl RawResponse {
+    /// Whether this is the response to request `id`: a result names that request; an error
+    /// names it or none (`null`: the server could not read which request it was). A message
+    /// with neither a result nor an error (a request, a notification) answers nothing.
+    pub fn answers(&self, id: &Value) -> bool {
+        match (&self.result, &self.error) {
+            (Some(_), _) => self.id.as_ref() == Some(id),
+            (None, Some(_)) => self.id.as_ref().is_none_or(|own| own == id),
+            (None, None) => false,
+        }
+    }
 }
 
 /// `Some` for a member that is there, `null` included (an `Option` alone reads `null` as absent).
@@ -365,7 +381,7 @@ pub fn response_from_body(content_type: &str, body: &[u8], id: &Value) -> Option
         let v: Value = serde_json::from_slice(body).ok()?;
         match v {
             Value::Array(items) => items.into_iter().find(|m| is_response_to(m, id)),
-            v if v.is_object() => Some(v),
+            v if is_response_to(&v, id) => Some(v),
             _ => None,
         }
     }
@@ -648,6 +664,36 @@ mod tests {
         assert!(raw_response("application/json", br#"[{"id":1,"result":{}}]"#).is_none());
         assert!(raw_response("text/event-stream", br#"{"id":1,"result":{}}"#).is_none());
         assert!(raw_response("application/json", br#"{"id":1,"result":"#).is_none());
+    }
+
+    #[test]
+    fn a_response_answers_only_the_request_it_names() {
+        let read = |body: &str| {
+            raw_response("application/json", body.as_bytes()).expect("one JSON object")
+        };
+        let one = json!(1);
+        assert!(read(r#"{"id":1,"result":{}}"#).answers(&one));
+        assert!(read(r#"{"id":1,"result":null}"#).answers(&one));
+        assert!(!read(r#"{"id":2,"result":{}}"#).answers(&one));
+        assert!(!read(r#"{"id":"1","result":{}}"#).answers(&one));
+        assert!(!read(r#"{"result":{}}"#).answers(&one));
+        assert!(!read(r#"{"id":null,"result":{}}"#).answers(&one));
+        // An error may name no request: the server could not read which it was.
+        assert!(read(r#"{"id":1,"error":{"code":-32602}}"#).answers(&one));
+        assert!(read(r#"{"id":null,"error":{"code":-32700}}"#).answers(&one));
+        assert!(read(r#"{"error":{"code":-32700}}"#).answers(&one));
+        assert!(!read(r#"{"id":2,"error":{"code":-32602}}"#).answers(&one));
+        // A request or a notification answers nothing.
+        assert!(!read(r#"{"id":1,"method":"ping"}"#).answers(&one));
+        assert!(!read(r#"{"method":"notifications/progress","params":{}}"#).answers(&one));
+        // The same rule where the body is read into a tree.
+        let tree = |body: &[u8]| response_from_body("application/json", body, &one);
+        assert_eq!(tree(br#"{"id":2,"result":{}}"#), None);
+        assert_eq!(tree(br#"{"id":1,"method":"ping"}"#), None);
+        assert_eq!(
+            tree(br#"{"id":1,"result":{}}"#),
+            Some(json!({"id":1,"result":{}}))
+        );
     }
 
     #[test]

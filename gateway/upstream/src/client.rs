@@ -1366,6 +1366,11 @@ impl Reply {
     /// The JSON-RPC answer to request `id`, with its id left for the caller to restore.
     fn outcome(&self, server: &Server, id: &Value) -> Result<RpcOutcome, UpstreamError> {
         if let Some(response) = raw_response(self.content_type(), &self.body) {
+            // A response to another request (or a message that is none) is not this call's
+            // answer, however well formed: relaying it would answer the caller wrongly.
+            if !response.answers(id) {
+                return Err(self.not_the_answer(server));
+            }
             return Ok(match response.result {
                 Some(result) => RpcOutcome::Result(RpcResult::Raw(result)),
                 None => RpcOutcome::Error(response.error.unwrap_or(Value::Null), self.status),
@@ -1376,13 +1381,7 @@ impl Reply {
                 // An error about the request itself may carry a null id.
                 response_from_body(self.content_type(), &self.body, &Value::Null)
             })
-            .ok_or_else(|| UpstreamError::Unavailable {
-                server: server.id().to_string(),
-                detail: format!(
-                    "HTTP {}: the body is not a JSON-RPC response",
-                    self.status.as_u16()
-                ),
-            })?;
+            .ok_or_else(|| self.not_the_answer(server))?;
         match message {
             Value::Object(mut m) => {
                 if let Some(result) = m.remove("result") {
@@ -1398,6 +1397,18 @@ impl Reply {
                 server: server.id().to_string(),
                 detail: "the body is not a JSON-RPC response".into(),
             }),
+        }
+    }
+
+    /// A body that holds no response to the request sent (no JSON-RPC response at all, or one
+    /// to another request). The detail names no id: ids are the caller's.
+    fn not_the_answer(&self, server: &Server) -> UpstreamError {
+        UpstreamError::Unavailable {
+            server: server.id().to_string(),
+            detail: format!(
+                "HTTP {}: the body is not the JSON-RPC response to this request",
+                self.status.as_u16()
+            ),
         }
     }
 

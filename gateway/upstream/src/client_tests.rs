@@ -321,6 +321,47 @@ fn the_reconnection_time_is_the_servers_then_backs_off_when_resumes_bring_nothin
     );
 }
 
+#[test]
+fn a_json_answer_is_relayed_only_when_it_answers_the_request_sent() {
+    let table = table("http://127.0.0.1:9/mcp");
+    let server = &table.servers[0];
+    let reply = |body: &str| Reply {
+        status: StatusCode::OK,
+        headers: HeaderMap::from_iter([(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )]),
+        body: bytes::Bytes::from(body.to_owned()),
+    };
+    let sent = json!(5);
+    let answer = r#"{"jsonrpc":"2.0","id":5,"result":{"content":[]}}"#;
+    assert!(matches!(
+        reply(answer).outcome(server, &sent),
+        Ok(RpcOutcome::Result(_))
+    ));
+    let error = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#;
+    assert!(matches!(
+        reply(error).outcome(server, &sent),
+        Ok(RpcOutcome::Error(..))
+    ));
+    for other in [
+        r#"{"jsonrpc":"2.0","id":4,"result":{"content":[]}}"#,
+        r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"bad"}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#,
+        r#"[{"jsonrpc":"2.0","id":4,"result":{}}]"#,
+    ] {
+        let Err(UpstreamError::Unavailable { detail, .. }) = reply(other).outcome(server, &sent)
+        else {
+            panic!("{other} was taken as the answer to request 5");
+        };
+        assert_eq!(
+            detail,
+            "HTTP 200: the body is not the JSON-RPC response to this request"
+        );
+    }
+}
+
 // Eras, legacy sessions, redirects and SSE answers, driven through the plane (the crate's
 // public surface) against the in-process upstream, and asserted from its side.
 
