@@ -344,12 +344,18 @@ fn a_json_answer_is_relayed_only_when_it_answers_the_request_sent() {
         reply(error).outcome(server, &sent),
         Ok(RpcOutcome::Error(..))
     ));
+    let in_a_batch = format!("[{error}]");
+    assert!(matches!(
+        reply(&in_a_batch).outcome(server, &sent),
+        Ok(RpcOutcome::Error(..))
+    ));
     for other in [
         r#"{"jsonrpc":"2.0","id":4,"result":{"content":[]}}"#,
         r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"bad"}}"#,
         r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#,
         r#"[{"jsonrpc":"2.0","id":4,"result":{}}]"#,
+        r#"[{"jsonrpc":"2.0","id":null,"result":{}}]"#,
     ] {
         let Err(UpstreamError::Unavailable { detail, .. }) = reply(other).outcome(server, &sent)
         else {
