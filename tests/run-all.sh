@@ -326,9 +326,8 @@ fi
 # Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
 # is waiting on what it started (API servers, a node, pods), so the suites run side by side:
 # each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
-# chain run one after the other, in name order; none says so now: 30-images and 60-node, which
-# ask for the same images, share one build through tests/images/build.sh's lock and stamps).
-# SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A suite's output
+# chain run one after the other, in name order: 60-node after 30-images, which build the same
+# images). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A suite's output
 # is printed whole when it ends; its time goes into the step table.
 shopt -s nullglob
 suites=()

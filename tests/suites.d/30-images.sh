@@ -10,8 +10,7 @@
 # upstream container behind the gateway container (by the name localhost: the static binary resolves
 # names), a REST tools/call through them.
 # Prints each image's size. Installs buildah, podman and runc if missing (tests/images/setup-tools.sh).
-# Runs beside the one-node suite, which asks tests/images/build.sh for the same images: one
-# builds them, the other waits for the build (its lock) and reuses them.
+# run-all: chain images
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

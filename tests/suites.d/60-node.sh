@@ -16,11 +16,7 @@
 #
 # Ends with "N passed, N failed"; exits non-zero if anything failed (missing tools are installed
 # by the scripts, or fail with directions; nothing is skipped).
-#
-# It runs beside the images suite, which builds the same four images: the node starts and takes
-# the test images (which do not change with the workspace) while that build runs, and
-# tests/images/build.sh then waits for it (its lock) and reuses its images instead of building
-# them again.
+# run-all: chain images
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -38,7 +34,9 @@ mapfile -t test_images < <(tests/node/test-images.sh) || fail "tests/node/test-i
 # Real stdio servers (npm, PyPI) on a Debian root filesystem, for McpServer spec.run.
 mapfile -t stdio_images < <(tests/node/stdio-images.sh) || fail "tests/node/stdio-images.sh failed"
 archives="$cache/node-images/switchboard"
-echo "60-node: binaries and test images ready in $(( $(date +%s) - t0 ))s" >&2
+CONTAINERS_CONF="$(tests/images/setup-tools.sh)" tests/images/build.sh --archives "$archives" --for-tests >&2 ||
+  fail "tests/images/build.sh failed"
+echo "60-node: binaries and images ready in $(( $(date +%s) - t0 ))s" >&2
 
 venv="${SWITCHBOARD_VENV:-$(tests/setup-python.sh)}"
 [[ -x "$venv/bin/python" ]] || fail "no Python venv at $venv (tests/setup-python.sh)"
@@ -63,18 +61,9 @@ tests/node/node.sh start "$dir" ||
   fail "the node did not start (the failing part's log is above; SWITCHBOARD_NODE_KEEP=1 keeps the node's logs in $dir/logs)"
 started=$(( $(date +%s) - t0 ))
 t0=$(date +%s)
-tests/node/node.sh import "$dir" "${test_images[1]}" "${test_images[2]}" "${stdio_images[@]}" >/dev/null ||
-  fail "importing the test images failed"
-imported=$(( $(date +%s) - t0 ))
-t0=$(date +%s)
-CONTAINERS_CONF="$(tests/images/setup-tools.sh)" tests/images/build.sh --archives "$archives" --for-tests >&2 ||
-  fail "tests/images/build.sh failed"
-built=$(( $(date +%s) - t0 ))
-t0=$(date +%s)
-tests/node/node.sh import "$dir" "$archives"/switchboard-{gateway,operator,example-upstream}.tar >/dev/null ||
-  fail "importing Switchboard's images failed"
-echo "60-node: node started in ${started}s; test images imported in ${imported}s; Switchboard's images" \
-  "ready in ${built}s (with the images suite's build, tests/images/build.sh), imported in $(( $(date +%s) - t0 ))s" >&2
+tests/node/node.sh import "$dir" "${test_images[1]}" "${test_images[2]}" "${stdio_images[@]}" "$archives"/switchboard-{gateway,operator,example-upstream}.tar \
+  >/dev/null || fail "importing the images failed"
+echo "60-node: node started in ${started}s; images imported in $(( $(date +%s) - t0 ))s" >&2
 
 report=$(mktemp "${TMPDIR:-/tmp}/switchboard-node-e2e.XXXXXX.xml")
 rc=0
