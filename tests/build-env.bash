@@ -33,7 +33,6 @@ export SWITCHBOARD_BIN_DIR="${SWITCHBOARD_BIN_DIR:-$CARGO_TARGET_DIR/$CARGO_BUIL
 # the binaries never call, and names any other. (The images the release workflow ships are
 # built apart, tests/images/build.sh --profile release, with the shipped features.)
 build_test_binaries() {
-  python3 "$(dirname "${BASH_SOURCE[0]}")/dev_features.py" --self-test >/dev/null &&
-    python3 "$(dirname "${BASH_SOURCE[0]}")/dev_features.py" &&
+  python3 "$(dirname "${BASH_SOURCE[0]}")/dev_features.py" --self-test &&
     cargo build --workspace --bins --tests "$@"
 }

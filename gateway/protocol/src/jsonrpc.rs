@@ -334,11 +334,31 @@ impl RawResponse {
     /// names it or none (`null`: the server could not read which request it was). A message
     /// with neither a result nor an error (a request, a notification) answers nothing.
     pub fn answers(&self, id: &Value) -> bool {
-        match (&self.result, &self.error) {
-            (Some(_), _) => self.id.as_ref() == Some(id),
-            (None, Some(_)) => self.id.as_ref().is_none_or(|own| own == id),
-            (None, None) => false,
-        }
+        answer_to(
+            self.id.as_ref(),
+            self.result.is_some(),
+            self.error.is_some(),
+            id,
+        )
+        .is_some()
+    }
+}
+
+/// How a message answers request `id` (the one rule for a raw answer and one read into a tree):
+/// a result or an error naming it is its response; an error naming no request (absent or `null`
+/// id: the server could not read which request it was) answers it when nothing names it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Answer {
+    Unnamed,
+    Named,
+}
+
+fn answer_to(own: Option<&Value>, result: bool, error: bool, id: &Value) -> Option<Answer> {
+    let own = own.filter(|v| !v.is_null());
+    match (result, error, own) {
+        (true, _, Some(own)) | (false, true, Some(own)) if own == id => Some(Answer::Named),
+        (false, true, None) => Some(Answer::Unnamed),
+        _ => None,
     }
 }
 
@@ -371,25 +391,33 @@ pub fn is_tool_error(result: &str) -> bool {
     serde_json::from_str::<Flag>(result).is_ok_and(|flag| flag.is_error == Some(Value::Bool(true)))
 }
 
-/// The JSON-RPC response in a body, whichever way the upstream framed it.
+/// The JSON-RPC response to request `id` in a body, whichever way the upstream framed it: the
+/// message naming the request, else an error naming none (the same rule as
+/// [`RawResponse::answers`]).
 pub fn response_from_body(content_type: &str, body: &[u8], id: &Value) -> Option<Value> {
-    if content_type.starts_with("text/event-stream") {
+    let mut messages = if content_type.starts_with("text/event-stream") {
         sse_messages(body)
-            .into_iter()
-            .find(|m| is_response_to(m, id))
     } else {
-        let v: Value = serde_json::from_slice(body).ok()?;
-        match v {
-            Value::Array(items) => items.into_iter().find(|m| is_response_to(m, id)),
-            v if is_response_to(&v, id) => Some(v),
-            _ => None,
+        match serde_json::from_slice(body).ok()? {
+            Value::Array(items) => items,
+            v => vec![v],
         }
-    }
-}
-
-fn is_response_to(message: &Value, id: &Value) -> bool {
-    message.get("id") == Some(id)
-        && (message.get("result").is_some() || message.get("error").is_some())
+    };
+    let answer = |m: &Value| {
+        answer_to(
+            m.get("id"),
+            m.get("result").is_some(),
+            m.get("error").is_some(),
+            id,
+        )
+    };
+    // The first message naming the request, else the first unnamed error.
+    let (_, at) = messages
+        .iter()
+        .enumerate()
+        .filter_map(|(at, m)| answer(m).map(|a| (std::cmp::Reverse(a), at)))
+        .min()?;
+    Some(messages.swap_remove(at))
 }
 
 /// Every `data:` payload of an SSE body that parses as JSON, in order. Multi-line data fields
@@ -690,6 +718,13 @@ mod tests {
         let tree = |body: &[u8]| response_from_body("application/json", body, &one);
         assert_eq!(tree(br#"{"id":2,"result":{}}"#), None);
         assert_eq!(tree(br#"{"id":1,"method":"ping"}"#), None);
+        // In a batch, the message naming the request comes before an error naming none.
+        let batch = br#"[{"id":null,"error":{"code":-32600}},{"id":1,"result":{}}]"#;
+        assert_eq!(tree(batch), Some(json!({"id":1,"result":{}})));
+        assert_eq!(
+            tree(br#"[{"id":null,"result":{}},{"error":{"code":-32600}}]"#),
+            Some(json!({"error":{"code":-32600}}))
+        );
         assert_eq!(
             tree(br#"{"id":1,"result":{}}"#),
             Some(json!({"id":1,"result":{}}))

@@ -1377,12 +1377,6 @@ impl Reply {
             });
         }
         let message = response_from_body(self.content_type(), &self.body, id)
-            .or_else(|| {
-                // An error about the request itself may carry a null id; a result may not
-                // (RawResponse::answers, the same rule for a single JSON answer).
-                response_from_body(self.content_type(), &self.body, &Value::Null)
-                    .filter(|m| m.get("result").is_none())
-            })
             .ok_or_else(|| self.not_the_answer(server))?;
         match message {
             Value::Object(mut m) => {
