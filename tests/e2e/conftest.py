@@ -48,6 +48,15 @@ RUN_DIR = pytest.StashKey[Path]()
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests marked `last` (the log grep for secrets) see the logs of everything that ran before.
+    # tests/run-all.sh runs them in a pytest of their own that collects only the test_zz_*
+    # modules (collecting every module takes seconds); one elsewhere would never run there.
+    misplaced = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("last") is not None and not item.path.name.startswith("test_zz_")
+    ]
+    if misplaced:
+        raise pytest.UsageError(f"tests marked `last` belong in a test_zz_*.py module: {', '.join(misplaced)}")
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 
 

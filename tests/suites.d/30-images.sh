@@ -25,11 +25,13 @@ CONTAINERS_CONF="$(tests/images/setup-tools.sh)" || { bad "tests/images/setup-to
 export CONTAINERS_CONF
 version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -1)"
 started=$(date +%s)
-if built="$(tests/images/build.sh --engine buildah --for-tests)"; then
+# (the one-node suite's archives too: tests/images/suite-images.sh, often built already by
+# tests/run-all.sh during the e2e step)
+if built="$(tests/images/suite-images.sh)"; then
   ok "images built in $(($(date +%s) - started)) s:"
   sed 's/^/       /' <<<"$built"
 else
-  bad "tests/images/build.sh failed"; finish
+  bad "tests/images/suite-images.sh failed"; finish
 fi
 
 run_prefix="switchboard-images-test-$$"

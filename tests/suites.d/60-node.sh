@@ -21,7 +21,6 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-cache="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}"
 fail() { echo "60-node: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || fail "the node needs root (namespaces, cgroups, mounts); run as root"
@@ -33,9 +32,8 @@ bin="$(tests/k8s/build-binaries.sh --bin-dir)"
 mapfile -t test_images < <(tests/node/test-images.sh) || fail "tests/node/test-images.sh failed"
 # Real stdio servers (npm, PyPI) on a Debian root filesystem, for McpServer spec.run.
 mapfile -t stdio_images < <(tests/node/stdio-images.sh) || fail "tests/node/stdio-images.sh failed"
-archives="$cache/node-images/switchboard"
-CONTAINERS_CONF="$(tests/images/setup-tools.sh)" tests/images/build.sh --archives "$archives" --for-tests >&2 ||
-  fail "tests/images/build.sh failed"
+archives="$(tests/images/suite-images.sh --archives)"
+tests/images/suite-images.sh >&2 || fail "tests/images/suite-images.sh failed"
 echo "60-node: binaries and images ready in $(( $(date +%s) - t0 ))s" >&2
 
 venv="${SWITCHBOARD_VENV:-$(tests/setup-python.sh)}"
