@@ -273,6 +273,8 @@ fi
 if wants build; then
   step build
   build_test_binaries
+  # (the suites' image builds take these binaries without asking cargo again: tests/images/build.sh)
+  export SWITCHBOARD_TEST_BINARIES_BUILT=1
 fi
 # The suites' images (the images suite's and the one-node suite's, tests/images/suite-images.sh)
 # from those binaries, in the background through the e2e step: building them takes ~15 s of CPU

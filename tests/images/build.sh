@@ -23,9 +23,11 @@
 # An image (or an archive) is built again only when what it is built from changed: the build
 # context's digest (the stripped binaries, Containerfile, version, architecture) is kept beside
 # the engine's image ID in ${SWITCHBOARD_CACHE:-~/.cache/switchboard}/images/, and beside each
-# archive. The images suite and the one-node suite both ask for the same images; the second
-# build of a run is then a check (3-5 s of stripping and hashing on an idle machine, against
-# 8 s for the build; 55-59 s while the other suites ran). One build at a time (a lock there).
+# archive; and so that a check need not strip and hash the binaries again, the digest is kept
+# beside a quick key of them (their size, inode and modification time). The images suite and the
+# one-node suite both ask for the same images (tests/images/suite-images.sh), which
+# tests/run-all.sh has built during the e2e step: their asking is then a check of a second or
+# two. One build at a time (a lock there).
 # Prints each image's size.
 set -euo pipefail
 
@@ -40,7 +42,7 @@ while [[ $# -gt 0 ]]; do
     --archives) archives="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
     --for-tests) profile="${SWITCHBOARD_IMAGE_PROFILE:-test-build}"; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -60,7 +62,11 @@ if [[ "$profile" == test-build ]]; then
   source "$root/tests/build-env.bash"
   dist_dir="$SWITCHBOARD_BIN_DIR"
   echo "build.sh: the test command's static debug binaries ($dist_dir)" >&2
-  (cd "$root" && build_test_binaries --locked >&2)
+  # tests/run-all.sh sets SWITCHBOARD_TEST_BINARIES_BUILT after its build step: cargo need not
+  # be asked again (its check of the feature sets and of the sources takes seconds on a busy machine)
+  if [[ "${SWITCHBOARD_TEST_BINARIES_BUILT:-}" != 1 ]]; then
+    (cd "$root" && build_test_binaries --locked >&2)
+  fi
 else
   target=x86_64-unknown-linux-gnu
   export CARGO_TARGET_DIR="$cache/target-static"
@@ -71,24 +77,52 @@ else
   dist_dir="$CARGO_TARGET_DIR/$target/$profile"
 fi
 
-context="$(mktemp -d "${TMPDIR:-/tmp}/switchboard-images.XXXXXX")"
-trap 'rm -rf "$context"' EXIT
-mkdir -p "$context/dist/$arch"
-cp "$root/Containerfile" "$context/"
-for b in "${bins[@]}"; do
-  install -m 0755 "$dist_dir/$b" "$context/dist/$arch/$b"
-  # The release profile keeps line tables for profiling, debug builds all of DWARF; images carry
-  # the symbols, not the DWARF.
-  strip --strip-debug "$context/dist/$arch/$b"
-  # A dynamically linked binary names its loader (an INTERP program header): FROM scratch has none.
-  headers="$(readelf --program-headers "$context/dist/$arch/$b")" ||
-    { echo "build.sh: cannot read $b with readelf (binutils)" >&2; exit 1; }
-  if grep -q INTERP <<<"$headers"; then
-    echo "build.sh: $b is dynamically linked; the images need static binaries" >&2
-    exit 1
-  fi
-done
+context=""
+trap '[[ -z "$context" ]] || rm -rf "$context"' EXIT
+make_context() { # the build context (Containerfile and the stripped binaries); sets $inputs, its digest
+  context="$(mktemp -d "${TMPDIR:-/tmp}/switchboard-images.XXXXXX")"
+  mkdir -p "$context/dist/$arch"
+  cp "$root/Containerfile" "$context/"
+  local b headers
+  for b in "${bins[@]}"; do
+    install -m 0755 "$dist_dir/$b" "$context/dist/$arch/$b"
+    # The release profile keeps line tables for profiling, debug builds all of DWARF; images carry
+    # the symbols, not the DWARF.
+    strip --strip-debug "$context/dist/$arch/$b"
+    # A dynamically linked binary names its loader (an INTERP program header): FROM scratch has none.
+    headers="$(readelf --program-headers "$context/dist/$arch/$b")" ||
+      { echo "build.sh: cannot read $b with readelf (binutils)" >&2; exit 1; }
+    if grep -q INTERP <<<"$headers"; then
+      echo "build.sh: $b is dynamically linked; the images need static binaries" >&2
+      exit 1
+    fi
+  done
+  # What every image is built from (the context holds nothing else) and under which arguments.
+  inputs="$( (cd "$context" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$version $arch $engine") |
+    sha256sum | cut -d' ' -f1)"
+}
 
+stamps="$cache/images"
+mkdir -p "$stamps"
+exec 9>"$stamps/.lock"
+flock 9
+# The digest needs the stripped binaries (16-19 s of stripping and hashing while the suites start,
+# in each suite that asks). A quick key stands for it: the binaries' and Containerfile's paths,
+# inodes and modification times (cargo writes a binary anew whenever it changes), the version,
+# architecture and engine; when it is the one kept with the last digest, that digest is this
+# one, and the context is made only if an image or archive must be built.
+quick_key="$( (for f in "${bins[@]/#/$dist_dir/}" "$root/Containerfile"; do stat -c '%n %s %i %y' "$f"; done
+  echo "$version $arch $engine") | sha256sum | cut -d' ' -f1)"
+quick="$stamps/$engine.quick"  # one line: <quick key> <inputs>
+inputs=""
+if [[ -f "$quick" ]]; then
+  read -r kept_key kept_inputs <"$quick" || true
+  [[ "${kept_key:-}" == "$quick_key" ]] && inputs="${kept_inputs:-}"
+fi
+if [[ -z "$inputs" ]]; then
+  make_context
+  echo "$quick_key $inputs" >"$quick"
+fi
 build() { # <target> <image>
   case "$engine" in
     buildah) buildah bud --quiet --layers=false --target "$1" --build-arg "VERSION=$version" \
@@ -105,13 +139,6 @@ image_id() { # <image>: the engine's ID of it, empty when it has none by that na
   esac
 }
 
-# What every image is built from (the context holds nothing else) and under which arguments.
-inputs="$( (cd "$context" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$version $arch $engine") |
-  sha256sum | cut -d' ' -f1)"
-stamps="$cache/images"
-mkdir -p "$stamps"
-exec 9>"$stamps/.lock"
-flock 9
 stamp="$stamps/$engine.built"  # lines: <target> <inputs> <image id>
 touch "$stamp"
 for t in gateway operator example-upstream scripted-provider; do
@@ -121,6 +148,7 @@ for t in gateway operator example-upstream scripted-provider; do
     kept=" (unchanged: built before from the same binaries)"
   else
     kept=""
+    [[ -n "$context" ]] || make_context
     build "$t" "$image"
     id="$(image_id "$image")"
     { grep -v "^$t " "$stamp" || true; echo "$t $inputs $id"; } >"$stamp.new"
