@@ -101,6 +101,21 @@ def wait(predicate, timeout: float, what: str, interval: float = 0.25):
     return wait_until(predicate, timeout, interval=interval, what=what)
 
 
+def later_images_imported(timeout: float = 300) -> None:
+    """Waits for the images only the later modules run (the stdio servers', Redis): 60-node.sh
+    imports them into the node while the first modules run and then writes `ok` or `failed`
+    (its log beside it) to the file NODE_LATER_IMAGES names. Without NODE_LATER_IMAGES every
+    image was imported before the tests."""
+    marker = os.environ.get("NODE_LATER_IMAGES")
+    if not marker:
+        return
+    path = Path(marker)
+    status = wait(lambda: path.exists() and path.read_text().strip(), timeout,
+                  f"the later images' import into the node ({path})")
+    log = path.with_suffix(".log")
+    assert status == "ok", f"importing the later images failed: {log.read_text() if log.exists() else '(no log)'}"
+
+
 def secret_value(name: str, namespace: str, key: str) -> str:
     data = get_json("secret", name, "-n", namespace)["data"]
     return base64.b64decode(data[key]).decode()

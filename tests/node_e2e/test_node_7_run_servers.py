@@ -43,7 +43,7 @@ import httpx
 import pytest
 from node import (
     GATEWAY_URL, RELEASE_NS, apply, caller_pod, get_json, kubectl, pods, ready, run_to_completion,
-    secret_value, version, wait,
+    later_images_imported, secret_value, version, wait,
 )
 
 NS = "runs"
@@ -109,6 +109,7 @@ def gateway_audit_counts(since: str, path_part: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def everything(installed) -> dict:
+    later_images_imported()
     apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
           {"apiVersion": "switchboard.dev/v1alpha1", "kind": "McpKey", "metadata": {"name": "runs", "namespace": NS},
            "spec": {"secretName": "runs-key", "accessGroups": ["runs"]}})  # fmt: skip

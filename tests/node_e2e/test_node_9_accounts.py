@@ -35,7 +35,7 @@ from keycloak import GATEWAY_AUDIENCE
 from keycloak import start as start_keycloak
 from node import (
     CHART, RELEASE_NS, RESTRICTED, UPSTREAM_IMAGE_REPO, apply, chart_values, get_json, helm, kubectl, pods, ready,
-    version, wait,
+    later_images_imported, version, wait,
 )
 from private_ca import PrivateCa
 
@@ -121,6 +121,7 @@ def objects(keycloak, ca_pem: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def world(installed, tmp_path_factory):
+    later_images_imported()
     tmp = tmp_path_factory.mktemp("accounts")
     ca = PrivateCa("corp")
     cert, key = ca.issue(NODE_IP, ips=(NODE_IP,)).write(tmp, "keycloak")
