@@ -338,6 +338,16 @@ def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop
     assert not disturbed, (f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
                            f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
     now = connection_holder(loop)
+    if (now.pod, now.conn) != (held.pod, held.conn):
+        # The window was undisturbed, yet the connection changed afterwards: how it ended (the
+        # last call on it, `closing` if the gateway said `Connection: close`), how the next one
+        # began (`new` or `retried`: the caller's transport found the old one closed), and what
+        # the pod that held it logged.
+        after = loop.window(window[-1].at_ms)
+        last = [c for c in after if c.conn == held.conn][-1:]
+        first = [c for c in after if c.conn != held.conn][:1]
+        print(f"\n  after the window: the last call on {held.conn}: {last}; the first on another: {first}")
+        print(holder_story(held.pod))
     assert (now.pod, now.conn) == (held.pod, held.conn), (held, now)
     print(f"  all {len(window)} calls on {held.conn} to {held.pod}, none dialled anew")
 
