@@ -285,7 +285,11 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path, 
     # data file (`hsperfdata_<user>`, always under /tmp) is switched off.
     java_tmp = logdir / "java-tmp"
     java_tmp.mkdir(parents=True, exist_ok=True)
-    java_opts = f"-XX:-UsePerfData -Djava.io.tmpdir={java_tmp} -Dvertx.cacheDirBase={java_tmp / 'vertx-cache'}"
+    # The client compiler only (-XX:TieredStopAtLevel=1): a start then takes about a quarter less
+    # CPU (31 s against 43 s of CPU measured for a start on an idle machine, 27 s against 25 s of
+    # wall time), which the test command's busy steps feel more than Keycloak's slower hot code.
+    java_opts = (f"-XX:-UsePerfData -XX:TieredStopAtLevel=1 -Djava.io.tmpdir={java_tmp} "
+                 f"-Dvertx.cacheDirBase={java_tmp / 'vertx-cache'}")
     env = {
         **os.environ,
         "JAVA_HOME": java_home,
@@ -294,12 +298,6 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path, 
         "KC_BOOTSTRAP_ADMIN_USERNAME": "admin",
         "KC_BOOTSTRAP_ADMIN_PASSWORD": admin_password,
     }
-    logdir.mkdir(parents=True, exist_ok=True)
-    # The JVM's and Vert.x's scratch files (java.io.tmpdir, vertx-cache) in the test's own
-    # directory, not the system's; no hsperfdata file at all.
-    java_tmp = logdir / "java-tmp"
-    java_tmp.mkdir(exist_ok=True)
-    env["JAVA_OPTS_APPEND"] = f"{env.get('JAVA_OPTS_APPEND', '')} -Djava.io.tmpdir={java_tmp} -XX:-UsePerfData".strip()
     log = logdir / "keycloak.log"
     out = log.open("wb")
     listen = ["--http-host", host, "--http-port", str(port)]
@@ -318,18 +316,22 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path, 
     kc = Keycloak(base=f"{scheme}://{host}:{port}", proc=proc, log=log, passwords=passwords, client_secrets=client_secrets,
                   admin_password=admin_password, verify=ssl.create_default_context(cafile=tls[2]) if tls is not None else True)
 
-    def up() -> bool:
-        assert proc.poll() is None, f"Keycloak exited ({proc.returncode}):\n{log.read_text(errors='replace')[-4000:]}"
+    def up_or_exited() -> bool:
+        # (an exit ends the wait at once: wait_until would take an assertion here for a failed poll)
+        if proc.poll() is not None:
+            return True
         try:
             return httpx.get(f"{kc.issuer}/.well-known/openid-configuration", timeout=2, verify=kc.verify).status_code == 200
         except httpx.HTTPError:
             return False
 
     try:
-        wait_until(up, START_TIMEOUT, interval=0.5, what="Keycloak's realm discovery")
+        wait_until(up_or_exited, START_TIMEOUT, interval=0.5, what="Keycloak's realm discovery")
     except AssertionError:
         kc.stop()
         raise AssertionError(f"Keycloak did not start within {START_TIMEOUT:.0f}s:\n{log.read_text(errors='replace')[-4000:]}")
+    if proc.poll() is not None:
+        raise AssertionError(f"Keycloak exited ({proc.returncode}):\n{log.read_text(errors='replace')[-4000:]}")
     return kc
 
 
