@@ -44,9 +44,7 @@ OLDEST=(test_cluster_api test_status_truth test_workload_identity test_tenancy t
 # SWITCHBOARD_K8S_WORKERS=N: N for every pass.
 workers_for() { # PASS
   if [[ -n "${SWITCHBOARD_K8S_WORKERS:-}" ]]; then echo "$SWITCHBOARD_K8S_WORKERS"; return; fi
-  if [[ "${SWITCHBOARD_K8S_PARALLEL:-1}" != 1 || " $passes " != *" newest "* || " $passes " != *" oldest "* ]]; then
-    echo 2; return
-  fi
+  if [[ "${SWITCHBOARD_K8S_PARALLEL:-1}" != 1 || " $passes " != *" newest "*" oldest "* ]]; then echo 2; return; fi
   case "$1" in newest) echo 3 ;; oldest) echo 1 ;; esac
 }
 if [[ " $passes " == *" oldest "* ]]; then
