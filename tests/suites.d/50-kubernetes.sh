@@ -37,16 +37,8 @@ passes=${SWITCHBOARD_K8S_PASSES:-newest oldest}
 OLDEST=(test_cluster_api test_status_truth test_workload_identity test_tenancy test_missing_crd
         test_secret_selector test_run_servers)
 # Modules side by side in each pass (pytest-xdist, one module per worker at a time: each has its
-# own API server on its own reserved ports, and most of a module is waiting on it). Four worlds
-# at a time in all: with both passes side by side, three for the newest (18 modules, ~1,100 s of
-# module time) and one for the oldest (7 modules, ~440 s), so that both end about together;
-# two each made the newest pass the suites step's longest (~570 s against the oldest's ~240).
-# SWITCHBOARD_K8S_WORKERS=N: N for every pass.
-workers_for() { # PASS
-  if [[ -n "${SWITCHBOARD_K8S_WORKERS:-}" ]]; then echo "$SWITCHBOARD_K8S_WORKERS"; return; fi
-  if [[ "${SWITCHBOARD_K8S_PARALLEL:-1}" != 1 || " $passes " != *" newest "*" oldest "* ]]; then echo 2; return; fi
-  case "$1" in newest) echo 3 ;; oldest) echo 1 ;; esac
-}
+# own API server on its own reserved ports, and most of a module is waiting on it).
+workers=${SWITCHBOARD_K8S_WORKERS:-2}
 if [[ " $passes " == *" oldest "* ]]; then
   tests/k8s/build-binaries.sh --oldest >&2 || fail "tests/k8s/build-binaries.sh --oldest failed"
 fi
@@ -68,8 +60,7 @@ summary=""
 work=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-k8s-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 run_pass() { # PASS: pytest against that API server; output in $work/PASS.log, counts in $work/PASS.result
-  local pass=$1 bin version prc=0 counts workers
-  workers=$(workers_for "$pass")
+  local pass=$1 bin version prc=0 counts
   case "$pass" in
     newest) bin=$(tests/k8s/build-binaries.sh --bin-dir) ;;
     oldest) bin=$(tests/k8s/build-binaries.sh --oldest-bin-dir) ;;
