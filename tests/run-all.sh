@@ -278,10 +278,11 @@ if wants build; then
 fi
 # The suites' images (the images suite's and the one-node suite's, tests/images/suite-images.sh)
 # from those binaries, in the background through the e2e step: building them takes ~15 s of CPU
-# on an idle machine but ~60 s at the start of the suites step, whose first minutes are CPU-bound,
-# on the way to the one-node suite (the longest chain). The e2e step leaves idle time (its last
-# minutes); the suites then find the images built, or wait for this build (build.sh's lock),
-# which the suites step raises to the foreground's priority first.
+# on an idle machine but 33-100 s at the start of the suites step, whose first minutes are
+# CPU-bound, on the way to the one-node suite (the longest chain). At nice 19 it takes what the
+# e2e step leaves idle (96 s of its first minutes, measured); the suites then find the images
+# built, or wait for this build (build.sh's lock), which the suites step raises to the
+# foreground's priority first.
 if wants e2e && wants suites; then background suite-images "$root/tests/images/suite-images.sh"; fi
 
 venv=""
