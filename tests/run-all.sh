@@ -131,15 +131,14 @@ kill_tree() { # PID: it and its descendants
   for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
   kill "$1" 2>/dev/null || true
 }
+renice_tree() { # PID: it and its descendants at the foreground's priority
+  local child
+  renice -n 0 -p "$1" >/dev/null 2>&1 || true
+  for child in $(pgrep -P "$1" 2>/dev/null); do renice_tree "$child"; done
+}
 unnice() { # NAME: a background build still running gets the foreground's priority (a step waits on it)
-  local name=$1
-  [[ -n "${bg_pid[$name]:-}" ]] || return 0
-  renice_tree() {
-    local child
-    renice -n 0 -p "$1" >/dev/null 2>&1 || true
-    for child in $(pgrep -P "$1" 2>/dev/null); do renice_tree "$child"; done
-  }
-  renice_tree "${bg_pid[$name]}"
+  [[ -n "${bg_pid[$1]:-}" ]] || return 0
+  renice_tree "${bg_pid[$1]}"
 }
 await() { # NAME: wait for a background build; fails with its log if it failed
   local name=$1

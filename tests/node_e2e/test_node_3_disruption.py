@@ -290,6 +290,17 @@ def holder_story(pod: str) -> str:
     return "\n".join(lines)
 
 
+def connection_change_story(held: Holder, calls: list[Call]) -> str:
+    """Why the caller left the held connection, from `calls`: how it ended (its last call;
+    `closing`: the gateway said `Connection: close`, as a stopping one does), how the next one
+    began (`new` or `retried`: the caller's transport found the old one closed), and what the pod
+    that held it went through (holder_story)."""
+    last = [c for c in calls if c.conn == held.conn][-1:]
+    first = [c for c in calls if c.conn != held.conn][:1]
+    return (f"\n  the last call on {held.conn}: {last}; the first on another connection: {first}\n"
+            + holder_story(held.pod))
+
+
 def test_deleting_the_gateway_pod_holding_the_connection_loses_no_call(loop):
     held = connection_holder(loop)
     victim = held.pod
@@ -329,25 +340,13 @@ def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop
     # none was dialled or retried, and that connection still goes to the same pod.
     disturbed = [c for c in window if c.conn != held.conn or c.how != "reused"]
     if disturbed:
-        # What ended the connection: the last answer on it (`closing`: the gateway said
-        # `Connection: close`, as a stopping one does), and whether the pod that held it
-        # restarted or logged its stop.
-        last = [c for c in window if c.conn == held.conn][-1:]
-        print(f"\n  the last call on {held.conn} before {disturbed[0]}: {last}")
-        print(holder_story(held.pod))
+        print(connection_change_story(held, window))
     assert not disturbed, (f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
                            f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
     now = connection_holder(loop)
     if (now.pod, now.conn) != (held.pod, held.conn):
-        # The window was undisturbed, yet the connection changed afterwards: how it ended (the
-        # last call on it, `closing` if the gateway said `Connection: close`), how the next one
-        # began (`new` or `retried`: the caller's transport found the old one closed), and what
-        # the pod that held it logged.
-        after = loop.window(window[-1].at_ms)
-        last = [c for c in after if c.conn == held.conn][-1:]
-        first = [c for c in after if c.conn != held.conn][:1]
-        print(f"\n  after the window: the last call on {held.conn}: {last}; the first on another: {first}")
-        print(holder_story(held.pod))
+        # (the window was undisturbed, yet the connection changed afterwards)
+        print(connection_change_story(held, loop.window(window[-1].at_ms)))
     assert (now.pod, now.conn) == (held.pod, held.conn), (held, now)
     print(f"  all {len(window)} calls on {held.conn} to {held.pod}, none dialled anew")
 
