@@ -48,7 +48,9 @@ pub struct Tokens {
 /// says so in the metric, not in every record).
 pub const TOOLS_FLAGGED_NOTED: usize = 20;
 
-/// What the layers of a request noted about it.
+/// What the layers of a request noted about it. The audit record writes it member by member
+/// (`audit::Line`, in this order); serde's derive is the oracle a test holds that writer to, so
+/// the `serde` attributes here say what the record does.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Noted {
     #[serde(skip_serializing_if = "Option::is_none")]
