@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -176,6 +176,44 @@ struct FoldedLabels {
     label: &'static str,
 }
 
+/// A family the request path counts into on every request, reached through handles its
+/// label sets find in a foldhash map: the family's own map hashes a label set with SipHash
+/// behind its lock (about 0.5k instructions a lookup, three per request), this one in about a
+/// tenth of that. A handle shares its value with the family's series (see [`UpstreamSeries`]),
+/// and the map holds the label sets the family has, no others: it is bounded as the family is.
+struct Handles<S, M, C = fn() -> M> {
+    family: Family<S, M, C>,
+    handles: std::sync::RwLock<foldhash::HashMap<S, M>>,
+}
+
+impl<S, M, C> Handles<S, M, C>
+where
+    S: Clone + std::hash::Hash + Eq,
+    M: Clone,
+    C: MetricConstructor<M>,
+{
+    fn new(family: Family<S, M, C>) -> Self {
+        Handles {
+            family,
+            handles: std::sync::RwLock::default(),
+        }
+    }
+
+    /// Applies `f` to the series of `labels` (made in the family on first use).
+    fn with(&self, labels: &S, f: impl FnOnce(&M)) {
+        if let Ok(handles) = self.handles.read()
+            && let Some(series) = handles.get(labels)
+        {
+            return f(series);
+        }
+        let series = self.family.get_or_create(labels).clone();
+        f(&series);
+        if let Ok(mut handles) = self.handles.write() {
+            handles.entry(labels.clone()).or_insert(series);
+        }
+    }
+}
+
 /// Distinct values a usage label (tenant, server, model) takes before further ones are folded
 /// into `other`: the values come from the snapshot, so this only bounds a pathological one.
 const USAGE_LABEL_VALUES: usize = 256;
@@ -209,8 +247,8 @@ impl LabelValues {
 
 /// Per-tenant usage: requests, durations and model tokens, labels bounded.
 struct Usage {
-    requests: Family<TenantLabels, Counter>,
-    duration: Family<EndpointServerLabels, Histogram, fn() -> Histogram>,
+    requests: Handles<TenantLabels, Counter>,
+    duration: Handles<EndpointServerLabels, Histogram>,
     tokens: Family<TenantTokenLabels, Counter>,
     folded: Family<FoldedLabels, Counter>,
     tenants: LabelValues,
@@ -291,7 +329,7 @@ pub struct LlmRequestFigures {
 
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
+    requests: Handles<RequestLabels, Counter>,
     upstream_requests: Family<UpstreamLabels, Counter>,
     upstream_latency: HistogramFamily,
     listing_failures: Family<ServerLabels, Counter>,
@@ -469,8 +507,8 @@ impl Default for Metrics {
             models.tokens.clone(),
         );
         let usage = Usage {
-            requests: Family::default(),
-            duration: Family::new_with_constructor(latency_histogram),
+            requests: Handles::new(Family::default()),
+            duration: Handles::new(Family::new_with_constructor(latency_histogram)),
             tokens: Family::default(),
             folded: Family::default(),
             tenants: LabelValues::default(),
@@ -480,13 +518,13 @@ impl Default for Metrics {
         registry.register(
             "tenant_requests",
             "Client requests by tenant (the caller's namespace), server and outcome",
-            usage.requests.clone(),
+            usage.requests.family.clone(),
         );
         registry.register(
             "request_duration_seconds",
             "Client request duration (to the answer's end; a stream's when it closes), by \
              endpoint and server",
-            usage.duration.clone(),
+            usage.duration.family.clone(),
         );
         registry.register(
             "tenant_llm_tokens",
@@ -558,7 +596,7 @@ impl Default for Metrics {
             operator_stream_connected,
             audit_dropped,
             registry,
-            requests,
+            requests: Handles::new(requests),
             upstream_requests,
             upstream_latency,
             listing_failures,
@@ -627,13 +665,14 @@ impl Metrics {
     }
 
     pub fn request(&self, endpoint: &'static str, method: &'static str, outcome: &'static str) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                endpoint,
-                method,
-                outcome,
-            })
-            .inc();
+        let labels = RequestLabels {
+            endpoint,
+            method,
+            outcome,
+        };
+        self.requests.with(&labels, |requests| {
+            requests.inc();
+        });
     }
 
     /// A call to `server` ended with `outcome` (`ok`, `rpc_error`, `stream` for an answered
@@ -753,19 +792,21 @@ impl Metrics {
         };
         let tenant = label(&u.tenants, "tenant", figures.tenant);
         let server = label(&u.servers, "server", figures.server);
-        u.duration
-            .get_or_create(&EndpointServerLabels {
-                endpoint: figures.endpoint,
-                server: server.clone(),
-            })
-            .observe(figures.elapsed.as_secs_f64());
-        u.requests
-            .get_or_create(&TenantLabels {
-                tenant: tenant.clone(),
-                server,
-                outcome: figures.outcome,
-            })
-            .inc();
+        let elapsed = EndpointServerLabels {
+            endpoint: figures.endpoint,
+            server: server.clone(),
+        };
+        u.duration.with(&elapsed, |duration| {
+            duration.observe(figures.elapsed.as_secs_f64());
+        });
+        let requests = TenantLabels {
+            tenant: tenant.clone(),
+            server,
+            outcome: figures.outcome,
+        };
+        u.requests.with(&requests, |requests| {
+            requests.inc();
+        });
         if let Some(model) = figures.model {
             let model = label(&u.models, "model", model);
             for (kind, n) in [
@@ -897,6 +938,77 @@ mod tests {
             .filter(|l| l.starts_with(family) && l.contains(&label))
             .map(str::to_string)
             .collect()
+    }
+
+    #[test]
+    fn requests_and_usage_count_through_their_handles_into_what_is_exported() {
+        let metrics = Metrics::default();
+        for method in ["tools/call", "tools/call", "tools/list", "tools/call"] {
+            metrics.request("mcp", method, "ok");
+        }
+        metrics.request("mcp", "tools/call", "forbidden");
+        let usage = |tenant, server, outcome, ms| UsageFigures {
+            endpoint: "mcp",
+            tenant,
+            server,
+            model: None,
+            outcome,
+            elapsed: Duration::from_millis(ms),
+            input_tokens: 0,
+            output_tokens: 0,
+        };
+        for figures in [
+            usage("t1", "a", "ok", 2),
+            usage("t1", "a", "ok", 3),
+            usage("t2", "a", "ok", 4),
+            usage("t1", "a", "forbidden", 5),
+            usage("t1", "b", "ok", 6),
+        ] {
+            metrics.usage(&figures);
+        }
+        let text = metrics.encode();
+        let mut requests: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("switchboard_gateway_requests_total{"))
+            .collect();
+        requests.sort();
+        assert_eq!(
+            requests,
+            [
+                "switchboard_gateway_requests_total{endpoint=\"mcp\",method=\"tools/call\",outcome=\"forbidden\"} 1",
+                "switchboard_gateway_requests_total{endpoint=\"mcp\",method=\"tools/call\",outcome=\"ok\"} 3",
+                "switchboard_gateway_requests_total{endpoint=\"mcp\",method=\"tools/list\",outcome=\"ok\"} 1",
+            ],
+            "{text}"
+        );
+        let mut tenants = lines(&text, "switchboard_gateway_tenant_requests_total", "a");
+        tenants.sort();
+        assert_eq!(
+            tenants,
+            [
+                "switchboard_gateway_tenant_requests_total{tenant=\"t1\",server=\"a\",outcome=\"forbidden\"} 1",
+                "switchboard_gateway_tenant_requests_total{tenant=\"t1\",server=\"a\",outcome=\"ok\"} 2",
+                "switchboard_gateway_tenant_requests_total{tenant=\"t2\",server=\"a\",outcome=\"ok\"} 1",
+            ],
+            "{text}"
+        );
+        let count = |server| {
+            lines(
+                &text,
+                "switchboard_gateway_request_duration_seconds_count",
+                server,
+            )
+        };
+        assert_eq!(
+            count("a"),
+            ["switchboard_gateway_request_duration_seconds_count{endpoint=\"mcp\",server=\"a\"} 4"],
+            "{text}"
+        );
+        assert_eq!(
+            count("b"),
+            ["switchboard_gateway_request_duration_seconds_count{endpoint=\"mcp\",server=\"b\"} 1"],
+            "{text}"
+        );
     }
 
     #[test]
