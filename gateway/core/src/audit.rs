@@ -180,8 +180,9 @@ impl Slot {
         self.line_lasting(noted, replica, status, bytes_out, duration_ms)
     }
 
-    /// The record's line for a request that lasted `duration_ms`: its members in the order
-    /// docs/audit.md lists them, unset ones left out.
+    /// The record's line for a request that lasted `duration_ms`: its members in the order the
+    /// record has always had (serde's derive wrote them so: see the test's `SerdeRecord`),
+    /// unset ones left out.
     fn line_lasting(
         &self,
         noted: &Noted,
