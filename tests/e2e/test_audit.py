@@ -403,18 +403,42 @@ def test_internal_listener_and_audit_off(gateways, rust_upstream):
     assert records_of(gw) == [], "audit off, yet records were written"
 
 
+def documented_fields() -> set[str]:
+    """The fields docs/audit.md's schema table names (its first column's `names`)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text("utf-8")
+    table = text.split("## Schema `switchboard.audit/v1`", 1)[1].split("\n### ", 1)[0]
+    names: set[str] = set()
+    for row in table.splitlines():
+        cells = row.split("|")
+        if row.startswith("| `") and len(cells) > 2:
+            names.update(re.findall(r"`([a-z_]+)`", cells[1]))
+    return names
+
+
 def test_zz_no_record_holds_an_argument_a_result_a_prompt_or_a_secret(gateways):
-    """Runs after the tests above in this module: every gateway's stdout and stderr of this run."""
+    """Runs after the tests above in this module: every gateway's stdout and stderr of this run.
+    Also: every member of every record is a field docs/audit.md's schema names."""
     from harness import GATEWAY_LOGS, SECRETS_USED
 
     assert NEVER_LOGGED, "the tests above sent nothing distinctive"
-    found = []
+    documented = documented_fields()
+    # The reading of the table itself: its first field, its last, and one named beside another.
+    assert {"schema", "bytes_out", "tool", "resource", "tools_flagged"} <= documented, documented
+    found, undocumented, records = [], set(), 0
     for path in GATEWAY_LOGS:
         if not path.exists():
             continue
         body = path.read_text("utf-8", "replace")
         found += [(path.name, v) for v in NEVER_LOGGED | SECRETS_USED if v in body]
+        for line in body.splitlines():
+            if line.startswith("{") and SCHEMA in line:
+                records += 1
+                undocumented |= json.loads(line).keys() - documented
     assert found == [], f"in the logs: {found}"
+    assert records, "no audit record in this run's gateway logs"
+    assert not undocumented, f"record members docs/audit.md's schema does not name: {sorted(undocumented)}"
 
 
 def test_records_queued_at_exit_are_written(gateways, rust_upstream):
