@@ -792,19 +792,19 @@ impl Metrics {
         };
         let tenant = label(&u.tenants, "tenant", figures.tenant);
         let server = label(&u.servers, "server", figures.server);
-        let elapsed = EndpointServerLabels {
+        let endpoint_server = EndpointServerLabels {
             endpoint: figures.endpoint,
             server: server.clone(),
         };
-        u.duration.with(&elapsed, |duration| {
+        u.duration.with(&endpoint_server, |duration| {
             duration.observe(figures.elapsed.as_secs_f64());
         });
-        let requests = TenantLabels {
+        let tenant_server = TenantLabels {
             tenant: tenant.clone(),
             server,
             outcome: figures.outcome,
         };
-        u.requests.with(&requests, |requests| {
+        u.requests.with(&tenant_server, |requests| {
             requests.inc();
         });
         if let Some(model) = figures.model {
