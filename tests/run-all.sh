@@ -346,9 +346,14 @@ fi
 # Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
 # is waiting on what it started (API servers, a node, pods), so the suites run side by side:
 # each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
-# chain run one after the other, in name order: 60-node after 30-images, which build the same
-# images). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A suite's output
-# is printed whole when it ends; its time goes into the step table.
+# chain run one after the other, in name order). The chain `clusters` holds 30-images,
+# 50-kubernetes and 60-node: the node imports the images 30-images checks (built once), and the
+# two cluster suites, each of which keeps both CPUs busy with clusters of its own, starved each
+# other side by side (on a two-core CI machine a Keycloak start took 292 s instead of 70, and
+# the node's call loop saw calls of 4 s through a disruption it must pass without a loss), so
+# the timing-sensitive node suite runs after the Kubernetes one, with the short Helm and rules
+# suites long done. SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A
+# suite's output is printed whole when it ends; its time goes into the step table.
 shopt -s nullglob
 suites=()
 for suite in "$root"/tests/suites.d/*.sh; do

@@ -248,36 +248,19 @@ def start(logdir: Path, host: str = "127.0.0.1", tls: tuple[Path, Path, Path] | 
     home_path = Path(home)
     imports = home_path / "data" / "import"
     imports.mkdir(parents=True, exist_ok=True)
-    # The realm file (with this start's passwords) is read from the installation's one import
-    # folder: a second start at the same time (the Kubernetes suite runs two API-server passes
-    # side by side) would overwrite it before this Keycloak imported it. One start at a time
-    # holds the folder until its realm is served.
-    lock = (home_path / "data" / ".import.lock").open("w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        return _start_locked(home_path, imports, java_home, logdir, host, tls)
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
-
-
-def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path, host: str = "127.0.0.1",
-                  tls: tuple[Path, Path, Path] | None = None) -> Keycloak:
-    # Every start gets passwords and client secrets of its own (the repository holds none).
-    realm = json.loads(REALM_FILE.read_text())
-    realm.pop("_comment", None)
+    # Every start gets passwords and client secrets of its own (the repository holds none), in
+    # its environment: the realm files Keycloak imports from the installation's one import
+    # folder name them by placeholder (Keycloak resolves `${VAR}` in an imported realm from the
+    # environment), so every start reads the same files and starts side by side with others
+    # (the Kubernetes and one-node suites start theirs at the same time).
+    realms = realm_files()
+    for name, text in realms.items():
+        _write_if_changed(imports / name, text)
+    realm = json.loads(realms[REALM_FILE.name])
     passwords = {u["username"]: secrets.token_urlsafe(16) for u in realm["users"]}
-    for user in realm["users"]:
-        user["credentials"] = [{"type": "password", "value": passwords[user["username"]], "temporary": False}]
-    client_secrets = {}
-    for client in realm["clients"]:
-        if not client.get("publicClient"):
-            client["secret"] = client_secrets[client["clientId"]] = secrets.token_urlsafe(24)
-    (imports / REALM_FILE.name).write_text(json.dumps(realm))
-    for name in (OPEN_REALM, KEYS_REALM):
-        # The copy's people have the copy's default roles (offline_access among them).
-        copy = json.loads(json.dumps(realm).replace(f"default-roles-{REALM}", f"default-roles-{name}"))
-        (imports / f"realm-{name}.json").write_text(json.dumps({**copy, "realm": name}))
+    client_secrets = {c["clientId"]: secrets.token_urlsafe(24) for c in realm["clients"] if not c.get("publicClient")}
+    secret_env = {_password_var(user): password for user, password in passwords.items()}
+    secret_env |= {_client_secret_var(client): secret for client, secret in client_secrets.items()}
     port = reserve_port()
     admin_password = secrets.token_urlsafe(16)
     # The JVM's scratch files in the test's own directory, not the system temp dir: Java's temp
@@ -297,6 +280,7 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path, 
         "PATH": f"{java_home}/bin:{os.environ.get('PATH', '')}",
         "KC_BOOTSTRAP_ADMIN_USERNAME": "admin",
         "KC_BOOTSTRAP_ADMIN_PASSWORD": admin_password,
+        **secret_env,
     }
     log = logdir / "keycloak.log"
     out = log.open("wb")
@@ -333,6 +317,46 @@ def _start_locked(home_path: Path, imports: Path, java_home: str, logdir: Path, 
     if proc.poll() is not None:
         raise AssertionError(f"Keycloak exited ({proc.returncode}):\n{log.read_text(errors='replace')[-4000:]}")
     return kc
+
+
+def _password_var(user: str) -> str:
+    return "SWITCHBOARD_KC_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", user.upper())
+
+
+def _client_secret_var(client_id: str) -> str:
+    return "SWITCHBOARD_KC_SECRET_" + re.sub(r"[^A-Z0-9]", "_", client_id.upper())
+
+
+def realm_files() -> dict[str, str]:
+    """The realm files Keycloak imports, by file name: tests/keycloak's realm and its copies
+    (OPEN_REALM, KEYS_REALM), each person's password and each confidential client's secret a
+    placeholder of the start's environment (`_password_var`, `_client_secret_var`). The same
+    text for every start."""
+    realm = json.loads(REALM_FILE.read_text())
+    realm.pop("_comment", None)
+    for user in realm["users"]:
+        user["credentials"] = [{"type": "password", "value": "${" + _password_var(user["username"]) + "}",
+                                "temporary": False}]
+    for client in realm["clients"]:
+        if not client.get("publicClient"):
+            client["secret"] = "${" + _client_secret_var(client["clientId"]) + "}"
+    files = {REALM_FILE.name: json.dumps(realm, indent=1, sort_keys=True)}
+    for name in (OPEN_REALM, KEYS_REALM):
+        # The copy's people have the copy's default roles (offline_access among them).
+        copy = json.loads(json.dumps(realm).replace(f"default-roles-{REALM}", f"default-roles-{name}"))
+        files[f"realm-{name}.json"] = json.dumps({**copy, "realm": name}, indent=1, sort_keys=True)
+    return files
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Writes `text` to `path` unless it holds it already, by rename: a Keycloak starting beside
+    this one reads either the old whole file or the new one."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.read_text() == text:
+            return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    tmp.rename(path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,11 @@ from k8s_world import World, assert_no_secret_leaks, condition, demo_objects, de
 from keycloak import GATEWAY_AUDIENCE
 from keycloak import start as start_keycloak
 
+# The module's first test pays for its world and a Keycloak start: about a minute each on idle
+# CPUs, several when the CPUs are shared (292 s for Keycloak alone was seen), past the 300 s every
+# test has (pytest.ini), which ends the whole worker.
+pytestmark = pytest.mark.timeout(900)
+
 NS = "default"
 POLL_S = 0.01
 BOUND_S = 10.0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import time
 from typing import NamedTuple
 
@@ -33,6 +34,13 @@ INTERNAL_PORT = 9091
 SAMPLE_CALLS = 20
 HOLDER_TRIES = 5
 MARGIN_MS = 5
+# The caller's bound on one call (its -timeout).
+CALL_TIMEOUT_S = 60
+# Bounds of the waits around a disruption: generous, since they only say the cluster settled
+# (the figures printed are the measurement); on two busy CPUs a pod start takes tens of seconds.
+SETTLE_S = 180
+WINDOW_S = 180
+STATUS_S = 120
 
 
 class Call(NamedTuple):
@@ -78,8 +86,11 @@ class CallLoop:
 
     def __init__(self, namespace: str, key: str):
         self.name, self.namespace = "call-loop", namespace
+        # A call may take as long as an SDK's client waits for one (the MCP SDKs: 60 s): on a
+        # machine whose CPUs the other suites keep busy, calls of seconds are slow, not lost.
         pod = caller_pod(self.name, namespace, ["loop", "-url", f"{GATEWAY_URL}/mcp/demo", "-key", key,
-                                                "-interval", "10ms"], restart="Never")
+                                                "-interval", "10ms", "-timeout", f"{CALL_TIMEOUT_S}s"],
+                         restart="Never")
         kubectl("delete", "pod", self.name, "-n", namespace, "--ignore-not-found", "--wait=true")
         apply(pod)
         wait(lambda: len(self.calls()) >= 20, 60, "the call loop to make its first calls")
@@ -87,6 +98,12 @@ class CallLoop:
     def calls(self) -> list[Call]:
         out = kubectl("logs", self.name, "-n", self.namespace).stdout
         return [call for line in out.splitlines() if (call := parse_call(line))]
+
+    def other_lines(self) -> list[str]:
+        """What the caller wrote besides its calls (Go's HTTP client logs there what it saw on an
+        idle connection, e.g. an unsolicited response)."""
+        out = kubectl("logs", self.name, "-n", self.namespace).stdout
+        return [line for line in out.splitlines() if line.strip() and not parse_call(line)]
 
     def window(self, start_ms: int, end_ms: int | None = None) -> list[Call]:
         return [c for c in self.calls() if c.at_ms >= start_ms and (end_ms is None or c.at_ms <= end_ms)]
@@ -148,6 +165,28 @@ def conntrack_reply_sources(conn: str) -> set[str]:
         if "ESTABLISHED" in fields and len(srcs) == 2:
             sources.add(srcs[1])
     return sources
+
+
+class ConnWatch:
+    """The node's conntrack events of one connection (`conntrack -E`, its client end `conn`) from
+    construction to `stop`: how the connection ended if it did (a FIN moves the entry to
+    FIN_WAIT when the caller sent it first, to CLOSE_WAIT when the pod did, a RST to CLOSE), or
+    that its entry was deleted under it (DESTROY while ESTABLISHED: the node, not either end)."""
+
+    def __init__(self, conn: str):
+        ip, _, port = conn.rpartition(":")
+        tool = shutil.which("conntrack") or "/usr/sbin/conntrack"
+        self.proc = subprocess.Popen([tool, "-E", "-p", "tcp", "--orig-src", ip, "--orig-port-src", port,
+                                      "-o", "timestamp"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate(timeout=10)
+        return out.strip()
 
 
 class Holder(NamedTuple):
@@ -225,9 +264,9 @@ def measure(loop: CallLoop, what: str, disrupt, settled) -> list[Call]:
     start_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     disrupt()
-    wait(settled, 180, f"the cluster to settle after: {what}", interval=0.2)
+    wait(settled, SETTLE_S, f"the cluster to settle after: {what}", interval=0.2)
     took = time.monotonic() - t0
-    wait(lambda: len(loop.window(start_ms)) >= MIN_CALLS, 60, f"{MIN_CALLS} calls since: {what}")
+    wait(lambda: len(loop.window(start_ms)) >= MIN_CALLS, WINDOW_S, f"{MIN_CALLS} calls since: {what}")
     end_ms = int(time.time() * 1000)
     window = loop.window(start_ms, end_ms)
     failed = [c for c in window if not c.ok]
@@ -255,7 +294,7 @@ def status_settled(namespace: str, what: str) -> None:
                 and programmed["status"] == "True" and programmed["message"].startswith("2/2 "))
 
     t0 = time.monotonic()
-    wait(both_replicas, 30, f"McpKey Ready and McpServer Programmed to say 2/2 replicas after: {what}")
+    wait(both_replicas, STATUS_S, f"McpKey Ready and McpServer Programmed to say 2/2 replicas after: {what}")
     print(f"  status back to 2/2 replicas {time.monotonic() - t0:.1f}s after the window")
 
 
@@ -334,13 +373,19 @@ def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop
     held = connection_holder(loop)
     assert held.others, f"no other Ready gateway pod beside {held.pod}"
     victim = held.others[0]
-    window = measure(loop, f"kubectl delete pod {victim} (the caller's connection {held.conn} is held by {held.pod})",
-                     lambda: kubectl("delete", "pod", victim, "-n", RELEASE_NS, "--wait=false"), gone(victim))
+    watch = ConnWatch(held.conn)
+    try:
+        window = measure(loop, f"kubectl delete pod {victim} (the caller's connection {held.conn} is held by {held.pod})",
+                         lambda: kubectl("delete", "pod", victim, "-n", RELEASE_NS, "--wait=false"), gone(victim))
+    finally:
+        events = watch.stop()
     # No disruption at all: every call of the window went on the same kept-alive connection,
     # none was dialled or retried, and that connection still goes to the same pod.
     disturbed = [c for c in window if c.conn != held.conn or c.how != "reused"]
     if disturbed:
         print(connection_change_story(held, window))
+        print(f"  the node's conntrack events of {held.conn} during the window:\n{events}")
+        print("  what the caller wrote besides its calls:\n" + "\n".join(loop.other_lines()[-20:]))
     assert not disturbed, (f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
                            f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
     now = connection_holder(loop)

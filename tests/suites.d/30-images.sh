@@ -10,7 +10,7 @@
 # upstream container behind the gateway container (by the name localhost: the static binary resolves
 # names), a REST tools/call through them.
 # Prints each image's size. Installs buildah, podman and runc if missing (tests/images/setup-tools.sh).
-# run-all: chain images
+# run-all: chain clusters
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

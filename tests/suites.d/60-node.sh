@@ -16,7 +16,7 @@
 #
 # Ends with "N passed, N failed"; exits non-zero if anything failed (missing tools are installed
 # by the scripts, or fail with directions; nothing is skipped).
-# run-all: chain images
+# run-all: chain clusters
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
