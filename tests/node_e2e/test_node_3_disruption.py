@@ -66,7 +66,7 @@ def parse_call(line: str) -> Call | None:
     """`<unix ms> ok <ms> conn=<conn>[ closing]` or `<unix ms> FAIL <reason> conn=<conn>[ closing]`,
     where <conn> is `<IP:port>/<how>` or `none`; None for any other line."""
     parts = line.split(" ", 2)
-    if len(parts) != 3 or not parts[0].isdigit():
+    if len(parts) != 3 or not parts[0].isdigit() or parts[1] not in ("ok", "FAIL"):
         return None
     rest = parts[2].removesuffix(" closing")
     closing = rest != parts[2]
@@ -75,6 +75,24 @@ def parse_call(line: str) -> Call | None:
         return Call(int(parts[0]), parts[1] == "ok", rest, "", "none", closing)
     address, _, how = conn.rpartition("/")
     return Call(int(parts[0]), parts[1] == "ok", detail, address, how, closing)
+
+
+class Ended(NamedTuple):
+    """A connection of the caller ended (tests/node/caller/main.go, trackedConn): when (unix
+    ms), its client end (IP:port) and which end ended it: "caller" (the caller's own transport
+    let go of it) or "peer ..." with what the caller's read saw (EOF or an error)."""
+    at_ms: int
+    conn: str
+    by: str
+
+
+def parse_ended(line: str) -> Ended | None:
+    """`<unix ms> ended conn=<IP:port> by=<who>`; None for any other line."""
+    parts = line.split(" ", 3)
+    if (len(parts) != 4 or not parts[0].isdigit() or parts[1] != "ended" or not parts[2].startswith("conn=")
+            or not parts[3].startswith("by=")):
+        return None
+    return Ended(int(parts[0]), parts[2].removeprefix("conn="), parts[3].removeprefix("by="))
 
 
 def now_ms() -> int:
@@ -103,7 +121,11 @@ class CallLoop:
         """What the caller wrote besides its calls (Go's HTTP client logs there what it saw on an
         idle connection, e.g. an unsolicited response)."""
         out = kubectl("logs", self.name, "-n", self.namespace).stdout
-        return [line for line in out.splitlines() if line.strip() and not parse_call(line)]
+        return [line for line in out.splitlines() if line.strip() and not parse_call(line) and not parse_ended(line)]
+
+    def ended(self) -> list[Ended]:
+        out = kubectl("logs", self.name, "-n", self.namespace).stdout
+        return [end for line in out.splitlines() if (end := parse_ended(line))]
 
     def window(self, start_ms: int, end_ms: int | None = None) -> list[Call]:
         return [c for c in self.calls() if c.at_ms >= start_ms and (end_ms is None or c.at_ms <= end_ms)]
@@ -380,20 +402,48 @@ def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop
     finally:
         events = watch.stop()
     # No disruption at all: every call of the window went on the same kept-alive connection,
-    # none was dialled or retried, and that connection still goes to the same pod.
+    # none was dialled or retried, and that connection still goes to the same pod. The one
+    # change allowed is the caller's own: its transport letting go of a connection that neither
+    # the gateway nor the network ended (Go's does when starved of CPU, trackedConn in
+    # tests/node/caller/main.go); then every call is still answered, none retried, no answer
+    # said `Connection: close`, and every connection that ended, ended by the caller.
     disturbed = [c for c in window if c.conn != held.conn or c.how != "reused"]
+    let_go = caller_let_go(loop, window, held)
     if disturbed:
         print(connection_change_story(held, window))
         print(f"  the node's conntrack events of {held.conn} during the window:\n{events}")
-        print("  what the caller wrote besides its calls:\n" + "\n".join(loop.other_lines()[-20:]))
-    assert not disturbed, (f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
-                           f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
+        print("  how the caller's connections ended in the window: "
+              + (", ".join(f"{e.conn} by {e.by}" for e in loop.ended() if e.at_ms >= window[0].at_ms) or "none"))
+        print("  what the caller wrote besides its calls and their ends:\n" + "\n".join(loop.other_lines()[-20:]))
+    assert not disturbed or let_go, (
+        f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
+        f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
+    if let_go:
+        print(f"  the caller's own transport let go of {len(let_go)} connection(s) in the window "
+              f"({', '.join(sorted(let_go))}); the gateway and the network ended none, no call failed or was retried")
+        # The pod that held the connection still serves, and still holds the caller's.
+        now = connection_holder(loop)
+        assert held.pod in (now.pod, *now.others), (held, now)
+        return
     now = connection_holder(loop)
     if (now.pod, now.conn) != (held.pod, held.conn):
         # (the window was undisturbed, yet the connection changed afterwards)
         print(connection_change_story(held, loop.window(window[-1].at_ms)))
     assert (now.pod, now.conn) == (held.pod, held.conn), (held, now)
     print(f"  all {len(window)} calls on {held.conn} to {held.pod}, none dialled anew")
+
+
+def caller_let_go(loop: CallLoop, window: list[Call], held: Holder) -> set[str]:
+    """The connections the caller's own transport let go of during `window`, when that is the
+    only change the window saw: every call answered, none retried, no answer said
+    `Connection: close`, and every connection that ended in it (the held one among them) ended
+    by the caller. Empty otherwise (and when nothing ended)."""
+    if not window or any(not c.ok or c.how not in ("reused", "new") or c.closing for c in window):
+        return set()
+    ends = [e for e in loop.ended() if window[0].at_ms <= e.at_ms <= window[-1].at_ms + 1000]
+    if not ends or held.conn not in {e.conn for e in ends} or any(e.by != "caller" for e in ends):
+        return set()
+    return {e.conn for e in ends}
 
 
 def test_rolling_helm_upgrade_loses_no_call(loop):

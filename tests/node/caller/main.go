@@ -17,15 +17,21 @@
 //	    to a gateway pod's by the node (kube-proxy's DNAT), so the node's conntrack table maps it
 //	    to the gateway pod that holds the connection. A line ends in " closing" when the answer
 //	    said `Connection: close` (the gateway ends the connection after it: a stopping replica
-//	    does), so a connection left afterwards is told from one that broke.
+//	    does), so a connection left afterwards is told from one that broke. When a connection
+//	    ends, one line says which end ended it (trackedConn):
+//	    "<unix ms> ended conn=<local address> by=caller" (this process closed it: its transport
+//	    let go of it) or "<unix ms> ended conn=<local address> by=peer <what the read saw>"
+//	    (EOF: the other end closed it; an error such as a reset: the other end or the network).
 package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -100,6 +106,50 @@ func (u *connUse) String() string {
 	default:
 		return u.local + "/new"
 	}
+}
+
+// trackedConn is a connection of the loop's transport that says, once, which end ended it. Go's
+// transport closes a kept-alive connection on its own in a few cases besides an answer's
+// `Connection: close` and a failed call: notably when, after reading an answer, it cannot tell
+// within 50 ms that its writer finished writing the request (net/http's
+// maxWriteWaitBeforeConnReuse), which a process starved of CPU meets. The line tells such a
+// letting go (by=caller) from a connection the other end or the network ended (by=peer).
+type trackedConn struct {
+	net.Conn
+	once sync.Once
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.ended("peer " + err.Error())
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	c.ended("caller")
+	return c.Conn.Close()
+}
+
+func (c *trackedConn) ended(by string) {
+	c.once.Do(func() {
+		fmt.Printf("%d ended conn=%s by=%s\n", time.Now().UnixMilli(), c.LocalAddr(), strings.ReplaceAll(by, "\n", " "))
+	})
+}
+
+// trackingTransport is Go's default transport with every connection it dials a trackedConn.
+func trackingTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	dial := t.DialContext
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &trackedConn{Conn: conn}, nil
+	}
+	return t
 }
 
 // call makes one tools/call and returns the HTTP status, the body and whether the answer is the
@@ -202,6 +252,8 @@ func main() {
 	c := &caller{url: *url, key: *key, tokenFile: *tokenFile, client: &http.Client{Timeout: *timeout}}
 	if *fresh {
 		c.client.Transport = &http.Transport{DisableKeepAlives: true}
+	} else if mode == "loop" {
+		c.client.Transport = trackingTransport()
 	}
 	switch mode {
 	case "once":
