@@ -8,7 +8,8 @@ The pod that holds the connection is found, not guessed (`connection_holder`): t
 its end of the connection of every call, the node's conntrack table names the gateway pod that
 connection goes to, and the pods' own request counters must agree. Deleting that pod must make
 the caller leave the connection and dial another; deleting the other pod must leave the caller's
-connection alone (every call on it, none dialled anew)."""
+connection alone (every call on it, none dialled anew), unless the caller's own transport let go
+of it, which the caller's log tells apart from the gateway or the network ending it (`Ended`)."""
 
 from __future__ import annotations
 
