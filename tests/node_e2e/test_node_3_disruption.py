@@ -192,9 +192,10 @@ def conntrack_reply_sources(conn: str) -> set[str]:
 
 class ConnWatch:
     """The node's conntrack events of one connection (`conntrack -E`, its client end `conn`) from
-    construction to `stop`: how the connection ended if it did (a FIN moves the entry to
-    FIN_WAIT when the caller sent it first, to CLOSE_WAIT when the pod did, a RST to CLOSE), or
-    that its entry was deleted under it (DESTROY while ESTABLISHED: the node, not either end)."""
+    construction to `stop`, printed when the connection changed: how its entry went on (after a
+    FIN through FIN_WAIT, CLOSE_WAIT, LAST_ACK and TIME_WAIT; after a RST to CLOSE), or that it
+    was deleted while ESTABLISHED (DESTROY: the node, not either end). Which end closed it is
+    what the caller's own log says (`Ended`): conntrack's states do not name the sender."""
 
     def __init__(self, conn: str):
         ip, _, port = conn.rpartition(":")
