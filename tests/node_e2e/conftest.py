@@ -3,12 +3,14 @@ example upstream pod with an McpServer and McpKeys in front of it (`served`)."""
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 from node import (
-    CHART, RELEASE_NS, RESTRICTED, UPSTREAM_IMAGE_REPO, NodeMissing, apply, chart_values, env, helm,
-    kubectl, pods, ready, secret_value, version, wait,
+    CHART, RELEASE_NS, RESTRICTED, UPSTREAM_IMAGE_REPO, NodeMissing, apply, chart_values, env, get_json,
+    helm, kubectl, pods, ready, secret_value, version, wait,
 )
 
 # tmp_path under a directory of the run's own, removed when every test passed (tests/e2e/temp_dirs.py;
@@ -25,6 +27,42 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         env("NODE_DIR")
     except NodeMissing as exc:
         pytest.exit(f"FAILED: {exc}", returncode=1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test keeps what the cluster looked like right then: the node is stopped at the
+    end of the run, and the kept directory (tests/e2e/temp_dirs.py) is all that is left."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when in ("setup", "call"):
+        where = keep_cluster_state(item)
+        report.sections.append(("cluster state", f"the cluster at this failure: {where}"))
+
+
+def keep_cluster_state(item: pytest.Item) -> str:
+    """Writes the pods, the events and every pod's log (its previous container's too) of every
+    namespace but kube-system into the run's temp directory, under `cluster-at-failures/<test>`;
+    returns where, or why it could not."""
+    try:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", item.name)[:80]
+        out = Path(item.config.option.basetemp) / "cluster-at-failures" / name
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "pods.txt").write_text(kubectl("get", "pods", "-A", "-o", "wide", check=False, timeout=30).stdout)
+        (out / "events.txt").write_text(kubectl("get", "events", "-A", "--sort-by=.lastTimestamp",
+                                                check=False, timeout=30).stdout)
+        for listed in get_json("pods", "-A")["items"]:
+            namespace, pod = listed["metadata"]["namespace"], listed["metadata"]["name"]
+            if namespace == "kube-system":
+                continue
+            for previous in ([], ["--previous"]):
+                log = kubectl("logs", pod, "-n", namespace, "--all-containers", "--tail", "20000", *previous,
+                              check=False, timeout=30)
+                if log.stdout:
+                    (out / f"{namespace}.{pod}{'.previous' if previous else ''}.log").write_text(log.stdout)
+        return f"cluster-at-failures/{name} in the run's kept directory (named at the end of the run)"
+    except Exception as exc:  # noqa: BLE001 - a test failed already; this only adds evidence
+        return f"not kept: {exc!r}"
 
 
 @pytest.fixture(scope="session")
