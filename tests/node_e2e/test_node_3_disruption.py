@@ -105,7 +105,7 @@ class CallLoop:
 
     def __init__(self, namespace: str, key: str):
         self.name, self.namespace = "call-loop", namespace
-        # A call may take as long as an SDK's client waits for one (the MCP SDKs: 60 s): on a
+        # A call may take as long as an SDK waits for one (the MCP TypeScript SDK: 60 s): on a
         # machine whose CPUs the other suites keep busy, calls of seconds are slow, not lost.
         pod = caller_pod(self.name, namespace, ["loop", "-url", f"{GATEWAY_URL}/mcp/demo", "-key", key,
                                                 "-interval", "10ms", "-timeout", f"{CALL_TIMEOUT_S}s"],
