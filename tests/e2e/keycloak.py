@@ -259,8 +259,8 @@ def start(logdir: Path, host: str = "127.0.0.1", tls: tuple[Path, Path, Path] | 
     realm = json.loads(realms[REALM_FILE.name])
     passwords = {u["username"]: secrets.token_urlsafe(16) for u in realm["users"]}
     client_secrets = {c["clientId"]: secrets.token_urlsafe(24) for c in realm["clients"] if not c.get("publicClient")}
-    secret_env = {_password_var(user): password for user, password in passwords.items()}
-    secret_env |= {_client_secret_var(client): secret for client, secret in client_secrets.items()}
+    secret_env = {_secret_var("PASSWORD", user): password for user, password in passwords.items()}
+    secret_env |= {_secret_var("SECRET", client): secret for client, secret in client_secrets.items()}
     port = reserve_port()
     admin_password = secrets.token_urlsafe(16)
     # The JVM's scratch files in the test's own directory, not the system temp dir: Java's temp
@@ -319,27 +319,24 @@ def start(logdir: Path, host: str = "127.0.0.1", tls: tuple[Path, Path, Path] | 
     return kc
 
 
-def _password_var(user: str) -> str:
-    return "SWITCHBOARD_KC_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", user.upper())
-
-
-def _client_secret_var(client_id: str) -> str:
-    return "SWITCHBOARD_KC_SECRET_" + re.sub(r"[^A-Z0-9]", "_", client_id.upper())
+def _secret_var(kind: str, name: str) -> str:
+    """The environment variable a start passes one secret in (`${...}` in the realm files)."""
+    return f"SWITCHBOARD_KC_{kind}_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def realm_files() -> dict[str, str]:
     """The realm files Keycloak imports, by file name: tests/keycloak's realm and its copies
     (OPEN_REALM, KEYS_REALM), each person's password and each confidential client's secret a
-    placeholder of the start's environment (`_password_var`, `_client_secret_var`). The same
+    placeholder of the start's environment (`_secret_var`). The same
     text for every start."""
     realm = json.loads(REALM_FILE.read_text())
     realm.pop("_comment", None)
     for user in realm["users"]:
-        user["credentials"] = [{"type": "password", "value": "${" + _password_var(user["username"]) + "}",
+        user["credentials"] = [{"type": "password", "value": "${" + _secret_var("PASSWORD", user["username"]) + "}",
                                 "temporary": False}]
     for client in realm["clients"]:
         if not client.get("publicClient"):
-            client["secret"] = "${" + _client_secret_var(client["clientId"]) + "}"
+            client["secret"] = "${" + _secret_var("SECRET", client["clientId"]) + "}"
     files = {REALM_FILE.name: json.dumps(realm, indent=1, sort_keys=True)}
     for name in (OPEN_REALM, KEYS_REALM):
         # The copy's people have the copy's default roles (offline_access among them).

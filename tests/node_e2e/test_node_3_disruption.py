@@ -96,6 +96,12 @@ def parse_ended(line: str) -> Ended | None:
     return Ended(int(parts[0]), parts[2].removeprefix("conn="), parts[3].removeprefix("by="))
 
 
+class CallerLog(NamedTuple):
+    calls: list[Call]
+    ended: list[Ended]
+    other: list[str]
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -115,18 +121,21 @@ class CallLoop:
         wait(lambda: len(self.calls()) >= 20, 60, "the call loop to make its first calls")
 
     def calls(self) -> list[Call]:
-        out = kubectl("logs", self.name, "-n", self.namespace).stdout
-        return [call for line in out.splitlines() if (call := parse_call(line))]
+        return self.log().calls
 
-    def other_lines(self) -> list[str]:
-        """What the caller wrote besides its calls (Go's HTTP client logs there what it saw on an
-        idle connection, e.g. an unsolicited response)."""
-        out = kubectl("logs", self.name, "-n", self.namespace).stdout
-        return [line for line in out.splitlines() if line.strip() and not parse_call(line) and not parse_ended(line)]
-
-    def ended(self) -> list[Ended]:
-        out = kubectl("logs", self.name, "-n", self.namespace).stdout
-        return [end for line in out.splitlines() if (end := parse_ended(line))]
+    def log(self) -> CallerLog:
+        """The caller's log so far, read once: its calls, its connections' ends, and the rest
+        (Go's HTTP client writes there what it saw on an idle connection, e.g. an unsolicited
+        response)."""
+        log = CallerLog([], [], [])
+        for line in kubectl("logs", self.name, "-n", self.namespace).stdout.splitlines():
+            if call := parse_call(line):
+                log.calls.append(call)
+            elif end := parse_ended(line):
+                log.ended.append(end)
+            elif line.strip():
+                log.other.append(line)
+        return log
 
     def window(self, start_ms: int, end_ms: int | None = None) -> list[Call]:
         return [c for c in self.calls() if c.at_ms >= start_ms and (end_ms is None or c.at_ms <= end_ms)]
@@ -171,6 +180,10 @@ def mcp_requests_counted(ip: str) -> float:
     return total
 
 
+def conntrack() -> str:
+    return shutil.which("conntrack") or "/usr/sbin/conntrack"  # tests/node/setup-tools.sh installs it
+
+
 def conntrack_reply_sources(conn: str) -> set[str]:
     """Who answers the TCP connection whose client end is `conn` (`IP:port`), from the node's
     conntrack table. These tests run in the node's network namespace, where kube-proxy's DNAT
@@ -179,8 +192,7 @@ def conntrack_reply_sources(conn: str) -> set[str]:
     `tcp 6 431999 ESTABLISHED src=CALLER dst=SERVICE sport=P dport=80 src=POD dst=CALLER
     sport=8080 dport=P [ASSURED] ...`. Only ESTABLISHED entries count."""
     ip, _, port = conn.rpartition(":")
-    tool = shutil.which("conntrack") or "/usr/sbin/conntrack"  # tests/node/setup-tools.sh installs it
-    out = run(tool, "-L", "-p", "tcp", "--orig-src", ip, "--orig-port-src", port, timeout=30).stdout
+    out = run(conntrack(), "-L", "-p", "tcp", "--orig-src", ip, "--orig-port-src", port, timeout=30).stdout
     sources = set()
     for line in out.splitlines():
         fields = line.split()
@@ -199,8 +211,7 @@ class ConnWatch:
 
     def __init__(self, conn: str):
         ip, _, port = conn.rpartition(":")
-        tool = shutil.which("conntrack") or "/usr/sbin/conntrack"
-        self.proc = subprocess.Popen([tool, "-E", "-p", "tcp", "--orig-src", ip, "--orig-port-src", port,
+        self.proc = subprocess.Popen([conntrack(), "-E", "-p", "tcp", "--orig-src", ip, "--orig-port-src", port,
                                       "-o", "timestamp"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def stop(self) -> str:
@@ -410,13 +421,14 @@ def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop
     # tests/node/caller/main.go); then every call is still answered, none retried, no answer
     # said `Connection: close`, and every connection that ended, ended by the caller.
     disturbed = [c for c in window if c.conn != held.conn or c.how != "reused"]
-    let_go = caller_let_go(loop, window, held)
+    log = loop.log()
+    let_go = caller_let_go(window, log.ended, held)
     if disturbed:
         print(connection_change_story(held, window))
         print(f"  the node's conntrack events of {held.conn} during the window:\n{events}")
         print("  how the caller's connections ended in the window: "
-              + (", ".join(f"{e.conn} by {e.by}" for e in loop.ended() if e.at_ms >= window[0].at_ms) or "none"))
-        print("  what the caller wrote besides its calls and their ends:\n" + "\n".join(loop.other_lines()[-20:]))
+              + (", ".join(f"{e.conn} by {e.by}" for e in log.ended if e.at_ms >= window[0].at_ms) or "none"))
+        print("  what the caller wrote besides its calls and their ends:\n" + "\n".join(log.other[-20:]))
     assert not disturbed or let_go, (
         f"deleting {victim}, which did not hold the caller's connection {held.conn}, disturbed "
         f"{len(disturbed)} of {len(window)} calls, e.g. {disturbed[:3]}")
@@ -435,14 +447,15 @@ def test_deleting_a_gateway_pod_not_holding_the_connection_disturbs_nothing(loop
     print(f"  all {len(window)} calls on {held.conn} to {held.pod}, none dialled anew")
 
 
-def caller_let_go(loop: CallLoop, window: list[Call], held: Holder) -> set[str]:
-    """The connections the caller's own transport let go of during `window`, when that is the
-    only change the window saw: every call answered, none retried, no answer said
-    `Connection: close`, and every connection that ended in it (the held one among them) ended
-    by the caller. Empty otherwise (and when nothing ended)."""
+def caller_let_go(window: list[Call], ended: list[Ended], held: Holder) -> set[str]:
+    """The connections the caller's own transport let go of during `window` (`ended`: the
+    caller's connection ends), when that is the only change the window saw: every call
+    answered, none retried, no answer said `Connection: close`, and every connection that ended
+    in it (the held one among them) ended by the caller. Empty otherwise (and when nothing
+    ended)."""
     if not window or any(not c.ok or c.how not in ("reused", "new") or c.closing for c in window):
         return set()
-    ends = [e for e in loop.ended() if window[0].at_ms <= e.at_ms <= window[-1].at_ms + 1000]
+    ends = [e for e in ended if window[0].at_ms <= e.at_ms <= window[-1].at_ms + 1000]
     if not ends or held.conn not in {e.conn for e in ends} or any(e.by != "caller" for e in ends):
         return set()
     return {e.conn for e in ends}
