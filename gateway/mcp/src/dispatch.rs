@@ -17,7 +17,7 @@ use switchboard_core::route::{
 };
 use switchboard_core::scope::{Caller, decide_owner};
 use switchboard_core::table::Server;
-use switchboard_protocol::{Era, may_require_input, named_field};
+use switchboard_protocol::{Era, Params, may_require_input, named_field};
 use switchboard_upstream::UpstreamCall;
 use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::listing::ListKind;
@@ -26,7 +26,7 @@ use switchboard_upstream::{RpcOutcome, RpcResult, SessionScope};
 /// One client request, as far as the methods care: what it asks and how it may be answered.
 pub struct Request {
     pub method: String,
-    pub params: Option<Value>,
+    pub params: Option<Params>,
     /// The client's era.
     pub era: Era,
     /// The client accepts an SSE answer.
@@ -41,7 +41,7 @@ impl Request {
     pub(crate) fn upstream_call<'a>(
         &self,
         method: &'a str,
-        params: Option<Value>,
+        params: Option<Params>,
     ) -> UpstreamCall<'a> {
         UpstreamCall {
             method,
@@ -115,29 +115,25 @@ pub(crate) async fn aggregate_method(
     let params = request.params.take();
     let method = request.method.as_str();
     if let Some(kind) = ListKind::from_method(method) {
-        let cursor = params
-            .as_ref()
-            .and_then(|p| p.get("cursor"))
-            .and_then(Value::as_str);
+        let cursor = params.as_ref().and_then(|p| p.str_member("cursor"));
         return Ok(Answer::Written(
-            aggregate::list(cx, caller, kind, cursor, request.era).await?,
+            aggregate::list(cx, caller, kind, cursor.as_deref(), request.era).await?,
         ));
     }
     let Some(field) = named_field(method) else {
         return Err(GatewayError::MethodNotFound(method.to_string()).into());
     };
-    let mut params = params.unwrap_or_else(|| json!({}));
+    let mut params = params.unwrap_or_else(|| Params::from(json!({})));
     let name = params
-        .get(field)
-        .and_then(Value::as_str)
+        .str_member(field)
         .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
-        .to_string();
+        .into_owned();
     let (server, upstream_name) = match field {
         "taskId" => route_prefixed(caller, "task", &name)?,
         "uri" => route_prefixed(caller, "resource", &name)?,
         _ => route_name(cx, caller, method, &name).await?,
     };
-    params[field] = Value::from(upstream_name);
+    params.set_member(field, Value::from(upstream_name));
     let mut upstream_call = request.upstream_call(method, Some(params));
     // A UI resource's contents name it as this endpoint does: read whole to be renamed.
     if method == "resources/read" && is_ui_uri(&name) {
@@ -293,13 +289,12 @@ pub(crate) async fn single_method(
         let name = request
             .params
             .as_ref()
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
+            .and_then(|p| p.str_member("name"))
             .ok_or_else(|| GatewayError::InvalidParams("params.name must be a string".into()))?;
         let unknown = GatewayError::ToolNotFound {
             name: name.to_string(),
         };
-        caller.check_tool(server, name, unknown)?;
+        caller.check_tool(server, &name, unknown)?;
     }
     let params = request.params.take();
     let upstream_call = request.upstream_call(method, params);

@@ -68,7 +68,7 @@ pub async fn fan_in(
             }
             let upstream_call = UpstreamCall {
                 method: "subscriptions/listen",
-                params: Some(upstream_params),
+                params: Some(upstream_params.into()),
                 stream: true,
                 session,
                 modern_client: true,

@@ -47,7 +47,7 @@ use switchboard_core::scope::Caller;
 use switchboard_core::session::{SessionSealer, TokenKind};
 use switchboard_core::table::{RoutingTable, Server};
 use switchboard_protocol::sse::SseEvent;
-use switchboard_protocol::{Era, stamp_modern_result, strip_modern_result};
+use switchboard_protocol::{Era, Params, stamp_modern_result, strip_modern_result};
 use switchboard_upstream::UpstreamCall;
 use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::{RpcOutcome, SessionScope, UpstreamStream};
@@ -73,7 +73,7 @@ pub struct Relay {
 #[derive(Clone)]
 pub struct UpstreamRequest {
     pub method: String,
-    pub params: Option<Value>,
+    pub params: Option<Params>,
     pub session: SessionScope,
     pub log_level: Option<&'static str>,
 }
@@ -519,7 +519,7 @@ impl RelayState {
         let Some(request) = self.relay.upstream_request.clone() else {
             return Err(self.fail(GatewayError::InvalidRequest("cannot bridge".into())));
         };
-        let mut params = match request.params {
+        let mut params = match request.params.map(|mut p| p.take()) {
             Some(Value::Object(m)) => m,
             _ => Map::new(),
         };
@@ -532,7 +532,7 @@ impl RelayState {
         }
         let upstream_call = UpstreamCall {
             method: &request.method,
-            params: Some(Value::Object(params)),
+            params: Some(Params::from(Value::Object(params))),
             stream: true,
             session: request.session,
             modern_client: false,

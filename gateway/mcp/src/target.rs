@@ -49,7 +49,7 @@ mod tests {
     fn call(name: &str) -> Request {
         Request {
             method: "tools/call".into(),
-            params: Some(json!({"name": name, "arguments": {}})),
+            params: Some(json!({"name": name, "arguments": {}}).into()),
             era: Era::Rev2026,
             accepts_stream: false,
             session: SessionScope::default(),

@@ -16,7 +16,7 @@ use switchboard_core::table::Server;
 use switchboard_core::virtual_server::{
     CallRefused, SearchCall, Selected, Shadowed, VirtualServer,
 };
-use switchboard_protocol::Era;
+use switchboard_protocol::{Era, Params};
 use switchboard_upstream::Searched;
 use switchboard_upstream::listing::{Item, ListKind};
 
@@ -69,7 +69,12 @@ pub async fn method(
         "resources/read" => (Selected::Resources, "uri"),
         _ => return Err(GatewayError::MethodNotFound(method.to_string()).into()),
     };
-    let mut params = request.params.clone().unwrap_or_else(|| json!({}));
+    // (A virtual server renames and rebinds: its calls are read whole.)
+    let mut params = request
+        .params
+        .as_deref()
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     let mut name = params
         .get(field)
         .and_then(Value::as_str)
@@ -146,7 +151,7 @@ pub async fn method(
             }
         }
     }
-    let upstream_call = request.upstream_call(method, Some(params));
+    let upstream_call = request.upstream_call(method, Some(Params::from(params)));
     answer_from_upstream(cx, caller, server, upstream_call, false).await
 }
 

@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::capabilities;
+use crate::params::{MemberView, Params, TextView};
 use crate::trace_context::{self, TraceContext};
 use crate::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
@@ -232,6 +233,204 @@ pub fn modern_request_body(
         }),
     };
     body_of(&envelope)
+}
+
+/// [`modern_request_body`] for a client's call: its parameters written from the text they came
+/// in while nothing changed them but set members (no tree built, none written), else from the
+/// tree. The two write the same members; the text keeps the client's order of them.
+pub fn modern_call_body(
+    id: &Value,
+    method: &str,
+    params: Option<&Params>,
+    meta: ModernMeta<'_>,
+) -> Vec<u8> {
+    match params.and_then(Params::text_view) {
+        Some(text) => text_body(id, method, |out| write_modern_params(out, &text, meta)),
+        None => modern_request_body(id, method, params.map(|p| &**p), meta),
+    }
+}
+
+/// [`legacy_request_body`] for a client's call, written from the text as [`modern_call_body`]
+/// is.
+pub fn legacy_call_body(
+    id: &Value,
+    method: &str,
+    params: Option<&Params>,
+    trace: Option<&TraceContext>,
+) -> Vec<u8> {
+    match params.and_then(Params::text_view) {
+        Some(text) => text_body(id, method, |out| write_legacy_params(out, &text, trace)),
+        None => legacy_request_body(id, method, params.map(|p| &**p), trace),
+    }
+}
+
+/// The envelope `Envelope` serializes, with the parameters written by `params`.
+fn text_body(id: &Value, method: &str, params: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut body = Vec::with_capacity(512);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    let _ = serde_json::to_writer(&mut body, id);
+    body.extend_from_slice(br#","method":"#);
+    let _ = serde_json::to_writer(&mut body, method);
+    body.extend_from_slice(br#","params":"#);
+    params(&mut body);
+    body.push(b'}');
+    body
+}
+
+/// `ModernParams` from the text: the members but `_meta` as they are, then `_meta` with the
+/// 2026-07-28 members (`MetaWithModern`).
+fn write_modern_params(out: &mut Vec<u8>, text: &TextView<'_>, meta: ModernMeta<'_>) {
+    let mut object = Object::open(out);
+    let mut client_meta = None;
+    for member in text.members() {
+        if member.key() == "_meta" {
+            client_meta = Some(member);
+        } else {
+            object.member(&member);
+        }
+    }
+    match client_meta {
+        // A `_meta` that is not an object is the client's mistake, passed on for the server
+        // to judge rather than silently replaced.
+        Some(other) if !other.is_object() => object.member(&other),
+        _ => {
+            object.key("_meta");
+            let client = text.meta();
+            let has = |name: &str| client.is_some_and(|m| m.has(name));
+            let replaced = |name: &str| {
+                name == META_PROTOCOL_VERSION || (meta.trace.is_some() && is_trace_key(name))
+            };
+            let mut inner = Object::open(object.out);
+            for member in client.iter().flat_map(|m| m.members()) {
+                if !replaced(member.key()) {
+                    inner.member(&member);
+                }
+            }
+            inner.entry(META_PROTOCOL_VERSION, MODERN_VERSION);
+            if let Some(trace) = meta.trace {
+                inner.trace(trace);
+            }
+            if !has(META_CLIENT_CAPABILITIES) {
+                inner.entry(
+                    META_CLIENT_CAPABILITIES,
+                    &capabilities::to_json(meta.capabilities),
+                );
+            }
+            if !has(META_CLIENT_INFO) {
+                inner.entry(META_CLIENT_INFO, meta.client_info);
+            }
+            if let Some(level) = meta.log_level
+                && !has(META_LOG_LEVEL)
+            {
+                inner.entry(META_LOG_LEVEL, level);
+            }
+            inner.close();
+        }
+    }
+    object.close();
+}
+
+/// `legacy_request_body`'s parameters from the text: as they are, unless `_meta` carries a
+/// 2026-07-28 reserved member or there is a trace context to put there (`LegacyParams`).
+fn write_legacy_params(out: &mut Vec<u8>, text: &TextView<'_>, trace: Option<&TraceContext>) {
+    let client = text.meta();
+    let carries_modern =
+        client.is_some_and(|m| m.members().any(|e| MODERN_SESSION_META.contains(&e.key())));
+    let mut object = Object::open(out);
+    if !carries_modern && trace.is_none() {
+        for member in text.members() {
+            object.member(&member);
+        }
+        object.close();
+        return;
+    }
+    let keeps = |name: &str| {
+        let replaced = trace.is_some() && is_trace_key(name);
+        !MODERN_SESSION_META.contains(&name) && !replaced
+    };
+    let mut wrote_meta = false;
+    for member in text.members() {
+        if member.key() != "_meta" {
+            object.member(&member);
+            continue;
+        }
+        wrote_meta = true;
+        match client {
+            Some(client) if member.is_object() => {
+                if trace.is_none() && !client.members().any(|e| keeps(e.key())) {
+                    continue;
+                }
+                object.key("_meta");
+                let mut inner = Object::open(object.out);
+                for entry in client.members() {
+                    if keeps(entry.key()) {
+                        inner.member(&entry);
+                    }
+                }
+                if let Some(trace) = trace {
+                    inner.trace(trace);
+                }
+                inner.close();
+            }
+            // Not an object: the client's mistake, passed on for the server to judge.
+            _ => object.member(&member),
+        }
+    }
+    if !wrote_meta && let Some(trace) = trace {
+        object.key("_meta");
+        let mut inner = Object::open(object.out);
+        inner.trace(trace);
+        inner.close();
+    }
+    object.close();
+}
+
+/// A JSON object written member by member.
+struct Object<'o> {
+    out: &'o mut Vec<u8>,
+    first: bool,
+}
+
+impl<'o> Object<'o> {
+    fn open(out: &'o mut Vec<u8>) -> Object<'o> {
+        out.push(b'{');
+        Object { out, first: true }
+    }
+
+    /// A member's key and the colon: its value is written next.
+    fn key(&mut self, key: &str) {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut *self.out, key);
+        self.out.push(b':');
+    }
+
+    fn entry(&mut self, key: &str, value: &(impl Serialize + ?Sized)) {
+        self.key(key);
+        let _ = serde_json::to_writer(&mut *self.out, value);
+    }
+
+    /// A member of the text, as it came (or as set).
+    fn member(&mut self, member: &MemberView<'_>) {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(b',');
+        }
+        member.write_key(self.out);
+        self.out.push(b':');
+        member.write_value(self.out);
+    }
+
+    fn trace(&mut self, trace: &TraceContext) {
+        self.entry(trace_context::TRACEPARENT, trace.traceparent());
+        if let Some(state) = trace.tracestate() {
+            self.entry(trace_context::TRACESTATE, state);
+        }
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
 }
 
 /// A message's body written into a buffer with room for a typical call at once (a `tools/call`

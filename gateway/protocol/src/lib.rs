@@ -12,7 +12,8 @@
 //!
 //! The crate is the leaf of the gateway's layers: it knows JSON-RPC and MCP, nothing of routes,
 //! callers or upstreams. Beside the rules here: [`capabilities`] (client capability bits),
-//! [`jsonrpc`] (request bodies and answers on the wire), [`sse`] (event framing),
+//! [`params`] (a call's parameters kept as the text they came in), [`jsonrpc`] (request bodies
+//! and answers on the wire), [`sse`] (event framing),
 //! [`param_headers`] (`Mcp-Param-*` derived from a tool's schema), [`schema`] (the one
 //! sanitizer of tool schemas handed to providers and built from OpenAPI documents),
 //! [`trace_context`] (W3C trace context in `_meta`).
@@ -20,9 +21,12 @@
 pub mod capabilities;
 pub mod jsonrpc;
 pub mod param_headers;
+pub mod params;
 pub mod schema;
 pub mod sse;
 pub mod trace_context;
+
+pub use params::Params;
 
 /// JSON-RPC codes from the JSON-RPC 2.0 specification.
 pub mod codes {
@@ -162,15 +166,12 @@ pub enum Era {
 /// Which era a POST speaks.
 pub fn classify(
     method: &str,
-    params: Option<&Value>,
+    params: Option<&Params>,
     version_header: Option<&str>,
     has_session: bool,
 ) -> Era {
     // A 2026-07-28 `initialize` is the removed method it is, not a legacy handshake.
-    let meta_version = params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(META_PROTOCOL_VERSION));
-    if meta_version.is_some() {
+    if params.is_some_and(|p| p.meta_has(META_PROTOCOL_VERSION)) {
         return Era::Rev2026;
     }
     if method == "initialize" {
@@ -346,7 +347,7 @@ impl<'a> ResultMembers<'a> {
 
 /// An object's top-level members in order, each value as its text. A member name must be
 /// borrowable (no escapes), which is what makes writing it back as `"name"` exact.
-struct Members<'a>(Vec<(&'a str, &'a str)>);
+pub(crate) struct Members<'a>(pub(crate) Vec<(&'a str, &'a str)>);
 
 impl<'a> Members<'a> {
     /// The members of `text`, which is valid JSON (a `RawValue`'s: the parser that made it
@@ -354,7 +355,7 @@ impl<'a> Members<'a> {
     /// read. `None` when the text is not an object or a member name has an escape. (Read with
     /// serde as a map of raw values, a `tools/call` result cost a call about 3,500
     /// instructions, a second pass over what the parser had just read.)
-    fn scan(text: &'a str) -> Option<Members<'a>> {
+    pub(crate) fn scan(text: &'a str) -> Option<Members<'a>> {
         let b = text.as_bytes();
         let mut i = skip_space(b, 0);
         if b.get(i) != Some(&b'{') {
@@ -616,7 +617,7 @@ mod tests {
 
     #[test]
     fn body_decides_before_headers() {
-        let modern = json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
+        let modern = Params::from(json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}}));
         assert_eq!(
             classify("tools/list", Some(&modern), None, false),
             Era::Rev2026

@@ -3,12 +3,13 @@
 //! holds this by reference on its way to the wire), so these fields are written once.
 
 use serde_json::Value;
+use switchboard_protocol::Params;
 
 /// One method call as it goes upstream.
 pub struct UpstreamCall<'a> {
     pub method: &'a str,
     /// Parameters as the upstream gets them (names already without the gateway prefix).
-    pub params: Option<Value>,
+    pub params: Option<Params>,
     /// The answer may come back as a stream to relay event by event (the client accepts SSE
     /// and nothing needs the whole answer first); otherwise an SSE answer is read whole.
     pub stream: bool,
@@ -41,7 +42,7 @@ impl<'a> UpstreamCall<'a> {
     pub fn whole(method: &'a str, params: Option<Value>) -> UpstreamCall<'a> {
         UpstreamCall {
             method,
-            params,
+            params: params.map(Params::from),
             stream: false,
             session: SessionScope::default(),
             log_level: None,

@@ -17,18 +17,18 @@ use serde_json::{Map, Value};
 use tracing::field::Empty;
 
 use switchboard_core::table::Server;
+use switchboard_protocol::Params;
 
 /// The span of `method` (with `params` as they go upstream) on `server`, a child of the
 /// current span; a disabled span when the request is not traced.
-pub(crate) fn start(server: &Server, method: &str, params: Option<&Value>) -> tracing::Span {
+pub(crate) fn start(server: &Server, method: &str, params: Option<&Params>) -> tracing::Span {
     if !switchboard_telemetry::tracing_on() || tracing::Span::current().is_disabled() {
         return tracing::Span::none();
     }
     let named = |field: &str| {
         params
-            .and_then(|p| p.get(field))
-            .and_then(Value::as_str)
-            .map(switchboard_core::audit::name)
+            .and_then(|p| p.str_member(field))
+            .map(|n| switchboard_core::audit::name(&n))
     };
     let (tool, prompt) = match method {
         "tools/call" => (named("name"), None),

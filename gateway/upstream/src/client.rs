@@ -11,6 +11,7 @@
 //! modern error body means a legacy server, and the request is repeated on a legacy session.
 //! The answer is cached per server revision, so a modern upstream costs exactly one request.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 // Looked up on every call by keys of the gateway's own (revisions, client keys): foldhash,
@@ -33,13 +34,13 @@ use crate::http_client::{self, ByteStream, HttpClient, HttpError, HttpResponse};
 use crate::request_credential::{RequestCredential, SHARED_PARTITION};
 use switchboard_core::table::{Model, RoutingTable, Server, UpstreamRoots};
 use switchboard_protocol::jsonrpc::{
-    ModernMeta, legacy_notification_body, legacy_request_body, modern_request_body, raw_response,
-    response_from_body,
+    ModernMeta, legacy_call_body, legacy_notification_body, legacy_request_body, modern_call_body,
+    raw_response, response_from_body,
 };
 use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
 use switchboard_protocol::trace_context::TraceContext;
 use switchboard_protocol::{self as protocol, capabilities};
-use switchboard_protocol::{LATEST_LEGACY_VERSION, ListChanged, MODERN_VERSION};
+use switchboard_protocol::{LATEST_LEGACY_VERSION, ListChanged, MODERN_VERSION, Params};
 use switchboard_snapshot::TlsMaterial;
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
@@ -73,7 +74,7 @@ impl<'a> RpcCall<'a> {
     }
 
     /// Parameters as they go upstream (names already without the gateway prefix).
-    pub fn params(&self) -> Option<&'a Value> {
+    pub fn params(&self) -> Option<&'a Params> {
         self.request.params.as_ref()
     }
 
@@ -586,7 +587,7 @@ impl Upstreams {
             headers.insert(protocol::headers::METHOD, v);
         }
         if let Some(name) = routed_name(call.method(), call.params())
-            && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(name))
+            && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(&name))
         {
             headers.insert(protocol::headers::NAME, v);
         }
@@ -609,7 +610,7 @@ impl Upstreams {
             log_level: call.request.log_level,
             trace: trace.as_ref(),
         };
-        let body = modern_request_body(&id, call.method(), call.params(), meta);
+        let body = modern_call_body(&id, call.method(), call.params(), meta);
         let reply = self
             .post(call, headers, body)
             .await
@@ -657,7 +658,7 @@ impl Upstreams {
             let headers = session.headers();
             // The session says what the 2026-07-28 reserved `_meta` keys would: not both.
             let trace = switchboard_core::audit::outgoing_trace();
-            let body = legacy_request_body(&id, call.method(), call.params(), trace.as_ref());
+            let body = legacy_call_body(&id, call.method(), call.params(), trace.as_ref());
             let reply = self.post(call, headers.clone(), body).await?;
             if reply.status.is_success() && reply.is_event_stream() {
                 let origin = StreamOrigin {
@@ -1480,8 +1481,8 @@ fn http_client(
 }
 
 /// The body value the `Mcp-Name` header repeats, for the methods that have one.
-fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
-    params?.get(protocol::named_field(method)?)?.as_str()
+fn routed_name<'a>(method: &str, params: Option<&'a Params>) -> Option<Cow<'a, str>> {
+    params?.str_member(protocol::named_field(method)?)
 }
 
 pub(crate) fn timeout_error(call: &RpcCall<'_>) -> UpstreamError {

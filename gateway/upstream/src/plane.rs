@@ -561,7 +561,7 @@ impl UpstreamPlane {
                 Some(params) => {
                     rebound = UpstreamCall {
                         method: request.method,
-                        params: Some(params),
+                        params: Some(params.into()),
                         stream: request.stream,
                         session: request.session,
                         modern_client: request.modern_client,
@@ -594,7 +594,8 @@ impl UpstreamPlane {
         use switchboard_snapshot::PolicyPhase;
         let mut params = request
             .params
-            .clone()
+            .as_deref()
+            .cloned()
             .unwrap_or_else(|| serde_json::json!({}));
         let tool = params
             .get("name")
@@ -622,7 +623,7 @@ impl UpstreamPlane {
         let checks_result = hook.checks(PolicyPhase::Response);
         let checked = UpstreamCall {
             method: request.method,
-            params: Some(params),
+            params: Some(params.into()),
             stream: request.stream && !checks_result,
             session: request.session,
             modern_client: request.modern_client,
@@ -760,16 +761,16 @@ impl UpstreamPlane {
                 .await;
         }
         let partition = credential.map_or(SHARED_PARTITION, |c| c.partition);
+        // (Members read alone: the parameters go upstream from their text.)
         let params = request.params.as_ref();
         let tool = params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
+            .and_then(|p| p.str_member("name"))
             .unwrap_or_default();
         let derived = || {
-            let arguments = params.and_then(|p| p.get("arguments"));
+            let arguments = params.and_then(|p| p.member("arguments"));
             self.catalog
-                .tool_schema(server, partition, tool)
-                .map(|schema| param_headers::derive(&schema, arguments))
+                .tool_schema(server, partition, &tool)
+                .map(|schema| param_headers::derive(&schema, arguments.as_deref()))
         };
         let headers = derived();
         let outcome = self
@@ -1273,7 +1274,7 @@ fn bind_arguments(
     server: &Server,
     request: &UpstreamCall<'_>,
 ) -> Result<Option<Value>, UpstreamError> {
-    let params = request.params.as_ref();
+    let params = request.params.as_deref();
     let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Ok(None);
     };

@@ -683,3 +683,41 @@ async fn a_tool_imitating_another_servers_is_flagged() {
         "{flagged:?}"
     );
 }
+
+/// A tool call's parameters kept as text (a client's, `Params::from_text`) go through the
+/// plane without being read whole, to an upstream of either era, and arrive as written: the
+/// arguments' members in the client's order, its escapes as they were.
+#[tokio::test]
+async fn a_calls_parameters_go_upstream_from_their_text_in_either_era() {
+    let arguments = r#"{"z":1,"a":{"y":"\u00e9\"","b":[2,1]}}"#;
+    for up in [TestUpstream::modern().await, TestUpstream::legacy().await] {
+        let table = table(&format!(
+            "servers:\n  - name: up\n    url: {}\n    timeout: 5s\n",
+            up.mcp_url()
+        ));
+        let (plane, server, caller) = plane_for(&table);
+        let text = format!(r#"{{"name":"echo","arguments":{arguments}}}"#);
+        let raw = serde_json::value::RawValue::from_string(text).expect("valid JSON");
+        let request = UpstreamCall {
+            params: Some(switchboard_protocol::Params::from_text(raw)),
+            ..UpstreamCall::whole("tools/call", None)
+        };
+        let outcome = plane.call(&caller, &server, &request).await;
+        assert!(
+            matches!(outcome, Ok(RpcOutcome::Result(_))),
+            "{:?}",
+            outcome.err()
+        );
+        let params = request.params.as_ref().expect("params");
+        assert!(
+            !params.is_read_whole(),
+            "the plane read the parameters whole"
+        );
+        let sent = up.last_call().expect("went upstream");
+        assert!(
+            sent.text.contains(&format!(r#""arguments":{arguments}"#)),
+            "{}",
+            sent.text
+        );
+    }
+}

@@ -134,6 +134,8 @@ pub struct Seen {
     pub headers: HeaderMap,
     /// The body as JSON (`Null` when it had none or was not JSON).
     pub body: Value,
+    /// The body as it came, for what its reading hides (the order of members).
+    pub text: String,
 }
 
 impl Seen {
@@ -348,6 +350,7 @@ async fn handle(
         path: path.clone(),
         headers: headers.clone(),
         body: message.clone(),
+        text: body.clone(),
     });
     if let Some((status, to)) = lock(&up.redirects).get(&path).cloned() {
         return (status, [(header::LOCATION, to)]).into_response();

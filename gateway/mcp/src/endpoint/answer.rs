@@ -28,7 +28,7 @@ use switchboard_core::errors::{
 };
 use switchboard_core::scope::{Caller, Resource, authenticate};
 use switchboard_core::table::Server;
-use switchboard_protocol::{self as protocol, Era};
+use switchboard_protocol::{self as protocol, Era, Params};
 use switchboard_upstream::{RpcResult, SessionScope};
 
 use super::input::{deliver_reply, exchange_route, pass_input_reply, resume_exchange};
@@ -39,13 +39,12 @@ use super::replies::{header_str, metric_method, raw_result_response, rpc_respons
 
 /// A call's method and the name it is about, as its audit record carries them (the name, never
 /// the arguments).
-pub(super) fn note_call(noted: &mut audit::Noted, method: &str, params: Option<&Value>) {
+pub(super) fn note_call(noted: &mut audit::Noted, method: &str, params: Option<&Params>) {
     noted.rpc_method = Some(audit::name(method));
     let field = |f: &str| {
         params
-            .and_then(|p| p.get(f))
-            .and_then(Value::as_str)
-            .map(audit::name)
+            .and_then(|p| p.str_member(f))
+            .map(|n| audit::name(&n))
     };
     match method {
         "tools/call" => noted.tool = field("name"),
@@ -234,8 +233,9 @@ fn era_of(caller: &Caller, message: &Message) -> Era {
 /// input-required answer, `GatewayError::input_required_result`): the upstream never asked, so
 /// the retry goes to it as a fresh call, without the state and the answers.
 fn forget_connect_answers(message: &mut Message) {
-    if let Some(Value::Object(params)) = message.params.as_mut()
-        && is_connect_retry(params.get("requestState"))
+    if let Some(params) = message.params.as_mut()
+        && is_connect_retry(params.member("requestState").as_deref())
+        && let Value::Object(params) = &mut **params
     {
         params.remove("requestState");
         params.remove("inputResponses");
@@ -245,7 +245,7 @@ fn forget_connect_answers(message: &mut Message) {
 /// The paused exchange a 2026-07-28 retry resumes: its `requestState`, when that is a route
 /// this caller's key may use.
 fn resumed_route(caller: &Caller, message: &Message) -> Option<ExchangeRoute> {
-    let state = message.params.as_ref()?.get("requestState")?;
+    let state = message.params.as_ref()?.member("requestState")?;
     exchange_route(caller, state.as_str())
 }
 
@@ -258,10 +258,13 @@ fn listened(
     message: &Message,
 ) -> Option<(Vec<Arc<Server>>, Option<Value>)> {
     match target {
-        Target::Aggregate => Some((caller.servers_in_scope(), message.params.clone())),
+        Target::Aggregate => Some((
+            caller.servers_in_scope(),
+            message.params.as_deref().cloned(),
+        )),
         Target::Virtual(vs) => Some((
             crate::virtual_server::servers(caller, vs),
-            crate::virtual_server::listen_params(message.params.clone()),
+            crate::virtual_server::listen_params(message.params.as_deref().cloned()),
         )),
         Target::Single(_) => None,
     }
@@ -280,13 +283,9 @@ fn request_of(
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     let log_level = (era == Era::Rev2025 && session.client != 0).then(|| {
         if message.method == "logging/setLevel"
-            && let Some(level) = message
-                .params
-                .as_ref()
-                .and_then(|p| p.get("level"))
-                .and_then(Value::as_str)
+            && let Some(level) = message.params.as_ref().and_then(|p| p.str_member("level"))
         {
-            cx.set_log_level(session.client, level);
+            cx.set_log_level(session.client, &level);
         }
         cx.log_level(session.client)
     });

@@ -549,6 +549,56 @@ async fn a_tool_result_is_relayed_as_it_came_in_each_era() {
     }
 }
 
+/// A call's parameters go upstream as the client wrote them, on the server's path, on `/mcp`
+/// (the name's prefix taken off) and in a legacy session: its arguments' members in the
+/// client's order and its escapes as they were. The gateway reads the members it checks and
+/// writes the call from the text (`switchboard_protocol::Params`); a tree of the parameters
+/// written out again would sort the members and unescape the `é`.
+#[tokio::test]
+async fn a_calls_arguments_go_upstream_as_the_client_wrote_them() {
+    let (upstream, cx) = served().await;
+    let session = session_of(&cx, KEY).await;
+    let arguments = r#"{"z":1,"a":{"y":"\u00e9\"","b":[2,1]}}"#;
+    let modern_call = |name: &str| {
+        let mut headers = bearer(KEY);
+        header(&mut headers, "mcp-protocol-version", MODERN_VERSION);
+        header(&mut headers, "mcp-method", "tools/call");
+        header(&mut headers, "mcp-name", name);
+        header(&mut headers, "accept", ACCEPT_BOTH);
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{name}","arguments":{arguments},"_meta":{{"{META_PROTOCOL_VERSION}":"{MODERN_VERSION}","{META_CLIENT_CAPABILITIES}":{{}}}}}}}}"#
+        );
+        (headers, Bytes::from(body))
+    };
+    let legacy_call = |name: &str| {
+        let mut headers = bearer(KEY);
+        header(&mut headers, "mcp-session-id", &session);
+        header(&mut headers, "mcp-protocol-version", LATEST_LEGACY_VERSION);
+        header(&mut headers, "accept", ACCEPT_BOTH);
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"arguments":{arguments},"name":"{name}"}}}}"#
+        );
+        (headers, Bytes::from(body))
+    };
+    for (prefix, (headers, body)) in [
+        (path("up"), modern_call("echo")),
+        (None, modern_call("up__echo")),
+        (None, legacy_call("up__echo")),
+    ] {
+        let (response, count) = answer(&cx, prefix.clone(), headers, body).await;
+        assert_eq!(count, counted("tools/call", "ok"), "{prefix:?}");
+        let (status, _, text) = read(response).await;
+        assert_eq!(status, StatusCode::OK, "{prefix:?}: {text}");
+        let sent = upstream.last_call().expect("went upstream");
+        assert!(
+            sent.text.contains(&format!(r#""arguments":{arguments}"#)),
+            "{prefix:?}: {}",
+            sent.text
+        );
+        assert_eq!(sent.body["params"]["name"], "echo", "{prefix:?}");
+    }
+}
+
 /// A listing the gateway reads: completed for a 2026-07-28 client (`resultType`, the cache
 /// hints it lacks; the upstream's own `ttlMs` kept), stripped of them for a legacy one; the
 /// aggregate's merged listing names the tool by its prefix.

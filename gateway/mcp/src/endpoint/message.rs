@@ -5,9 +5,11 @@ use std::borrow::Cow;
 
 use axum::response::Response;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use switchboard_core::errors::GatewayError;
+use switchboard_protocol::Params;
 use switchboard_upstream::SessionScope;
 
 /// A JSON-RPC message from a client.
@@ -21,7 +23,7 @@ pub enum Incoming {
 pub struct Message {
     pub(super) id: Option<Value>,
     pub(super) method: String,
-    pub params: Option<Value>,
+    pub params: Option<Params>,
 }
 
 /// The members of a call the gateway reads, read without building a tree of the whole message
@@ -34,14 +36,20 @@ pub(super) struct CallMembers<'a> {
     method: String,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    params: Option<Value>,
+    /// Kept as text: most calls are checked from a few of its members and go upstream
+    /// written from it (`Params`).
+    #[serde(default, deserialize_with = "present_text")]
+    params: Option<Box<RawValue>>,
 }
 
 /// `Some` for a member that is there, `null` included (`Option` alone reads `null` as absent,
 /// and `"id": null` is not a notification).
 pub(super) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
+}
+
+fn present_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
@@ -52,12 +60,15 @@ pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
     if body.trim_ascii_start().starts_with('{')
         && let Ok(call) = serde_json::from_str::<CallMembers>(body)
         && call.jsonrpc == "2.0"
-        && call.params.as_ref().is_none_or(Value::is_object)
+        && call
+            .params
+            .as_ref()
+            .is_none_or(|p| p.get().starts_with('{'))
     {
         return Ok(Incoming::Call(Message {
             id: call.id,
             method: call.method,
-            params: call.params,
+            params: call.params.map(Params::from_text),
         }));
     }
     let value: Value =
@@ -98,7 +109,7 @@ pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
     Ok(Incoming::Call(Message {
         id: obj.remove("id"),
         method,
-        params,
+        params: params.map(Params::from),
     }))
 }
 

@@ -148,7 +148,7 @@ mod tests {
     #[test]
     fn calls_read_like_the_full_reading() {
         let call = |body: &str| match parse_message(body.as_bytes()) {
-            Ok(Incoming::Call(m)) => Some((m.id, m.method, m.params)),
+            Ok(Incoming::Call(m)) => Some((m.id, m.method, m.params.as_deref().cloned())),
             _ => None,
         };
         assert_eq!(

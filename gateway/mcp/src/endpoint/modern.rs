@@ -97,15 +97,12 @@ pub(super) fn check_modern(
     headers: &HeaderMap,
     message: &Message,
 ) -> Result<EraChecked, GatewayError> {
-    let meta = message
-        .params
-        .as_ref()
-        .and_then(|p| p.get("_meta"))
-        .and_then(Value::as_object);
-    let version = meta
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str);
-    let (Some(version), Some(_)) = (version, meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)))
+    // Read as members: the common call is never read into a tree (`Params`).
+    let params = message.params.as_ref();
+    let version = params.and_then(|p| p.meta_str(META_PROTOCOL_VERSION));
+    let client_capabilities = params.and_then(|p| p.meta_member(META_CLIENT_CAPABILITIES));
+    let (Some(version), Some(client_capabilities)) =
+        (version.as_deref(), client_capabilities.as_deref())
     else {
         return Err(protocol_error(
             codes::INVALID_PARAMS,
@@ -125,12 +122,11 @@ pub(super) fn check_modern(
     if header_str(headers, protocol::headers::METHOD) != Some(message.method.as_str()) {
         return Err(mismatch("Mcp-Method header must equal the body's method"));
     }
-    let body_name = protocol::named_field(&message.method)
-        .and_then(|f| message.params.as_ref()?.get(f)?.as_str());
+    let body_name = protocol::named_field(&message.method).and_then(|f| params?.str_member(f));
     if let Some(body_name) = body_name {
         let header_name =
             header_str(headers, protocol::headers::NAME).and_then(protocol::decode_header_value);
-        if header_name.as_deref() != Some(body_name) {
+        if header_name.as_deref() != Some(&*body_name) {
             return Err(mismatch("Mcp-Name header must equal the body's name"));
         }
     }
@@ -143,7 +139,7 @@ pub(super) fn check_modern(
     }
     // A legacy upstream hears a 2026-07-28 client's capabilities through the session the
     // gateway opens for them.
-    let capabilities = capabilities::to_bits(meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)));
+    let capabilities = capabilities::to_bits(Some(client_capabilities));
     Ok(EraChecked::Dispatch {
         session: SessionScope {
             client: 0,

@@ -1,0 +1,487 @@
+//! A call's parameters as the client sent them: the JSON text of the object, with an index of
+//! its top-level members (and of its `_meta`'s), read into a tree only when something needs
+//! more than a member. The common tool call is checked from a few members (its name, its
+//! `_meta` version) and goes upstream written from the text, so it never builds a tree of its
+//! parameters nor writes one back out (building and writing the tree was a tenth of a call's
+//! instructions: BENCHMARKS.md).
+//!
+//! The two readings cannot disagree: a text whose object (or `_meta`) names a member twice is
+//! read into the tree at once, as it always was (the last one counts), and written from it, so
+//! an upstream never sees a member the gateway did not judge; so is one with a member name
+//! written with an escape (the index compares names as they are written).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::OnceLock;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A request's parameters. Reads as a [`Value`] (`Deref`, built on first use); a caller that
+/// needs only a member asks for it ([`Params::str_member`], [`Params::meta_member`], …) and
+/// leaves the text unread beyond its index. Changing the tree (`DerefMut`) makes the tree what
+/// is sent; [`Params::set_member`] changes one member and keeps the text.
+#[derive(Clone)]
+pub struct Params {
+    /// The text and its index while they say what the parameters are; `None` for parameters
+    /// made as a tree, or once the tree was changed.
+    text: Option<Text>,
+    tree: OnceLock<Value>,
+}
+
+#[derive(Clone)]
+struct Text {
+    raw: Box<RawValue>,
+    members: Vec<Member>,
+    /// `_meta`'s members, when `_meta` is an object (ranges into `raw` as well).
+    meta: Option<Vec<Member>>,
+}
+
+#[derive(Clone)]
+struct Member {
+    key: Key,
+    /// Where the value's text is in `raw` (empty for a member `set_member` added).
+    value: Range<usize>,
+    /// The value `set_member` put in place of the text's.
+    replaced: Option<Value>,
+}
+
+#[derive(Clone)]
+enum Key {
+    /// The key's characters in `raw`, between its quotes (it has no escapes).
+    At(Range<usize>),
+    /// A member `set_member` added.
+    Set(Box<str>),
+}
+
+impl Member {
+    fn key<'a>(&'a self, raw: &'a str) -> &'a str {
+        match &self.key {
+            Key::At(at) => raw.get(at.clone()).unwrap_or_default(),
+            Key::Set(key) => key,
+        }
+    }
+
+    /// The key as JSON text, quotes included, for writing it out again.
+    fn write_key(&self, raw: &str, out: &mut Vec<u8>) {
+        match &self.key {
+            Key::At(at) => {
+                out.push(b'"');
+                out.extend_from_slice(raw.get(at.clone()).unwrap_or_default().as_bytes());
+                out.push(b'"');
+            }
+            Key::Set(key) => {
+                let _ = serde_json::to_writer(&mut *out, key);
+            }
+        }
+    }
+
+    /// The value as JSON text, as given or as set.
+    fn write_value(&self, raw: &str, out: &mut Vec<u8>) {
+        match &self.replaced {
+            Some(value) => {
+                let _ = serde_json::to_writer(&mut *out, value);
+            }
+            None => {
+                out.extend_from_slice(raw.get(self.value.clone()).unwrap_or_default().as_bytes())
+            }
+        }
+    }
+
+    fn text<'a>(&self, raw: &'a str) -> &'a str {
+        raw.get(self.value.clone()).unwrap_or_default()
+    }
+}
+
+/// The members of parameters still read from their text, for the request writers
+/// (`crate::jsonrpc`).
+pub(crate) struct TextView<'a> {
+    raw: &'a str,
+    members: &'a [Member],
+    meta: Option<&'a [Member]>,
+}
+
+impl<'a> TextView<'a> {
+    pub fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
+        let raw = self.raw;
+        self.members
+            .iter()
+            .map(move |member| MemberView { raw, member })
+    }
+
+    /// `_meta`'s members when it is an object (`None`: no `_meta`, or one that is not an
+    /// object).
+    pub fn meta(&self) -> Option<MetaView<'a>> {
+        Some(MetaView {
+            raw: self.raw,
+            members: self.meta?,
+        })
+    }
+}
+
+/// The members of a `_meta` object still read from the text.
+#[derive(Clone, Copy)]
+pub(crate) struct MetaView<'a> {
+    raw: &'a str,
+    members: &'a [Member],
+}
+
+impl<'a> MetaView<'a> {
+    pub fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
+        let raw = self.raw;
+        self.members
+            .iter()
+            .map(move |member| MemberView { raw, member })
+    }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.members.iter().any(|m| m.key(self.raw) == key)
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct MemberView<'a> {
+    raw: &'a str,
+    member: &'a Member,
+}
+
+impl MemberView<'_> {
+    pub fn key(&self) -> &str {
+        self.member.key(self.raw)
+    }
+
+    pub fn write_key(&self, out: &mut Vec<u8>) {
+        self.member.write_key(self.raw, out);
+    }
+
+    pub fn write_value(&self, out: &mut Vec<u8>) {
+        self.member.write_value(self.raw, out);
+    }
+
+    /// Whether the value (as given or set) is a JSON object.
+    pub fn is_object(&self) -> bool {
+        match &self.member.replaced {
+            Some(value) => value.is_object(),
+            None => self.member.text(self.raw).starts_with('{'),
+        }
+    }
+}
+
+impl Params {
+    /// Parameters read from their text (valid JSON: the message was parsed). An object whose
+    /// members are all named once is indexed and kept as text; anything else becomes a tree.
+    pub fn from_text(raw: Box<RawValue>) -> Params {
+        match Text::index(raw) {
+            Ok(text) => Params {
+                text: Some(text),
+                tree: OnceLock::new(),
+            },
+            Err(raw) => {
+                Params::from(serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null))
+            }
+        }
+    }
+
+    /// Whether the parameters are a JSON object (a message's are: anything else is refused).
+    pub fn is_object(&self) -> bool {
+        self.text.is_some() || self.tree.get().is_some_and(Value::is_object)
+    }
+
+    /// Whether the tree was built: for tests that hold the common call to its text.
+    pub fn is_read_whole(&self) -> bool {
+        self.tree.get().is_some()
+    }
+
+    /// A top-level member.
+    pub fn member(&self, key: &str) -> Option<Cow<'_, Value>> {
+        match self.unread() {
+            Some(text) => {
+                let member = text.members.iter().find(|m| m.key(text.raw.get()) == key)?;
+                Some(match &member.replaced {
+                    Some(value) => Cow::Borrowed(value),
+                    None => Cow::Owned(read_value(member.text(text.raw.get()))),
+                })
+            }
+            None => self.get(key).map(Cow::Borrowed),
+        }
+    }
+
+    /// A top-level member that is a string (`None` when absent or another type).
+    pub fn str_member(&self, key: &str) -> Option<Cow<'_, str>> {
+        match self.unread() {
+            Some(text) => {
+                let member = text.members.iter().find(|m| m.key(text.raw.get()) == key)?;
+                match &member.replaced {
+                    Some(value) => value.as_str().map(Cow::Borrowed),
+                    None => read_str(member.text(text.raw.get())),
+                }
+            }
+            None => self.get(key)?.as_str().map(Cow::Borrowed),
+        }
+    }
+
+    /// Whether a top-level member is there (`null` included).
+    pub fn has_member(&self, key: &str) -> bool {
+        match self.unread() {
+            Some(text) => text.members.iter().any(|m| m.key(text.raw.get()) == key),
+            None => self.get(key).is_some(),
+        }
+    }
+
+    /// A member of `_meta` (`None` when `_meta` is absent or not an object).
+    pub fn meta_member(&self, key: &str) -> Option<Cow<'_, Value>> {
+        match self.unread() {
+            Some(text) => {
+                let meta = text
+                    .members
+                    .iter()
+                    .find(|m| m.key(text.raw.get()) == "_meta")?;
+                if let Some(replaced) = &meta.replaced {
+                    return replaced.get(key).map(Cow::Borrowed);
+                }
+                let member = text
+                    .meta
+                    .as_ref()?
+                    .iter()
+                    .find(|m| m.key(text.raw.get()) == key)?;
+                Some(Cow::Owned(read_value(member.text(text.raw.get()))))
+            }
+            None => self.get("_meta")?.get(key).map(Cow::Borrowed),
+        }
+    }
+
+    /// A member of `_meta` that is a string.
+    pub fn meta_str(&self, key: &str) -> Option<Cow<'_, str>> {
+        match self.unread() {
+            Some(text) => {
+                let meta = text
+                    .members
+                    .iter()
+                    .find(|m| m.key(text.raw.get()) == "_meta")?;
+                if let Some(replaced) = &meta.replaced {
+                    return replaced.get(key)?.as_str().map(Cow::Borrowed);
+                }
+                let member = text
+                    .meta
+                    .as_ref()?
+                    .iter()
+                    .find(|m| m.key(text.raw.get()) == key)?;
+                read_str(member.text(text.raw.get()))
+            }
+            None => self.get("_meta")?.get(key)?.as_str().map(Cow::Borrowed),
+        }
+    }
+
+    /// Whether `_meta` is an object holding `key`.
+    pub fn meta_has(&self, key: &str) -> bool {
+        match self.unread() {
+            Some(text) => {
+                let Some(meta) = text
+                    .members
+                    .iter()
+                    .find(|m| m.key(text.raw.get()) == "_meta")
+                else {
+                    return false;
+                };
+                match &meta.replaced {
+                    Some(replaced) => replaced.get(key).is_some(),
+                    None => text
+                        .meta
+                        .as_ref()
+                        .is_some_and(|meta| meta.iter().any(|m| m.key(text.raw.get()) == key)),
+                }
+            }
+            None => self.get("_meta").and_then(|m| m.get(key)).is_some(),
+        }
+    }
+
+    /// Sets a top-level member, keeping the text for the others (a routed name, bound
+    /// arguments). Parameters that are not an object stay as they are.
+    pub fn set_member(&mut self, key: &str, value: Value) {
+        if let Some(text) = self.unread_mut() {
+            let raw = text.raw.get();
+            match text.members.iter().position(|m| m.key(raw) == key) {
+                Some(at) => text.members[at].replaced = Some(value),
+                None => text.members.push(Member {
+                    key: Key::Set(key.into()),
+                    value: 0..0,
+                    replaced: Some(value),
+                }),
+            }
+            return;
+        }
+        if let Value::Object(members) = &mut **self {
+            members.insert(key.to_string(), value);
+        }
+    }
+
+    /// The text and its index, while they say what the parameters are and the tree was not
+    /// built (once built, the tree is read: it is what the text says, set members included).
+    fn unread(&self) -> Option<&Text> {
+        self.text.as_ref().filter(|_| self.tree.get().is_none())
+    }
+
+    fn unread_mut(&mut self) -> Option<&mut Text> {
+        if self.tree.get().is_some() {
+            return None;
+        }
+        self.text.as_mut()
+    }
+
+    /// The text and its index for writing, while the text says what the parameters are.
+    /// (`None` too when `_meta` itself was set: the writers then merge into the tree.)
+    pub(crate) fn text_view(&self) -> Option<TextView<'_>> {
+        let text = self.text.as_ref()?;
+        let raw = text.raw.get();
+        if text
+            .members
+            .iter()
+            .any(|m| m.replaced.is_some() && m.key(raw) == "_meta")
+        {
+            return None;
+        }
+        Some(TextView {
+            raw,
+            members: &text.members,
+            meta: text.meta.as_deref(),
+        })
+    }
+
+    fn tree(&self) -> &Value {
+        self.tree.get_or_init(|| match &self.text {
+            Some(text) => text.read(),
+            None => Value::Null,
+        })
+    }
+}
+
+impl Text {
+    /// The index of an object's text, or the text back when it is not an object whose members
+    /// (and `_meta`'s) are each named once.
+    fn index(raw: Box<RawValue>) -> Result<Text, Box<RawValue>> {
+        let text = raw.get();
+        let Some(members) = index_object(text, 0..text.len()) else {
+            return Err(raw);
+        };
+        let meta = match members.iter().find(|m| m.key(text) == "_meta") {
+            Some(meta) if meta.text(text).starts_with('{') => {
+                match index_object(text, meta.value.clone()) {
+                    Some(inner) => Some(inner),
+                    None => return Err(raw),
+                }
+            }
+            _ => None,
+        };
+        Ok(Text { raw, members, meta })
+    }
+
+    /// The tree the text says, set members in place.
+    fn read(&self) -> Value {
+        let mut tree = read_value(self.raw.get());
+        if let Value::Object(object) = &mut tree {
+            for member in &self.members {
+                if let Some(value) = &member.replaced {
+                    object.insert(member.key(self.raw.get()).to_string(), value.clone());
+                }
+            }
+        }
+        tree
+    }
+}
+
+/// A value's text (valid JSON) as a tree.
+fn read_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// A string value's text as the string, borrowed when it has no escapes.
+fn read_str(text: &str) -> Option<Cow<'_, str>> {
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+}
+
+/// The members of the object at `at` in `text` (the scan `ResultMembers` reads a result with),
+/// `None` when it is not an object of plain member names, each named once.
+fn index_object(text: &str, at: Range<usize>) -> Option<Vec<Member>> {
+    let scanned = crate::Members::scan(text.get(at)?)?.0;
+    let base = text.as_ptr() as usize;
+    let range = |part: &str| {
+        let start = (part.as_ptr() as usize).wrapping_sub(base);
+        start..start + part.len()
+    };
+    let named_twice = scanned
+        .iter()
+        .enumerate()
+        .any(|(i, (name, _))| scanned[..i].iter().any(|(other, _)| other == name));
+    if named_twice {
+        return None;
+    }
+    Some(
+        scanned
+            .into_iter()
+            .map(|(name, value)| Member {
+                key: Key::At(range(name)),
+                value: range(value),
+                replaced: None,
+            })
+            .collect(),
+    )
+}
+
+impl From<Value> for Params {
+    fn from(tree: Value) -> Params {
+        Params {
+            text: None,
+            tree: OnceLock::from(tree),
+        }
+    }
+}
+
+impl Deref for Params {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        self.tree()
+    }
+}
+
+impl DerefMut for Params {
+    /// The tree to change: from now on it is what the parameters are (the text is dropped).
+    fn deref_mut(&mut self) -> &mut Value {
+        let tree = match self.tree.take() {
+            Some(tree) => tree,
+            None => self.text.as_ref().map_or(Value::Null, Text::read),
+        };
+        self.text = None;
+        self.tree = OnceLock::from(tree);
+        match self.tree.get_mut() {
+            Some(tree) => tree,
+            None => unreachable!("set just above"),
+        }
+    }
+}
+
+impl fmt::Debug for Params {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // (Parameters hold tool arguments: their text is not printed.)
+        f.debug_struct("Params")
+            .field("as_text", &self.text.is_some())
+            .field("read_whole", &self.is_read_whole())
+            .finish()
+    }
+}
+
+impl Serialize for Params {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.tree().serialize(serializer)
+    }
+}
+
+#[cfg(test)]
+#[path = "params_tests.rs"]
+mod tests;
