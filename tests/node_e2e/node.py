@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 # wait_until lives in tests/e2e/harness.py (appended, so nothing there shadows a module here)
@@ -158,3 +158,77 @@ def run_to_completion(pod: dict, timeout: float = 60) -> tuple[str, str]:
     logs = kubectl("logs", name, "-n", ns).stdout
     kubectl("delete", "pod", name, "-n", ns, "--wait=false")
     return phase, logs
+
+
+class Call(NamedTuple):
+    """One line of the caller's loop (tests/node/caller/main.go): when the call started (unix
+    ms), whether it was answered right, its latency in ms (`ok`) or why it failed, and the
+    connection it went on: the caller's end, `IP:port` ("" when it had none), and `how`:
+    `reused` (kept alive from an earlier call), `new` (dialled for this call), `retried` (the
+    transport tried another connection first) or `none`; `closing`: the answer said
+    `Connection: close`."""
+    at_ms: int
+    ok: bool
+    detail: str
+    conn: str
+    how: str
+    closing: bool = False
+
+    @property
+    def ms(self) -> float:
+        return float(self.detail)
+
+
+def parse_call(line: str) -> Call | None:
+    """`<unix ms> ok <ms> conn=<conn>[ closing]` or `<unix ms> FAIL <reason> conn=<conn>[ closing]`,
+    where <conn> is `<IP:port>/<how>` or `none`; None for any other line."""
+    parts = line.split(" ", 2)
+    if len(parts) != 3 or not parts[0].isdigit() or parts[1] not in ("ok", "FAIL"):
+        return None
+    rest = parts[2].removesuffix(" closing")
+    closing = rest != parts[2]
+    detail, sep, conn = rest.rpartition(" conn=")
+    if not sep:
+        return Call(int(parts[0]), parts[1] == "ok", rest, "", "none", closing)
+    address, _, how = conn.rpartition("/")
+    return Call(int(parts[0]), parts[1] == "ok", detail, address, how, closing)
+
+
+class Ended(NamedTuple):
+    """A connection of the caller ended (tests/node/caller/main.go, trackedConn): when (unix
+    ms), its client end (IP:port) and which end ended it: "caller" (the caller's own transport
+    let go of it) or "peer ..." with what the caller's read saw (EOF or an error)."""
+    at_ms: int
+    conn: str
+    by: str
+
+
+def parse_ended(line: str) -> Ended | None:
+    """`<unix ms> ended conn=<IP:port> by=<who>`; None for any other line."""
+    parts = line.split(" ", 3)
+    if (len(parts) != 4 or not parts[0].isdigit() or parts[1] != "ended" or not parts[2].startswith("conn=")
+            or not parts[3].startswith("by=")):
+        return None
+    return Ended(int(parts[0]), parts[2].removeprefix("conn="), parts[3].removeprefix("by="))
+
+
+class CallerLog(NamedTuple):
+    calls: list[Call]
+    ended: list[Ended]
+    other: list[str]
+
+
+def caller_log(text: str) -> CallerLog:
+    """A caller's log (tests/node/caller/main.go) read once: its calls, its connections' ends,
+    and the rest (Go's HTTP client writes there what it saw on an idle connection, e.g. an
+    unsolicited response)."""
+    log = CallerLog([], [], [])
+    for line in text.splitlines():
+        if call := parse_call(line):
+            log.calls.append(call)
+        elif end := parse_ended(line):
+            log.ended.append(end)
+        elif line.strip():
+            log.other.append(line)
+    return log
+

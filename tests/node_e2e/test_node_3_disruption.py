@@ -22,7 +22,8 @@ from typing import NamedTuple
 import httpx
 import pytest
 from node import (
-    CHART, GATEWAY_URL, RELEASE_NS, apply, caller_pod, chart_values, get_json, helm, kubectl, pods, ready, run, wait,
+    CHART, GATEWAY_URL, RELEASE_NS, Call, CallerLog, Ended, apply, caller_log, caller_pod, chart_values, get_json, helm,
+    kubectl, pods, ready, run, wait,
 )
 
 MIN_CALLS = 200
@@ -42,64 +43,6 @@ CALL_TIMEOUT_S = 60
 SETTLE_S = 180
 WINDOW_S = 180
 STATUS_S = 120
-
-
-class Call(NamedTuple):
-    """One line of the caller's loop (tests/node/caller/main.go): when the call started (unix
-    ms), whether it was answered right, its latency in ms (`ok`) or why it failed, and the
-    connection it went on: the caller's end, `IP:port` ("" when it had none), and `how`:
-    `reused` (kept alive from an earlier call), `new` (dialled for this call), `retried` (the
-    transport tried another connection first) or `none`; `closing`: the answer said
-    `Connection: close`."""
-    at_ms: int
-    ok: bool
-    detail: str
-    conn: str
-    how: str
-    closing: bool = False
-
-    @property
-    def ms(self) -> float:
-        return float(self.detail)
-
-
-def parse_call(line: str) -> Call | None:
-    """`<unix ms> ok <ms> conn=<conn>[ closing]` or `<unix ms> FAIL <reason> conn=<conn>[ closing]`,
-    where <conn> is `<IP:port>/<how>` or `none`; None for any other line."""
-    parts = line.split(" ", 2)
-    if len(parts) != 3 or not parts[0].isdigit() or parts[1] not in ("ok", "FAIL"):
-        return None
-    rest = parts[2].removesuffix(" closing")
-    closing = rest != parts[2]
-    detail, sep, conn = rest.rpartition(" conn=")
-    if not sep:
-        return Call(int(parts[0]), parts[1] == "ok", rest, "", "none", closing)
-    address, _, how = conn.rpartition("/")
-    return Call(int(parts[0]), parts[1] == "ok", detail, address, how, closing)
-
-
-class Ended(NamedTuple):
-    """A connection of the caller ended (tests/node/caller/main.go, trackedConn): when (unix
-    ms), its client end (IP:port) and which end ended it: "caller" (the caller's own transport
-    let go of it) or "peer ..." with what the caller's read saw (EOF or an error)."""
-    at_ms: int
-    conn: str
-    by: str
-
-
-def parse_ended(line: str) -> Ended | None:
-    """`<unix ms> ended conn=<IP:port> by=<who>`; None for any other line."""
-    parts = line.split(" ", 3)
-    if (len(parts) != 4 or not parts[0].isdigit() or parts[1] != "ended" or not parts[2].startswith("conn=")
-            or not parts[3].startswith("by=")):
-        return None
-    return Ended(int(parts[0]), parts[2].removeprefix("conn="), parts[3].removeprefix("by="))
-
-
-class CallerLog(NamedTuple):
-    calls: list[Call]
-    ended: list[Ended]
-    other: list[str]
 
 
 def now_ms() -> int:
@@ -127,15 +70,7 @@ class CallLoop:
         """The caller's log so far, read once: its calls, its connections' ends, and the rest
         (Go's HTTP client writes there what it saw on an idle connection, e.g. an unsolicited
         response)."""
-        log = CallerLog([], [], [])
-        for line in kubectl("logs", self.name, "-n", self.namespace).stdout.splitlines():
-            if call := parse_call(line):
-                log.calls.append(call)
-            elif end := parse_ended(line):
-                log.ended.append(end)
-            elif line.strip():
-                log.other.append(line)
-        return log
+        return caller_log(kubectl("logs", self.name, "-n", self.namespace).stdout)
 
     def window(self, start_ms: int, end_ms: int | None = None) -> list[Call]:
         return [c for c in self.calls() if c.at_ms >= start_ms and (end_ms is None or c.at_ms <= end_ms)]

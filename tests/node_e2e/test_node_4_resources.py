@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 
-from node import GATEWAY_URL, RELEASE_NS, caller_pod, apply, get_json, kubectl, wait
+from node import GATEWAY_URL, RELEASE_NS, apply, caller_log, caller_pod, get_json, kubectl, wait
 
 LOAD_PODS = 4
 LOAD_SECONDS = 20
@@ -69,16 +69,18 @@ def test_resource_figures_under_load(served):
                     p["cpu"] = max(p["cpu"], (s["cpu_seconds"] - before[pod]["cpu_seconds"]) / (now_at - at))
             before, at = now, now_at
         elapsed = time.time() - start
-        lines = []
-        for name in names:
-            lines += [line.split(" ", 2) for line in kubectl("logs", name, "-n", served["namespace"]).stdout.splitlines()]
+        logs = [caller_log(kubectl("logs", name, "-n", served["namespace"]).stdout) for name in names]
     finally:
         for name in names:
             kubectl("delete", "pod", name, "-n", served["namespace"], "--wait=false")
-    calls = [x for x in lines if len(x) == 3 and x[0].isdigit()]
-    failed = [x for x in calls if x[1] != "ok"]
+    # (A connection's end is no call: under this load the callers' own transports let go of
+    # some, which their logs say as `ended ... by=caller`.)
+    calls = [call for log in logs for call in log.calls]
+    failed = [call for call in calls if not call.ok]
+    ended = [end.by for log in logs for end in log.ended]
     chart = limits()
-    print(f"\n{len(calls)} calls from {LOAD_PODS} pods in {elapsed:.0f}s ({len(calls) / elapsed:.0f}/s), {len(failed)} failed")
+    print(f"\n{len(calls)} calls from {LOAD_PODS} pods in {elapsed:.0f}s ({len(calls) / elapsed:.0f}/s), {len(failed)} failed"
+          f"; connections ended: {len(ended)} ({', '.join(sorted(set(ended))) or 'none'})")
     print(f"{'pod':42} {'idle memory':>12} {'peak memory':>12} {'peak CPU':>10}   chart requests / limits")
     for pod in sorted(peak):
         p, i = peak[pod], idle.get(pod, {"memory": 0})

@@ -217,7 +217,7 @@ pub struct ModernMeta<'a> {
 /// (they can be large: tool arguments). The client's `_meta` fields are kept (its own
 /// capabilities, its progress token) except the protocol version, which is the gateway's, and
 /// the trace context, which is the gateway's when it has one.
-pub fn modern_request_body(
+pub(crate) fn modern_request_body(
     id: &Value,
     method: &str,
     params: Option<&Value>,
@@ -235,7 +235,7 @@ pub fn modern_request_body(
     body_of(&envelope)
 }
 
-/// [`modern_request_body`] for a client's call: its parameters written from the text they came
+/// `modern_request_body` for a client's call: its parameters written from the text they came
 /// in while nothing changed them but set members (no tree built, none written), else from the
 /// tree. The two write the same members; the text keeps the client's order of them.
 pub fn modern_call_body(

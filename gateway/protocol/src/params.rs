@@ -2,8 +2,9 @@
 //! its top-level members (and of its `_meta`'s), read into a tree only when something needs
 //! more than a member. The common tool call is checked from a few members (its name, its
 //! `_meta` version) and goes upstream written from the text, so it never builds a tree of its
-//! parameters nor writes one back out (building and writing the tree was a tenth of a call's
-//! instructions: BENCHMARKS.md).
+//! parameters nor writes one back out (the two were about 12k of a call's 125k instructions;
+//! what reading members from the text costs instead, and the net, are in BENCHMARKS.md). The
+//! upstream also gets the members as the client wrote them: its order, its escapes.
 //!
 //! The two readings cannot disagree: a text whose object (or `_meta`) names a member twice is
 //! read into the tree at once, as it always was (the last one counts), and written from it, so
@@ -104,7 +105,7 @@ pub(crate) struct TextView<'a> {
 }
 
 impl<'a> TextView<'a> {
-    pub fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
+    pub(crate) fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
         let raw = self.raw;
         self.members
             .iter()
@@ -113,7 +114,7 @@ impl<'a> TextView<'a> {
 
     /// `_meta`'s members when it is an object (`None`: no `_meta`, or one that is not an
     /// object).
-    pub fn meta(&self) -> Option<MetaView<'a>> {
+    pub(crate) fn meta(&self) -> Option<MetaView<'a>> {
         Some(MetaView {
             raw: self.raw,
             members: self.meta?,
@@ -129,14 +130,14 @@ pub(crate) struct MetaView<'a> {
 }
 
 impl<'a> MetaView<'a> {
-    pub fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
+    pub(crate) fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
         let raw = self.raw;
         self.members
             .iter()
             .map(move |member| MemberView { raw, member })
     }
 
-    pub fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         self.members.iter().any(|m| m.key(self.raw) == key)
     }
 }
@@ -148,20 +149,20 @@ pub(crate) struct MemberView<'a> {
 }
 
 impl MemberView<'_> {
-    pub fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         self.member.key(self.raw)
     }
 
-    pub fn write_key(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_key(&self, out: &mut Vec<u8>) {
         self.member.write_key(self.raw, out);
     }
 
-    pub fn write_value(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_value(&self, out: &mut Vec<u8>) {
         self.member.write_value(self.raw, out);
     }
 
     /// Whether the value (as given or set) is a JSON object.
-    pub fn is_object(&self) -> bool {
+    pub(crate) fn is_object(&self) -> bool {
         match &self.member.replaced {
             Some(value) => value.is_object(),
             None => self.member.text(self.raw).starts_with('{'),
@@ -222,14 +223,6 @@ impl Params {
         }
     }
 
-    /// Whether a top-level member is there (`null` included).
-    pub fn has_member(&self, key: &str) -> bool {
-        match self.unread() {
-            Some(text) => text.members.iter().any(|m| m.key(text.raw.get()) == key),
-            None => self.get(key).is_some(),
-        }
-    }
-
     /// A member of `_meta` (`None` when `_meta` is absent or not an object).
     pub fn meta_member(&self, key: &str) -> Option<Cow<'_, Value>> {
         match self.unread() {
@@ -275,7 +268,7 @@ impl Params {
     }
 
     /// Whether `_meta` is an object holding `key`.
-    pub fn meta_has(&self, key: &str) -> bool {
+    pub(crate) fn meta_has(&self, key: &str) -> bool {
         match self.unread() {
             Some(text) => {
                 let Some(meta) = text
