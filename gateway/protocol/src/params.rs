@@ -199,7 +199,7 @@ impl Params {
     pub fn member(&self, key: &str) -> Option<Cow<'_, Value>> {
         match self.unread() {
             Some(text) => {
-                let member = text.members.iter().find(|m| m.key(text.raw.get()) == key)?;
+                let member = text.member(key)?;
                 Some(match &member.replaced {
                     Some(value) => Cow::Borrowed(value),
                     None => Cow::Owned(read_value(member.text(text.raw.get()))),
@@ -213,7 +213,7 @@ impl Params {
     pub fn str_member(&self, key: &str) -> Option<Cow<'_, str>> {
         match self.unread() {
             Some(text) => {
-                let member = text.members.iter().find(|m| m.key(text.raw.get()) == key)?;
+                let member = text.member(key)?;
                 match &member.replaced {
                     Some(value) => value.as_str().map(Cow::Borrowed),
                     None => read_str(member.text(text.raw.get())),
@@ -227,18 +227,10 @@ impl Params {
     pub fn meta_member(&self, key: &str) -> Option<Cow<'_, Value>> {
         match self.unread() {
             Some(text) => {
-                let meta = text
-                    .members
-                    .iter()
-                    .find(|m| m.key(text.raw.get()) == "_meta")?;
-                if let Some(replaced) = &meta.replaced {
+                if let Some(replaced) = &text.member("_meta")?.replaced {
                     return replaced.get(key).map(Cow::Borrowed);
                 }
-                let member = text
-                    .meta
-                    .as_ref()?
-                    .iter()
-                    .find(|m| m.key(text.raw.get()) == key)?;
+                let member = text.meta_member(key)?;
                 Some(Cow::Owned(read_value(member.text(text.raw.get()))))
             }
             None => self.get("_meta")?.get(key).map(Cow::Borrowed),
@@ -249,19 +241,10 @@ impl Params {
     pub fn meta_str(&self, key: &str) -> Option<Cow<'_, str>> {
         match self.unread() {
             Some(text) => {
-                let meta = text
-                    .members
-                    .iter()
-                    .find(|m| m.key(text.raw.get()) == "_meta")?;
-                if let Some(replaced) = &meta.replaced {
+                if let Some(replaced) = &text.member("_meta")?.replaced {
                     return replaced.get(key)?.as_str().map(Cow::Borrowed);
                 }
-                let member = text
-                    .meta
-                    .as_ref()?
-                    .iter()
-                    .find(|m| m.key(text.raw.get()) == key)?;
-                read_str(member.text(text.raw.get()))
+                read_str(text.meta_member(key)?.text(text.raw.get()))
             }
             None => self.get("_meta")?.get(key)?.as_str().map(Cow::Borrowed),
         }
@@ -270,22 +253,11 @@ impl Params {
     /// Whether `_meta` is an object holding `key`.
     pub(crate) fn meta_has(&self, key: &str) -> bool {
         match self.unread() {
-            Some(text) => {
-                let Some(meta) = text
-                    .members
-                    .iter()
-                    .find(|m| m.key(text.raw.get()) == "_meta")
-                else {
-                    return false;
-                };
-                match &meta.replaced {
-                    Some(replaced) => replaced.get(key).is_some(),
-                    None => text
-                        .meta
-                        .as_ref()
-                        .is_some_and(|meta| meta.iter().any(|m| m.key(text.raw.get()) == key)),
-                }
-            }
+            Some(text) => match text.member("_meta").map(|m| &m.replaced) {
+                None => false,
+                Some(Some(replaced)) => replaced.get(key).is_some(),
+                Some(None) => text.meta_member(key).is_some(),
+            },
             None => self.get("_meta").and_then(|m| m.get(key)).is_some(),
         }
     }
@@ -351,6 +323,17 @@ impl Params {
 }
 
 impl Text {
+    fn member(&self, key: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.key(self.raw.get()) == key)
+    }
+
+    fn meta_member(&self, key: &str) -> Option<&Member> {
+        self.meta
+            .as_ref()?
+            .iter()
+            .find(|m| m.key(self.raw.get()) == key)
+    }
+
     /// The index of an object's text, or the text back when it is not an object whose members
     /// (and `_meta`'s) are each named once.
     fn index(raw: Box<RawValue>) -> Result<Text, Box<RawValue>> {
