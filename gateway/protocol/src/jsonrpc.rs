@@ -282,7 +282,7 @@ fn text_body(id: &Value, method: &str, params: impl FnOnce(&mut Vec<u8>)) -> Vec
 fn write_modern_params(out: &mut Vec<u8>, text: &TextView<'_>, meta: ModernMeta<'_>) {
     let mut object = Object::open(out);
     let mut client_meta = None;
-    for member in text.members() {
+    for member in text.params.members() {
         if member.key() == "_meta" {
             client_meta = Some(member);
         } else {
@@ -295,7 +295,7 @@ fn write_modern_params(out: &mut Vec<u8>, text: &TextView<'_>, meta: ModernMeta<
         Some(other) if !other.is_object() => object.member(&other),
         _ => {
             object.key("_meta");
-            let client = text.meta();
+            let client = text.meta;
             let has = |name: &str| client.is_some_and(|m| m.has(name));
             let replaced = |name: &str| {
                 name == META_PROTOCOL_VERSION || (meta.trace.is_some() && is_trace_key(name))
@@ -333,12 +333,12 @@ fn write_modern_params(out: &mut Vec<u8>, text: &TextView<'_>, meta: ModernMeta<
 /// `legacy_request_body`'s parameters from the text: as they are, unless `_meta` carries a
 /// 2026-07-28 reserved member or there is a trace context to put there (`LegacyParams`).
 fn write_legacy_params(out: &mut Vec<u8>, text: &TextView<'_>, trace: Option<&TraceContext>) {
-    let client = text.meta();
+    let client = text.meta;
     let carries_modern =
         client.is_some_and(|m| m.members().any(|e| MODERN_SESSION_META.contains(&e.key())));
     let mut object = Object::open(out);
     if !carries_modern && trace.is_none() {
-        for member in text.members() {
+        for member in text.params.members() {
             object.member(&member);
         }
         object.close();
@@ -349,7 +349,7 @@ fn write_legacy_params(out: &mut Vec<u8>, text: &TextView<'_>, trace: Option<&Tr
         !MODERN_SESSION_META.contains(&name) && !replaced
     };
     let mut wrote_meta = false;
-    for member in text.members() {
+    for member in text.params.members() {
         if member.key() != "_meta" {
             object.member(&member);
             continue;

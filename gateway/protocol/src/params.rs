@@ -97,39 +97,21 @@ impl Member {
 }
 
 /// The members of parameters still read from their text, for the request writers
-/// (`crate::jsonrpc`).
+/// (`crate::jsonrpc`): the parameters', and `_meta`'s when it is an object (`None`: no `_meta`,
+/// or one that is not an object).
 pub(crate) struct TextView<'a> {
-    raw: &'a str,
-    members: &'a [Member],
-    meta: Option<&'a [Member]>,
+    pub(crate) params: ObjectView<'a>,
+    pub(crate) meta: Option<ObjectView<'a>>,
 }
 
-impl<'a> TextView<'a> {
-    pub(crate) fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
-        let raw = self.raw;
-        self.members
-            .iter()
-            .map(move |member| MemberView { raw, member })
-    }
-
-    /// `_meta`'s members when it is an object (`None`: no `_meta`, or one that is not an
-    /// object).
-    pub(crate) fn meta(&self) -> Option<MetaView<'a>> {
-        Some(MetaView {
-            raw: self.raw,
-            members: self.meta?,
-        })
-    }
-}
-
-/// The members of a `_meta` object still read from the text.
+/// The members of one object of the text.
 #[derive(Clone, Copy)]
-pub(crate) struct MetaView<'a> {
+pub(crate) struct ObjectView<'a> {
     raw: &'a str,
     members: &'a [Member],
 }
 
-impl<'a> MetaView<'a> {
+impl<'a> ObjectView<'a> {
     pub(crate) fn members(&self) -> impl Iterator<Item = MemberView<'a>> + 'a {
         let raw = self.raw;
         self.members
@@ -308,9 +290,14 @@ impl Params {
             return None;
         }
         Some(TextView {
-            raw,
-            members: &text.members,
-            meta: text.meta.as_deref(),
+            params: ObjectView {
+                raw,
+                members: &text.members,
+            },
+            meta: text
+                .meta
+                .as_deref()
+                .map(|members| ObjectView { raw, members }),
         })
     }
 
