@@ -14,7 +14,7 @@
 #   doc     cargo doc --workspace --no-deps --document-private-items, every intra-doc link checked
 #           (a link to an item that does not exist fails the step, private modules' docs too);
 #           with other steps, built in the background (its own build directory) and awaited
-#           before the suites
+#           at the end of the run
 #   unit    cargo test --workspace (without the fuzz targets)
 #   fuzz    the gateway's property-based fuzz targets (gateway/src/fuzz.rs), printing how many
 #           inputs each tried: SWITCHBOARD_FUZZ_CASES per target (default 3,000; raise it to run
@@ -36,11 +36,13 @@
 # run left nothing of its own in the temp directory.
 #
 # On a cold machine most of the time is compiling: the workspace once (tests/build-env.bash), and
-# tools from Go modules. The full run starts every tool build at once in the background at nice 19
-# (Jaeger and Prometheus for the e2e step; the Kubernetes binaries, the oldest API server,
-# actionlint, glua, the node's components and images for the suites), so the foreground steps
-# keep the CPUs whenever they want them and the builds fill what they leave idle. A step that
-# needs a tool waits for it first ("e2e-tools: ready in …", "suite-tools: …").
+# tools from Go modules. The full run builds the tools in the background at nice 19 from the start
+# (Jaeger and Prometheus for the e2e step first; then the Kubernetes binaries, the oldest API
+# server, actionlint, glua, the node's components and images for the suites, and the docs), so
+# the foreground steps keep the CPUs whenever they want them and the builds fill what they leave
+# idle. The e2e step waits for its tools ("e2e-tools: ready in …"); the suites start when the e2e
+# step ends, each suite waiting only for the tools it asks for, while the rest go on building
+# beside them ("suite-tools: ready in …", printed after the suites).
 #
 # Later suites: drop an executable script into tests/suites.d/ (e.g. 50-kubernetes.sh). It runs
 # from the repository root after the e2e step, with SWITCHBOARD_VENV set to the test venv and the
@@ -185,19 +187,30 @@ e2e_tools() {
 }
 # What the suites build (Kubernetes binaries with the node's and the oldest API server,
 # actionlint, glua, the node's packages, test images and kube-router): most of an hour cold. Debian packages
-# first (network, little CPU), then in the order the suites need them.
+# first (network, little CPU), then in the order the suites need them: helm and the newest API
+# server (every cluster suite), glua (50-kubernetes), the oldest API server (its second pass),
+# actionlint (20-release), and what only the one-node suite, the last, needs. The suites do not
+# wait for all of it: each asks for its own tools when it starts, and each tool's script waits for
+# the build of it under way here (a lock) instead of building it again, so the rest goes on
+# building beside the first suites, in the CPU time their waits on clusters leave idle.
 suite_tools() {
   set -e
   "$root/tests/images/setup-tools.sh" >/dev/null
   "$root/tests/node/setup-tools.sh" >/dev/null
   # (--node: the control plane's binaries and the node's in one go build, see build-binaries.sh)
   "$root/tests/k8s/build-binaries.sh" --node >/dev/null
-  "$root/tests/setup-go-tool.sh" actionlint >/dev/null
   "$root/tests/setup-go-tool.sh" glua >/dev/null
   "$root/tests/k8s/build-binaries.sh" --oldest >/dev/null
+  "$root/tests/setup-go-tool.sh" actionlint >/dev/null
   "$root/tests/node/test-images.sh" >/dev/null
   "$root/tests/node/stdio-images.sh" >/dev/null
   "$root/tests/setup-go-tool.sh" kube-router >/dev/null
+}
+after() { # PID CMD...: CMD once the process PID has ended (a background job after another)
+  local pid=$1
+  shift
+  while kill -0 "$pid" 2>/dev/null; do sleep 2; done
+  "$@"
 }
 
 all_steps=(fmt layering clippy doc unit fuzz build e2e suites)
@@ -222,9 +235,19 @@ done
 if wants fmt || wants layering || wants clippy || wants doc || wants unit || wants fuzz || wants build; then
   need cargo "install the Rust toolchain (https://rustup.rs; rust-toolchain per Cargo.toml rust-version)"
 fi
-# The tools the later steps need, built while the earlier ones run.
-if wants e2e; then background e2e-tools e2e_tools; fi
-if wants suites; then background suite-tools suite_tools; fi
+# The tools the later steps need, built while the earlier ones run. The e2e step's first: it
+# cannot start before they are built, while the suites' builds can go on beside the e2e step and
+# the first suites; both at nice 19, the one after the other, so the e2e step's tools get all the
+# CPU time the foreground leaves. (The documentation build, below, also waits for them.)
+first_tools=""
+if wants e2e; then
+  background e2e-tools e2e_tools
+  first_tools=${bg_pid[e2e-tools]}
+fi
+if wants suites; then
+  if [[ -n "$first_tools" ]]; then background suite-tools after "$first_tools" suite_tools
+  else background suite-tools suite_tools; fi
+fi
 
 if wants fmt; then
   cargo fmt --version >/dev/null 2>&1 || die "cargo fmt is missing: rustup component add rustfmt"
@@ -243,8 +266,9 @@ if wants clippy; then
 fi
 if wants doc; then
   # In the background from here, in a build directory of its own (a second cargo in the shared
-  # one would wait for its lock): the docs need no CPU the foreground steps want, and are
-  # awaited before the suites (`doc` alone runs it in the foreground).
+  # one would wait for its lock), after the e2e step's tools: the docs need no CPU the
+  # foreground steps want, and are awaited at the end of the run (`doc` alone runs it in the
+  # foreground), so on a cold machine they fill what the suites leave idle.
   doc_build() {
     RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
       CARGO_TARGET_DIR="$CARGO_TARGET_DIR-doc" cargo doc --workspace --no-deps --document-private-items
@@ -252,6 +276,8 @@ if wants doc; then
   if ((${#wanted[@]} == 1)); then
     step doc
     doc_build
+  elif [[ -n "$first_tools" ]]; then
+    background doc after "$first_tools" doc_build
   else
     background doc doc_build
   fi
@@ -338,11 +364,6 @@ if wants e2e; then
   rm -rf "$e2e_tmp"
 fi
 
-if [[ -n "${bg_pid[doc]:-}" ]]; then
-  step "doc (built in the background)"
-  await doc
-fi
-
 # Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
 # is waiting on what it started (API servers, a node, pods), so the suites run side by side:
 # each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
@@ -361,10 +382,10 @@ for suite in "$root"/tests/suites.d/*.sh; do
   if wants suites || wants "$name"; then suites+=("$name"); fi
 done
 if ((${#suites[@]} > 0)); then
-  if [[ -n "${bg_pid[suite-tools]:-}" ]]; then
-    step "suite tools (the rest of the background build)"
-    await suite-tools
-  fi
+  # Not awaited here: each suite waits for the tools it needs when it asks for them (their
+  # scripts' locks), and what the later suites need goes on building beside the first, at the
+  # foreground's priority now, since a suite may be waiting on it.
+  unnice suite-tools
   unnice suite-images
   step "suites (side by side, in all)"
   suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
@@ -408,6 +429,12 @@ if ((${#suites[@]} > 0)); then
   rm -rf "$suites_dir"
   ((${#suites_failed[@]} == 0)) || die "suites failed: ${suites_failed[*]}"
   await suite-images  # long done (the suites waited for it): its time, and its failure if it failed
+  await suite-tools   # likewise (the last suite waited for its last tools)
+fi
+if [[ -n "${bg_pid[doc]:-}" ]]; then
+  step "doc (built in the background)"
+  unnice doc
+  await doc
 fi
 
 step_end

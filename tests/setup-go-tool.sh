@@ -50,6 +50,18 @@ if [[ -x "$dir/$tool" ]] && works "$dir/$tool"; then
 fi
 command -v go >/dev/null 2>&1 || die "go not found: install Go 1.23 or newer (the module proxy must be reachable)"
 mkdir -p "$dir" "$go_state"
+# One builder per tool: the test command builds the suites' tools in the background while the
+# suites start, and a suite that asks for a tool being built waits for that build here instead of
+# building it a second time beside it.
+exec 9>"$cache/tools/.$tool-$version.lock"
+if ! flock -n 9; then
+  echo "setup-go-tool.sh: another process is building $tool v$version; waiting for it" >&2
+  flock 9
+fi
+if [[ -x "$dir/$tool" ]] && works "$dir/$tool"; then
+  echo "$dir/$tool"
+  exit 0
+fi
 echo "setup-go-tool.sh: building $tool v$version from the Go module proxy" >&2
 GOPATH="$go_state/path" GOMODCACHE="$go_state/path/pkg/mod" GOCACHE="$go_state/build-cache" \
   GOFLAGS=-mod=mod GOBIN="$dir" CGO_ENABLED=0 \

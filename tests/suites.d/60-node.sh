@@ -32,6 +32,9 @@ bin="$(tests/k8s/build-binaries.sh --bin-dir)"
 mapfile -t test_images < <(tests/node/test-images.sh) || fail "tests/node/test-images.sh failed"
 # Real stdio servers (npm, PyPI) on a Debian root filesystem, for McpServer spec.run.
 mapfile -t stdio_images < <(tests/node/stdio-images.sh) || fail "tests/node/stdio-images.sh failed"
+# (node.sh asks for it too; here, so that on a cold machine waiting for its build in the
+# background counts as getting the tools ready, not as starting the node)
+tests/setup-go-tool.sh kube-router >/dev/null || fail "tests/setup-go-tool.sh kube-router failed"
 archives="$(tests/images/suite-images.sh --archives)"
 tests/images/suite-images.sh >&2 || fail "tests/images/suite-images.sh failed"
 echo "60-node: binaries and images ready in $(( $(date +%s) - t0 ))s" >&2
