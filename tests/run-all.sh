@@ -238,15 +238,16 @@ fi
 # The tools the later steps need, built while the earlier ones run. The e2e step's first: it
 # cannot start before they are built, while the suites' builds can go on beside the e2e step and
 # the first suites; both at nice 19, the one after the other, so the e2e step's tools get all the
-# CPU time the foreground leaves. (The documentation build, below, also waits for them.)
-first_tools=""
+# CPU time the foreground leaves. The documentation build (below) comes after the last of them.
+last_tools=""
 if wants e2e; then
   background e2e-tools e2e_tools
-  first_tools=${bg_pid[e2e-tools]}
+  last_tools=${bg_pid[e2e-tools]}
 fi
 if wants suites; then
-  if [[ -n "$first_tools" ]]; then background suite-tools after "$first_tools" suite_tools
+  if [[ -n "$last_tools" ]]; then background suite-tools after "$last_tools" suite_tools
   else background suite-tools suite_tools; fi
+  last_tools=${bg_pid[suite-tools]}
 fi
 
 if wants fmt; then
@@ -265,10 +266,11 @@ if wants clippy; then
   cargo clippy --workspace --all-targets -- -D warnings
 fi
 if wants doc; then
-  # In the background from here, in a build directory of its own (a second cargo in the shared
-  # one would wait for its lock), after the e2e step's tools: the docs need no CPU the
-  # foreground steps want, and are awaited at the end of the run (`doc` alone runs it in the
-  # foreground), so on a cold machine they fill what the suites leave idle.
+  # In the background, in a build directory of its own (a second cargo in the shared one would
+  # wait for its lock), after the tool builds, and awaited at the end of the run (`doc` alone
+  # runs it in the foreground): nothing waits for the docs, so on a cold machine they fill what
+  # the last suite leaves idle (the one-node suite, waiting on pods, starts when the last tool is
+  # built); on a warm one the tools are there and the docs build from the start, as before.
   doc_build() {
     RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
       CARGO_TARGET_DIR="$CARGO_TARGET_DIR-doc" cargo doc --workspace --no-deps --document-private-items
@@ -276,8 +278,8 @@ if wants doc; then
   if ((${#wanted[@]} == 1)); then
     step doc
     doc_build
-  elif [[ -n "$first_tools" ]]; then
-    background doc after "$first_tools" doc_build
+  elif [[ -n "$last_tools" ]]; then
+    background doc after "$last_tools" doc_build
   else
     background doc doc_build
   fi
