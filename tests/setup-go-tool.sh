@@ -50,14 +50,9 @@ if [[ -x "$dir/$tool" ]] && works "$dir/$tool"; then
 fi
 command -v go >/dev/null 2>&1 || die "go not found: install Go 1.23 or newer (the module proxy must be reachable)"
 mkdir -p "$dir" "$go_state"
-# One builder per tool: the test command builds the suites' tools in the background while the
-# suites start, and a suite that asks for a tool being built waits for that build here instead of
-# building it a second time beside it.
-exec 9>"$cache/tools/.$tool-$version.lock"
-if ! flock -n 9; then
-  echo "setup-go-tool.sh: another process is building $tool v$version; waiting for it" >&2
-  flock 9
-fi
+# shellcheck source=tests/build-lock.bash
+source "$(dirname "${BASH_SOURCE[0]}")/build-lock.bash"
+build_lock "$cache/tools/.$tool-$version.lock" "$tool v$version"
 if [[ -x "$dir/$tool" ]] && works "$dir/$tool"; then
   echo "$dir/$tool"
   exit 0

@@ -23,13 +23,9 @@ cache="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}"
 out="$cache/node-images"
 die() { echo "node/stdio-images.sh: $*" >&2; exit 1; }
 mkdir -p "$out"
-# One builder at a time: the test command builds these in the background while the suites start,
-# and the one-node suite asking for them meanwhile waits for that build instead of racing it.
-exec 9>"$out/.stdio-images.lock"
-if ! flock -n 9; then
-  echo "node/stdio-images.sh: another process is building these images; waiting for it" >&2
-  flock 9
-fi
+# shellcheck source=tests/build-lock.bash
+source "$root/tests/build-lock.bash"
+build_lock "$out/.stdio-images.lock" "these images"
 "$root/tests/install-packages.sh" mmdebstrap=mmdebstrap buildah=buildah >&2 || die "could not install mmdebstrap/buildah"
 servers="$("$root/tests/setup-stdio-servers.sh")" || die "tests/setup-stdio-servers.sh failed"
 npm_dir="$(dirname "$(dirname "$(dirname "$(awk -F'\t' '$1=="everything"{print $2}' <<<"$servers")")")")"

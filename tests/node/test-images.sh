@@ -19,13 +19,9 @@ cache="${SWITCHBOARD_CACHE:-$HOME/.cache/switchboard}"
 out="$cache/node-images"
 die() { echo "node/test-images.sh: $*" >&2; exit 1; }
 mkdir -p "$out"
-# One builder at a time: the test command builds these in the background while the suites start,
-# and the one-node suite asking for them meanwhile waits for that build instead of racing it.
-exec 9>"$out/.test-images.lock"
-if ! flock -n 9; then
-  echo "node/test-images.sh: another process is building these images; waiting for it" >&2
-  flock 9
-fi
+# shellcheck source=tests/build-lock.bash
+source "$root/tests/build-lock.bash"
+build_lock "$out/.test-images.lock" "these images"
 
 pause_src=$(ls -d "$cache"/k8s/go/path/pkg/mod/k8s.io/kubernetes@v*/build/pause/linux 2>/dev/null | sort | tail -1) || true
 [[ -f "$pause_src/pause.c" ]] || die "pause.c not found: run tests/k8s/build-binaries.sh first (it downloads the Kubernetes module)"
