@@ -146,6 +146,7 @@ await() { # NAME: wait for a background build; fails with its log if it failed
   local name=$1
   [[ -n "${bg_pid[$name]:-}" ]] || return 0
   if wait "${bg_pid[$name]}"; then
+    grep '^  tool ' "${bg_log[$name]}" || true
     tail -n 1 "${bg_log[$name]}"
     rm -f "${bg_log[$name]}"
     unset "bg_log[$name]"
@@ -175,15 +176,22 @@ finish() { # on exit: stop background builds, print the step table, check the te
 }
 trap finish EXIT
 
+# One tool of a background build, and a line for `await` to print: how long it took (a wait for
+# another process's build of it included) and when it was ready, in seconds since the run began.
+tool() { # CMD...
+  local t0=$SECONDS
+  "$@" >/dev/null
+  echo "  tool ${*#"$root/"}: $((SECONDS - t0))s, ready at ${SECONDS}s"
+}
 # What the e2e tests start besides the workspace's binaries: Go builds that take minutes cold.
 e2e_tools() {
   set -e
   # The shared store's tests run Debian's redis-server 7; people connect accounts in Debian's
   # headless chromium (driven through chromium-driver).
-  "$root/tests/install-packages.sh" redis-server=redis-server redis-cli=redis-tools \
-    chromium=chromium chromedriver=chromium-driver >/dev/null
-  "$root/tests/setup-jaeger.sh" >/dev/null
-  "$root/tests/setup-prometheus.sh" >/dev/null
+  tool "$root/tests/install-packages.sh" redis-server=redis-server redis-cli=redis-tools \
+    chromium=chromium chromedriver=chromium-driver
+  tool "$root/tests/setup-jaeger.sh"
+  tool "$root/tests/setup-prometheus.sh"
 }
 # What the suites build (Kubernetes binaries with the node's and the oldest API server,
 # actionlint, glua, the node's packages, test images and kube-router): most of an hour cold. Debian packages
@@ -195,16 +203,16 @@ e2e_tools() {
 # building beside the first suites, in the CPU time their waits on clusters leave idle.
 suite_tools() {
   set -e
-  "$root/tests/images/setup-tools.sh" >/dev/null
-  "$root/tests/node/setup-tools.sh" >/dev/null
+  tool "$root/tests/images/setup-tools.sh"
+  tool "$root/tests/node/setup-tools.sh"
   # (--node: the control plane's binaries and the node's in one go build, see build-binaries.sh)
-  "$root/tests/k8s/build-binaries.sh" --node >/dev/null
-  "$root/tests/setup-go-tool.sh" glua >/dev/null
-  "$root/tests/k8s/build-binaries.sh" --oldest >/dev/null
-  "$root/tests/setup-go-tool.sh" actionlint >/dev/null
-  "$root/tests/node/test-images.sh" >/dev/null
-  "$root/tests/node/stdio-images.sh" >/dev/null
-  "$root/tests/setup-go-tool.sh" kube-router >/dev/null
+  tool "$root/tests/k8s/build-binaries.sh" --node
+  tool "$root/tests/setup-go-tool.sh" glua
+  tool "$root/tests/k8s/build-binaries.sh" --oldest
+  tool "$root/tests/setup-go-tool.sh" actionlint
+  tool "$root/tests/node/test-images.sh"
+  tool "$root/tests/node/stdio-images.sh"
+  tool "$root/tests/setup-go-tool.sh" kube-router
 }
 after() { # PID CMD...: CMD once the process PID has ended (a background job after another)
   local pid=$1

@@ -58,8 +58,10 @@ if [[ -x "$dir/$tool" ]] && works "$dir/$tool"; then
   exit 0
 fi
 echo "setup-go-tool.sh: building $tool v$version from the Go module proxy" >&2
+# (-dwarf=false: the link strips debug info, -s -w, so no package needs to generate it; see
+# tests/k8s/build-binaries.sh)
 GOPATH="$go_state/path" GOMODCACHE="$go_state/path/pkg/mod" GOCACHE="$go_state/build-cache" \
-  GOFLAGS=-mod=mod GOBIN="$dir" CGO_ENABLED=0 \
+  GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOBIN="$dir" CGO_ENABLED=0 \
   go install -ldflags "$ldflags" "$package@v$version" >&2 \
   || die "go install $package@v$version failed"
 works "$dir/$tool" || die "the built $tool does not run"

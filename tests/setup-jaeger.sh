@@ -60,7 +60,7 @@ export GOPATH="$go_state/path"
 export GOMODCACHE="$GOPATH/pkg/mod"
 export GOCACHE="$go_state/build-cache"
 export GOTOOLCHAIN=local          # never try to download a toolchain
-export GOFLAGS="-buildvcs=false"
+export GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false"   # the link strips it (-w); see build-binaries.sh
 export CGO_ENABLED=0              # upstream's release binaries are static too
 export GO111MODULE=on
 export GOWORK=off
