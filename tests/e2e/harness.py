@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import http.cookiejar
 import itertools
 import json
@@ -18,6 +19,7 @@ import re
 import secrets as _secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -30,6 +32,16 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+
+
+@functools.cache
+def client_tls() -> ssl.SSLContext:
+    """What a client of the tests trusts when it has no TLS settings of its own: what httpx
+    builds for `verify=True` (the system's CAs), built once per process. httpx builds it for
+    every client it makes, reading the whole CA bundle (about 40 ms of CPU each; a call such as
+    `httpx.get` is a client too), even for the plain-HTTP loopback most tests call; the tests
+    make thousands."""
+    return httpx.create_ssl_context()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
@@ -368,22 +380,22 @@ class Upstream:
 
     def stats(self) -> dict:
         """`GET /_stats`: {"requests", "by_method", "by_path", ...} counting every MCP POST."""
-        r = httpx.get(f"{self.base}/_stats", timeout=5)
+        r = httpx.get(f"{self.base}/_stats", timeout=5, verify=client_tls())
         r.raise_for_status()
         return r.json()
 
     def reset(self) -> None:
-        httpx.post(f"{self.base}/_reset", timeout=5).raise_for_status()
+        httpx.post(f"{self.base}/_reset", timeout=5, verify=client_tls()).raise_for_status()
 
     def release(self, gate: str) -> None:
         """Python upstream only: opens `gate`, at which its `progress` tool holds its answer."""
         assert self.kind == "python", "gates are a feature of the Python upstream"
-        httpx.post(f"{self.base}/_release", json={"gate": gate}, timeout=5).raise_for_status()
+        httpx.post(f"{self.base}/_release", json={"gate": gate}, timeout=5, verify=client_tls()).raise_for_status()
 
     def recent_requests(self) -> list[dict]:
         """Rust example upstream only: `GET /_requests`, the last POSTs with their headers."""
         assert self.kind == "rust"
-        r = httpx.get(f"{self.base}/_requests", timeout=5)
+        r = httpx.get(f"{self.base}/_requests", timeout=5, verify=client_tls())
         r.raise_for_status()
         return r.json()
 
@@ -501,7 +513,7 @@ class Gateway:
     def snapshot_applies(self) -> int:
         """How many snapshots (config versions) this gateway has applied: its /metrics,
         `switchboard_gateway_snapshot_applies_total`."""
-        text = httpx.get(f"{self.internal_url}/metrics", timeout=5).text
+        text = httpx.get(f"{self.internal_url}/metrics", timeout=5, verify=client_tls()).text
         for line in text.splitlines():
             if line.startswith("switchboard_gateway_snapshot_applies_total "):
                 return int(float(line.split()[1]))
@@ -682,7 +694,7 @@ class RawMcp:
             self.headers["Authorization"] = f"Bearer {key}"
         self.headers.update(headers or {})
         self._own_client = client is None
-        self.client = client or httpx.Client(timeout=timeout)
+        self.client = client or httpx.Client(timeout=timeout, verify=client_tls())
 
     def close(self) -> None:
         if self._own_client:
@@ -886,7 +898,7 @@ def listing_meta(metas: list[dict], meta_key: str) -> list[dict]:
 
 def rest_list(gateway: Gateway, key: str | None, server_id: str | None = None) -> httpx.Response:
     params = {"server_id": server_id} if server_id else None
-    return httpx.get(f"{gateway.url}/mcp-rest/tools/list", params=params, headers=_auth(key), timeout=15)
+    return httpx.get(f"{gateway.url}/mcp-rest/tools/list", params=params, headers=_auth(key), timeout=15, verify=client_tls())
 
 
 def rest_call(
@@ -895,7 +907,7 @@ def rest_call(
     body: dict[str, Any] = {"name": name, "arguments": arguments or {}}
     if server_id is not None:
         body["server_id"] = server_id
-    return httpx.post(f"{gateway.url}/mcp-rest/tools/call", json=body, headers=_auth(key), timeout=15)
+    return httpx.post(f"{gateway.url}/mcp-rest/tools/call", json=body, headers=_auth(key), timeout=15, verify=client_tls())
 
 
 def rest_tool_names(response: httpx.Response) -> list[str]:
@@ -947,7 +959,8 @@ def sdk_client(
     @contextlib.asynccontextmanager
     async def connect():
         async with httpx2.AsyncClient(
-            headers=h, timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [on_response]}, auth=auth
+            headers=h, timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [on_response]}, auth=auth,
+            verify=client_tls(),
         ) as http:
             async with Client(
                 streamable_http_client(url, http_client=http),
