@@ -39,8 +39,8 @@ def client_tls() -> ssl.SSLContext:
     """What a client of the tests trusts when it has no TLS settings of its own: what httpx
     builds for `verify=True` (the system's CAs), built once per process. httpx builds it for
     every client it makes, reading the whole CA bundle (about 40 ms of CPU each; a call such as
-    `httpx.get` is a client too), even for the plain-HTTP loopback most tests call; the tests
-    make thousands."""
+    `httpx.get` is a client too), even for the plain-HTTP loopback most tests call. A context is
+    safe to share between clients and threads."""
     return httpx.create_ssl_context()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
