@@ -6,6 +6,9 @@
 # cache again after taking it.
 #
 #   build_lock LOCKFILE WHAT    (WHAT names the build in the waiting message)
+#
+# Used by setup-go-tool.sh, setup-jaeger.sh, setup-prometheus.sh, k8s/build-binaries.sh and the
+# node's two image scripts.
 build_lock() {
   exec 9>"$1"
   if ! flock -n 9; then

@@ -51,11 +51,9 @@ command -v go >/dev/null || die "go not found on PATH (need Go >= 1.26: Promethe
 mkdir -p "$dir" "$go_state"
 
 # One builder at a time (parallel test jobs would otherwise race on the same output).
-exec 9>"$cache/tools/.prometheus-build.lock"
-if ! flock -n 9; then
-  log "another build holds $cache/tools/.prometheus-build.lock; waiting for it"
-  flock 9
-fi
+# shellcheck source=tests/build-lock.bash
+source "$(dirname "${BASH_SOURCE[0]}")/build-lock.bash"
+build_lock "$cache/tools/.prometheus-build.lock" "Prometheus $prom_version"
 if healthy; then echo "$dir"; exit 0; fi
 
 export GOPATH="$go_state/path"

@@ -107,11 +107,9 @@ command -v go >/dev/null || die "go not found on PATH (need Go >= 1.25)"
 mkdir -p "$BIN" "$CACHE_ROOT/go"
 
 # One builder at a time per cache (parallel test jobs would otherwise race).
-exec 9>"$CACHE_ROOT/.build.lock"
-if ! flock -n 9; then
-  log "another build holds $CACHE_ROOT/.build.lock; waiting for it"
-  flock 9
-fi
+# shellcheck source=tests/build-lock.bash
+source "$(dirname "${BASH_SOURCE[0]}")/../build-lock.bash"
+build_lock "$CACHE_ROOT/.build.lock" "Kubernetes binaries in $CACHE_ROOT"
 if all_ok; then echo "$BIN"; exit 0; fi
 
 export GOPATH="$CACHE_ROOT/go/path"
