@@ -382,9 +382,16 @@ fi
 # two cluster suites, each of which keeps both CPUs busy with clusters of its own, starved each
 # other side by side (on a two-core CI machine a Keycloak start took 292 s instead of 70, and
 # the node's call loop saw calls of 4 s through a disruption it must pass without a loss), so
-# the timing-sensitive node suite runs after the Kubernetes one, with the short Helm and rules
-# suites long done. SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A
+# the timing-sensitive node suite runs after the Kubernetes one (the Helm and rules suites beside
+# it at nice 19, below). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A
 # suite's output is printed whole when it ends; its time goes into the step table.
+#
+# A suite whose script says `# run-all: after NAME` starts when the suite NAME has ended (at once
+# when NAME is not part of the run), at nice 19. The Helm and rules suites say `after
+# 50-kubernetes`: beside the Kubernetes suite, whose minutes are CPU-bound, they only slowed it,
+# while the one-node suite after it leaves a third to a half of the two cores idle (waiting on
+# pods; vmstat of warm runs); at nice 19 they take what it leaves and it keeps the CPU whenever it
+# wants it, as it does beside the cold run's tool builds.
 shopt -s nullglob
 suites=()
 for suite in "$root"/tests/suites.d/*.sh; do
@@ -408,14 +415,27 @@ if ((${#suites[@]} > 0)); then
     [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
     chain_of[$chain]+=" $name"
   done
+  after_of() { # NAME: the suite NAME's script waits for (`# run-all: after OTHER`), if it is in this run
+    local other
+    other=$(sed -n 's/^# run-all: after \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$1.sh" | head -n1)
+    [[ -n "$other" && " ${suites[*]} " == *" $other "* ]] && echo "$other"
+    return 0
+  }
   run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
-    local name t0 rc
+    local name t0 rc other niceness
     for name in "$@"; do
+      other=""
+      [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] && other=$(after_of "$name")
+      niceness=0
+      if [[ -n "$other" ]]; then
+        while [[ ! -f "$suites_dir/$other.rc" ]]; do sleep 2; done
+        niceness=19
+      fi
       t0=$(date +%s)
       rc=0
       # (a failed suite does not end its chain: each suite builds what it needs itself, so the
       # ones after it still say what they found)
-      bash "$root/tests/suites.d/$name.sh" >"$suites_dir/$name.log" 2>&1 || rc=$?
+      nice -n "$niceness" bash "$root/tests/suites.d/$name.sh" >"$suites_dir/$name.log" 2>&1 || rc=$?
       echo $(( $(date +%s) - t0 )) >"$suites_dir/$name.secs"
       echo "$rc" >"$suites_dir/$name.rc"
     done

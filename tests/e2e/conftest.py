@@ -15,12 +15,16 @@ from harness import (
     GatewayFactory,
     ProcessGroup,
     Upstream,
+    share_client_tls,
     start_python_upstream,
     start_rust_upstream,
 )
 
 # tmp_path under a directory of the run's own, removed when every test passed (temp_dirs.py).
 from temp_dirs import pytest_configure, pytest_sessionfinish  # noqa: F401 - pytest hooks
+
+# Every default-TLS HTTP client of a test process shares one context (harness.share_client_tls).
+share_client_tls()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -43,6 +43,48 @@ def client_tls() -> ssl.SSLContext:
     safe to share between clients and threads."""
     return httpx.create_ssl_context()
 
+
+@functools.cache
+def _client_tls_httpx2() -> ssl.SSLContext:
+    """`client_tls` for the MCP SDK's HTTP library (httpx2, a fork of httpx with its own copy of
+    the same function)."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
+
+
+def share_client_tls() -> None:
+    """Makes every httpx and httpx2 client of this process that is built with the default TLS
+    settings (`verify=True`, no client certificate) use the one context `client_tls` built,
+    instead of building its own: the test modules and the MCP SDK make a client for almost every
+    HTTP call (`httpx.get`, a poll of a process coming up, an SDK session), and each built context
+    reads and parses the whole CA bundle (about 30-40 ms of CPU; about 50 CPU-seconds of the e2e
+    step, measured). Clients given their own `verify` or `cert` are untouched. The conftest of
+    each suite calls this once.
+
+    httpx offers no public default for this: its transports call `create_ssl_context` from
+    their module (`httpx._transports.default`, the same in httpx2), which is what is replaced.
+    If a new httpx moves it, this fails here, naming the module, instead of quietly costing the
+    CPU again."""
+    import httpx2
+
+    for module, shared in ((httpx, client_tls), (httpx2, _client_tls_httpx2)):
+        transports = module._transports.default
+        build = getattr(transports, "create_ssl_context", None)
+        if build is None:
+            raise AssertionError(f"{transports.__name__} has no create_ssl_context any more "
+                                 f"({module.__name__} {module.__version__}): share_client_tls needs a new hook")
+        if getattr(build, "shares_client_tls", False):
+            continue
+
+        def create_ssl_context(verify=True, cert=None, trust_env=True, *, _build=build, _shared=shared):
+            if verify is True and cert is None and trust_env:
+                return _shared()
+            return _build(verify=verify, cert=cert, trust_env=trust_env)
+
+        create_ssl_context.shares_client_tls = True
+        transports.create_ssl_context = create_ssl_context
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
 PYTHON_UPSTREAM = E2E_DIR / "upstreams" / "python_upstream.py"

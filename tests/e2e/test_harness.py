@@ -5,14 +5,17 @@ be trusted."""
 from __future__ import annotations
 
 import secrets
+import ssl
 
 import httpx
+import httpx2
 import pytest
 from harness import (
     MODERN_VERSION,
     RawMcp,
     balancer,
     call_result_value,
+    client_tls,
     headers_seen,
     run_async,
     sdk_client,
@@ -20,6 +23,27 @@ from harness import (
     start_python_upstream,
     tool_names,
 )
+
+def _context(client) -> ssl.SSLContext:
+    # (httpx's and httpx2's transports keep the context in their httpcore pool)
+    return client._transport._pool._ssl_context
+
+
+def test_default_tls_clients_share_one_context_and_others_keep_theirs():
+    """harness.share_client_tls (the conftest turns it on): every client built with the default
+    TLS settings, of httpx and of the SDK's httpx2, sync and async, uses the process's one
+    context; a client given a context of its own, or no verification, keeps what it was given."""
+    shared = [httpx.Client(), httpx.AsyncClient(), httpx2.Client(), httpx2.AsyncClient()]
+    assert _context(shared[0]) is client_tls() and _context(shared[1]) is client_tls()
+    assert _context(shared[2]) is _context(shared[3])
+    assert isinstance(_context(shared[2]), ssl.SSLContext) and _context(shared[2]).verify_mode == ssl.CERT_REQUIRED
+    own = ssl.create_default_context()
+    assert _context(httpx.Client(verify=own)) is own and _context(httpx2.Client(verify=own)) is own
+    unverified = _context(httpx.Client(verify=False))
+    assert unverified is not client_tls() and unverified.verify_mode == ssl.CERT_NONE
+    for client in shared[0], shared[2]:
+        client.close()
+
 
 PY_TOOLS = {"add", "echo", "request_headers", "progress", "whoami", "sample", "ask", "roots", "touch", "slow_stream"}
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 import pytest
 from k8s_fixtures import FAILED_MODULES
 from k8s_world import MissingBinary, require_binaries
+from harness import share_client_tls
 
 # tmp_path under a directory of the run's own, removed when every test passed (tests/e2e/temp_dirs.py;
 # k8s_world put tests/e2e on the path).
 from temp_dirs import pytest_configure, pytest_sessionfinish  # noqa: F401 - pytest hooks
+
+# Every default-TLS HTTP client of a test process shares one context (harness.share_client_tls).
+share_client_tls()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -12,10 +12,14 @@ from node import (
     CHART, RELEASE_NS, RESTRICTED, UPSTREAM_IMAGE_REPO, NodeMissing, apply, chart_values, env, get_json,
     helm, kubectl, pods, ready, secret_value, version, wait,
 )
+from harness import share_client_tls
 
 # tmp_path under a directory of the run's own, removed when every test passed (tests/e2e/temp_dirs.py;
 # node.py put tests/e2e on the path).
 from temp_dirs import pytest_configure, pytest_sessionfinish  # noqa: F401 - pytest hooks
+
+# Every default-TLS HTTP client of a test process shares one context (harness.share_client_tls).
+share_client_tls()
 
 APP_NS = "apps"
 

@@ -23,6 +23,9 @@
 # There is no kubelet: pods never run; the objects only have to be accepted and be right.
 #
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
+# In the test command it runs beside the one-node suite, at nice 19 (tests/run-all.sh: it only
+# slowed the Kubernetes suite, whose minutes are CPU-bound; the one-node suite leaves CPU idle).
+# run-all: after 50-kubernetes
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -19,6 +19,9 @@
 #
 # Prometheus and promtool come from tests/setup-prometheus.sh (built once from the Go module
 # proxy, cached). Ends with "N passed, N failed"; exits non-zero if anything failed.
+# In the test command it runs beside the one-node suite, at nice 19 (tests/run-all.sh: it only
+# slowed the Kubernetes suite, whose minutes are CPU-bound; the one-node suite leaves CPU idle).
+# run-all: after 50-kubernetes
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
