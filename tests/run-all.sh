@@ -406,7 +406,7 @@ if ((${#suites[@]} > 0)); then
   unnice suite-images
   step "suites (side by side, in all)"
   suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
-  declare -A chain_of=()
+  declare -A chain_of=() chain_name=()
   chains=()
   for name in "${suites[@]}"; do
     chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
@@ -414,6 +414,7 @@ if ((${#suites[@]} > 0)); then
     [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] || chain=all
     [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
     chain_of[$chain]+=" $name"
+    chain_name[$name]=$chain
   done
   after_of() { # NAME: the suite NAME's script waits for (`# run-all: after OTHER`), if it is in this run
     local other
@@ -421,6 +422,13 @@ if ((${#suites[@]} > 0)); then
     [[ -n "$other" && " ${suites[*]} " == *" $other "* ]] && echo "$other"
     return 0
   }
+  for name in "${suites[@]}"; do # (a wait for a suite of one's own chain would never end)
+    other=$(after_of "$name")
+    if [[ -n "$other" && "${chain_name[$other]}" == "${chain_name[$name]}" && "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]]; then
+      rm -rf "$suites_dir"
+      die "tests/suites.d/$name.sh: '# run-all: after $other' names a suite of its own chain"
+    fi
+  done
   run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
     local name t0 rc other niceness
     for name in "$@"; do
