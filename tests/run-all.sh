@@ -406,7 +406,7 @@ if ((${#suites[@]} > 0)); then
   unnice suite-images
   step "suites (side by side, in all)"
   suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
-  declare -A chain_of=() chain_name=()
+  declare -A chain_of=() chain_name=() after=()
   chains=()
   for name in "${suites[@]}"; do
     chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
@@ -415,28 +415,22 @@ if ((${#suites[@]} > 0)); then
     [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
     chain_of[$chain]+=" $name"
     chain_name[$name]=$chain
+    # the suite this one waits for (`# run-all: after OTHER`), if it is part of this run
+    other=$(sed -n 's/^# run-all: after \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    [[ -n "$other" && " ${suites[*]} " == *" $other "* && "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] && after[$name]=$other
   done
-  after_of() { # NAME: the suite NAME's script waits for (`# run-all: after OTHER`), if it is in this run
-    local other
-    other=$(sed -n 's/^# run-all: after \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$1.sh" | head -n1)
-    [[ -n "$other" && " ${suites[*]} " == *" $other "* ]] && echo "$other"
-    return 0
-  }
-  for name in "${suites[@]}"; do # (a wait for a suite of one's own chain would never end)
-    other=$(after_of "$name")
-    if [[ -n "$other" && "${chain_name[$other]}" == "${chain_name[$name]}" && "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]]; then
+  for name in "${!after[@]}"; do # (a wait for a suite of one's own chain would never end)
+    if [[ "${chain_name[${after[$name]}]}" == "${chain_name[$name]}" ]]; then
       rm -rf "$suites_dir"
-      die "tests/suites.d/$name.sh: '# run-all: after $other' names a suite of its own chain"
+      die "tests/suites.d/$name.sh: '# run-all: after ${after[$name]}' names a suite of its own chain"
     fi
   done
   run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
-    local name t0 rc other niceness
+    local name t0 rc niceness
     for name in "$@"; do
-      other=""
-      [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] && other=$(after_of "$name")
       niceness=0
-      if [[ -n "$other" ]]; then
-        while [[ ! -f "$suites_dir/$other.rc" ]]; do sleep 2; done
+      if [[ -n "${after[$name]:-}" ]]; then
+        while [[ ! -f "$suites_dir/${after[$name]}.rc" ]]; do sleep 2; done
         niceness=19
       fi
       t0=$(date +%s)

@@ -35,32 +35,26 @@ import yaml
 
 
 @functools.cache
+def _default_tls(library) -> ssl.SSLContext:
+    """What `library` (httpx, or httpx2, the MCP SDK's fork of it with its own copy of the
+    function) builds for a client with `verify=True`: the system's CAs, once per process."""
+    return library.create_ssl_context()
+
+
 def client_tls() -> ssl.SSLContext:
-    """What a client of the tests trusts when it has no TLS settings of its own: what httpx
-    builds for `verify=True` (the system's CAs), built once per process. httpx builds it for
-    every client it makes, reading the whole CA bundle (about 40 ms of CPU each; a call such as
-    `httpx.get` is a client too), even for the plain-HTTP loopback most tests call. A context is
-    safe to share between clients and threads."""
-    return httpx.create_ssl_context()
-
-
-@functools.cache
-def _client_tls_httpx2() -> ssl.SSLContext:
-    """`client_tls` for the MCP SDK's HTTP library (httpx2, a fork of httpx with its own copy of
-    the same function)."""
-    import httpx2
-
-    return httpx2.create_ssl_context()
+    """The one TLS context of this process's default httpx clients (`share_client_tls`)."""
+    return _default_tls(httpx)
 
 
 def share_client_tls() -> None:
     """Makes every httpx and httpx2 client of this process that is built with the default TLS
-    settings (`verify=True`, no client certificate) use the one context `client_tls` built,
+    settings (`verify=True`, no client certificate) use one context per library, built once,
     instead of building its own: the test modules and the MCP SDK make a client for almost every
     HTTP call (`httpx.get`, a poll of a process coming up, an SDK session), and each built context
     reads and parses the whole CA bundle (about 30-40 ms of CPU; about 50 CPU-seconds of the e2e
-    step, measured). Clients given their own `verify` or `cert` are untouched. The conftest of
-    each suite calls this once.
+    step, measured), even for the plain-HTTP loopback most tests call. Clients given their own
+    `verify` or `cert` are untouched; a context is safe to share between clients and threads. The
+    conftest of each suite calls this once.
 
     httpx offers no public default for this: its transports call `create_ssl_context` from
     their module (`httpx._transports.default`, the same in httpx2), which is what is replaced.
@@ -68,22 +62,23 @@ def share_client_tls() -> None:
     CPU again."""
     import httpx2
 
-    for module, shared in ((httpx, client_tls), (httpx2, _client_tls_httpx2)):
-        transports = module._transports.default
+    for library in (httpx, httpx2):
+        transports = library._transports.default
         build = getattr(transports, "create_ssl_context", None)
         if build is None:
             raise AssertionError(f"{transports.__name__} has no create_ssl_context any more "
-                                 f"({module.__name__} {module.__version__}): share_client_tls needs a new hook")
+                                 f"({library.__name__} {library.__version__}): share_client_tls needs a new hook")
         if getattr(build, "shares_client_tls", False):
             continue
 
-        def create_ssl_context(verify=True, cert=None, trust_env=True, *, _build=build, _shared=shared):
+        def create_ssl_context(verify=True, cert=None, trust_env=True, *, _build=build, _library=library):
             if verify is True and cert is None and trust_env:
-                return _shared()
+                return _default_tls(_library)
             return _build(verify=verify, cert=cert, trust_env=trust_env)
 
         create_ssl_context.shares_client_tls = True
         transports.create_ssl_context = create_ssl_context
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
@@ -422,22 +417,22 @@ class Upstream:
 
     def stats(self) -> dict:
         """`GET /_stats`: {"requests", "by_method", "by_path", ...} counting every MCP POST."""
-        r = httpx.get(f"{self.base}/_stats", timeout=5, verify=client_tls())
+        r = httpx.get(f"{self.base}/_stats", timeout=5)
         r.raise_for_status()
         return r.json()
 
     def reset(self) -> None:
-        httpx.post(f"{self.base}/_reset", timeout=5, verify=client_tls()).raise_for_status()
+        httpx.post(f"{self.base}/_reset", timeout=5).raise_for_status()
 
     def release(self, gate: str) -> None:
         """Python upstream only: opens `gate`, at which its `progress` tool holds its answer."""
         assert self.kind == "python", "gates are a feature of the Python upstream"
-        httpx.post(f"{self.base}/_release", json={"gate": gate}, timeout=5, verify=client_tls()).raise_for_status()
+        httpx.post(f"{self.base}/_release", json={"gate": gate}, timeout=5).raise_for_status()
 
     def recent_requests(self) -> list[dict]:
         """Rust example upstream only: `GET /_requests`, the last POSTs with their headers."""
         assert self.kind == "rust"
-        r = httpx.get(f"{self.base}/_requests", timeout=5, verify=client_tls())
+        r = httpx.get(f"{self.base}/_requests", timeout=5)
         r.raise_for_status()
         return r.json()
 
@@ -555,7 +550,7 @@ class Gateway:
     def snapshot_applies(self) -> int:
         """How many snapshots (config versions) this gateway has applied: its /metrics,
         `switchboard_gateway_snapshot_applies_total`."""
-        text = httpx.get(f"{self.internal_url}/metrics", timeout=5, verify=client_tls()).text
+        text = httpx.get(f"{self.internal_url}/metrics", timeout=5).text
         for line in text.splitlines():
             if line.startswith("switchboard_gateway_snapshot_applies_total "):
                 return int(float(line.split()[1]))
@@ -736,7 +731,7 @@ class RawMcp:
             self.headers["Authorization"] = f"Bearer {key}"
         self.headers.update(headers or {})
         self._own_client = client is None
-        self.client = client or httpx.Client(timeout=timeout, verify=client_tls())
+        self.client = client or httpx.Client(timeout=timeout)
 
     def close(self) -> None:
         if self._own_client:
@@ -940,7 +935,7 @@ def listing_meta(metas: list[dict], meta_key: str) -> list[dict]:
 
 def rest_list(gateway: Gateway, key: str | None, server_id: str | None = None) -> httpx.Response:
     params = {"server_id": server_id} if server_id else None
-    return httpx.get(f"{gateway.url}/mcp-rest/tools/list", params=params, headers=_auth(key), timeout=15, verify=client_tls())
+    return httpx.get(f"{gateway.url}/mcp-rest/tools/list", params=params, headers=_auth(key), timeout=15)
 
 
 def rest_call(
@@ -949,7 +944,7 @@ def rest_call(
     body: dict[str, Any] = {"name": name, "arguments": arguments or {}}
     if server_id is not None:
         body["server_id"] = server_id
-    return httpx.post(f"{gateway.url}/mcp-rest/tools/call", json=body, headers=_auth(key), timeout=15, verify=client_tls())
+    return httpx.post(f"{gateway.url}/mcp-rest/tools/call", json=body, headers=_auth(key), timeout=15)
 
 
 def rest_tool_names(response: httpx.Response) -> list[str]:
@@ -1001,8 +996,7 @@ def sdk_client(
     @contextlib.asynccontextmanager
     async def connect():
         async with httpx2.AsyncClient(
-            headers=h, timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [on_response]}, auth=auth,
-            verify=client_tls(),
+            headers=h, timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [on_response]}, auth=auth
         ) as http:
             async with Client(
                 streamable_http_client(url, http_client=http),
