@@ -11,7 +11,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -20,10 +19,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, header
 use http_body_util::{BodyDataStream, BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::ServerName;
 use switchboard_core::table::{Endpoint, UpstreamRoots};
 use switchboard_snapshot::{Denied, NetworkPolicy, ScopedPolicy, UpstreamNetworks};
@@ -34,10 +31,17 @@ pub type HttpResponse = Response<Incoming>;
 /// A body as a stream of chunks, for relaying.
 pub type ByteStream = BodyDataStream<Incoming>;
 
-/// A pooled client: a handle, cheap to clone; clones share connections.
+mod connections;
+
+use connections::{Connections, Failure};
+
+/// How a client connects: TCP through the policy's resolver, then TLS when the URL says so.
+type Connector = HttpsConnector<HttpConnector<PolicyResolver>>;
+
+/// A client: a handle, cheap to clone; clones share connections (`connections`).
 #[derive(Clone, Debug)]
 pub struct HttpClient {
-    inner: Client<HttpsConnector<HttpConnector<PolicyResolver>>, Full<Bytes>>,
+    connections: Arc<Connections>,
 }
 
 /// No HTTP client can be built from a set of TLS settings (a CA bundle, a client certificate
@@ -109,13 +113,9 @@ impl HttpClient {
             None => builder,
         };
         let connector = builder.enable_http1().enable_http2().wrap_connector(http);
-        let inner = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build(connector);
-        HttpClient { inner }
+        HttpClient {
+            connections: Arc::new(Connections::new(connector)),
+        }
     }
 
     /// A client under the default network policy and the public roots, with no TLS settings
@@ -282,7 +282,11 @@ impl Outgoing<'_> {
             switchboard_core::audit::propagate(request.headers_mut());
         }
         use tracing::Instrument as _;
-        let exchange = self.client.inner.request(request).instrument(span.clone());
+        let exchange = self
+            .client
+            .connections
+            .send(request)
+            .instrument(span.clone());
         let (answered, asked) = crate::tls::noting_certificate_requests(exchange).await;
         let answered = match answered {
             Ok(answered) => answered,
@@ -314,7 +318,7 @@ impl Outgoing<'_> {
 /// `host_unreachable`, `network_unreachable`, `address_not_available`), else the kind of
 /// failure (`address_denied`, `tls`, `tls_hung_up`, `connect`, `request`). Low-cardinality, as
 /// the conventions ask; docs/audit.md lists them.
-fn failure_type(error: &hyper_util::client::legacy::Error, failed: &HttpError) -> &'static str {
+fn failure_type(error: &Failure, failed: &HttpError) -> &'static str {
     let cause: &(dyn std::error::Error + 'static) = error;
     let mut source = Some(cause);
     while let Some(cause) = source {
@@ -348,11 +352,7 @@ fn failure_type(error: &hyper_util::client::legacy::Error, failed: &HttpError) -
 /// What a failed exchange means: the resolver's refusal (which rule, an address, never the
 /// URL), a TLS failure (why; `asked`: what the server asked of the client certificate during
 /// the handshake), or the kind of failure.
-fn classify(
-    error: &hyper_util::client::legacy::Error,
-    https: bool,
-    asked: crate::tls::CertificateRequest,
-) -> HttpError {
+fn classify(error: &Failure, https: bool, asked: crate::tls::CertificateRequest) -> HttpError {
     let cause: &(dyn std::error::Error + 'static) = error;
     let mut source = Some(cause);
     while let Some(cause) = source {
@@ -392,7 +392,7 @@ fn classify(
 
 /// Whether the exchange ended before its request was sent on the connection (hyper's
 /// cancelled request).
-fn never_sent(error: &hyper_util::client::legacy::Error) -> bool {
+fn never_sent(error: &Failure) -> bool {
     crate::tls::causes(error).any(|cause| {
         cause
             .downcast_ref::<hyper::Error>()
@@ -471,6 +471,7 @@ impl tower_service::Service<Name> for PolicyResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper_util::rt::TokioExecutor;
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
     use std::sync::Mutex;
@@ -514,6 +515,8 @@ mod tests {
         sni: Option<String>,
         version: Option<http::Version>,
         host: Option<String>,
+        /// TLS connections accepted.
+        connections: usize,
     }
 
     /// An HTTPS server on loopback offering `alpn`, answering every request with 200.
@@ -532,7 +535,11 @@ mod tests {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     continue;
                 };
-                record.lock().unwrap().sni = tls.get_ref().1.server_name().map(str::to_owned);
+                {
+                    let mut seen = record.lock().unwrap();
+                    seen.sni = tls.get_ref().1.server_name().map(str::to_owned);
+                    seen.connections += 1;
+                }
                 let record = record.clone();
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let mut seen = record.lock().unwrap();
@@ -614,6 +621,24 @@ mod tests {
                 assert_eq!(seen.host, expected, "{version:?}");
             }
         }
+    }
+
+    /// An origin that negotiated HTTP/2 gets one connection, which requests one after another
+    /// and at once share.
+    #[tokio::test]
+    async fn requests_to_an_h2_upstream_share_one_connection() {
+        let (ca, config) = ca_and_leaf("mcp.corp.internal");
+        let (address, seen) = https_server(config, &[b"h2", b"http/1.1"]).await;
+        let http = client(&ca, Some("mcp.corp.internal"));
+        assert_eq!(get(&http, address).await.unwrap(), 200);
+        assert_eq!(get(&http, address).await.unwrap(), 200);
+        let at_once = (0..4).map(|_| get(&http, address));
+        for answer in futures_util::future::join_all(at_once).await {
+            assert_eq!(answer.unwrap(), 200);
+        }
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.version, Some(http::Version::HTTP_2));
+        assert_eq!(seen.connections, 1);
     }
 
     #[tokio::test]

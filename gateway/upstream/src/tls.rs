@@ -82,8 +82,8 @@ pub enum CertificateRequest {
 tokio::task_local! {
     /// Where [`ClientAuth`] notes a server's request, while [`noting_certificate_requests`]
     /// runs an exchange: the handshake of a new connection runs inside the request's future
-    /// (hyper-util's pool polls the connect future within it), so the note reaches the exchange
-    /// that made the connection and no other.
+    /// (`http_client::connections` connects within it), so the note reaches the exchange that
+    /// made the connection and no other.
     static REQUESTED: Arc<AtomicU8>;
 }
 
