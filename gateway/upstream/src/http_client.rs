@@ -282,11 +282,9 @@ impl Outgoing<'_> {
             switchboard_core::audit::propagate(request.headers_mut());
         }
         use tracing::Instrument as _;
-        let exchange = self
-            .client
-            .connections
-            .send(request)
-            .instrument(span.clone());
+        // (Boxed as hyper-util's answer future was: the exchange is moved through the wrappers
+        // below and the callers' futures, and a pointer is cheaper to move than its state.)
+        let exchange = Box::pin(self.client.connections.send(request)).instrument(span.clone());
         let (answered, asked) = crate::tls::noting_certificate_requests(exchange).await;
         let answered = match answered {
             Ok(answered) => answered,

@@ -178,7 +178,10 @@ impl Connections {
             let ((answer, wrote_host), reused) = match self.on_held(&origin, request, hand_over) {
                 Ok(sent) => (sent, true),
                 Err(unsent) => {
-                    let sent = match self.connect(&uri).await? {
+                    // (Boxed: a connection being made holds the TLS state and the handshake,
+                    // kilobytes that the request's future would otherwise carry, and copy,
+                    // on every call.)
+                    let sent = match Box::pin(self.connect(&uri)).await? {
                         New::Http2(mut sender) => {
                             let sent = hand_over(Ready::Http2(&mut sender), unsent);
                             self.hold(&origin, New::Http2(sender));
