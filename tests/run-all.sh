@@ -377,21 +377,26 @@ fi
 # Later suites (hook). Run all of them with the `suites` step, or one by its name. Most of a suite
 # is waiting on what it started (API servers, a node, pods), so the suites run side by side:
 # each in a chain of its own, unless its script says `# run-all: chain NAME` (the suites of one
-# chain run one after the other, in name order). The chain `clusters` holds 30-images,
-# 50-kubernetes and 60-node: the node imports the images 30-images checks (built once), and the
-# two cluster suites, each of which keeps both CPUs busy with clusters of its own, starved each
-# other side by side (on a two-core CI machine a Keycloak start took 292 s instead of 70, and
-# the node's call loop saw calls of 4 s through a disruption it must pass without a loss), so
-# the timing-sensitive node suite runs after the Kubernetes one (the Helm and rules suites beside
-# it at nice 19, below). SWITCHBOARD_SUITES_PARALLEL=0 runs every suite one after the other. A
-# suite's output is printed whole when it ends; its time goes into the step table.
+# chain run one after the other, in name order). The chain `clusters` holds 30-images and
+# 60-node: the node imports the images 30-images checks (built once). SWITCHBOARD_SUITES_PARALLEL=0
+# runs every suite one after the other. A suite's output is printed whole when it ends; its time
+# goes into the step table.
+#
+# A suite whose script says `# run-all: nice N` runs at that priority beside the others. The
+# Kubernetes suite says `nice 10`: it runs beside the one-node suite, which keeps the CPU whenever
+# it wants it. Side by side at the same priority the two starved each other (on a two-core CI
+# machine a Keycloak start took 292 s instead of 70, and the node's call loop saw calls of 4 s
+# through a disruption it must pass without a loss), so the node suite used to run after the
+# Kubernetes one; but each leaves a third to a half of the two cores idle on its own (vmstat of a
+# warm run: 33 % idle through the Kubernetes suite, 47 % through the node's), and the Kubernetes
+# suite's tests bound their waits generously (they passed with the cores 0-1 % idle), so it takes
+# what the node leaves.
 #
 # A suite whose script says `# run-all: after NAME` starts when the suite NAME has ended (at once
 # when NAME is not part of the run), at nice 19. The Helm and rules suites say `after
-# 50-kubernetes`: beside the Kubernetes suite, whose minutes are CPU-bound, they only slowed it,
-# while the one-node suite after it leaves a third to a half of the two cores idle (waiting on
-# pods; vmstat of warm runs); at nice 19 they take what it leaves and it keeps the CPU whenever it
-# wants it, as it does beside the cold run's tool builds.
+# 50-kubernetes`: beside the Kubernetes suite they only slowed it; after it they take what the
+# one-node suite leaves (waiting on pods), which keeps the CPU whenever it wants it, as it does
+# beside the cold run's tool builds.
 shopt -s nullglob
 suites=()
 for suite in "$root"/tests/suites.d/*.sh; do
@@ -406,7 +411,7 @@ if ((${#suites[@]} > 0)); then
   unnice suite-images
   step "suites (side by side, in all)"
   suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
-  declare -A chain_of=() chain_name=() after=()
+  declare -A chain_of=() chain_name=() after=() niceness_of=()
   chains=()
   for name in "${suites[@]}"; do
     chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
@@ -418,6 +423,9 @@ if ((${#suites[@]} > 0)); then
     # the suite this one waits for (`# run-all: after OTHER`), if it is part of this run
     other=$(sed -n 's/^# run-all: after \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
     [[ -n "$other" && " ${suites[*]} " == *" $other "* && "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] && after[$name]=$other
+    # its priority beside the others (`# run-all: nice N`), when they run side by side
+    niceness=$(sed -n 's/^# run-all: nice \([0-9]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    [[ -n "$niceness" && "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] && niceness_of[$name]=$niceness
   done
   for name in "${!after[@]}"; do # (a wait for a suite of one's own chain would never end)
     if [[ "${chain_name[${after[$name]}]}" == "${chain_name[$name]}" ]]; then
@@ -428,7 +436,7 @@ if ((${#suites[@]} > 0)); then
   run_chain() { # SUITES...: one after the other; each writes NAME.log, NAME.secs and NAME.rc
     local name t0 rc niceness
     for name in "$@"; do
-      niceness=0
+      niceness=${niceness_of[$name]:-0}
       if [[ -n "${after[$name]:-}" ]]; then
         while [[ ! -f "$suites_dir/${after[$name]}.rc" ]]; do sleep 2; done
         niceness=19

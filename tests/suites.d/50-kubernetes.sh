@@ -13,9 +13,9 @@
 # Tests: tests/k8s_e2e/ (pytest). Propagation figures: tests/k8s_e2e/results/propagation-<pass>.json
 # (standalone: tests/k8s_e2e/propagation.py). Ends with "N passed, N failed"; exits non-zero if
 # anything failed (missing binaries fail, they never skip).
-# In the test command it runs after 30-images and before 60-node, not beside the node (see the
-# chain in tests/run-all.sh).
-# run-all: chain clusters
+# In the test command it runs beside 60-node at a lower priority, taking what the node suite
+# leaves idle (see tests/run-all.sh).
+# run-all: nice 10
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
