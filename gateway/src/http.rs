@@ -152,8 +152,11 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
         slot.begin_trace(client_trace);
     }
     use tracing::Instrument as _;
+    // The answer's future boxed where it is made: the slot's scope, the span's wrapper and the
+    // boxed future `from_fn` makes of this function then move a pointer, not the answer's
+    // state (each move of a future is a copy of it, paid on every request).
     let mut response = slot
-        .scope(edge_answer(&gw, request, next))
+        .scope(Box::pin(edge_answer(&gw, request, next)))
         .instrument(slot.span().clone())
         .await;
     // Refused before its body was read (shed, too large, too slow): its trace begins now.

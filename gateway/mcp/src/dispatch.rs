@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -17,7 +16,7 @@ use switchboard_core::route::{
 };
 use switchboard_core::scope::{Caller, decide_owner};
 use switchboard_core::table::Server;
-use switchboard_protocol::{Era, Params, may_require_input, named_field};
+use switchboard_protocol::{Era, Params, RawResult, may_require_input, named_field};
 use switchboard_upstream::UpstreamCall;
 use switchboard_upstream::error::UpstreamError;
 use switchboard_upstream::listing::ListKind;
@@ -86,7 +85,7 @@ pub enum Answer {
     /// An upstream's result, unchanged; whether it names its `resultType` (a 2026-07-28 client
     /// needs one).
     Relayed {
-        result: Box<RawValue>,
+        result: RawResult,
         has_result_type: bool,
     },
     Stream(Box<Relay>),
@@ -437,12 +436,12 @@ enum Unchanged {
 /// that; only a legacy client's request has `bridge_input`). Its top-level members are read
 /// once; for a legacy client the same read writes it without what only a 2026-07-28 result has.
 fn unchanged_result(
-    raw: &RawValue,
+    raw: &RawResult,
     aggregate: bool,
     bridge_input: bool,
     modern_client: bool,
 ) -> Option<Unchanged> {
-    let members = switchboard_protocol::ResultMembers::read(raw)?;
+    let members = raw.members()?;
     if members.has("resultType") && members.result_type_is("complete").is_none() {
         return None; // not a string: the tree path decides
     }
@@ -485,8 +484,19 @@ async fn call_upstream(
 mod tests {
     use super::*;
 
-    fn raw(text: &str) -> Box<RawValue> {
-        RawValue::from_string(text.to_string()).unwrap()
+    /// A result as an upstream's answer brings it: indexed in the answer's one reading (which
+    /// takes only an object; anything else, made from its text, is scanned when asked).
+    fn raw(text: &str) -> RawResult {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1, "result" : {text} }}"#);
+        match switchboard_protocol::jsonrpc::raw_response("application/json", body.as_bytes()) {
+            Some(response) => response.result.expect("a result"),
+            None => {
+                assert!(!text.starts_with('{'), "an object is read: {text}");
+                serde_json::value::RawValue::from_string(text.to_string())
+                    .expect("valid JSON")
+                    .into()
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,6 @@
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::capabilities;
@@ -12,7 +11,7 @@ use crate::params::{MemberView, Params, TextView};
 use crate::trace_context::{self, TraceContext};
 use crate::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
-    MODERN_VERSION,
+    MODERN_VERSION, ObjectRead, RawResult,
 };
 
 #[derive(Serialize)]
@@ -515,17 +514,24 @@ impl Serialize for MetaWithModern<'_> {
     }
 }
 
-/// A JSON-RPC response object with its `result` left as the JSON text it came in.
-#[derive(Deserialize)]
+/// A JSON-RPC response object with its `result` left as the JSON text it came in, indexed.
 pub struct RawResponse {
     /// The request it answers; `None` when absent or `null`.
-    #[serde(default)]
     pub id: Option<Value>,
     /// Present (even as `null`) when the response is a result.
-    #[serde(default, deserialize_with = "present")]
-    pub result: Option<Box<RawValue>>,
-    #[serde(default)]
+    pub result: Option<RawResult>,
     pub error: Option<Value>,
+}
+
+/// A response as its one reading finds it: the result's members borrowed from the body.
+#[derive(Deserialize)]
+struct ResponseRead<'a> {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<ObjectRead<'a>>,
+    #[serde(default)]
+    error: Option<Value>,
 }
 
 impl RawResponse {
@@ -562,8 +568,8 @@ fn answer_to(own: Option<&Value>, result: bool, error: bool, id: &Value) -> Opti
 }
 
 /// `Some` for a member that is there, `null` included (an `Option` alone reads `null` as absent).
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
+fn present<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectRead<'a>>, D::Error> {
+    ObjectRead::deserialize(d).map(Some)
 }
 
 /// The response of a plain JSON body holding one response object, without building a tree of
@@ -575,8 +581,20 @@ pub fn raw_response(content_type: &str, body: &[u8]) -> Option<RawResponse> {
     {
         return None;
     }
-    // UTF-8 checked once for the whole body rather than string by string by the parser.
-    serde_json::from_str(std::str::from_utf8(body).ok()?).ok()
+    // UTF-8 checked once for the whole body rather than string by string by the parser. A
+    // result that is not an object (nor `null`), or has a member name with an escape, is left
+    // to `response_from_body` as well.
+    let body = std::str::from_utf8(body).ok()?;
+    let read = serde_json::from_str::<ResponseRead>(body).ok()?;
+    let result = match read.result {
+        Some(result) => Some(RawResult::of_read(body, result)?),
+        None => None,
+    };
+    Some(RawResponse {
+        id: read.id,
+        result,
+        error: read.error,
+    })
 }
 
 /// Whether a `tools/call` result (its JSON text) says `isError: true`: the tool failed. Read

@@ -46,6 +46,8 @@ pub mod codes {
     pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 }
 
+use std::ops::Range;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::StatusCode;
@@ -280,17 +282,104 @@ fn only_modern(name: &str, complete: bool) -> bool {
     }
 }
 
+/// A result as the JSON text it came in, with the index of its top-level members when the
+/// reading that found it made one (an upstream's answer, [`jsonrpc::raw_response`]): how it is
+/// passed on is decided from the index, without reading its text again (that scan cost a
+/// `tools/call` about 2,500 instructions). Made from a raw value, it is scanned when asked.
+pub struct RawResult {
+    text: Box<str>,
+    /// Each member's name and value, as ranges into `text`.
+    index: Option<Vec<(Range<usize>, Range<usize>)>>,
+}
+
+impl RawResult {
+    pub fn get(&self) -> &str {
+        &self.text
+    }
+
+    /// The top-level members; `None` when the text is not an object of plain member names.
+    pub fn members(&self) -> Option<ResultMembers<'_>> {
+        let Some(index) = &self.index else {
+            return Members::scan(&self.text).map(ResultMembers);
+        };
+        let members = index
+            .iter()
+            .map(|(name, value)| {
+                Some((self.text.get(name.clone())?, self.text.get(value.clone())?))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(ResultMembers(Members(members)))
+    }
+
+    pub fn into_string(self) -> String {
+        self.text.into_string()
+    }
+
+    /// The result a response's one reading found (`read`, borrowed from `body`, the whole
+    /// response's text); `None` when its text is not where JSON puts it (it cannot happen:
+    /// the body was read as JSON).
+    pub(crate) fn of_read(body: &str, read: ObjectRead<'_>) -> Option<RawResult> {
+        let members = match read {
+            ObjectRead::Null => {
+                return Some(RawResult {
+                    text: "null".into(),
+                    index: None,
+                });
+            }
+            ObjectRead::Object(members) => members,
+        };
+        // (An empty object has no member to find its braces by: it is written `{}`, space
+        // inside it dropped.)
+        let Some((first, _)) = members.first() else {
+            return Some(RawResult {
+                text: "{}".into(),
+                index: Some(Vec::new()),
+            });
+        };
+        let b = body.as_bytes();
+        let base = body.as_ptr() as usize;
+        let at = |part: &str| (part.as_ptr() as usize).wrapping_sub(base);
+        let start = object_start(b, at(first))?;
+        let last_end = members.last().map(|(_, v)| at(v.get()) + v.get().len())?;
+        let close = object_close(b, last_end)?;
+        let within = |part: &str| at(part) - start..at(part) - start + part.len();
+        Some(RawResult {
+            text: body.get(start..close + 1)?.into(),
+            index: Some(
+                members
+                    .iter()
+                    .map(|(name, value)| (within(name), within(value.get())))
+                    .collect(),
+            ),
+        })
+    }
+}
+
+impl From<Box<RawValue>> for RawResult {
+    fn from(raw: Box<RawValue>) -> RawResult {
+        RawResult {
+            text: raw.into(),
+            index: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RawResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // (A result is a tool's answer: its text is not printed.)
+        f.debug_struct("RawResult")
+            .field("bytes", &self.text.len())
+            .field("indexed", &self.index.is_some())
+            .finish()
+    }
+}
+
 /// A result's top-level members, read once as text: what decides how the gateway answers
 /// with it (`resultType`, `taskId`), and, for a legacy client, the result written again without
 /// the 2026-07-28 members, from the same read.
 pub struct ResultMembers<'a>(Members<'a>);
 
 impl<'a> ResultMembers<'a> {
-    /// `None` when the text is not an object of plain member names.
-    pub fn read(raw: &'a RawValue) -> Option<ResultMembers<'a>> {
-        Members::scan(raw.get()).map(ResultMembers)
-    }
-
     fn get(&self, name: &str) -> Option<&'a str> {
         self.0.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
     }
@@ -370,11 +459,11 @@ impl<'a> Members<'a> {
             if b.get(i) != Some(&b'"') {
                 return None;
             }
-            let name_end = string_end(b, i)?;
-            let name = &text[i + 1..name_end - 1];
-            if name.contains('\\') {
+            let (name_end, escaped) = string_end(b, i)?;
+            if escaped {
                 return None;
             }
+            let name = &text[i + 1..name_end - 1];
             i = skip_space(b, name_end);
             if b.get(i) != Some(&b':') {
                 return None;
@@ -392,23 +481,93 @@ impl<'a> Members<'a> {
     }
 }
 
+/// An object's members as one reading of a message finds them (each name borrowed, each value
+/// as its text, in order, repeated names kept), or `null`: the index of `_meta` and of a result
+/// made in the same pass as the message's. Any other value, or a name with an escape (only a
+/// borrowed name is taken), refuses the reading.
+pub(crate) enum ObjectRead<'a> {
+    Object(Vec<(&'a str, &'a RawValue)>),
+    Null,
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for ObjectRead<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Members<'a> {
+            type Value = ObjectRead<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object or null")
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(ObjectRead::Null)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::new();
+                while let Some((name, value)) = map.next_entry::<&'de str, &'de RawValue>()? {
+                    members.push((name, value));
+                }
+                Ok(ObjectRead::Object(members))
+            }
+        }
+        d.deserialize_any(Members(std::marker::PhantomData))
+    }
+}
+
+/// Where an object begins whose first member's name begins at `first_name` (after its quote):
+/// the `{` before that quote, space aside. `None` when it is not there.
+pub(crate) fn object_start(b: &[u8], first_name: usize) -> Option<usize> {
+    let quote = first_name.checked_sub(1)?;
+    let open = b
+        .get(..quote)?
+        .iter()
+        .rposition(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))?;
+    (b[open] == b'{').then_some(open)
+}
+
+/// Where an object ends whose last member's value ends at `last_value_end`: its `}`, space
+/// aside. `None` when it is not there.
+pub(crate) fn object_close(b: &[u8], last_value_end: usize) -> Option<usize> {
+    let close = skip_space(b, last_value_end);
+    (b.get(close) == Some(&b'}')).then_some(close)
+}
+
 /// The first index from `i` that is not JSON white space.
-fn skip_space(b: &[u8], mut i: usize) -> usize {
+pub(crate) fn skip_space(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
     }
     i
 }
 
-/// One past the closing quote of the string whose opening quote is at `start`.
-fn string_end(b: &[u8], start: usize) -> Option<usize> {
+/// One past the closing quote of the string whose opening quote is at `start`, and whether
+/// the string has an escape. Its first bytes are looked at one by one (most strings, names
+/// above all, end there); a longer one is searched by memchr's vector code, which costs about
+/// 60 instructions a call to set up (37 calls a `tools/call` once, 2.2k instructions).
+fn string_end(b: &[u8], start: usize) -> Option<(usize, bool)> {
+    const LOOKED_AT: usize = 16;
     let mut i = start + 1;
+    let mut escaped = false;
+    let short = (i + LOOKED_AT).min(b.len());
+    while i < short {
+        match b[i] {
+            b'"' => return Some((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i += 2; // the escaped character, whatever it is
+            }
+            _ => i += 1,
+        }
+    }
     loop {
         i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
         if b[i] == b'\\' {
-            i += 2; // the escaped character, whatever it is
+            escaped = true;
+            i += 2;
         } else {
-            return Some(i + 1);
+            return Some((i + 1, escaped));
         }
     }
 }
@@ -416,14 +575,14 @@ fn string_end(b: &[u8], start: usize) -> Option<usize> {
 /// One past the end of the valid JSON value that begins at `start`.
 fn value_end(b: &[u8], start: usize) -> Option<usize> {
     match *b.get(start)? {
-        b'"' => string_end(b, start),
+        b'"' => string_end(b, start).map(|(end, _)| end),
         b'{' | b'[' => {
             let mut depth = 0usize;
             let mut i = start;
             loop {
                 match *b.get(i)? {
                     b'"' => {
-                        i = string_end(b, i)?;
+                        i = string_end(b, i)?.0;
                         continue;
                     }
                     b'{' | b'[' => depth += 1,
@@ -542,7 +701,9 @@ mod tests {
         assert_eq!(back, legacy, "stamp then strip is the legacy result again");
         // The same on the text, without a tree: member order and values as they came.
         let text = serde_json::value::to_raw_value(&modern).unwrap();
-        let stripped = ResultMembers::read(&text)
+        let text = RawResult::from(text);
+        let stripped = text
+            .members()
             .and_then(|m| m.without_modern())
             .expect("plain member names, with 2026-07-28 members");
         assert_eq!(serde_json::from_str::<Value>(&stripped).unwrap(), legacy);
@@ -551,7 +712,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            ResultMembers::read(&kept)
+            RawResult::from(kept)
+                .members()
                 .unwrap()
                 .without_modern()
                 .unwrap(),
@@ -580,10 +742,12 @@ mod tests {
             "{\n\t\"a\"\r\n:\n[\n]\n,\n\"b\"\t:\t{\"x\":{\"y\":[[[\"{\"]]]}}\n}",
             r#"{"dup":1,"dup":2,"":3}"#,
             r#"{"n":0,"m":123}"#,
+            // Escapes either side of where a string stops being looked at byte by byte.
+            r#"{"k":"0123456789abcd\"f\"ghij","l":"0123456789abcdef\\","m":"0123456789abcdefghijklmnopqrstuvwxyz\"}{","n":"012345678901234\"","o":"0123456789012345"}"#,
         ];
         for text in texts {
-            let raw = RawValue::from_string(text.to_string()).expect("valid JSON");
-            let members = ResultMembers::read(&raw).unwrap_or_else(|| panic!("{text}"));
+            let raw = RawResult::from(RawValue::from_string(text.to_string()).expect("valid JSON"));
+            let members = raw.members().unwrap_or_else(|| panic!("{text}"));
             let scanned: Vec<(String, Value)> = members
                 .0
                 .0
@@ -608,10 +772,36 @@ mod tests {
             }
             serde::Deserializer::deserialize_map(&mut de, Seq(&mut read)).expect(text);
             assert_eq!(scanned, read, "{text}");
+            // Indexed in a response's one reading (space around it, members after it), the
+            // same members, and the result's text as it came.
+            let body = format!("{{\"id\":1,\n\"result\" :\t{text}\n,\"jsonrpc\":\"2.0\"}}");
+            let result = jsonrpc::raw_response("application/json", body.as_bytes())
+                .and_then(|r| r.result)
+                .unwrap_or_else(|| panic!("{body}"));
+            // (An empty object has no member to find its braces by: it is written `{}`.)
+            let expected = if read.is_empty() { "{}" } else { text.trim() };
+            assert_eq!(result.get(), expected, "{text}");
+            let indexed: Vec<(String, Value)> = result
+                .members()
+                .unwrap_or_else(|| panic!("{text}"))
+                .0
+                .0
+                .iter()
+                .map(|(n, v)| (n.to_string(), serde_json::from_str(v).expect(v)))
+                .collect();
+            assert_eq!(indexed, read, "indexed: {text}");
         }
-        for text in [r#"{"na\u006de":1}"#, r#"[1,2]"#, r#""{}""#, "1", "null"] {
-            let raw = RawValue::from_string(text.to_string()).expect("valid JSON");
-            assert!(ResultMembers::read(&raw).is_none(), "{text}");
+        for text in [
+            r#"{"na\u006de":1}"#,
+            r#"{"a_name_longer_than_sixteen\u0062":1}"#,
+            r#"{"fifteen_chars_\"":1}"#,
+            r#"[1,2]"#,
+            r#""{}""#,
+            "1",
+            "null",
+        ] {
+            let raw = RawResult::from(RawValue::from_string(text.to_string()).expect("valid JSON"));
+            assert!(raw.members().is_none(), "{text}");
         }
     }
 

@@ -13,12 +13,16 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut, Range};
 use std::sync::OnceLock;
 
-use serde::{Serialize, Serializer};
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::ObjectRead;
 
 /// A request's parameters. Reads as a [`Value`] (`Deref`, built on first use); a caller that
 /// needs only a member asks for it ([`Params::str_member`], [`Params::meta_member`], …) and
@@ -34,7 +38,7 @@ pub struct Params {
 
 #[derive(Clone)]
 struct Text {
-    raw: Box<RawValue>,
+    raw: Box<str>,
     members: Vec<Member>,
     /// `_meta`'s members, when `_meta` is an object (ranges into `raw` as well).
     meta: Option<Vec<Member>>,
@@ -153,18 +157,23 @@ impl MemberView<'_> {
 }
 
 impl Params {
-    /// Parameters read from their text (valid JSON: the message was parsed). An object whose
-    /// members are all named once is indexed and kept as text; anything else becomes a tree.
-    pub fn from_text(raw: Box<RawValue>) -> Params {
-        match Text::index(raw) {
-            Ok(text) => Params {
-                text: Some(text),
-                tree: OnceLock::new(),
-            },
-            Err(raw) => {
-                Params::from(serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null))
-            }
-        }
+    /// The parameters a message's one reading found (`read`, borrowed from `body`, the whole
+    /// message's text): indexed and kept as text. `None` when the index cannot hold them (a
+    /// member, or a member of `_meta`, named twice): the caller reads the message whole.
+    pub fn from_read(body: &str, read: ParamsRead<'_>) -> Option<Params> {
+        Some(Params {
+            text: Some(Text::of_read(body, read)?),
+            tree: OnceLock::new(),
+        })
+    }
+
+    /// Parameters from the text of an object alone, read as a message's are (anything the
+    /// index does not hold, or that is not an object, becomes a tree).
+    pub fn from_json(text: &str) -> Params {
+        serde_json::from_str::<ParamsRead>(text)
+            .ok()
+            .and_then(|read| Params::from_read(text, read))
+            .unwrap_or_else(|| Params::from(read_value(text)))
     }
 
     /// Whether the parameters are a JSON object (a message's are: anything else is refused).
@@ -184,7 +193,7 @@ impl Params {
                 let member = text.member(key)?;
                 Some(match &member.replaced {
                     Some(value) => Cow::Borrowed(value),
-                    None => Cow::Owned(read_value(member.text(text.raw.get()))),
+                    None => Cow::Owned(read_value(member.text(&text.raw))),
                 })
             }
             None => self.get(key).map(Cow::Borrowed),
@@ -198,7 +207,7 @@ impl Params {
                 let member = text.member(key)?;
                 match &member.replaced {
                     Some(value) => value.as_str().map(Cow::Borrowed),
-                    None => read_str(member.text(text.raw.get())),
+                    None => read_str(member.text(&text.raw)),
                 }
             }
             None => self.get(key)?.as_str().map(Cow::Borrowed),
@@ -213,7 +222,7 @@ impl Params {
                     return replaced.get(key).map(Cow::Borrowed);
                 }
                 let member = text.meta_member(key)?;
-                Some(Cow::Owned(read_value(member.text(text.raw.get()))))
+                Some(Cow::Owned(read_value(member.text(&text.raw))))
             }
             None => self.get("_meta")?.get(key).map(Cow::Borrowed),
         }
@@ -226,7 +235,7 @@ impl Params {
                 if let Some(replaced) = &text.member("_meta")?.replaced {
                     return replaced.get(key)?.as_str().map(Cow::Borrowed);
                 }
-                read_str(text.meta_member(key)?.text(text.raw.get()))
+                read_str(text.meta_member(key)?.text(&text.raw))
             }
             None => self.get("_meta")?.get(key)?.as_str().map(Cow::Borrowed),
         }
@@ -248,7 +257,7 @@ impl Params {
     /// arguments). Parameters that are not an object stay as they are.
     pub fn set_member(&mut self, key: &str, value: Value) {
         if let Some(text) = self.unread_mut() {
-            let raw = text.raw.get();
+            let raw = &text.raw;
             match text.members.iter().position(|m| m.key(raw) == key) {
                 Some(at) => text.members[at].replaced = Some(value),
                 None => text.members.push(Member {
@@ -281,7 +290,7 @@ impl Params {
     /// (`None` too when `_meta` itself was set: the writers then merge into the tree.)
     pub(crate) fn text_view(&self) -> Option<TextView<'_>> {
         let text = self.text.as_ref()?;
-        let raw = text.raw.get();
+        let raw = &text.raw;
         if text
             .members
             .iter()
@@ -311,42 +320,107 @@ impl Params {
 
 impl Text {
     fn member(&self, key: &str) -> Option<&Member> {
-        self.members.iter().find(|m| m.key(self.raw.get()) == key)
+        self.members.iter().find(|m| m.key(&self.raw) == key)
     }
 
     fn meta_member(&self, key: &str) -> Option<&Member> {
-        self.meta
-            .as_ref()?
-            .iter()
-            .find(|m| m.key(self.raw.get()) == key)
+        self.meta.as_ref()?.iter().find(|m| m.key(&self.raw) == key)
     }
 
-    /// The index of an object's text, or the text back when it is not an object whose members
-    /// (and `_meta`'s) are each named once.
-    fn index(raw: Box<RawValue>) -> Result<Text, Box<RawValue>> {
-        let text = raw.get();
-        let Some(members) = index_object(text, 0..text.len()) else {
-            return Err(raw);
+    /// The index of what a message's reading found: ranges into the parameters' own text,
+    /// copied out of `body` (which `read` borrows from). `None` when a member or a member of
+    /// `_meta` is named twice, or (it cannot happen: the body was read as JSON) the text around
+    /// the members is not where JSON puts it.
+    fn of_read(body: &str, read: ParamsRead<'_>) -> Option<Text> {
+        let b = body.as_bytes();
+        let base = body.as_ptr() as usize;
+        // Where a part of `body` begins in it.
+        let at = |part: &str| (part.as_ptr() as usize).wrapping_sub(base);
+        let end_of = |part: &str| at(part) + part.len();
+        let Some((first, _)) = read.members.first() else {
+            return Some(Text {
+                raw: "{}".into(),
+                members: Vec::new(),
+                meta: None,
+            });
         };
-        let meta = match members.iter().find(|m| m.key(text) == "_meta") {
-            Some(meta) if meta.text(text).starts_with('{') => {
-                match index_object(text, meta.value.clone()) {
-                    Some(inner) => Some(inner),
-                    None => return Err(raw),
-                }
+        let start = crate::object_start(b, at(first))?;
+        let mut members = Vec::with_capacity(read.members.len());
+        let mut meta = None;
+        let mut last_end = start;
+        for (i, (name, value)) in read.members.iter().enumerate() {
+            if read.members[..i].iter().any(|(other, _)| other == name) {
+                return None;
             }
-            _ => None,
-        };
-        Ok(Text { raw, members, meta })
+            let value = match value {
+                ReadValue::Text(text) => at(text.get())..end_of(text.get()),
+                ReadValue::Meta(read_meta) => {
+                    // After the name's closing quote: `:` and the value, space aside.
+                    let colon = crate::skip_space(b, end_of(name) + 1);
+                    let from = crate::skip_space(b, colon + 1);
+                    if b.get(colon) != Some(&b':') {
+                        return None;
+                    }
+                    match read_meta {
+                        ObjectRead::Null if b.get(from..from + 4) == Some(b"null") => {
+                            from..from + 4
+                        }
+                        ObjectRead::Null => return None,
+                        ObjectRead::Object(inner) => {
+                            let mut indexed: Vec<Member> = Vec::with_capacity(inner.len());
+                            for (j, (key, value)) in inner.iter().enumerate() {
+                                if inner[..j].iter().any(|(other, _)| other == key) {
+                                    return None;
+                                }
+                                indexed.push(Member {
+                                    key: Key::At(at(key)..end_of(key)),
+                                    value: at(value.get())..end_of(value.get()),
+                                    replaced: None,
+                                });
+                            }
+                            if b.get(from) != Some(&b'{') {
+                                return None;
+                            }
+                            let close = crate::object_close(
+                                b,
+                                indexed.last().map_or(from + 1, |m| m.value.end),
+                            )?;
+                            meta = Some(indexed);
+                            from..close + 1
+                        }
+                    }
+                }
+            };
+            last_end = value.end;
+            members.push(Member {
+                key: Key::At(at(name)..end_of(name)),
+                value,
+                replaced: None,
+            });
+        }
+        let close = crate::object_close(b, last_end)?;
+        // Ranges into the parameters' own text from here on.
+        let rebase = |r: &mut Range<usize>| *r = r.start - start..r.end - start;
+        for member in members.iter_mut().chain(meta.iter_mut().flatten()) {
+            if let Key::At(key) = &mut member.key {
+                rebase(key);
+            }
+            rebase(&mut member.value);
+        }
+        Some(Text {
+            raw: body.get(start..close + 1)?.into(),
+            members,
+            meta,
+        })
     }
 
     /// The tree the text says, set members in place.
     fn read(&self) -> Value {
-        let mut tree = read_value(self.raw.get());
+        let mut tree = read_value(&self.raw);
         if let Value::Object(object) = &mut tree {
             for member in &self.members {
                 if let Some(value) = &member.replaced {
-                    object.insert(member.key(self.raw.get()).to_string(), value.clone());
+                    object.insert(member.key(&self.raw).to_string(), value.clone());
                 }
             }
         }
@@ -368,32 +442,46 @@ fn read_str(text: &str) -> Option<Cow<'_, str>> {
     serde_json::from_str::<String>(text).ok().map(Cow::Owned)
 }
 
-/// The members of the object at `at` in `text` (the scan `ResultMembers` reads a result with),
-/// `None` when it is not an object of plain member names, each named once.
-fn index_object(text: &str, at: Range<usize>) -> Option<Vec<Member>> {
-    let scanned = crate::Members::scan(text.get(at)?)?.0;
-    let base = text.as_ptr() as usize;
-    let range = |part: &str| {
-        let start = (part.as_ptr() as usize).wrapping_sub(base);
-        start..start + part.len()
-    };
-    let named_twice = scanned
-        .iter()
-        .enumerate()
-        .any(|(i, (name, _))| scanned[..i].iter().any(|(other, _)| other == name));
-    if named_twice {
-        return None;
+/// A call's parameters as the message's one reading finds them (the `params` member of the
+/// message's struct, `#[serde(borrow)]`): each member's name and value text borrowed from the
+/// body, and `_meta`'s members when it is an object. Indexing the parameters so cost nothing
+/// beyond the reading; scanning their text again after it cost a `tools/call` about 4,400
+/// instructions (BENCHMARKS.md). What the index cannot hold refuses the reading, and the
+/// message is read whole into a tree, which reads it as it always did or says what is wrong:
+/// parameters that are not an object, a member name with an escape (only a borrowed name is
+/// taken), a `_meta` neither an object nor `null`.
+pub struct ParamsRead<'a> {
+    members: Vec<(&'a str, ReadValue<'a>)>,
+}
+
+enum ReadValue<'a> {
+    Text(&'a RawValue),
+    Meta(ObjectRead<'a>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ParamsRead<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Members<'a> {
+            type Value = ParamsRead<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::new();
+                while let Some(name) = map.next_key::<&'de str>()? {
+                    let value = if name == "_meta" {
+                        ReadValue::Meta(map.next_value()?)
+                    } else {
+                        ReadValue::Text(map.next_value::<&'de RawValue>()?)
+                    };
+                    members.push((name, value));
+                }
+                Ok(ParamsRead { members })
+            }
+        }
+        d.deserialize_map(Members(PhantomData))
     }
-    Some(
-        scanned
-            .into_iter()
-            .map(|(name, value)| Member {
-                key: Key::At(range(name)),
-                value: range(value),
-                replaced: None,
-            })
-            .collect(),
-    )
 }
 
 impl From<Value> for Params {

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamEra, UpstreamNetworks};
 use tokio::time::Instant;
@@ -40,7 +39,7 @@ use switchboard_protocol::jsonrpc::{
 use switchboard_protocol::sse::{SseDecoder, SseError, SseEvent};
 use switchboard_protocol::trace_context::TraceContext;
 use switchboard_protocol::{self as protocol, capabilities};
-use switchboard_protocol::{LATEST_LEGACY_VERSION, ListChanged, MODERN_VERSION, Params};
+use switchboard_protocol::{LATEST_LEGACY_VERSION, ListChanged, MODERN_VERSION, Params, RawResult};
 use switchboard_snapshot::TlsMaterial;
 
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
@@ -97,7 +96,7 @@ pub enum RpcOutcome {
 /// whoever needs to look inside asks for the tree.
 #[derive(Debug)]
 pub enum RpcResult {
-    Raw(Box<RawValue>),
+    Raw(RawResult),
     Parsed(Value),
 }
 

@@ -561,7 +561,7 @@ mod tests {
     }
 
     fn raw(value: &Value) -> RpcResult {
-        RpcResult::Raw(serde_json::value::to_raw_value(value).unwrap())
+        RpcResult::Raw(serde_json::value::to_raw_value(value).unwrap().into())
     }
 
     /// An upstream's text is read without a tree and gives the same items, hints and cursor
@@ -653,7 +653,8 @@ mod tests {
         let mut kept = Listing::of_operations(&compiled);
         kept.sort();
         let mut read = Listing::default();
-        Page::read(&RpcResult::Raw(compiled.listing()), ListKind::Tools).absorb_into(&mut read);
+        Page::read(&RpcResult::Raw(compiled.listing().into()), ListKind::Tools)
+            .absorb_into(&mut read);
         read.sort();
         let names = |l: &Listing| {
             l.items

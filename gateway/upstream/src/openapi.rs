@@ -45,7 +45,7 @@ impl Upstreams {
         match call.method() {
             // (as text: a large listing is never a tree)
             "tools/list" => Ok(RpcOutcome::Result(RpcResult::Raw(
-                self.document(call, state, tools).await?.listing(),
+                self.document(call, state, tools).await?.listing().into(),
             ))),
             "tools/call" => {
                 let document = self.document(call, state, tools).await?;

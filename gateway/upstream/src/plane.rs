@@ -679,14 +679,13 @@ impl UpstreamPlane {
         use tracing::Instrument as _;
         // Boxed: the exchange's state (credential, era, session, HTTP) is most of a call's
         // future, and every async layer above would otherwise hold it inline and move it
-        // again as it is built (a few KB copied per layer, per call).
-        let outcome = Box::pin(
-            self.renewing(caller, server, |credential| async move {
-                self.call_with_credential(caller, server, request, credential.as_ref(), deadline)
-                    .await
-            })
-            .instrument(span.clone()),
-        )
+        // again as it is built (a few KB copied per layer, per call). Boxed before it is
+        // instrumented, so that the span's wrapper moves a pointer, not the state.
+        let outcome = Box::pin(self.renewing(caller, server, |credential| async move {
+            self.call_with_credential(caller, server, request, credential.as_ref(), deadline)
+                .await
+        }))
+        .instrument(span.clone())
         .await;
         finish_call_span(&span, request.method, &outcome);
         match outcome {

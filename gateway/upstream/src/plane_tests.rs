@@ -684,7 +684,7 @@ async fn a_tool_imitating_another_servers_is_flagged() {
     );
 }
 
-/// A tool call's parameters kept as text (a client's, `Params::from_text`) go through the
+/// A tool call's parameters kept as text (a client's, read as `Params::from_json` reads them) go through the
 /// plane without being read whole, to an upstream of either era, and arrive as written: the
 /// arguments' members in the client's order, its escapes as they were.
 #[tokio::test]
@@ -697,9 +697,8 @@ async fn a_calls_parameters_go_upstream_from_their_text_in_either_era() {
         ));
         let (plane, server, caller) = plane_for(&table);
         let text = format!(r#"{{"name":"echo","arguments":{arguments}}}"#);
-        let raw = serde_json::value::RawValue::from_string(text).expect("valid JSON");
         let request = UpstreamCall {
-            params: Some(switchboard_protocol::Params::from_text(raw)),
+            params: Some(switchboard_protocol::Params::from_json(&text)),
             ..UpstreamCall::whole("tools/call", None)
         };
         let outcome = plane.call(&caller, &server, &request).await;

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::context::McpContext;
@@ -28,7 +27,7 @@ use switchboard_core::errors::{
 };
 use switchboard_core::scope::{Caller, Resource, authenticate};
 use switchboard_core::table::Server;
-use switchboard_protocol::{self as protocol, Era, Params};
+use switchboard_protocol::{self as protocol, Era, Params, RawResult};
 use switchboard_upstream::{RpcResult, SessionScope};
 
 use super::input::{deliver_reply, exchange_route, pass_input_reply, resume_exchange};
@@ -380,7 +379,7 @@ fn relayed(
     id: &Value,
     rpc_method: &str,
     era: Era,
-    result: Box<RawValue>,
+    result: RawResult,
     has_result_type: bool,
 ) -> Response {
     match era {
@@ -399,8 +398,8 @@ fn relayed(
 }
 
 /// A result's text as a `String`, in the allocation it came in.
-fn owned(result: Box<RawValue>) -> String {
-    Box::<str>::from(result).into_string()
+fn owned(result: RawResult) -> String {
+    result.into_string()
 }
 
 /// An upstream's stream relayed event by event, with what the relay needs to answer the

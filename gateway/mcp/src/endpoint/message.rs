@@ -5,11 +5,11 @@ use std::borrow::Cow;
 
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use switchboard_core::errors::GatewayError;
 use switchboard_protocol::Params;
+use switchboard_protocol::params::ParamsRead;
 use switchboard_upstream::SessionScope;
 
 /// A JSON-RPC message from a client.
@@ -36,10 +36,10 @@ pub(super) struct CallMembers<'a> {
     method: String,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
-    /// Kept as text: most calls are checked from a few of its members and go upstream
-    /// written from it (`Params`).
-    #[serde(default, deserialize_with = "present_text")]
-    params: Option<Box<RawValue>>,
+    /// Indexed in this one reading and kept as text: most calls are checked from a few of its
+    /// members and go upstream written from it (`Params`).
+    #[serde(default, borrow, deserialize_with = "present_params")]
+    params: Option<ParamsRead<'a>>,
 }
 
 /// `Some` for a member that is there, `null` included (`Option` alone reads `null` as absent,
@@ -48,28 +48,40 @@ pub(super) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<V
     Value::deserialize(d).map(Some)
 }
 
-fn present_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
+/// (`null` too is present, and refused: parameters are an object.)
+fn present_params<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ParamsRead<'a>>, D::Error> {
+    ParamsRead::deserialize(d).map(Some)
+}
+
+/// A call read in one pass (see [`CallMembers`]); `None` sends the body to the whole reading.
+fn read_call(body: &str) -> Option<Message> {
+    // Only an object: serde would also read a struct from an array, by position.
+    if !body.trim_ascii_start().starts_with('{') {
+        return None;
+    }
+    let call = serde_json::from_str::<CallMembers>(body).ok()?;
+    if call.jsonrpc != "2.0" {
+        return None;
+    }
+    let params = match call.params {
+        Some(read) => Some(Params::from_read(body, read)?),
+        None => None,
+    };
+    Some(Message {
+        id: call.id,
+        method: call.method,
+        params,
+    })
 }
 
 pub fn parse_message(body: &[u8]) -> Result<Incoming, GatewayError> {
     // UTF-8 checked once for the whole body: read from bytes, the parser checks every string
     // on its own (a per-string cost on every call).
     let body = std::str::from_utf8(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
-    // Only an object: serde would also read a struct from an array, by position.
-    if body.trim_ascii_start().starts_with('{')
-        && let Ok(call) = serde_json::from_str::<CallMembers>(body)
-        && call.jsonrpc == "2.0"
-        && call
-            .params
-            .as_ref()
-            .is_none_or(|p| p.get().starts_with('{'))
-    {
-        return Ok(Incoming::Call(Message {
-            id: call.id,
-            method: call.method,
-            params: call.params.map(Params::from_text),
-        }));
+    if let Some(call) = read_call(body) {
+        return Ok(Incoming::Call(call));
     }
     let value: Value =
         serde_json::from_str(body).map_err(|e| GatewayError::Parse(e.to_string()))?;
