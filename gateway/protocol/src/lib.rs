@@ -342,15 +342,18 @@ impl RawResult {
         let start = object_start(b, at(first))?;
         let last_end = members.last().map(|(_, v)| at(v.get()) + v.get().len())?;
         let close = object_close(b, last_end)?;
-        let within = |part: &str| at(part) - start..at(part) - start + part.len();
+        // Ranges into the result's own text (its parts all come after its `{`).
+        let within = |part: &str| {
+            let from = at(part).checked_sub(start)?;
+            Some(from..from + part.len())
+        };
+        let index = members
+            .iter()
+            .map(|(name, value)| Some((within(name)?, within(value.get())?)))
+            .collect::<Option<Vec<_>>>()?;
         Some(RawResult {
             text: body.get(start..close + 1)?.into(),
-            index: Some(
-                members
-                    .iter()
-                    .map(|(name, value)| (within(name), within(value.get())))
-                    .collect(),
-            ),
+            index: Some(index),
         })
     }
 }
@@ -492,8 +495,8 @@ pub(crate) enum ObjectRead<'a> {
 
 impl<'de: 'a, 'a> serde::Deserialize<'de> for ObjectRead<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Members<'a> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
             type Value = ObjectRead<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an object or null")
@@ -512,7 +515,7 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for ObjectRead<'a> {
                 Ok(ObjectRead::Object(members))
             }
         }
-        d.deserialize_any(Members(std::marker::PhantomData))
+        d.deserialize_any(Visit(std::marker::PhantomData))
     }
 }
 

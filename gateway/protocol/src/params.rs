@@ -399,13 +399,16 @@ impl Text {
             });
         }
         let close = crate::object_close(b, last_end)?;
-        // Ranges into the parameters' own text from here on.
-        let rebase = |r: &mut Range<usize>| *r = r.start - start..r.end - start;
+        // Ranges into the parameters' own text from here on (its parts all come after its `{`).
+        let rebase = |r: &mut Range<usize>| -> Option<()> {
+            *r = r.start.checked_sub(start)?..r.end.checked_sub(start)?;
+            Some(())
+        };
         for member in members.iter_mut().chain(meta.iter_mut().flatten()) {
             if let Key::At(key) = &mut member.key {
-                rebase(key);
+                rebase(key)?;
             }
-            rebase(&mut member.value);
+            rebase(&mut member.value)?;
         }
         Some(Text {
             raw: body.get(start..close + 1)?.into(),
@@ -461,8 +464,8 @@ enum ReadValue<'a> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for ParamsRead<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for Members<'a> {
+        struct Visit<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
             type Value = ParamsRead<'a>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an object")
@@ -480,7 +483,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ParamsRead<'a> {
                 Ok(ParamsRead { members })
             }
         }
-        d.deserialize_map(Members(PhantomData))
+        d.deserialize_map(Visit(PhantomData))
     }
 }
 
