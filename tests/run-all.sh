@@ -413,18 +413,22 @@ if ((${#suites[@]} > 0)); then
   suites_dir=$(mktemp -d "$tmp_root/switchboard-suites.XXXXXX")
   declare -A chain_of=() chain_name=() after=() niceness_of=()
   chains=()
+  says() { # SUITE WORD: the value of the suite script's `# run-all: WORD VALUE` line, if any
+    sed -n "s/^# run-all: $2 \([a-z0-9-]*\)\$/\1/p" "$root/tests/suites.d/$1.sh" | head -n1
+  }
   for name in "${suites[@]}"; do
-    chain=$(sed -n 's/^# run-all: chain \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    chain=$(says "$name" chain)
     chain=${chain:-$name}
     [[ "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] || chain=all
     [[ -n "${chain_of[$chain]:-}" ]] || chains+=("$chain")
     chain_of[$chain]+=" $name"
     chain_name[$name]=$chain
     # the suite this one waits for (`# run-all: after OTHER`), if it is part of this run
-    other=$(sed -n 's/^# run-all: after \([a-z0-9-]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    other=$(says "$name" after)
     [[ -n "$other" && " ${suites[*]} " == *" $other "* && "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] && after[$name]=$other
     # its priority beside the others (`# run-all: nice N`), when they run side by side
-    niceness=$(sed -n 's/^# run-all: nice \([0-9]*\)$/\1/p' "$root/tests/suites.d/$name.sh" | head -n1)
+    niceness=$(says "$name" nice)
+    [[ "$niceness" =~ ^[0-9]*$ ]] || niceness=
     [[ -n "$niceness" && "${SWITCHBOARD_SUITES_PARALLEL:-1}" == 1 ]] && niceness_of[$name]=$niceness
   done
   for name in "${!after[@]}"; do # (a wait for a suite of one's own chain would never end)

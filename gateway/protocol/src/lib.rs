@@ -337,8 +337,7 @@ impl RawResult {
             });
         };
         let b = body.as_bytes();
-        let base = body.as_ptr() as usize;
-        let at = |part: &str| (part.as_ptr() as usize).wrapping_sub(base);
+        let at = |part: &str| offset_in(body, part);
         let start = object_start(b, at(first))?;
         let last_end = members.last().map(|(_, v)| at(v.get()) + v.get().len())?;
         let close = object_close(b, last_end)?;
@@ -517,6 +516,11 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for ObjectRead<'a> {
         }
         d.deserialize_any(Visit(std::marker::PhantomData))
     }
+}
+
+/// Where `part`, a slice of `body` (a reading borrowed it from there), begins in `body`.
+pub(crate) fn offset_in(body: &str, part: &str) -> usize {
+    (part.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize)
 }
 
 /// Where an object begins whose first member's name begins at `first_name` (after its quote):

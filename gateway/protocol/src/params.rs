@@ -333,9 +333,7 @@ impl Text {
     /// the members is not where JSON puts it.
     fn of_read(body: &str, read: ParamsRead<'_>) -> Option<Text> {
         let b = body.as_bytes();
-        let base = body.as_ptr() as usize;
-        // Where a part of `body` begins in it.
-        let at = |part: &str| (part.as_ptr() as usize).wrapping_sub(base);
+        let at = |part: &str| crate::offset_in(body, part);
         let end_of = |part: &str| at(part) + part.len();
         let Some((first, _)) = read.members.first() else {
             return Some(Text {

@@ -684,8 +684,8 @@ async fn a_tool_imitating_another_servers_is_flagged() {
     );
 }
 
-/// A tool call's parameters kept as text (a client's, read as `Params::from_json` reads them) go through the
-/// plane without being read whole, to an upstream of either era, and arrive as written: the
+/// A tool call's parameters kept as text (read as a client's are: `Params::from_json`) go through
+/// the plane without being read whole, to an upstream of either era, and arrive as written: the
 /// arguments' members in the client's order, its escapes as they were.
 #[tokio::test]
 async fn a_calls_parameters_go_upstream_from_their_text_in_either_era() {

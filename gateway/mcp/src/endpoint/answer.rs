@@ -389,17 +389,12 @@ fn relayed(
             rpc_response(id, "result", result, StatusCode::OK)
         }
         Era::Rev2026 if !has_result_type => {
-            raw_result_response(id, owned(result), Some(r#""resultType":"complete""#))
+            raw_result_response(id, result.into_string(), Some(r#""resultType":"complete""#))
         }
         // (A legacy client's result came without 2026-07-28 members already, or `Written`
         // for it: dispatch read them.)
-        _ => raw_result_response(id, owned(result), None),
+        _ => raw_result_response(id, result.into_string(), None),
     }
-}
-
-/// A result's text as a `String`, in the allocation it came in.
-fn owned(result: RawResult) -> String {
-    result.into_string()
 }
 
 /// An upstream's stream relayed event by event, with what the relay needs to answer the
