@@ -143,6 +143,43 @@ fn jsonrpc_bodies() {
     });
 }
 
+/// An upstream's answer read without a tree (`raw_response`: the walk of `scan.rs`, else
+/// serde's reading of its members): whatever it takes is JSON, and the result it keeps as text
+/// is the tree's result, for the id the tree has.
+#[test]
+fn upstream_answers() {
+    let bodies = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..256),
+        json_value().prop_map(|v| serde_json::to_vec(&v).unwrap_or_default()),
+        (json_value(), json_value()).prop_map(|(id, result)| {
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                .unwrap_or_default()
+        }),
+    ];
+    fuzz("upstream_answers", bodies, |body| {
+        let Some(read) = switchboard_protocol::jsonrpc::raw_response("application/json", &body)
+        else {
+            return Ok(());
+        };
+        serde_json::from_slice::<serde::de::IgnoredAny>(&body)
+            .map_err(|e| TestCaseError::fail(format!("accepted non-JSON: {e}")))?;
+        // (JSON with a number beyond a float's range has no tree; the raw reading keeps it.)
+        let Ok(tree) = serde_json::from_slice::<Value>(&body) else {
+            return Ok(());
+        };
+        prop_assert_eq!(read.id.as_ref(), tree.get("id").filter(|id| !id.is_null()));
+        let result = match &read.result {
+            Some(raw) => Some(
+                serde_json::from_str::<Value>(raw.get())
+                    .map_err(|e| TestCaseError::fail(format!("a result not JSON: {e}")))?,
+            ),
+            None => None,
+        };
+        prop_assert_eq!(result.as_ref(), tree.get("result"));
+        Ok(())
+    });
+}
+
 #[test]
 fn mcp_header_values() {
     fuzz("mcp_header_values", ".{0,64}", |value: String| {

@@ -522,10 +522,15 @@ fn strip_port(host: &str) -> &str {
 
 fn is_loopback_host(host: &str) -> bool {
     let bare = strip_port(host);
+    // IPv4 first, as `IpAddr`'s parser tries it, without that parser's dispatch (most hosts
+    // are IPv4 addresses or names): the same answer for a few hundred instructions less.
     bare == "localhost"
-        || bare
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        || match bare.parse::<std::net::Ipv4Addr>() {
+            Ok(ip) => ip.is_loopback(),
+            Err(_) => bare
+                .parse::<std::net::Ipv6Addr>()
+                .is_ok_and(|ip| ip.is_loopback()),
+        }
 }
 
 /// A configured entry matches the host with or without its port.
@@ -545,6 +550,30 @@ mod tests {
         assert!(is_loopback_host("localhost"));
         assert!(is_loopback_host("[::1]:80"));
         assert!(!is_loopback_host("evil.example:80"));
+        // The same answer as `IpAddr`'s parser, on the cases where the two could part.
+        for host in [
+            "127.0.0.1",
+            "127.255.1.2:80",
+            "128.0.0.1",
+            "[0:0:0:0:0:0:0:1]:80",
+            "[0::1]",
+            "[::1]",
+            "[::ffff:127.0.0.1]",
+            "[::127.0.0.1]:1",
+            "127.1",
+            "0177.0.0.1",
+            "127.0.0.1.",
+            "[1::]",
+            "",
+            "localhost:1",
+        ] {
+            let bare = strip_port(host);
+            let by_ip_addr = bare == "localhost"
+                || bare
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            assert_eq!(is_loopback_host(host), by_ip_addr, "{host}");
+        }
         let allowed = vec!["switchboard-gateway.ns.svc".to_string()];
         assert!(matches_allowed("switchboard-gateway.ns.svc:8080", &allowed));
         assert!(!matches_allowed("other.svc", &allowed));

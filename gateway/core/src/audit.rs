@@ -221,33 +221,6 @@ impl Slot {
     }
 }
 
-/// Whether JSON needs an escape for any of `bytes`: a control character, `"` or `\`. Looked
-/// at eight bytes at a time (the classic word tests for "a byte less than n" and "a byte equal
-/// to c", exact for whether any byte is; looked at a byte at a time, a record's strings cost
-/// about 250 instructions more).
-fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let Ok(word) = <[u8; 8]>::try_from(word) else {
-            return true;
-        };
-        let v = u64::from_ne_bytes(word);
-        let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH;
-        let quote = zero_byte(v ^ (ONES * u64::from(b'"')));
-        let backslash = zero_byte(v ^ (ONES * u64::from(b'\\')));
-        if control | quote | backslash != 0 {
-            return true;
-        }
-    }
-    words
-        .remainder()
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
-}
-
 /// An audit record's line being written: member by member, the names written as they are
 /// (fixed ASCII names, nothing to escape) and each value by serde_json (strings escaped,
 /// numbers formatted as serde_json formats them). serde's derived map with the noted members
@@ -281,15 +254,8 @@ impl Line {
 
     fn text(&mut self, name: &'static str, value: &str) -> Option<()> {
         self.member(name);
-        // serde_json escapes `"`, `\` and the control characters, nothing else: a string
-        // without them is written as it is, the same bytes for less work (most are names).
-        if !needs_escape(value.as_bytes()) {
-            self.0.push(b'"');
-            self.0.extend_from_slice(value.as_bytes());
-            self.0.push(b'"');
-            return Some(());
-        }
-        serde_json::to_writer(&mut self.0, value).ok()
+        switchboard_protocol::write_json_str(&mut self.0, value);
+        Some(())
     }
 
     fn some_text(&mut self, name: &'static str, value: Option<&str>) -> Option<()> {
@@ -757,26 +723,6 @@ mod tests {
         let mut line = serde_json::to_vec(&record).unwrap();
         line.push(b'\n');
         line
-    }
-
-    /// The word tests against the byte test: every byte value at every place of strings
-    /// either side of a word's length, in a run of harmless bytes (including the neighbours
-    /// of each escaped value, where a word test would go wrong first).
-    #[test]
-    fn needs_escape_is_the_byte_test() {
-        let byte_test = |b: &[u8]| b.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
-        for len in 1..=17 {
-            for at in 0..len {
-                for value in 0..=255u8 {
-                    for filler in [b'a', 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xff] {
-                        let mut bytes = vec![filler; len];
-                        bytes[at] = value;
-                        assert_eq!(needs_escape(&bytes), byte_test(&bytes), "{bytes:?}");
-                    }
-                }
-            }
-        }
-        assert!(!needs_escape(b""));
     }
 
     #[test]

@@ -293,7 +293,7 @@ async fn grants_of(
             (first, Some(signed.person), grants.collect(), None)
         }
         None => match table.authenticate(presented) {
-            Some(key) => (key.clone(), None, Vec::new(), None),
+            Some(key) => (key, None, Vec::new(), None),
             None => {
                 let (key, account) = service_account_key(table, presented)?;
                 (key, None, Vec::new(), Some(account))

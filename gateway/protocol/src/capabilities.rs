@@ -4,6 +4,9 @@
 //! the `initialize` the gateway sends it), or the upstream refuses sampling, elicitation and
 //! roots with -32021.
 
+use std::sync::OnceLock;
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 pub const SAMPLING: u8 = 1;
@@ -93,6 +96,22 @@ pub fn to_json(bits: u8) -> Value {
     Value::Object(caps)
 }
 
+/// [`to_json`]'s object as text, made once for every value of the bits: a request written from
+/// its text takes it as it is, rather than building the tree and writing it on every call.
+pub fn json_text(bits: u8) -> &'static RawValue {
+    static TEXTS: OnceLock<Vec<Box<RawValue>>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(|| {
+        (0..=u8::MAX)
+            .map(|bits| {
+                serde_json::value::to_raw_value(&to_json(bits))
+                    .expect("a tree of objects and booleans serializes")
+            })
+            .collect()
+    });
+    // One text for each of the 256 values a `u8` has.
+    &texts[usize::from(bits)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +144,13 @@ mod tests {
         assert_eq!(to_bits(Some(&json!({}))), 0);
         assert_eq!(to_bits(None), 0);
         assert_eq!(to_json(0), json!({}));
+    }
+
+    #[test]
+    fn the_text_is_the_tree() {
+        for bits in 0..=u8::MAX {
+            let text: Value = serde_json::from_str(json_text(bits).get()).unwrap_or_default();
+            assert_eq!(text, to_json(bits), "{bits:#010b}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::capabilities;
@@ -202,7 +203,7 @@ fn write_trace<M: SerializeMap>(map: &mut M, trace: &TraceContext) -> Result<(),
 #[derive(Clone, Copy)]
 pub struct ModernMeta<'a> {
     /// The gateway's `clientInfo`, unless the client sent its own.
-    pub client_info: &'a Value,
+    pub client_info: &'a RawValue,
     /// A legacy client's capabilities (from its session), unless the client sent its own.
     pub capabilities: u8,
     /// A legacy client's log level, unless `_meta` names one.
@@ -269,7 +270,7 @@ fn text_body(id: &Value, method: &str, params: impl FnOnce(&mut Vec<u8>)) -> Vec
     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     let _ = serde_json::to_writer(&mut body, id);
     body.extend_from_slice(br#","method":"#);
-    let _ = serde_json::to_writer(&mut body, method);
+    crate::write_json_str(&mut body, method);
     body.extend_from_slice(br#","params":"#);
     params(&mut body);
     body.push(b'}');
@@ -310,13 +311,13 @@ fn write_modern_params(out: &mut Vec<u8>, text: &TextView<'_>, meta: ModernMeta<
                 inner.trace(trace);
             }
             if !has(META_CLIENT_CAPABILITIES) {
-                inner.entry(
+                inner.raw_entry(
                     META_CLIENT_CAPABILITIES,
-                    &capabilities::to_json(meta.capabilities),
+                    capabilities::json_text(meta.capabilities),
                 );
             }
             if !has(META_CLIENT_INFO) {
-                inner.entry(META_CLIENT_INFO, meta.client_info);
+                inner.raw_entry(META_CLIENT_INFO, meta.client_info);
             }
             if let Some(level) = meta.log_level
                 && !has(META_LOG_LEVEL)
@@ -401,8 +402,14 @@ impl<'o> Object<'o> {
         if !std::mem::take(&mut self.first) {
             self.out.push(b',');
         }
-        let _ = serde_json::to_writer(&mut *self.out, key);
+        crate::write_json_str(self.out, key);
         self.out.push(b':');
+    }
+
+    /// A member whose value is JSON text already.
+    fn raw_entry(&mut self, key: &str, value: &RawValue) {
+        self.key(key);
+        self.out.extend_from_slice(value.get().as_bytes());
     }
 
     fn entry(&mut self, key: &str, value: &(impl Serialize + ?Sized)) {
@@ -499,7 +506,7 @@ impl Serialize for MetaWithModern<'_> {
         if !has(META_CLIENT_CAPABILITIES) {
             map.serialize_entry(
                 META_CLIENT_CAPABILITIES,
-                &capabilities::to_json(self.meta.capabilities),
+                capabilities::json_text(self.meta.capabilities),
             )?;
         }
         if !has(META_CLIENT_INFO) {
@@ -585,7 +592,15 @@ pub fn raw_response(content_type: &str, body: &[u8]) -> Option<RawResponse> {
     // result that is not an object (nor `null`), or has a member name with an escape, is left
     // to `response_from_body` as well.
     let body = std::str::from_utf8(body).ok()?;
-    let read = serde_json::from_str::<ResponseRead>(body).ok()?;
+    // The walk of the common answer first, serde's reading of the rest (`crate::scan`).
+    let read = match crate::scan::read_result(body) {
+        Some(read) => ResponseRead {
+            id: read.id,
+            result: read.result,
+            error: None,
+        },
+        None => serde_json::from_str::<ResponseRead>(body).ok()?,
+    };
     let result = match read.result {
         Some(result) => Some(RawResult::of_read(body, result)?),
         None => None,
@@ -742,7 +757,8 @@ mod tests {
         trace: Option<&TraceContext>,
     ) -> Value {
         let meta = ModernMeta {
-            client_info: &json!({"name": "gw"}),
+            client_info: &serde_json::value::to_raw_value(&json!({"name": "gw"}))
+                .unwrap_or_default(),
             capabilities: 0,
             log_level,
             trace,

@@ -22,6 +22,7 @@ pub mod capabilities;
 pub mod jsonrpc;
 pub mod param_headers;
 pub mod params;
+pub mod scan;
 pub mod schema;
 pub mod sse;
 pub mod trace_context;
@@ -339,7 +340,7 @@ impl RawResult {
         let b = body.as_bytes();
         let at = |part: &str| offset_in(body, part);
         let start = object_start(b, at(first))?;
-        let last_end = members.last().map(|(_, v)| at(v.get()) + v.get().len())?;
+        let last_end = members.last().map(|(_, v)| at(v) + v.len())?;
         let close = object_close(b, last_end)?;
         // Ranges into the result's own text (its parts all come after its `{`).
         let within = |part: &str| {
@@ -348,7 +349,7 @@ impl RawResult {
         };
         let index = members
             .iter()
-            .map(|(name, value)| Some((within(name)?, within(value.get())?)))
+            .map(|(name, value)| Some((within(name)?, within(value)?)))
             .collect::<Option<Vec<_>>>()?;
         Some(RawResult {
             text: body.get(start..close + 1)?.into(),
@@ -488,7 +489,7 @@ impl<'a> Members<'a> {
 /// made in the same pass as the message's. Any other value, or a name with an escape (only a
 /// borrowed name is taken), refuses the reading.
 pub(crate) enum ObjectRead<'a> {
-    Object(Vec<(&'a str, &'a RawValue)>),
+    Object(Vec<(&'a str, &'a str)>),
     Null,
 }
 
@@ -509,13 +510,55 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for ObjectRead<'a> {
             ) -> Result<Self::Value, A::Error> {
                 let mut members = Vec::new();
                 while let Some((name, value)) = map.next_entry::<&'de str, &'de RawValue>()? {
-                    members.push((name, value));
+                    members.push((name, value.get()));
                 }
                 Ok(ObjectRead::Object(members))
             }
         }
         d.deserialize_any(Visit(std::marker::PhantomData))
     }
+}
+
+/// `value` as a JSON string, the bytes serde_json writes: a string with nothing to escape (most
+/// are names) is copied as it is, else serde_json escapes it.
+pub fn write_json_str(out: &mut Vec<u8>, value: &str) {
+    if needs_escape(value.as_bytes()) {
+        // Writing into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut *out, value);
+        return;
+    }
+    out.reserve(value.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(value.as_bytes());
+    out.push(b'"');
+}
+
+/// Whether JSON needs an escape for any of `bytes`: a control character, `"` or `\` (serde_json
+/// escapes those and nothing else). Looked
+/// at eight bytes at a time (the classic word tests for "a byte less than n" and "a byte equal
+/// to c", exact for whether any byte is; looked at a byte at a time, a record's strings cost
+/// about 250 instructions more).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let Ok(word) = <[u8; 8]>::try_from(word) else {
+            return true;
+        };
+        let v = u64::from_ne_bytes(word);
+        let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH;
+        let quote = zero_byte(v ^ (ONES * u64::from(b'"')));
+        let backslash = zero_byte(v ^ (ONES * u64::from(b'\\')));
+        if control | quote | backslash != 0 {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 /// Where `part`, a slice of `body` (a reading borrowed it from there), begins in `body`.
@@ -652,6 +695,42 @@ pub fn decode_header_value(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word tests against the byte test: every byte value at every place of strings
+    /// either side of a word's length, in a run of harmless bytes (including the neighbours
+    /// of each escaped value, where a word test would go wrong first).
+    #[test]
+    fn needs_escape_is_the_byte_test() {
+        let byte_test = |b: &[u8]| b.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+        for len in 1..=17 {
+            for at in 0..len {
+                for value in 0..=255u8 {
+                    for filler in [b'a', 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xff] {
+                        let mut bytes = vec![filler; len];
+                        bytes[at] = value;
+                        assert_eq!(needs_escape(&bytes), byte_test(&bytes), "{bytes:?}");
+                    }
+                }
+            }
+        }
+        assert!(!needs_escape(b""));
+    }
+
+    #[test]
+    fn a_json_str_is_what_serde_writes() {
+        for text in [
+            "",
+            "name",
+            "a\"b\\c\nd\u{1}e\u{7f}f\u{2028}g é 🦀 </script>",
+            "0123456789abcdef\"",
+        ] {
+            let mut out = b"[".to_vec();
+            write_json_str(&mut out, text);
+            let mut expected = b"[".to_vec();
+            serde_json::to_writer(&mut expected, text).unwrap_or_default();
+            assert_eq!(out, expected, "{text:?}");
+        }
+    }
 
     #[test]
     fn list_changes_are_told_by_notifications_only() {

@@ -351,7 +351,7 @@ impl Text {
                 return None;
             }
             let value = match value {
-                ReadValue::Text(text) => at(text.get())..end_of(text.get()),
+                ReadValue::Text(text) => at(text)..end_of(text),
                 ReadValue::Meta(read_meta) => {
                     // After the name's closing quote: `:` and the value, space aside.
                     let colon = crate::skip_space(b, end_of(name) + 1);
@@ -372,7 +372,7 @@ impl Text {
                                 }
                                 indexed.push(Member {
                                     key: Key::At(at(key)..end_of(key)),
-                                    value: at(value.get())..end_of(value.get()),
+                                    value: at(value)..end_of(value),
                                     replaced: None,
                                 });
                             }
@@ -452,11 +452,18 @@ fn read_str(text: &str) -> Option<Cow<'_, str>> {
 /// parameters that are not an object, a member name with an escape (only a borrowed name is
 /// taken), a `_meta` neither an object nor `null`.
 pub struct ParamsRead<'a> {
-    members: Vec<(&'a str, ReadValue<'a>)>,
+    pub(crate) members: Vec<(&'a str, ReadValue<'a>)>,
 }
 
-enum ReadValue<'a> {
-    Text(&'a RawValue),
+impl<'a> ParamsRead<'a> {
+    pub(crate) fn new(members: Vec<(&'a str, ReadValue<'a>)>) -> ParamsRead<'a> {
+        ParamsRead { members }
+    }
+}
+
+/// A member's value: its JSON text (borrowed from the message), or `_meta`'s members.
+pub(crate) enum ReadValue<'a> {
+    Text(&'a str),
     Meta(ObjectRead<'a>),
 }
 
@@ -474,7 +481,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ParamsRead<'a> {
                     let value = if name == "_meta" {
                         ReadValue::Meta(map.next_value()?)
                     } else {
-                        ReadValue::Text(map.next_value::<&'de RawValue>()?)
+                        ReadValue::Text(map.next_value::<&'de RawValue>()?.get())
                     };
                     members.push((name, value));
                 }

@@ -23,10 +23,23 @@ fn text(json: &str) -> Params {
         #[serde(borrow)]
         params: super::ParamsRead<'a>,
     }
-    let body = format!("{{ \"id\" : 1 ,\n \"params\" :\n {json} \t, \"method\":\"x\" }}");
+    let body = format!(
+        "{{ \"id\" : 1 ,\n \"params\" :\n {json} \t, \"method\":\"x\", \"jsonrpc\": \"2.0\" }}"
+    );
     let from_body = serde_json::from_str::<Message>(&body)
         .ok()
         .and_then(|m| Params::from_read(&body, m.params));
+    // The protocol's walk, where it takes the message, indexes the same parameters.
+    if let Some(call) = crate::scan::read_call(&body) {
+        let walked = call.params.and_then(|read| Params::from_read(&body, read));
+        assert_eq!(walked.is_some(), from_body.is_some(), "{json}");
+        let written = |p: &Params| modern_call_body(&json!(1), "m", Some(p), meta(None, None));
+        assert_eq!(
+            walked.as_ref().map(written),
+            from_body.as_ref().map(written),
+            "{json}"
+        );
+    }
     // The text alone reads the same way.
     let alone = Params::from_json(json);
     assert_eq!(
@@ -161,9 +174,12 @@ fn a_changed_tree_is_what_goes_upstream() {
 const INFO: &str = r#"{"name":"switchboard","version":"1"}"#;
 
 fn meta<'a>(log_level: Option<&'a str>, trace: Option<&'a TraceContext>) -> ModernMeta<'a> {
-    static CLIENT_INFO: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    static CLIENT_INFO: std::sync::OnceLock<Box<serde_json::value::RawValue>> =
+        std::sync::OnceLock::new();
     ModernMeta {
-        client_info: CLIENT_INFO.get_or_init(|| tree(INFO)),
+        client_info: CLIENT_INFO.get_or_init(|| {
+            serde_json::value::RawValue::from_string(INFO.into()).unwrap_or_default()
+        }),
         capabilities: 0b101,
         log_level,
         trace,

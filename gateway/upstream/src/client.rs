@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use switchboard_snapshot::{Denied, NetworkPolicy, UpstreamEra, UpstreamNetworks};
 use tokio::time::Instant;
@@ -207,7 +208,8 @@ pub struct Upstreams {
     /// allocates nothing and takes a shared lock.
     states: RwLock<HashMap<u64, (String, Arc<UpstreamState>)>>,
     next_id: AtomicU64,
-    client_info: Value,
+    /// As text: every 2026-07-28 request carries it.
+    client_info: Box<RawValue>,
     /// `gateway.upstreamNetworks`, shared with the clients' resolvers.
     networks: Arc<ArcSwap<NetworkPolicy>>,
     /// The HTTP clients, by what tells them apart: the address policy of the server (its own
@@ -255,7 +257,10 @@ impl Upstreams {
         Upstreams {
             states: RwLock::new(HashMap::default()),
             next_id: AtomicU64::new(1),
-            client_info: json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
+            client_info: serde_json::value::to_raw_value(
+                &json!({"name": "switchboard-gateway", "version": env!("CARGO_PKG_VERSION")}),
+            )
+            .expect("two strings serialize"),
             networks,
             clients: RwLock::default(),
             document_ttl_ms: AtomicU64::new(60_000),

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use switchboard_core::errors::GatewayError;
 use switchboard_protocol::Params;
 use switchboard_protocol::params::ParamsRead;
+use switchboard_protocol::scan;
 use switchboard_upstream::SessionScope;
 
 /// A JSON-RPC message from a client.
@@ -55,8 +56,21 @@ fn present_params<'de: 'a, 'a, D: serde::Deserializer<'de>>(
     ParamsRead::deserialize(d).map(Some)
 }
 
-/// A call read in one pass (see [`CallMembers`]); `None` sends the body to the whole reading.
+/// A call read in one pass: the protocol's walk of the common call
+/// (`switchboard_protocol::scan`), else serde's reading of its members ([`CallMembers`]);
+/// `None` sends the body to the whole reading.
 fn read_call(body: &str) -> Option<Message> {
+    if let Some(call) = scan::read_call(body) {
+        let params = match call.params {
+            Some(read) => Some(Params::from_read(body, read)?),
+            None => None,
+        };
+        return Some(Message {
+            id: call.id,
+            method: call.method.to_owned(),
+            params,
+        });
+    }
     // Only an object: serde would also read a struct from an array, by position.
     if !body.trim_ascii_start().starts_with('{') {
         return None;
