@@ -34,6 +34,7 @@ pub mod jwks;
 mod key;
 pub mod limits;
 pub mod live;
+mod memo;
 pub mod metrics;
 mod noted;
 pub mod people;

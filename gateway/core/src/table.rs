@@ -4,12 +4,10 @@
 // The table's maps are looked up on every call by keys the snapshot chose (not the caller):
 // foldhash, not SipHash, which costs several thousand instructions per call for nothing here.
 use foldhash::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
-use siphasher::sip128::SipHasher24;
 use subtle::ConstantTimeEq;
 use switchboard_snapshot::TlsMaterial;
 use switchboard_snapshot::{
@@ -21,6 +19,7 @@ use crate::address_policy::ServerScope;
 use crate::credentials::UpstreamHeaders;
 pub use crate::key::Key;
 use crate::limits::Limiters;
+use crate::memo::TextMemo;
 use crate::metrics::{ServerName, UpstreamSeries};
 use crate::people::{IdentityKeys, People};
 use crate::session::SessionSealer;
@@ -28,6 +27,9 @@ use crate::virtual_server::VirtualServer;
 use crate::workload_identity::{Bindings, TokenVerifier};
 
 pub use crate::server::{Endpoint, OpenApiTools, Server};
+
+/// How many keys the table's memo holds at most (a table's keys, unless it has more).
+const PRESENTED_KEYS: usize = 65_536;
 
 pub struct RoutingTable {
     pub generation: u64,
@@ -37,8 +39,11 @@ pub struct RoutingTable {
     by_prefix: HashMap<String, usize>,
     by_id: HashMap<String, usize>,
     keys: HashMap<[u8; 32], Arc<Key>>,
-    /// The keys callers presented lately, so a key presented again skips SHA-256.
-    presented: PresentedKeys,
+    /// The keys callers presented and the table found, so a key presented again skips SHA-256
+    /// (about 3,500 instructions a call where the CPU has no SHA extensions, and under
+    /// callgrind, which never uses them; the memo's lookup costs about 300). An entry exists
+    /// only for a key of this table: a key has one text.
+    presented: TextMemo<Arc<Key>>,
     pub sealer: SessionSealer,
     /// LLM models, in the snapshot's order (the order `/v1/models` lists them in).
     pub models: Vec<Arc<Model>>,
@@ -250,7 +255,7 @@ impl RoutingTable {
             by_prefix,
             by_id,
             keys,
-            presented: PresentedKeys::default(),
+            presented: TextMemo::new(PRESENTED_KEYS),
             sealer: SessionSealer::new(session_secret.as_deref(), snapshot.gateway.session_ttl),
             broker: people
                 .as_ref()
@@ -303,75 +308,12 @@ impl RoutingTable {
         if !bool::from(key.digest.ct_eq(&digest)) {
             return None;
         }
-        // Bounded by the table's keys: only what matched a key's digest is kept, and a key has
-        // one text.
         self.presented.insert(memo, key.clone());
         Some(key.clone())
     }
 
     pub fn key_count(&self) -> usize {
         self.keys.len()
-    }
-}
-
-/// The keys callers presented and the table found, by a keyed hash of the text presented.
-///
-/// Every call presents its key and the snapshot holds only SHA-256 digests, so without this every
-/// call hashes its key: about 3,500 instructions where the CPU has no SHA extensions (and under
-/// callgrind, which never uses them), against about 300 for SipHash here. The hash is SipHash-2-4
-/// with 128 bits out under a key drawn for each table: a pseudo-random function, so without that
-/// key no one can make a text land on an entry, and landing on one is as good as the digest
-/// matching. A text that matched no key is never kept, so an entry exists only for a key of
-/// this table and a caller cannot grow it.
-struct PresentedKeys {
-    hasher: SipHasher24,
-    found: RwLock<std::collections::HashMap<u128, Arc<Key>, BuildHasherDefault<Prehashed>>>,
-}
-
-impl Default for PresentedKeys {
-    fn default() -> Self {
-        PresentedKeys {
-            hasher: SipHasher24::new_with_keys(rand::random(), rand::random()),
-            found: RwLock::default(),
-        }
-    }
-}
-
-impl PresentedKeys {
-    fn id(&self, presented: &str) -> u128 {
-        self.hasher.hash(presented.as_bytes()).as_u128()
-    }
-
-    fn get(&self, id: u128) -> Option<Arc<Key>> {
-        // A panic while the lock was held left nothing half-written (an insert is one step).
-        let found = self.found.read().unwrap_or_else(PoisonError::into_inner);
-        found.get(&id).cloned()
-    }
-
-    fn insert(&self, id: u128, key: Arc<Key>) {
-        let mut found = self.found.write().unwrap_or_else(PoisonError::into_inner);
-        found.insert(id, key);
-    }
-}
-
-/// The memo's ids are SipHash outputs already: its map uses their low 64 bits as they are.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u128` is called for a `u128`; this folds anything else all the same.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u128(&mut self, id: u128) {
-        self.0 = id as u64;
     }
 }
 
@@ -635,7 +577,7 @@ keys:
     #[test]
     fn a_key_found_once_is_found_again_from_the_memo_and_only_found_keys_are_kept() {
         let t = table("keys:\n- {name: a, secret: k-a}\n- {name: b, secret: k-b}\n");
-        let kept = |t: &RoutingTable| t.presented.found.read().map(|m| m.len()).unwrap_or(0);
+        let kept = |t: &RoutingTable| t.presented.len();
         assert!(t.authenticate("nope").is_none());
         assert_eq!(kept(&t), 0, "a text that matched no key is not kept");
         let first = t.authenticate("k-a").expect("k-a authenticates");

@@ -88,22 +88,32 @@ fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
 
 struct Scan<'a> {
     text: &'a str,
+    b: &'a [u8],
     at: usize,
 }
 
 impl<'a> Scan<'a> {
     fn new(text: &'a str) -> Scan<'a> {
-        Scan { text, at: 0 }
+        Scan {
+            text,
+            b: text.as_bytes(),
+            at: 0,
+        }
     }
 
-    fn bytes(&self) -> &'a [u8] {
-        self.text.as_bytes()
-    }
-
-    /// The next byte that is not JSON's white space, not taken.
+    /// The next byte that is not JSON's white space, not taken. (Looked at on every token:
+    /// a byte above the space is the answer at once, the usual case in a compact message.)
+    #[inline(always)]
     fn peek(&mut self) -> Option<u8> {
-        let b = self.bytes();
-        while let Some(&c) = b.get(self.at) {
+        let c = *self.b.get(self.at)?;
+        if c > b' ' {
+            return Some(c);
+        }
+        self.peek_past_space()
+    }
+
+    fn peek_past_space(&mut self) -> Option<u8> {
+        while let Some(&c) = self.b.get(self.at) {
             if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
                 return Some(c);
             }
@@ -156,14 +166,17 @@ impl<'a> Scan<'a> {
 
     /// The string the walk is at (its opening quote): the text between its quotes, and whether
     /// it has an escape. JSON refuses a control character in a string; `text` is UTF-8 already.
+    // (Inlined into its callers: a call's messages have some forty strings, most short, and
+    // the call itself was a fifth of each one's cost.)
+    #[inline(always)]
     fn string(&mut self) -> Option<(&'a str, bool)> {
-        let b = self.bytes();
+        let b = self.b;
         let start = self.at + 1;
         let mut i = start;
         let mut escaped = false;
         loop {
-            i += special_byte(b.get(i..)?)?;
-            match b[i] {
+            i = special_byte(b, i)?;
+            match *b.get(i)? {
                 b'"' => {
                     self.at = i + 1;
                     return Some((self.text.get(start..i)?, escaped));
@@ -242,14 +255,14 @@ impl<'a> Scan<'a> {
 
     fn word(&mut self, word: &[u8]) -> Option<()> {
         let end = self.at + word.len();
-        (self.bytes().get(self.at..end)? == word).then(|| self.at = end)
+        (self.b.get(self.at..end)? == word).then(|| self.at = end)
     }
 
     /// A number as JSON writes it (`-`, no leading zero, a fraction and an exponent each with
     /// digits): whether it has neither a fraction nor an exponent, and how many digits its
     /// integer part has.
     fn number(&mut self) -> Option<(bool, usize)> {
-        let b = self.bytes();
+        let b = self.b;
         let digits = |i: &mut usize| {
             let from = *i;
             while b.get(*i).is_some_and(u8::is_ascii_digit) {
@@ -317,7 +330,8 @@ impl<'a> Scan<'a> {
     /// A call's parameters: an object, `_meta` read as [`ObjectRead`], each other member's
     /// value as its text.
     fn params(&mut self) -> Option<ParamsRead<'a>> {
-        let mut members = Vec::new();
+        // (Room for the members a call has without growing: `name`, `arguments`, `_meta`...)
+        let mut members = Vec::with_capacity(4);
         self.members(|scan, name| {
             let value = if name == "_meta" {
                 ReadValue::Meta(scan.object_read()?)
@@ -335,7 +349,7 @@ impl<'a> Scan<'a> {
         if self.peek()? == b'n' {
             return self.word(b"null").map(|()| ObjectRead::Null);
         }
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(8);
         self.members(|scan, name| {
             members.push((name, scan.value_text()?));
             Some(())
@@ -348,16 +362,16 @@ fn deeper(depth: usize) -> Option<usize> {
     (depth < MAX_DEPTH).then_some(depth + 1)
 }
 
-/// Where in `b` the first byte a string's walk must look at is: `"`, `\` or a control
-/// character. Eight bytes at a time, as `needs_escape` (the lowest flagged byte of each word
-/// test is exact: a wrong flag only ever comes above a right one).
-fn special_byte(b: &[u8]) -> Option<usize> {
+/// Where in `b`, from `from` on, the first byte a string's walk must look at is: `"`, `\` or a
+/// control character. Eight bytes at a time, as `needs_escape` (the lowest flagged byte of each
+/// word test is exact: a wrong flag only ever comes above a right one), the last few one by one.
+#[inline(always)]
+fn special_byte(b: &[u8], from: usize) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let mut at = 0;
-    let mut words = b.chunks_exact(8);
-    for word in &mut words {
+    let mut at = from;
+    while let Some(word) = b.get(at..at + 8) {
         let v = u64::from_le_bytes(word.try_into().ok()?);
         let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH;
         let quote = zero_byte(v ^ (ONES * u64::from(b'"')));
@@ -368,8 +382,8 @@ fn special_byte(b: &[u8]) -> Option<usize> {
         }
         at += 8;
     }
-    let rest = words.remainder();
-    let i = rest
+    let i = b
+        .get(at..)?
         .iter()
         .position(|&c| c < 0x20 || c == b'"' || c == b'\\')?;
     Some(at + i)

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::answer::{Counted, answer};
+use super::answer::{Counted, accepts_stream, answer};
 use crate::exchange::Pending;
 use crate::relay::ReplyRoute;
 use crate::test_support::{KEY, bearer, caller, events, read, read_json, served};
@@ -824,4 +824,27 @@ async fn a_ui_resource_and_the_links_to_it_keep_the_ui_scheme_on_the_aggregate()
             .is_some_and(|m| m.contains(SHOWN)),
         "{refused}"
     );
+}
+
+#[test]
+fn an_accept_value_takes_a_stream_by_one_of_its_media_ranges() {
+    for taken in [
+        "text/event-stream",
+        "application/json, text/event-stream",
+        "application/json;q=0.9,Text/Event-Stream ; q=0.5",
+        "*/*",
+        "application/json, */*;q=0.1",
+    ] {
+        assert!(accepts_stream(taken), "{taken}");
+    }
+    for refused in [
+        "",
+        "application/json",
+        "text/*",
+        "text/event-streams",
+        "application/json; profile=\"text/event-stream\"x",
+        "*/*x",
+    ] {
+        assert!(!accepts_stream(refused), "{refused}");
+    }
 }
