@@ -534,10 +534,9 @@ pub fn write_json_str(out: &mut Vec<u8>, value: &str) {
 }
 
 /// Whether JSON needs an escape for any of `bytes`: a control character, `"` or `\` (serde_json
-/// escapes those and nothing else). Looked
-/// at eight bytes at a time (the classic word tests for "a byte less than n" and "a byte equal
-/// to c", exact for whether any byte is; looked at a byte at a time, a record's strings cost
-/// about 250 instructions more).
+/// escapes those and nothing else). Looked at eight bytes at a time (the classic word tests for
+/// "a byte less than n" and "a byte equal to c", exact for whether any byte is; looked at a byte
+/// at a time, an audit record's strings cost about 250 instructions more).
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
