@@ -532,13 +532,13 @@ pub struct RawResponse {
 
 /// A response as its one reading finds it: the result's members borrowed from the body.
 #[derive(Deserialize)]
-struct ResponseRead<'a> {
+pub(crate) struct ResponseRead<'a> {
     #[serde(default)]
-    id: Option<Value>,
+    pub(crate) id: Option<Value>,
     #[serde(default, borrow, deserialize_with = "present")]
-    result: Option<ObjectRead<'a>>,
+    pub(crate) result: Option<ObjectRead<'a>>,
     #[serde(default)]
-    error: Option<Value>,
+    pub(crate) error: Option<Value>,
 }
 
 impl RawResponse {

@@ -443,8 +443,8 @@ fn read_str(text: &str) -> Option<Cow<'_, str>> {
     serde_json::from_str::<String>(text).ok().map(Cow::Owned)
 }
 
-/// A call's parameters as the message's one reading finds them (the `params` member of the
-/// message's struct, `#[serde(borrow)]`): each member's name and value text borrowed from the
+/// A call's parameters as the message's one reading finds them (`scan::read_call`: the walk's,
+/// or the `params` member of serde's `scan::CallMembers`, `#[serde(borrow)]`): each member's name and value text borrowed from the
 /// body, and `_meta`'s members when it is an object. Indexing the parameters so cost nothing
 /// beyond the reading; scanning their text again after it cost a `tools/call` about 4,400
 /// instructions (BENCHMARKS.md). What the index cannot hold refuses the reading, and the

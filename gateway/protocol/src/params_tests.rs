@@ -30,7 +30,7 @@ fn text(json: &str) -> Params {
         .ok()
         .and_then(|m| Params::from_read(&body, m.params));
     // The protocol's walk, where it takes the message, indexes the same parameters.
-    if let Some(call) = crate::scan::read_call(&body) {
+    if let Some(call) = crate::scan::walk_call(&body) {
         let walked = call.params.and_then(|read| Params::from_read(&body, read));
         assert_eq!(walked.is_some(), from_body.is_some(), "{json}");
         let written = |p: &Params| modern_call_body(&json!(1), "m", Some(p), meta(None, None));

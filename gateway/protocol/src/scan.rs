@@ -10,6 +10,9 @@
 //! than `MAX_DEPTH` (64), an error response. So it never accepts what serde would refuse (a test
 //! holds it to that on generated texts) and where it accepts, it finds what serde finds.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::{Number, Value};
 
 use crate::ObjectRead;
@@ -18,12 +21,44 @@ use crate::params::{ParamsRead, ReadValue};
 /// Deeper than this is left to serde (which reads a raw value at any depth).
 const MAX_DEPTH: usize = 64;
 
-/// A call as the walk finds it: the `jsonrpc` member was `"2.0"`.
+/// A call's members as its one reading finds them: the `jsonrpc` member was `"2.0"`.
 pub struct CallRead<'a> {
     /// `Some` for a member that is there, `null` included.
     pub id: Option<Value>,
-    pub method: &'a str,
+    /// Borrowed from the body but where serde read an escape.
+    pub method: Cow<'a, str>,
     pub params: Option<ParamsRead<'a>>,
+}
+
+/// serde's reading of a call's members, without building a tree of the whole message: what the
+/// walk leaves to serde. Anything this does not take either (a reply, a member of the wrong
+/// type, a repeated member) goes to the caller's reading of the whole message, which says what
+/// is wrong.
+#[derive(Deserialize)]
+pub(crate) struct CallMembers<'a> {
+    #[serde(borrow)]
+    pub(crate) jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    pub(crate) method: Cow<'a, str>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) id: Option<Value>,
+    /// Indexed in this one reading and kept as text: most calls are checked from a few of its
+    /// members and go upstream written from it (`Params`).
+    #[serde(default, borrow, deserialize_with = "present_params")]
+    pub(crate) params: Option<ParamsRead<'a>>,
+}
+
+/// `Some` for a member that is there, `null` included (`Option` alone reads `null` as absent,
+/// and `"id": null` is not a notification).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// (`null` too is present, and refused: parameters are an object.)
+fn present_params<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ParamsRead<'a>>, D::Error> {
+    ParamsRead::deserialize(d).map(Some)
 }
 
 /// A response with a result, as the walk finds it (an error response is left to serde).
@@ -32,9 +67,28 @@ pub(crate) struct ResultRead<'a> {
     pub(crate) result: Option<ObjectRead<'a>>,
 }
 
-/// Reads a client's message as a call: `None` when it is anything else or anything the walk
-/// leaves to serde (see the module's comment).
+/// Reads a client's message as a call, in one pass: the walk, else serde's reading of the same
+/// members (`CallMembers`). `None` when it is not a call either reads: the caller reads the
+/// message whole.
 pub fn read_call(text: &str) -> Option<CallRead<'_>> {
+    if let Some(call) = walk_call(text) {
+        return Some(call);
+    }
+    // Only an object: serde would also read a struct from an array, by position.
+    if !text.trim_ascii_start().starts_with('{') {
+        return None;
+    }
+    let call = serde_json::from_str::<CallMembers>(text).ok()?;
+    (call.jsonrpc == "2.0").then_some(CallRead {
+        id: call.id,
+        method: call.method,
+        params: call.params,
+    })
+}
+
+/// The walk of a call: `None` when it is anything else or anything the walk leaves to serde
+/// (see the module's comment).
+pub(crate) fn walk_call(text: &str) -> Option<CallRead<'_>> {
     let mut scan = Scan::new(text);
     let (mut jsonrpc, mut method, mut id, mut params) = (None, None, None, None);
     scan.members(|scan, name| match name {
@@ -50,7 +104,7 @@ pub fn read_call(text: &str) -> Option<CallRead<'_>> {
     }
     Some(CallRead {
         id,
-        method: method?,
+        method: Cow::Borrowed(method?),
         params,
     })
 }

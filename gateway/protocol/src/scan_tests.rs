@@ -1,52 +1,17 @@
-//! The walk against serde's reading of the same members, the oracle (what the gateway read with
-//! before the walk, and reads what the walk leaves with): what the walk accepts serde reads as the same
+//! The walk against serde's reading of the same members, the oracle (`CallMembers` and
+//! `ResponseRead`: what the gateway read with before the walk, and reads what the walk leaves
+//! with): what the walk accepts serde reads as the same
 //! message (generated messages, and the same with a byte changed, where a walk goes wrong), what
 //! the walk leaves to serde is each case its comment names, and the common call and result are
 //! taken.
 
-use std::borrow::Cow;
-
 use proptest::prelude::*;
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{read_call, read_result};
+use super::{CallMembers, read_result, walk_call};
 use crate::ObjectRead;
+use crate::jsonrpc::ResponseRead;
 use crate::params::{ParamsRead, ReadValue};
-
-/// serde's reading of a call's members, which the gateway used alone before the walk (and still
-/// uses for what the walk leaves to it): `CallMembers` in the MCP face.
-#[derive(Deserialize)]
-struct SerdeCall<'a> {
-    #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
-    method: String,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Value>,
-    #[serde(default, borrow)]
-    params: Option<ParamsRead<'a>>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-/// serde's reading of a response (`ResponseRead` in `jsonrpc.rs`).
-#[derive(Deserialize)]
-struct SerdeResponse<'a> {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default, borrow, deserialize_with = "present_object")]
-    result: Option<ObjectRead<'a>>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-fn present_object<'de: 'a, 'a, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<ObjectRead<'a>>, D::Error> {
-    ObjectRead::deserialize(d).map(Some)
-}
 
 /// A reading's members, comparable: each name, and each value's text (`_meta`'s members, or
 /// `None` for a `null` one).
@@ -80,10 +45,10 @@ fn object_members(read: ObjectRead<'_>) -> Option<Vec<(String, String)>> {
 /// What serde makes of a message the walk read: the same id, method and parameters' members,
 /// each value the same text.
 fn assert_call_is_serdes(text: &str) {
-    let Some(call) = read_call(text) else {
+    let Some(call) = walk_call(text) else {
         return;
     };
-    let serde = serde_json::from_str::<SerdeCall>(text)
+    let serde = serde_json::from_str::<CallMembers>(text)
         .unwrap_or_else(|e| panic!("the walk took what serde refuses ({e}): {text:?}"));
     assert_eq!(serde.jsonrpc, "2.0", "{text:?}");
     assert_eq!(serde.method, call.method, "{text:?}");
@@ -99,7 +64,7 @@ fn assert_result_is_serdes(text: &str) {
     let Some(read) = read_result(text) else {
         return;
     };
-    let serde = serde_json::from_str::<SerdeResponse>(text)
+    let serde = serde_json::from_str::<ResponseRead>(text)
         .unwrap_or_else(|e| panic!("the walk took what serde refuses ({e}): {text:?}"));
     assert!(serde.error.is_none(), "{text:?}");
     assert_eq!(serde.id, read.id, "{text:?}");
@@ -113,15 +78,15 @@ fn assert_result_is_serdes(text: &str) {
 #[test]
 fn the_common_call_and_result_are_taken() {
     let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ex__add","arguments":{"a":1,"b":2},"_meta":{"progressToken":"p\u00e9\n"}}}"#;
-    let read = read_call(call).expect("the walk takes a plain call");
-    assert_eq!((read.method, read.id), ("tools/call", Some(json!(1))));
+    let read = walk_call(call).expect("the walk takes a plain call");
+    assert_eq!((&*read.method, read.id), ("tools/call", Some(json!(1))));
     assert_call_is_serdes(call);
     let spaced = " \n{ \"id\" : \"a-1\" , \"method\" : \"ping\" , \"jsonrpc\" : \"2.0\" }\r\n\t";
-    assert_eq!(read_call(spaced).map(|c| c.id), Some(Some(json!("a-1"))));
+    assert_eq!(walk_call(spaced).map(|c| c.id), Some(Some(json!("a-1"))));
     let notification = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    assert_eq!(read_call(notification).map(|c| c.id), Some(None));
+    assert_eq!(walk_call(notification).map(|c| c.id), Some(None));
     assert_eq!(
-        read_call(r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#).map(|c| c.id),
+        walk_call(r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#).map(|c| c.id),
         Some(Some(Value::Null)),
         "a null id is there (not a notification)"
     );
@@ -194,7 +159,7 @@ fn what_the_walk_leaves_to_serde() {
         call("").replace('}', ""),
     ];
     for text in &left {
-        assert!(read_call(text).is_none(), "the walk took {text:?}");
+        assert!(walk_call(text).is_none(), "the walk took {text:?}");
     }
     let results = [
         r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"no"}}"#,
@@ -220,7 +185,7 @@ fn a_strings_end_is_found_at_every_place() {
                 s.insert_str(at, special);
                 let text = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{{"a":"{s}"}}}}"#);
                 let expect = taken && special != "\"";
-                assert_eq!(read_call(&text).is_some(), expect, "{text:?}");
+                assert_eq!(walk_call(&text).is_some(), expect, "{text:?}");
                 assert_call_is_serdes(&text);
             }
         }
@@ -335,7 +300,7 @@ proptest! {
                         || p.get("_meta").and_then(Value::as_object).is_some_and(|m| m.keys().any(|k| k.contains('"')))
                 });
                 if plain_id && !odd_meta && !names_escaped && !method.contains('"') {
-                    prop_assert!(read_call(&text).is_some(), "left to serde: {}", text);
+                    prop_assert!(walk_call(&text).is_some(), "left to serde: {}", text);
                 }
             }
             Some(at) => mutations(&text, at).iter().for_each(|text| assert_call_is_serdes(text)),

@@ -1,15 +1,11 @@
 //! What a client sent: one JSON-RPC message read (a call, or a reply to a relayed request), and
 //! what the era checks made of it (`EraChecked`).
 
-use std::borrow::Cow;
-
 use axum::response::Response;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use switchboard_core::errors::GatewayError;
 use switchboard_protocol::Params;
-use switchboard_protocol::params::ParamsRead;
 use switchboard_protocol::scan;
 use switchboard_upstream::SessionScope;
 
@@ -27,65 +23,18 @@ pub struct Message {
     pub params: Option<Params>,
 }
 
-/// The members of a call the gateway reads, read without building a tree of the whole message
-/// (a call is most of what clients send). Anything this does not take (a reply, a member of the
-/// wrong type, a repeated member) goes to the full reading below, which says what is wrong.
-#[derive(Deserialize)]
-pub(super) struct CallMembers<'a> {
-    #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
-    method: String,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Value>,
-    /// Indexed in this one reading and kept as text: most calls are checked from a few of its
-    /// members and go upstream written from it (`Params`).
-    #[serde(default, borrow, deserialize_with = "present_params")]
-    params: Option<ParamsRead<'a>>,
-}
-
-/// `Some` for a member that is there, `null` included (`Option` alone reads `null` as absent,
-/// and `"id": null` is not a notification).
-pub(super) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-/// (`null` too is present, and refused: parameters are an object.)
-fn present_params<'de: 'a, 'a, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<ParamsRead<'a>>, D::Error> {
-    ParamsRead::deserialize(d).map(Some)
-}
-
-/// A call read in one pass: the protocol's walk of the common call
-/// (`switchboard_protocol::scan`), else serde's reading of its members ([`CallMembers`]);
-/// `None` sends the body to the whole reading.
+/// A call read in one pass (`switchboard_protocol::scan::read_call`: the protocol's walk of the
+/// common call, else serde's reading of its members); `None` sends the body to the whole
+/// reading.
 fn read_call(body: &str) -> Option<Message> {
-    if let Some(call) = scan::read_call(body) {
-        let params = match call.params {
-            Some(read) => Some(Params::from_read(body, read)?),
-            None => None,
-        };
-        return Some(Message {
-            id: call.id,
-            method: call.method.to_owned(),
-            params,
-        });
-    }
-    // Only an object: serde would also read a struct from an array, by position.
-    if !body.trim_ascii_start().starts_with('{') {
-        return None;
-    }
-    let call = serde_json::from_str::<CallMembers>(body).ok()?;
-    if call.jsonrpc != "2.0" {
-        return None;
-    }
+    let call = scan::read_call(body)?;
     let params = match call.params {
         Some(read) => Some(Params::from_read(body, read)?),
         None => None,
     };
     Some(Message {
         id: call.id,
-        method: call.method,
+        method: call.method.into_owned(),
         params,
     })
 }
