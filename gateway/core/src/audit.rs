@@ -223,33 +223,35 @@ fn write_time(out: &mut Vec<u8>, at: SystemTime) {
     thread_local! {
         static SECOND: std::cell::Cell<Option<(u64, [u8; 19])>> = const { std::cell::Cell::new(None) };
     }
-    let Ok(since) = at.duration_since(std::time::UNIX_EPOCH) else {
+    // (A time before 1970, or past the year 9999, is written by humantime whole.)
+    let cached = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|since| {
+            let secs = since.as_secs();
+            let second = SECOND.with(|cell| match cell.get() {
+                Some((cached, text)) if cached == secs => Some(text),
+                _ => {
+                    let whole = at.checked_sub(std::time::Duration::from_nanos(u64::from(
+                        since.subsec_nanos(),
+                    )))?;
+                    // `YYYY-MM-DDTHH:MM:SSZ`, the `Z` left for after the milliseconds.
+                    let text: [u8; 19] = humantime::format_rfc3339_seconds(whole)
+                        .to_string()
+                        .as_bytes()
+                        .get(..19)?
+                        .try_into()
+                        .ok()?;
+                    cell.set(Some((secs, text)));
+                    Some(text)
+                }
+            })?;
+            Some((second, since.subsec_millis()))
+        });
+    let Some((second, millis)) = cached else {
         let _ = write!(out, "\"{}\"", humantime::format_rfc3339_millis(at));
         return;
     };
-    let secs = since.as_secs();
-    let second = SECOND.with(|cell| match cell.get() {
-        Some((cached, text)) if cached == secs => Some(text),
-        _ => {
-            let whole = at.checked_sub(std::time::Duration::from_nanos(u64::from(
-                since.subsec_nanos(),
-            )))?;
-            // `YYYY-MM-DDTHH:MM:SSZ`: anything longer (a year past 9999) is not cached.
-            let text: [u8; 19] = humantime::format_rfc3339_seconds(whole)
-                .to_string()
-                .as_bytes()
-                .get(..19)?
-                .try_into()
-                .ok()?;
-            cell.set(Some((secs, text)));
-            Some(text)
-        }
-    });
-    let Some(second) = second else {
-        let _ = write!(out, "\"{}\"", humantime::format_rfc3339_millis(at));
-        return;
-    };
-    let millis = since.subsec_millis();
     out.push(b'"');
     out.extend_from_slice(&second);
     // (Each digit is below ten: the casts cannot lose anything.)

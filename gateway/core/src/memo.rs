@@ -30,25 +30,52 @@ impl<V: Clone> TextMemo<V> {
         }
     }
 
+    /// What `check` finds for `text`: from the memo when it found it before, else `check`'s
+    /// answer, kept only when it found something (so nothing that failed is ever kept).
+    pub(crate) fn found_or_check<E>(
+        &self,
+        text: &str,
+        check: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        let id = self.id(text);
+        if let Some(found) = self.get(id) {
+            return Ok(found);
+        }
+        let found = check()?;
+        self.insert(id, found.clone());
+        Ok(found)
+    }
+
     /// The text's id in this memo (and in no other: each draws its own key).
-    pub(crate) fn id(&self, text: &str) -> u128 {
+    fn id(&self, text: &str) -> u128 {
         self.hasher.hash(text.as_bytes()).as_u128()
     }
 
-    pub(crate) fn get(&self, id: u128) -> Option<V> {
+    fn get(&self, id: u128) -> Option<V> {
         // A panic while the lock was held left nothing half-written (an insert is one step).
         let found = self.found.read().unwrap_or_else(PoisonError::into_inner);
         found.get(&id).cloned()
     }
 
-    /// Keeps what the check found for the text `id` stands for: call it only after the check
-    /// passed.
-    pub(crate) fn insert(&self, id: u128, value: V) {
+    fn insert(&self, id: u128, value: V) {
         let mut found = self.found.write().unwrap_or_else(PoisonError::into_inner);
         if found.len() >= self.capacity {
             found.clear();
         }
         found.insert(id, value);
+    }
+
+    /// Puts `value` in for `text` without any check: for tests that show the memo is what
+    /// answers.
+    #[cfg(test)]
+    pub(crate) fn plant(&self, text: &str, value: V) {
+        self.insert(self.id(text), value);
+    }
+
+    /// Whether `text` has the same id here as in `other` (never, but by a 2^-128 chance).
+    #[cfg(test)]
+    pub(crate) fn same_id(&self, other: &TextMemo<V>, text: &str) -> bool {
+        self.id(text) == other.id(text)
     }
 
     #[cfg(test)]
@@ -85,22 +112,21 @@ mod tests {
     #[test]
     fn found_again_by_its_text_only_in_its_own_memo_and_bounded() {
         let memo = TextMemo::new(3);
-        let a = memo.id("a");
-        assert_eq!(memo.get(a), None);
-        memo.insert(a, 1);
-        assert_eq!(memo.get(memo.id("a")), Some(1));
-        assert_eq!(memo.get(memo.id("b")), None);
+        let found = |text: &str, value: i32| memo.found_or_check(text, || Ok::<_, ()>(value));
+        assert_eq!(
+            memo.found_or_check("a", || Err::<i32, _>("refused")),
+            Err("refused")
+        );
+        assert_eq!(memo.len(), 0, "what failed its check is not kept");
+        assert_eq!(found("a", 1), Ok(1));
+        assert_eq!(found("a", 9), Ok(1), "found again without its check");
+        assert_eq!(found("b", 2), Ok(2));
         let other: TextMemo<i32> = TextMemo::new(3);
-        assert_ne!(other.id("a"), a, "each memo draws its own key");
-        for (i, text) in ["b", "c"].into_iter().enumerate() {
-            memo.insert(memo.id(text), i32::try_from(i).unwrap_or(0) + 2);
-        }
+        assert!(!memo.same_id(&other, "a"), "each memo draws its own key");
+        assert_eq!(found("c", 3), Ok(3));
         assert_eq!(memo.len(), 3);
         // Full: everything is forgotten before the next entry goes in.
-        memo.insert(memo.id("d"), 4);
-        assert_eq!(
-            (memo.len(), memo.get(a), memo.get(memo.id("d"))),
-            (1, None, Some(4))
-        );
+        assert_eq!(found("d", 4), Ok(4));
+        assert_eq!((memo.len(), found("a", 5)), (1, Ok(5)));
     }
 }

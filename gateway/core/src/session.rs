@@ -188,15 +188,7 @@ impl SessionSealer {
         if id.len() > 128 {
             return Err(UnsealError::Invalid);
         }
-        let memo = self.opened.id(id);
-        let session = match self.opened.get(memo) {
-            Some(session) => session,
-            None => {
-                let session = self.open(id)?;
-                self.opened.insert(memo, session.clone());
-                session
-            }
-        };
+        let session = self.opened.found_or_check(id, || self.open(id))?;
         if unix_secs(now) >= session.expires_at {
             return Err(UnsealError::Invalid);
         }
@@ -322,9 +314,7 @@ mod tests {
                 .as_ref()
                 .map_or_else(|e| panic!("{e:?}"), Session::clone)
         };
-        sealer
-            .opened
-            .insert(sealer.opened.id("planted"), planted.clone());
+        sealer.opened.plant("planted", planted.clone());
         assert_eq!(sealer.unseal("planted", &ALICE, now), Ok(planted));
     }
 

@@ -593,14 +593,8 @@ pub fn raw_response(content_type: &str, body: &[u8]) -> Option<RawResponse> {
     // to `response_from_body` as well.
     let body = std::str::from_utf8(body).ok()?;
     // The walk of the common answer first, serde's reading of the rest (`crate::scan`).
-    let read = match crate::scan::read_result(body) {
-        Some(read) => ResponseRead {
-            id: read.id,
-            result: read.result,
-            error: None,
-        },
-        None => serde_json::from_str::<ResponseRead>(body).ok()?,
-    };
+    let read = crate::scan::walk_result(body)
+        .or_else(|| serde_json::from_str::<ResponseRead>(body).ok())?;
     let result = match read.result {
         Some(result) => Some(RawResult::of_read(body, result)?),
         None => None,

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Number, Value};
 
 use crate::ObjectRead;
+use crate::jsonrpc::ResponseRead;
 use crate::params::{ParamsRead, ReadValue};
 
 /// Deeper than this is left to serde (which reads a raw value at any depth).
@@ -61,12 +62,6 @@ fn present_params<'de: 'a, 'a, D: serde::Deserializer<'de>>(
     ParamsRead::deserialize(d).map(Some)
 }
 
-/// A response with a result, as the walk finds it (an error response is left to serde).
-pub(crate) struct ResultRead<'a> {
-    pub(crate) id: Option<Value>,
-    pub(crate) result: Option<ObjectRead<'a>>,
-}
-
 /// Reads a client's message as a call, in one pass: the walk, else serde's reading of the same
 /// members (`CallMembers`). `None` when it is not a call either reads: the caller reads the
 /// message whole.
@@ -109,9 +104,9 @@ pub(crate) fn walk_call(text: &str) -> Option<CallRead<'_>> {
     })
 }
 
-/// Reads an upstream's answer as a response with a result (`None`: anything else, see the
-/// module's comment).
-pub(crate) fn read_result(text: &str) -> Option<ResultRead<'_>> {
+/// The walk of an upstream's answer, as serde's `ResponseRead` would read it: a response with
+/// a result (`None`: anything else, an error response included, see the module's comment).
+pub(crate) fn walk_result(text: &str) -> Option<ResponseRead<'_>> {
     let mut scan = Scan::new(text);
     let (mut id, mut result) = (None, None);
     scan.members(|scan, name| match name {
@@ -122,9 +117,10 @@ pub(crate) fn read_result(text: &str) -> Option<ResultRead<'_>> {
     })?;
     scan.end()?;
     // (serde reads an optional `null` as absent, and so does a response's id here.)
-    Some(ResultRead {
+    Some(ResponseRead {
         id: id.filter(|id| !id.is_null()),
         result,
+        error: None,
     })
 }
 

@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-use super::{CallMembers, read_result, walk_call};
+use super::{CallMembers, walk_call, walk_result};
 use crate::ObjectRead;
 use crate::jsonrpc::ResponseRead;
 use crate::params::{ParamsRead, ReadValue};
@@ -61,7 +61,7 @@ fn assert_call_is_serdes(text: &str) {
 }
 
 fn assert_result_is_serdes(text: &str) {
-    let Some(read) = read_result(text) else {
+    let Some(read) = walk_result(text) else {
         return;
     };
     let serde = serde_json::from_str::<ResponseRead>(text)
@@ -91,11 +91,11 @@ fn the_common_call_and_result_are_taken() {
         "a null id is there (not a notification)"
     );
     let result = r#"{"jsonrpc":"2.0","id":-7,"result":{"content":[{"type":"text","text":"3"}],"isError":false,"n":1.5e-3}}"#;
-    let read = read_result(result).expect("the walk takes a plain result");
+    let read = walk_result(result).expect("the walk takes a plain result");
     assert_eq!(read.id, Some(json!(-7)));
     assert_result_is_serdes(result);
     assert!(matches!(
-        read_result(r#"{"id":1,"result":null}"#).and_then(|r| r.result),
+        walk_result(r#"{"id":1,"result":null}"#).and_then(|r| r.result),
         Some(ObjectRead::Null)
     ));
 }
@@ -169,7 +169,7 @@ fn what_the_walk_leaves_to_serde() {
         r#"{"id":1,"result":{"a":1}} {}"#,
     ];
     for text in results {
-        assert!(read_result(text).is_none(), "the walk took {text:?}");
+        assert!(walk_result(text).is_none(), "the walk took {text:?}");
     }
 }
 
