@@ -3,16 +3,17 @@
 //! one JSON-RPC response that answers our request.
 
 use serde::ser::{SerializeMap, Serializer};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::capabilities;
 use crate::params::{MemberView, Params, TextView};
+use crate::scan::{self, ResponseRead};
 use crate::trace_context::{self, TraceContext};
 use crate::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
-    MODERN_VERSION, ObjectRead, RawResult,
+    MODERN_VERSION, RawResult,
 };
 
 #[derive(Serialize)]
@@ -530,17 +531,6 @@ pub struct RawResponse {
     pub error: Option<Value>,
 }
 
-/// A response as its one reading finds it: the result's members borrowed from the body.
-#[derive(Deserialize)]
-pub(crate) struct ResponseRead<'a> {
-    #[serde(default)]
-    pub(crate) id: Option<Value>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    pub(crate) result: Option<ObjectRead<'a>>,
-    #[serde(default)]
-    pub(crate) error: Option<Value>,
-}
-
 impl RawResponse {
     /// Whether this is the response to request `id`: a result names that request; an error
     /// names it or none (`null`: the server could not read which request it was). A message
@@ -574,11 +564,6 @@ fn answer_to(own: Option<&Value>, result: bool, error: bool, id: &Value) -> Opti
     }
 }
 
-/// `Some` for a member that is there, `null` included (an `Option` alone reads `null` as absent).
-fn present<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectRead<'a>>, D::Error> {
-    ObjectRead::deserialize(d).map(Some)
-}
-
 /// The response of a plain JSON body holding one response object, without building a tree of
 /// its result; `None` for any other body (SSE, a batch, not JSON), which
 /// [`response_from_body`] reads.
@@ -593,8 +578,8 @@ pub fn raw_response(content_type: &str, body: &[u8]) -> Option<RawResponse> {
     // to `response_from_body` as well.
     let body = std::str::from_utf8(body).ok()?;
     // The walk of the common answer first, serde's reading of the rest (`crate::scan`).
-    let read = crate::scan::walk_result(body)
-        .or_else(|| serde_json::from_str::<ResponseRead>(body).ok())?;
+    let read =
+        scan::walk_result(body).or_else(|| serde_json::from_str::<ResponseRead>(body).ok())?;
     let result = match read.result {
         Some(result) => Some(RawResult::of_read(body, result)?),
         None => None,

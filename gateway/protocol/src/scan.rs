@@ -16,7 +16,6 @@ use serde::Deserialize;
 use serde_json::{Number, Value};
 
 use crate::ObjectRead;
-use crate::jsonrpc::ResponseRead;
 use crate::params::{ParamsRead, ReadValue};
 
 /// Deeper than this is left to serde (which reads a raw value at any depth).
@@ -60,6 +59,24 @@ fn present_params<'de: 'a, 'a, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ParamsRead<'a>>, D::Error> {
     ParamsRead::deserialize(d).map(Some)
+}
+
+/// A response as its one reading finds it: the result's members borrowed from the body.
+#[derive(Deserialize)]
+pub(crate) struct ResponseRead<'a> {
+    #[serde(default)]
+    pub(crate) id: Option<Value>,
+    #[serde(default, borrow, deserialize_with = "present_object")]
+    pub(crate) result: Option<ObjectRead<'a>>,
+    #[serde(default)]
+    pub(crate) error: Option<Value>,
+}
+
+/// `Some` for a member that is there, `null` included (an `Option` alone reads `null` as absent).
+fn present_object<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ObjectRead<'a>>, D::Error> {
+    ObjectRead::deserialize(d).map(Some)
 }
 
 /// Reads a client's message as a call, in one pass: the walk, else serde's reading of the same

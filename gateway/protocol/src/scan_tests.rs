@@ -8,9 +8,8 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-use super::{CallMembers, walk_call, walk_result};
+use super::{CallMembers, ResponseRead, walk_call, walk_result};
 use crate::ObjectRead;
-use crate::jsonrpc::ResponseRead;
 use crate::params::{ParamsRead, ReadValue};
 
 /// A reading's members, comparable: each name, and each value's text (`_meta`'s members, or
