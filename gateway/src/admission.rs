@@ -32,9 +32,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use axum::extract::Request;
 use axum::http::HeaderMap;
+use axum::http::Request;
 use axum::response::{IntoResponse, Response};
+use hyper::body::Incoming;
 use serde_json::Value;
 
 use switchboard_core::errors::{GatewayError, RestError, jsonrpc_error_response};
@@ -322,8 +323,8 @@ fn never_shed(path: &str) -> bool {
 /// Paths a replica always serves are admitted without a permit.
 pub(crate) fn admit(
     shedding: &Shedding,
-    request: Request,
-) -> Result<(Option<Permit<'_>>, Request), Box<Response>> {
+    request: Request<Incoming>,
+) -> Result<(Option<Permit<'_>>, Request<Incoming>), Box<Response>> {
     if never_shed(request.uri().path()) {
         return Ok((None, request));
     }
@@ -341,7 +342,7 @@ pub(crate) fn admit(
             // the refusal goes out (cheaper than the reconnect a reset costs it); past the
             // bounds the connection closes.
             crate::refused_body::discard_in_background(
-                request.into_body(),
+                axum::body::Body::new(request.into_body()),
                 SHED_DISCARD_BYTES,
                 SHED_DISCARD_TIME,
             );

@@ -1,6 +1,6 @@
-//! The HTTP routers: the public one (MCP, REST, the LLM APIs, sign-in) and the internal one
-//! (health, metrics, the replica hand-off), each behind one edge layer that
-//! does, in this order, what every request needs before a handler sees it:
+//! The HTTP edge and routers: the public listener (MCP, REST, the LLM APIs, sign-in) and the
+//! internal one (health, metrics, the replica hand-off), each served by one [`Edge`] that does,
+//! in this order, what every request needs before a handler sees it:
 //!
 //! 1. shedding: past the replica's bounds a request is refused before anything else happens
 //!    to it (no body read, no parse, no upstream I/O);
@@ -8,20 +8,23 @@
 //! 3. DNS-rebinding protection on the client faces (`Host` and `Origin`);
 //! 4. while stopping, `Connection: close` on every answer.
 //!
-//! One layer rather than one per job: each `from_fn` layer costs a boxed future and a pass
-//! through the router's service stack on every call (about a tenth of the instructions of a
-//! proxied call, measured in BENCHMARKS.md).
+//! Then the route: a POST to `/mcp` or `/mcp/{prefix}` (most of a gateway's traffic) goes to
+//! the MCP face's handler at once, everything else through the router. The edge is the
+//! listener's service itself rather than a router layer, and the common call skips the router:
+//! a `from_fn` layer, the router's matching and its boxed futures, and a second collection of
+//! the body cost about six thousand instructions a call, more than any one stage of the call's
+//! own work (BENCHMARKS.md).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderName, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper::body::Incoming;
 
 use crate::refused_body;
 use crate::state::Gateway;
@@ -35,8 +38,64 @@ use switchboard_mcp::rest;
 /// `gateway.maxBodyBytes` is enforced by the handlers.
 const BODY_CEILING: usize = 64 * 1024 * 1024;
 
-pub fn router(gw: Arc<Gateway>) -> Router {
-    // Each face gets its own context as state; the edge's layers and routes take the gateway.
+/// A listener's one service: the edge (the module's comment) around its router.
+#[derive(Clone)]
+pub struct Edge {
+    gw: Arc<Gateway>,
+    router: Router,
+    /// The public listener's edge: it keeps each request in an audit slot, whose record and
+    /// usage are written when the answer ends, and serves the MCP endpoints. The internal one
+    /// keeps no record (probes and scrapes) and has no MCP endpoint but the hand-off.
+    public: bool,
+}
+
+impl Edge {
+    /// The public listener's: the client faces, each request audited.
+    pub fn client(gw: Arc<Gateway>) -> Edge {
+        Edge {
+            router: router(&gw),
+            gw,
+            public: true,
+        }
+    }
+
+    /// The internal listener's (`--internal-listen`): what kubelets, Prometheus and other
+    /// replicas reach at a pod address, and clients never should (metrics are labelled with key
+    /// and server names; the hand-off route is for replicas). Never shed (admission exempts
+    /// these paths), bodies read in time, `Connection: close` while stopping.
+    pub fn internal(gw: Arc<Gateway>) -> Edge {
+        Edge {
+            router: internal_router(&gw),
+            gw,
+            public: false,
+        }
+    }
+}
+
+/// A request as it arrives: its body not read yet.
+type Request = axum::http::Request<Incoming>;
+
+impl hyper::service::Service<Request> for Edge {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>>;
+
+    fn call(&self, request: Request) -> Self::Future {
+        let edge = self.clone();
+        // One boxed future per request: the answer's whole state, moved once.
+        Box::pin(async move {
+            Ok(if edge.public {
+                audited_edge(&edge, request).await
+            } else {
+                edge_answer(&edge, request).await
+            })
+        })
+    }
+}
+
+fn router(gw: &Arc<Gateway>) -> Router {
+    // Each face gets its own context as state; the edge and the routes left take the gateway.
     let mcp = Router::new()
         .route(
             "/mcp",
@@ -103,16 +162,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .merge(llm)
         .merge(sign_in)
         .layer(DefaultBodyLimit::max(BODY_CEILING))
-        .layer(middleware::from_fn_with_state(gw.clone(), audited_edge))
-        .with_state(gw)
+        .with_state(gw.clone())
 }
 
-/// The internal listener's router (`--internal-listen`): what kubelets, Prometheus and other
-/// replicas reach at a pod address, and clients never should (metrics are labelled with key
-/// and server names; the hand-off route is for replicas). Behind the same edge layer: never
-/// shed (admission exempts these paths), bodies read in time, `Connection: close` while
-/// stopping.
-pub fn internal_router(gw: Arc<Gateway>) -> Router {
+/// The internal listener's routes ([`Edge::internal`]).
+fn internal_router(gw: &Arc<Gateway>) -> Router {
     let exchange = Router::new()
         // Replica to replica: every message is authenticated as the client's own.
         .route("/mcp-internal/exchange", post(endpoint::internal_exchange))
@@ -123,13 +177,13 @@ pub fn internal_router(gw: Arc<Gateway>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(BODY_CEILING))
-        .layer(middleware::from_fn_with_state(gw.clone(), edge))
-        .with_state(gw)
+        .with_state(gw.clone())
 }
 
-/// The client listener's edge: [`edge`], inside the request's audit slot (`audit`), whose
-/// record and usage are written when the answer ends.
-async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+/// The client listener's edge: [`edge_answer`], inside the request's audit slot (`audit`),
+/// whose record and usage are written when the answer ends.
+async fn audited_edge(edge: &Edge, request: Request) -> Response {
+    let gw = &edge.gw;
     let headers = request.headers();
     let path = request.uri().path();
     let endpoint = endpoint_of(path);
@@ -156,7 +210,7 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
     // boxed future `from_fn` makes of this function then move a pointer, not the answer's
     // state (each move of a future is a copy of it, paid on every request).
     let mut response = slot
-        .scope(Box::pin(edge_answer(&gw, request, next)))
+        .scope(Box::pin(edge_answer(edge, request)))
         .instrument(slot.span().clone())
         .await;
     // Refused before its body was read (shed, too large, too slow): its trace begins now.
@@ -177,7 +231,7 @@ async fn audited_edge(State(gw): State<Arc<Gateway>>, request: Request, next: Ne
                 bytes_out: 0,
                 status,
                 slot,
-                gw,
+                gw: gw.clone(),
             })
         }),
     }
@@ -301,14 +355,10 @@ impl Drop for Finishing {
     }
 }
 
-/// The internal listener's edge: [`edge`] alone (no audit record: probes and scrapes).
-async fn edge(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    edge_answer(&gw, request, next).await
-}
-
-/// The edge layer (the module's comment says what it does, and why in one layer).
-async fn edge_answer(gw: &Gateway, request: Request, next: Next) -> Response {
-    let mut response = admitted_answer(gw, request, next).await;
+/// The edge (the module's comment says what it does, and why in one place).
+async fn edge_answer(edge: &Edge, request: Request) -> Response {
+    let gw = &*edge.gw;
+    let mut response = admitted_answer(edge, request).await;
     // While stopping, every answer closes its connection, refusals included. Closing an idle
     // kept-alive connection races with a client that is sending on it at that moment (the
     // client sees EOF, and may not retry a POST); an answer that says `Connection: close` does
@@ -325,7 +375,8 @@ async fn edge_answer(gw: &Gateway, request: Request, next: Next) -> Response {
 
 /// The answer to a request past shedding, the body read and the Host/Origin check, or the
 /// refusal of whichever of them refused it.
-async fn admitted_answer(gw: &Gateway, request: Request, next: Next) -> Response {
+async fn admitted_answer(edge: &Edge, request: Request) -> Response {
+    let gw = &*edge.gw;
     // The permit is held until the handler produced the response head.
     let (_permit, request) = match crate::admission::admit(&gw.shedding, request) {
         Ok(admitted) => admitted,
@@ -341,8 +392,7 @@ async fn admitted_answer(gw: &Gateway, request: Request, next: Next) -> Response
     // The MCP message whose trace waited for its body begins it from its `_meta` (SEP-414),
     // before any stage's span exists; its handler runs inside that span.
     let late_span = audit::begin_trace_from_message(&body);
-    let request = Request::from_parts(parts, axum::body::Body::from(body));
-    if is_client_face(request.uri().path()) && !host_and_origin_ok(gw, &request) {
+    if is_client_face(parts.uri.path()) && !host_and_origin_ok(gw, &parts) {
         let refused = RestError(GatewayError::ForbiddenOrigin).into_response();
         audit::note(|n| n.outcome = Some("forbidden_origin"));
         return refused;
@@ -350,10 +400,39 @@ async fn admitted_answer(gw: &Gateway, request: Request, next: Next) -> Response
     match late_span {
         Some(span) => {
             use tracing::Instrument as _;
-            next.run(request).instrument(span).await
+            route(edge, parts, body).instrument(span).await
         }
-        None => next.run(request).await,
+        None => route(edge, parts, body).await,
     }
+}
+
+/// The route of a request past the edge: a POST to the MCP endpoints straight to the MCP face's
+/// handler, the rest through the router.
+async fn route(edge: &Edge, parts: axum::http::request::Parts, body: bytes::Bytes) -> Response {
+    if edge.public
+        && parts.method == axum::http::Method::POST
+        && let Some(prefix) = mcp_post_prefix(parts.uri.path())
+    {
+        let prefix = prefix.map(str::to_owned);
+        return endpoint::post(&edge.gw.mcp, prefix, parts.headers, body).await;
+    }
+    let request = axum::http::Request::from_parts(parts, axum::body::Body::from(body));
+    match tower_service::Service::call(&mut edge.router.clone(), request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+/// Whether `path` is an MCP endpoint the edge hands to the MCP face itself: `/mcp`
+/// (`Some(None)`) or `/mcp/{prefix}` (`Some(Some(prefix))`), as the router matches them. A
+/// prefix with a percent escape is left to the router, whose decoding (and refusal of what does
+/// not decode) the route then has: the edge never decodes differently.
+fn mcp_post_prefix(path: &str) -> Option<Option<&str>> {
+    if path == "/mcp" {
+        return Some(None);
+    }
+    let prefix = path.strip_prefix("/mcp/")?;
+    (!prefix.is_empty() && !prefix.contains(['/', '%'])).then_some(Some(prefix))
 }
 
 /// The endpoints clients call through a Service or an Ingress: under DNS-rebinding protection.
@@ -377,7 +456,7 @@ async fn read_body_in_time(
 ) -> Result<(axum::http::request::Parts, bytes::Bytes), Box<Response>> {
     let (parts, body) = request.into_parts();
     let limit = gw.table().settings.max_body_bytes.saturating_add(1);
-    let read = read_body_up_to(body, limit);
+    let read = switchboard_upstream::http_client::read_up_to(body, limit);
     // A body that came with its headers (most do) is read without arming a timer.
     let mut read = std::pin::pin!(read);
     let already = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
@@ -392,7 +471,7 @@ async fn read_body_in_time(
         }
         Ok(Ok(Err(rest))) => {
             refused_body::discard_in_background(
-                rest,
+                axum::body::Body::new(rest),
                 refused_body::REFUSED_DISCARD_BYTES,
                 refused_body::REFUSED_DISCARD_TIME,
             );
@@ -416,42 +495,6 @@ async fn read_body_in_time(
                 .into_response(),
         )),
     }
-}
-
-/// The body whole, or, once it passes `limit` bytes, the part not read yet. (One chunk, the
-/// common case, is kept as it came: no copy.)
-async fn read_body_up_to(
-    mut body: axum::body::Body,
-    limit: usize,
-) -> Result<Result<bytes::Bytes, axum::body::Body>, axum::Error> {
-    use http_body_util::BodyExt;
-    let mut first: Option<bytes::Bytes> = None;
-    let mut more: Option<bytes::BytesMut> = None;
-    let mut len = 0usize;
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else {
-            continue; // trailers
-        };
-        len += data.len();
-        if len > limit {
-            return Ok(Err(body));
-        }
-        match (&mut first, &mut more) {
-            (None, _) => first = Some(data),
-            (Some(head), None) => {
-                let mut buf = bytes::BytesMut::with_capacity(len);
-                buf.extend_from_slice(head);
-                buf.extend_from_slice(&data);
-                more = Some(buf);
-            }
-            (Some(_), Some(buf)) => buf.extend_from_slice(&data),
-        }
-    }
-    Ok(Ok(match (more, first) {
-        (Some(buf), _) => buf.freeze(),
-        (None, Some(head)) => head,
-        (None, None) => bytes::Bytes::new(),
-    }))
 }
 
 async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
@@ -481,18 +524,18 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
 
 /// DNS-rebinding protection: `Host` must be loopback or a configured name, and a browser's
 /// `Origin`, when present, must be loopback or configured.
-fn host_and_origin_ok(gw: &Gateway, request: &Request) -> bool {
+fn host_and_origin_ok(gw: &Gateway, request: &axum::http::request::Parts) -> bool {
     let table = gw.table();
     let settings = &table.settings;
     let host = request
-        .headers()
+        .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+        .or_else(|| request.uri.authority().map(|a| a.as_str()));
     let host_ok =
         host.is_some_and(|h| is_loopback_host(h) || matches_allowed(h, &settings.allowed_hosts));
     let origin_ok = match request
-        .headers()
+        .headers
         .get(header::ORIGIN)
         .and_then(|o| o.to_str().ok())
     {
@@ -577,6 +620,70 @@ mod tests {
         let allowed = vec!["switchboard-gateway.ns.svc".to_string()];
         assert!(matches_allowed("switchboard-gateway.ns.svc:8080", &allowed));
         assert!(!matches_allowed("other.svc", &allowed));
+    }
+
+    /// The edge takes to the MCP face exactly the POSTs the router routes there, with the
+    /// prefix the router's `Path` reads; what it leaves (a percent escape) the router routes.
+    /// The router is the oracle: a router of the two routes alone, as `router` declares them.
+    #[tokio::test]
+    async fn the_edge_takes_the_mcp_posts_the_router_would_route_there() {
+        use axum::body::Body;
+        use axum::extract::Path;
+        use http_body_util::BodyExt as _;
+        use tower_service::Service as _;
+        let mut routes: Router = Router::new()
+            .route("/mcp", post(|| async { "aggregate".to_string() }))
+            .route(
+                "/mcp/{prefix}",
+                post(|Path(prefix): Path<String>| async move { format!("single {prefix}") }),
+            );
+        let mut edge_took = 0;
+        for uri in [
+            "/mcp",
+            "/mcp?x=1",
+            "/mcp/",
+            "/mcp/github",
+            "/mcp/github?x=/y",
+            "/mcp/git-hub.v2_x~",
+            "/mcp/git%20hub",
+            "/mcp/a%2Fb",
+            "/mcp/%FF",
+            "/mcp/a/b",
+            "/mcp/github/",
+            "/mcp//",
+            "//mcp",
+            "/mcpx",
+            "/MCP",
+            "/mcp-rest/tools/call",
+            "/v1/messages",
+        ] {
+            let request = axum::http::Request::post(uri)
+                .body(Body::empty())
+                .expect("a request");
+            let path = request.uri().path().to_string();
+            let Ok(response) = routes.call(request).await;
+            let status = response.status();
+            let text = response
+                .into_body()
+                .collect()
+                .await
+                .expect("a body")
+                .to_bytes();
+            let routed =
+                (status == StatusCode::OK).then(|| String::from_utf8_lossy(&text).to_string());
+            match mcp_post_prefix(&path) {
+                Some(None) => assert_eq!(routed.as_deref(), Some("aggregate"), "{uri}"),
+                Some(Some(prefix)) => {
+                    assert_eq!(routed, Some(format!("single {prefix}")), "{uri}")
+                }
+                None => assert!(
+                    routed.is_none() || path.contains('%'),
+                    "{uri}: the router routes it ({routed:?}), the edge does not"
+                ),
+            }
+            edge_took += usize::from(mcp_post_prefix(&path).is_some());
+        }
+        assert_eq!(edge_took, 5);
     }
 
     #[test]

@@ -303,7 +303,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     tokio::spawn(serve(
         internal,
-        http::internal_router(gw.clone()),
+        http::Edge::internal(gw.clone()),
         internal_limits,
         std::future::pending(),
     ));
@@ -316,7 +316,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     let closing = gw.clone();
-    serve(listener, http::router(gw), limits, async move {
+    serve(listener, http::Edge::client(gw), limits, async move {
         shutdown(terminate).await;
         leaving_tx.send_replace(true);
         if !drain.is_zero() {

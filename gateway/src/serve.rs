@@ -15,13 +15,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+
+use crate::http::Edge;
 
 /// How the listener treats client connections.
 #[derive(Debug, Clone, Copy)]
@@ -32,11 +32,11 @@ pub struct ConnectionLimits {
     pub shutdown_grace: Duration,
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then stops accepting, lets open
+/// Serves `edge` on `listener` until `shutdown` resolves, then stops accepting, lets open
 /// connections finish their requests (HTTP/2 gets a GOAWAY) for at most `shutdown_grace`.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    edge: Edge,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -72,9 +72,8 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
         }
-        let service = TowerToHyperService::new(router.clone());
         let connection = builder
-            .serve_connection(TokioIo::new(tcp), service)
+            .serve_connection(TokioIo::new(tcp), edge.clone())
             .into_owned();
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

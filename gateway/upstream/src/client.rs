@@ -498,7 +498,7 @@ impl Upstreams {
         version: HeaderValue,
         body: Vec<u8>,
     ) -> Result<StatusCode, UpstreamError> {
-        let send = self.post(&call, session_headers(session.as_ref(), &version), body);
+        let send = self.post(&call, || session_headers(session.as_ref(), &version), body);
         match tokio::time::timeout_at(call.deadline, send).await {
             Ok(reply) => Ok(reply?.status),
             Err(_) => Err(timeout_error(&call)),
@@ -580,30 +580,6 @@ impl Upstreams {
 
     async fn modern(&self, call: &RpcCall<'_>) -> Result<RpcOutcome, Attempt> {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-        // Room for what a call's request carries (these three, `Accept`, `Content-Type`, the
-        // credential, a trace context), so the map is not grown on the way.
-        let mut headers = HeaderMap::with_capacity(8);
-        headers.insert(
-            protocol::headers::PROTOCOL_VERSION,
-            HeaderValue::from_static(MODERN_VERSION),
-        );
-        if let Ok(v) = HeaderValue::from_str(call.method()) {
-            headers.insert(protocol::headers::METHOD, v);
-        }
-        if let Some(name) = routed_name(call.method(), call.params())
-            && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(&name))
-        {
-            headers.insert(protocol::headers::NAME, v);
-        }
-        // Tool-parameter headers describe the arguments, which the gateway forwards unchanged.
-        for (name, value) in call.caller_headers {
-            if name.as_str().starts_with("mcp-param-") {
-                headers.append(name.clone(), value.clone());
-            }
-        }
-        if let Some(derived) = call.param_headers {
-            headers.extend(derived.clone());
-        }
         // The call's trace context in `_meta` too (SEP-414): a server without HTTP
         // instrumentation (a stdio one behind the bridge) has no other carrier. It names the
         // call's span; the `traceparent` header names the HTTP request's beneath it.
@@ -616,7 +592,7 @@ impl Upstreams {
         };
         let body = modern_call_body(&id, call.method(), call.params(), meta);
         let reply = self
-            .post(call, headers, body)
+            .post(call, || modern_headers(call), body)
             .await
             .map_err(Attempt::Failed)?;
         if reply.status.is_success() && reply.is_event_stream() {
@@ -659,16 +635,16 @@ impl Upstreams {
         for attempt in 0..2 {
             let session = self.legacy_session(call, state, attempt > 0).await?;
             let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
-            let headers = session.headers();
             // The session says what the 2026-07-28 reserved `_meta` keys would: not both.
             let trace = switchboard_core::audit::outgoing_trace();
             let body = legacy_call_body(&id, call.method(), call.params(), trace.as_ref());
-            let reply = self.post(call, headers.clone(), body).await?;
+            let reply = self.post(call, || session.headers(), body).await?;
             if reply.status.is_success() && reply.is_event_stream() {
                 let origin = StreamOrigin {
                     http: self.http_for(call.server)?,
-                    url: reply.url.clone(),
-                    headers: reply.sent_headers.clone(),
+                    url: reply.final_url(call.server).clone(),
+                    headers: reply
+                        .sent_headers(call, || self.request_headers(call, session.headers())),
                     trace: trace.clone(),
                     presents_certificate: call
                         .server
@@ -749,7 +725,7 @@ impl Upstreams {
         let reply = self
             .post(
                 call,
-                headers,
+                || headers.clone(),
                 legacy_request_body(
                     &id,
                     "initialize",
@@ -799,11 +775,10 @@ impl Upstreams {
             version,
             init: result,
         });
-        let headers = session.headers();
         let trace = switchboard_core::audit::outgoing_trace();
         let initialized =
             legacy_notification_body("notifications/initialized", None, trace.as_ref());
-        self.post(call, headers, initialized)
+        self.post(call, || session.headers(), initialized)
             .await?
             .read(call.server)
             .await?;
@@ -813,13 +788,24 @@ impl Upstreams {
     }
 
     /// One HTTP POST with the server's headers, following same-origin redirects with
-    /// credentials and cross-origin ones without any credential slot.
+    /// credentials and cross-origin ones without any credential slot. `headers_of` makes the
+    /// request's own headers (the server's are added here), once per request sent: a redirect
+    /// is rare, and a copy kept for it cost every call about a thousand instructions.
     async fn post(
         &self,
         call: &RpcCall<'_>,
-        mut headers: HeaderMap,
+        headers_of: impl Fn() -> HeaderMap + Sync,
         body: Vec<u8>,
     ) -> Result<SentReply, UpstreamError> {
+        let headers_of = || self.request_headers(call, headers_of());
+        let body = Some(("application/json", bytes::Bytes::from(body)));
+        self.send_following(call, http::Method::POST, None, &headers_of, body)
+            .await
+    }
+
+    /// `headers` with what every POST to the server carries: `Accept`, `Content-Type` and the
+    /// server's own headers (its credential among them).
+    fn request_headers(&self, call: &RpcCall<'_>, mut headers: HeaderMap) -> HeaderMap {
         headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
         headers.insert(
             header::CONTENT_TYPE,
@@ -830,42 +816,44 @@ impl Upstreams {
             call.credential.map(|c| &c.value),
             &mut headers,
         );
-        let url = call.server.url.clone();
-        let body = Some(("application/json", bytes::Bytes::from(body)));
-        self.send_following(call, http::Method::POST, url, headers, body)
-            .await
+        headers
     }
 
-    /// One HTTP request with `headers` (the server's credential already among them) under both
-    /// address policies, following redirects: 307/308 with the same method and body, 301/302/303
-    /// of a GET or HEAD as themselves (a REST API's); a cross-origin one without any credential
-    /// slot.
+    /// One HTTP request to `url` (`None`: the server's own) with the headers `headers_of` makes
+    /// (the server's credential already among them) under both address policies, following
+    /// redirects: 307/308 with the same method and body, 301/302/303 of a GET or HEAD as
+    /// themselves (a REST API's); a cross-origin one without any credential slot.
     pub(crate) async fn send_following(
         &self,
         call: &RpcCall<'_>,
         method: http::Method,
-        mut url: url::Url,
-        mut headers: HeaderMap,
+        url: Option<url::Url>,
+        headers_of: &(dyn Fn() -> HeaderMap + Sync),
         body: Option<(&'static str, bytes::Bytes)>,
     ) -> Result<SentReply, UpstreamError> {
         let http = self.http_for(call.server)?;
         let safe = matches!(method, http::Method::GET | http::Method::HEAD);
+        // `None`: the server's own URL, made into a request target once (`Endpoint`).
+        let mut elsewhere = url;
+        let mut credential_stripped = false;
         for _ in 0..=MAX_REDIRECTS {
+            let url = elsewhere.as_ref().unwrap_or(&call.server.url);
             // The first URL passed validation under these policies, but a redirect target did not.
-            if let Err(denied) = self.allows(call.server, &url) {
+            if let Err(denied) = self.allows(call.server, url) {
                 return Err(UpstreamError::AddressDenied {
                     server: call.server.id().to_string(),
                     denied,
                 });
             }
-            // The server's own URL was made into a request target once (`Endpoint`).
-            let outgoing = match &call.server.endpoint {
-                Some(endpoint) if url == call.server.url => {
-                    http.request_to(method.clone(), endpoint)
-                }
-                _ => http.request(method.clone(), &url),
+            let outgoing = match (&call.server.endpoint, &elsewhere) {
+                (Some(endpoint), None) => http.request_to(method.clone(), endpoint),
+                _ => http.request(method.clone(), url),
             };
-            let mut outgoing = outgoing.headers(headers.clone());
+            let mut headers = headers_of();
+            if credential_stripped {
+                strip_credentials(call.server, &mut headers);
+            }
+            let mut outgoing = outgoing.headers(headers);
             if let Some((content_type, body)) = &body {
                 outgoing = outgoing.body(content_type, body.clone());
             }
@@ -883,18 +871,14 @@ impl Upstreams {
                     .and_then(|l| l.to_str().ok())
                     .and_then(|l| url.join(l).ok())
             {
-                if next.origin() != url.origin() {
-                    for slot in call.server.headers.secret_slots() {
-                        headers.remove(slot);
-                    }
-                }
-                url = next;
+                credential_stripped |= next.origin() != url.origin();
+                elsewhere = Some(next);
                 continue;
             }
             return Ok(SentReply {
                 status,
-                url,
-                sent_headers: headers,
+                elsewhere,
+                credential_stripped,
                 response,
             });
         }
@@ -903,6 +887,43 @@ impl Upstreams {
             detail: "too many redirects".into(),
         })
     }
+}
+
+/// Takes every credential slot of the server's out of `headers` (a cross-origin redirect).
+fn strip_credentials(server: &Server, headers: &mut HeaderMap) {
+    for slot in server.headers.secret_slots() {
+        headers.remove(slot);
+    }
+}
+
+/// The headers of a 2026-07-28 call, before the server's own: its version, method and name
+/// repeated (SEP-2243), and the tool-parameter headers.
+fn modern_headers(call: &RpcCall<'_>) -> HeaderMap {
+    // Room for what a call's request carries (these three, `Accept`, `Content-Type`, the
+    // credential, a trace context), so the map is not grown on the way.
+    let mut headers = HeaderMap::with_capacity(8);
+    headers.insert(
+        protocol::headers::PROTOCOL_VERSION,
+        HeaderValue::from_static(MODERN_VERSION),
+    );
+    if let Ok(v) = HeaderValue::from_str(call.method()) {
+        headers.insert(protocol::headers::METHOD, v);
+    }
+    if let Some(name) = routed_name(call.method(), call.params())
+        && let Ok(v) = HeaderValue::from_str(&protocol::encode_header_value(&name))
+    {
+        headers.insert(protocol::headers::NAME, v);
+    }
+    // Tool-parameter headers describe the arguments, which the gateway forwards unchanged.
+    for (name, value) in call.caller_headers {
+        if name.as_str().starts_with("mcp-param-") {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    if let Some(derived) = call.param_headers {
+        headers.extend(derived.clone());
+    }
+    headers
 }
 
 enum Attempt {
@@ -926,13 +947,28 @@ impl Attempt {
 /// An upstream's answer whose body is not read yet: read whole, or relayed as a stream.
 pub(crate) struct SentReply {
     pub(crate) status: StatusCode,
-    /// Where the request finally went (after same-origin redirects), and with which headers.
-    url: url::Url,
-    sent_headers: HeaderMap,
+    /// Where the request finally went when that is not the server's own URL, and whether a
+    /// redirect took the credentials off (it crossed origins).
+    elsewhere: Option<url::Url>,
+    credential_stripped: bool,
     pub(crate) response: HttpResponse,
 }
 
 impl SentReply {
+    /// Where the request finally went.
+    fn final_url<'a>(&'a self, server: &'a Server) -> &'a url::Url {
+        self.elsewhere.as_ref().unwrap_or(&server.url)
+    }
+
+    /// The headers the request finally went with, made again by `headers_of`.
+    fn sent_headers(&self, call: &RpcCall<'_>, headers_of: impl Fn() -> HeaderMap) -> HeaderMap {
+        let mut headers = headers_of();
+        if self.credential_stripped {
+            strip_credentials(call.server, &mut headers);
+        }
+        headers
+    }
+
     fn is_event_stream(&self) -> bool {
         self.response
             .headers()

@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, header};
-use http_body_util::{BodyDataStream, BodyExt, Full, Limited};
+use http_body_util::{BodyDataStream, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -400,11 +400,48 @@ fn never_sent(error: &Failure) -> bool {
 
 /// A whole body, at most `limit` bytes.
 pub async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, HttpError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(HttpError::TooLarge(limit)),
+    match read_up_to(body, limit).await {
+        Ok(Ok(whole)) => Ok(whole),
+        Ok(Err(_rest)) => Err(HttpError::TooLarge(limit)),
         Err(_) => Err(HttpError::Body),
     }
+}
+
+/// A body whole, or, once it passes `limit` bytes, the body with what is not read yet (a
+/// server refusing a request may still read it away). One chunk, the common case, is kept as
+/// it came: no copy, none of a general collector's queue of chunks (`Collect` cost a call
+/// about 600 instructions more, for each of its two bodies).
+pub async fn read_up_to<B>(mut body: B, limit: usize) -> Result<Result<Bytes, B>, B::Error>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+{
+    let mut first: Option<Bytes> = None;
+    let mut more: Option<bytes::BytesMut> = None;
+    let mut len = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers
+        };
+        len += data.len();
+        if len > limit {
+            return Ok(Err(body));
+        }
+        match (&mut first, &mut more) {
+            (None, _) => first = Some(data),
+            (Some(head), None) => {
+                let mut buf = bytes::BytesMut::with_capacity(len);
+                buf.extend_from_slice(head);
+                buf.extend_from_slice(&data);
+                more = Some(buf);
+            }
+            (Some(_), Some(buf)) => buf.extend_from_slice(&data),
+        }
+    }
+    Ok(Ok(match (more, first) {
+        (Some(buf), _) => buf.freeze(),
+        (None, Some(head)) => head,
+        (None, None) => Bytes::new(),
+    }))
 }
 
 /// A body as a stream of its chunks.

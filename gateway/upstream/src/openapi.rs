@@ -219,7 +219,13 @@ impl Upstreams {
             );
         }
         let sent = self
-            .send_following(call, http::Method::GET, url.clone(), headers, None)
+            .send_following(
+                call,
+                http::Method::GET,
+                Some(url.clone()),
+                &|| headers.clone(),
+                None,
+            )
             .await?;
         let status = sent.status;
         let (parts, body) = sent.response.into_parts();
@@ -282,7 +288,7 @@ impl Upstreams {
             .body
             .map(|(media_type, b)| (media_type, bytes::Bytes::from(b)));
         let sent = self
-            .send_following(call, request.method, url, headers, body)
+            .send_following(call, request.method, Some(url), &|| headers.clone(), body)
             .await?;
         let status = sent.status;
         let (parts, body) = sent.response.into_parts();

@@ -270,12 +270,18 @@ fn listened(
 }
 
 /// Whether an `Accept` value takes an event stream: one of its media ranges is
-/// `text/event-stream` or `*/*` (parameters aside). Read range by range: a substring search set
-/// up per call cost the call about 400 instructions.
+/// `text/event-stream` or `*/*` (parameters aside). Read range by range, as bytes: a substring
+/// search set up per call cost the call about 400 instructions, `str`'s splitting by a
+/// character about 140 a range. (A header's text is visible ASCII, space and tab: ASCII's
+/// trimming is `str::trim`'s there.)
 pub(super) fn accepts_stream(accept: &str) -> bool {
-    accept.split(',').any(|range| {
-        let media = range.split(';').next().unwrap_or_default().trim();
-        media.eq_ignore_ascii_case("text/event-stream") || media == "*/*"
+    accept.as_bytes().split(|&b| b == b',').any(|range| {
+        let media = range
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
+        media.eq_ignore_ascii_case(b"text/event-stream") || media == b"*/*"
     })
 }
 

@@ -44,7 +44,7 @@ pub async fn aggregate(
     request: axum::extract::Request,
 ) -> Response {
     match into_headers_and_body(request).await {
-        Ok((headers, body)) => handle(&cx, None, headers, body).await,
+        Ok((headers, body)) => post(&cx, None, headers, body).await,
         Err(refused) => refused,
     }
 }
@@ -55,7 +55,7 @@ pub async fn single(
     request: axum::extract::Request,
 ) -> Response {
     match into_headers_and_body(request).await {
-        Ok((headers, body)) => handle(&cx, Some(prefix), headers, body).await,
+        Ok((headers, body)) => post(&cx, Some(prefix), headers, body).await,
         Err(refused) => refused,
     }
 }
@@ -115,7 +115,10 @@ pub async fn end_session(State(cx): State<Arc<McpContext>>, headers: HeaderMap) 
     StatusCode::NO_CONTENT.into_response()
 }
 
-async fn handle(
+/// A POST to `/mcp` (`prefix` `None`) or `/mcp/{prefix}`, its body read whole: what the
+/// gateway's edge calls for these paths (the common request skips the router), and what the
+/// routes above call for the rest.
+pub async fn post(
     cx: &Arc<McpContext>,
     prefix: Option<String>,
     headers: HeaderMap,
