@@ -83,14 +83,13 @@ impl hyper::service::Service<Request> for Edge {
 
     fn call(&self, request: Request) -> Self::Future {
         let edge = self.clone();
-        // One boxed future per request: the answer's whole state, moved once.
-        Box::pin(async move {
-            Ok(if edge.public {
-                audited_edge(&edge, request).await
-            } else {
-                edge_answer(&edge, request).await
-            })
-        })
+        // A boxed future per listener: one holding both would be as large as the larger (the
+        // internal edge's, whose answer is inline), and that size is copied on every request.
+        if edge.public {
+            Box::pin(async move { Ok(audited_edge(&edge, request).await) })
+        } else {
+            Box::pin(async move { Ok(edge_answer(&edge, request).await) })
+        }
     }
 }
 

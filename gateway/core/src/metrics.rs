@@ -247,13 +247,81 @@ impl LabelValues {
 
 /// Per-tenant usage: requests, durations and model tokens, labels bounded.
 struct Usage {
-    requests: Handles<TenantLabels, Counter>,
-    duration: Handles<EndpointServerLabels, Histogram>,
+    requests: Family<TenantLabels, Counter>,
+    duration: Family<EndpointServerLabels, Histogram>,
+    /// The two series above a request counts into, by its label values as they come.
+    series: UsageSeries,
     tokens: Family<TenantTokenLabels, Counter>,
     folded: Family<FoldedLabels, Counter>,
     tenants: LabelValues,
     servers: LabelValues,
     models: LabelValues,
+}
+
+/// The two series (duration, requests) a finished request counts into, found in one lookup by
+/// its label values as they come: found through the label sets, they cost each request two
+/// bounded-value lookups, two label sets built and hashed and two more maps (about 800
+/// instructions). Holds only values that were not folded into `other`, so it is bounded as the
+/// families are.
+#[derive(Default)]
+struct UsageSeries(std::sync::RwLock<foldhash::HashMap<u64, Vec<UsageEntry>>>);
+
+struct UsageEntry {
+    endpoint: &'static str,
+    tenant: Arc<str>,
+    server: Arc<str>,
+    outcome: &'static str,
+    duration: Histogram,
+    requests: Counter,
+}
+
+impl UsageEntry {
+    fn is(&self, figures: &UsageFigures<'_>) -> bool {
+        self.endpoint == figures.endpoint
+            && self.outcome == figures.outcome
+            && *self.tenant == *figures.tenant
+            && *self.server == *figures.server
+    }
+}
+
+impl UsageSeries {
+    fn key(map: &foldhash::HashMap<u64, Vec<UsageEntry>>, figures: &UsageFigures<'_>) -> u64 {
+        use std::hash::BuildHasher as _;
+        map.hasher().hash_one((
+            figures.endpoint,
+            figures.tenant,
+            figures.server,
+            figures.outcome,
+        ))
+    }
+
+    /// Counts the request into its series when they are known here (`false`: not yet).
+    fn count(&self, figures: &UsageFigures<'_>, seconds: f64) -> bool {
+        let Ok(map) = self.0.read() else {
+            return false;
+        };
+        let found = map
+            .get(&Self::key(&map, figures))
+            .and_then(|entries| entries.iter().find(|e| e.is(figures)));
+        match found {
+            Some(entry) => {
+                entry.duration.observe(seconds);
+                entry.requests.inc();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn insert(&self, figures: &UsageFigures<'_>, entry: UsageEntry) {
+        if let Ok(mut map) = self.0.write() {
+            let key = Self::key(&map, figures);
+            let entries = map.entry(key).or_default();
+            if !entries.iter().any(|e| e.is(figures)) {
+                entries.push(entry);
+            }
+        }
+    }
 }
 
 /// What one finished client request was, for [`Metrics::usage`].
@@ -507,8 +575,9 @@ impl Default for Metrics {
             models.tokens.clone(),
         );
         let usage = Usage {
-            requests: Handles::new(Family::default()),
-            duration: Handles::new(Family::new_with_constructor(latency_histogram)),
+            requests: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+            series: UsageSeries::default(),
             tokens: Family::default(),
             folded: Family::default(),
             tenants: LabelValues::default(),
@@ -518,13 +587,13 @@ impl Default for Metrics {
         registry.register(
             "tenant_requests",
             "Client requests by tenant (the caller's namespace), server and outcome",
-            usage.requests.family.clone(),
+            usage.requests.clone(),
         );
         registry.register(
             "request_duration_seconds",
             "Client request duration (to the answer's end; a stream's when it closes), by \
              endpoint and server",
-            usage.duration.family.clone(),
+            usage.duration.clone(),
         );
         registry.register(
             "tenant_llm_tokens",
@@ -788,27 +857,49 @@ impl Metrics {
             if folded {
                 u.folded.get_or_create(&FoldedLabels { label: name }).inc();
             }
-            v
+            (v, folded)
         };
-        let tenant = label(&u.tenants, "tenant", figures.tenant);
-        let server = label(&u.servers, "server", figures.server);
-        let endpoint_server = EndpointServerLabels {
-            endpoint: figures.endpoint,
-            server: server.clone(),
-        };
-        u.duration.with(&endpoint_server, |duration| {
-            duration.observe(figures.elapsed.as_secs_f64());
-        });
-        let tenant_server = TenantLabels {
-            tenant: tenant.clone(),
-            server,
-            outcome: figures.outcome,
-        };
-        u.requests.with(&tenant_server, |requests| {
+        let seconds = figures.elapsed.as_secs_f64();
+        // (Admitted once a request: a folded value counts once.)
+        let mut tenant_label = None;
+        if !u.series.count(figures, seconds) {
+            // The first request with these values (or one with a folded value).
+            let (tenant, tenant_folded) = label(&u.tenants, "tenant", figures.tenant);
+            tenant_label = Some(tenant.clone());
+            let (server, server_folded) = label(&u.servers, "server", figures.server);
+            let duration = u
+                .duration
+                .get_or_create(&EndpointServerLabels {
+                    endpoint: figures.endpoint,
+                    server: server.clone(),
+                })
+                .clone();
+            let requests = u
+                .requests
+                .get_or_create(&TenantLabels {
+                    tenant: tenant.clone(),
+                    server: server.clone(),
+                    outcome: figures.outcome,
+                })
+                .clone();
+            duration.observe(seconds);
             requests.inc();
-        });
+            if !tenant_folded && !server_folded {
+                let entry = UsageEntry {
+                    endpoint: figures.endpoint,
+                    tenant: tenant.0,
+                    server: server.0,
+                    outcome: figures.outcome,
+                    duration,
+                    requests,
+                };
+                u.series.insert(figures, entry);
+            }
+        }
         if let Some(model) = figures.model {
-            let model = label(&u.models, "model", model);
+            let tenant =
+                tenant_label.unwrap_or_else(|| label(&u.tenants, "tenant", figures.tenant).0);
+            let (model, _) = label(&u.models, "model", model);
             for (kind, n) in [
                 ("input", figures.input_tokens),
                 ("output", figures.output_tokens),
@@ -1009,6 +1100,63 @@ mod tests {
             ["switchboard_gateway_request_duration_seconds_count{endpoint=\"mcp\",server=\"b\"} 1"],
             "{text}"
         );
+    }
+
+    /// Past the bound, tenants count as `other`, each folded request once (a model's tokens
+    /// too: the tenant is admitted once a request), and the series found by label values hold
+    /// no folded value: they stay bounded as the families are.
+    #[test]
+    fn usage_past_the_label_bound_counts_as_other_and_stays_bounded() {
+        let metrics = Metrics::default();
+        let tenants: Vec<String> = (0..USAGE_LABEL_VALUES + 40)
+            .map(|n| format!("t{n}"))
+            .collect();
+        for round in 0..2 {
+            for tenant in &tenants {
+                metrics.usage(&UsageFigures {
+                    endpoint: "llm_messages",
+                    tenant,
+                    server: "a",
+                    model: (round == 1).then_some("m"),
+                    outcome: "ok",
+                    elapsed: Duration::from_millis(1),
+                    input_tokens: 2,
+                    output_tokens: 3,
+                });
+            }
+        }
+        let text = metrics.encode();
+        let has = |line: &str| text.lines().any(|l| l == line);
+        assert!(
+            has(
+                "switchboard_gateway_tenant_requests_total{tenant=\"other\",server=\"a\",outcome=\"ok\"} 80"
+            ),
+            "{text}"
+        );
+        assert!(
+            has(
+                "switchboard_gateway_tenant_requests_total{tenant=\"t0\",server=\"a\",outcome=\"ok\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            has("switchboard_gateway_usage_labels_folded_total{label=\"tenant\"} 80"),
+            "{text}"
+        );
+        assert!(
+            has(
+                "switchboard_gateway_request_duration_seconds_count{endpoint=\"llm_messages\",server=\"a\"} 592"
+            ),
+            "{text}"
+        );
+        let held: usize = metrics
+            .usage
+            .series
+            .0
+            .read()
+            .map(|map| map.values().map(Vec::len).sum())
+            .unwrap_or_default();
+        assert_eq!(held, USAGE_LABEL_VALUES);
     }
 
     #[test]

@@ -61,6 +61,77 @@ pub fn to_bits(caps: Option<&Value>) -> u8 {
     bits
 }
 
+/// [`to_bits`] of a capabilities object's text, read by the walk (`scan`) rather than into a
+/// tree: a 2026-07-28 client sends the object on every request. What the walk leaves to serde
+/// (a name with an escape) is read into a tree. `text` is one JSON value (a reading of the
+/// message checked it).
+pub fn text_bits(text: &str) -> u8 {
+    walked_bits(text).unwrap_or_else(|| to_bits(serde_json::from_str::<Value>(text).ok().as_ref()))
+}
+
+/// The members of a value's text as `Value::get` finds them: an object's (the last of a name
+/// named twice, as a tree keeps it), none for any other value. `None`: the walk left it.
+fn members_of(text: &str) -> Option<Vec<(&str, &str)>> {
+    if !text.starts_with('{') {
+        return Some(Vec::new());
+    }
+    match crate::scan::read_object(text)? {
+        crate::ObjectRead::Object(members) => Some(members),
+        crate::ObjectRead::Null => Some(Vec::new()),
+    }
+}
+
+/// A member's value's text, when it is there and not `null` (`to_bits`'s `has`).
+fn present<'a>(members: &[(&str, &'a str)], name: &str) -> Option<&'a str> {
+    members
+        .iter()
+        .rev()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
+        .filter(|v| *v != "null")
+}
+
+fn walked_bits(text: &str) -> Option<u8> {
+    let caps = members_of(text)?;
+    let inner = |name: &str| -> Option<Option<Vec<(&str, &str)>>> {
+        match present(&caps, name) {
+            Some(value) => members_of(value).map(Some),
+            None => Some(None),
+        }
+    };
+    let (sampling, elicitation, roots, extensions) = (
+        inner("sampling")?,
+        inner("elicitation")?,
+        inner("roots")?,
+        inner("extensions")?,
+    );
+    let has = |object: &Option<Vec<(&str, &str)>>, name: &str| {
+        object.as_ref().is_some_and(|m| present(m, name).is_some())
+    };
+    let mut bits = 0;
+    let mut set = |cond: bool, bit: u8| {
+        if cond {
+            bits |= bit;
+        }
+    };
+    set(sampling.is_some(), SAMPLING);
+    set(has(&sampling, "context"), SAMPLING_CONTEXT);
+    set(has(&sampling, "tools"), SAMPLING_TOOLS);
+    let url = has(&elicitation, "url");
+    set(
+        has(&elicitation, "form") || (elicitation.is_some() && !url),
+        ELICITATION_FORM,
+    );
+    set(url, ELICITATION_URL);
+    set(roots.is_some(), ROOTS);
+    set(
+        roots.as_ref().and_then(|m| present(m, "listChanged")) == Some("true"),
+        ROOTS_LIST_CHANGED,
+    );
+    set(has(&extensions, TASKS_EXTENSION), TASKS);
+    Some(bits)
+}
+
 /// The `ClientCapabilities` object the bits stand for.
 pub fn to_json(bits: u8) -> Value {
     let mut caps = Map::new();
@@ -144,6 +215,78 @@ mod tests {
         assert_eq!(to_bits(Some(&json!({}))), 0);
         assert_eq!(to_bits(None), 0);
         assert_eq!(to_json(0), json!({}));
+    }
+
+    /// `text_bits` reads what `to_bits` reads of the tree, on generated objects: each name
+    /// `to_bits` looks at, others, `null`s, values that are not objects, names given twice,
+    /// white space, a name with an escape (left to serde), and values that are not objects.
+    #[test]
+    fn the_walk_of_a_capabilities_text_finds_the_trees_bits() {
+        /// Texts from a fixed seed (xorshift): objects of the names below, nested once.
+        struct Texts(u64);
+        impl Texts {
+            fn next(&mut self, n: usize) -> usize {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                (self.0 % n as u64) as usize
+            }
+            fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+                from[self.next(from.len())]
+            }
+            fn space(&mut self) -> &'static str {
+                self.pick(&[" ", "", "\n ", ""])
+            }
+            fn leaf(&mut self) -> String {
+                let leaves = ["{}", "null", "true", "false", "\"x\"", "[]", "1", "[{}]"];
+                self.pick(&leaves).to_string()
+            }
+            fn object(&mut self, names: &[&str], nested: bool) -> String {
+                let members: Vec<String> = (0..self.next(4))
+                    .map(|_| {
+                        let name = self.pick(names);
+                        let value = match (nested, self.next(3)) {
+                            (true, 0) | (false, _) => self.leaf(),
+                            (true, _) => self.object(INNER, false),
+                        };
+                        let (a, b, c) = (self.space(), self.space(), self.space());
+                        format!("{a}\"{name}\"{b}:{c}{value}")
+                    })
+                    .collect();
+                format!("{{{}{}}}", members.join(","), self.space())
+            }
+        }
+        const INNER: &[&str] = &[
+            "context",
+            "tools",
+            "form",
+            "url",
+            "listChanged",
+            TASKS_EXTENSION,
+            "other",
+            "f\\u006frm",
+        ];
+        const OUTER: &[&str] = &[
+            "sampling",
+            "elicitation",
+            "roots",
+            "extensions",
+            "experimental",
+            "s\\u0061mpling",
+        ];
+        let mut texts = Texts(0x2545_f491_4f6c_dd1d);
+        let mut walked = 0;
+        for _ in 0..3000 {
+            let text = match texts.next(8) {
+                0 => texts.leaf(),
+                _ => texts.object(OUTER, true),
+            };
+            let tree: Value = serde_json::from_str(&text).expect("generated JSON");
+            assert_eq!(text_bits(&text), to_bits(Some(&tree)), "{text}");
+            walked += usize::from(walked_bits(&text).is_some());
+        }
+        // Most are the walk's; some (the escaped names) serde's.
+        assert!(walked > 2000, "{walked}");
     }
 
     #[test]

@@ -166,12 +166,12 @@ pub enum Era {
     Rev2025,
 }
 
-/// Which era a POST speaks.
-pub fn classify(
+/// Which era a POST speaks. `headers` reads its `MCP-Protocol-Version` and whether it has an
+/// `Mcp-Session-Id`, only when the body does not say.
+pub fn classify<'h>(
     method: &str,
     params: Option<&Params>,
-    version_header: Option<&str>,
-    has_session: bool,
+    headers: impl FnOnce() -> (Option<&'h str>, bool),
 ) -> Era {
     // A 2026-07-28 `initialize` is the removed method it is, not a legacy handshake.
     if params.is_some_and(|p| p.meta_has(META_PROTOCOL_VERSION)) {
@@ -180,6 +180,7 @@ pub fn classify(
     if method == "initialize" {
         return Era::Rev2025;
     }
+    let (version_header, has_session) = headers();
     if has_session {
         return Era::Rev2025;
     }
@@ -541,8 +542,7 @@ fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
+    let flagged = |word: &[u8]| {
         let Ok(word) = <[u8; 8]>::try_from(word) else {
             return true;
         };
@@ -550,14 +550,14 @@ fn needs_escape(bytes: &[u8]) -> bool {
         let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH;
         let quote = zero_byte(v ^ (ONES * u64::from(b'"')));
         let backslash = zero_byte(v ^ (ONES * u64::from(b'\\')));
-        if control | quote | backslash != 0 {
-            return true;
-        }
-    }
-    words
-        .remainder()
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+        control | quote | backslash != 0
+    };
+    let Some(last) = bytes.len().checked_sub(8) else {
+        return bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+    };
+    // The whole words, then the last eight bytes (the tail a word would not hold, and some
+    // seen again): no byte loop for a string of eight or more.
+    bytes.chunks_exact(8).any(flagged) || bytes.get(last..).is_none_or(flagged)
 }
 
 /// Where `part`, a slice of `body` (a reading borrowed it from there), begins in `body`.
@@ -880,23 +880,23 @@ mod tests {
     fn body_decides_before_headers() {
         let modern = Params::from(json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}}));
         assert_eq!(
-            classify("tools/list", Some(&modern), None, false),
+            classify("tools/list", Some(&modern), || (None, false)),
             Era::Rev2026
         );
         assert_eq!(
-            classify("initialize", Some(&modern), None, false),
+            classify("initialize", Some(&modern), || (None, false)),
             Era::Rev2026
         );
-        assert_eq!(classify("initialize", None, None, false), Era::Rev2025);
+        assert_eq!(classify("initialize", None, || (None, false)), Era::Rev2025);
         assert_eq!(
-            classify("tools/list", None, Some("2025-06-18"), true),
+            classify("tools/list", None, || (Some("2025-06-18"), true)),
             Era::Rev2025
         );
         assert_eq!(
-            classify("tools/list", None, Some("2026-07-28"), false),
+            classify("tools/list", None, || (Some("2026-07-28"), false)),
             Era::Rev2026
         );
-        assert_eq!(classify("tools/list", None, None, false), Era::Rev2025);
+        assert_eq!(classify("tools/list", None, || (None, false)), Era::Rev2025);
     }
 
     #[test]

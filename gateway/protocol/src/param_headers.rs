@@ -25,6 +25,9 @@ pub fn derive(input_schema: &Value, arguments: Option<&Value>) -> HeaderMap {
     out
 }
 
+/// The schema keyword that names a parameter's header.
+pub const MARK: &str = "x-mcp-header";
+
 fn collect(schema: &Value, value: &Value, out: &mut HeaderMap, depth: usize) {
     let (Some(properties), Value::Object(values)) =
         (schema.get("properties").and_then(Value::as_object), value)
@@ -38,7 +41,7 @@ fn collect(schema: &Value, value: &Value, out: &mut HeaderMap, depth: usize) {
         let Some(argument) = values.get(name) else {
             continue;
         };
-        if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
+        if let Some(header) = property.get(MARK).and_then(Value::as_str) {
             let text = match argument {
                 Value::String(s) => Some(encode_header_value(s)),
                 Value::Bool(b) => Some(b.to_string()),

@@ -228,6 +228,20 @@ impl Params {
         }
     }
 
+    /// The bits of a capabilities object in `_meta` (`None` when `_meta` or the member is
+    /// absent): from its text while the parameters are text (`capabilities::text_bits`), else
+    /// from the tree.
+    pub fn meta_capabilities(&self, key: &str) -> Option<u8> {
+        if let Some(text) = self.unread()
+            && text.member("_meta")?.replaced.is_none()
+        {
+            let member = text.meta_member(key)?;
+            return Some(crate::capabilities::text_bits(member.text(&text.raw)));
+        }
+        let caps = self.meta_member(key)?;
+        Some(crate::capabilities::to_bits(Some(&caps)))
+    }
+
     /// A member of `_meta` that is a string.
     pub fn meta_str(&self, key: &str) -> Option<Cow<'_, str>> {
         match self.unread() {

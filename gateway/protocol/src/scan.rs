@@ -141,6 +141,15 @@ pub(crate) fn walk_result(text: &str) -> Option<ResponseRead<'_>> {
     })
 }
 
+/// An object's members as the walk reads them (`ObjectRead::Null` for `null`): `None` for
+/// anything else, or what the walk leaves to serde.
+pub(crate) fn read_object(text: &str) -> Option<ObjectRead<'_>> {
+    let mut scan = Scan::new(text);
+    let object = scan.object_read()?;
+    scan.end()?;
+    Some(object)
+}
+
 /// Sets a member read once; a member named twice is left to serde (which refuses it or keeps
 /// the last, depending on the reading).
 fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {

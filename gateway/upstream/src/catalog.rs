@@ -14,6 +14,7 @@ use moka::sync::Cache;
 use std::time::Duration;
 
 use serde_json::Value;
+use switchboard_protocol::param_headers;
 use tokio::time::Instant;
 
 use crate::client::Upstreams;
@@ -152,15 +153,17 @@ impl Catalog {
             .contains_key(&(server.revision, ListKind::Tools, partition))
     }
 
-    /// The input schema of one of the server's tools, from its last listing (any age).
-    pub fn tool_schema(&self, server: &Server, partition: u64, tool: &str) -> Option<Value> {
+    /// The input schema of one of the server's tools, from its last listing (any age), when it
+    /// may name parameter headers (`param_headers::MARK`): most name none, and a call to one
+    /// then reads neither its schema nor its arguments into a tree (about 2,400 instructions a
+    /// call of a legacy client to a 2026-07-28 upstream).
+    pub fn header_schema(&self, server: &Server, partition: u64, tool: &str) -> Option<Value> {
         let entry = self.entry(server, ListKind::Tools, partition)?;
-        entry
-            .listing
-            .items
-            .iter()
-            .find(|t| t.id() == Some(tool))?
-            .get("inputSchema")
+        let item = entry.listing.items.iter().find(|t| t.id() == Some(tool))?;
+        if !item.may_hold(param_headers::MARK) {
+            return None;
+        }
+        item.get("inputSchema")
     }
 
     /// The server's listing for the caller's credential partition, from cache when younger

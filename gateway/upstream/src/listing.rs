@@ -217,6 +217,16 @@ impl Item {
         out
     }
 
+    /// Whether the item's text may hold `word` (ASCII letters and `-`): `false` only when it
+    /// cannot, holding neither the word nor a `\u` escape, which could spell it. (A tool of an
+    /// OpenAPI document may.)
+    pub fn may_hold(&self, word: &str) -> bool {
+        match &self.rest {
+            Rest::Text(rest) => rest.get().contains(word) || rest.get().contains("\\u"),
+            Rest::Operation(..) => true,
+        }
+    }
+
     /// One field of the item, parsed (for the rare reader, such as `Mcp-Param-*` derivation).
     pub fn get(&self, key: &str) -> Option<Value> {
         self.fields()?.remove(key)
@@ -558,6 +568,50 @@ mod tests {
         assert_eq!(next_cursor(empty(), Some(Era::Rev2025)), None);
         assert_eq!(next_cursor(Some(Value::Null), Some(Era::Rev2026)), None);
         assert_eq!(next_cursor(None, Some(Era::Rev2026)), None);
+    }
+
+    /// `may_hold` says `false` only where no reading of the item could find the word: a tool
+    /// whose schema names a header, plainly or with its letters escaped, may hold it; one
+    /// whose text has other escapes only (`\n`, `\"`) does not.
+    #[test]
+    fn an_item_may_hold_a_word_unless_its_text_cannot_spell_it() {
+        let mark = switchboard_protocol::param_headers::MARK;
+        let item = |text: &str| {
+            let raw = RawValue::from_string(text.to_string()).expect("JSON");
+            Item::from_raw(ListKind::Tools, &raw)
+        };
+        for (text, may) in [
+            (
+                r#"{"name":"a","inputSchema":{"properties":{"r":{"x-mcp-header":"R"}}}}"#,
+                true,
+            ),
+            (
+                r#"{"name":"a","inputSchema":{"properties":{"r":{"x\u002dmcp-header":"R"}}}}"#,
+                true,
+            ),
+            (
+                r#"{"name":"a","inputSchema":{"properties":{"r":{"\u0078-mcp-header":"R"}}}}"#,
+                true,
+            ),
+            (
+                r#"{"name":"a","description":"two\nlines, \"quoted\"","inputSchema":{}}"#,
+                false,
+            ),
+            (
+                r#"{"name":"a","inputSchema":{"properties":{"r":{"type":"string"}}}}"#,
+                false,
+            ),
+        ] {
+            let item = item(text);
+            assert_eq!(item.may_hold(mark), may, "{text}");
+            // Where it may not, the tree has no such name either.
+            let schema = item.get("inputSchema").unwrap_or_default();
+            let named = serde_json::to_string(&schema)
+                .unwrap_or_default()
+                .contains(mark);
+            assert!(may || !named, "{text}");
+            assert_eq!(named, may, "{text}");
+        }
     }
 
     fn raw(value: &Value) -> RpcResult {

@@ -766,10 +766,9 @@ impl UpstreamPlane {
             .and_then(|p| p.str_member("name"))
             .unwrap_or_default();
         let derived = || {
+            let schema = self.catalog.header_schema(server, partition, &tool)?;
             let arguments = params.and_then(|p| p.member("arguments"));
-            self.catalog
-                .tool_schema(server, partition, &tool)
-                .map(|schema| param_headers::derive(&schema, arguments.as_deref()))
+            Some(param_headers::derive(&schema, arguments.as_deref()))
         };
         let headers = derived();
         let outcome = self

@@ -218,14 +218,13 @@ fn target_of(caller: &Caller, prefix: Option<&str>) -> Result<Target, GatewayErr
 
 /// The call's era, told by how the client opens (its `_meta`, its headers, its session).
 fn era_of(caller: &Caller, message: &Message) -> Era {
-    let version_header = header_str(&caller.headers, protocol::headers::PROTOCOL_VERSION);
-    let has_session = caller.headers.contains_key(protocol::headers::SESSION_ID);
-    protocol::classify(
-        &message.method,
-        message.params.as_ref(),
-        version_header,
-        has_session,
-    )
+    // (The headers are read only when the body does not say: a 2026-07-28 call says.)
+    protocol::classify(&message.method, message.params.as_ref(), || {
+        (
+            header_str(&caller.headers, protocol::headers::PROTOCOL_VERSION),
+            caller.headers.contains_key(protocol::headers::SESSION_ID),
+        )
+    })
 }
 
 /// A 2026-07-28 retry after the gateway asked the caller to connect an account (its own

@@ -8,7 +8,6 @@ use crate::dispatch::{Answer, Failure, Request};
 use crate::target::{Target, dispatch};
 use switchboard_core::errors::{GatewayError, codes};
 use switchboard_core::scope::Caller;
-use switchboard_protocol::capabilities;
 use switchboard_protocol::{
     self as protocol, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
     META_SERVER_INFO, MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
@@ -100,10 +99,9 @@ pub(super) fn check_modern(
     // Read as members: the common call is never read into a tree (`Params`).
     let params = message.params.as_ref();
     let version = params.and_then(|p| p.meta_str(META_PROTOCOL_VERSION));
-    let client_capabilities = params.and_then(|p| p.meta_member(META_CLIENT_CAPABILITIES));
-    let (Some(version), Some(client_capabilities)) =
-        (version.as_deref(), client_capabilities.as_deref())
-    else {
+    // (Its bits read from its text: the object is not needed whole.)
+    let capabilities = params.and_then(|p| p.meta_capabilities(META_CLIENT_CAPABILITIES));
+    let (Some(version), Some(capabilities)) = (version.as_deref(), capabilities) else {
         return Err(protocol_error(
             codes::INVALID_PARAMS,
             format!(
@@ -139,7 +137,6 @@ pub(super) fn check_modern(
     }
     // A legacy upstream hears a 2026-07-28 client's capabilities through the session the
     // gateway opens for them.
-    let capabilities = capabilities::to_bits(Some(client_capabilities));
     Ok(EraChecked::Dispatch {
         session: SessionScope {
             client: 0,
