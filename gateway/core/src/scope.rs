@@ -628,16 +628,17 @@ impl Caller {
         &self,
         server: &Server,
         tool: &str,
-        unknown: GatewayError,
+        unknown: impl FnOnce() -> GatewayError,
     ) -> Result<(), GatewayError> {
+        // (`unknown` made only for a refusal: it holds the name as text.)
         if self.sees_tool(server, tool) {
             Ok(())
         } else if !server.spec.tools.admits(tool) {
-            Err(unknown)
+            Err(unknown())
         } else {
             Err(GatewayError::invisible(
                 OutOfScope::Server(server.id().to_string()),
-                unknown,
+                unknown(),
             ))
         }
     }
@@ -932,10 +933,10 @@ keys:
         let alpha = table.server_by_prefix("alpha").unwrap();
         let beta = table.server_by_prefix("beta").unwrap();
         let unknown = |name: &str| GatewayError::ToolNotFound { name: name.into() };
-        assert!(a.check_tool(alpha, "read_file", unknown("x")).is_ok());
+        assert!(a.check_tool(alpha, "read_file", || unknown("x")).is_ok());
         // The key's filter refuses write_file: unknown to the client, a refusal on record.
         let e = a
-            .check_tool(alpha, "write_file", unknown("alpha__write_file"))
+            .check_tool(alpha, "write_file", || unknown("alpha__write_file"))
             .err()
             .unwrap();
         assert_eq!(
@@ -947,13 +948,16 @@ keys:
         assert_eq!(noted(&e).server.as_deref(), Some("alpha"));
         // The server's own filter serves `hidden` to nobody: simply unknown.
         let e = a
-            .check_tool(alpha, "hidden", unknown("hidden"))
+            .check_tool(alpha, "hidden", || unknown("hidden"))
             .err()
             .unwrap();
         assert_eq!(noted(&e).outcome, Some("tool_not_found"));
         assert_eq!(noted(&e).server, None);
         // A server the key does not reach at all.
-        let e = a.check_tool(beta, "anything", unknown("x")).err().unwrap();
+        let e = a
+            .check_tool(beta, "anything", || unknown("x"))
+            .err()
+            .unwrap();
         assert_eq!(noted(&e).outcome, Some("access_denied"));
         assert_eq!(noted(&e).server.as_deref(), Some("beta"));
         // On /mcp, a name whose prefix names a server out of reach; not one out of existence,

@@ -203,7 +203,7 @@ async fn route_in_scope(
         && let Some(server) = caller.server_in_scope(prefix)
     {
         if method == "tools/call" {
-            caller.check_tool(server, rest, not_found())?;
+            caller.check_tool(server, rest, not_found)?;
         }
         return Ok((server.clone(), rest.to_string()));
     }
@@ -290,7 +290,7 @@ pub(crate) async fn single_method(
             .as_ref()
             .and_then(|p| p.str_member("name"))
             .ok_or_else(|| GatewayError::InvalidParams("params.name must be a string".into()))?;
-        let unknown = GatewayError::ToolNotFound {
+        let unknown = || GatewayError::ToolNotFound {
             name: name.to_string(),
         };
         caller.check_tool(server, &name, unknown)?;

@@ -198,7 +198,7 @@ fn routed_by_id(
     };
     // (REST says 404 for a tool the key's filter hides, as for one that does not exist; the
     // record says access_denied.)
-    let unknown = GatewayError::ToolNotFound {
+    let unknown = || GatewayError::ToolNotFound {
         name: name.to_string(),
     };
     caller.check_tool(&server, tool, unknown)?;

@@ -128,7 +128,7 @@ pub async fn method(
     // What the caller could not reach on the server directly is not there (recorded as the
     // refusal for scope it is).
     if kind == Selected::Tools {
-        caller.check_tool(server, own, not_found())?;
+        caller.check_tool(server, own, not_found)?;
     } else if !caller.reaches(server) {
         let refused = OutOfScope::Server(server.id().to_string());
         return Err(GatewayError::invisible(refused, not_found()).into());

@@ -149,9 +149,13 @@ async fn answer_call(
 ) -> (Response, Counted) {
     let id = message.id.clone().unwrap_or(Value::Null);
     let label = metric_method(&message.method);
+    // (The id as text is the span's alone: made only when the request is traced.)
+    let rpc_id = audit::traced()
+        .then(|| message.id.as_ref().and_then(rpc_id_text))
+        .flatten();
     audit::note(|n| {
         note_call(n, &message.method, message.params.as_ref());
-        n.rpc_id = message.id.as_ref().and_then(rpc_id_text);
+        n.rpc_id = rpc_id;
     });
     let target = match target_of(caller, prefix.as_deref()) {
         Ok(target) => target,
@@ -274,6 +278,10 @@ fn listened(
 /// character about 140 a range. (A header's text is visible ASCII, space and tab: ASCII's
 /// trimming is `str::trim`'s there.)
 pub(super) fn accepts_stream(accept: &str) -> bool {
+    // What the official SDKs send, compared whole first.
+    if accept == "application/json, text/event-stream" {
+        return true;
+    }
     accept.as_bytes().split(|&b| b == b',').any(|range| {
         let media = range
             .split(|&b| b == b';')
