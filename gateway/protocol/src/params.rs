@@ -228,18 +228,15 @@ impl Params {
         }
     }
 
-    /// The bits of a capabilities object in `_meta` (`None` when `_meta` or the member is
-    /// absent): from its text while the parameters are text (`capabilities::text_bits`), else
-    /// from the tree.
-    pub fn meta_capabilities(&self, key: &str) -> Option<u8> {
-        if let Some(text) = self.unread()
-            && text.member("_meta")?.replaced.is_none()
-        {
-            let member = text.meta_member(key)?;
-            return Some(crate::capabilities::text_bits(member.text(&text.raw)));
+    /// A member of `_meta` as its text, while the parameters are text and `_meta` was not set
+    /// (`None` then, or when it is absent): for a reader that reads the text itself (a
+    /// capabilities object's bits, `capabilities::text_bits`).
+    pub fn meta_text(&self, key: &str) -> Option<&str> {
+        let text = self.unread()?;
+        if text.member("_meta")?.replaced.is_some() {
+            return None;
         }
-        let caps = self.meta_member(key)?;
-        Some(crate::capabilities::to_bits(Some(&caps)))
+        Some(text.meta_member(key)?.text(&text.raw))
     }
 
     /// A member of `_meta` that is a string.

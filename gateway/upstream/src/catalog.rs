@@ -157,7 +157,12 @@ impl Catalog {
     /// may name parameter headers (`param_headers::MARK`): most name none, and a call to one
     /// then reads neither its schema nor its arguments into a tree (about 2,400 instructions a
     /// call of a legacy client to a 2026-07-28 upstream).
-    pub fn header_schema(&self, server: &Server, partition: u64, tool: &str) -> Option<Value> {
+    pub(crate) fn header_schema(
+        &self,
+        server: &Server,
+        partition: u64,
+        tool: &str,
+    ) -> Option<Value> {
         let entry = self.entry(server, ListKind::Tools, partition)?;
         let item = entry.listing.items.iter().find(|t| t.id() == Some(tool))?;
         if !item.may_hold(param_headers::MARK) {

@@ -220,7 +220,7 @@ impl Item {
     /// Whether the item's text may hold `word` (ASCII letters and `-`): `false` only when it
     /// cannot, holding neither the word nor a `\u` escape, which could spell it. (A tool of an
     /// OpenAPI document may.)
-    pub fn may_hold(&self, word: &str) -> bool {
+    pub(crate) fn may_hold(&self, word: &str) -> bool {
         match &self.rest {
             Rest::Text(rest) => rest.get().contains(word) || rest.get().contains("\\u"),
             Rest::Operation(..) => true,

@@ -8,6 +8,7 @@ use crate::dispatch::{Answer, Failure, Request};
 use crate::target::{Target, dispatch};
 use switchboard_core::errors::{GatewayError, codes};
 use switchboard_core::scope::Caller;
+use switchboard_protocol::capabilities;
 use switchboard_protocol::{
     self as protocol, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
     META_SERVER_INFO, MODERN_VERSION, UNSUPPORTED_PROTOCOL_VERSION,
@@ -100,7 +101,12 @@ pub(super) fn check_modern(
     let params = message.params.as_ref();
     let version = params.and_then(|p| p.meta_str(META_PROTOCOL_VERSION));
     // (Its bits read from its text: the object is not needed whole.)
-    let capabilities = params.and_then(|p| p.meta_capabilities(META_CLIENT_CAPABILITIES));
+    let capabilities = params.and_then(|p| match p.meta_text(META_CLIENT_CAPABILITIES) {
+        Some(text) => Some(capabilities::text_bits(text)),
+        None => p
+            .meta_member(META_CLIENT_CAPABILITIES)
+            .map(|caps| capabilities::to_bits(Some(&caps))),
+    });
     let (Some(version), Some(capabilities)) = (version.as_deref(), capabilities) else {
         return Err(protocol_error(
             codes::INVALID_PARAMS,
