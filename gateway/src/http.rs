@@ -206,8 +206,8 @@ async fn audited_edge(edge: &Edge, request: Request) -> Response {
     }
     use tracing::Instrument as _;
     // The answer's future boxed where it is made: the slot's scope, the span's wrapper and the
-    // boxed future `from_fn` makes of this function then move a pointer, not the answer's
-    // state (each move of a future is a copy of it, paid on every request).
+    // listener's boxed future (`Edge::call`) then move a pointer, not the answer's state (each
+    // move of a future is a copy of it, paid on every request).
     let mut response = slot
         .scope(Box::pin(edge_answer(edge, request)))
         .instrument(slot.span().clone())

@@ -129,8 +129,8 @@ pub async fn post(
     } else {
         "mcp"
     };
-    // Boxed once here: the router's layers each box and move the handler's future, which
-    // then holds a pointer rather than the whole answer's state.
+    // Boxed once here: the futures above (the edge's, or the router's layers for a request
+    // that went through it) then hold a pointer rather than the whole answer's state.
     let (response, counted) = Box::pin(answer(cx, prefix, headers, body)).await;
     // The request metric, once per request whatever the exit (a notification counts nothing).
     if let Some((method, outcome)) = counted {
