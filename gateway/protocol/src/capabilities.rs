@@ -21,6 +21,42 @@ pub const TASKS: u8 = 1 << 7;
 
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
+/// What a `ClientCapabilities` object declares of what the gateway carries: each member there
+/// and not `null`, `roots.listChanged` when `true`. Read from a tree ([`to_bits`]) or from the
+/// text ([`text_bits`]); [`Declared::bits`] is the one place their rules are.
+#[derive(Default)]
+struct Declared {
+    sampling: bool,
+    sampling_context: bool,
+    sampling_tools: bool,
+    elicitation: bool,
+    elicitation_form: bool,
+    elicitation_url: bool,
+    roots: bool,
+    roots_list_changed: bool,
+    tasks: bool,
+}
+
+impl Declared {
+    fn bits(&self) -> u8 {
+        // A bare `elicitation: {}` (before modes existed) means form support.
+        let form = self.elicitation_form || (self.elicitation && !self.elicitation_url);
+        [
+            (self.sampling, SAMPLING),
+            (self.sampling_context, SAMPLING_CONTEXT),
+            (self.sampling_tools, SAMPLING_TOOLS),
+            (form, ELICITATION_FORM),
+            (self.elicitation_url, ELICITATION_URL),
+            (self.roots, ROOTS),
+            (self.roots_list_changed, ROOTS_LIST_CHANGED),
+            (self.tasks, TASKS),
+        ]
+        .into_iter()
+        .filter(|(declared, _)| *declared)
+        .fold(0, |bits, (_, bit)| bits | bit)
+    }
+}
+
 /// The bits of a `ClientCapabilities` object the gateway carries.
 pub fn to_bits(caps: Option<&Value>) -> u8 {
     let Some(caps) = caps else { return 0 };
@@ -34,31 +70,23 @@ pub fn to_bits(caps: Option<&Value>) -> u8 {
         }
         true
     };
-    let mut bits = 0;
-    let mut set = |cond: bool, bit: u8| {
-        if cond {
-            bits |= bit;
-        }
-    };
-    set(has(&["sampling"]), SAMPLING);
-    set(has(&["sampling", "context"]), SAMPLING_CONTEXT);
-    set(has(&["sampling", "tools"]), SAMPLING_TOOLS);
-    // A bare `elicitation: {}` (before modes existed) means form support.
-    let form =
-        has(&["elicitation", "form"]) || (has(&["elicitation"]) && !has(&["elicitation", "url"]));
-    set(form, ELICITATION_FORM);
-    set(has(&["elicitation", "url"]), ELICITATION_URL);
-    set(has(&["roots"]), ROOTS);
-    set(
+    Declared {
+        sampling: has(&["sampling"]),
+        sampling_context: has(&["sampling", "context"]),
+        sampling_tools: has(&["sampling", "tools"]),
+        elicitation: has(&["elicitation"]),
+        elicitation_form: has(&["elicitation", "form"]),
+        elicitation_url: has(&["elicitation", "url"]),
+        roots: has(&["roots"]),
         // (Not `pointer`: it allocates each step's key, on every 2026-07-28 request.)
-        caps.get("roots")
+        roots_list_changed: caps
+            .get("roots")
             .and_then(|roots| roots.get("listChanged"))
             .and_then(Value::as_bool)
             == Some(true),
-        ROOTS_LIST_CHANGED,
-    );
-    set(has(&["extensions", TASKS_EXTENSION]), TASKS);
-    bits
+        tasks: has(&["extensions", TASKS_EXTENSION]),
+    }
+    .bits()
 }
 
 /// [`to_bits`] of a capabilities object's text, read by the walk (`scan`) rather than into a
@@ -66,7 +94,10 @@ pub fn to_bits(caps: Option<&Value>) -> u8 {
 /// (a name with an escape) is read into a tree. `text` is one JSON value (a reading of the
 /// message checked it).
 pub fn text_bits(text: &str) -> u8 {
-    walked_bits(text).unwrap_or_else(|| to_bits(serde_json::from_str::<Value>(text).ok().as_ref()))
+    walked(text).map_or_else(
+        || to_bits(serde_json::from_str::<Value>(text).ok().as_ref()),
+        |declared| declared.bits(),
+    )
 }
 
 /// The members of a value's text as `Value::get` finds them: an object's (the last of a name
@@ -91,7 +122,8 @@ fn present<'a>(members: &[(&str, &'a str)], name: &str) -> Option<&'a str> {
         .filter(|v| *v != "null")
 }
 
-fn walked_bits(text: &str) -> Option<u8> {
+/// What the text declares, each object walked once (`None`: the walk left it to serde).
+fn walked(text: &str) -> Option<Declared> {
     let caps = members_of(text)?;
     let inner = |name: &str| -> Option<Option<Vec<(&str, &str)>>> {
         match present(&caps, name) {
@@ -108,28 +140,17 @@ fn walked_bits(text: &str) -> Option<u8> {
     let has = |object: &Option<Vec<(&str, &str)>>, name: &str| {
         object.as_ref().is_some_and(|m| present(m, name).is_some())
     };
-    let mut bits = 0;
-    let mut set = |cond: bool, bit: u8| {
-        if cond {
-            bits |= bit;
-        }
-    };
-    set(sampling.is_some(), SAMPLING);
-    set(has(&sampling, "context"), SAMPLING_CONTEXT);
-    set(has(&sampling, "tools"), SAMPLING_TOOLS);
-    let url = has(&elicitation, "url");
-    set(
-        has(&elicitation, "form") || (elicitation.is_some() && !url),
-        ELICITATION_FORM,
-    );
-    set(url, ELICITATION_URL);
-    set(roots.is_some(), ROOTS);
-    set(
-        roots.as_ref().and_then(|m| present(m, "listChanged")) == Some("true"),
-        ROOTS_LIST_CHANGED,
-    );
-    set(has(&extensions, TASKS_EXTENSION), TASKS);
-    Some(bits)
+    Some(Declared {
+        sampling: sampling.is_some(),
+        sampling_context: has(&sampling, "context"),
+        sampling_tools: has(&sampling, "tools"),
+        elicitation: elicitation.is_some(),
+        elicitation_form: has(&elicitation, "form"),
+        elicitation_url: has(&elicitation, "url"),
+        roots: roots.is_some(),
+        roots_list_changed: roots.as_ref().and_then(|m| present(m, "listChanged")) == Some("true"),
+        tasks: has(&extensions, TASKS_EXTENSION),
+    })
 }
 
 /// The `ClientCapabilities` object the bits stand for.
@@ -275,7 +296,7 @@ mod tests {
             "s\\u0061mpling",
         ];
         let mut texts = Texts(0x2545_f491_4f6c_dd1d);
-        let mut walked = 0;
+        let mut by_walk = 0;
         for _ in 0..3000 {
             let text = match texts.next(8) {
                 0 => texts.leaf(),
@@ -285,10 +306,10 @@ mod tests {
             let text = format!("{}{text}", texts.space());
             let tree: Value = serde_json::from_str(&text).expect("generated JSON");
             assert_eq!(text_bits(&text), to_bits(Some(&tree)), "{text}");
-            walked += usize::from(walked_bits(&text).is_some());
+            by_walk += usize::from(walked(&text).is_some());
         }
         // Most are the walk's; some (the escaped names) serde's.
-        assert!(walked > 2000, "{walked}");
+        assert!(by_walk > 2000, "{by_walk}");
     }
 
     #[test]
