@@ -66,6 +66,10 @@ pub mod headers {
     pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
 }
 
+/// The `Accept` of a Streamable HTTP POST: a JSON answer or an event stream. (What the
+/// official SDKs send, and what the gateway sends upstream.)
+pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// Legacy revisions served to clients, oldest first. A sealed session stores an index here.
 pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];

@@ -46,7 +46,6 @@ use switchboard_snapshot::TlsMaterial;
 /// Largest upstream answer the gateway reads; a bigger one is treated as a broken upstream.
 pub(crate) const MAX_UPSTREAM_BODY: usize = 32 * 1024 * 1024;
 const MAX_REDIRECTS: usize = 5;
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
 const ERA_MODERN: u8 = 1;
 const ERA_LEGACY: u8 = 2;
@@ -806,7 +805,10 @@ impl Upstreams {
     /// `headers` with what every POST to the server carries: `Accept`, `Content-Type` and the
     /// server's own headers (its credential among them).
     fn request_headers(&self, call: &RpcCall<'_>, mut headers: HeaderMap) -> HeaderMap {
-        headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(protocol::ACCEPT_BOTH),
+        );
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),

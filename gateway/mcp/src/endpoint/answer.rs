@@ -279,7 +279,7 @@ fn listened(
 /// trimming is `str::trim`'s there.)
 pub(super) fn accepts_stream(accept: &str) -> bool {
     // What the official SDKs send, compared whole first.
-    if accept == "application/json, text/event-stream" {
+    if accept == protocol::ACCEPT_BOTH {
         return true;
     }
     accept.as_bytes().split(|&b| b == b',').any(|range| {

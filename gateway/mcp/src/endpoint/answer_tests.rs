@@ -21,7 +21,7 @@ use switchboard_protocol::{
 };
 use switchboard_upstream::test_upstream::TestUpstream;
 
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+use switchboard_protocol::ACCEPT_BOTH;
 
 fn header(headers: &mut HeaderMap, name: &'static str, value: &str) {
     headers.insert(name, HeaderValue::from_str(value).expect("a header value"));
