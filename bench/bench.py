@@ -78,6 +78,26 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
+def drop_from_page_cache(path: str) -> None:
+    """Asks the kernel to forget the file's cached pages (those no process maps).
+
+    The executable's file-backed RSS at start depends on how its pages sit in the page cache,
+    not only on the code the process runs: on kernels with large page-cache folios (6.x),
+    a fault maps the whole folio around the touched page, and the folios' sizes come from how
+    the file was last read or written (the linker's writes, a `cat`, another process's faults).
+    The same binary measured 26.5 MiB idle after one history and 33 MiB after another. Dropping
+    the file's pages first gives every binary the same start: the process reads its own pages.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def status_kb(pid: int, field: str) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -570,8 +590,11 @@ class World:
             raise RuntimeError("no floor binary (bench/run.sh builds bench/floor)")
         return self.procs.start(name, [self.bins["floor"], "--listen", "127.0.0.1:0", "--upstream", upstream.url])
 
-    def gateway(self, name: str, cfg: dict | Path, env: dict | None = None) -> Proc:
+    def gateway(self, name: str, cfg: dict | Path, env: dict | None = None, cold_text: bool = False) -> Proc:
+        """`cold_text`: the executable's pages dropped from the page cache first (for RSS at start)."""
         path = cfg if isinstance(cfg, Path) else self.write_config(name, cfg)
+        if cold_text:
+            drop_from_page_cache(self.bins["gateway"])
         return self.procs.start(name, [self.bins["gateway"], "--config", str(path), "--listen", "127.0.0.1:0"],
                                 env={"RUST_LOG": "info", **(env or {})})
 
@@ -672,10 +695,13 @@ def scenario_overhead_throughput(world: World, bench: Bench, q: bool) -> dict:
     servers = [server("ex", f"{up.url}/mcp")]
     if py:
         servers.append(server("py", f"{py.url}/mcp"))
-    gw = world.gateway("gateway-main", gateway_config(servers))
+    gw = world.gateway("gateway-main", gateway_config(servers), cold_text=True)
     time.sleep(1.0)
     res["idle_rss_mib"] = r(gw.rss_kb() / 1024, 1)
-    res["idle_rss_note"] = "fresh process, config with 2 servers and 1 key, 1 s after ready, no request served yet"
+    res["idle_rss_anon_mib"] = r(status_kb(gw.pid, "RssAnon") / 1024, 1)
+    res["idle_rss_file_mib"] = r(status_kb(gw.pid, "RssFile") / 1024, 1)
+    res["idle_rss_note"] = ("fresh process, config with 2 servers and 1 key, 1 s after ready, no request served yet; "
+                            "the executable dropped from the page cache before the start (see drop_from_page_cache)")
     res["rust"] = s1_s2_for(world, bench, up, "rust", "ex", gw, single=True, q=q)
     if py:
         res["python"] = s1_s2_for(world, bench, py, "python", "py", gw, single=False, q=q)
@@ -714,7 +740,7 @@ def scenario_memory(world: World, up: Proc, q: bool, s12: dict) -> dict:
     n_servers, n_tools = (1000, 50)
     servers = [server(f"s{i}", f"{up.url}/v/tools={n_tools},name=s{i}/mcp") for i in range(n_servers)]
     cfg = gateway_config(servers)
-    gw = world.gateway("gateway-1000x50", cfg)
+    gw = world.gateway("gateway-1000x50", cfg, cold_text=True)
     time.sleep(1.0)
     idle_big = gw.rss_kb()
     tools, pages, secs, errs = list_all(gw.url)
@@ -726,6 +752,8 @@ def scenario_memory(world: World, up: Proc, q: bool, s12: dict) -> dict:
     world.procs.stop(gw)
     out = {
         "idle_rss_mib": s12.get("idle_rss_mib"),
+        "idle_rss_anon_mib": s12.get("idle_rss_anon_mib"),
+        "idle_rss_file_mib": s12.get("idle_rss_file_mib"),
         "under_load_peak_rss_mib": max((x["peak_rss_mib"].get("gateway") or 0)
                                        for k in ("rust", "python") if k in s12
                                        for x in s12[k]["throughput"]),
@@ -1250,7 +1278,8 @@ def render_md(res: dict) -> str:
         L.append("## Scenario 3: memory (gateway RSS)\n")
         L.append("| state | RSS MiB |")
         L.append("|---|---|")
-        L.append(f"| idle (2 servers, 1 key, nothing served yet) | {fmt(mem['idle_rss_mib'], 1)} |")
+        L.append(f"| idle (2 servers, 1 key, nothing served yet) | {fmt(mem['idle_rss_mib'], 1)} "
+                 f"(private {fmt(mem.get('idle_rss_anon_mib'), 1)}, file-backed {fmt(mem.get('idle_rss_file_mib'), 1)}) |")
         L.append(f"| peak under load (throughput runs) | {fmt(mem['under_load_peak_rss_mib'], 1)} |")
         L.append(f"| after the load runs | {fmt(mem['after_load_rss_mib'], 1)} |")
         L.append(f"| 1,000 servers loaded, nothing listed | {fmt(mem['rss_1000_servers_loaded_mib'], 1)} |")
