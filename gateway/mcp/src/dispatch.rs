@@ -123,19 +123,23 @@ pub(crate) async fn aggregate_method(
         return Err(GatewayError::MethodNotFound(method.to_string()).into());
     };
     let mut params = params.unwrap_or_else(|| Params::from(json!({})));
-    let name = params
-        .str_member(field)
-        .ok_or_else(|| GatewayError::InvalidParams(format!("params.{field} must be a string")))?
-        .into_owned();
-    let (server, upstream_name) = match field {
-        "taskId" => route_prefixed(caller, "task", &name)?,
-        "uri" => route_prefixed(caller, "resource", &name)?,
-        _ => route_name(cx, caller, method, &name).await?,
+    // (The name is read where it is, not copied: its last use is before the member is set.)
+    let (server, upstream_name, read_whole) = {
+        let name = params.str_member(field).ok_or_else(|| {
+            GatewayError::InvalidParams(format!("params.{field} must be a string"))
+        })?;
+        let (server, upstream_name) = match field {
+            "taskId" => route_prefixed(caller, "task", &name)?,
+            "uri" => route_prefixed(caller, "resource", &name)?,
+            _ => route_name(cx, caller, method, &name).await?,
+        };
+        // A UI resource's contents name it as this endpoint does: read whole to be renamed.
+        let read_whole = method == "resources/read" && is_ui_uri(&name);
+        (server, upstream_name, read_whole)
     };
     params.set_member(field, Value::from(upstream_name));
     let mut upstream_call = request.upstream_call(method, Some(params));
-    // A UI resource's contents name it as this endpoint does: read whole to be renamed.
-    if method == "resources/read" && is_ui_uri(&name) {
+    if read_whole {
         upstream_call.stream = false;
     }
     answer_from_upstream(cx, caller, &server, upstream_call, true).await

@@ -375,3 +375,24 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// A member set to a string (a routed name) is written by the text writer as the tree
+    /// writer writes it, escapes included.
+    #[test]
+    fn a_member_set_to_a_string_is_written_as_the_trees(
+        name in prop_oneof![any::<String>(), "[a-z_\"\\\\\\x00-\\x1f\u{7f}\u{e9}]{0,20}"],
+    ) {
+        const SENT: &str = r#"{"name":"pfx__add","arguments":{"a":1},"_meta":{"k":"v"}}"#;
+        let mut params = text(SENT);
+        params.set_member("name", Value::from(name.clone()));
+        prop_assert!(params.text_view().is_some());
+        let mut whole = tree(SENT);
+        whole["name"] = Value::from(name);
+        let written = modern_call_body(&json!(7), "tools/call", Some(&params), meta(None, None));
+        let expected = modern_request_body(&json!(7), "tools/call", Some(&whole), meta(None, None));
+        prop_assert_eq!(read_body(&written), read_body(&expected));
+    }
+}
