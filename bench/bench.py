@@ -82,11 +82,12 @@ def drop_from_page_cache(path: str) -> None:
     """Asks the kernel to forget the file's cached pages (those no process maps).
 
     The executable's file-backed RSS at start depends on how its pages sit in the page cache,
-    not only on the code the process runs: on kernels with large page-cache folios (6.x),
-    a fault maps the whole folio around the touched page, and the folios' sizes come from how
-    the file was last read or written (the linker's writes, a `cat`, another process's faults).
-    The same binary measured 26.5 MiB idle after one history and 33 MiB after another. Dropping
-    the file's pages first gives every binary the same start: the process reads its own pages.
+    not only on the code the process runs: a fault maps the cached pages around the touched
+    one, on kernels with large page-cache folios (6.x) by our reading a whole folio, and the
+    folios' sizes come from how the file was last read or written (the linker's writes, a
+    `cat`, another process's faults). The same binary measured 26.5 MiB idle after one history
+    and 33 MiB after another (BENCHMARKS.md, 2026-12-07). Dropping the file's pages first gives
+    every binary the same start: the process reads its own pages.
     """
     try:
         fd = os.open(path, os.O_RDONLY)
