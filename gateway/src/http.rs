@@ -415,22 +415,16 @@ async fn route(edge: &Edge, parts: axum::http::request::Parts, body: bytes::Byte
         let prefix = prefix.map(str::to_owned);
         return endpoint::post(&edge.gw.mcp, prefix, parts.headers, body).await;
     }
-    use tower_service::Service as _;
+    use tower_service::Service;
     type Routed = axum::http::Request<axum::body::Body>;
     let mut router = edge.router.clone();
-    // (A router is always ready; asked first all the same, as a tower service must be.)
-    if let Err(never) = std::future::poll_fn(|cx| {
-        <Router as tower_service::Service<Routed>>::poll_ready(&mut router, cx)
-    })
-    .await
-    {
-        match never {}
-    }
-    let request = Routed::from_parts(parts, axum::body::Body::from(body));
-    match router.call(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
+    // (A router is always ready, and never fails: its error is `Infallible`. Asked first all
+    // the same, as a tower service must be.)
+    let Ok(()) = std::future::poll_fn(|cx| Service::<Routed>::poll_ready(&mut router, cx)).await;
+    let Ok(response) = router
+        .call(Routed::from_parts(parts, axum::body::Body::from(body)))
+        .await;
+    response
 }
 
 /// Whether `path` is an MCP endpoint the edge hands to the MCP face itself: `/mcp`
