@@ -415,15 +415,10 @@ async fn route(edge: &Edge, parts: axum::http::request::Parts, body: bytes::Byte
         let prefix = prefix.map(str::to_owned);
         return endpoint::post(&edge.gw.mcp, prefix, parts.headers, body).await;
     }
-    use tower_service::Service;
-    type Routed = axum::http::Request<axum::body::Body>;
-    let mut router = edge.router.clone();
-    // (A router is always ready, and never fails: its error is `Infallible`. Asked first all
-    // the same, as a tower service must be.)
-    let Ok(()) = std::future::poll_fn(|cx| Service::<Routed>::poll_ready(&mut router, cx)).await;
-    let Ok(response) = router
-        .call(Routed::from_parts(parts, axum::body::Body::from(body)))
-        .await;
+    use tower::ServiceExt as _;
+    // `oneshot` asks the router `poll_ready` and then calls it; its error is `Infallible`.
+    let request = axum::http::Request::from_parts(parts, axum::body::Body::from(body));
+    let Ok(response) = edge.router.clone().oneshot(request).await;
     response
 }
 
@@ -634,8 +629,8 @@ mod tests {
         use axum::body::Body;
         use axum::extract::Path;
         use http_body_util::BodyExt as _;
-        use tower_service::Service as _;
-        let mut routes: Router = Router::new()
+        use tower::ServiceExt as _;
+        let routes: Router = Router::new()
             .route("/mcp", post(|| async { "aggregate".to_string() }))
             .route(
                 "/mcp/{prefix}",
@@ -665,7 +660,7 @@ mod tests {
                 .body(Body::empty())
                 .expect("a request");
             let path = request.uri().path().to_string();
-            let Ok(response) = routes.call(request).await;
+            let Ok(response) = routes.clone().oneshot(request).await;
             let status = response.status();
             let text = response
                 .into_body()
