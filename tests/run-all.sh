@@ -121,6 +121,10 @@ background() { # NAME CMD...: CMD (a command or a function) at nice 19, its outp
   shift
   bg_log[$name]=$(mktemp "$tmp_root/switchboard-$name.XXXXXX")
   (
+    # Its exit status goes to a file beside its log, which `await` reads: bash forgets the
+    # status of a child that ended long ago once a later child gets its pid (the pids wrap
+    # within a run on a machine whose pid_max is 32768), and `wait` then says "not a child".
+    trap 'echo $? >"${bg_log[$name]}.rc"' EXIT
     renice -n 19 -p "$BASHPID" >/dev/null
     t0=$SECONDS
     "$@"
@@ -145,10 +149,11 @@ unnice() { # NAME: a background build still running gets the foreground's priori
 await() { # NAME: wait for a background build; fails with its log if it failed
   local name=$1
   [[ -n "${bg_pid[$name]:-}" ]] || return 0
-  if wait "${bg_pid[$name]}"; then
+  wait "${bg_pid[$name]}" 2>/dev/null || true # (its status is read from its file, see background)
+  if [[ "$(cat "${bg_log[$name]}.rc" 2>/dev/null)" == 0 ]]; then
     grep '^  tool ' "${bg_log[$name]}" || true
     tail -n 1 "${bg_log[$name]}"
-    rm -f "${bg_log[$name]}"
+    rm -f "${bg_log[$name]}" "${bg_log[$name]}.rc"
     unset "bg_log[$name]"
   else
     tail -n 60 "${bg_log[$name]}" >&2
@@ -162,7 +167,7 @@ finish() { # on exit: stop background builds, print the step table, check the te
   ((rc == 0)) || step_end "FAILED"
   local name
   for name in "${!bg_pid[@]}"; do kill_tree "${bg_pid[$name]}"; done
-  for name in "${!bg_log[@]}"; do rm -f "${bg_log[$name]}"; done
+  for name in "${!bg_log[@]}"; do rm -f "${bg_log[$name]}" "${bg_log[$name]}.rc"; done
   print_times
   local left
   left=$(tmp_left)
@@ -460,7 +465,9 @@ if ((${#suites[@]} > 0)); then
     run_chain ${chain_of[$chain]} &
     chain_pids+=($!)
   done
-  for pid in "${chain_pids[@]}"; do wait "$pid"; done
+  # (each suite's result is in its .rc file; a chain that ended long ago may no longer be known
+  # to `wait`, as with the background builds)
+  for pid in "${chain_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   suites_failed=()
   for name in "${suites[@]}"; do
     [[ -f "$suites_dir/$name.rc" ]] || continue
